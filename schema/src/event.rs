@@ -1,0 +1,567 @@
+//! The typed view of the v1 event vocabulary.
+//!
+//! [`Event::parse`] turns a record's type and raw `data` into one variant per
+//! known type, checking required fields, their types and every closed
+//! vocabulary, and naming the offending field (`data.content[0].type`).
+//! Unknown types are [`Event::Unknown`]: kept, counted, never interpreted.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::{
+    ApprovalOutcome, ApprovalPolicy, ChildMode, MessageRole, Preset, SandboxMode, SettleStatus,
+};
+
+/// A known event type, by its log spelling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EventType {
+    /// `request/header`
+    RequestHeader,
+    /// `turn/start`
+    TurnStart,
+    /// `turn/end`
+    TurnEnd,
+    /// `step/start`
+    StepStart,
+    /// `step/end`
+    StepEnd,
+    /// `message`
+    Message,
+    /// `tool/start`
+    ToolStart,
+    /// `tool/settle`
+    ToolSettle,
+    /// `approval/policy`
+    ApprovalPolicy,
+    /// `sandbox/mode`
+    SandboxMode,
+    /// `permission/preset`
+    PermissionPreset,
+    /// `approval/asked`
+    ApprovalAsked,
+    /// `approval/decided`
+    ApprovalDecided,
+    /// `checkpoint`
+    Checkpoint,
+    /// `child/created`
+    ChildCreated,
+}
+
+impl EventType {
+    /// Every known type.
+    pub const ALL: &'static [EventType] = &[
+        EventType::RequestHeader,
+        EventType::TurnStart,
+        EventType::TurnEnd,
+        EventType::StepStart,
+        EventType::StepEnd,
+        EventType::Message,
+        EventType::ToolStart,
+        EventType::ToolSettle,
+        EventType::ApprovalPolicy,
+        EventType::SandboxMode,
+        EventType::PermissionPreset,
+        EventType::ApprovalAsked,
+        EventType::ApprovalDecided,
+        EventType::Checkpoint,
+        EventType::ChildCreated,
+    ];
+
+    /// The type as spelled in the log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::RequestHeader => "request/header",
+            EventType::TurnStart => "turn/start",
+            EventType::TurnEnd => "turn/end",
+            EventType::StepStart => "step/start",
+            EventType::StepEnd => "step/end",
+            EventType::Message => "message",
+            EventType::ToolStart => "tool/start",
+            EventType::ToolSettle => "tool/settle",
+            EventType::ApprovalPolicy => "approval/policy",
+            EventType::SandboxMode => "sandbox/mode",
+            EventType::PermissionPreset => "permission/preset",
+            EventType::ApprovalAsked => "approval/asked",
+            EventType::ApprovalDecided => "approval/decided",
+            EventType::Checkpoint => "checkpoint",
+            EventType::ChildCreated => "child/created",
+        }
+    }
+
+    /// The known type spelled `text`, if any.
+    pub fn parse(text: &str) -> Option<EventType> {
+        EventType::ALL.iter().copied().find(|t| t.as_str() == text)
+    }
+}
+
+/// A parsed event. `Unknown` keeps the door open for later vocabularies.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// What the runtime sent with one model request.
+    RequestHeader(RequestHeader),
+    /// A turn opened.
+    TurnStart(TurnStart),
+    /// A turn closed.
+    TurnEnd(TurnEnd),
+    /// A step opened inside a turn.
+    StepStart(StepStart),
+    /// A step closed.
+    StepEnd(StepEnd),
+    /// A message from some source.
+    Message(Message),
+    /// A tool call started.
+    ToolStart(ToolStart),
+    /// A tool call settled.
+    ToolSettle(ToolSettle),
+    /// The approval policy was switched.
+    ApprovalPolicy(ApprovalPolicyChange),
+    /// The sandbox mode was switched.
+    SandboxMode(SandboxModeChange),
+    /// A permission preset was chosen.
+    PermissionPreset(PresetChange),
+    /// An approval was asked.
+    ApprovalAsked(ApprovalAsked),
+    /// An approval was decided.
+    ApprovalDecided(ApprovalDecided),
+    /// A compaction checkpoint.
+    Checkpoint(Checkpoint),
+    /// A child session was created.
+    ChildCreated(ChildCreated),
+    /// A type this version does not know; kept and ignored by projections.
+    Unknown,
+}
+
+/// A known event whose `data` breaks the vocabulary or the shapes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{event_type} {path}: {message}")]
+pub struct ShapeError {
+    /// The event type.
+    pub event_type: &'static str,
+    /// Where in the event: `data`, `data.turnId`, `data.content[0].type`.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// `request/header` data.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestHeader {
+    /// Model provider.
+    pub provider: String,
+    /// Model name.
+    pub model: String,
+    /// The approval policy the runtime sent.
+    pub approval_policy: ApprovalPolicy,
+    /// The sandbox mode the runtime sent.
+    pub sandbox_mode: SandboxMode,
+    /// The tools offered to the model.
+    pub tools: Vec<ToolDefinition>,
+}
+
+/// One tool of a `request/header`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ToolDefinition {
+    /// Tool name.
+    pub name: String,
+    /// What the tool does.
+    pub description: String,
+    /// Its parameter schema, raw JSON.
+    pub parameters: Box<RawValue>,
+}
+
+impl PartialEq for ToolDefinition {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+            && self.description == other.description
+            && self.parameters.get() == other.parameters.get()
+    }
+}
+
+/// `turn/start` data.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnStart {
+    /// The turn opened.
+    pub turn_id: String,
+}
+
+/// `turn/end` data.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnEnd {
+    /// The turn closed.
+    pub turn_id: String,
+}
+
+/// `step/start` data.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepStart {
+    /// The step opened.
+    pub step_id: String,
+    /// The turn it belongs to.
+    pub turn_id: String,
+}
+
+/// `step/end` data.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepEnd {
+    /// The step closed.
+    pub step_id: String,
+}
+
+/// `message` data.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Message {
+    /// Informational role; authority comes from `source`.
+    pub role: MessageRole,
+    /// Where the message came from.
+    pub source: MessageSource,
+    /// Its parts.
+    pub content: Vec<ContentPart>,
+}
+
+/// Where a message came from. `kind` is an open vocabulary.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageSource {
+    /// `user`, `agent-message`, `instructions`, `context`, `assistant`, or another.
+    pub kind: String,
+    /// For `agent-message`: the sending session.
+    #[serde(default, deserialize_with = "present")]
+    pub sender_session_id: Option<String>,
+    /// For `instructions` and `context`: which file or plugin.
+    #[serde(default, deserialize_with = "present")]
+    pub name: Option<String>,
+}
+
+/// One part of a message's content.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum ContentPart {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image.
+    Image {
+        /// Its media type.
+        #[serde(rename = "mediaType")]
+        media_type: String,
+        /// Its name.
+        #[serde(default, deserialize_with = "present")]
+        name: Option<String>,
+        /// Its size in bytes.
+        #[serde(default, deserialize_with = "present")]
+        size: Option<u64>,
+        /// Inline base64 bytes.
+        #[serde(default, deserialize_with = "present")]
+        data: Option<String>,
+    },
+    /// A file attachment.
+    Attachment {
+        /// Its name.
+        name: String,
+        /// Its media type.
+        #[serde(default, rename = "mediaType", deserialize_with = "present")]
+        media_type: Option<String>,
+        /// Its size in bytes.
+        #[serde(default, deserialize_with = "present")]
+        size: Option<u64>,
+        /// Inline base64 bytes.
+        #[serde(default, deserialize_with = "present")]
+        data: Option<String>,
+    },
+}
+
+/// `tool/start` data.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolStart {
+    /// Unique over the whole log.
+    pub call_id: String,
+    /// The step the call runs in.
+    pub step_id: String,
+    /// The tool's name.
+    pub name: String,
+    /// Its arguments, raw JSON.
+    pub arguments: Box<RawValue>,
+    /// Set for a call made from inside a program tool.
+    #[serde(default, deserialize_with = "present")]
+    pub parent_call_id: Option<String>,
+}
+
+impl PartialEq for ToolStart {
+    fn eq(&self, other: &Self) -> bool {
+        self.call_id == other.call_id
+            && self.step_id == other.step_id
+            && self.name == other.name
+            && self.arguments.get() == other.arguments.get()
+            && self.parent_call_id == other.parent_call_id
+    }
+}
+
+/// `tool/settle` data.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolSettle {
+    /// The call settled.
+    pub call_id: String,
+    /// How it ended.
+    pub status: SettleStatus,
+    /// Its result, raw JSON.
+    #[serde(default)]
+    pub result: Option<Box<RawValue>>,
+    /// Its error.
+    #[serde(default, deserialize_with = "present")]
+    pub error: Option<ToolError>,
+}
+
+impl PartialEq for ToolSettle {
+    fn eq(&self, other: &Self) -> bool {
+        self.call_id == other.call_id
+            && self.status == other.status
+            && self.result.as_ref().map(|r| r.get()) == other.result.as_ref().map(|r| r.get())
+            && self.error == other.error
+    }
+}
+
+/// The error of a settled call.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ToolError {
+    /// Error class name.
+    pub name: String,
+    /// Stable code.
+    pub code: String,
+    /// Human message.
+    #[serde(default, deserialize_with = "present")]
+    pub message: Option<String>,
+    /// Reason given (a reviewer's denial reason, kept whole).
+    #[serde(default, deserialize_with = "present")]
+    pub reason: Option<String>,
+}
+
+/// `approval/policy` data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct ApprovalPolicyChange {
+    /// The new policy.
+    pub policy: ApprovalPolicy,
+}
+
+/// `sandbox/mode` data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct SandboxModeChange {
+    /// The new mode.
+    pub mode: SandboxMode,
+}
+
+/// `permission/preset` data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct PresetChange {
+    /// The preset chosen.
+    pub preset: Preset,
+}
+
+/// `approval/asked` data.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalAsked {
+    /// Unique over the whole log.
+    pub request_id: String,
+    /// The open turn.
+    pub turn_id: String,
+    /// The tool awaiting approval.
+    pub tool: String,
+    /// Why approval is asked.
+    #[serde(default, deserialize_with = "present")]
+    pub reason: Option<String>,
+    /// The call awaiting approval.
+    #[serde(default, deserialize_with = "present")]
+    pub call_id: Option<String>,
+}
+
+/// `approval/decided` data.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalDecided {
+    /// The request decided.
+    pub request_id: String,
+    /// The decision.
+    pub outcome: ApprovalOutcome,
+}
+
+/// `checkpoint` data.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Checkpoint {
+    /// The compaction summary.
+    pub summary: String,
+    /// The last seq the summary covers.
+    pub through_seq: u64,
+}
+
+/// `child/created` data.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildCreated {
+    /// The child's id.
+    pub child_session_id: String,
+    /// How the child is meant to be used.
+    pub mode: ChildMode,
+}
+
+impl Event {
+    /// Parses `data` (raw JSON text) of an event of type `event_type`.
+    pub fn parse(event_type: &str, data: &str) -> Result<Event, ShapeError> {
+        let Some(known) = EventType::parse(event_type) else {
+            return Ok(Event::Unknown);
+        };
+        if !data.trim_start().starts_with('{') {
+            return Err(ShapeError {
+                event_type: known.as_str(),
+                path: "data".to_owned(),
+                message: "must be a JSON object".to_owned(),
+            });
+        }
+        let event = match known {
+            EventType::RequestHeader => Event::RequestHeader(typed(known, data)?),
+            EventType::TurnStart => Event::TurnStart(typed(known, data)?),
+            EventType::TurnEnd => Event::TurnEnd(typed(known, data)?),
+            EventType::StepStart => Event::StepStart(typed(known, data)?),
+            EventType::StepEnd => Event::StepEnd(typed(known, data)?),
+            EventType::Message => Event::Message(typed(known, data)?),
+            EventType::ToolStart => Event::ToolStart(typed(known, data)?),
+            EventType::ToolSettle => Event::ToolSettle(typed(known, data)?),
+            EventType::ApprovalPolicy => Event::ApprovalPolicy(typed(known, data)?),
+            EventType::SandboxMode => Event::SandboxMode(typed(known, data)?),
+            EventType::PermissionPreset => Event::PermissionPreset(typed(known, data)?),
+            EventType::ApprovalAsked => Event::ApprovalAsked(typed(known, data)?),
+            EventType::ApprovalDecided => Event::ApprovalDecided(typed(known, data)?),
+            EventType::Checkpoint => Event::Checkpoint(typed(known, data)?),
+            EventType::ChildCreated => Event::ChildCreated(typed(known, data)?),
+        };
+        Ok(event)
+    }
+
+    /// The known type of this event, `None` for unknown types.
+    pub fn event_type(&self) -> Option<EventType> {
+        Some(match self {
+            Event::RequestHeader(_) => EventType::RequestHeader,
+            Event::TurnStart(_) => EventType::TurnStart,
+            Event::TurnEnd(_) => EventType::TurnEnd,
+            Event::StepStart(_) => EventType::StepStart,
+            Event::StepEnd(_) => EventType::StepEnd,
+            Event::Message(_) => EventType::Message,
+            Event::ToolStart(_) => EventType::ToolStart,
+            Event::ToolSettle(_) => EventType::ToolSettle,
+            Event::ApprovalPolicy(_) => EventType::ApprovalPolicy,
+            Event::SandboxMode(_) => EventType::SandboxMode,
+            Event::PermissionPreset(_) => EventType::PermissionPreset,
+            Event::ApprovalAsked(_) => EventType::ApprovalAsked,
+            Event::ApprovalDecided(_) => EventType::ApprovalDecided,
+            Event::Checkpoint(_) => EventType::Checkpoint,
+            Event::ChildCreated(_) => EventType::ChildCreated,
+            Event::Unknown => return None,
+        })
+    }
+}
+
+impl Message {
+    /// The message's text parts joined with `\n`.
+    pub fn text(&self) -> String {
+        let texts: Vec<&str> = self
+            .content
+            .iter()
+            .filter_map(|part| match part {
+                ContentPart::Text { text } => Some(text.as_str()),
+                ContentPart::Image { .. } | ContentPart::Attachment { .. } => None,
+            })
+            .collect();
+        texts.join("\n")
+    }
+}
+
+fn typed<'de, T: Deserialize<'de>>(known: EventType, data: &'de str) -> Result<T, ShapeError> {
+    let mut deserializer = serde_json::Deserializer::from_str(data);
+    serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+        let path = error.path().to_string();
+        let path = if path == "." || path.is_empty() {
+            "data".to_owned()
+        } else {
+            format!("data.{path}")
+        };
+        ShapeError {
+            event_type: known.as_str(),
+            path,
+            message: strip_position(&error.inner().to_string()),
+        }
+    })
+}
+
+/// serde_json appends " at line 1 column 17" to its messages; the path already
+/// says where.
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(index) => message[..index].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+/// An optional member: may be absent, but when present it is never null.
+fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(event_type: &str, data: &str) -> String {
+        match Event::parse(event_type, data) {
+            Ok(event) => panic!("{data} parsed as {event:?}"),
+            Err(error) => error.to_string(),
+        }
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert_eq!(
+            error("approval/policy", r#"{"policy":"sometimes"}"#),
+            "approval/policy data.policy: \"sometimes\" is not a approval policy (expected ask | never)"
+        );
+        assert_eq!(
+            error("turn/start", r#"{"turnId":3}"#),
+            "turn/start data.turnId: invalid type: integer `3`, expected a string"
+        );
+        assert_eq!(
+            error("turn/start", r#"{}"#),
+            "turn/start data: missing field `turnId`"
+        );
+        assert_eq!(
+            error("turn/start", "[]"),
+            "turn/start data: must be a JSON object"
+        );
+        assert!(error(
+            "message",
+            r#"{"role":"user","source":{"kind":"user"},"content":[{"type":"video"}]}"#
+        )
+        .contains("data.content[0]"));
+        assert!(error(
+            "tool/start",
+            r#"{"callId":"c","stepId":"s","name":"n","arguments":1,"parentCallId":null}"#
+        )
+        .contains("parentCallId"));
+    }
+
+    #[test]
+    fn unknown_types_are_kept_as_unknown() {
+        assert_eq!(Event::parse("x/y", "42"), Ok(Event::Unknown));
+    }
+}

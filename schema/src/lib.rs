@@ -1,0 +1,30 @@
+//! The vocabulary of sessionlog: session ids, the header, event records, the
+//! closed vocabularies, the typed events of format v1, and the record codec.
+//!
+//! Nothing here performs I/O. This crate is the only one that knows the byte
+//! layout of a record (`record`) and how a sequence of lines splits into a good
+//! prefix, a torn tail or corruption (`scan`).
+#![deny(missing_docs)]
+
+mod event;
+mod id;
+mod record;
+mod scan;
+mod vocab;
+
+pub use event::{
+    ApprovalAsked, ApprovalDecided, ApprovalPolicyChange, Checkpoint, ChildCreated, ContentPart,
+    Event, EventType, Message, MessageSource, PresetChange, RequestHeader, SandboxModeChange,
+    ShapeError, StepEnd, StepStart, ToolDefinition, ToolError, ToolSettle, ToolStart, TurnEnd,
+    TurnStart,
+};
+pub use id::{InvalidSessionId, SessionId, MAX_SESSION_ID_LEN};
+pub use record::{
+    check_crc, compact_json, decode_event, decode_header, encode_line, record_crc, split_crc,
+    DecodeError, DecodedHeader, EventRecord, HeaderVocabularyError, SessionHeader, CRC_SUFFIX_LEN,
+    FORMAT_VERSION, MAX_RECORD_BYTES,
+};
+pub use scan::{Corruption, LogScanner, Position, ScanSummary, TornTail, MAX_BATCH_RECORDS};
+pub use vocab::{
+    ApprovalOutcome, ApprovalPolicy, ChildMode, MessageRole, Preset, SandboxMode, SettleStatus,
+};

@@ -1,0 +1,520 @@
+//! The record codec: the only code that knows the byte layout of a JSONL line.
+//!
+//! A line is `<body>,"crc":"xxxxxxxx"}` where `<body>` is a compact JSON object
+//! missing its closing brace, and the CRC-32 covers the session id's bytes
+//! followed by `<body>`. Records keep `<body>` verbatim, so a log can be
+//! exported, migrated or re-bound to a child's id without touching the bytes
+//! that the CRC, the export and the SQLite backend all share.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::{ApprovalPolicy, SandboxMode, SessionId};
+
+/// The only format version this build reads and writes.
+pub const FORMAT_VERSION: u64 = 1;
+
+/// The largest record (one line, without its `\n`) a writer emits or a reader
+/// accepts: 16 MiB. Longer lines are damage.
+pub const MAX_RECORD_BYTES: usize = 16 * 1024 * 1024;
+
+/// Length of the `,"crc":"xxxxxxxx"}` suffix every line ends with.
+pub const CRC_SUFFIX_LEN: usize = 18;
+
+const CRC_PREFIX: &[u8] = b",\"crc\":\"";
+
+/// The immutable first record of a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionHeader {
+    /// The session's id.
+    pub id: SessionId,
+    /// Creation time, unix milliseconds.
+    pub created_at: u64,
+    /// The working directory the session runs in.
+    pub cwd: String,
+    /// The session this one was forked from.
+    pub parent_session: Option<SessionId>,
+    /// How many of the first events are the parent's, copied at fork.
+    pub seed_length: u64,
+    /// 0 for a root session, parent's + 1 for a child.
+    pub delegation_depth: u64,
+    /// Sandbox baseline (the parent's override at fork).
+    pub sandbox_mode: Option<SandboxMode>,
+    /// Approval baseline (the parent's override at fork).
+    pub approval_policy: Option<ApprovalPolicy>,
+}
+
+/// One numbered event as it is stored: its fields and its body bytes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EventRecord {
+    seq: u64,
+    ts: u64,
+    batch: Option<u64>,
+    event_type: Box<str>,
+    body: Box<str>,
+    data: Range<usize>,
+}
+
+/// A header field whose value is outside its vocabulary (a rule violation at
+/// seq 0, not corruption: the record itself is intact).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("seq 0 (header) field {field}: {value:?} is not a {what} (expected {expected})")]
+pub struct HeaderVocabularyError {
+    /// The header member.
+    pub field: &'static str,
+    /// The value found.
+    pub value: String,
+    /// The vocabulary's name.
+    pub what: &'static str,
+    /// Its allowed spellings.
+    pub expected: String,
+}
+
+/// A decoded header: the header (an out-of-vocabulary field left as `None`)
+/// and the vocabulary errors found in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodedHeader {
+    /// The header.
+    pub header: SessionHeader,
+    /// Out-of-vocabulary fields; empty for a valid header.
+    pub vocabulary_errors: Vec<HeaderVocabularyError>,
+}
+
+/// What is wrong with one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The line is not intact: no CRC suffix, a CRC mismatch, not UTF-8, not
+    /// JSON, too long. A crash during an append leaves such lines.
+    #[error("{0}")]
+    Damaged(String),
+    /// The line is intact (its CRC matches and it is JSON) but its members or
+    /// their types break the format. No crash produces this.
+    #[error("{0}")]
+    Malformed(String),
+}
+
+impl SessionHeader {
+    /// A root session header: no parent, no seed, depth 0, no baselines.
+    pub fn root(id: SessionId, created_at: u64, cwd: String) -> Self {
+        SessionHeader {
+            id,
+            created_at,
+            cwd,
+            parent_session: None,
+            seed_length: 0,
+            delegation_depth: 0,
+            sandbox_mode: None,
+            approval_policy: None,
+        }
+    }
+
+    /// The header's body: compact JSON in the spec's member order, without
+    /// the CRC member and the closing brace.
+    pub fn to_body(&self) -> String {
+        let text = |s: &str| serde_json::Value::from(s).to_string();
+        let nullable = |s: Option<&str>| s.map_or_else(|| "null".to_owned(), text);
+        format!(
+            "{{\"kind\":\"header\",\"formatVersion\":{FORMAT_VERSION},\"id\":{},\"createdAt\":{},\"cwd\":{},\"parentSession\":{},\"seedLength\":{},\"delegationDepth\":{},\"sandboxMode\":{},\"approvalPolicy\":{}",
+            text(self.id.as_str()),
+            self.created_at,
+            text(&self.cwd),
+            nullable(self.parent_session.as_ref().map(SessionId::as_str)),
+            self.seed_length,
+            self.delegation_depth,
+            nullable(self.sandbox_mode.map(SandboxMode::as_str)),
+            nullable(self.approval_policy.map(ApprovalPolicy::as_str)),
+        )
+    }
+
+    /// The full line for this header, with its CRC and `\n`.
+    pub fn encode(&self) -> String {
+        encode_line(&self.id, &self.to_body())
+    }
+}
+
+impl EventRecord {
+    /// Builds a record from its parts. `data` must be compact JSON (see
+    /// [`compact_json`]); `batch` is `Some(n)` only on the first record of an
+    /// `n`-record batch.
+    pub fn new(seq: u64, ts: u64, batch: Option<u64>, event_type: &str, data: &str) -> Self {
+        let batch_member = batch.map_or_else(String::new, |n| format!(",\"batch\":{n}"));
+        let prefix = format!(
+            "{{\"seq\":{seq},\"ts\":{ts}{batch_member},\"type\":{},\"data\":",
+            serde_json::Value::from(event_type)
+        );
+        let start = prefix.len();
+        let body = prefix + data;
+        EventRecord {
+            seq,
+            ts,
+            batch,
+            event_type: event_type.into(),
+            data: start..body.len(),
+            body: body.into(),
+        }
+    }
+
+    /// The event's sequence number (1-based).
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// The event's time, unix milliseconds.
+    pub fn ts(&self) -> u64 {
+        self.ts
+    }
+
+    /// `Some(n)` on the first record of an `n`-record batch.
+    pub fn batch(&self) -> Option<u64> {
+        self.batch
+    }
+
+    /// The event type, e.g. `turn/start`.
+    pub fn event_type(&self) -> &str {
+        &self.event_type
+    }
+
+    /// The raw JSON text of `data`, exactly as logged.
+    pub fn data(&self) -> &str {
+        &self.body[self.data.clone()]
+    }
+
+    /// The record's body: its line up to, not including, `,"crc":`.
+    pub fn body(&self) -> &str {
+        &self.body
+    }
+
+    /// The record as `export` prints it: the body closed by `}`.
+    pub fn export_line(&self) -> String {
+        let mut line = String::with_capacity(self.body.len() + 1);
+        line.push_str(&self.body);
+        line.push('}');
+        line
+    }
+
+    /// The full line for session `id`, with its CRC and `\n`.
+    pub fn encode(&self, id: &SessionId) -> String {
+        encode_line(id, &self.body)
+    }
+
+    /// The same record with a new seq (used when an event's place is only
+    /// known at append time). Keeps `ts`, type and data bytes.
+    pub fn with_seq(&self, seq: u64, batch: Option<u64>) -> EventRecord {
+        EventRecord::new(seq, self.ts, batch, &self.event_type, self.data())
+    }
+}
+
+impl std::fmt::Debug for EventRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventRecord")
+            .field("seq", &self.seq)
+            .field("type", &self.event_type)
+            .field("body", &self.body)
+            .finish()
+    }
+}
+
+/// CRC-32 of the id's bytes followed by `body`.
+pub fn record_crc(id: &SessionId, body: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(id.as_str().as_bytes());
+    hasher.update(body);
+    hasher.finalize()
+}
+
+/// `body` + `,"crc":"xxxxxxxx"}` + `\n`.
+pub fn encode_line(id: &SessionId, body: &str) -> String {
+    let crc = record_crc(id, body.as_bytes());
+    let mut line = String::with_capacity(body.len() + CRC_SUFFIX_LEN + 1);
+    line.push_str(body);
+    line.push_str(&format!(",\"crc\":\"{crc:08x}\"}}\n"));
+    line
+}
+
+/// Splits a line (without `\n`) into its body and stored CRC, if it ends with
+/// a well-formed `,"crc":"xxxxxxxx"}` suffix.
+pub fn split_crc(line: &[u8]) -> Option<(&[u8], u32)> {
+    if line.len() < CRC_SUFFIX_LEN + 1 || !line.ends_with(b"\"}") {
+        return None;
+    }
+    let body_end = line.len() - CRC_SUFFIX_LEN;
+    let suffix = &line[body_end..];
+    if !suffix.starts_with(CRC_PREFIX) {
+        return None;
+    }
+    let hex = &suffix[CRC_PREFIX.len()..CRC_PREFIX.len() + 8];
+    if !hex.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return None;
+    }
+    let hex = std::str::from_utf8(hex).ok()?;
+    let crc = u32::from_str_radix(hex, 16).ok()?;
+    Some((&line[..body_end], crc))
+}
+
+/// Checks a line's suffix and CRC for session `id`, returning its body.
+pub fn check_crc<'a>(id: &SessionId, line: &'a [u8]) -> Result<&'a [u8], DecodeError> {
+    if line.len() > MAX_RECORD_BYTES {
+        return Err(DecodeError::Damaged(format!(
+            "record is {} bytes, above the {MAX_RECORD_BYTES}-byte limit",
+            line.len()
+        )));
+    }
+    let Some((body, stored)) = split_crc(line) else {
+        return Err(DecodeError::Damaged(
+            "line does not end with a ,\"crc\":\"xxxxxxxx\"} member".to_owned(),
+        ));
+    };
+    let computed = record_crc(id, body);
+    if computed != stored {
+        return Err(DecodeError::Damaged(format!(
+            "CRC mismatch (stored {stored:08x}, computed {computed:08x} for session {id})"
+        )));
+    }
+    Ok(body)
+}
+
+/// Decodes and checks the header line (without `\n`). The CRC is checked
+/// against the id the header itself names.
+pub fn decode_header(line: &[u8]) -> Result<DecodedHeader, DecodeError> {
+    if split_crc(line).is_none() {
+        return Err(DecodeError::Damaged(
+            "line does not end with a ,\"crc\":\"xxxxxxxx\"} member".to_owned(),
+        ));
+    }
+    let text = utf8(line)?;
+    let wire: HeaderWire<'_> = parse_record(text)?;
+    let id = SessionId::parse(&wire.id)
+        .map_err(|e| DecodeError::Malformed(format!("header member id: {e}")))?;
+    check_crc(&id, line)?;
+    if wire.kind != "header" {
+        return Err(DecodeError::Malformed(format!(
+            "line 1 has kind {:?}, expected \"header\"",
+            wire.kind
+        )));
+    }
+    if wire.format_version != FORMAT_VERSION {
+        return Err(DecodeError::Malformed(format!(
+            "formatVersion {} is not supported: this build reads version {FORMAT_VERSION}",
+            wire.format_version
+        )));
+    }
+    let parent_session = match wire.parent_session {
+        None => None,
+        Some(parent) => Some(
+            SessionId::parse(&parent)
+                .map_err(|e| DecodeError::Malformed(format!("header member parentSession: {e}")))?,
+        ),
+    };
+    let mut vocabulary_errors = Vec::new();
+    let sandbox_mode = header_vocab(
+        "sandboxMode",
+        wire.sandbox_mode.as_deref(),
+        &mut vocabulary_errors,
+    );
+    let approval_policy = header_vocab(
+        "approvalPolicy",
+        wire.approval_policy.as_deref(),
+        &mut vocabulary_errors,
+    );
+    Ok(DecodedHeader {
+        header: SessionHeader {
+            id,
+            created_at: wire.created_at,
+            cwd: wire.cwd.into_owned(),
+            parent_session,
+            seed_length: wire.seed_length,
+            delegation_depth: wire.delegation_depth,
+            sandbox_mode,
+            approval_policy,
+        },
+        vocabulary_errors,
+    })
+}
+
+/// Decodes and checks an event line (without `\n`) of session `id`.
+pub fn decode_event(id: &SessionId, line: &[u8]) -> Result<EventRecord, DecodeError> {
+    let body = check_crc(id, line)?;
+    let text = utf8(line)?;
+    let wire: EventWire<'_> = parse_record(text)?;
+    if wire.seq == 0 {
+        return Err(DecodeError::Malformed("seq 0: seqs start at 1".to_owned()));
+    }
+    if let Some(n) = wire.batch {
+        if n < 2 {
+            return Err(DecodeError::Malformed(format!(
+                "seq {}: batch {n} is not a batch (a batch has at least 2 records)",
+                wire.seq
+            )));
+        }
+    }
+    let data_start = wire.data.get().as_ptr() as usize - text.as_ptr() as usize;
+    let data = data_start..data_start + wire.data.get().len();
+    if data.end > body.len() {
+        return Err(DecodeError::Malformed(format!(
+            "seq {}: data runs into the crc member",
+            wire.seq
+        )));
+    }
+    Ok(EventRecord {
+        seq: wire.seq,
+        ts: wire.ts,
+        batch: wire.batch,
+        event_type: wire.event_type.into(),
+        body: text[..body.len()].into(),
+        data,
+    })
+}
+
+/// Rewrites valid JSON text without whitespace between tokens, keeping every
+/// token's bytes (numbers, escapes, member order) as they are.
+pub fn compact_json(raw: &str) -> Result<String, serde_json::Error> {
+    let _: &RawValue = serde_json::from_str(raw)?;
+    let mut out = String::with_capacity(raw.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in raw.chars() {
+        if in_string {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+            out.push(c);
+        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HeaderWire<'a> {
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+    #[serde(rename = "formatVersion")]
+    format_version: u64,
+    #[serde(borrow)]
+    id: Cow<'a, str>,
+    #[serde(rename = "createdAt")]
+    created_at: u64,
+    #[serde(borrow)]
+    cwd: Cow<'a, str>,
+    #[serde(rename = "parentSession", borrow, deserialize_with = "nullable")]
+    parent_session: Option<Cow<'a, str>>,
+    #[serde(rename = "seedLength")]
+    seed_length: u64,
+    #[serde(rename = "delegationDepth")]
+    delegation_depth: u64,
+    #[serde(rename = "sandboxMode", borrow, deserialize_with = "nullable")]
+    sandbox_mode: Option<Cow<'a, str>>,
+    #[serde(rename = "approvalPolicy", borrow, deserialize_with = "nullable")]
+    approval_policy: Option<Cow<'a, str>>,
+    #[allow(dead_code)]
+    crc: &'a str,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventWire<'a> {
+    seq: u64,
+    ts: u64,
+    #[serde(default, deserialize_with = "present_number")]
+    batch: Option<u64>,
+    #[serde(rename = "type", borrow)]
+    event_type: Cow<'a, str>,
+    #[serde(borrow)]
+    data: &'a RawValue,
+    #[allow(dead_code)]
+    crc: &'a str,
+}
+
+/// A member that must be present but may be null.
+fn nullable<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer)
+}
+
+/// A member that may be absent but, when present, is a number (not null).
+fn present_number<'de, D>(deserializer: D) -> Result<Option<u64>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    u64::deserialize(deserializer).map(Some)
+}
+
+fn utf8(line: &[u8]) -> Result<&str, DecodeError> {
+    std::str::from_utf8(line).map_err(|e| {
+        DecodeError::Damaged(format!(
+            "not UTF-8 (invalid byte at offset {} in the line)",
+            e.valid_up_to()
+        ))
+    })
+}
+
+/// Parses a record's JSON, telling text that is not JSON (damage) from JSON
+/// whose members break the format (malformed).
+fn parse_record<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T, DecodeError> {
+    serde_json::from_str(text).map_err(|error| {
+        let is_json =
+            error.is_data() && serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok();
+        if is_json {
+            DecodeError::Malformed(format!("record breaks the format: {error}"))
+        } else {
+            DecodeError::Damaged(format!("not a JSON object: {error}"))
+        }
+    })
+}
+
+fn header_vocab<T: std::str::FromStr + VocabularyInfo>(
+    field: &'static str,
+    value: Option<&str>,
+    errors: &mut Vec<HeaderVocabularyError>,
+) -> Option<T> {
+    let value = value?;
+    let parsed = value.parse().ok();
+    if parsed.is_none() {
+        errors.push(HeaderVocabularyError {
+            field,
+            value: value.to_owned(),
+            what: T::what(),
+            expected: T::expected_list(),
+        });
+    }
+    parsed
+}
+
+trait VocabularyInfo {
+    fn what() -> &'static str;
+    fn expected_list() -> String;
+}
+
+impl VocabularyInfo for SandboxMode {
+    fn what() -> &'static str {
+        SandboxMode::WHAT
+    }
+    fn expected_list() -> String {
+        SandboxMode::expected()
+    }
+}
+
+impl VocabularyInfo for ApprovalPolicy {
+    fn what() -> &'static str {
+        ApprovalPolicy::WHAT
+    }
+    fn expected_list() -> String {
+        ApprovalPolicy::expected()
+    }
+}

@@ -1,0 +1,314 @@
+//! `LogScanner`: the pure state machine that reads a log line by line and
+//! tells its good prefix, a torn tail and corruption apart (SPEC §2).
+//!
+//! It does no I/O: the store feeds it lines with their byte offsets, so the
+//! same rules serve the streaming reader, the writer's recovery on open,
+//! `verify`, `salvage` and `tail`. Memory stays constant: only the records of
+//! a batch still waiting for its last record are held.
+
+use crate::record::{check_crc, decode_event, decode_header, DecodeError, MAX_RECORD_BYTES};
+use crate::{EventRecord, HeaderVocabularyError, SessionHeader, SessionId};
+
+/// The largest batch a writer emits or a reader accepts, in records.
+pub const MAX_BATCH_RECORDS: u64 = 65_536;
+
+/// A place in a log file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    /// 1-based line number.
+    pub line: u64,
+    /// Byte offset of the line's first byte.
+    pub offset: u64,
+}
+
+/// Damage that an intact record follows, or a record that breaks the format.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("corrupt at line {} (byte offset {}): {reason}", position.line, position.offset)]
+pub struct Corruption {
+    /// Where the first bad line starts.
+    pub position: Position,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// The damage at the end of a log that no intact record follows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    /// Where the torn bytes start (the end of the good prefix).
+    pub position: Position,
+    /// How many bytes from there to the end of the file.
+    pub bytes: u64,
+    /// How many well-formed records of an unfinished batch it drops.
+    pub dropped_records: u64,
+    /// What the damage is.
+    pub reason: String,
+}
+
+/// What a finished scan found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanSummary {
+    /// The header.
+    pub header: SessionHeader,
+    /// Vocabulary errors in the header (rule violations at seq 0).
+    pub header_vocabulary_errors: Vec<HeaderVocabularyError>,
+    /// The seq of the last event of the good prefix (0: none).
+    pub last_seq: u64,
+    /// Length in bytes of the good prefix (header included).
+    pub good_bytes: u64,
+    /// Lines in the good prefix (header included).
+    pub good_lines: u64,
+    /// The torn tail, if any.
+    pub torn_tail: Option<TornTail>,
+}
+
+/// Reads a log one line at a time. See the module docs.
+#[derive(Debug)]
+pub struct LogScanner {
+    expected_id: Option<SessionId>,
+    header: Option<SessionHeader>,
+    header_vocabulary_errors: Vec<HeaderVocabularyError>,
+    line: u64,
+    next_seq: u64,
+    batch: Vec<EventRecord>,
+    batch_remaining: u64,
+    good_bytes: u64,
+    good_lines: u64,
+    end: u64,
+    damage: Option<(Position, String)>,
+}
+
+impl LogScanner {
+    /// A scanner for any log; with `expected_id`, the header must name that
+    /// session (a store file `<id>.jsonl` must hold session `<id>`).
+    pub fn new(expected_id: Option<SessionId>) -> Self {
+        LogScanner {
+            expected_id,
+            header: None,
+            header_vocabulary_errors: Vec::new(),
+            line: 0,
+            next_seq: 1,
+            batch: Vec::new(),
+            batch_remaining: 0,
+            good_bytes: 0,
+            good_lines: 0,
+            end: 0,
+            damage: None,
+        }
+    }
+
+    /// The header, once line 1 has been read.
+    pub fn header(&self) -> Option<&SessionHeader> {
+        self.header.as_ref()
+    }
+
+    /// The seq the next good record must have.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Feeds the next line: its bytes without `\n`, whether a `\n` ended it,
+    /// and its byte offset. Records that joined the good prefix are pushed to
+    /// `ready` (a batch's records only once all of them arrived).
+    pub fn push_line(
+        &mut self,
+        line: &[u8],
+        terminated: bool,
+        offset: u64,
+        ready: &mut Vec<EventRecord>,
+    ) -> Result<(), Corruption> {
+        self.line += 1;
+        let position = Position {
+            line: self.line,
+            offset,
+        };
+        self.end = offset + line.len() as u64 + u64::from(terminated);
+        let Some(header) = &self.header else {
+            return self.push_header(line, terminated, position);
+        };
+        let id = header.id.clone();
+        if let Some((first, reason)) = &self.damage {
+            if terminated && is_intact(&id, line) {
+                return Err(Corruption {
+                    position: *first,
+                    reason: format!(
+                        "{reason}, and an intact record follows at line {} (byte offset {offset}); \
+                         run `sessionlog salvage` to copy the good prefix to a new file",
+                        position.line
+                    ),
+                });
+            }
+            return Ok(());
+        }
+        if !terminated {
+            self.damage = Some((
+                position,
+                "the last line has no \\n (an append did not finish)".into(),
+            ));
+            return Ok(());
+        }
+        let record = match decode_event(&id, line) {
+            Ok(record) => record,
+            Err(DecodeError::Damaged(reason)) => {
+                self.damage = Some((position, reason));
+                return Ok(());
+            }
+            Err(DecodeError::Malformed(reason)) => return Err(Corruption { position, reason }),
+        };
+        self.accept(record, position, ready)
+    }
+
+    /// Ends the scan: the summary of a log that is good or only torn.
+    pub fn finish(self) -> Result<ScanSummary, Corruption> {
+        let Some(header) = self.header else {
+            return Err(Corruption {
+                position: Position { line: 1, offset: 0 },
+                reason: "the file is empty: line 1 must be the session header".into(),
+            });
+        };
+        let last_seq = self.next_seq - 1 - self.batch.len() as u64;
+        let torn_tail = if let Some((position, reason)) = self.damage {
+            let start = self.good_bytes;
+            Some(TornTail {
+                position: if self.batch.is_empty() {
+                    position
+                } else {
+                    Position {
+                        line: self.good_lines + 1,
+                        offset: start,
+                    }
+                },
+                bytes: self.end - start,
+                dropped_records: self.batch.len() as u64,
+                reason,
+            })
+        } else if let Some(first) = self.batch.first() {
+            Some(TornTail {
+                position: Position {
+                    line: self.good_lines + 1,
+                    offset: self.good_bytes,
+                },
+                bytes: self.end - self.good_bytes,
+                dropped_records: self.batch.len() as u64,
+                reason: format!(
+                    "the batch starting at seq {} announced {} records but only {} arrived",
+                    first.seq(),
+                    first.batch().unwrap_or(0),
+                    self.batch.len()
+                ),
+            })
+        } else {
+            None
+        };
+        if header.seed_length > last_seq {
+            return Err(Corruption {
+                position: Position { line: 1, offset: 0 },
+                reason: format!(
+                    "seedLength {} is above the {last_seq} intact events of the log",
+                    header.seed_length
+                ),
+            });
+        }
+        Ok(ScanSummary {
+            header,
+            header_vocabulary_errors: self.header_vocabulary_errors,
+            last_seq,
+            good_bytes: self.good_bytes,
+            good_lines: self.good_lines,
+            torn_tail,
+        })
+    }
+
+    fn push_header(
+        &mut self,
+        line: &[u8],
+        terminated: bool,
+        position: Position,
+    ) -> Result<(), Corruption> {
+        let corrupt = |reason: String| Err(Corruption { position, reason });
+        if !terminated {
+            return corrupt("line 1 (the header) has no \\n".into());
+        }
+        let decoded = match decode_header(line) {
+            Ok(decoded) => decoded,
+            Err(error) => return corrupt(format!("the header is damaged: {error}")),
+        };
+        if let Some(expected) = &self.expected_id {
+            if *expected != decoded.header.id {
+                return corrupt(format!(
+                    "the file is named for session {expected} but its header holds session {}",
+                    decoded.header.id
+                ));
+            }
+        }
+        self.header = Some(decoded.header);
+        self.header_vocabulary_errors = decoded.vocabulary_errors;
+        self.good_bytes = self.end;
+        self.good_lines = 1;
+        Ok(())
+    }
+
+    fn accept(
+        &mut self,
+        record: EventRecord,
+        position: Position,
+        ready: &mut Vec<EventRecord>,
+    ) -> Result<(), Corruption> {
+        if record.seq() != self.next_seq {
+            return Err(Corruption {
+                position,
+                reason: format!(
+                    "seq {} where seq {} was expected (a gap, repeat or decrease)",
+                    record.seq(),
+                    self.next_seq
+                ),
+            });
+        }
+        match (self.batch_remaining, record.batch()) {
+            (0, None) => {}
+            (0, Some(n)) if n > MAX_BATCH_RECORDS => {
+                return Err(Corruption {
+                    position,
+                    reason: format!(
+                        "seq {}: batch of {n} records is above the limit of {MAX_BATCH_RECORDS}",
+                        record.seq()
+                    ),
+                });
+            }
+            (0, Some(n)) => self.batch_remaining = n,
+            (_, Some(n)) => {
+                return Err(Corruption {
+                    position,
+                    reason: format!(
+                        "seq {}: a batch member ({n}) inside an unfinished batch",
+                        record.seq()
+                    ),
+                });
+            }
+            (_, None) => {}
+        }
+        self.next_seq += 1;
+        if self.batch_remaining == 0 {
+            ready.push(record);
+            self.good_bytes = self.end;
+            self.good_lines = self.line;
+            return Ok(());
+        }
+        self.batch.push(record);
+        self.batch_remaining -= 1;
+        if self.batch_remaining == 0 {
+            ready.append(&mut self.batch);
+            self.good_bytes = self.end;
+            self.good_lines = self.line;
+        }
+        Ok(())
+    }
+}
+
+/// Whether a line (that ended in `\n`) is intact: its CRC matches and it
+/// parses as JSON.
+fn is_intact(id: &SessionId, line: &[u8]) -> bool {
+    if line.len() > MAX_RECORD_BYTES || check_crc(id, line).is_err() {
+        return false;
+    }
+    serde_json::from_slice::<serde::de::IgnoredAny>(line).is_ok()
+}
