@@ -1,0 +1,281 @@
+//! The pending action: the tool call waiting for its review (SPEC §8).
+//!
+//! It arrives from the runtime, not from the log, so it is read strictly:
+//! exactly the members `callId`, `stepId`, `name`, `arguments` and the
+//! optional `parentCallId` and `schema`, none null, none repeated, no other.
+//! Arguments and parameter schemas are kept as raw JSON so the reviewer sees
+//! them as the runtime wrote them, and may not repeat a member at any depth:
+//! a tool and its reviewer must never read two different values out of one
+//! ambiguous object.
+
+use serde_json::value::RawValue;
+
+use super::error::{ReviewError, ReviewErrorCode};
+use super::strict::{
+    as_string, find_nested_duplicate, first_duplicate, is_null, object_members, Members,
+    ObjectError,
+};
+
+/// A tool call waiting for review.
+#[derive(Debug, Clone)]
+pub struct PendingAction {
+    /// The call's id; unique over the whole log once started.
+    pub call_id: String,
+    /// The step the call belongs to; must be the open step.
+    pub step_id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The call's arguments, raw JSON (never `null`).
+    pub arguments: Box<RawValue>,
+    /// For a call made from inside a program tool: the program's call.
+    pub parent_call_id: Option<String>,
+    /// The frozen schema an inner call brings; a native call brings none.
+    pub schema: Option<ToolSchema>,
+}
+
+/// The description and parameter schema of an inner call's tool, frozen when
+/// the program's binding was built.
+#[derive(Debug, Clone)]
+pub struct ToolSchema {
+    /// What the tool does.
+    pub description: String,
+    /// Its parameter schema, raw JSON (never `null`).
+    pub parameters: Box<RawValue>,
+}
+
+const ACTION: &str = "the pending action";
+const ACTION_MEMBERS: &[&str] = &[
+    "callId",
+    "stepId",
+    "name",
+    "arguments",
+    "parentCallId",
+    "schema",
+];
+const SCHEMA: &str = "member schema of the pending action";
+const SCHEMA_MEMBERS: &[&str] = &["description", "parameters"];
+
+/// Reads a pending action strictly; any deviation is `INVALID_ACTION` naming
+/// the member.
+pub fn parse_pending_action(json: &[u8]) -> Result<PendingAction, ReviewError> {
+    let text = std::str::from_utf8(json).map_err(|error| {
+        invalid(format!(
+            "{ACTION} is not UTF-8 (invalid byte at offset {})",
+            error.valid_up_to()
+        ))
+    })?;
+    let members = strict_members(text, ACTION, ACTION_MEMBERS)?;
+    let action = PendingAction {
+        call_id: required_string(&members, "callId", ACTION)?,
+        step_id: required_string(&members, "stepId", ACTION)?,
+        name: required_string(&members, "name", ACTION)?,
+        arguments: required_value(&members, "arguments", ACTION)?,
+        parent_call_id: optional(&members, "parentCallId", ACTION)?
+            .map(|value| string_of(value, "parentCallId", ACTION))
+            .transpose()?,
+        schema: optional(&members, "schema", ACTION)?
+            .map(schema_of)
+            .transpose()?,
+    };
+    action.check_raw_values()?;
+    Ok(action)
+}
+
+impl PendingAction {
+    /// Checks what a hand-built action could get wrong and a parsed one
+    /// cannot: raw values that are `null` or repeat a member.
+    pub(super) fn check_raw_values(&self) -> Result<(), ReviewError> {
+        check_raw(&self.arguments, "arguments")?;
+        if let Some(schema) = &self.schema {
+            check_raw(&schema.parameters, "schema.parameters")?;
+        }
+        Ok(())
+    }
+}
+
+fn invalid(message: impl Into<String>) -> ReviewError {
+    ReviewError::new(ReviewErrorCode::InvalidAction, message)
+}
+
+fn check_raw(value: &RawValue, path: &str) -> Result<(), ReviewError> {
+    if is_null(value) {
+        return Err(invalid(format!("member {path} of {ACTION} is null")));
+    }
+    match find_nested_duplicate(value) {
+        Some(detail) => Err(invalid(format!(
+            "member {path} of {ACTION} is ambiguous: {detail}"
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn strict_members<'a>(
+    json: &'a str,
+    what: &str,
+    allowed: &[&str],
+) -> Result<Members<'a>, ReviewError> {
+    let members = object_members(json).map_err(|error| match error {
+        ObjectError::NotObject => invalid(format!("{what} is not a JSON object")),
+        ObjectError::NotJson(detail) => {
+            invalid(format!("{what} is not exactly one JSON object: {detail}"))
+        }
+    })?;
+    if let Some(name) = first_duplicate(&members) {
+        return Err(invalid(format!("duplicate member {name} in {what}")));
+    }
+    if let Some((name, _)) = members.iter().find(|(name, _)| !allowed.contains(&&**name)) {
+        return Err(invalid(format!("unexpected member {name} in {what}")));
+    }
+    Ok(members)
+}
+
+/// The member `name` if present; present but `null` is an error.
+fn optional<'a>(
+    members: &Members<'a>,
+    name: &str,
+    what: &str,
+) -> Result<Option<&'a RawValue>, ReviewError> {
+    match members.iter().find(|(member, _)| member == name) {
+        None => Ok(None),
+        Some((_, value)) if is_null(value) => {
+            Err(invalid(format!("member {name} of {what} is null")))
+        }
+        Some((_, value)) => Ok(Some(*value)),
+    }
+}
+
+fn required_value(
+    members: &Members<'_>,
+    name: &str,
+    what: &str,
+) -> Result<Box<RawValue>, ReviewError> {
+    optional(members, name, what)?
+        .map(RawValue::to_owned)
+        .ok_or_else(|| invalid(format!("{what} has no member {name}")))
+}
+
+fn required_string(members: &Members<'_>, name: &str, what: &str) -> Result<String, ReviewError> {
+    let value = optional(members, name, what)?
+        .ok_or_else(|| invalid(format!("{what} has no member {name}")))?;
+    string_of(value, name, what)
+}
+
+fn string_of(value: &RawValue, name: &str, what: &str) -> Result<String, ReviewError> {
+    as_string(value).ok_or_else(|| invalid(format!("member {name} of {what} must be a string")))
+}
+
+fn schema_of(value: &RawValue) -> Result<ToolSchema, ReviewError> {
+    let members = strict_members(value.get(), SCHEMA, SCHEMA_MEMBERS)?;
+    Ok(ToolSchema {
+        description: required_string(&members, "description", SCHEMA)?,
+        parameters: required_value(&members, "parameters", SCHEMA)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(json: &str) -> String {
+        match parse_pending_action(json.as_bytes()) {
+            Ok(action) => panic!("{json} parsed as {action:?}"),
+            Err(error) => {
+                assert_eq!(error.code, ReviewErrorCode::InvalidAction, "for {json}");
+                error.message
+            }
+        }
+    }
+
+    #[test]
+    fn a_native_and_an_inner_action_parse() {
+        let native = parse_pending_action(
+            br#"{"callId":"c1","stepId":"s1","name":"bash","arguments":{"cmd":"ls -la"}}"#,
+        )
+        .expect("a valid native action");
+        assert_eq!(
+            (
+                native.call_id.as_str(),
+                native.step_id.as_str(),
+                native.name.as_str()
+            ),
+            ("c1", "s1", "bash")
+        );
+        assert_eq!(native.arguments.get(), r#"{"cmd":"ls -la"}"#);
+        assert!(native.parent_call_id.is_none() && native.schema.is_none());
+
+        let inner = parse_pending_action(
+            br#"{"callId":"c2","stepId":"s1","name":"tools.read","arguments":[1],"parentCallId":"c1","schema":{"description":"Reads","parameters":{"type":"object"}}}"#,
+        )
+        .expect("a valid inner action");
+        assert_eq!(inner.parent_call_id.as_deref(), Some("c1"));
+        let schema = inner.schema.expect("schema kept");
+        assert_eq!(schema.description, "Reads");
+        assert_eq!(schema.parameters.get(), r#"{"type":"object"}"#);
+    }
+
+    #[test]
+    fn malformed_actions_name_the_member() {
+        let cases: &[(&str, &str)] = &[
+            (
+                r#"{"stepId":"s","name":"n","arguments":{}}"#,
+                "the pending action has no member callId",
+            ),
+            (
+                r#"{"callId":"c","stepId":"s","name":"n"}"#,
+                "the pending action has no member arguments",
+            ),
+            (
+                r#"{"callId":"c","stepId":"s","name":"n","arguments":null}"#,
+                "member arguments of the pending action is null",
+            ),
+            (
+                r#"{"callId":"c","stepId":"s","name":"n","arguments":{},"parentCallId":null}"#,
+                "member parentCallId of the pending action is null",
+            ),
+            (
+                r#"{"callId":"c","stepId":"s","name":"n","arguments":{},"schema":null}"#,
+                "member schema of the pending action is null",
+            ),
+            (
+                r#"{"callId":7,"stepId":"s","name":"n","arguments":{}}"#,
+                "member callId of the pending action must be a string",
+            ),
+            (
+                r#"{"callId":"c","stepId":"s","name":"n","arguments":{},"turnId":"t"}"#,
+                "unexpected member turnId in the pending action",
+            ),
+            (
+                r#"{"callId":"c","callId":"d","stepId":"s","name":"n","arguments":{}}"#,
+                "duplicate member callId in the pending action",
+            ),
+            (
+                r#"{"callId":"c","stepId":"s","name":"n","arguments":{"path":"a","path":"/etc"}}"#,
+                "member arguments of the pending action is ambiguous: duplicate member path",
+            ),
+            (
+                r#"{"callId":"c","stepId":"s","name":"n","arguments":{},"parentCallId":"p","schema":{"description":"d"}}"#,
+                "member schema of the pending action has no member parameters",
+            ),
+            (
+                r#"{"callId":"c","stepId":"s","name":"n","arguments":{},"parentCallId":"p","schema":{"description":"d","parameters":{},"x":1}}"#,
+                "unexpected member x in member schema of the pending action",
+            ),
+            (
+                r#"{"callId":"c","stepId":"s","name":"n","arguments":{},"parentCallId":"p","schema":{"description":"d","parameters":{"a":{"b":1,"b":1}}}}"#,
+                "member schema.parameters of the pending action is ambiguous: duplicate member b",
+            ),
+            (
+                r#"{"callId":"c","stepId":"s","name":"n","arguments":{},"parentCallId":"p","schema":"d"}"#,
+                "member schema of the pending action is not a JSON object",
+            ),
+            ("[]", "the pending action is not a JSON object"),
+            (
+                r#"{"callId":"c"} x"#,
+                "the pending action is not exactly one JSON object: trailing characters",
+            ),
+        ];
+        for (json, expected) in cases {
+            assert_eq!(error(json), *expected, "for {json}");
+        }
+    }
+}

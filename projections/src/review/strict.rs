@@ -1,0 +1,205 @@
+//! Strict JSON readers for the review inputs that arrive from outside the
+//! log: the reviewer's reply and the pending action.
+//!
+//! `serde_json` keeps the last of two members with the same name without a
+//! word. A reviewer reply `{"decision":"deny","decision":"allow"}` or an
+//! action whose arguments say two things at once must fail instead, so these
+//! readers list an object's members in order, duplicates included, and check
+//! nested values for repeated members at every depth.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// An object's members in their written order, each value as raw JSON.
+pub(super) type Members<'a> = Vec<(String, &'a RawValue)>;
+
+/// Why text is not the JSON object a reader wants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum ObjectError {
+    /// Not JSON, or JSON followed by more text.
+    NotJson(String),
+    /// JSON, but not an object.
+    NotObject,
+}
+
+/// Reads `json` as exactly one JSON object (surrounding JSON whitespace
+/// allowed) and lists its members, repeated ones included.
+pub(super) fn object_members(json: &str) -> Result<Members<'_>, ObjectError> {
+    let mut deserializer = serde_json::Deserializer::from_str(json);
+    let members = deserializer
+        .deserialize_any(MembersVisitor)
+        .map_err(|error| match error.classify() {
+            serde_json::error::Category::Data => ObjectError::NotObject,
+            _ => ObjectError::NotJson(without_position(&error.to_string())),
+        })?;
+    deserializer
+        .end()
+        .map_err(|error| ObjectError::NotJson(without_position(&error.to_string())))?;
+    Ok(members)
+}
+
+/// The name of the first member that appears twice, if any.
+pub(super) fn first_duplicate<'m>(members: &'m Members<'_>) -> Option<&'m str> {
+    let mut seen = HashSet::new();
+    members
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .find(|name| !seen.insert(*name))
+}
+
+/// Checks that no object anywhere inside `value` repeats a member, returning
+/// the repeated name.
+pub(super) fn find_nested_duplicate(value: &RawValue) -> Option<String> {
+    let mut deserializer = serde_json::Deserializer::from_str(value.get());
+    match NoDuplicates.deserialize(&mut deserializer) {
+        Ok(()) => None,
+        Err(error) => Some(without_position(&error.to_string())),
+    }
+}
+
+/// Whether a raw JSON value is the literal `null`.
+pub(super) fn is_null(value: &RawValue) -> bool {
+    value.get().trim() == "null"
+}
+
+/// Reads a raw JSON value as a string, `None` when it is not one.
+pub(super) fn as_string(value: &RawValue) -> Option<String> {
+    serde_json::from_str::<String>(value.get()).ok()
+}
+
+/// serde_json appends " at line L column C"; our messages say where already.
+fn without_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(index) => message[..index].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+struct MembersVisitor;
+
+impl<'de> Visitor<'de> for MembersVisitor {
+    type Value = Members<'de>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut members = Vec::new();
+        while let Some(name) = map.next_key::<String>()? {
+            let value: &'de RawValue = map.next_value()?;
+            members.push((name, value));
+        }
+        Ok(members)
+    }
+}
+
+/// Walks any JSON value and fails on the first object that repeats a member.
+struct NoDuplicates;
+
+impl<'de> DeserializeSeed<'de> for NoDuplicates {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for NoDuplicates {
+    type Value = ();
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(NoDuplicates)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = HashSet::new();
+        while let Some(name) = map.next_key::<String>()? {
+            if !seen.insert(name.clone()) {
+                return Err(A::Error::custom(format!("duplicate member {name}")));
+            }
+            map.next_value_seed(NoDuplicates)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(json: &str) -> Box<RawValue> {
+        RawValue::from_string(json.to_owned()).expect("test JSON is valid")
+    }
+
+    #[test]
+    fn members_keep_order_and_repeats() {
+        let members = object_members(r#" {"b":1,"a":[2],"b":"x"} "#).expect("an object");
+        let listed: Vec<(&str, &str)> =
+            members.iter().map(|(n, v)| (n.as_str(), v.get())).collect();
+        assert_eq!(listed, [("b", "1"), ("a", "[2]"), ("b", "\"x\"")]);
+        assert_eq!(first_duplicate(&members), Some("b"));
+    }
+
+    #[test]
+    fn escaped_names_are_compared_decoded() {
+        let members = object_members(r#"{"risk":1,"ris\u006b":2}"#).expect("an object");
+        assert_eq!(first_duplicate(&members), Some("risk"));
+    }
+
+    #[test]
+    fn non_objects_and_trailing_text_are_told_apart() {
+        assert_eq!(object_members("[1]").err(), Some(ObjectError::NotObject));
+        assert_eq!(object_members("\"x\"").err(), Some(ObjectError::NotObject));
+        assert!(matches!(
+            object_members("{} {}"),
+            Err(ObjectError::NotJson(_))
+        ));
+        assert!(matches!(object_members("{"), Err(ObjectError::NotJson(_))));
+        assert!(matches!(object_members(""), Err(ObjectError::NotJson(_))));
+    }
+
+    #[test]
+    fn nested_duplicates_are_found_at_any_depth() {
+        assert_eq!(
+            find_nested_duplicate(&raw(r#"{"a":[{"b":1}],"c":{}}"#)),
+            None
+        );
+        assert_eq!(
+            find_nested_duplicate(&raw(r#"{"a":[1,{"x":{"y":1,"y":2}}]}"#)),
+            Some("duplicate member y".to_owned())
+        );
+    }
+}
