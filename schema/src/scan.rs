@@ -157,6 +157,30 @@ impl LogScanner {
         self.accept(record, position, ready)
     }
 
+    /// Feeds a line longer than [`MAX_RECORD_BYTES`] whose bytes the caller
+    /// skipped instead of buffering: it is damage (never intact).
+    pub fn push_oversized_line(
+        &mut self,
+        len: u64,
+        terminated: bool,
+        offset: u64,
+    ) -> Result<(), Corruption> {
+        self.line += 1;
+        let position = Position {
+            line: self.line,
+            offset,
+        };
+        self.end = offset + len + u64::from(terminated);
+        let reason = format!("record is {len} bytes, above the {MAX_RECORD_BYTES}-byte limit");
+        if self.header.is_none() {
+            return Err(Corruption { position, reason });
+        }
+        if self.damage.is_none() {
+            self.damage = Some((position, reason));
+        }
+        Ok(())
+    }
+
     /// Ends the scan: the summary of a log that is good or only torn.
     pub fn finish(self) -> Result<ScanSummary, Corruption> {
         let Some(header) = self.header else {

@@ -1,0 +1,163 @@
+//! `StoreError`: everything the store refuses, with the path, line, byte
+//! offset or seq a user needs, and what to do next.
+
+use std::io;
+use std::path::PathBuf;
+
+use sessionlog_projections::Violation;
+use sessionlog_schema::{Corruption, HeaderVocabularyError, InvalidSessionId, SessionId};
+
+/// Errors of every store operation.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A file-system or database operation failed.
+    #[error("{operation} {path}: {source}")]
+    Io {
+        /// What was being done (`open`, `write`, `fdatasync`, ...).
+        operation: &'static str,
+        /// On which file or folder.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// A SQLite operation failed.
+    #[error("SQLite {operation} on {path}: {source}")]
+    Sqlite {
+        /// What was being done.
+        operation: &'static str,
+        /// The database file.
+        path: PathBuf,
+        /// The SQLite error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The database was written by a newer sessionlog.
+    #[error("{path}: database schema version {found} is newer than this build's {supported}; upgrade sessionlog to open it")]
+    NewerSchema {
+        /// The database file.
+        path: PathBuf,
+        /// Its `PRAGMA user_version`.
+        found: i64,
+        /// The version this build writes.
+        supported: i64,
+    },
+    /// A session id failed validation before touching the file system.
+    #[error(transparent)]
+    InvalidId(#[from] InvalidSessionId),
+    /// No such session.
+    #[error("no session {id} in {path}")]
+    NotFound {
+        /// The session asked for.
+        id: String,
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// A session with this id exists already.
+    #[error("session {id} already exists in {path}; pick another id")]
+    AlreadyExists {
+        /// The id.
+        id: SessionId,
+        /// The store.
+        path: PathBuf,
+    },
+    /// The log is corrupt: damage that an intact record follows, or a record
+    /// that breaks the format.
+    #[error("{path}: the log is {corruption}; run `sessionlog salvage` to copy the good prefix to a new file")]
+    Corrupt {
+        /// The log.
+        path: PathBuf,
+        /// Where and what.
+        corruption: Corruption,
+    },
+    /// The header holds a value outside a closed vocabulary.
+    #[error("{path}: {error}")]
+    HeaderVocabulary {
+        /// The log.
+        path: PathBuf,
+        /// The field and value.
+        error: HeaderVocabularyError,
+    },
+    /// An event breaks a rule of the format (vocabulary, shape, turns, steps,
+    /// calls, approvals); nothing was written.
+    #[error("{path}: {violation}")]
+    Rule {
+        /// The log.
+        path: PathBuf,
+        /// The first violation.
+        violation: Violation,
+    },
+    /// Another writer holds the session.
+    #[error("session {id} is locked by another writer ({path}); wait for it to close the session")]
+    Locked {
+        /// The session.
+        id: SessionId,
+        /// The locked file.
+        path: PathBuf,
+    },
+    /// The expected next seq differs from the log's.
+    #[error("session {id}: expected the next seq to be {expected} but it is {actual}; nothing was written")]
+    Conflict {
+        /// The session.
+        id: SessionId,
+        /// What the caller expected.
+        expected: u64,
+        /// What the log's next seq is.
+        actual: u64,
+    },
+    /// A previous write or fsync failed; the writer refuses every append
+    /// until the log is reopened (and so re-verified).
+    #[error(
+        "session {id}: the writer is poisoned by an earlier failure ({cause}); reopen the session"
+    )]
+    Poisoned {
+        /// The session.
+        id: SessionId,
+        /// The failure that poisoned it.
+        cause: String,
+    },
+    /// An event's `data` is not JSON, or a record would exceed the size limit.
+    #[error("invalid event: {0}")]
+    InvalidEvent(String),
+}
+
+/// How a command line should report an error: the exit classes of SPEC §9.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Usage or I/O (exit 1).
+    Io,
+    /// Corruption (exit 2).
+    Corrupt,
+    /// Rule violations (exit 4).
+    Rule,
+    /// `Locked` or `Conflict` (exit 6).
+    Contention,
+}
+
+impl StoreError {
+    /// The exit class of this error.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            StoreError::Corrupt { .. } => ErrorClass::Corrupt,
+            StoreError::HeaderVocabulary { .. } | StoreError::Rule { .. } => ErrorClass::Rule,
+            StoreError::Locked { .. } | StoreError::Conflict { .. } => ErrorClass::Contention,
+            StoreError::Io { .. }
+            | StoreError::Sqlite { .. }
+            | StoreError::NewerSchema { .. }
+            | StoreError::InvalidId(_)
+            | StoreError::NotFound { .. }
+            | StoreError::AlreadyExists { .. }
+            | StoreError::Poisoned { .. }
+            | StoreError::InvalidEvent(_) => ErrorClass::Io,
+        }
+    }
+
+    pub(crate) fn io(operation: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        StoreError::Io {
+            operation,
+            path: path.into(),
+            source,
+        }
+    }
+}

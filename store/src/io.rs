@@ -1,0 +1,133 @@
+//! The I/O seam: every operation by which the store changes durable state
+//! (write, fdatasync, truncate, publish, folder fsync) goes through `Io`, so
+//! tests can make any one of them fail or observe what reached the disk.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+/// A place where the store touches durable storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FaultPoint {
+    /// Creating the temporary file of a new session.
+    CreateTemp,
+    /// Writing bytes to a log.
+    Write,
+    /// fdatasync of a log (or of a new session's temporary file).
+    Fsync,
+    /// Truncating a torn tail.
+    Truncate,
+    /// Publishing a new session's file under its final name.
+    Publish,
+    /// fsync of the folder after a publish.
+    FolderFsync,
+    /// A SQLite transaction commit.
+    Commit,
+}
+
+/// Decides, before each operation, whether it fails; and hears after each
+/// operation that succeeded. Implemented by fault-injection tests.
+pub trait FaultInjector: Send + Sync {
+    /// Called before `point` on `path`; an error is returned by the store as
+    /// if the operation itself had failed.
+    fn before(&self, point: FaultPoint, path: &Path) -> io::Result<()>;
+    /// Called after `point` on `path` succeeded.
+    fn after(&self, _point: FaultPoint, _path: &Path) {}
+}
+
+/// The seam itself: plain std calls, each preceded by the injector's say.
+#[derive(Clone, Default)]
+pub struct Io {
+    injector: Option<Arc<dyn FaultInjector>>,
+}
+
+impl fmt::Debug for Io {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Io")
+            .field("faults", &self.injector.is_some())
+            .finish()
+    }
+}
+
+impl Io {
+    /// An `Io` whose operations are first put to `injector`.
+    pub fn with_faults(injector: Arc<dyn FaultInjector>) -> Io {
+        Io {
+            injector: Some(injector),
+        }
+    }
+
+    pub(crate) fn check(&self, point: FaultPoint, path: &Path) -> io::Result<()> {
+        match &self.injector {
+            Some(injector) => injector.before(point, path),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn done(&self, point: FaultPoint, path: &Path) {
+        if let Some(injector) = &self.injector {
+            injector.after(point, path);
+        }
+    }
+
+    fn run<T>(
+        &self,
+        point: FaultPoint,
+        path: &Path,
+        operation: impl FnOnce() -> io::Result<T>,
+    ) -> io::Result<T> {
+        self.check(point, path)?;
+        let value = operation()?;
+        self.done(point, path);
+        Ok(value)
+    }
+
+    pub(crate) fn write_all(&self, file: &mut File, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        self.run(FaultPoint::Write, path, || file.write_all(bytes))
+    }
+
+    pub(crate) fn sync_data(&self, file: &File, path: &Path) -> io::Result<()> {
+        self.run(FaultPoint::Fsync, path, || file.sync_data())
+    }
+
+    pub(crate) fn set_len(&self, file: &File, path: &Path, len: u64) -> io::Result<()> {
+        self.run(FaultPoint::Truncate, path, || file.set_len(len))
+    }
+
+    pub(crate) fn create_temp(&self, path: &Path) -> io::Result<File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.run(FaultPoint::CreateTemp, path, || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(path)
+        })
+    }
+
+    /// Publishes `from` as `to` without ever replacing an existing `to`
+    /// (a hard link fails when the name exists), then removes `from`.
+    pub(crate) fn publish(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.run(FaultPoint::Publish, to, || {
+            std::fs::hard_link(from, to)?;
+            std::fs::remove_file(from)
+        })
+    }
+
+    pub(crate) fn sync_folder(&self, folder: &Path) -> io::Result<()> {
+        self.run(FaultPoint::FolderFsync, folder, || {
+            File::open(folder)?.sync_all()
+        })
+    }
+
+    pub(crate) fn commit<T>(
+        &self,
+        path: &Path,
+        operation: impl FnOnce() -> io::Result<T>,
+    ) -> io::Result<T> {
+        self.run(FaultPoint::Commit, path, operation)
+    }
+}

@@ -1,0 +1,689 @@
+//! The JSONL backend: a folder of `<id>.jsonl` files, one session each.
+//!
+//! Creation writes the header and seeded events to a temporary file in the
+//! same folder, fsyncs it, publishes it under its final name with a hard link
+//! (which, unlike rename, never replaces an existing session), removes the
+//! temporary name and fsyncs the folder. Logs are 0600, folders 0700. Writers
+//! hold an exclusive `flock` on the log; readers take no lock.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use sessionlog_projections::fold;
+use sessionlog_schema::{decode_header, EventRecord, SessionHeader, SessionId, MAX_RECORD_BYTES};
+
+use crate::io::Io;
+use crate::reader::{open_log_for_reading, LogReader, Snapshot};
+use crate::writer::{Durability, LogSink, SessionWriter, WriterOptions};
+use crate::StoreError;
+
+/// A folder of JSONL session logs.
+#[derive(Debug, Clone)]
+pub struct JsonlStore {
+    folder: PathBuf,
+    io: Io,
+}
+
+/// One session of a listing, read from its header line only.
+#[derive(Debug)]
+pub struct ListEntry {
+    /// The session id (from the file name, or the database key).
+    pub id: SessionId,
+    /// Its header, or why it could not be read.
+    pub header: Result<SessionHeader, StoreError>,
+}
+
+impl JsonlStore {
+    /// Opens an existing folder of logs.
+    pub fn open(folder: &Path) -> Result<JsonlStore, StoreError> {
+        let metadata = std::fs::metadata(folder)
+            .map_err(|source| StoreError::io("open folder", folder, source))?;
+        if !metadata.is_dir() {
+            return Err(StoreError::io(
+                "open folder",
+                folder,
+                std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a folder"),
+            ));
+        }
+        Ok(JsonlStore {
+            folder: folder.to_owned(),
+            io: Io::default(),
+        })
+    }
+
+    /// Opens `folder`, creating it (0700) when missing.
+    pub fn create_folder(folder: &Path) -> Result<JsonlStore, StoreError> {
+        if !folder.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(folder)
+                .map_err(|source| StoreError::io("create folder", folder, source))?;
+        }
+        JsonlStore::open(folder)
+    }
+
+    /// The same store with its file operations going through `io`.
+    pub fn with_io(mut self, io: Io) -> JsonlStore {
+        self.io = io;
+        self
+    }
+
+    /// The store's folder.
+    pub fn folder(&self) -> &Path {
+        &self.folder
+    }
+
+    /// The log file of session `id` (the id is valid, so the path cannot
+    /// leave the folder).
+    pub fn log_path(&self, id: &SessionId) -> PathBuf {
+        self.folder.join(format!("{id}.jsonl"))
+    }
+
+    /// Whether session `id` exists.
+    pub fn contains(&self, id: &SessionId) -> bool {
+        self.log_path(id).symlink_metadata().is_ok()
+    }
+
+    /// Creates a session atomically with its header and `events` (a child's
+    /// seeded prefix and first own events). The events are checked against
+    /// every rule first; an existing id is refused.
+    pub fn create(
+        &self,
+        header: &SessionHeader,
+        events: &[EventRecord],
+        durability: Durability,
+    ) -> Result<(), StoreError> {
+        let path = self.log_path(&header.id);
+        check_new_session(&path, header, events)?;
+        if self.contains(&header.id) {
+            return Err(StoreError::AlreadyExists {
+                id: header.id.clone(),
+                path: self.folder.clone(),
+            });
+        }
+        let mut bytes = header.encode();
+        for record in events {
+            bytes.push_str(&record.encode(&header.id));
+        }
+        let temp = self.folder.join(format!(
+            ".{}.jsonl.tmp-{}-{}",
+            header.id,
+            std::process::id(),
+            crate::writer::now_ms()
+        ));
+        let result = self.write_and_publish(&temp, &path, bytes.as_bytes(), durability);
+        if result.is_err() {
+            let _ = std::fs::remove_file(&temp);
+        }
+        result.map_err(|error| match error {
+            StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists => {
+                StoreError::AlreadyExists {
+                    id: header.id.clone(),
+                    path: self.folder.clone(),
+                }
+            }
+            other => other,
+        })
+    }
+
+    fn write_and_publish(
+        &self,
+        temp: &Path,
+        path: &Path,
+        bytes: &[u8],
+        durability: Durability,
+    ) -> Result<(), StoreError> {
+        let mut file = self
+            .io
+            .create_temp(temp)
+            .map_err(|source| StoreError::io("create", temp, source))?;
+        self.io
+            .write_all(&mut file, temp, bytes)
+            .map_err(|source| StoreError::io("write", temp, source))?;
+        if durability == Durability::Fsync {
+            self.io
+                .sync_data(&file, temp)
+                .map_err(|source| StoreError::io("fdatasync", temp, source))?;
+        }
+        drop(file);
+        self.io
+            .publish(temp, path)
+            .map_err(|source| StoreError::io("publish", path, source))?;
+        if durability == Durability::Fsync {
+            self.io
+                .sync_folder(&self.folder)
+                .map_err(|source| StoreError::io("fsync folder", &self.folder, source))?;
+        }
+        Ok(())
+    }
+
+    /// A streaming reader over session `id`.
+    pub fn reader(&self, id: &SessionId) -> Result<LogReader<BufReader<File>>, StoreError> {
+        let path = self.existing_log(id)?;
+        LogReader::open(&path, Some(id.clone()))
+    }
+
+    /// The good prefix of session `id`, in memory.
+    pub fn snapshot(&self, id: &SessionId) -> Result<Snapshot, StoreError> {
+        let path = self.existing_log(id)?;
+        Snapshot::read(&path, Some(id.clone()))
+    }
+
+    /// Opens the single writer of session `id`. See [`open_log_writer`].
+    pub fn open_writer(
+        &self,
+        id: &SessionId,
+        options: WriterOptions,
+    ) -> Result<SessionWriter, StoreError> {
+        let path = self.existing_log(id)?;
+        open_log_writer(&path, Some(id.clone()), options, self.io.clone())
+    }
+
+    /// The ids of every session, sorted. Files that are not `<valid id>.jsonl`
+    /// (temporary files start with a dot) are skipped.
+    pub fn ids(&self) -> Result<Vec<SessionId>, StoreError> {
+        let entries = std::fs::read_dir(&self.folder)
+            .map_err(|source| StoreError::io("read folder", &self.folder, source))?;
+        let mut ids = Vec::new();
+        for entry in entries {
+            let entry =
+                entry.map_err(|source| StoreError::io("read folder", &self.folder, source))?;
+            let name = entry.file_name();
+            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".jsonl")) else {
+                continue;
+            };
+            if let Ok(id) = SessionId::parse(stem) {
+                ids.push(id);
+            }
+        }
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// Every session with its header, reading only the first line of each log.
+    pub fn list(&self) -> Result<Vec<ListEntry>, StoreError> {
+        let ids = self.ids()?;
+        Ok(ids
+            .into_iter()
+            .map(|id| {
+                let header = read_header(&self.log_path(&id), Some(&id));
+                ListEntry { id, header }
+            })
+            .collect())
+    }
+
+    fn existing_log(&self, id: &SessionId) -> Result<PathBuf, StoreError> {
+        let path = self.log_path(id);
+        if path.symlink_metadata().is_err() {
+            return Err(StoreError::NotFound {
+                id: id.to_string(),
+                path: self.folder.clone(),
+            });
+        }
+        Ok(path)
+    }
+}
+
+/// Reads and decodes only the header line of the log at `path`.
+pub fn read_header(
+    path: &Path,
+    expected_id: Option<&SessionId>,
+) -> Result<SessionHeader, StoreError> {
+    let file = open_log_for_reading(path)?;
+    let mut reader = BufReader::with_capacity(4096, file.take(MAX_RECORD_BYTES as u64 + 1));
+    let mut line = Vec::new();
+    reader
+        .read_until(b'\n', &mut line)
+        .map_err(|source| StoreError::io("read", path, source))?;
+    let mut scanner = sessionlog_schema::LogScanner::new(expected_id.cloned());
+    let terminated = line.last() == Some(&b'\n');
+    if terminated {
+        line.pop();
+    }
+    let mut ready = Vec::new();
+    let corrupt = |corruption| StoreError::Corrupt {
+        path: path.to_owned(),
+        corruption,
+    };
+    if line.is_empty() && !terminated {
+        return Err(corrupt(sessionlog_schema::Corruption {
+            position: sessionlog_schema::Position { line: 1, offset: 0 },
+            reason: "the file is empty: line 1 must be the session header".into(),
+        }));
+    }
+    scanner
+        .push_line(&line, terminated, 0, &mut ready)
+        .map_err(corrupt)?;
+    let decoded = decode_header(&line).map_err(|error| {
+        corrupt(sessionlog_schema::Corruption {
+            position: sessionlog_schema::Position { line: 1, offset: 0 },
+            reason: error.to_string(),
+        })
+    })?;
+    if let Some(error) = decoded.vocabulary_errors.into_iter().next() {
+        return Err(StoreError::HeaderVocabulary {
+            path: path.to_owned(),
+            error,
+        });
+    }
+    Ok(decoded.header)
+}
+
+/// Opens the single writer of the log at `path`: takes the exclusive lock
+/// (`Locked` if another writer, in this process or another, holds it), reads
+/// and verifies the whole log while folding its projections, truncates a torn
+/// tail (with a `tracing` warning naming the bytes dropped), and refuses a
+/// corrupt or rule-breaking log. Symlinks are not followed.
+pub fn open_log_writer(
+    path: &Path,
+    expected_id: Option<SessionId>,
+    options: WriterOptions,
+    io: Io,
+) -> Result<SessionWriter, StoreError> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|source| StoreError::io("open", path, source))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let id = match expected_id {
+                Some(id) => id,
+                None => read_header(path, None)?.id,
+            };
+            return Err(StoreError::Locked {
+                id,
+                path: path.to_owned(),
+            });
+        }
+        Err(std::fs::TryLockError::Error(source)) => {
+            return Err(StoreError::io("lock", path, source))
+        }
+    }
+    let reading = file
+        .try_clone()
+        .map_err(|source| StoreError::io("open", path, source))?;
+    let reader = LogReader::new(
+        BufReader::with_capacity(256 * 1024, reading),
+        path,
+        expected_id,
+    )?;
+    let header = reader.header().clone();
+    let mut events = options.keep_snapshot.then(Vec::new);
+    let mut state = sessionlog_projections::SessionState::new(header.clone());
+    let mut reader = reader;
+    while let Some(record) = reader.next_event()? {
+        state.apply(&record).map_err(|violation| StoreError::Rule {
+            path: path.to_owned(),
+            violation,
+        })?;
+        if let Some(events) = &mut events {
+            events.push(record);
+        }
+    }
+    let summary = reader.finish()?;
+    if let Some(error) = summary.header_vocabulary_errors.into_iter().next() {
+        return Err(StoreError::HeaderVocabulary {
+            path: path.to_owned(),
+            error,
+        });
+    }
+    if let Some(torn) = &summary.torn_tail {
+        tracing::warn!(
+            path = %path.display(),
+            bytes = torn.bytes,
+            line = torn.position.line,
+            offset = torn.position.offset,
+            "truncating a torn tail of {} bytes at line {} (byte offset {}): {}",
+            torn.bytes,
+            torn.position.line,
+            torn.position.offset,
+            torn.reason
+        );
+        io.set_len(&file, path, summary.good_bytes)
+            .map_err(|source| StoreError::io("truncate", path, source))?;
+        io.sync_data(&file, path)
+            .map_err(|source| StoreError::io("fdatasync", path, source))?;
+    }
+    let sink = JsonlSink {
+        path: path.to_owned(),
+        file,
+        io,
+        buffer: Vec::new(),
+    };
+    Ok(SessionWriter::new(
+        path.to_owned(),
+        Box::new(sink),
+        options,
+        state,
+        events,
+    ))
+}
+
+/// Checks a new session's events against every rule before it is created.
+pub(crate) fn check_new_session(
+    path: &Path,
+    header: &SessionHeader,
+    events: &[EventRecord],
+) -> Result<(), StoreError> {
+    let (_, violations) = fold(header.clone(), events);
+    match violations.into_iter().next() {
+        Some(violation) => Err(StoreError::Rule {
+            path: path.to_owned(),
+            violation,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Appends lines to one log file: one `write` per batch, then fdatasync.
+#[derive(Debug)]
+struct JsonlSink {
+    path: PathBuf,
+    file: File,
+    io: Io,
+    buffer: Vec<u8>,
+}
+
+impl LogSink for JsonlSink {
+    fn write(&mut self, id: &SessionId, records: &[EventRecord]) -> Result<(), StoreError> {
+        self.buffer.clear();
+        for record in records {
+            self.buffer.extend_from_slice(record.encode(id).as_bytes());
+        }
+        self.io
+            .write_all(&mut self.file, &self.path, &self.buffer)
+            .map_err(|source| StoreError::io("write", &self.path, source))
+    }
+
+    fn sync(&mut self, durability: Durability) -> Result<(), StoreError> {
+        if durability == Durability::Buffered {
+            return Ok(());
+        }
+        self.io
+            .sync_data(&self.file, &self.path)
+            .map_err(|source| StoreError::io("fdatasync", &self.path, source))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{FaultInjector, FaultPoint, NewEvent};
+
+    fn id(text: &str) -> SessionId {
+        SessionId::parse(text).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn store() -> (tempfile::TempDir, JsonlStore) {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let store = JsonlStore::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        (dir, store)
+    }
+
+    fn created(store: &JsonlStore, name: &str) -> SessionId {
+        let header = SessionHeader::root(id(name), 1, "/work".into());
+        store
+            .create(&header, &[], Durability::Fsync)
+            .unwrap_or_else(|e| panic!("{e}"));
+        header.id
+    }
+
+    fn turn(n: u32) -> NewEvent {
+        NewEvent {
+            event_type: "turn/start".into(),
+            data: format!("{{ \"turnId\" : \"t{n}\" }}"),
+            ts: Some(5),
+        }
+    }
+
+    #[test]
+    fn appended_events_are_read_back_compacted_and_in_order() {
+        let (_dir, store) = store();
+        let session = created(&store, "s1");
+        let mut writer = store
+            .open_writer(&session, WriterOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let seq = writer
+            .append(turn(1), Some(1))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(seq.get(), 1);
+        drop(writer);
+        let snapshot = store.snapshot(&session).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(snapshot.events.len(), 1);
+        assert_eq!(snapshot.events[0].data(), r#"{"turnId":"t1"}"#);
+        assert!(snapshot.torn_tail.is_none());
+    }
+
+    #[test]
+    fn logs_are_private_to_their_owner() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_dir, store) = store();
+        let session = created(&store, "private");
+        let mode = std::fs::metadata(store.log_path(&session))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn an_existing_id_is_refused() {
+        let (_dir, store) = store();
+        created(&store, "dup");
+        let header = SessionHeader::root(id("dup"), 2, "/other".into());
+        let error = store.create(&header, &[], Durability::Fsync);
+        assert!(
+            matches!(error, Err(StoreError::AlreadyExists { .. })),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn a_second_writer_is_locked_out() {
+        let (_dir, store) = store();
+        let session = created(&store, "locked");
+        let _first = store
+            .open_writer(&session, WriterOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let second = store.open_writer(&session, WriterOptions::default());
+        assert!(
+            matches!(second, Err(StoreError::Locked { .. })),
+            "{second:?}"
+        );
+    }
+
+    #[test]
+    fn an_expected_seq_mismatch_is_a_conflict_and_writes_nothing() {
+        let (_dir, store) = store();
+        let session = created(&store, "conflict");
+        let mut writer = store
+            .open_writer(&session, WriterOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let error = writer.append(turn(1), Some(3));
+        assert!(matches!(
+            error,
+            Err(StoreError::Conflict {
+                expected: 3,
+                actual: 1,
+                ..
+            })
+        ));
+        drop(writer);
+        assert!(store
+            .snapshot(&session)
+            .map(|s| s.events.is_empty())
+            .unwrap_or(false));
+    }
+
+    #[test]
+    fn a_rule_violation_is_refused_and_writes_nothing() {
+        let (_dir, store) = store();
+        let session = created(&store, "rules");
+        let mut writer = store
+            .open_writer(&session, WriterOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let asked = NewEvent::new(
+            "approval/asked",
+            r#"{"requestId":"r1","turnId":"t1","tool":"bash"}"#,
+        );
+        let error = writer.append(asked, None);
+        assert!(matches!(error, Err(StoreError::Rule { .. })), "{error:?}");
+        assert_eq!(writer.next_seq(), 1);
+    }
+
+    #[test]
+    fn a_torn_tail_is_truncated_on_reopen() {
+        let (_dir, store) = store();
+        let session = created(&store, "torn");
+        let mut writer = store
+            .open_writer(&session, WriterOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        writer
+            .append(turn(1), None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        drop(writer);
+        let path = store.log_path(&session);
+        let good = std::fs::read(&path).unwrap_or_else(|e| panic!("{e}"));
+        let mut torn = good.clone();
+        torn.extend_from_slice(b"{\"seq\":2,\"ts\":1,\"type\":\"turn/e");
+        std::fs::write(&path, &torn).unwrap_or_else(|e| panic!("{e}"));
+        let mut writer = store
+            .open_writer(&session, WriterOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(std::fs::read(&path).unwrap_or_default(), good);
+        let seq = writer
+            .append(NewEvent::new("turn/end", r#"{"turnId":"t1"}"#), None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(seq.get(), 2);
+    }
+
+    #[test]
+    fn a_corrupt_log_is_refused_for_writing() {
+        let (_dir, store) = store();
+        let session = created(&store, "corrupt");
+        let mut writer = store
+            .open_writer(&session, WriterOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        writer
+            .append(turn(1), None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        writer
+            .append(NewEvent::new("turn/end", r#"{"turnId":"t1"}"#), None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        drop(writer);
+        let path = store.log_path(&session);
+        let mut bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{e}"));
+        let second_line = bytes.iter().position(|b| *b == b'\n').unwrap_or(0) + 10;
+        bytes[second_line] ^= 0x01;
+        std::fs::write(&path, &bytes).unwrap_or_else(|e| panic!("{e}"));
+        let error = store.open_writer(&session, WriterOptions::default());
+        assert!(
+            matches!(error, Err(StoreError::Corrupt { .. })),
+            "{error:?}"
+        );
+        assert_eq!(std::fs::read(&path).unwrap_or_default(), bytes);
+    }
+
+    #[derive(Default)]
+    struct FailNextFsync(AtomicBool);
+
+    impl FaultInjector for FailNextFsync {
+        fn before(&self, point: FaultPoint, _path: &Path) -> std::io::Result<()> {
+            if point == FaultPoint::Fsync && self.0.swap(false, Ordering::SeqCst) {
+                return Err(std::io::Error::other("injected fsync failure"));
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_failed_fsync_poisons_the_writer_until_reopen() {
+        let (_dir, store) = store();
+        let faults = Arc::new(FailNextFsync::default());
+        let store = store.with_io(Io::with_faults(faults.clone()));
+        let session = created(&store, "poison");
+        let mut writer = store
+            .open_writer(&session, WriterOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        faults.0.store(true, Ordering::SeqCst);
+        assert!(matches!(
+            writer.append(turn(1), None),
+            Err(StoreError::Io { .. })
+        ));
+        let again = writer.append(turn(2), None);
+        assert!(
+            matches!(again, Err(StoreError::Poisoned { .. })),
+            "{again:?}"
+        );
+        drop(writer);
+        let mut reopened = store
+            .open_writer(&session, WriterOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            reopened.next_seq(),
+            2,
+            "the written but unacknowledged event stays"
+        );
+        reopened
+            .append(NewEvent::new("turn/end", r#"{"turnId":"t1"}"#), None)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn a_batch_is_refused_whole_when_one_event_breaks_a_rule() {
+        let (_dir, store) = store();
+        let session = created(&store, "batch");
+        let mut writer = store
+            .open_writer(&session, WriterOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let bad = NewEvent::new("turn/end", r#"{"turnId":"nope"}"#);
+        let error = writer.append_batch(vec![turn(1), bad], None);
+        assert!(matches!(error, Err(StoreError::Rule { .. })));
+        let seqs = writer
+            .append_batch(
+                vec![turn(1), NewEvent::new("turn/end", r#"{"turnId":"t1"}"#)],
+                None,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(seqs.iter().map(|s| s.get()).collect::<Vec<_>>(), [1, 2]);
+        drop(writer);
+        let snapshot = store.snapshot(&session).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(snapshot.events[0].batch(), Some(2));
+        assert_eq!(snapshot.events[1].batch(), None);
+    }
+
+    #[test]
+    fn list_reads_headers_and_skips_foreign_files() {
+        let (dir, store) = store();
+        created(&store, "b");
+        created(&store, "a");
+        std::fs::write(dir.path().join("notes.txt"), "x").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.path().join(".a.jsonl.tmp-1-2"), "x").unwrap_or_else(|e| panic!("{e}"));
+        let listed = store.list().unwrap_or_else(|e| panic!("{e}"));
+        let ids: Vec<&str> = listed.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        assert!(listed.iter().all(|e| e.header.is_ok()));
+    }
+
+    #[test]
+    fn a_symlink_in_place_of_a_log_is_not_followed() {
+        let (dir, store) = store();
+        let target = dir.path().join("elsewhere.txt");
+        std::fs::write(&target, "secret\n").unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(&target, dir.path().join("link.jsonl"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let error = store.snapshot(&id("link"));
+        assert!(matches!(error, Err(StoreError::Io { .. })), "{error:?}");
+        let error = store.open_writer(&id("link"), WriterOptions::default());
+        assert!(matches!(error, Err(StoreError::Io { .. })), "{error:?}");
+    }
+}

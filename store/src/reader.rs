@@ -1,0 +1,247 @@
+//! `LogReader`: a streaming reader of one JSONL log in constant memory, and
+//! `Snapshot`, the whole good prefix in memory.
+//!
+//! Lines are split with memchr over a fixed buffer; a line longer than the
+//! record limit is skipped, not buffered, so memory stays bounded whatever
+//! the file holds. Classification (good prefix, torn tail, corruption) is the
+//! schema's `LogScanner`.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use sessionlog_schema::{
+    Corruption, EventRecord, HeaderVocabularyError, LogScanner, Position, ScanSummary,
+    SessionHeader, SessionId, TornTail, MAX_RECORD_BYTES,
+};
+
+use crate::StoreError;
+
+const READ_BUFFER_BYTES: usize = 256 * 1024;
+
+/// Streams the events of one log, in order, stopping at the end of its good
+/// prefix. Corruption is an error when it is met (or, for damage, when the
+/// intact record after it is met).
+#[derive(Debug)]
+pub struct LogReader<R> {
+    source: R,
+    path: PathBuf,
+    scanner: LogScanner,
+    offset: u64,
+    line: Vec<u8>,
+    ready: Vec<EventRecord>,
+    queue: VecDeque<EventRecord>,
+    exhausted: bool,
+}
+
+/// The good prefix of a log, all in memory.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The header.
+    pub header: SessionHeader,
+    /// Out-of-vocabulary header fields (rule violations at seq 0).
+    pub header_vocabulary_errors: Vec<HeaderVocabularyError>,
+    /// Every event of the good prefix.
+    pub events: Vec<EventRecord>,
+    /// The torn tail after it, if any.
+    pub torn_tail: Option<TornTail>,
+}
+
+enum Line {
+    Complete { terminated: bool },
+    Oversized { len: u64, terminated: bool },
+}
+
+impl LogReader<BufReader<File>> {
+    /// Opens `path` and reads its header. With `expected_id`, the header must
+    /// name that session. Symlinks are not followed.
+    pub fn open(path: &Path, expected_id: Option<SessionId>) -> Result<Self, StoreError> {
+        let file = open_log_for_reading(path)?;
+        LogReader::new(
+            BufReader::with_capacity(READ_BUFFER_BYTES, file),
+            path,
+            expected_id,
+        )
+    }
+}
+
+impl<R: BufRead> LogReader<R> {
+    /// Reads the header from `source`; `path` is only used in messages.
+    pub fn new(source: R, path: &Path, expected_id: Option<SessionId>) -> Result<Self, StoreError> {
+        let mut reader = LogReader {
+            source,
+            path: path.to_owned(),
+            scanner: LogScanner::new(expected_id),
+            offset: 0,
+            line: Vec::new(),
+            ready: Vec::new(),
+            queue: VecDeque::new(),
+            exhausted: false,
+        };
+        if !reader.push_next_line()? {
+            return Err(StoreError::Corrupt {
+                path: reader.path,
+                corruption: Corruption {
+                    position: Position { line: 1, offset: 0 },
+                    reason: "the file is empty: line 1 must be the session header".into(),
+                },
+            });
+        }
+        Ok(reader)
+    }
+
+    /// The session header.
+    pub fn header(&self) -> &SessionHeader {
+        self.scanner
+            .header()
+            .unwrap_or_else(|| unreachable!("LogReader::new read the header"))
+    }
+
+    /// The next event of the good prefix, `None` at its end.
+    pub fn next_event(&mut self) -> Result<Option<EventRecord>, StoreError> {
+        loop {
+            if let Some(record) = self.queue.pop_front() {
+                return Ok(Some(record));
+            }
+            if self.exhausted {
+                return Ok(None);
+            }
+            self.push_next_line()?;
+        }
+    }
+
+    /// Reads to the end and returns what the scan found (torn tail, header
+    /// vocabulary errors, last seq). Events not yet taken are discarded.
+    pub fn finish(mut self) -> Result<ScanSummary, StoreError> {
+        while self.next_event()?.is_some() {}
+        let path = self.path;
+        self.scanner
+            .finish()
+            .map_err(|corruption| StoreError::Corrupt { path, corruption })
+    }
+
+    /// Reads one line and feeds it to the scanner; false at end of file.
+    fn push_next_line(&mut self) -> Result<bool, StoreError> {
+        let offset = self.offset;
+        let line = match self.read_line() {
+            Ok(Some(line)) => line,
+            Ok(None) => {
+                self.exhausted = true;
+                return Ok(false);
+            }
+            Err(source) => return Err(StoreError::io("read", &self.path, source)),
+        };
+        let pushed = match line {
+            Line::Complete { terminated } => {
+                self.offset += self.line.len() as u64 + u64::from(terminated);
+                self.scanner
+                    .push_line(&self.line, terminated, offset, &mut self.ready)
+            }
+            Line::Oversized { len, terminated } => {
+                self.offset += len + u64::from(terminated);
+                self.scanner.push_oversized_line(len, terminated, offset)
+            }
+        };
+        pushed.map_err(|corruption| StoreError::Corrupt {
+            path: self.path.clone(),
+            corruption,
+        })?;
+        self.queue.extend(self.ready.drain(..));
+        Ok(true)
+    }
+
+    fn read_line(&mut self) -> std::io::Result<Option<Line>> {
+        self.line.clear();
+        let mut skipped: Option<u64> = None;
+        loop {
+            let buffer = self.source.fill_buf()?;
+            if buffer.is_empty() {
+                return Ok(match skipped {
+                    Some(len) => Some(Line::Oversized {
+                        len,
+                        terminated: false,
+                    }),
+                    None if self.line.is_empty() => None,
+                    None => Some(Line::Complete { terminated: false }),
+                });
+            }
+            let (chunk, found) = match memchr::memchr(b'\n', buffer) {
+                Some(index) => (&buffer[..index], true),
+                None => (buffer, false),
+            };
+            let taken = chunk.len();
+            match &mut skipped {
+                Some(len) => *len += taken as u64,
+                None if self.line.len() + taken > MAX_RECORD_BYTES => {
+                    skipped = Some((self.line.len() + taken) as u64);
+                    self.line.clear();
+                }
+                None => self.line.extend_from_slice(chunk),
+            }
+            self.source.consume(taken + usize::from(found));
+            if found {
+                return Ok(Some(match skipped {
+                    Some(len) => Line::Oversized {
+                        len,
+                        terminated: true,
+                    },
+                    None => Line::Complete { terminated: true },
+                }));
+            }
+        }
+    }
+}
+
+impl<R: BufRead> Iterator for LogReader<R> {
+    type Item = Result<EventRecord, StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_event().transpose()
+    }
+}
+
+impl Snapshot {
+    /// Reads the whole good prefix of the log at `path`.
+    pub fn read(path: &Path, expected_id: Option<SessionId>) -> Result<Snapshot, StoreError> {
+        let reader = LogReader::open(path, expected_id)?;
+        Snapshot::from_reader(reader)
+    }
+
+    /// Reads the rest of `reader` into memory.
+    pub fn from_reader<R: BufRead>(mut reader: LogReader<R>) -> Result<Snapshot, StoreError> {
+        let header = reader.header().clone();
+        let mut events = Vec::new();
+        while let Some(record) = reader.next_event()? {
+            events.push(record);
+        }
+        let summary = reader.finish()?;
+        Ok(Snapshot {
+            header,
+            header_vocabulary_errors: summary.header_vocabulary_errors,
+            events,
+            torn_tail: summary.torn_tail,
+        })
+    }
+}
+
+/// Opens a log read-only, refusing to follow a symlink in its place.
+pub(crate) fn open_log_for_reading(path: &Path) -> Result<File, StoreError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|source| StoreError::io("open", path, source))
+}
+
+/// Reads `source` from its start through the end (a convenience for
+/// in-memory logs in tests and tools).
+pub fn read_snapshot_from<R: Read>(source: R, path: &Path) -> Result<Snapshot, StoreError> {
+    let reader = LogReader::new(
+        BufReader::with_capacity(READ_BUFFER_BYTES, source),
+        path,
+        None,
+    )?;
+    Snapshot::from_reader(reader)
+}

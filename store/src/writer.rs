@@ -1,0 +1,303 @@
+//! `SessionWriter`: the one writer of a session. It validates every event
+//! against the rules of the format (through the projections' `SessionState`)
+//! before anything is written, hands records to its backend's `LogSink`, and
+//! acknowledges them only once the sink has made them durable.
+//!
+//! A failed write or sync poisons the writer: every later append is refused
+//! until the session is reopened, and so re-verified.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use sessionlog_projections::SessionState;
+use sessionlog_schema::{compact_json, EventRecord, SessionHeader, SessionId, MAX_RECORD_BYTES};
+
+use crate::StoreError;
+
+/// When an append counts as acknowledged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// An append returns only after its bytes are on stable storage
+    /// (fdatasync; SQLite `synchronous=FULL`). Survives `kill -9` and power loss.
+    #[default]
+    Fsync,
+    /// No fsync: an append returns once the bytes are handed to the OS. A
+    /// process crash keeps them, a power loss may not. For tests and bulk
+    /// import only.
+    Buffered,
+}
+
+/// How to open a writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterOptions {
+    /// See [`Durability`].
+    pub durability: Durability,
+    /// Keep every event in memory (for the Auto-review request of an open
+    /// session). Off for plain appenders that never build requests.
+    pub keep_snapshot: bool,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            durability: Durability::Fsync,
+            keep_snapshot: true,
+        }
+    }
+}
+
+/// An event to append: its type, its `data` as JSON text, and optionally its
+/// time (now when absent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEvent {
+    /// The event type, e.g. `turn/start`.
+    pub event_type: String,
+    /// `data` as JSON text (compacted before it is written).
+    pub data: String,
+    /// Unix milliseconds; the current time when `None`.
+    pub ts: Option<u64>,
+}
+
+/// A seq whose event is durable. Only a writer's sync makes one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AcknowledgedSeq(u64);
+
+impl AcknowledgedSeq {
+    /// The seq.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// Where a writer's records go: a JSONL file or SQLite rows.
+pub(crate) trait LogSink: Send + fmt::Debug {
+    /// Writes `records` (all of them or, on error, possibly a torn part).
+    /// They need not be durable yet.
+    fn write(&mut self, id: &SessionId, records: &[EventRecord]) -> Result<(), StoreError>;
+    /// Makes everything written so far durable.
+    fn sync(&mut self, durability: Durability) -> Result<(), StoreError>;
+}
+
+/// The single writer of one session. See the module docs.
+#[derive(Debug)]
+pub struct SessionWriter {
+    path: PathBuf,
+    sink: Box<dyn LogSink>,
+    options: WriterOptions,
+    state: SessionState,
+    events: Option<Vec<EventRecord>>,
+    written_seq: u64,
+    acknowledged_seq: u64,
+    poisoned: Option<String>,
+}
+
+impl NewEvent {
+    /// An event with `data` given as JSON text and the current time.
+    pub fn new(event_type: impl Into<String>, data: impl Into<String>) -> NewEvent {
+        NewEvent {
+            event_type: event_type.into(),
+            data: data.into(),
+            ts: None,
+        }
+    }
+}
+
+impl SessionWriter {
+    pub(crate) fn new(
+        path: PathBuf,
+        sink: Box<dyn LogSink>,
+        options: WriterOptions,
+        state: SessionState,
+        events: Option<Vec<EventRecord>>,
+    ) -> SessionWriter {
+        let seq = state.seq();
+        SessionWriter {
+            path,
+            sink,
+            options,
+            state,
+            events,
+            written_seq: seq,
+            acknowledged_seq: seq,
+            poisoned: None,
+        }
+    }
+
+    /// The session's id.
+    pub fn id(&self) -> &SessionId {
+        &self.state.header().id
+    }
+
+    /// The session's header.
+    pub fn header(&self) -> &SessionHeader {
+        self.state.header()
+    }
+
+    /// Where the session lives (its log file or database).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The projections, current through the last written event.
+    pub fn state(&self) -> &SessionState {
+        &self.state
+    }
+
+    /// Every event, when the writer was opened with `keep_snapshot`.
+    pub fn events(&self) -> Option<&[EventRecord]> {
+        self.events.as_deref()
+    }
+
+    /// The seq the next event will get.
+    pub fn next_seq(&self) -> u64 {
+        self.written_seq + 1
+    }
+
+    /// The last acknowledged (durable) seq.
+    pub fn acknowledged_seq(&self) -> u64 {
+        self.acknowledged_seq
+    }
+
+    /// Appends one event durably: validated, written, synced.
+    pub fn append(
+        &mut self,
+        event: NewEvent,
+        expected_seq: Option<u64>,
+    ) -> Result<AcknowledgedSeq, StoreError> {
+        self.stage(event, expected_seq)?;
+        self.sync()
+    }
+
+    /// Appends events as one atomic batch: all are validated first (nothing
+    /// is written if one breaks a rule), then written together, then synced.
+    /// After a crash either all of them are in the log or none.
+    pub fn append_batch(
+        &mut self,
+        events: Vec<NewEvent>,
+        expected_seq: Option<u64>,
+    ) -> Result<Vec<AcknowledgedSeq>, StoreError> {
+        self.check_usable(expected_seq)?;
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let count = events.len() as u64;
+        let batch = (count >= 2).then_some(count);
+        let mut trial = self.state.clone();
+        let mut records = Vec::with_capacity(events.len());
+        for (index, event) in events.into_iter().enumerate() {
+            let seq = self.written_seq + 1 + index as u64;
+            let record = build_record(seq, if index == 0 { batch } else { None }, event)?;
+            trial.apply(&record).map_err(|violation| StoreError::Rule {
+                path: self.path.clone(),
+                violation,
+            })?;
+            records.push(record);
+        }
+        self.write(&records)?;
+        self.state = trial;
+        self.sync()?;
+        Ok(records.iter().map(|r| AcknowledgedSeq(r.seq())).collect())
+    }
+
+    /// Validates and writes one event without syncing; returns its seq. The
+    /// event is acknowledged by the next [`SessionWriter::sync`]. Events
+    /// staged together share one fsync.
+    pub fn stage(&mut self, event: NewEvent, expected_seq: Option<u64>) -> Result<u64, StoreError> {
+        self.check_usable(expected_seq)?;
+        let record = build_record(self.written_seq + 1, None, event)?;
+        self.state
+            .check(&record)
+            .map_err(|violation| StoreError::Rule {
+                path: self.path.clone(),
+                violation,
+            })?;
+        self.write(std::slice::from_ref(&record))?;
+        self.state
+            .apply(&record)
+            .unwrap_or_else(|violation| unreachable!("checked above: {violation}"));
+        Ok(record.seq())
+    }
+
+    /// Makes every staged event durable and acknowledges them: returns the
+    /// last acknowledged seq.
+    pub fn sync(&mut self) -> Result<AcknowledgedSeq, StoreError> {
+        if let Some(cause) = &self.poisoned {
+            return Err(self.poisoned_error(cause.clone()));
+        }
+        if self.written_seq > self.acknowledged_seq {
+            if let Err(error) = self.sink.sync(self.options.durability) {
+                self.poisoned = Some(error.to_string());
+                return Err(error);
+            }
+            self.acknowledged_seq = self.written_seq;
+        }
+        Ok(AcknowledgedSeq(self.acknowledged_seq))
+    }
+
+    fn check_usable(&self, expected_seq: Option<u64>) -> Result<(), StoreError> {
+        if let Some(cause) = &self.poisoned {
+            return Err(self.poisoned_error(cause.clone()));
+        }
+        match expected_seq {
+            Some(expected) if expected != self.next_seq() => Err(StoreError::Conflict {
+                id: self.id().clone(),
+                expected,
+                actual: self.next_seq(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    fn write(&mut self, records: &[EventRecord]) -> Result<(), StoreError> {
+        let id = self.state.header().id.clone();
+        if let Err(error) = self.sink.write(&id, records) {
+            self.poisoned = Some(error.to_string());
+            return Err(error);
+        }
+        if let Some(last) = records.last() {
+            self.written_seq = last.seq();
+        }
+        if let Some(events) = &mut self.events {
+            events.extend_from_slice(records);
+        }
+        Ok(())
+    }
+
+    fn poisoned_error(&self, cause: String) -> StoreError {
+        StoreError::Poisoned {
+            id: self.id().clone(),
+            cause,
+        }
+    }
+}
+
+/// Builds the record an event becomes at `seq`, compacting its data.
+pub(crate) fn build_record(
+    seq: u64,
+    batch: Option<u64>,
+    event: NewEvent,
+) -> Result<EventRecord, StoreError> {
+    let data = compact_json(&event.data).map_err(|error| {
+        StoreError::InvalidEvent(format!(
+            "seq {seq} ({}): data is not JSON: {error}",
+            event.event_type
+        ))
+    })?;
+    let ts = event.ts.unwrap_or_else(now_ms);
+    let record = EventRecord::new(seq, ts, batch, &event.event_type, &data);
+    if record.body().len() + sessionlog_schema::CRC_SUFFIX_LEN > MAX_RECORD_BYTES {
+        return Err(StoreError::InvalidEvent(format!(
+            "seq {seq} ({}): the record would be {} bytes, above the {MAX_RECORD_BYTES}-byte limit",
+            event.event_type,
+            record.body().len() + sessionlog_schema::CRC_SUFFIX_LEN
+        )));
+    }
+    Ok(record)
+}
+
+/// The current time in unix milliseconds.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as u64)
+}
