@@ -62,3 +62,97 @@ impl std::fmt::Display for Authority {
         f.write_str(self.as_str())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use sessionlog_schema::{Event, SessionHeader};
+
+    use super::*;
+    use crate::test_log::id;
+
+    /// The authority of a message of `kind` (and `sender`, when given) at
+    /// `seq` in a child seeded with 2 events of `parent`.
+    fn authority(header: &SessionHeader, seq: u64, role: &str, source: &str) -> String {
+        let data = format!(r#"{{"role":"{role}","source":{source},"content":[]}}"#);
+        match Event::parse("message", &data) {
+            Ok(Event::Message(message)) => message_authority(header, seq, &message).to_string(),
+            other => panic!("{data} did not parse as a message: {other:?}"),
+        }
+    }
+
+    fn child_header() -> SessionHeader {
+        let mut header = SessionHeader::root(id("kid"), 0, "/w".to_owned());
+        header.parent_session = Some(id("parent"));
+        header.seed_length = 2;
+        header
+    }
+
+    #[test]
+    fn authority_comes_from_the_source_kind_alone() {
+        let child = child_header();
+        let root = SessionHeader::root(id("root"), 0, "/w".to_owned());
+        let from_parent = r#"{"kind":"agent-message","senderSessionId":"parent"}"#;
+        let cases = [
+            (&child, 3, "user", r#"{"kind":"user"}"#, "user"),
+            (&child, 1, "user", r#"{"kind":"user"}"#, "user"),
+            (&child, 3, "assistant", r#"{"kind":"user"}"#, "user"),
+            (&child, 3, "user", from_parent, "direct-parent"),
+            (&child, 2, "user", from_parent, "fact"),
+            (
+                &child,
+                3,
+                "user",
+                r#"{"kind":"agent-message","senderSessionId":"other"}"#,
+                "fact",
+            ),
+            (&child, 3, "user", r#"{"kind":"agent-message"}"#, "fact"),
+            (&root, 1, "user", from_parent, "fact"),
+            (
+                &child,
+                3,
+                "system",
+                r#"{"kind":"instructions","name":"AGENTS.md"}"#,
+                "constraint",
+            ),
+            (
+                &child,
+                3,
+                "system",
+                r#"{"kind":"context","name":"plugin"}"#,
+                "excluded",
+            ),
+            (
+                &child,
+                3,
+                "assistant",
+                r#"{"kind":"assistant"}"#,
+                "excluded",
+            ),
+            (&child, 3, "user", r#"{"kind":"webhook"}"#, "excluded"),
+        ];
+        for (header, seq, role, source, expected) in cases {
+            assert_eq!(
+                authority(header, seq, role, source),
+                expected,
+                "{source} at seq {seq} in {}",
+                header.id
+            );
+        }
+    }
+
+    #[test]
+    fn authorities_serialise_as_their_spelling() {
+        let all = [
+            Authority::User,
+            Authority::DirectParent,
+            Authority::Fact,
+            Authority::Constraint,
+            Authority::Excluded,
+        ];
+        let json = serde_json::to_string(&all).ok();
+        assert_eq!(
+            json.as_deref(),
+            Some(r#"["user","direct-parent","fact","constraint","excluded"]"#)
+        );
+    }
+}

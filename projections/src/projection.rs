@@ -167,3 +167,277 @@ impl SessionState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use expect_test::{expect, Expect};
+    use sessionlog_schema::{ApprovalPolicy, Preset, SandboxMode};
+
+    use super::*;
+    use crate::test_log::{id, projection_json, Log};
+
+    fn check(log: Log, expect: Expect) {
+        expect.assert_eq(&log.projection_json());
+    }
+
+    fn preset_of(log: Log) -> String {
+        log.state().preset(&Defaults::default()).to_string()
+    }
+
+    #[test]
+    fn a_new_root_session_projects_the_defaults_with_null_overrides() {
+        check(
+            Log::root("s"),
+            expect![[r#"
+                {
+                  "session": "s",
+                  "seq": 0,
+                  "parentSession": null,
+                  "seedLength": 0,
+                  "delegationDepth": 0,
+                  "approvalPolicy": {
+                    "override": null,
+                    "effective": "ask"
+                  },
+                  "sandboxMode": {
+                    "override": null,
+                    "effective": "workspace-write"
+                  },
+                  "preset": "workspace-write",
+                  "requiresIntegration": [],
+                  "openTurn": null,
+                  "openStep": null,
+                  "pendingApprovals": [],
+                  "notice": null
+                }"#]],
+        );
+    }
+
+    #[test]
+    fn an_auto_session_mid_step_with_pending_approvals_and_a_notice() {
+        check(
+            Log::root("s")
+                .request_header("ask")
+                .sandbox("danger-full-access")
+                .policy("never")
+                .preset("auto")
+                .turn_start("t1")
+                .ask("r1", "t1")
+                .ask("r2", "t1")
+                .ask("r3", "t1")
+                .decide("r2")
+                .step_start("s1", "t1"),
+            expect![[r#"
+                {
+                  "session": "s",
+                  "seq": 10,
+                  "parentSession": null,
+                  "seedLength": 0,
+                  "delegationDepth": 0,
+                  "approvalPolicy": {
+                    "override": "never",
+                    "effective": "never"
+                  },
+                  "sandboxMode": {
+                    "override": "danger-full-access",
+                    "effective": "danger-full-access"
+                  },
+                  "preset": "auto",
+                  "requiresIntegration": [
+                    "auto-review"
+                  ],
+                  "openTurn": "t1",
+                  "openStep": "s1",
+                  "pendingApprovals": [
+                    "r1",
+                    "r3"
+                  ],
+                  "notice": "The approval policy changed from \"ask\" to \"never\" (changed by the user)."
+                }"#]],
+        );
+    }
+
+    #[test]
+    fn the_projection_prints_compact_in_the_spec_member_order() {
+        let state = Log::root("s").policy("never").state();
+        let text = serde_json::to_string(&state.projection(&Defaults::default()));
+        assert_eq!(
+            text.ok().as_deref(),
+            Some(concat!(
+                r#"{"session":"s","seq":1,"parentSession":null,"seedLength":0,"delegationDepth":0,"#,
+                r#""approvalPolicy":{"override":"never","effective":"never"},"#,
+                r#""sandboxMode":{"override":null,"effective":"workspace-write"},"preset":"custom","#,
+                r#""requiresIntegration":[],"openTurn":null,"openStep":null,"pendingApprovals":[],"notice":null}"#
+            ))
+        );
+    }
+
+    #[test]
+    fn own_switch_wins_over_header_baseline() {
+        let mut log = Log::root("kid").policy("ask").sandbox("read-only");
+        log.header.parent_session = Some(id("parent"));
+        log.header.approval_policy = Some(ApprovalPolicy::Never);
+        log.header.sandbox_mode = Some(SandboxMode::DangerFullAccess);
+        let baseline_only = crate::fold(log.header.clone(), &log.events[..0]).0;
+        assert_eq!(
+            baseline_only.approval_override(),
+            Some(ApprovalPolicy::Never)
+        );
+        assert_eq!(
+            baseline_only.sandbox_override(),
+            Some(SandboxMode::DangerFullAccess)
+        );
+        let state = log.state();
+        assert_eq!(state.approval_override(), Some(ApprovalPolicy::Ask));
+        assert_eq!(state.sandbox_override(), Some(SandboxMode::ReadOnly));
+    }
+
+    #[test]
+    fn switches_in_the_seeded_prefix_are_not_the_childs_own() {
+        let mut log = Log::root("kid")
+            .policy("never")
+            .sandbox("danger-full-access")
+            .preset("full-access");
+        log.header.parent_session = Some(id("parent"));
+        log.header.seed_length = 3;
+        let state = log.state();
+        assert_eq!(state.approval_override(), None);
+        assert_eq!(state.sandbox_override(), None);
+        assert_eq!(state.preset_switch(), None);
+        assert_eq!(
+            state.preset(&Defaults::default()).as_str(),
+            "workspace-write"
+        );
+    }
+
+    #[test]
+    fn the_configured_default_never_enters_the_override() {
+        let state = Log::root("s").state();
+        let defaults = Defaults {
+            approval: ApprovalPolicy::Never,
+            sandbox: SandboxMode::ReadOnly,
+        };
+        let projection = state.projection(&defaults);
+        assert_eq!(projection.approval_policy.override_value, None);
+        assert_eq!(projection.approval_policy.effective, ApprovalPolicy::Never);
+        assert_eq!(projection.sandbox_mode.override_value, None);
+        assert_eq!(projection.sandbox_mode.effective, SandboxMode::ReadOnly);
+    }
+
+    #[test]
+    fn the_preset_is_the_last_own_choice_while_it_fits_else_the_matching_pair() {
+        let full = || Log::root("s").sandbox("danger-full-access");
+        assert_eq!(preset_of(Log::root("s")), "workspace-write");
+        assert_eq!(preset_of(Log::root("s").sandbox("read-only")), "read-only");
+        assert_eq!(preset_of(full()), "custom");
+        assert_eq!(preset_of(full().policy("never")), "full-access");
+        assert_eq!(preset_of(full().preset("auto")), "auto");
+        assert_eq!(preset_of(full().policy("never").preset("auto")), "auto");
+        assert_eq!(
+            preset_of(full().policy("never").preset("auto").sandbox("read-only")),
+            "custom"
+        );
+        assert_eq!(
+            preset_of(full().preset("auto").sandbox("workspace-write")),
+            "workspace-write"
+        );
+        assert_eq!(
+            preset_of(
+                full()
+                    .policy("never")
+                    .preset("auto")
+                    .policy("ask")
+                    .policy("never")
+            ),
+            "auto"
+        );
+        assert_eq!(
+            preset_of(Log::root("s").preset("full-access")),
+            "workspace-write"
+        );
+        assert_eq!(
+            preset_of(Log::root("s").sandbox("read-only").policy("never")),
+            "custom"
+        );
+    }
+
+    #[test]
+    fn auto_has_no_pair_of_its_own() {
+        let state = Log::root("s")
+            .sandbox("danger-full-access")
+            .policy("never")
+            .state();
+        assert_eq!(
+            state.preset(&Defaults::default()),
+            PresetView::Named(Preset::FullAccess)
+        );
+        assert_eq!(
+            state.requires_integration(&Defaults::default()),
+            Vec::<&str>::new()
+        );
+    }
+
+    #[test]
+    fn notice_is_attributed_to_the_user_when_a_switch_follows_the_request() {
+        let state = Log::root("s").request_header("ask").policy("never").state();
+        assert_eq!(
+            state.notice(&Defaults::default()).as_deref(),
+            Some(r#"The approval policy changed from "ask" to "never" (changed by the user)."#)
+        );
+    }
+
+    #[test]
+    fn notice_is_attributed_to_the_operator_when_no_switch_follows_the_request() {
+        let state = Log::root("s").request_header("never").state();
+        assert_eq!(
+            state.notice(&Defaults::default()).as_deref(),
+            Some(
+                r#"The approval policy changed from "never" to "ask" (changed by the operator/config)."#
+            )
+        );
+        let switched_before = Log::root("s").policy("never").request_header("ask").state();
+        assert_eq!(
+            switched_before.notice(&Defaults::default()).as_deref(),
+            Some(
+                r#"The approval policy changed from "ask" to "never" (changed by the operator/config)."#
+            )
+        );
+    }
+
+    #[test]
+    fn no_notice_without_an_own_request_or_when_the_policy_is_unchanged() {
+        assert_eq!(
+            Log::root("s")
+                .policy("never")
+                .state()
+                .notice(&Defaults::default()),
+            None
+        );
+        assert_eq!(
+            Log::root("s")
+                .request_header("ask")
+                .policy("never")
+                .policy("ask")
+                .state()
+                .notice(&Defaults::default()),
+            None
+        );
+        let mut seeded_request = Log::root("kid").request_header("never");
+        seeded_request.header.seed_length = 1;
+        seeded_request.header.parent_session = Some(id("parent"));
+        assert_eq!(seeded_request.state().notice(&Defaults::default()), None);
+    }
+
+    #[test]
+    fn a_projection_as_of_an_earlier_seq_ignores_later_events() {
+        let log = Log::root("s")
+            .turn_start("t1")
+            .policy("never")
+            .turn_end("t1");
+        let as_of_two = crate::fold(log.header.clone(), log.events.iter().take(2)).0;
+        let json = projection_json(&as_of_two, &Defaults::default());
+        assert!(json.contains(r#""seq": 2"#), "{json}");
+        assert!(json.contains(r#""openTurn": "t1""#), "{json}");
+        assert!(json.contains(r#""effective": "never""#), "{json}");
+    }
+}

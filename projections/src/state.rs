@@ -480,3 +480,418 @@ impl SessionState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use expect_test::{expect, Expect};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::test_log::{projection_json, Log};
+    use crate::ViolationKind;
+
+    /// Folds `log` and compares its violations, one a line, with `expect`.
+    fn check(log: Log, expect: Expect) {
+        let (_, violations) = log.fold();
+        let lines: Vec<String> = violations
+            .iter()
+            .map(|violation| format!("{violation} [{}]", violation.kind))
+            .collect();
+        expect.assert_eq(&lines.join("\n"));
+    }
+
+    /// A parent whose log ends inside an open turn, step, call and ask.
+    fn parent_mid_step() -> Log {
+        Log::root("parent")
+            .turn_start("t1")
+            .step_start("s1", "t1")
+            .tool_start("c1", "s1")
+            .ask("r1", "t1")
+    }
+
+    #[test]
+    fn a_full_turn_with_a_step_a_call_and_an_approval_is_accepted() {
+        check(
+            Log::root("s")
+                .turn_start("t1")
+                .step_start("s1", "t1")
+                .ask("r1", "t1")
+                .decide("r1")
+                .tool_start("c1", "s1")
+                .tool_settle("c1")
+                .step_end("s1")
+                .step_start("s2", "t1")
+                .step_end("s2")
+                .turn_end("t1")
+                .turn_start("t2"),
+            expect![[""]],
+        );
+    }
+
+    #[test]
+    fn at_most_one_turn_is_open() {
+        check(
+            Log::root("s").turn_start("t1").turn_start("t2"),
+            expect![[
+                r#"seq 2 (turn/start): turn "t2" cannot start while turn "t1" is open; end it first [rule]"#
+            ]],
+        );
+    }
+
+    #[test]
+    fn turn_end_names_the_open_turn_and_waits_for_its_step() {
+        check(
+            Log::root("s")
+                .turn_end("t0")
+                .turn_start("t1")
+                .turn_end("t9")
+                .step_start("s1", "t1")
+                .turn_end("t1"),
+            expect![[r#"
+                seq 1 (turn/end): turn/end names turn "t0" but no turn is open [rule]
+                seq 3 (turn/end): turn/end names turn "t9" but the open turn is "t1" [rule]
+                seq 5 (turn/end): turn "t1" cannot end while step "s1" is open; end the step first [rule]"#]],
+        );
+    }
+
+    #[test]
+    fn step_start_needs_an_open_turn_with_that_id_and_no_open_step() {
+        check(
+            Log::root("s")
+                .step_start("s0", "t1")
+                .turn_start("t1")
+                .step_start("s1", "t9")
+                .step_start("s1", "t1")
+                .step_start("s2", "t1"),
+            expect![[r#"
+                seq 1 (step/start): step "s0" names turn "t1" but no turn is open [rule]
+                seq 3 (step/start): step "s1" names turn "t9" but the open turn is "t1" [rule]
+                seq 5 (step/start): step "s2" cannot start while step "s1" is open; end it first [rule]"#]],
+        );
+    }
+
+    #[test]
+    fn step_end_names_the_open_step() {
+        check(
+            Log::root("s")
+                .turn_start("t1")
+                .step_end("s1")
+                .step_start("s1", "t1")
+                .step_end("s9")
+                .step_end("s1"),
+            expect![[r#"
+                seq 2 (step/end): step/end names step "s1" but no step is open [rule]
+                seq 4 (step/end): step/end names step "s9" but the open step is "s1" [rule]"#]],
+        );
+    }
+
+    #[test]
+    fn tool_start_needs_the_open_step_and_a_fresh_call_id() {
+        check(
+            Log::root("s")
+                .turn_start("t1")
+                .tool_start("c0", "s1")
+                .step_start("s1", "t1")
+                .tool_start("c1", "s9")
+                .tool_start("c1", "s1")
+                .tool_start("c1", "s1"),
+            expect![[r#"
+                seq 2 (tool/start): call "c0" names step "s1" but no step is open [rule]
+                seq 4 (tool/start): call "c1" names step "s9" but the open step is "s1" [rule]
+                seq 6 (tool/start): callId "c1" is already used by the tool/start at seq 5 [rule]"#]],
+        );
+    }
+
+    #[test]
+    fn tool_settle_needs_a_started_unsettled_call() {
+        check(
+            Log::root("s")
+                .turn_start("t1")
+                .step_start("s1", "t1")
+                .tool_settle("c1")
+                .tool_start("c1", "s1")
+                .tool_settle("c1")
+                .tool_settle("c1"),
+            expect![[r#"
+                seq 3 (tool/settle): call "c1" was never started; a settle needs an own started call [rule]
+                seq 6 (tool/settle): call "c1" is already settled [rule]"#]],
+        );
+    }
+
+    #[test]
+    fn approvals_need_the_open_turn_a_fresh_id_and_one_decision() {
+        check(
+            Log::root("s")
+                .ask("r0", "t1")
+                .turn_start("t1")
+                .ask("r1", "t9")
+                .ask("r1", "t1")
+                .ask("r1", "t1")
+                .decide("r9")
+                .decide("r1")
+                .decide("r1"),
+            expect![[r#"
+                seq 1 (approval/asked): approval request "r0" names turn "t1" but no turn is open [rule]
+                seq 3 (approval/asked): approval request "r1" names turn "t9" but the open turn is "t1" [rule]
+                seq 5 (approval/asked): requestId "r1" is already used by the approval/asked at seq 4 [rule]
+                seq 6 (approval/decided): approval request "r9" was never asked [rule]
+                seq 8 (approval/decided): approval request "r1" is already decided [rule]"#]],
+        );
+    }
+
+    #[test]
+    fn the_seeded_turn_step_call_and_ask_are_not_the_childs() {
+        let child = parent_mid_step().child("kid", None);
+        let state = child.state();
+        assert_eq!(state.open_turn(), None);
+        assert_eq!(state.open_step(), None);
+        assert_eq!(state.pending_approvals(), Vec::<&str>::new());
+        assert_eq!(state.call("c1").map(|call| call.own), Some(false));
+        check(
+            child
+                .tool_start("c2", "s1")
+                .step_end("s1")
+                .turn_end("t1")
+                .tool_settle("c1")
+                .decide("r1")
+                .turn_start("t2")
+                .step_start("s2", "t2")
+                .tool_start("c1", "s2")
+                .ask("r1", "t2"),
+            expect![[r#"
+                seq 5 (tool/start): call "c2" names step "s1" but no step is open [rule]
+                seq 6 (step/end): step/end names step "s1" but no step is open [rule]
+                seq 7 (turn/end): turn/end names turn "t1" but no turn is open [rule]
+                seq 8 (tool/settle): call "c1" was started in the seeded prefix (seq 3) and is not this session's to settle [rule]
+                seq 9 (approval/decided): approval request "r1" was asked in the seeded prefix (seq 4) and is not this session's to decide [rule]
+                seq 12 (tool/start): callId "c1" is already used by the tool/start at seq 3 [rule]
+                seq 13 (approval/asked): requestId "r1" is already used by the approval/asked at seq 4 [rule]"#]],
+        );
+    }
+
+    #[test]
+    fn seeded_events_are_held_to_shapes_and_unique_ids_but_not_to_turn_rules() {
+        let mut log = Log::root("parent")
+            .tool_start("c1", "nowhere")
+            .tool_start("c1", "nowhere")
+            .policy("sometimes");
+        log.header.seed_length = 3;
+        log.header.parent_session = Some(crate::test_log::id("grandparent"));
+        check(
+            log,
+            expect![[r#"
+                seq 2 (tool/start): callId "c1" is already used by the tool/start at seq 1 [rule]
+                seq 3 (approval/policy): data.policy: "sometimes" is not a approval policy (expected ask | never) [vocabulary]"#]],
+        );
+    }
+
+    #[test]
+    fn values_outside_a_vocabulary_name_the_seq_and_field() {
+        check(
+            Log::root("s")
+                .sandbox("root")
+                .preset("yolo")
+                .raw(
+                    "message",
+                    r#"{"role":"user","source":{"kind":"user"},"content":[{"type":"video"}]}"#,
+                )
+                .raw("tool/settle", r#"{"callId":"c1","status":"done"}"#)
+                .raw("approval/decided", r#"{"requestId":"r","outcome":"maybe"}"#)
+                .raw(
+                    "child/created",
+                    r#"{"childSessionId":"k","mode":"forever"}"#,
+                ),
+            expect![[r#"
+                seq 1 (sandbox/mode): data.mode: "root" is not a sandbox mode (expected read-only | workspace-write | danger-full-access) [vocabulary]
+                seq 2 (permission/preset): data.preset: "yolo" is not a preset (expected read-only | workspace-write | full-access | auto) [vocabulary]
+                seq 3 (message): data.content[0].type: unknown variant `video`, expected one of `text`, `image`, `attachment` [vocabulary]
+                seq 4 (tool/settle): data.status: "done" is not a settle status (expected ok | error | cancelled) [vocabulary]
+                seq 5 (approval/decided): data.outcome: "maybe" is not a approval outcome (expected allowed-once | rejected | cancelled | unavailable) [vocabulary]
+                seq 6 (child/created): data.mode: "forever" is not a child mode (expected one-shot | continuable) [vocabulary]"#]],
+        );
+    }
+
+    #[test]
+    fn broken_shapes_are_shape_violations_and_unknown_types_are_kept() {
+        check(
+            Log::root("s")
+                .raw("turn/start", "[]")
+                .raw("turn/start", "{}")
+                .raw("turn/start", r#"{"turnId":7}"#)
+                .raw("approval/policy", r#"{"policy":null}"#)
+                .raw("future/thing", "[1,2]"),
+            expect![[r#"
+                seq 1 (turn/start): data: must be a JSON object [shape]
+                seq 2 (turn/start): data: missing field `turnId` [shape]
+                seq 3 (turn/start): data.turnId: invalid type: integer `7`, expected a string [shape]
+                seq 4 (approval/policy): data.policy: invalid type: null, expected a string [shape]"#]],
+        );
+    }
+
+    #[test]
+    fn a_record_out_of_seq_order_is_refused() {
+        let log = Log::root("s").turn_start("t1");
+        let mut state = SessionState::new(log.header.clone());
+        let late = log.events[0].with_seq(2, None);
+        let refused = state.apply(&late);
+        assert_eq!(
+            refused.map_err(|violation| violation.to_string()),
+            Err("seq 2 (turn/start): expected seq 1, found seq 2".to_owned())
+        );
+        assert_eq!(state.seq(), 1);
+        assert_eq!(state.open_turn(), None);
+    }
+
+    #[test]
+    fn a_refused_event_has_no_effect_but_the_seq_advances() {
+        let (state, violations) = Log::root("s")
+            .turn_start("t1")
+            .turn_start("t2")
+            .policy("sometimes")
+            .fold();
+        assert_eq!(violations.len(), 2);
+        assert_eq!(violations[1].kind, ViolationKind::Vocabulary);
+        assert_eq!(state.seq(), 3);
+        assert_eq!(state.open_turn(), Some("t1"));
+        assert_eq!(state.approval_override(), None);
+        assert_eq!(state.violation_count(), 2);
+    }
+
+    #[test]
+    fn check_never_changes_the_state() {
+        let log = parent_mid_step()
+            .tool_settle("c1")
+            .tool_settle("c1")
+            .decide("r1")
+            .policy("never")
+            .checkpoint(3);
+        let mut state = SessionState::new(log.header.clone());
+        for record in &log.events {
+            let before = state.clone();
+            let _ = state.check(record);
+            assert_eq!(state, before, "check changed the state at {record:?}");
+            let _ = state.apply(record);
+        }
+    }
+
+    #[test]
+    fn header_vocabulary_errors_are_seq_0_violations() {
+        let error = sessionlog_schema::HeaderVocabularyError {
+            field: "approvalPolicy",
+            value: "sometimes".to_owned(),
+            what: "approval policy",
+            expected: "ask | never".to_owned(),
+        };
+        assert_eq!(
+            Violation::from(&error).to_string(),
+            r#"seq 0 (header): approvalPolicy: "sometimes" is not a approval policy (expected ask | never)"#
+        );
+    }
+
+    /// One event of a small alphabet, valid or not, so that random logs hit
+    /// every rule both ways.
+    fn arbitrary_event() -> impl Strategy<Value = (String, String)> {
+        let turn = prop::sample::select(vec!["t1", "t2"]);
+        let step = prop::sample::select(vec!["s1", "s2"]);
+        let call = prop::sample::select(vec!["c1", "c2", "c3"]);
+        let request = prop::sample::select(vec!["r1", "r2", "r3"]);
+        let policy = prop::sample::select(vec!["ask", "never", "sometimes"]);
+        let mode = prop::sample::select(vec!["read-only", "workspace-write", "danger-full-access"]);
+        let preset =
+            prop::sample::select(vec!["read-only", "workspace-write", "full-access", "auto"]);
+        let kind = prop::sample::select(vec!["user", "agent-message", "context"]);
+        let event = |t: &str, data: serde_json::Value| (t.to_owned(), data.to_string());
+        prop_oneof![
+            turn.clone()
+                .prop_map(move |t| event("turn/start", json!({"turnId": t}))),
+            turn.clone()
+                .prop_map(move |t| event("turn/end", json!({"turnId": t}))),
+            (step.clone(), turn.clone())
+                .prop_map(move |(s, t)| event("step/start", json!({"stepId": s, "turnId": t}))),
+            step.clone()
+                .prop_map(move |s| event("step/end", json!({"stepId": s}))),
+            (call.clone(), step).prop_map(move |(c, s)| event(
+                "tool/start",
+                json!({"callId": c, "stepId": s, "name": "n", "arguments": {}})
+            )),
+            call.prop_map(move |c| event("tool/settle", json!({"callId": c, "status": "ok"}))),
+            (request.clone(), turn).prop_map(move |(r, t)| event(
+                "approval/asked",
+                json!({"requestId": r, "turnId": t, "tool": "n"})
+            )),
+            request.prop_map(move |r| event(
+                "approval/decided",
+                json!({"requestId": r, "outcome": "rejected"})
+            )),
+            policy
+                .clone()
+                .prop_map(move |p| event("approval/policy", json!({"policy": p}))),
+            mode.prop_map(move |m| event("sandbox/mode", json!({"mode": m}))),
+            preset.prop_map(move |p| event("permission/preset", json!({"preset": p}))),
+            policy.prop_map(move |p| event(
+                "request/header",
+                json!({"provider": "p", "model": "m", "approvalPolicy": p,
+                       "sandboxMode": "read-only", "tools": []})
+            )),
+            kind.prop_map(move |k| event(
+                "message",
+                json!({"role": "user", "source": {"kind": k, "senderSessionId": "parent"},
+                       "content": []})
+            )),
+            (0u64..5)
+                .prop_map(move |n| event("checkpoint", json!({"summary": "s", "throughSeq": n}))),
+            Just(("future/kind".to_owned(), "1".to_owned())),
+        ]
+    }
+
+    fn arbitrary_log() -> impl Strategy<Value = Log> {
+        (prop::collection::vec(arbitrary_event(), 0..40), 0usize..8).prop_map(|(events, seed)| {
+            let mut log = Log::root("s");
+            for (event_type, data) in events {
+                log = log.raw(&event_type, &data);
+            }
+            if seed > 0 {
+                log.header.seed_length = seed.min(log.events.len()) as u64;
+                log.header.parent_session = Some(crate::test_log::id("parent"));
+                log.header.approval_policy = Some(ApprovalPolicy::Never);
+            }
+            log
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn folding_one_event_at_a_time_equals_folding_all_and_every_prefix(log in arbitrary_log()) {
+            let defaults = [
+                Defaults::default(),
+                Defaults { approval: ApprovalPolicy::Never, sandbox: SandboxMode::DangerFullAccess },
+            ];
+            let (all_at_once, all_violations) = log.fold();
+            let mut incremental = SessionState::new(log.header.clone());
+            let mut incremental_violations = Vec::new();
+            for (applied, record) in log.events.iter().enumerate() {
+                let before = incremental.clone();
+                let checked = incremental.check(record);
+                prop_assert_eq!(&incremental, &before);
+                let result = incremental.apply(record);
+                prop_assert_eq!(checked.is_ok(), result.is_ok());
+                if let Err(violation) = result {
+                    incremental_violations.push(violation);
+                }
+                let (as_of, as_of_violations) =
+                    crate::fold(log.header.clone(), log.events.iter().take(applied + 1));
+                prop_assert_eq!(&as_of_violations, &incremental_violations);
+                for defaults in &defaults {
+                    prop_assert_eq!(
+                        projection_json(&as_of, defaults),
+                        projection_json(&incremental, defaults)
+                    );
+                }
+            }
+            prop_assert_eq!(&all_violations, &incremental_violations);
+            prop_assert_eq!(&all_at_once, &incremental);
+            prop_assert_eq!(all_at_once.seq(), log.events.len() as u64);
+        }
+    }
+}

@@ -141,3 +141,23 @@ pub(crate) fn projection_json(state: &SessionState, defaults: &Defaults) -> Stri
         Err(error) => panic!("projection does not serialise: {error}"),
     }
 }
+
+impl Log {
+    /// A child of this session, seeded with every event, with the spec's
+    /// defaults.
+    pub(crate) fn child(&self, child: &str, prompt: Option<&str>) -> Log {
+        let parent = self.state();
+        let seed = crate::delegate(
+            &parent,
+            &self.events,
+            id(child),
+            prompt,
+            &Defaults::default(),
+            9_000,
+        );
+        match seed {
+            Ok(seed) => Log::from_seed(seed),
+            Err(error) => panic!("delegation refused: {error}"),
+        }
+    }
+}
