@@ -101,6 +101,11 @@ impl LogScanner {
         self.header.as_ref()
     }
 
+    /// Vocabulary errors of the header, once line 1 has been read.
+    pub fn header_vocabulary_errors(&self) -> &[HeaderVocabularyError] {
+        &self.header_vocabulary_errors
+    }
+
     /// The seq the next good record must have.
     pub fn next_seq(&self) -> u64 {
         self.next_seq

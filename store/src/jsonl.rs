@@ -97,67 +97,7 @@ impl JsonlStore {
         durability: Durability,
     ) -> Result<(), StoreError> {
         let path = self.log_path(&header.id);
-        check_new_session(&path, header, events)?;
-        if self.contains(&header.id) {
-            return Err(StoreError::AlreadyExists {
-                id: header.id.clone(),
-                path: self.folder.clone(),
-            });
-        }
-        let mut bytes = header.encode();
-        for record in events {
-            bytes.push_str(&record.encode(&header.id));
-        }
-        let temp = self.folder.join(format!(
-            ".{}.jsonl.tmp-{}-{}",
-            header.id,
-            std::process::id(),
-            crate::writer::now_ms()
-        ));
-        let result = self.write_and_publish(&temp, &path, bytes.as_bytes(), durability);
-        if result.is_err() {
-            let _ = std::fs::remove_file(&temp);
-        }
-        result.map_err(|error| match error {
-            StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists => {
-                StoreError::AlreadyExists {
-                    id: header.id.clone(),
-                    path: self.folder.clone(),
-                }
-            }
-            other => other,
-        })
-    }
-
-    fn write_and_publish(
-        &self,
-        temp: &Path,
-        path: &Path,
-        bytes: &[u8],
-        durability: Durability,
-    ) -> Result<(), StoreError> {
-        let mut file = self
-            .io
-            .create_temp(temp)
-            .map_err(|source| StoreError::io("create", temp, source))?;
-        self.io
-            .write_all(&mut file, temp, bytes)
-            .map_err(|source| StoreError::io("write", temp, source))?;
-        if durability == Durability::Fsync {
-            self.io
-                .sync_data(&file, temp)
-                .map_err(|source| StoreError::io("fdatasync", temp, source))?;
-        }
-        drop(file);
-        self.io
-            .publish(temp, path)
-            .map_err(|source| StoreError::io("publish", path, source))?;
-        if durability == Durability::Fsync {
-            self.io
-                .sync_folder(&self.folder)
-                .map_err(|source| StoreError::io("fsync folder", &self.folder, source))?;
-        }
-        Ok(())
+        create_log_file(&path, header, events, durability, &self.io)
     }
 
     /// A streaming reader over session `id`.
@@ -225,6 +165,80 @@ impl JsonlStore {
         }
         Ok(path)
     }
+}
+
+/// Creates the log file `path` atomically (see the module docs) holding
+/// `header` and `events`, after checking the events against every rule. An
+/// existing file is never replaced: `AlreadyExists`.
+pub fn create_log_file(
+    path: &Path,
+    header: &SessionHeader,
+    events: &[EventRecord],
+    durability: Durability,
+    io: &Io,
+) -> Result<(), StoreError> {
+    check_new_session(path, header, events)?;
+    let folder = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let already_exists = || StoreError::AlreadyExists {
+        id: header.id.clone(),
+        path: path.to_owned(),
+    };
+    if path.symlink_metadata().is_ok() {
+        return Err(already_exists());
+    }
+    let mut bytes = header.encode();
+    for record in events {
+        bytes.push_str(&record.encode(&header.id));
+    }
+    let file_name = path.file_name().map_or_else(
+        || header.id.to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let temp = folder.join(format!(
+        ".{file_name}.tmp-{}-{}",
+        std::process::id(),
+        crate::writer::now_ms()
+    ));
+    let result = write_and_publish(io, &folder, &temp, path, bytes.as_bytes(), durability);
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result.map_err(|error| match error {
+        StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists => {
+            already_exists()
+        }
+        other => other,
+    })
+}
+
+fn write_and_publish(
+    io: &Io,
+    folder: &Path,
+    temp: &Path,
+    path: &Path,
+    bytes: &[u8],
+    durability: Durability,
+) -> Result<(), StoreError> {
+    let mut file = io
+        .create_temp(temp)
+        .map_err(|source| StoreError::io("create", temp, source))?;
+    io.write_all(&mut file, temp, bytes)
+        .map_err(|source| StoreError::io("write", temp, source))?;
+    if durability == Durability::Fsync {
+        io.sync_data(&file, temp)
+            .map_err(|source| StoreError::io("fdatasync", temp, source))?;
+    }
+    drop(file);
+    io.publish(temp, path)
+        .map_err(|source| StoreError::io("publish", path, source))?;
+    if durability == Durability::Fsync {
+        io.sync_folder(folder)
+            .map_err(|source| StoreError::io("fsync folder", folder, source))?;
+    }
+    Ok(())
 }
 
 /// Reads and decodes only the header line of the log at `path`.

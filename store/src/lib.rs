@@ -14,6 +14,6 @@ mod writer;
 
 pub use error::{ErrorClass, StoreError};
 pub use io::{FaultInjector, FaultPoint, Io};
-pub use jsonl::{open_log_writer, read_header, JsonlStore, ListEntry};
-pub use reader::{read_snapshot_from, LogReader, Snapshot};
+pub use jsonl::{create_log_file, open_log_writer, read_header, JsonlStore, ListEntry};
+pub use reader::{read_snapshot_from, LogReader, SessionStream, Snapshot};
 pub use writer::{now_ms, AcknowledgedSeq, Durability, NewEvent, SessionWriter, WriterOptions};

@@ -193,6 +193,37 @@ impl<R: BufRead> LogReader<R> {
     }
 }
 
+/// The events of one session read in order, whatever the backend: the
+/// header first, then the good prefix, then what was found at its end.
+pub trait SessionStream: std::fmt::Debug {
+    /// The session header.
+    fn header(&self) -> &SessionHeader;
+    /// Out-of-vocabulary header fields (rule violations at seq 0).
+    fn header_vocabulary_errors(&self) -> &[HeaderVocabularyError];
+    /// The next event of the good prefix, `None` at its end.
+    fn next_event(&mut self) -> Result<Option<EventRecord>, StoreError>;
+    /// Reads to the end: the torn tail after the good prefix, if any.
+    fn finish(self: Box<Self>) -> Result<Option<TornTail>, StoreError>;
+}
+
+impl<R: BufRead + std::fmt::Debug> SessionStream for LogReader<R> {
+    fn header(&self) -> &SessionHeader {
+        LogReader::header(self)
+    }
+
+    fn header_vocabulary_errors(&self) -> &[HeaderVocabularyError] {
+        self.scanner.header_vocabulary_errors()
+    }
+
+    fn next_event(&mut self) -> Result<Option<EventRecord>, StoreError> {
+        LogReader::next_event(self)
+    }
+
+    fn finish(self: Box<Self>) -> Result<Option<TornTail>, StoreError> {
+        LogReader::finish(*self).map(|summary| summary.torn_tail)
+    }
+}
+
 impl<R: BufRead> Iterator for LogReader<R> {
     type Item = Result<EventRecord, StoreError>;
 
