@@ -219,3 +219,326 @@ fn prompt_data(parent: &SessionId, prompt: &str) -> String {
         json_string(prompt)
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use expect_test::{expect, Expect};
+    use sessionlog_schema::{Event, SandboxMode};
+
+    use super::*;
+    use crate::test_log::{id, Log};
+    use crate::{fold, message_authority, Authority};
+
+    /// The child's header body and its events as exported, one a line.
+    fn check_seed(log: &Log, expect: Expect) {
+        let mut lines = vec![log.header.to_body()];
+        lines.extend(log.events.iter().map(EventRecord::export_line));
+        expect.assert_eq(&lines.join("\n"));
+    }
+
+    fn switch(log: Log, preset: Preset, auto: Option<ApprovalPolicy>) -> Vec<String> {
+        match preset_switch(&log.state(), preset, auto, &Defaults::default()) {
+            Ok(events) => events
+                .into_iter()
+                .map(|(event_type, data)| format!("{} {data}", event_type.as_str()))
+                .collect(),
+            Err(error) => vec![error.to_string()],
+        }
+    }
+
+    /// Appends the events of a preset switch as its own events.
+    fn switched(log: Log, preset: Preset, auto: Option<ApprovalPolicy>) -> Log {
+        let events = preset_switch(&log.state(), preset, auto, &Defaults::default());
+        let events = match events {
+            Ok(events) => events,
+            Err(error) => panic!("switch refused: {error}"),
+        };
+        events.into_iter().fold(log, |log, (event_type, data)| {
+            log.raw(event_type.as_str(), &data)
+        })
+    }
+
+    fn full_access_parent() -> Log {
+        Log::root("parent")
+            .turn_start("t1")
+            .step_start("s1", "t1")
+            .sandbox("danger-full-access")
+            .policy("never")
+            .preset("full-access")
+    }
+
+    #[test]
+    fn a_full_access_parent_seeds_its_events_overrides_preset_and_prompt() {
+        let child = full_access_parent().child("kid", Some("fix \"it\"\nnow ✓"));
+        check_seed(
+            &child,
+            expect![[r#"
+                {"kind":"header","formatVersion":1,"id":"kid","createdAt":9000,"cwd":"/work","parentSession":"parent","seedLength":5,"delegationDepth":1,"sandboxMode":"danger-full-access","approvalPolicy":"never"
+                {"seq":1,"ts":2001,"type":"turn/start","data":{"turnId":"t1"}}
+                {"seq":2,"ts":2002,"type":"step/start","data":{"stepId":"s1","turnId":"t1"}}
+                {"seq":3,"ts":2003,"type":"sandbox/mode","data":{"mode":"danger-full-access"}}
+                {"seq":4,"ts":2004,"type":"approval/policy","data":{"policy":"never"}}
+                {"seq":5,"ts":2005,"type":"permission/preset","data":{"preset":"full-access"}}
+                {"seq":6,"ts":9000,"type":"permission/preset","data":{"preset":"full-access"}}
+                {"seq":7,"ts":9000,"type":"message","data":{"role":"user","source":{"kind":"agent-message","senderSessionId":"parent"},"content":[{"type":"text","text":"fix \"it\"\nnow ✓"}]}}"#]],
+        );
+        let state = child.state();
+        assert_eq!(state.preset(&Defaults::default()).as_str(), "full-access");
+        assert_eq!(state.open_turn(), None);
+        let prompt = Event::parse("message", child.events[6].data());
+        let Ok(Event::Message(prompt)) = prompt else {
+            panic!("the prompt does not parse: {prompt:?}");
+        };
+        assert_eq!(prompt.text(), "fix \"it\"\nnow ✓");
+        assert_eq!(
+            message_authority(&child.header, 7, &prompt),
+            Authority::DirectParent
+        );
+    }
+
+    #[test]
+    fn seeded_records_are_the_parents_bodies_unchanged() {
+        let parent = full_access_parent();
+        let child = parent.child("kid", None);
+        for (copied, original) in child.events.iter().zip(&parent.events) {
+            assert_eq!(copied.body(), original.body());
+        }
+        assert_eq!(child.events.len(), parent.events.len() + 1);
+    }
+
+    #[test]
+    fn a_never_parent_cannot_mint_prompting_children() {
+        let child = Log::root("parent").policy("never").child("kid", Some("go"));
+        assert_eq!(child.header.approval_policy, Some(ApprovalPolicy::Never));
+        assert_eq!(child.header.sandbox_mode, None);
+        let state = child.state();
+        assert_eq!(
+            state.effective_approval(&Defaults::default()),
+            ApprovalPolicy::Never
+        );
+        assert_eq!(state.preset(&Defaults::default()).as_str(), "custom");
+        assert_eq!(child.events.len(), 2, "only the seed and the prompt");
+    }
+
+    #[test]
+    fn a_parent_without_overrides_gives_a_child_without_baselines() {
+        let child = Log::root("parent").turn_start("t1").child("kid", None);
+        assert_eq!(child.header.approval_policy, None);
+        assert_eq!(child.header.sandbox_mode, None);
+        assert_eq!(child.header.seed_length, 1);
+        assert_eq!(child.events.len(), 1);
+    }
+
+    #[test]
+    fn an_auto_parent_passes_auto_on_as_an_own_event() {
+        let parent = switched(Log::root("parent"), Preset::Auto, Some(ApprovalPolicy::Ask));
+        let child = parent.child("kid", None);
+        let last = child.events.last().map(EventRecord::export_line);
+        assert_eq!(
+            last.as_deref(),
+            Some(r#"{"seq":3,"ts":9000,"type":"permission/preset","data":{"preset":"auto"}}"#)
+        );
+        let state = child.state();
+        assert_eq!(state.preset(&Defaults::default()).as_str(), "auto");
+        assert_eq!(
+            state.requires_integration(&Defaults::default()),
+            vec!["auto-review"]
+        );
+    }
+
+    #[test]
+    fn later_parent_switches_never_change_the_child_but_a_child_switch_wins() {
+        let parent = full_access_parent();
+        let child = parent.child("kid", None);
+        let before = child.projection_json();
+        let parent_later = parent
+            .sandbox("read-only")
+            .policy("ask")
+            .preset("read-only");
+        assert_eq!(
+            parent_later.state().preset(&Defaults::default()).as_str(),
+            "read-only"
+        );
+        assert_eq!(child.projection_json(), before);
+        let child_switched = switched(child, Preset::WorkspaceWrite, None);
+        let state = child_switched.state();
+        assert_eq!(
+            state.preset(&Defaults::default()).as_str(),
+            "workspace-write"
+        );
+        assert_eq!(state.sandbox_override(), Some(SandboxMode::WorkspaceWrite));
+    }
+
+    #[test]
+    fn a_grandchild_inherits_through_the_child() {
+        let child = full_access_parent().child("kid", Some("work"));
+        let grandchild = child.turn_start("k1").child("grandkid", Some("help"));
+        let header = &grandchild.header;
+        assert_eq!(header.parent_session, Some(id("kid")));
+        assert_eq!(header.delegation_depth, 2);
+        assert_eq!(header.seed_length, 8);
+        assert_eq!(header.sandbox_mode, Some(SandboxMode::DangerFullAccess));
+        assert_eq!(header.approval_policy, Some(ApprovalPolicy::Never));
+        let state = grandchild.state();
+        assert_eq!(state.preset(&Defaults::default()).as_str(), "full-access");
+        assert_eq!(state.open_turn(), None);
+        let prompt = grandchild.events.last().map(EventRecord::data);
+        assert_eq!(
+            prompt,
+            Some(
+                r#"{"role":"user","source":{"kind":"agent-message","senderSessionId":"kid"},"content":[{"type":"text","text":"help"}]}"#
+            )
+        );
+    }
+
+    #[test]
+    fn delegation_refuses_a_parent_that_breaks_the_rules_or_does_not_match_its_events() {
+        let broken = Log::root("parent").turn_end("t1");
+        let (state, _) = broken.fold();
+        let refused = delegate(
+            &state,
+            &broken.events,
+            id("kid"),
+            None,
+            &Defaults::default(),
+            0,
+        );
+        assert_eq!(
+            refused.map_err(|error| error.to_string()),
+            Err("parent session parent breaks the rules (1 violations); run `sessionlog verify` on it and repair it before forking".to_owned())
+        );
+
+        let parent = Log::root("parent").turn_start("t1").turn_end("t1");
+        let (short_state, _) = fold(parent.header.clone(), &parent.events[..1]);
+        let refused = delegate(
+            &short_state,
+            &parent.events,
+            id("kid"),
+            None,
+            &Defaults::default(),
+            0,
+        );
+        assert!(
+            matches!(
+                refused,
+                Err(DelegationError::SnapshotMismatch {
+                    state_seq: 1,
+                    events: 2,
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+        let refused = delegate(
+            &parent.state(),
+            &parent.events[1..],
+            id("kid"),
+            None,
+            &Defaults::default(),
+            0,
+        );
+        assert!(
+            matches!(
+                refused,
+                Err(DelegationError::SnapshotMismatch {
+                    position: 1,
+                    event_seq: 2,
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+        let refused = delegate(
+            &parent.state(),
+            &parent.events,
+            id("parent"),
+            None,
+            &Defaults::default(),
+            0,
+        );
+        assert!(
+            matches!(refused, Err(DelegationError::ChildIsParent { .. })),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn preset_switch_writes_only_the_values_that_differ() {
+        let root = || Log::root("s");
+        assert_eq!(
+            switch(root(), Preset::Auto, Some(ApprovalPolicy::Never)),
+            [
+                r#"sandbox/mode {"mode":"danger-full-access"}"#,
+                r#"approval/policy {"policy":"never"}"#,
+                r#"permission/preset {"preset":"auto"}"#,
+            ]
+        );
+        assert_eq!(
+            switch(root(), Preset::ReadOnly, None),
+            [
+                r#"sandbox/mode {"mode":"read-only"}"#,
+                r#"permission/preset {"preset":"read-only"}"#,
+            ]
+        );
+        assert_eq!(
+            switch(root(), Preset::WorkspaceWrite, None),
+            [r#"permission/preset {"preset":"workspace-write"}"#]
+        );
+        let full = switched(root(), Preset::FullAccess, None);
+        assert_eq!(
+            switch(full, Preset::Auto, Some(ApprovalPolicy::Never)),
+            [r#"permission/preset {"preset":"auto"}"#]
+        );
+    }
+
+    #[test]
+    fn moving_auto_to_full_access_writes_never_and_leaves_the_sandbox() {
+        let auto = switched(Log::root("s"), Preset::Auto, Some(ApprovalPolicy::Ask));
+        assert_eq!(
+            switch(auto.clone(), Preset::FullAccess, None),
+            [
+                r#"approval/policy {"policy":"never"}"#,
+                r#"permission/preset {"preset":"full-access"}"#,
+            ]
+        );
+        let state = switched(auto, Preset::FullAccess, None).state();
+        assert_eq!(state.preset(&Defaults::default()).as_str(), "full-access");
+    }
+
+    #[test]
+    fn every_switch_lands_on_its_preset() {
+        let targets = [
+            (Preset::ReadOnly, None),
+            (Preset::WorkspaceWrite, None),
+            (Preset::FullAccess, None),
+            (Preset::Auto, Some(ApprovalPolicy::Ask)),
+            (Preset::Auto, Some(ApprovalPolicy::Never)),
+        ];
+        for (from, from_auto) in targets {
+            for (to, to_auto) in targets {
+                let log = switched(switched(Log::root("s"), from, from_auto), to, to_auto);
+                let state = log.state();
+                assert_eq!(
+                    state.preset(&Defaults::default()),
+                    PresetView::Named(to),
+                    "{from} -> {to}"
+                );
+                if let Some(approval) = to_auto {
+                    assert_eq!(state.effective_approval(&Defaults::default()), approval);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_approval_policy_is_chosen_for_auto_only() {
+        assert_eq!(
+            switch(Log::root("s"), Preset::Auto, None),
+            ["switching to auto needs an approval policy (ask | never)"]
+        );
+        assert_eq!(
+            switch(Log::root("s"), Preset::ReadOnly, Some(ApprovalPolicy::Never)),
+            ["preset read-only defines its own approval policy; an approval policy is only chosen for auto"]
+        );
+    }
+}
