@@ -93,7 +93,7 @@ impl SessionState {
     pub fn preset(&self, defaults: &Defaults) -> PresetView {
         let sandbox = self.effective_sandbox(defaults);
         let approval = self.effective_approval(defaults);
-        if let Some(chosen) = self.preset_switch() {
+        if let Some(chosen) = self.chosen_preset() {
             if chosen.fits(sandbox, approval) {
                 return PresetView::Named(chosen);
             }
@@ -303,7 +303,7 @@ mod tests {
         let state = log.state();
         assert_eq!(state.approval_override(), None);
         assert_eq!(state.sandbox_override(), None);
-        assert_eq!(state.preset_switch(), None);
+        assert_eq!(state.chosen_preset(), None);
         assert_eq!(
             state.preset(&Defaults::default()).as_str(),
             "workspace-write"

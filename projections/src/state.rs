@@ -217,7 +217,7 @@ impl SessionState {
     }
 
     /// The last own `permission/preset`, whether or not it still fits.
-    pub fn preset_switch(&self) -> Option<Preset> {
+    pub fn chosen_preset(&self) -> Option<Preset> {
         self.preset_switch
     }
 
