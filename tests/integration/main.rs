@@ -1,1 +1,21 @@
-//! Integration tests.
+//! The one integration-test binary of sessionlog.
+//!
+//! Module index:
+//! - `support`: the independent SPEC §2 writer (`LogBuilder`, built by hand,
+//!   never through our codec), a seeded generator (`Rng`) and the scan
+//!   harness that feeds files to `LogScanner` line by line.
+//! - `realistic`: seeded logs that read like agent sessions (turns, steps,
+//!   calls, messages, approvals, preset batches, unknown types).
+//! - `format`: hand-written logs decode and scan clean in any member order,
+//!   and our encoder writes the same bytes as the independent writer.
+//! - `codec`: round trips and hostile lines (proptest).
+//! - `damage`: truncation at every offset, bit flips, and one row per
+//!   corruption and torn-tail class.
+//! - `docs`: docs/FORMAT.md's worked example and limits match the code.
+
+mod codec;
+mod damage;
+mod docs;
+mod format;
+mod realistic;
+mod support;
