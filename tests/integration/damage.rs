@@ -230,17 +230,48 @@ proptest! {
     }
 }
 
+/// The header of session `c` as the spec writes it, to be edited by a row.
 const HEADER: &str = r#"{"kind":"header","formatVersion":1,"id":"c","createdAt":1,"cwd":"/","parentSession":null,"seedLength":0,"delegationDepth":0,"sandboxMode":null,"approvalPolicy":null"#;
-
-fn base() -> LogBuilder {
-    LogBuilder::new("c").event("turn/start", r#"{"turnId":"t"}"#)
-}
 
 /// An intact event with seq 2 for session `c`.
 const SEQ_2: &str = r#"{"seq":2,"ts":9,"type":"turn/end","data":{"turnId":"t"}"#;
 
 /// An intact event with seq 3 for session `c`.
 const SEQ_3: &str = r#"{"seq":3,"ts":9,"type":"a","data":{}"#;
+
+/// Session `c` with one event, seq 1.
+fn base() -> LogBuilder {
+    LogBuilder::new("c").event("turn/start", r#"{"turnId":"t"}"#)
+}
+
+/// Session `c` with its header body edited: `from` replaced by `to`.
+fn header_with(from: &str, to: &str) -> Vec<u8> {
+    assert!(HEADER.contains(from), "{from} is not in the header");
+    base().header_body(&HEADER.replace(from, to)).build()
+}
+
+/// A record with seq 2 carrying `"batch":n`.
+fn batch_of(n: u64) -> String {
+    format!(r#"{{"seq":2,"ts":9,"batch":{n},"type":"a","data":{{}}"#)
+}
+
+fn signed_bytes(body: &str) -> Vec<u8> {
+    sign("c", body).into_bytes()
+}
+
+fn corrupt(line: u64, reason: &str) -> Expect<'_> {
+    Expect::Corrupt { line, reason }
+}
+
+/// A torn tail from line 3 of a log whose good prefix is `base()`.
+fn torn_after_base(dropped: u64, reason: &str) -> Expect<'_> {
+    Expect::Torn {
+        line: 3,
+        last_seq: 1,
+        dropped,
+        reason,
+    }
+}
 
 /// Checks every row as the file of session `c`, naming the rows that fail.
 fn check_table(rows: Vec<(&str, Vec<u8>, Expect<'_>)>) {
@@ -259,566 +290,95 @@ fn check_table(rows: Vec<(&str, Vec<u8>, Expect<'_>)>) {
     );
 }
 
-fn signed_bytes(body: &str) -> Vec<u8> {
-    sign("c", body).into_bytes()
-}
-
 #[test]
+#[rustfmt::skip]
 fn every_corruption_class_is_reported_with_its_line_and_offset() {
-    let batch_of = |n: u64| format!(r#"{{"seq":2,"ts":9,"batch":{n},"type":"a","data":{{}}"#);
-    let header_with = |from: &str, to: &str| base().header_body(&HEADER.replace(from, to)).build();
     let mut header_unterminated = signed_bytes(HEADER);
     header_unterminated.pop();
+    let batch_member_on = |seq: u64| format!(r#"{{"seq":{seq},"ts":9,"batch":2,"type":"a","data":{{}}"#);
     check_table(vec![
-        (
-            "empty file",
-            Vec::new(),
-            Expect::Corrupt {
-                line: 1,
-                reason: "empty",
-            },
-        ),
-        (
-            "header without \\n",
-            header_unterminated,
-            Expect::Corrupt {
-                line: 1,
-                reason: "no \\n",
-            },
-        ),
-        (
-            "header truncated",
-            signed_bytes(HEADER)[..40].to_vec(),
-            Expect::Corrupt {
-                line: 1,
-                reason: "no \\n",
-            },
-        ),
-        (
-            "header of another session",
-            LogBuilder::new("d").build(),
-            Expect::Corrupt {
-                line: 1,
-                reason: "named for session c but its header holds session d",
-            },
-        ),
-        (
-            "header signed for another id",
-            header_with(r#""id":"c""#, r#""id":"d""#),
-            Expect::Corrupt {
-                line: 1,
-                reason: "CRC mismatch",
-            },
-        ),
-        (
-            "header of NUL bytes",
-            vec![0; 100],
-            Expect::Corrupt {
-                line: 1,
-                reason: "header",
-            },
-        ),
-        (
-            "formatVersion 2",
-            base().format_version(2).build(),
-            Expect::Corrupt {
-                line: 1,
-                reason: "formatVersion 2 is not supported",
-            },
-        ),
-        (
-            "formatVersion 0",
-            base().format_version(0).build(),
-            Expect::Corrupt {
-                line: 1,
-                reason: "formatVersion 0",
-            },
-        ),
-        (
-            "formatVersion as text",
-            header_with(r#""formatVersion":1"#, r#""formatVersion":"1""#),
-            Expect::Corrupt {
-                line: 1,
-                reason: "invalid type",
-            },
-        ),
-        (
-            "header missing cwd",
-            header_with(r#","cwd":"/""#, ""),
-            Expect::Corrupt {
-                line: 1,
-                reason: "missing field `cwd`",
-            },
-        ),
-        (
-            "header extra member",
-            base()
-                .header_body(&format!(r#"{HEADER},"extra":true"#))
-                .build(),
-            Expect::Corrupt {
-                line: 1,
-                reason: "unknown field `extra`",
-            },
-        ),
-        (
-            "header repeated member",
-            base()
-                .header_body(&format!(r#"{HEADER},"cwd":"/x""#))
-                .build(),
-            Expect::Corrupt {
-                line: 1,
-                reason: "duplicate field `cwd`",
-            },
-        ),
-        (
-            "header createdAt as text",
-            header_with(r#""createdAt":1"#, r#""createdAt":"1""#),
-            Expect::Corrupt {
-                line: 1,
-                reason: "invalid type",
-            },
-        ),
-        (
-            "header seedLength negative",
-            header_with(r#""seedLength":0"#, r#""seedLength":-1"#),
-            Expect::Corrupt {
-                line: 1,
-                reason: "invalid value",
-            },
-        ),
-        (
-            "header kind event",
-            header_with(r#""kind":"header""#, r#""kind":"event""#),
-            Expect::Corrupt {
-                line: 1,
-                reason: "kind \"event\"",
-            },
-        ),
-        (
-            "header parent not an id",
-            header_with(r#""parentSession":null"#, r#""parentSession":"../etc""#),
-            Expect::Corrupt {
-                line: 1,
-                reason: "parentSession",
-            },
-        ),
-        (
-            "header sandboxMode a number",
-            header_with(r#""sandboxMode":null"#, r#""sandboxMode":1"#),
-            Expect::Corrupt {
-                line: 1,
-                reason: "invalid type",
-            },
-        ),
-        (
-            "seq gap",
-            base().next_seq(3).event("a", "{}").build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "seq 3 where seq 2 was expected",
-            },
-        ),
-        (
-            "seq repeat",
-            base().next_seq(1).event("a", "{}").build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "seq 1 where seq 2 was expected",
-            },
-        ),
-        (
-            "seq decrease",
-            base().event("a", "{}").next_seq(1).event("a", "{}").build(),
-            Expect::Corrupt {
-                line: 4,
-                reason: "seq 1 where seq 3 was expected",
-            },
-        ),
-        (
-            "first seq 2",
-            LogBuilder::new("c").next_seq(2).event("a", "{}").build(),
-            Expect::Corrupt {
-                line: 2,
-                reason: "seq 2 where seq 1 was expected",
-            },
-        ),
-        (
-            "seq 0",
-            LogBuilder::new("c").next_seq(0).event("a", "{}").build(),
-            Expect::Corrupt {
-                line: 2,
-                reason: "seq 0",
-            },
-        ),
-        (
-            "seq gap inside a batch",
-            base()
-                .signed(&batch_of(2))
-                .next_seq(4)
-                .event("a", "{}")
-                .build(),
-            Expect::Corrupt {
-                line: 4,
-                reason: "seq 4 where seq 3",
-            },
-        ),
-        (
-            "missing data",
-            base().signed(r#"{"seq":2,"ts":9,"type":"a""#).build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "missing field `data`",
-            },
-        ),
-        (
-            "missing seq",
-            base().signed(r#"{"ts":9,"type":"a","data":{}"#).build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "missing field `seq`",
-            },
-        ),
-        (
-            "extra member",
-            base()
-                .signed(r#"{"seq":2,"ts":9,"type":"a","data":{},"note":1"#)
-                .build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "unknown field `note`",
-            },
-        ),
-        (
-            "repeated member",
-            base()
-                .signed(r#"{"seq":2,"ts":9,"type":"a","type":"b","data":{}"#)
-                .build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "duplicate field `type`",
-            },
-        ),
-        (
-            "repeated crc",
-            base()
-                .signed(r#"{"seq":2,"crc":"00000000","ts":9,"type":"a","data":{}"#)
-                .build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "duplicate field `crc`",
-            },
-        ),
-        (
-            "seq as text",
-            base()
-                .signed(r#"{"seq":"2","ts":9,"type":"a","data":{}"#)
-                .build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "invalid type",
-            },
-        ),
-        (
-            "seq fractional",
-            base()
-                .signed(r#"{"seq":2.0,"ts":9,"type":"a","data":{}"#)
-                .build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "invalid type",
-            },
-        ),
-        (
-            "negative ts",
-            base()
-                .signed(r#"{"seq":2,"ts":-9,"type":"a","data":{}"#)
-                .build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "invalid value",
-            },
-        ),
-        (
-            "type not a string",
-            base()
-                .signed(r#"{"seq":2,"ts":9,"type":7,"data":{}"#)
-                .build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "invalid type",
-            },
-        ),
-        (
-            "batch null",
-            base()
-                .signed(r#"{"seq":2,"ts":9,"batch":null,"type":"a","data":{}"#)
-                .build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "invalid type",
-            },
-        ),
-        (
-            "batch 1",
-            base().signed(&batch_of(1)).build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "batch 1 is not a batch",
-            },
-        ),
-        (
-            "batch 0",
-            base().signed(&batch_of(0)).build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "batch 0 is not a batch",
-            },
-        ),
-        (
-            "batch above the limit",
-            base().signed(&batch_of(MAX_BATCH_RECORDS + 1)).build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "above the limit of 65536",
-            },
-        ),
-        (
-            "batch on the second record of a batch",
-            base()
-                .signed(&batch_of(3))
-                .signed(r#"{"seq":3,"ts":9,"batch":2,"type":"a","data":{}"#)
-                .build(),
-            Expect::Corrupt {
-                line: 4,
-                reason: "inside an unfinished batch",
-            },
-        ),
-        (
-            "batch on the last record of a batch",
-            base()
-                .signed(&batch_of(2))
-                .signed(r#"{"seq":3,"ts":9,"batch":2,"type":"a","data":{}"#)
-                .build(),
-            Expect::Corrupt {
-                line: 4,
-                reason: "inside an unfinished batch",
-            },
-        ),
-        (
-            "seedLength above the events",
-            base().seed_length(2).build(),
-            Expect::Corrupt {
-                line: 1,
-                reason: "seedLength 2 is above the 1 intact events",
-            },
-        ),
-        (
-            "seedLength counting an unfinished batch",
-            base().seed_length(2).signed(&batch_of(2)).build(),
-            Expect::Corrupt {
-                line: 1,
-                reason: "seedLength 2 is above the 1 intact events",
-            },
-        ),
-        (
-            "seedLength counting a torn record",
-            base().seed_length(2).raw(b"{\"seq\":2,").build(),
-            Expect::Corrupt {
-                line: 1,
-                reason: "seedLength 2",
-            },
-        ),
-        (
-            "line moved from another session",
-            base()
-                .raw(sign("other", SEQ_2).as_bytes())
-                .signed(SEQ_3)
-                .build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "CRC mismatch",
-            },
-        ),
-        (
-            "NUL bytes then an intact record",
-            base().raw(&[0; 64]).raw(b"\n").signed(SEQ_2).build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "an intact record follows at line 4",
-            },
-        ),
-        (
-            "NUL bytes glued to an intact record",
-            base().raw(&[0; 8]).signed(SEQ_2).signed(SEQ_3).build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "an intact record follows at line 4",
-            },
-        ),
-        (
-            "torn line then an intact record",
-            base()
-                .raw(b"{\"seq\":2,\"ts\":9,\"ty\n")
-                .signed(SEQ_2)
-                .build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "an intact record follows at line 4",
-            },
-        ),
-        (
-            "two damaged lines then an intact record",
-            base().raw(b"garbage\n\xff\xfe\n").event("a", "{}").build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "an intact record follows at line 5",
-            },
-        ),
-        (
-            "signed non-JSON then an intact record",
-            base().signed("not json").signed(SEQ_2).build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "not a JSON object",
-            },
-        ),
-        (
-            "damage inside a batch, its last record intact",
-            base()
-                .signed(&batch_of(2))
-                .raw(b"{\"seq\":3\n")
-                .signed(SEQ_3)
-                .build(),
-            Expect::Corrupt {
-                line: 4,
-                reason: "an intact record follows at line 5",
-            },
-        ),
-        (
-            "a malformed record after damage",
-            base()
-                .raw(b"x\n")
-                .signed(r#"{"seq":2,"ts":9,"type":"a""#)
-                .build(),
-            Expect::Corrupt {
-                line: 3,
-                reason: "an intact record follows",
-            },
-        ),
+        // Line 1.
+        ("empty file", Vec::new(), corrupt(1, "empty")),
+        ("header without \\n", header_unterminated, corrupt(1, "no \\n")),
+        ("header truncated", signed_bytes(HEADER)[..40].to_vec(), corrupt(1, "no \\n")),
+        ("header of NUL bytes", vec![0; 100], corrupt(1, "header")),
+        ("header of another session", LogBuilder::new("d").build(), corrupt(1, "named for session c but its header holds session d")),
+        ("header signed for another id", header_with(r#""id":"c""#, r#""id":"d""#), corrupt(1, "CRC mismatch")),
+        ("formatVersion 2", base().format_version(2).build(), corrupt(1, "formatVersion 2 is not supported")),
+        ("formatVersion 0", base().format_version(0).build(), corrupt(1, "formatVersion 0")),
+        ("formatVersion as text", header_with(r#""formatVersion":1"#, r#""formatVersion":"1""#), corrupt(1, "invalid type")),
+        ("header missing cwd", header_with(r#","cwd":"/""#, ""), corrupt(1, "missing field `cwd`")),
+        ("header extra member", base().header_body(&format!(r#"{HEADER},"extra":true"#)).build(), corrupt(1, "unknown field `extra`")),
+        ("header repeated member", base().header_body(&format!(r#"{HEADER},"cwd":"/x""#)).build(), corrupt(1, "duplicate field `cwd`")),
+        ("header createdAt as text", header_with(r#""createdAt":1"#, r#""createdAt":"1""#), corrupt(1, "invalid type")),
+        ("header seedLength negative", header_with(r#""seedLength":0"#, r#""seedLength":-1"#), corrupt(1, "invalid value")),
+        ("header kind event", header_with(r#""kind":"header""#, r#""kind":"event""#), corrupt(1, "kind \"event\"")),
+        ("header parent not an id", header_with(r#""parentSession":null"#, r#""parentSession":"../etc""#), corrupt(1, "parentSession")),
+        ("header sandboxMode a number", header_with(r#""sandboxMode":null"#, r#""sandboxMode":1"#), corrupt(1, "invalid type")),
+        ("seedLength above the events", base().seed_length(2).build(), corrupt(1, "seedLength 2 is above the 1 intact events")),
+        ("seedLength counting an unfinished batch", base().seed_length(2).signed(&batch_of(2)).build(), corrupt(1, "seedLength 2 is above the 1 intact events")),
+        ("seedLength counting a torn record", base().seed_length(2).raw(b"{\"seq\":2,").build(), corrupt(1, "seedLength 2")),
+        // Seqs.
+        ("seq gap", base().next_seq(3).event("a", "{}").build(), corrupt(3, "seq 3 where seq 2 was expected")),
+        ("seq repeat", base().next_seq(1).event("a", "{}").build(), corrupt(3, "seq 1 where seq 2 was expected")),
+        ("seq decrease", base().event("a", "{}").next_seq(1).event("a", "{}").build(), corrupt(4, "seq 1 where seq 3 was expected")),
+        ("first seq 2", LogBuilder::new("c").next_seq(2).event("a", "{}").build(), corrupt(2, "seq 2 where seq 1 was expected")),
+        ("seq 0", LogBuilder::new("c").next_seq(0).event("a", "{}").build(), corrupt(2, "seq 0")),
+        ("seq gap inside a batch", base().signed(&batch_of(2)).next_seq(4).event("a", "{}").build(), corrupt(4, "seq 4 where seq 3")),
+        // Intact event records that break the format.
+        ("missing data", base().signed(r#"{"seq":2,"ts":9,"type":"a""#).build(), corrupt(3, "missing field `data`")),
+        ("missing seq", base().signed(r#"{"ts":9,"type":"a","data":{}"#).build(), corrupt(3, "missing field `seq`")),
+        ("extra member", base().signed(r#"{"seq":2,"ts":9,"type":"a","data":{},"note":1"#).build(), corrupt(3, "unknown field `note`")),
+        ("repeated member", base().signed(r#"{"seq":2,"ts":9,"type":"a","type":"b","data":{}"#).build(), corrupt(3, "duplicate field `type`")),
+        ("repeated crc", base().signed(r#"{"seq":2,"crc":"00000000","ts":9,"type":"a","data":{}"#).build(), corrupt(3, "duplicate field `crc`")),
+        ("seq as text", base().signed(r#"{"seq":"2","ts":9,"type":"a","data":{}"#).build(), corrupt(3, "invalid type")),
+        ("seq fractional", base().signed(r#"{"seq":2.0,"ts":9,"type":"a","data":{}"#).build(), corrupt(3, "invalid type")),
+        ("negative ts", base().signed(r#"{"seq":2,"ts":-9,"type":"a","data":{}"#).build(), corrupt(3, "invalid value")),
+        ("type not a string", base().signed(r#"{"seq":2,"ts":9,"type":7,"data":{}"#).build(), corrupt(3, "invalid type")),
+        ("batch null", base().signed(r#"{"seq":2,"ts":9,"batch":null,"type":"a","data":{}"#).build(), corrupt(3, "invalid type")),
+        ("batch 1", base().signed(&batch_of(1)).build(), corrupt(3, "batch 1 is not a batch")),
+        ("batch 0", base().signed(&batch_of(0)).build(), corrupt(3, "batch 0 is not a batch")),
+        ("batch above the limit", base().signed(&batch_of(MAX_BATCH_RECORDS + 1)).build(), corrupt(3, "above the limit of 65536")),
+        ("batch on the second record of a batch", base().signed(&batch_of(3)).signed(&batch_member_on(3)).build(), corrupt(4, "inside an unfinished batch")),
+        ("batch on the last record of a batch", base().signed(&batch_of(2)).signed(&batch_member_on(3)).build(), corrupt(4, "inside an unfinished batch")),
+        // Damage followed by an intact record.
+        ("line moved from another session", base().raw(sign("other", SEQ_2).as_bytes()).signed(SEQ_3).build(), corrupt(3, "CRC mismatch")),
+        ("NUL bytes then an intact record", base().raw(&[0; 64]).raw(b"\n").signed(SEQ_2).build(), corrupt(3, "an intact record follows at line 4")),
+        ("NUL bytes glued to an intact record", base().raw(&[0; 8]).signed(SEQ_2).signed(SEQ_3).build(), corrupt(3, "an intact record follows at line 4")),
+        ("torn line then an intact record", base().raw(b"{\"seq\":2,\"ts\":9,\"ty\n").signed(SEQ_2).build(), corrupt(3, "an intact record follows at line 4")),
+        ("two damaged lines then an intact record", base().raw(b"garbage\n\xff\xfe\n").event("a", "{}").build(), corrupt(3, "an intact record follows at line 5")),
+        ("signed non-JSON then an intact record", base().signed("not json").signed(SEQ_2).build(), corrupt(3, "not a JSON object")),
+        ("damage inside a batch, its last record intact", base().signed(&batch_of(2)).raw(b"{\"seq\":3\n").signed(SEQ_3).build(), corrupt(4, "an intact record follows at line 5")),
+        ("a malformed record after damage", base().raw(b"x\n").signed(r#"{"seq":2,"ts":9,"type":"a""#).build(), corrupt(3, "an intact record follows")),
     ]);
 }
 
 #[test]
+#[rustfmt::skip]
 fn every_torn_tail_class_keeps_the_good_prefix() {
-    let batch_of = |n: u64| format!(r#"{{"seq":2,"ts":9,"batch":{n},"type":"a","data":{{}}"#);
     let mut flipped = signed_bytes(SEQ_2);
     flipped[20] ^= 0x01;
-    let torn = |dropped: u64, reason: &'static str| Expect::Torn {
-        line: 3,
-        last_seq: 1,
-        dropped,
-        reason,
-    };
+    let torn = torn_after_base;
     check_table(vec![
-        (
-            "header alone",
-            LogBuilder::new("c").build(),
-            Expect::Clean { last_seq: 0 },
-        ),
-        (
-            "no torn tail",
-            base().signed(SEQ_2).build(),
-            Expect::Clean { last_seq: 2 },
-        ),
-        (
-            "last line without \\n",
-            base().raw(b"{\"seq\":2,\"ts\"").build(),
-            torn(0, "no \\n"),
-        ),
-        (
-            "last record complete but for its \\n",
-            base()
-                .raw(SEQ_2.as_bytes())
-                .raw(b",\"crc\":\"00000000\"}")
-                .build(),
-            torn(0, "no \\n"),
-        ),
+        ("header alone", LogBuilder::new("c").build(), Expect::Clean { last_seq: 0 }),
+        ("no torn tail", base().signed(SEQ_2).build(), Expect::Clean { last_seq: 2 }),
+        ("last line without \\n", base().raw(b"{\"seq\":2,\"ts\"").build(), torn(0, "no \\n")),
+        ("last record complete but for its \\n", base().raw(SEQ_2.as_bytes()).raw(b",\"crc\":\"00000000\"}").build(), torn(0, "no \\n")),
         ("a lone \\r", base().raw(b"\r").build(), torn(0, "no \\n")),
-        (
-            "an empty last line",
-            base().raw(b"\n").build(),
-            torn(0, "crc"),
-        ),
-        (
-            "last line with a flipped bit",
-            base().raw(&flipped).build(),
-            torn(0, "CRC mismatch"),
-        ),
-        (
-            "last line moved from another session",
-            base().raw(sign("other", SEQ_2).as_bytes()).build(),
-            torn(0, "CRC mismatch"),
-        ),
-        (
-            "last line unparseable",
-            base().raw(b"not json at all\n").build(),
-            torn(0, "crc"),
-        ),
-        (
-            "last line signed but not JSON",
-            base().signed("{\"seq\":2,").build(),
-            torn(0, "not a JSON object"),
-        ),
-        (
-            "last line not UTF-8",
-            base().raw(b"\xff").raw(sign("c", SEQ_2).as_bytes()).build(),
-            torn(0, ""),
-        ),
-        (
-            "NUL bytes without \\n",
-            base().raw(&[0; 4096]).build(),
-            torn(0, "no \\n"),
-        ),
-        (
-            "NUL bytes with \\n",
-            base().raw(&[0; 4096]).raw(b"\n").build(),
-            torn(0, "crc"),
-        ),
-        (
-            "several damaged lines",
-            base().raw(b"x\n\0\0\n{\"seq\":").build(),
-            torn(0, "crc"),
-        ),
-        (
-            "an unfinished batch, its lines complete",
-            base().signed(&batch_of(3)).signed(SEQ_3).build(),
-            torn(2, "announced 3 records but only 2 arrived"),
-        ),
-        (
-            "an unfinished batch, its next line torn",
-            base().signed(&batch_of(2)).raw(b"{\"seq\":3,").build(),
-            torn(1, "no \\n"),
-        ),
-        (
-            "an unfinished batch, its next line damaged",
-            base().signed(&batch_of(2)).raw(b"garbage\n").build(),
-            torn(1, "crc"),
-        ),
-        (
-            "a batch cut right after its first line",
-            base().signed(&batch_of(65_536)).build(),
-            torn(1, "announced 65536"),
-        ),
-        (
-            "a torn tail after a finished batch",
-            base().signed(&batch_of(2)).signed(SEQ_3).raw(b"{").build(),
-            Expect::Torn {
-                line: 5,
-                last_seq: 3,
-                dropped: 0,
-                reason: "no \\n",
-            },
-        ),
+        ("an empty last line", base().raw(b"\n").build(), torn(0, "crc")),
+        ("last line with a flipped bit", base().raw(&flipped).build(), torn(0, "CRC mismatch")),
+        ("last line moved from another session", base().raw(sign("other", SEQ_2).as_bytes()).build(), torn(0, "CRC mismatch")),
+        ("last line unparseable", base().raw(b"not json at all\n").build(), torn(0, "crc")),
+        ("last line signed but not JSON", base().signed("{\"seq\":2,").build(), torn(0, "not a JSON object")),
+        ("last line not UTF-8", base().raw(b"\xff").raw(sign("c", SEQ_2).as_bytes()).build(), torn(0, "")),
+        ("NUL bytes without \\n", base().raw(&[0; 4096]).build(), torn(0, "no \\n")),
+        ("NUL bytes with \\n", base().raw(&[0; 4096]).raw(b"\n").build(), torn(0, "crc")),
+        ("several damaged lines", base().raw(b"x\n\0\0\n{\"seq\":").build(), torn(0, "crc")),
+        ("an unfinished batch, its lines complete", base().signed(&batch_of(3)).signed(SEQ_3).build(), torn(2, "announced 3 records but only 2 arrived")),
+        ("an unfinished batch, its next line torn", base().signed(&batch_of(2)).raw(b"{\"seq\":3,").build(), torn(1, "no \\n")),
+        ("an unfinished batch, its next line damaged", base().signed(&batch_of(2)).raw(b"garbage\n").build(), torn(1, "crc")),
+        ("a batch cut right after its first line", base().signed(&batch_of(65_536)).build(), torn(1, "announced 65536")),
+        ("a torn tail after a finished batch", base().signed(&batch_of(2)).signed(SEQ_3).raw(b"{").build(), Expect::Torn { line: 5, last_seq: 3, dropped: 0, reason: "no \\n" }),
     ]);
 }
 
