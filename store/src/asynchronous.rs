@@ -1,0 +1,201 @@
+//! `AsyncStore`: the store for async runtimes (tokio). Every blocking call
+//! (file and database I/O, fsync, waiting for a group commit) runs on
+//! tokio's blocking pool, so the caller's executor threads never wait on
+//! the disk.
+//!
+//! Appends go through one owned `SessionWriter` per session, opened on the
+//! first append and kept until [`AsyncStore::close`]; the store therefore
+//! holds each session's writer lock while it has a writer open. A writer
+//! that fails is dropped after reporting its error, so the next append
+//! reopens the session and re-verifies it, as a poisoned writer requires.
+//! `follow` polls the store every `FOLLOW_POLL_INTERVAL` for new events.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use sessionlog_projections::Defaults;
+use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
+use tokio::sync::mpsc;
+
+use crate::reader::Snapshot;
+use crate::store::Store;
+use crate::writer::{AcknowledgedSeq, Durability, NewEvent, SessionWriter, WriterOptions};
+use crate::StoreError;
+
+/// How often `follow` looks for new events.
+pub const FOLLOW_POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Events `follow` buffers for a slow receiver before it waits.
+const FOLLOW_CHANNEL_CAPACITY: usize = 256;
+
+/// A `Store` for async code. Cheap to clone: clones share the store and its
+/// open writers.
+#[derive(Debug, Clone)]
+pub struct AsyncStore {
+    store: Arc<Store>,
+    writers: Arc<Mutex<HashMap<SessionId, WriterSlot>>>,
+    options: WriterOptions,
+}
+
+/// One session's writer, opened on first use; appends to a session wait
+/// for each other here, never for other sessions.
+type WriterSlot = Arc<Mutex<Option<SessionWriter>>>;
+
+impl AsyncStore {
+    /// Wraps `store`; appends are durable (`Durability::Fsync`).
+    pub fn new(store: Store) -> AsyncStore {
+        AsyncStore {
+            store: Arc::new(store),
+            writers: Arc::new(Mutex::new(HashMap::new())),
+            options: WriterOptions {
+                durability: Durability::Fsync,
+                keep_snapshot: false,
+            },
+        }
+    }
+
+    /// The store underneath.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Creates a session with its header and first events (see
+    /// [`Store::create_session`]).
+    pub async fn create(
+        &self,
+        header: SessionHeader,
+        events: Vec<EventRecord>,
+        durability: Durability,
+    ) -> Result<(), StoreError> {
+        let store = Arc::clone(&self.store);
+        blocking(move || store.create_session(&header, &events, durability)).await
+    }
+
+    /// Forks `child` from `parent` (see [`Store::fork`]).
+    pub async fn fork(
+        &self,
+        parent: SessionId,
+        child: SessionId,
+        prompt: Option<String>,
+        defaults: Defaults,
+    ) -> Result<SessionHeader, StoreError> {
+        let store = Arc::clone(&self.store);
+        blocking(move || store.fork(&parent, &child, prompt.as_deref(), &defaults)).await
+    }
+
+    /// The good prefix of session `id`.
+    pub async fn snapshot(&self, id: SessionId) -> Result<Snapshot, StoreError> {
+        let store = Arc::clone(&self.store);
+        blocking(move || store.snapshot(&id)).await
+    }
+
+    /// Appends `events` to session `id` as one atomic batch, durably; with
+    /// `expected_seq`, the first event must get that seq (`Conflict`
+    /// otherwise, and nothing is written).
+    pub async fn append(
+        &self,
+        id: SessionId,
+        events: Vec<NewEvent>,
+        expected_seq: Option<u64>,
+    ) -> Result<Vec<AcknowledgedSeq>, StoreError> {
+        let this = self.clone();
+        blocking(move || this.append_blocking(&id, events, expected_seq)).await
+    }
+
+    /// Releases the writer of session `id` (and its lock), if one is open.
+    pub fn close(&self, id: &SessionId) {
+        self.writer_table().remove(id);
+    }
+
+    /// A stream of the events of session `id` from `from_seq` on: those
+    /// already stored, then each new one as it is appended. It ends after
+    /// delivering an error, or when the receiver is dropped.
+    pub fn follow(
+        &self,
+        id: SessionId,
+        from_seq: u64,
+    ) -> mpsc::Receiver<Result<EventRecord, StoreError>> {
+        let (sender, receiver) = mpsc::channel(FOLLOW_CHANNEL_CAPACITY);
+        let store = Arc::clone(&self.store);
+        tokio::spawn(async move {
+            let mut next_seq = from_seq.max(1);
+            while !sender.is_closed() {
+                let reading = Arc::clone(&store);
+                let id = id.clone();
+                let batch = blocking(move || {
+                    reading
+                        .events_from(&id, next_seq)?
+                        .take(FOLLOW_CHANNEL_CAPACITY)
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .await;
+                let records = match batch {
+                    Ok(records) => records,
+                    Err(error) => {
+                        let _ = sender.send(Err(error)).await;
+                        return;
+                    }
+                };
+                let caught_up = records.len() < FOLLOW_CHANNEL_CAPACITY;
+                for record in records {
+                    next_seq = record.seq() + 1;
+                    if sender.send(Ok(record)).await.is_err() {
+                        return;
+                    }
+                }
+                if caught_up {
+                    tokio::time::sleep(FOLLOW_POLL_INTERVAL).await;
+                }
+            }
+        });
+        receiver
+    }
+
+    fn append_blocking(
+        &self,
+        id: &SessionId,
+        events: Vec<NewEvent>,
+        expected_seq: Option<u64>,
+    ) -> Result<Vec<AcknowledgedSeq>, StoreError> {
+        let slot = Arc::clone(self.writer_table().entry(id.clone()).or_default());
+        let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut writer = match slot.take() {
+            Some(writer) => writer,
+            None => self.store.open_writer(id, self.options)?,
+        };
+        let appended = writer.append_batch(events, expected_seq);
+        let writer_still_usable = match &appended {
+            Ok(_) => true,
+            Err(error) => matches!(
+                error,
+                StoreError::Conflict { .. } | StoreError::Rule { .. } | StoreError::InvalidEvent(_)
+            ),
+        };
+        if writer_still_usable {
+            *slot = Some(writer);
+        }
+        appended
+    }
+
+    fn writer_table(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, WriterSlot>> {
+        self.writers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Runs `work` on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result,
+        Err(join_error) if join_error.is_panic() => {
+            std::panic::resume_unwind(join_error.into_panic())
+        }
+        Err(join_error) => Err(StoreError::io(
+            "run a blocking store call",
+            std::path::PathBuf::new(),
+            std::io::Error::other(join_error.to_string()),
+        )),
+    }
+}

@@ -1,0 +1,1149 @@
+//! The SQLite backend: one database file holding many sessions, with the
+//! same API and the same records as the JSONL backend.
+//!
+//! # Schema (version 1, `PRAGMA user_version = 1`)
+//!
+//! ```sql
+//! CREATE TABLE sessions (
+//!     id               TEXT PRIMARY KEY NOT NULL,
+//!     created_at       INTEGER NOT NULL,
+//!     cwd              TEXT NOT NULL,
+//!     parent_session   TEXT,
+//!     seed_length      INTEGER NOT NULL,
+//!     delegation_depth INTEGER NOT NULL,
+//!     sandbox_mode     TEXT,
+//!     approval_policy  TEXT,
+//!     header_body      TEXT NOT NULL,   -- the header record up to ,"crc":
+//!     header_crc       INTEGER NOT NULL -- CRC-32 of id + header_body
+//! ) STRICT;
+//! CREATE TABLE events (
+//!     session_id TEXT NOT NULL REFERENCES sessions(id),
+//!     seq        INTEGER NOT NULL,
+//!     ts         INTEGER NOT NULL,
+//!     type       TEXT NOT NULL,
+//!     batch      INTEGER,              -- only on a batch's first record
+//!     body       TEXT NOT NULL,        -- EventRecord::body(), byte for byte
+//!     crc        INTEGER NOT NULL,     -- CRC-32 of session_id + body
+//!     PRIMARY KEY (session_id, seq)
+//! ) STRICT, WITHOUT ROWID;
+//! ```
+//!
+//! `body` is the exact text that precedes `,"crc":` in the JSONL line, so
+//! the JSONL record is given back by appending the CRC suffix: export from
+//! either backend is byte-identical. The other columns are copies of what
+//! the bodies hold, for queries; the bodies are the truth, and a reader
+//! checks that the columns agree with them. A stored CRC that does not match
+//! its body, a body that does not decode, columns that disagree with it, a
+//! seq gap, an unfinished batch or a `seedLength` above the number of events
+//! is corruption, reported with the session and seq. Integers are SQLite's
+//! signed 64 bits: a time or count above 2^63 - 1 is refused on write.
+//!
+//! The database runs in WAL mode; a newer `user_version` is refused, an
+//! older one is brought forward by the steps of `MIGRATION_STEPS`, all in
+//! one transaction. The file is created 0600 (SQLite gives its `-wal` and
+//! `-shm` files the same mode).
+//!
+//! # Writes: one committer per database
+//!
+//! Every write (session creation and appends) goes through one committer
+//! thread that owns the only write connection of this `SqliteStore`. A
+//! writer's sync sends its pending records and waits; the committer takes
+//! every request waiting at that moment, applies each inside its own
+//! savepoint (a request that fails is rolled back alone), commits them all
+//! in one transaction — one fsync for all under `synchronous=FULL`
+//! (`Durability::Fsync`; `synchronous=OFF` when every request of the group
+//! is `Durability::Buffered`) — and answers every caller only after the
+//! commit. Commits go through the `Io` seam (`FaultPoint::Commit`).
+//!
+//! # Locking
+//!
+//! One writer per session across processes: a writer holds an exclusive
+//! `flock` on `<database file name>.locks/<id>.lock` beside the database
+//! (folder 0700, files 0600, never removed: removing a lock file races with
+//! its next taker). A second writer, in this process or another, gets
+//! `StoreError::Locked`. Readers take no lock; they read through their own
+//! connection, which WAL never blocks.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+use sessionlog_projections::SessionState;
+use sessionlog_schema::{
+    decode_event, decode_header, encode_line, record_crc, Corruption, EventRecord,
+    HeaderVocabularyError, Position, SessionHeader, SessionId,
+};
+
+use crate::io::Io;
+use crate::jsonl::{check_new_session, ListEntry};
+use crate::reader::Snapshot;
+use crate::writer::{Durability, LogSink, SessionWriter, WriterOptions};
+use crate::StoreError;
+
+/// The schema version this build reads and writes (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// A SQLite database of sessions. Cheap to clone: clones share one
+/// committer and one read connection.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    shared: Arc<Shared>,
+}
+
+/// The events of one session read page by page (bounded memory), checked
+/// as they come: contiguous seqs, intact bodies, finished batches.
+#[derive(Debug)]
+pub struct SqliteEvents {
+    shared: Arc<Shared>,
+    id: SessionId,
+    seed_length: u64,
+    next_seq: u64,
+    batch_remaining: u64,
+    page: VecDeque<EventRecord>,
+    finished: bool,
+}
+
+/// Rows read per page by [`SqliteEvents`].
+const PAGE_ROWS: i64 = 512;
+
+/// How long a connection waits for another process's write lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One step of the schema: brings a database at `to_version - 1` to
+/// `to_version`.
+struct MigrationStep {
+    to_version: i64,
+    sql: &'static str,
+}
+
+/// Every step, in order. Version 0 is an empty database; version 1 is the
+/// first released schema. A later version appends a step here (and a test
+/// that opens a fixture of the version before it).
+const MIGRATION_STEPS: &[MigrationStep] = &[MigrationStep {
+    to_version: 1,
+    sql: "CREATE TABLE sessions (
+            id               TEXT PRIMARY KEY NOT NULL,
+            created_at       INTEGER NOT NULL,
+            cwd              TEXT NOT NULL,
+            parent_session   TEXT,
+            seed_length      INTEGER NOT NULL,
+            delegation_depth INTEGER NOT NULL,
+            sandbox_mode     TEXT,
+            approval_policy  TEXT,
+            header_body      TEXT NOT NULL,
+            header_crc       INTEGER NOT NULL
+          ) STRICT;
+          CREATE TABLE events (
+            session_id TEXT NOT NULL REFERENCES sessions(id),
+            seq        INTEGER NOT NULL,
+            ts         INTEGER NOT NULL,
+            type       TEXT NOT NULL,
+            batch      INTEGER,
+            body       TEXT NOT NULL,
+            crc        INTEGER NOT NULL,
+            PRIMARY KEY (session_id, seq)
+          ) STRICT, WITHOUT ROWID;",
+}];
+
+#[derive(Debug)]
+struct Shared {
+    path: PathBuf,
+    locks: PathBuf,
+    reader: Mutex<Connection>,
+    committer: Committer,
+}
+
+/// The thread that owns the write connection, and the way to reach it.
+#[derive(Debug)]
+struct Committer {
+    requests: Option<mpsc::Sender<Request>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// A session to create: its header and its first events.
+#[derive(Debug)]
+struct NewSession {
+    header: SessionHeader,
+    events: Vec<EventRecord>,
+}
+
+#[derive(Debug)]
+enum Work {
+    Create(Vec<NewSession>),
+    Append {
+        id: SessionId,
+        records: Vec<EventRecord>,
+    },
+}
+
+#[derive(Debug)]
+struct Request {
+    work: Work,
+    durability: Durability,
+    reply: mpsc::SyncSender<Result<(), StoreError>>,
+}
+
+/// The writer side of one session: records wait here until the writer's
+/// sync hands them to the committer.
+#[derive(Debug)]
+struct SqliteSink {
+    shared: Arc<Shared>,
+    id: SessionId,
+    pending: Vec<EventRecord>,
+    /// Held for the writer's life: the session's exclusive lock.
+    _lock: File,
+}
+
+impl SqliteStore {
+    /// Opens the database at `path`, creating it (0600) when missing, and
+    /// brings its schema to [`SCHEMA_VERSION`]. A newer schema is refused
+    /// with `StoreError::NewerSchema`.
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_with_io(path, Io::default())
+    }
+
+    /// [`SqliteStore::open`] with every commit going through `io`.
+    pub fn open_with_io(path: &Path, io: Io) -> Result<SqliteStore, StoreError> {
+        create_database_file(path)?;
+        let mut writer = open_connection(path)?;
+        let mode: String = writer
+            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+            .map_err(sqlite_error("set WAL mode", path))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Sqlite {
+                operation: "set WAL mode",
+                path: path.to_owned(),
+                source: rusqlite::Error::InvalidParameterName(format!(
+                    "journal_mode stayed {mode}"
+                )),
+            });
+        }
+        writer
+            .pragma_update(None, "foreign_keys", true)
+            .map_err(sqlite_error("enable foreign keys", path))?;
+        upgrade_schema(&mut writer, path)?;
+        let reader = open_connection(path)?;
+        let committer = Committer::start(writer, path.to_owned(), io)?;
+        let file_name = path
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "sessions.db".to_owned());
+        let locks = path.with_file_name(format!("{file_name}.locks"));
+        Ok(SqliteStore {
+            shared: Arc::new(Shared {
+                path: path.to_owned(),
+                locks,
+                reader: Mutex::new(reader),
+                committer,
+            }),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// The lock file a writer of session `id` holds.
+    pub fn lock_path(&self, id: &SessionId) -> PathBuf {
+        self.shared.locks.join(format!("{id}.lock"))
+    }
+
+    /// Whether session `id` exists.
+    pub fn contains(&self, id: &SessionId) -> Result<bool, StoreError> {
+        let reader = self.shared.reader();
+        reader
+            .prepare_cached("SELECT 1 FROM sessions WHERE id = ?1")
+            .and_then(|mut statement| statement.exists([id.as_str()]))
+            .map_err(sqlite_error("look up a session", &self.shared.path))
+    }
+
+    /// Creates a session atomically: its header row and `events` (a child's
+    /// seeded prefix and first own events) in one transaction. The events
+    /// are checked against every rule first; an existing id is refused.
+    pub fn create(
+        &self,
+        header: &SessionHeader,
+        events: &[EventRecord],
+        durability: Durability,
+    ) -> Result<(), StoreError> {
+        check_new_session(&self.shared.session_path(&header.id), header, events)?;
+        check_representable(header, events)?;
+        if self.contains(&header.id)? {
+            return Err(self.shared.already_exists(&header.id));
+        }
+        let session = NewSession {
+            header: header.clone(),
+            events: events.to_vec(),
+        };
+        self.shared
+            .committer
+            .submit(&self.shared.path, Work::Create(vec![session]), durability)
+    }
+
+    /// Creates several sessions in one transaction (all or none): the bulk
+    /// path of a migration. Each is checked as by [`SqliteStore::create`].
+    pub fn create_many(
+        &self,
+        sessions: Vec<(SessionHeader, Vec<EventRecord>)>,
+        durability: Durability,
+    ) -> Result<(), StoreError> {
+        let mut batch = Vec::with_capacity(sessions.len());
+        for (header, events) in sessions {
+            check_new_session(&self.shared.session_path(&header.id), &header, &events)?;
+            check_representable(&header, &events)?;
+            if self.contains(&header.id)? {
+                return Err(self.shared.already_exists(&header.id));
+            }
+            batch.push(NewSession { header, events });
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.shared
+            .committer
+            .submit(&self.shared.path, Work::Create(batch), durability)
+    }
+
+    /// The header of session `id` and its vocabulary errors.
+    pub fn header(
+        &self,
+        id: &SessionId,
+    ) -> Result<(SessionHeader, Vec<HeaderVocabularyError>), StoreError> {
+        let reader = self.shared.reader();
+        self.shared.read_header(&reader, id)
+    }
+
+    /// Every event of session `id`, streamed page by page.
+    pub fn events(&self, id: &SessionId) -> Result<SqliteEvents, StoreError> {
+        self.events_from(id, 1)
+    }
+
+    /// The events of session `id` from `from_seq` on, streamed page by page.
+    pub fn events_from(&self, id: &SessionId, from_seq: u64) -> Result<SqliteEvents, StoreError> {
+        let (header, _) = self.header(id)?;
+        let from_seq = from_seq.max(1);
+        Ok(SqliteEvents {
+            shared: Arc::clone(&self.shared),
+            id: id.clone(),
+            seed_length: header.seed_length,
+            next_seq: from_seq,
+            batch_remaining: 0,
+            page: VecDeque::new(),
+            finished: false,
+        })
+    }
+
+    /// The whole session `id`, read in one read transaction. A SQLite
+    /// session never has a torn tail: its transactions are atomic.
+    pub fn snapshot(&self, id: &SessionId) -> Result<Snapshot, StoreError> {
+        let mut reader = self.shared.reader();
+        let transaction = reader
+            .transaction_with_behavior(TransactionBehavior::Deferred)
+            .map_err(sqlite_error("begin a read", &self.shared.path))?;
+        let (header, header_vocabulary_errors) = self.shared.read_header(&transaction, id)?;
+        let rows = self.shared.read_rows(&transaction, id, 1, i64::MAX)?;
+        drop(transaction);
+        drop(reader);
+        let mut check = SeqCheck::new(&self.shared, id, 1);
+        let mut events = Vec::with_capacity(rows.len());
+        for row in rows {
+            events.push(check.accept(row)?);
+        }
+        check.finish(header.seed_length)?;
+        Ok(Snapshot {
+            header,
+            header_vocabulary_errors,
+            events,
+            torn_tail: None,
+        })
+    }
+
+    /// The ids of every session, sorted. Rows whose id is not a valid
+    /// session id are skipped, as the JSONL backend skips such file names.
+    pub fn ids(&self) -> Result<Vec<SessionId>, StoreError> {
+        let reader = self.shared.reader();
+        let mut statement = reader
+            .prepare_cached("SELECT id FROM sessions ORDER BY id")
+            .map_err(sqlite_error("list sessions", &self.shared.path))?;
+        let texts = statement
+            .query_map([], |row| row.get::<_, String>(0))
+            .and_then(|rows| rows.collect::<Result<Vec<String>, _>>())
+            .map_err(sqlite_error("list sessions", &self.shared.path))?;
+        let mut ids: Vec<SessionId> = texts
+            .iter()
+            .filter_map(|text| SessionId::parse(text).ok())
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// Every session with its header.
+    pub fn list(&self) -> Result<Vec<ListEntry>, StoreError> {
+        let ids = self.ids()?;
+        let reader = self.shared.reader();
+        Ok(ids
+            .into_iter()
+            .map(|id| {
+                let header = self
+                    .shared
+                    .read_header(&reader, &id)
+                    .map(|(header, _)| header);
+                ListEntry { id, header }
+            })
+            .collect())
+    }
+
+    /// Opens the single writer of session `id`: takes its lock (`Locked` if
+    /// another writer, in this process or another, holds it), reads and
+    /// verifies every event while folding its projections, and refuses a
+    /// corrupt or rule-breaking session.
+    pub fn open_writer(
+        &self,
+        id: &SessionId,
+        options: WriterOptions,
+    ) -> Result<SessionWriter, StoreError> {
+        if !self.contains(id)? {
+            return Err(StoreError::NotFound {
+                id: id.to_string(),
+                path: self.shared.path.clone(),
+            });
+        }
+        let lock = self.lock_session(id)?;
+        let (header, vocabulary_errors) = self.header(id)?;
+        if let Some(error) = vocabulary_errors.into_iter().next() {
+            return Err(StoreError::HeaderVocabulary {
+                path: self.shared.session_path(id),
+                error,
+            });
+        }
+        let mut state = SessionState::new(header);
+        let mut events = options.keep_snapshot.then(Vec::new);
+        for record in self.events(id)? {
+            let record = record?;
+            state.apply(&record).map_err(|violation| StoreError::Rule {
+                path: self.shared.session_path(id),
+                violation,
+            })?;
+            if let Some(events) = &mut events {
+                events.push(record);
+            }
+        }
+        let sink = SqliteSink {
+            shared: Arc::clone(&self.shared),
+            id: id.clone(),
+            pending: Vec::new(),
+            _lock: lock,
+        };
+        Ok(SessionWriter::new(
+            self.shared.path.clone(),
+            Box::new(sink),
+            options,
+            state,
+            events,
+        ))
+    }
+
+    fn lock_session(&self, id: &SessionId) -> Result<File, StoreError> {
+        let folder = &self.shared.locks;
+        match std::fs::DirBuilder::new().mode(0o700).create(folder) {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(source) => return Err(StoreError::io("create lock folder", folder, source)),
+        }
+        let path = self.lock_path(id);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|source| StoreError::io("open lock file", &path, source))?;
+        match file.try_lock() {
+            Ok(()) => Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Locked {
+                id: id.clone(),
+                path,
+            }),
+            Err(std::fs::TryLockError::Error(source)) => Err(StoreError::io("lock", &path, source)),
+        }
+    }
+}
+
+impl SqliteEvents {
+    /// The session being read.
+    pub fn id(&self) -> &SessionId {
+        &self.id
+    }
+
+    fn next_event(&mut self) -> Result<Option<EventRecord>, StoreError> {
+        if let Some(record) = self.page.pop_front() {
+            return Ok(Some(record));
+        }
+        if self.finished {
+            return Ok(None);
+        }
+        let rows = {
+            let reader = self.shared.reader();
+            self.shared
+                .read_rows(&reader, &self.id, self.next_seq, PAGE_ROWS)?
+        };
+        let mut check = SeqCheck {
+            shared: &self.shared,
+            id: &self.id,
+            next_seq: self.next_seq,
+            batch_remaining: self.batch_remaining,
+        };
+        for row in rows {
+            let record = check.accept(row)?;
+            self.page.push_back(record);
+        }
+        let at_end = self.page.is_empty();
+        if at_end {
+            check.finish(self.seed_length)?;
+        }
+        self.next_seq = check.next_seq;
+        self.batch_remaining = check.batch_remaining;
+        if at_end {
+            self.finished = true;
+            return Ok(None);
+        }
+        Ok(self.page.pop_front())
+    }
+}
+
+impl Iterator for SqliteEvents {
+    type Item = Result<EventRecord, StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.next_event() {
+            Ok(record) => record.map(Ok),
+            Err(error) => {
+                self.finished = true;
+                self.page.clear();
+                Some(Err(error))
+            }
+        }
+    }
+}
+
+impl LogSink for SqliteSink {
+    fn write(&mut self, id: &SessionId, records: &[EventRecord]) -> Result<(), StoreError> {
+        debug_assert_eq!(id, &self.id, "a sink serves one session");
+        for record in records {
+            check_representable_record(record)?;
+        }
+        self.pending.extend_from_slice(records);
+        Ok(())
+    }
+
+    fn sync(&mut self, durability: Durability) -> Result<(), StoreError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let records = std::mem::take(&mut self.pending);
+        let work = Work::Append {
+            id: self.id.clone(),
+            records,
+        };
+        self.shared
+            .committer
+            .submit(&self.shared.path, work, durability)
+    }
+}
+
+impl Shared {
+    fn reader(&self) -> MutexGuard<'_, Connection> {
+        self.reader.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How errors about one session of the database name it.
+    fn session_path(&self, id: &SessionId) -> PathBuf {
+        session_locator(&self.path, id)
+    }
+
+    fn already_exists(&self, id: &SessionId) -> StoreError {
+        StoreError::AlreadyExists {
+            id: id.clone(),
+            path: self.path.clone(),
+        }
+    }
+
+    fn corrupt(&self, id: &SessionId, seq: u64, reason: String) -> StoreError {
+        StoreError::Corrupt {
+            path: self.path.clone(),
+            corruption: Corruption {
+                position: Position {
+                    line: seq.saturating_add(1),
+                    offset: 0,
+                },
+                reason: format!("session {id}, seq {seq}: {reason}"),
+            },
+        }
+    }
+
+    fn read_header(
+        &self,
+        connection: &Connection,
+        id: &SessionId,
+    ) -> Result<(SessionHeader, Vec<HeaderVocabularyError>), StoreError> {
+        let row: Option<(String, i64)> = connection
+            .prepare_cached("SELECT header_body, header_crc FROM sessions WHERE id = ?1")
+            .and_then(|mut statement| {
+                statement
+                    .query_row([id.as_str()], |row| Ok((row.get(0)?, row.get(1)?)))
+                    .optional()
+            })
+            .map_err(sqlite_error("read a header", &self.path))?;
+        let Some((body, stored_crc)) = row else {
+            return Err(StoreError::NotFound {
+                id: id.to_string(),
+                path: self.path.clone(),
+            });
+        };
+        let computed = record_crc(id, body.as_bytes());
+        if i64::from(computed) != stored_crc {
+            return Err(self.corrupt(
+                id,
+                0,
+                format!("header CRC mismatch (stored {stored_crc:08x}, computed {computed:08x})"),
+            ));
+        }
+        let line = encode_line(id, &body);
+        let decoded = decode_header(line.trim_end_matches('\n').as_bytes())
+            .map_err(|error| self.corrupt(id, 0, format!("header: {error}")))?;
+        if &decoded.header.id != id {
+            return Err(self.corrupt(
+                id,
+                0,
+                format!("the header names session {}", decoded.header.id),
+            ));
+        }
+        Ok((decoded.header, decoded.vocabulary_errors))
+    }
+
+    fn read_rows(
+        &self,
+        connection: &Connection,
+        id: &SessionId,
+        from_seq: u64,
+        limit: i64,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        let from_seq = i64::try_from(from_seq).unwrap_or(i64::MAX);
+        let mut statement = connection
+            .prepare_cached(
+                "SELECT seq, ts, type, batch, body, crc FROM events
+                 WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3",
+            )
+            .map_err(sqlite_error("read events", &self.path))?;
+        statement
+            .query_map(params![id.as_str(), from_seq, limit], |row| {
+                Ok(EventRow {
+                    seq: row.get(0)?,
+                    ts: row.get(1)?,
+                    event_type: row.get(2)?,
+                    batch: row.get(3)?,
+                    body: row.get(4)?,
+                    crc: row.get(5)?,
+                })
+            })
+            .and_then(|rows| rows.collect())
+            .map_err(sqlite_error("read events", &self.path))
+    }
+}
+
+/// One row of `events`, as stored.
+#[derive(Debug)]
+struct EventRow {
+    seq: i64,
+    ts: i64,
+    event_type: String,
+    batch: Option<i64>,
+    body: String,
+    crc: i64,
+}
+
+/// Checks rows in order: each must be the next seq, intact, agree with its
+/// columns, and batches must finish.
+struct SeqCheck<'a> {
+    shared: &'a Shared,
+    id: &'a SessionId,
+    next_seq: u64,
+    batch_remaining: u64,
+}
+
+impl<'a> SeqCheck<'a> {
+    fn new(shared: &'a Shared, id: &'a SessionId, next_seq: u64) -> Self {
+        SeqCheck {
+            shared,
+            id,
+            next_seq,
+            batch_remaining: 0,
+        }
+    }
+
+    fn accept(&mut self, row: EventRow) -> Result<EventRecord, StoreError> {
+        let expected = self.next_seq;
+        let corrupt = |reason: String| self.shared.corrupt(self.id, expected, reason);
+        if u64::try_from(row.seq).ok() != Some(expected) {
+            return Err(corrupt(format!(
+                "seqs are not contiguous: the next row has seq {}",
+                row.seq
+            )));
+        }
+        let computed = record_crc(self.id, row.body.as_bytes());
+        if i64::from(computed) != row.crc {
+            return Err(corrupt(format!(
+                "CRC mismatch (stored {:08x}, computed {computed:08x})",
+                row.crc
+            )));
+        }
+        let line = encode_line(self.id, &row.body);
+        let record = decode_event(self.id, line.trim_end_matches('\n').as_bytes())
+            .map_err(|error| corrupt(format!("the body does not decode: {error}")))?;
+        let columns_agree = record.seq() == expected
+            && i64::try_from(record.ts()).ok() == Some(row.ts)
+            && record.event_type() == row.event_type
+            && record.batch().map(i64::try_from).transpose().ok() == Some(row.batch);
+        if !columns_agree {
+            return Err(corrupt(
+                "the columns seq, ts, type or batch disagree with the body".to_owned(),
+            ));
+        }
+        match (record.batch(), self.batch_remaining) {
+            (Some(_), remaining) if remaining > 0 => {
+                return Err(corrupt(format!(
+                    "a new batch starts while {remaining} records of the previous one are missing"
+                )));
+            }
+            (Some(count), _) => self.batch_remaining = count - 1,
+            (None, remaining) => self.batch_remaining = remaining.saturating_sub(1),
+        }
+        self.next_seq += 1;
+        Ok(record)
+    }
+
+    fn finish(&self, seed_length: u64) -> Result<(), StoreError> {
+        if self.batch_remaining > 0 {
+            return Err(self.shared.corrupt(
+                self.id,
+                self.next_seq,
+                format!(
+                    "the last batch is missing its last {} records",
+                    self.batch_remaining
+                ),
+            ));
+        }
+        let last_seq = self.next_seq - 1;
+        if seed_length > last_seq {
+            return Err(self.shared.corrupt(
+                self.id,
+                0,
+                format!("seedLength {seed_length} is above the {last_seq} events stored"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Committer {
+    fn start(connection: Connection, path: PathBuf, io: Io) -> Result<Committer, StoreError> {
+        let (sender, receiver) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("sessionlog-sqlite-commit".to_owned())
+            .spawn(move || run_committer(connection, &path, &io, &receiver))
+            .map_err(|source| StoreError::io("start the commit thread", PathBuf::new(), source))?;
+        Ok(Committer {
+            requests: Some(sender),
+            thread: Some(thread),
+        })
+    }
+
+    /// Sends `work` and waits until it is committed (or refused).
+    fn submit(&self, path: &Path, work: Work, durability: Durability) -> Result<(), StoreError> {
+        let stopped = || {
+            StoreError::io(
+                "commit",
+                path,
+                io::Error::other("the commit thread of this database has stopped"),
+            )
+        };
+        let (reply, answer) = mpsc::sync_channel(1);
+        let request = Request {
+            work,
+            durability,
+            reply,
+        };
+        let Some(requests) = &self.requests else {
+            return Err(stopped());
+        };
+        requests.send(request).map_err(|_| stopped())?;
+        answer.recv().map_err(|_| stopped())?
+    }
+}
+
+impl Drop for Committer {
+    fn drop(&mut self) {
+        self.requests = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The committer's loop: take every waiting request, commit them together.
+fn run_committer(
+    mut connection: Connection,
+    path: &Path,
+    io: &Io,
+    requests: &mpsc::Receiver<Request>,
+) {
+    let mut synchronous: Option<Durability> = None;
+    while let Ok(first) = requests.recv() {
+        let mut group = vec![first];
+        group.extend(requests.try_iter());
+        let outcomes = commit_group(&mut connection, path, io, &mut synchronous, &group);
+        for (request, outcome) in group.into_iter().zip(outcomes) {
+            let _ = request.reply.send(outcome);
+        }
+    }
+}
+
+/// Applies every request in its own savepoint of one transaction and
+/// commits once. Returns one outcome per request.
+fn commit_group(
+    connection: &mut Connection,
+    path: &Path,
+    io: &Io,
+    synchronous: &mut Option<Durability>,
+    group: &[Request],
+) -> Vec<Result<(), StoreError>> {
+    let all_fail = |error: StoreError| -> Vec<Result<(), StoreError>> {
+        group.iter().map(|_| Err(share_error(&error))).collect()
+    };
+    let durability = if group.iter().any(|r| r.durability == Durability::Fsync) {
+        Durability::Fsync
+    } else {
+        Durability::Buffered
+    };
+    if *synchronous != Some(durability) {
+        let level = match durability {
+            Durability::Fsync => "FULL",
+            Durability::Buffered => "OFF",
+        };
+        if let Err(error) = connection.pragma_update(None, "synchronous", level) {
+            return all_fail(sqlite_error("set synchronous", path)(error));
+        }
+        *synchronous = Some(durability);
+    }
+    let mut transaction = match connection.transaction_with_behavior(TransactionBehavior::Immediate)
+    {
+        Ok(transaction) => transaction,
+        Err(error) => return all_fail(sqlite_error("begin a write", path)(error)),
+    };
+    let mut outcomes = Vec::with_capacity(group.len());
+    for request in group {
+        let outcome = match transaction.savepoint() {
+            Ok(mut savepoint) => match apply_work(&savepoint, path, &request.work) {
+                Ok(()) => savepoint
+                    .commit()
+                    .map_err(sqlite_error("release a savepoint", path)),
+                Err(error) => {
+                    let _ = savepoint.rollback();
+                    Err(error)
+                }
+            },
+            Err(error) => Err(sqlite_error("open a savepoint", path)(error)),
+        };
+        outcomes.push(outcome);
+    }
+    if outcomes.iter().all(Result::is_err) {
+        let _ = transaction.rollback();
+        return outcomes;
+    }
+    let mut sqlite_failure = None;
+    let committed = io.commit(path, || {
+        transaction.commit().map_err(|error| {
+            let text = error.to_string();
+            sqlite_failure = Some(error);
+            io::Error::other(text)
+        })
+    });
+    let failure = match (committed, sqlite_failure) {
+        (Ok(()), _) => return outcomes,
+        (Err(_), Some(error)) => sqlite_error("commit", path)(error),
+        (Err(error), None) => StoreError::io("commit", path, error),
+    };
+    outcomes
+        .into_iter()
+        .map(|outcome| outcome.and(Err(share_error(&failure))))
+        .collect()
+}
+
+fn apply_work(connection: &Connection, path: &Path, work: &Work) -> Result<(), StoreError> {
+    match work {
+        Work::Create(sessions) => {
+            for session in sessions {
+                insert_session(connection, path, session)?;
+            }
+            Ok(())
+        }
+        Work::Append { id, records } => append_records(connection, path, id, records),
+    }
+}
+
+fn insert_session(
+    connection: &Connection,
+    path: &Path,
+    session: &NewSession,
+) -> Result<(), StoreError> {
+    let header = &session.header;
+    let body = header.to_body();
+    let inserted = connection
+        .prepare_cached(
+            "INSERT INTO sessions (id, created_at, cwd, parent_session, seed_length,
+               delegation_depth, sandbox_mode, approval_policy, header_body, header_crc)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        )
+        .and_then(|mut statement| {
+            statement.execute(params![
+                header.id.as_str(),
+                sql_integer(header.created_at),
+                header.cwd,
+                header.parent_session.as_ref().map(SessionId::as_str),
+                sql_integer(header.seed_length),
+                sql_integer(header.delegation_depth),
+                header.sandbox_mode.map(|mode| mode.as_str()),
+                header.approval_policy.map(|policy| policy.as_str()),
+                body,
+                i64::from(record_crc(&header.id, body.as_bytes())),
+            ])
+        });
+    match inserted {
+        Ok(_) => {}
+        Err(rusqlite::Error::SqliteFailure(error, _))
+            if error.code == rusqlite::ErrorCode::ConstraintViolation =>
+        {
+            return Err(StoreError::AlreadyExists {
+                id: header.id.clone(),
+                path: path.to_owned(),
+            });
+        }
+        Err(error) => return Err(sqlite_error("insert a session", path)(error)),
+    }
+    insert_events(connection, path, &header.id, &session.events)
+}
+
+fn append_records(
+    connection: &Connection,
+    path: &Path,
+    id: &SessionId,
+    records: &[EventRecord],
+) -> Result<(), StoreError> {
+    let Some(first) = records.first() else {
+        return Ok(());
+    };
+    let last_seq: Option<i64> = connection
+        .prepare_cached("SELECT max(seq) FROM events WHERE session_id = ?1")
+        .and_then(|mut statement| statement.query_row([id.as_str()], |row| row.get(0)))
+        .map_err(sqlite_error("read the last seq", path))?;
+    let actual = last_seq.map_or(1, |seq| seq.saturating_add(1).unsigned_abs());
+    if first.seq() != actual {
+        return Err(StoreError::Conflict {
+            id: id.clone(),
+            expected: first.seq(),
+            actual,
+        });
+    }
+    insert_events(connection, path, id, records)
+}
+
+fn insert_events(
+    connection: &Connection,
+    path: &Path,
+    id: &SessionId,
+    records: &[EventRecord],
+) -> Result<(), StoreError> {
+    let mut statement = connection
+        .prepare_cached(
+            "INSERT INTO events (session_id, seq, ts, type, batch, body, crc)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .map_err(sqlite_error("insert events", path))?;
+    for record in records {
+        statement
+            .execute(params![
+                id.as_str(),
+                sql_integer(record.seq()),
+                sql_integer(record.ts()),
+                record.event_type(),
+                record.batch().map(sql_integer),
+                record.body(),
+                i64::from(record_crc(id, record.body().as_bytes())),
+            ])
+            .map_err(sqlite_error("insert events", path))?;
+    }
+    Ok(())
+}
+
+/// Refuses values SQLite's signed 64-bit integers cannot hold, before
+/// anything is sent to the committer.
+fn check_representable(header: &SessionHeader, events: &[EventRecord]) -> Result<(), StoreError> {
+    for (what, value) in [
+        ("createdAt", header.created_at),
+        ("seedLength", header.seed_length),
+        ("delegationDepth", header.delegation_depth),
+    ] {
+        if i64::try_from(value).is_err() {
+            return Err(StoreError::InvalidEvent(format!(
+                "session {}: header {what} {value} is above 2^63-1, the largest integer SQLite stores",
+                header.id
+            )));
+        }
+    }
+    events.iter().try_for_each(check_representable_record)
+}
+
+fn check_representable_record(record: &EventRecord) -> Result<(), StoreError> {
+    if i64::try_from(record.seq()).is_err() || i64::try_from(record.ts()).is_err() {
+        return Err(StoreError::InvalidEvent(format!(
+            "seq {}: seq or ts {} is above 2^63-1, the largest integer SQLite stores",
+            record.seq(),
+            record.ts()
+        )));
+    }
+    Ok(())
+}
+
+/// A value checked by `check_representable` (saturates otherwise).
+fn sql_integer(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// How errors about one session of a database name it: `<database>#<id>`.
+pub(crate) fn session_locator(database: &Path, id: &SessionId) -> PathBuf {
+    let mut text = database.as_os_str().to_owned();
+    text.push(format!("#{id}"));
+    PathBuf::from(text)
+}
+
+fn sqlite_error<'a>(
+    operation: &'static str,
+    path: &'a Path,
+) -> impl Fn(rusqlite::Error) -> StoreError + 'a {
+    move |source| StoreError::Sqlite {
+        operation,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// A copy of an error for each caller of a group that failed as a whole.
+fn share_error(error: &StoreError) -> StoreError {
+    match error {
+        StoreError::Sqlite {
+            operation,
+            path,
+            source: rusqlite::Error::SqliteFailure(code, message),
+        } => StoreError::Sqlite {
+            operation,
+            path: path.clone(),
+            source: rusqlite::Error::SqliteFailure(*code, message.clone()),
+        },
+        StoreError::Sqlite {
+            operation, path, ..
+        }
+        | StoreError::Io {
+            operation, path, ..
+        } => StoreError::io(operation, path.clone(), io::Error::other(error.to_string())),
+        other => StoreError::io(
+            "commit",
+            PathBuf::new(),
+            io::Error::other(other.to_string()),
+        ),
+    }
+}
+
+/// Creates the database file 0600 when missing, so SQLite never creates it
+/// with the process umask.
+fn create_database_file(path: &Path) -> Result<(), StoreError> {
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path);
+    match created {
+        Ok(_) => Ok(()),
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(source) => Err(StoreError::io("create database", path, source)),
+    }
+}
+
+fn open_connection(path: &Path) -> Result<Connection, StoreError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_NOFOLLOW;
+    let connection =
+        Connection::open_with_flags(path, flags).map_err(sqlite_error("open", path))?;
+    connection
+        .busy_timeout(BUSY_TIMEOUT)
+        .map_err(sqlite_error("set the busy timeout", path))?;
+    Ok(connection)
+}
+
+/// Brings the schema to [`SCHEMA_VERSION`] in one transaction, or refuses a
+/// newer one.
+fn upgrade_schema(connection: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    let found = user_version(connection, path)?;
+    if found > SCHEMA_VERSION {
+        return Err(newer_schema(path, found));
+    }
+    if found == SCHEMA_VERSION {
+        return Ok(());
+    }
+    let transaction = connection
+        .transaction_with_behavior(TransactionBehavior::Exclusive)
+        .map_err(sqlite_error("begin the schema upgrade", path))?;
+    let found = user_version(&transaction, path)?;
+    if found > SCHEMA_VERSION {
+        return Err(newer_schema(path, found));
+    }
+    for step in MIGRATION_STEPS
+        .iter()
+        .filter(|step| step.to_version > found)
+    {
+        transaction
+            .execute_batch(step.sql)
+            .map_err(sqlite_error("upgrade the schema", path))?;
+        tracing::info!(path = %path.display(), version = step.to_version, "schema upgraded");
+    }
+    transaction
+        .pragma_update(None, "user_version", SCHEMA_VERSION)
+        .map_err(sqlite_error("set the schema version", path))?;
+    transaction
+        .commit()
+        .map_err(sqlite_error("commit the schema upgrade", path))
+}
+
+fn user_version(connection: &Connection, path: &Path) -> Result<i64, StoreError> {
+    connection
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(sqlite_error("read the schema version", path))
+}
+
+fn newer_schema(path: &Path, found: i64) -> StoreError {
+    StoreError::NewerSchema {
+        path: path.to_owned(),
+        found,
+        supported: SCHEMA_VERSION,
+    }
+}
