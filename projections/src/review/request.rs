@@ -21,7 +21,8 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 use sessionlog_schema::{
-    compact_json, ContentPart, Event, EventRecord, EventType, Message, SessionHeader,
+    compact_json, ContentPart, Event, EventRecord, EventType, Message, MessageRole, MessageSource,
+    SessionHeader,
 };
 
 use super::action::PendingAction;
@@ -216,6 +217,19 @@ struct CallFacts<'a> {
     name: Cow<'a, str>,
     #[serde(borrow)]
     arguments: &'a RawValue,
+}
+
+/// The source kind of a `message`: enough to tell whether it is excluded.
+#[derive(Deserialize)]
+struct MessageHead<'a> {
+    #[serde(borrow)]
+    source: SourceKind<'a>,
+}
+
+#[derive(Deserialize)]
+struct SourceKind<'a> {
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
 }
 
 /// The content of a `message`, each part raw.
@@ -476,8 +490,25 @@ fn message_entry<'a>(
     surface: &mut Surface<'a>,
 ) -> Result<(), ReviewError> {
     let seq = record.seq();
-    let message: Message = serde_json::from_str(record.data())
-        .map_err(|error| invalid_log(format!("seq {seq} (message): {error}")))?;
+    let unreadable =
+        |error: serde_json::Error| invalid_log(format!("seq {seq} (message): {error}"));
+    // Most messages of a long session are assistant text: decide on the
+    // source first and parse the content only of messages that are shown.
+    let head: MessageHead<'_> = serde_json::from_str(record.data()).map_err(unreadable)?;
+    // Whether a message is excluded depends on its source kind alone.
+    let head = Message {
+        role: MessageRole::User,
+        source: MessageSource {
+            kind: head.source.kind.into_owned(),
+            sender_session_id: None,
+            name: None,
+        },
+        content: Vec::new(),
+    };
+    if message_authority(header, seq, &head) == Authority::Excluded {
+        return Ok(());
+    }
+    let message: Message = serde_json::from_str(record.data()).map_err(unreadable)?;
     match message_authority(header, seq, &message) {
         Authority::Excluded => {}
         Authority::Constraint => surface.instructions.push(Instruction {
@@ -536,16 +567,38 @@ fn attachments<'a>(
 /// `raw` without whitespace between tokens; borrowed when it has none.
 fn compact(raw: &RawValue) -> Result<Cow<'_, RawValue>, ReviewError> {
     let text = raw.get();
-    if !text
-        .bytes()
-        .any(|byte| matches!(byte, b' ' | b'\t' | b'\n' | b'\r'))
-    {
+    if is_compact(text) {
         return Ok(Cow::Borrowed(raw));
     }
     compact_json(text)
         .and_then(RawValue::from_string)
         .map(Cow::Owned)
         .map_err(|error| invalid_log(format!("a raw JSON value does not parse: {error}")))
+}
+
+/// Whether JSON `text` has no whitespace between its tokens (whitespace
+/// inside strings is content). Logged data is compact when our writer wrote
+/// it, so this byte scan is all most values cost.
+fn is_compact(text: &str) -> bool {
+    let mut in_string = false;
+    let mut escaped = false;
+    for byte in text.bytes() {
+        if in_string {
+            match (escaped, byte) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                (false, _) => {}
+            }
+        } else {
+            match byte {
+                b'"' => in_string = true,
+                b' ' | b'\t' | b'\n' | b'\r' => return false,
+                _ => {}
+            }
+        }
+    }
+    true
 }
 
 /// [`compact`] for values already known to be JSON (they came out of a
@@ -585,6 +638,7 @@ struct BoundedBuffer {
 }
 
 impl io::Write for BoundedBuffer {
+    #[inline]
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.total = self.total.saturating_add(buf.len());
         if self.total <= self.limit {

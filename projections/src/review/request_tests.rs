@@ -704,3 +704,25 @@ fn a_state_that_is_not_the_fold_of_the_events_is_refused() {
         ))
     );
 }
+
+#[test]
+fn a_source_kind_spelled_with_escapes_keeps_its_authority() {
+    let log = working_session()
+        .raw(
+            "message",
+            r#"{"role":"user","source":{"kind":"us\u0065r"},"content":[{"type":"text","text":"escaped \"user\"  source"}]}"#,
+        )
+        .raw(
+            "tool/start",
+            r#"{"callId":"c1","stepId":"s1","name":"shell","arguments":{"q":"a \" , b"}}"#,
+        );
+    check_history(
+        &log,
+        &shell_call("c2", "ls"),
+        expect![[r#"
+            1 message "user" "Clean the build output."
+            5 message "user" "escaped \"user\"  source"
+            6 call "shell" {"q":"a \" , b"} inherited=false
+        "#]],
+    );
+}
