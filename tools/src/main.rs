@@ -1,1 +1,159 @@
-fn main() {}
+//! `sessionlog`: the command line over the store, the projections and the
+//! Auto-review request. This is the only crate that prints.
+//!
+//! Every command returns its exit code; errors are mapped to the codes of
+//! SPEC §9 by what they are (a `StoreError`'s class, a usage error, a review
+//! failure), never by their text.
+
+mod cli;
+mod commands;
+mod progress;
+mod target;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use sessionlog_store::{ErrorClass, StoreError};
+
+use crate::cli::{Cli, Command};
+
+/// Exit codes of SPEC §9.
+pub mod exit {
+    /// Success.
+    pub const OK: u8 = 0;
+    /// Usage or I/O error.
+    pub const USAGE: u8 = 1;
+    /// Corruption.
+    pub const CORRUPT: u8 = 2;
+    /// Only a torn tail (verify).
+    pub const TORN: u8 = 3;
+    /// Rule violations.
+    pub const RULE: u8 = 4;
+    /// A fail-closed review error or reviewer failure.
+    pub const REVIEW: u8 = 5;
+    /// `Locked` or `Conflict`.
+    pub const CONTENTION: u8 = 6;
+}
+
+/// A usage error: bad arguments or input that is not what a command reads.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// An error that carries its own exit code (its message is already printed
+/// when `printed` is set).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Exit {
+    /// The exit code.
+    pub code: u8,
+    /// What to print on stderr.
+    pub message: String,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.quiet);
+    QUIET.store(cli.quiet, std::sync::atomic::Ordering::Relaxed);
+    let result = run(cli);
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            let code = exit_code(&error);
+            eprintln!("sessionlog: {}", render(&error));
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<u8> {
+    let quiet = cli.quiet;
+    match cli.command {
+        Command::Verify { target, json } => commands::verify::run(&target, json, quiet),
+        Command::Create {
+            store,
+            session,
+            cwd,
+            json,
+        } => commands::create::run(&store, &session, cwd, json),
+        Command::Append { target, expect_seq } => commands::append::run(&target, expect_seq),
+        Command::Project {
+            target,
+            at,
+            defaults,
+        } => commands::project::run(&target, at, &defaults),
+        Command::Fork {
+            target,
+            child,
+            prompt,
+            defaults,
+            json,
+        } => commands::fork::run(&target, &child, prompt.as_deref(), &defaults, json),
+        Command::ReviewRequest {
+            target,
+            pending,
+            max_bytes,
+        } => commands::review::request(&target, &pending, max_bytes),
+        Command::ReviewResult { file } => commands::review::result(file.as_deref()),
+        Command::Migrate { from, to, json } => commands::migrate::migrate(&from, &to, json, quiet),
+        Command::Diff { a, b, json } => commands::migrate::diff(&a, &b, json),
+        Command::Export { target } => commands::export::run(&target),
+        Command::List { store, tree, json } => commands::list::run(&store, tree, json),
+    }
+}
+
+/// The exit code an error stands for.
+pub fn exit_code(error: &anyhow::Error) -> u8 {
+    for cause in error.chain() {
+        if let Some(exit) = cause.downcast_ref::<Exit>() {
+            return exit.code;
+        }
+        if let Some(store) = cause.downcast_ref::<StoreError>() {
+            return match store.class() {
+                ErrorClass::Io => exit::USAGE,
+                ErrorClass::Corrupt => exit::CORRUPT,
+                ErrorClass::Rule => exit::RULE,
+                ErrorClass::Contention => exit::CONTENTION,
+            };
+        }
+    }
+    exit::USAGE
+}
+
+fn render(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
+fn init_tracing(quiet: bool) {
+    let level = if quiet { "error" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SESSIONLOG_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .init();
+}
+
+static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether `--quiet` was given.
+pub fn quiet() -> bool {
+    QUIET.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Prints a warning on stderr unless `--quiet`.
+pub fn warn(message: impl std::fmt::Display) {
+    if !quiet() {
+        eprintln!("sessionlog: warning: {message}");
+    }
+}

@@ -1,0 +1,39 @@
+//! `sessionlog export`: header and events as JSON lines, as SPEC §2 writes
+//! them without their CRC member. The log is checked whole before the first
+//! byte is printed, so a corrupt log prints nothing.
+
+use std::io::Write;
+
+use anyhow::Result;
+
+use crate::cli::SessionArgs;
+use crate::commands::create::header_json;
+use crate::target::Target;
+use crate::{exit, warn};
+
+/// Runs `export`.
+pub fn run(args: &SessionArgs) -> Result<u8> {
+    let target = Target::open(&args.store)?;
+    let sessions = target.sessions(args.session.as_deref())?;
+    for session in &sessions {
+        let stream = target.stream(session)?;
+        if let Some(torn) = stream.finish()? {
+            warn(format!(
+                "{}: exporting the good prefix; ignoring a torn tail of {} bytes at line {} (byte offset {})",
+                session.label, torn.bytes, torn.position.line, torn.position.offset
+            ));
+        }
+    }
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for session in &sessions {
+        let mut stream = target.stream(session)?;
+        writeln!(out, "{}", header_json(stream.header()))?;
+        while let Some(record) = stream.next_event()? {
+            out.write_all(record.body().as_bytes())?;
+            out.write_all(b"}\n")?;
+        }
+    }
+    out.flush()?;
+    Ok(exit::OK)
+}

@@ -1,0 +1,131 @@
+//! `sessionlog list`: the sessions of a store, read from their headers only;
+//! `--tree` shows children under their parents.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Serialize;
+use sessionlog_schema::SessionHeader;
+
+use crate::exit;
+use crate::target::Target;
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ListedSession<'a> {
+    session: &'a str,
+    created_at: Option<u64>,
+    cwd: Option<&'a str>,
+    parent_session: Option<&'a str>,
+    seed_length: Option<u64>,
+    delegation_depth: Option<u64>,
+    error: Option<String>,
+}
+
+/// Runs `list`.
+pub fn run(store: &Path, tree: bool, json: bool) -> Result<u8> {
+    let target = Target::open(store)?;
+    let entries: Vec<(String, Result<SessionHeader, String>)> = match &target {
+        Target::File(path) => {
+            let header = sessionlog_store::read_header(path, None)?;
+            vec![(header.id.to_string(), Ok(header))]
+        }
+        Target::Store(store) => store
+            .list()?
+            .into_iter()
+            .map(|entry| {
+                (
+                    entry.id.to_string(),
+                    entry.header.map_err(|e| e.to_string()),
+                )
+            })
+            .collect(),
+    };
+    let mut code = exit::OK;
+    if entries.iter().any(|(_, header)| header.is_err()) {
+        code = exit::CORRUPT;
+    }
+    if json {
+        for (id, header) in &entries {
+            let listed = match header {
+                Ok(h) => ListedSession {
+                    session: id,
+                    created_at: Some(h.created_at),
+                    cwd: Some(&h.cwd),
+                    parent_session: h.parent_session.as_ref().map(|p| p.as_str()),
+                    seed_length: Some(h.seed_length),
+                    delegation_depth: Some(h.delegation_depth),
+                    error: None,
+                },
+                Err(error) => ListedSession {
+                    session: id,
+                    created_at: None,
+                    cwd: None,
+                    parent_session: None,
+                    seed_length: None,
+                    delegation_depth: None,
+                    error: Some(error.clone()),
+                },
+            };
+            println!("{}", serde_json::to_string(&listed)?);
+        }
+        return Ok(code);
+    }
+    if tree {
+        print_tree(&entries);
+    } else {
+        for (id, header) in &entries {
+            match header {
+                Ok(h) => println!(
+                    "{id}\tdepth {}\tparent {}\tseed {}\t{}",
+                    h.delegation_depth,
+                    h.parent_session.as_ref().map_or("-", |p| p.as_str()),
+                    h.seed_length,
+                    h.cwd
+                ),
+                Err(error) => println!("{id}\tunreadable: {error}"),
+            }
+        }
+    }
+    Ok(code)
+}
+
+fn print_tree(entries: &[(String, Result<SessionHeader, String>)]) {
+    let known: std::collections::BTreeSet<&str> =
+        entries.iter().map(|(id, _)| id.as_str()).collect();
+    let mut children: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut roots = Vec::new();
+    for (id, header) in entries {
+        match header.as_ref().ok().and_then(|h| h.parent_session.as_ref()) {
+            Some(parent) if known.contains(parent.as_str()) => {
+                children.entry(parent.as_str()).or_default().push(id)
+            }
+            Some(parent) => {
+                roots.push(id.as_str());
+                let _ = parent;
+            }
+            None => roots.push(id.as_str()),
+        }
+    }
+    fn walk(id: &str, prefix: &str, last: bool, root: bool, children: &BTreeMap<&str, Vec<&str>>) {
+        if root {
+            println!("{id}");
+        } else {
+            println!("{prefix}{}{id}", if last { "└── " } else { "├── " });
+        }
+        let next_prefix = if root {
+            String::new()
+        } else {
+            format!("{prefix}{}", if last { "    " } else { "│   " })
+        };
+        if let Some(kids) = children.get(id) {
+            for (index, kid) in kids.iter().enumerate() {
+                walk(kid, &next_prefix, index + 1 == kids.len(), false, children);
+            }
+        }
+    }
+    for root in roots {
+        walk(root, "", true, true, &children);
+    }
+}

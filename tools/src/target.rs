@@ -1,0 +1,187 @@
+//! What a STORE argument names: a lone `.jsonl` log, or a store (a folder of
+//! logs or a SQLite database) in which `--session` picks one session.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use sessionlog_schema::SessionId;
+use sessionlog_store::{
+    open_log_writer, EventStream, Io, LogReader, SessionStream, SessionWriter, Snapshot, Store,
+    StoreError, WriterOptions,
+};
+
+use crate::UsageError;
+
+/// An opened STORE argument.
+#[derive(Debug)]
+pub enum Target {
+    /// A lone `.jsonl` log; its file may have any name.
+    File(PathBuf),
+    /// A folder of logs or a database.
+    Store(Store),
+}
+
+/// One session of a target.
+#[derive(Debug, Clone)]
+pub struct SessionRef {
+    /// Its id (for a lone file: from its header).
+    pub id: SessionId,
+    /// For messages: the file, or `store#id`.
+    pub label: String,
+}
+
+impl Target {
+    /// Opens an existing target.
+    pub fn open(path: &Path) -> Result<Target> {
+        if is_lone_log(path) {
+            if !path.exists() {
+                bail!(UsageError(format!("{}: no such file", path.display())));
+            }
+            return Ok(Target::File(path.to_owned()));
+        }
+        if !path.exists() {
+            bail!(UsageError(format!("{}: no such store", path.display())));
+        }
+        Ok(Target::Store(Store::open(path)?))
+    }
+
+    /// Every session (or just `--session`), in id order.
+    pub fn sessions(&self, session: Option<&str>) -> Result<Vec<SessionRef>> {
+        match self {
+            Target::File(path) => {
+                let header = sessionlog_store::read_header(path, None)?;
+                if let Some(wanted) = session {
+                    if wanted != header.id.as_str() {
+                        bail!(UsageError(format!(
+                            "{} holds session {}, not {wanted}",
+                            path.display(),
+                            header.id
+                        )));
+                    }
+                }
+                Ok(vec![SessionRef {
+                    label: path.display().to_string(),
+                    id: header.id,
+                }])
+            }
+            Target::Store(store) => {
+                let ids = match session {
+                    Some(wanted) => {
+                        let id = SessionId::parse(wanted).map_err(|e| UsageError(e.to_string()))?;
+                        if !store.contains(&id)? {
+                            bail!(UsageError(format!(
+                                "no session {id} in {}",
+                                store.path().display()
+                            )));
+                        }
+                        vec![id]
+                    }
+                    None => store.ids()?,
+                };
+                Ok(ids
+                    .into_iter()
+                    .map(|id| SessionRef {
+                        label: format!("{}#{id}", store.path().display()),
+                        id,
+                    })
+                    .collect())
+            }
+        }
+    }
+
+    /// The one session a command works on: `--session`, or the only one.
+    pub fn session(&self, session: Option<&str>) -> Result<SessionRef> {
+        let mut sessions = self.sessions(session)?;
+        match sessions.len() {
+            1 => Ok(sessions.remove(0)),
+            0 => bail!(UsageError("the store holds no session".into())),
+            n => bail!(UsageError(format!(
+                "the store holds {n} sessions: pick one with --session ID"
+            ))),
+        }
+    }
+
+    /// A streaming reader of one session.
+    pub fn stream(&self, session: &SessionRef) -> Result<Box<dyn SessionStream>> {
+        Ok(match self {
+            Target::File(path) => Box::new(LogReader::open(path, None)?),
+            Target::Store(Store::Jsonl(store)) => Box::new(store.reader(&session.id)?),
+            Target::Store(store) => {
+                let (header, events) = store.events(&session.id)?;
+                Box::new(RowStream { header, events })
+            }
+        })
+    }
+
+    /// The good prefix of one session in memory.
+    pub fn snapshot(&self, session: &SessionRef) -> Result<Snapshot> {
+        Ok(match self {
+            Target::File(path) => Snapshot::read(path, None)?,
+            Target::Store(store) => store.snapshot(&session.id)?,
+        })
+    }
+
+    /// The single writer of one session.
+    pub fn writer(&self, session: &SessionRef, options: WriterOptions) -> Result<SessionWriter> {
+        Ok(match self {
+            Target::File(path) => open_log_writer(path, None, options, Io::default())?,
+            Target::Store(store) => store.open_writer(&session.id, options)?,
+        })
+    }
+}
+
+/// The rows of a database session as a `SessionStream` (no torn tail: a
+/// transaction is whole or absent).
+struct RowStream {
+    header: sessionlog_schema::SessionHeader,
+    events: EventStream,
+}
+
+impl std::fmt::Debug for RowStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RowStream")
+            .field("session", &self.header.id)
+            .finish()
+    }
+}
+
+impl SessionStream for RowStream {
+    fn header(&self) -> &sessionlog_schema::SessionHeader {
+        &self.header
+    }
+
+    fn header_vocabulary_errors(&self) -> &[sessionlog_schema::HeaderVocabularyError] {
+        &[]
+    }
+
+    fn next_event(&mut self) -> Result<Option<sessionlog_schema::EventRecord>, StoreError> {
+        self.events.next().transpose()
+    }
+
+    fn finish(self: Box<Self>) -> Result<Option<sessionlog_schema::TornTail>, StoreError> {
+        for record in self.events {
+            record?;
+        }
+        Ok(None)
+    }
+}
+
+/// Whether `path` names a lone log file rather than a store.
+pub fn is_lone_log(path: &Path) -> bool {
+    path.extension().is_some_and(|ext| ext == "jsonl") && !path.is_dir()
+}
+
+/// Reads a whole file or stdin, naming the file on error.
+pub fn read_input(file: Option<&Path>) -> Result<Vec<u8>> {
+    use std::io::Read;
+    match file {
+        Some(path) => std::fs::read(path).with_context(|| format!("read {}", path.display())),
+        None => {
+            let mut bytes = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut bytes)
+                .context("read standard input")?;
+            Ok(bytes)
+        }
+    }
+}
