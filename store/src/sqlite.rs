@@ -1147,3 +1147,344 @@ fn newer_schema(path: &Path, found: i64) -> StoreError {
         supported: SCHEMA_VERSION,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Barrier;
+
+    use super::*;
+    use crate::io::{FaultInjector, FaultPoint};
+    use crate::store::tests::{header, id, note, ok, record};
+    use crate::writer::WriterOptions;
+
+    fn database(folder: &Path) -> PathBuf {
+        folder.join("sessions.db")
+    }
+
+    fn raw(path: &Path) -> Connection {
+        ok(Connection::open(path))
+    }
+
+    /// The sessions the v1 fixture holds: a root with a batch and a child.
+    fn fill_v1_fixture(store: &SqliteStore) {
+        let events = [
+            record(1, "approval/policy", r#"{"policy":"never"}"#),
+            record(2, "turn/start", r#"{"turnId":"t1"}"#),
+            EventRecord::new(3, 1_700_000_000_103, Some(2), "note/test", r#"{"n":3}"#),
+            record(4, "note/test", r#"{"n":4,"text":"é ☃"}"#),
+        ];
+        ok(store.create(&header("root"), &events, Durability::Fsync));
+        let mut child = header("child");
+        child.parent_session = Some(id("root"));
+        child.seed_length = 2;
+        child.delegation_depth = 1;
+        child.approval_policy = Some(sessionlog_schema::ApprovalPolicy::Never);
+        ok(store.create(&child, &events[..2], Durability::Fsync));
+    }
+
+    fn fixture_path() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/sqlite/v1.db")
+    }
+
+    /// Every row of both tables, as text, in key order.
+    fn dump(path: &Path) -> Vec<String> {
+        let connection = raw(path);
+        let mut rows = Vec::new();
+        for sql in [
+            "SELECT id || '|' || created_at || '|' || cwd || '|' || ifnull(parent_session, '-') || '|' || seed_length || '|' || delegation_depth || '|' || ifnull(sandbox_mode, '-') || '|' || ifnull(approval_policy, '-') || '|' || header_body || '|' || header_crc FROM sessions ORDER BY id",
+            "SELECT session_id || '|' || seq || '|' || ts || '|' || type || '|' || ifnull(batch, '-') || '|' || body || '|' || crc FROM events ORDER BY session_id, seq",
+        ] {
+            let mut statement = ok(connection.prepare(sql));
+            let texts: Vec<String> =
+                ok(ok(statement.query_map([], |row| row.get(0))).collect::<Result<_, _>>());
+            rows.extend(texts);
+        }
+        rows
+    }
+
+    #[test]
+    fn v1_fixture_is_what_the_generator_writes() {
+        let folder = ok(tempfile::tempdir());
+        let generated = database(folder.path());
+        fill_v1_fixture(&ok(SqliteStore::open(&generated)));
+        if std::env::var_os("SESSIONLOG_WRITE_FIXTURES").is_some() {
+            let target = fixture_path();
+            ok(std::fs::create_dir_all(
+                target.parent().unwrap_or(Path::new(".")),
+            ));
+            let _ = std::fs::remove_file(&target);
+            ok(raw(&generated).execute_batch(&format!(
+                "VACUUM INTO '{}'",
+                target.display().to_string().replace('\'', "''")
+            )));
+        }
+        assert_eq!(dump(&fixture_path()), dump(&generated));
+    }
+
+    #[test]
+    fn v1_fixture_opens_reads_and_accepts_appends() {
+        let folder = ok(tempfile::tempdir());
+        let copy = database(folder.path());
+        ok(std::fs::copy(fixture_path(), &copy));
+        let store = ok(SqliteStore::open(&copy));
+        let ids: Vec<String> = ok(store.ids()).iter().map(ToString::to_string).collect();
+        assert_eq!(ids, ["child", "root"]);
+        let root = ok(store.snapshot(&id("root")));
+        assert_eq!(root.events.len(), 4);
+        assert_eq!(root.events[2].batch(), Some(2));
+        assert_eq!(ok(store.snapshot(&id("child"))).header.seed_length, 2);
+        let mut writer = ok(store.open_writer(&id("root"), WriterOptions::default()));
+        assert_eq!(ok(writer.append(note("new"), Some(5))).get(), 5);
+    }
+
+    #[test]
+    fn empty_database_is_upgraded_to_the_current_version_in_one_step() {
+        let folder = ok(tempfile::tempdir());
+        let path = database(folder.path());
+        drop(raw(&path));
+        assert_eq!(ok(user_version(&raw(&path), &path)), 0);
+        drop(ok(SqliteStore::open(&path)));
+        assert_eq!(ok(user_version(&raw(&path), &path)), SCHEMA_VERSION);
+        assert_eq!(
+            MIGRATION_STEPS.last().map(|step| step.to_version),
+            Some(SCHEMA_VERSION)
+        );
+    }
+
+    #[test]
+    fn newer_schema_is_refused_naming_both_versions() {
+        let folder = ok(tempfile::tempdir());
+        let path = database(folder.path());
+        drop(ok(SqliteStore::open(&path)));
+        ok(raw(&path).pragma_update(None, "user_version", 99));
+        let refused = SqliteStore::open(&path);
+        let Err(error) = refused else {
+            panic!("a version 99 database was opened");
+        };
+        assert!(
+            matches!(
+                error,
+                StoreError::NewerSchema {
+                    found: 99,
+                    supported: 1,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains("99") && message.contains(" 1"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn database_and_lock_files_are_private() {
+        let folder = ok(tempfile::tempdir());
+        let store = ok(SqliteStore::open(&database(folder.path())));
+        ok(store.create(&header("a"), &[], Durability::Fsync));
+        let _writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+        let mode = |path: &Path| ok(std::fs::metadata(path)).permissions().mode() & 0o777;
+        assert_eq!(mode(store.path()), 0o600);
+        assert_eq!(mode(&store.lock_path(&id("a"))), 0o600);
+        assert_eq!(mode(&folder.path().join("sessions.db.locks")), 0o700);
+    }
+
+    #[test]
+    fn wal_mode_is_on() {
+        let folder = ok(tempfile::tempdir());
+        let store = ok(SqliteStore::open(&database(folder.path())));
+        let mode: String =
+            ok(raw(store.path()).pragma_query_value(None, "journal_mode", |row| row.get(0)));
+        assert_eq!(mode, "wal");
+    }
+
+    fn store_with_events(folder: &Path, count: u64) -> SqliteStore {
+        let store = ok(SqliteStore::open(&database(folder)));
+        let events: Vec<EventRecord> = (1..=count)
+            .map(|seq| record(seq, "note/test", "{}"))
+            .collect();
+        ok(store.create(&header("a"), &events, Durability::Fsync));
+        store
+    }
+
+    fn assert_corrupt_at(result: Result<Snapshot, StoreError>, seq: u64, reason: &str) {
+        let Err(StoreError::Corrupt { corruption, .. }) = &result else {
+            panic!("expected corruption, got {result:?}");
+        };
+        let expected = format!("session a, seq {seq}:");
+        assert!(
+            corruption.reason.starts_with(&expected) && corruption.reason.contains(reason),
+            "{}",
+            corruption.reason
+        );
+    }
+
+    #[test]
+    fn altered_body_is_corruption_naming_session_and_seq() {
+        let folder = ok(tempfile::tempdir());
+        let store = store_with_events(folder.path(), 3);
+        ok(raw(store.path()).execute(
+            "UPDATE events SET body = replace(body, '{}', '{\"x\":1}') WHERE seq = 2",
+            [],
+        ));
+        assert_corrupt_at(store.snapshot(&id("a")), 2, "CRC mismatch");
+        let streamed: Vec<Result<EventRecord, StoreError>> = ok(store.events(&id("a"))).collect();
+        assert!(matches!(
+            streamed.last(),
+            Some(Err(StoreError::Corrupt { .. }))
+        ));
+        let writer = store.open_writer(&id("a"), WriterOptions::default());
+        assert!(
+            matches!(writer, Err(StoreError::Corrupt { .. })),
+            "{writer:?}"
+        );
+    }
+
+    #[test]
+    fn seq_gap_is_corruption_naming_session_and_seq() {
+        let folder = ok(tempfile::tempdir());
+        let store = store_with_events(folder.path(), 3);
+        ok(raw(store.path()).execute("DELETE FROM events WHERE seq = 2", []));
+        assert_corrupt_at(store.snapshot(&id("a")), 2, "not contiguous");
+    }
+
+    #[test]
+    fn columns_that_disagree_with_the_body_are_corruption() {
+        let folder = ok(tempfile::tempdir());
+        let store = store_with_events(folder.path(), 2);
+        ok(raw(store.path()).execute("UPDATE events SET type = 'turn/start' WHERE seq = 1", []));
+        assert_corrupt_at(store.snapshot(&id("a")), 1, "disagree");
+    }
+
+    #[test]
+    fn unfinished_batch_is_corruption() {
+        let folder = ok(tempfile::tempdir());
+        let store = ok(SqliteStore::open(&database(folder.path())));
+        let events = [
+            EventRecord::new(1, 5, Some(2), "note/test", "{}"),
+            EventRecord::new(2, 5, None, "note/test", "{}"),
+        ];
+        ok(store.create(&header("a"), &events, Durability::Fsync));
+        ok(raw(store.path()).execute("DELETE FROM events WHERE seq = 2", []));
+        assert_corrupt_at(store.snapshot(&id("a")), 2, "batch");
+    }
+
+    #[test]
+    fn values_sqlite_cannot_hold_are_refused_before_writing() {
+        let folder = ok(tempfile::tempdir());
+        let store = ok(SqliteStore::open(&database(folder.path())));
+        let mut huge = header("a");
+        huge.created_at = u64::MAX;
+        let refused = store.create(&huge, &[], Durability::Fsync);
+        assert!(
+            matches!(refused, Err(StoreError::InvalidEvent(_))),
+            "{refused:?}"
+        );
+        assert!(!ok(store.contains(&id("a"))));
+    }
+
+    /// Fails every commit while armed.
+    #[derive(Debug, Default)]
+    struct FailCommits {
+        armed: AtomicBool,
+    }
+
+    impl FaultInjector for FailCommits {
+        fn before(&self, point: FaultPoint, _path: &Path) -> io::Result<()> {
+            if point == FaultPoint::Commit && self.armed.load(Ordering::SeqCst) {
+                return Err(io::Error::other("injected commit failure"));
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn failed_commit_poisons_the_writer_and_writes_nothing() {
+        let folder = ok(tempfile::tempdir());
+        let faults = Arc::new(FailCommits::default());
+        let store = ok(SqliteStore::open_with_io(
+            &database(folder.path()),
+            Io::with_faults(faults.clone()),
+        ));
+        ok(store.create(&header("a"), &[], Durability::Fsync));
+        let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+        ok(writer.append(note("kept"), Some(1)));
+        faults.armed.store(true, Ordering::SeqCst);
+        let failed = writer.append(note("lost"), Some(2));
+        assert!(matches!(failed, Err(StoreError::Io { .. })), "{failed:?}");
+        faults.armed.store(false, Ordering::SeqCst);
+        let refused = writer.append(note("after"), None);
+        assert!(
+            matches!(refused, Err(StoreError::Poisoned { .. })),
+            "{refused:?}"
+        );
+        drop(writer);
+        assert_eq!(ok(store.snapshot(&id("a"))).events.len(), 1);
+        let mut reopened = ok(store.open_writer(&id("a"), WriterOptions::default()));
+        assert_eq!(ok(reopened.append(note("again"), Some(2))).get(), 2);
+    }
+
+    #[test]
+    fn a_writer_in_another_store_handle_is_locked_out() {
+        let folder = ok(tempfile::tempdir());
+        let path = database(folder.path());
+        let first = ok(SqliteStore::open(&path));
+        ok(first.create(&header("a"), &[], Durability::Fsync));
+        let _writer = ok(first.open_writer(&id("a"), WriterOptions::default()));
+        let second = ok(SqliteStore::open(&path));
+        let locked = second.open_writer(&id("a"), WriterOptions::default());
+        assert!(
+            matches!(locked, Err(StoreError::Locked { .. })),
+            "{locked:?}"
+        );
+    }
+
+    #[test]
+    fn sixty_four_threads_appending_keep_every_acknowledged_event_exactly_once() {
+        const THREADS: usize = 64;
+        const EVENTS: usize = 40;
+        let folder = ok(tempfile::tempdir());
+        let store = ok(SqliteStore::open(&database(folder.path())));
+        for thread in 0..THREADS {
+            ok(store.create(&header(&format!("s{thread}")), &[], Durability::Fsync));
+        }
+        let start = Barrier::new(THREADS);
+        let acknowledged: Vec<Vec<u64>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|thread| {
+                    let (store, start) = (&store, &start);
+                    scope.spawn(move || {
+                        let session = id(&format!("s{thread}"));
+                        let mut writer = ok(store.open_writer(&session, WriterOptions::default()));
+                        start.wait();
+                        (0..EVENTS)
+                            .map(|n| ok(writer.append(note(&format!("{thread}/{n}")), None)).get())
+                            .collect()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| {
+                    handle
+                        .join()
+                        .unwrap_or_else(|_| panic!("an appender panicked"))
+                })
+                .collect()
+        });
+        for (thread, seqs) in acknowledged.iter().enumerate() {
+            assert_eq!(*seqs, (1..=EVENTS as u64).collect::<Vec<_>>());
+            let events = ok(store.snapshot(&id(&format!("s{thread}")))).events;
+            assert_eq!(events.len(), EVENTS, "session s{thread}");
+            for (n, record) in events.iter().enumerate() {
+                assert_eq!(record.seq(), n as u64 + 1);
+                let expected = format!("{{\"text\":\"{thread}/{n}\"}}");
+                assert_eq!(record.data(), expected);
+            }
+        }
+    }
+}

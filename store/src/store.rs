@@ -263,3 +263,407 @@ fn starts_with_sqlite_magic(path: &Path) -> bool {
         .is_ok()
         && &magic == b"SQLite format 3\0"
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    //! The conformance suite, written once and run against both backends,
+    //! and the helpers the other test modules of this crate share.
+
+    use std::path::Path;
+
+    use proptest::prelude::*;
+    use sessionlog_projections::Defaults;
+    use sessionlog_schema::{ApprovalPolicy, EventRecord, SessionHeader, SessionId};
+
+    use super::*;
+    use crate::writer::{NewEvent, WriterOptions};
+
+    pub(crate) fn id(text: &str) -> SessionId {
+        SessionId::parse(text).unwrap_or_else(|error| panic!("test id {text:?}: {error}"))
+    }
+
+    pub(crate) fn header(session: &str) -> SessionHeader {
+        SessionHeader::root(id(session), 1_700_000_000_000, "/work/project".to_owned())
+    }
+
+    pub(crate) fn event(event_type: &str, data: &str, ts: u64) -> NewEvent {
+        NewEvent {
+            event_type: event_type.to_owned(),
+            data: data.to_owned(),
+            ts: Some(ts),
+        }
+    }
+
+    pub(crate) fn note(text: &str) -> NewEvent {
+        event(
+            "note/test",
+            &serde_json::json!({ "text": text }).to_string(),
+            1_700_000_000_500,
+        )
+    }
+
+    pub(crate) fn record(seq: u64, event_type: &str, data: &str) -> EventRecord {
+        EventRecord::new(seq, 1_700_000_000_100 + seq, None, event_type, data)
+    }
+
+    pub(crate) fn ok<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
+        result.unwrap_or_else(|error| panic!("unexpected error: {error}"))
+    }
+
+    pub(crate) fn jsonl_store(folder: &Path) -> Store {
+        ok(Store::create(&folder.join("logs")))
+    }
+
+    pub(crate) fn sqlite_store(folder: &Path) -> Store {
+        ok(Store::create(&folder.join("sessions.db")))
+    }
+
+    pub(crate) fn buffered() -> WriterOptions {
+        WriterOptions {
+            durability: Durability::Buffered,
+            keep_snapshot: false,
+        }
+    }
+
+    /// A session's records as JSONL lines: the header, then each event.
+    pub(crate) fn export(store: &Store, session: &SessionId) -> String {
+        let snapshot = ok(store.snapshot(session));
+        let mut text = snapshot.header.encode();
+        for record in &snapshot.events {
+            text.push_str(&record.encode(session));
+        }
+        text
+    }
+
+    macro_rules! conformance {
+        ($($case:ident),* $(,)?) => {
+            mod jsonl_backend {
+                $(#[test]
+                fn $case() {
+                    let folder = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+                    super::$case(&super::jsonl_store(folder.path()));
+                })*
+            }
+            mod sqlite_backend {
+                $(#[test]
+                fn $case() {
+                    let folder = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+                    super::$case(&super::sqlite_store(folder.path()));
+                })*
+            }
+        };
+    }
+
+    conformance!(
+        created_session_reads_back_with_its_events,
+        creating_an_existing_id_is_refused,
+        appends_get_contiguous_seqs_and_survive_reopen,
+        batch_is_appended_whole_with_its_batch_member,
+        expected_seq_mismatch_is_a_conflict_and_writes_nothing,
+        second_writer_is_locked_until_the_first_closes,
+        rule_violation_is_refused_and_writes_nothing,
+        list_names_every_session_with_its_header,
+        event_stream_equals_snapshot,
+        fork_writes_the_child_header_seed_and_prompt,
+        fork_refuses_an_existing_child_and_a_rule_breaking_parent,
+        missing_session_is_not_found,
+    );
+
+    fn created_session_reads_back_with_its_events(store: &Store) {
+        let events = [
+            record(1, "turn/start", r#"{"turnId":"t1"}"#),
+            record(2, "note/test", r#"{"kept":[1,2.50,"x"]}"#),
+        ];
+        ok(store.create_session(&header("a"), &events, Durability::Fsync));
+        let snapshot = ok(store.snapshot(&id("a")));
+        assert_eq!(snapshot.header, header("a"));
+        assert_eq!(snapshot.events, events);
+        assert!(snapshot.torn_tail.is_none());
+        assert!(ok(store.contains(&id("a"))));
+        assert!(!ok(store.contains(&id("b"))));
+    }
+
+    fn creating_an_existing_id_is_refused(store: &Store) {
+        ok(store.create_session(&header("a"), &[], Durability::Fsync));
+        let again = store.create_session(&header("a"), &[], Durability::Fsync);
+        assert!(
+            matches!(&again, Err(StoreError::AlreadyExists { id: existing, .. }) if existing.as_str() == "a"),
+            "{again:?}"
+        );
+    }
+
+    fn appends_get_contiguous_seqs_and_survive_reopen(store: &Store) {
+        ok(store.create_session(&header("a"), &[], Durability::Fsync));
+        let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+        assert_eq!(ok(writer.append(note("one"), Some(1))).get(), 1);
+        assert_eq!(ok(writer.append(note("two"), None)).get(), 2);
+        drop(writer);
+        let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+        assert_eq!(writer.next_seq(), 3);
+        assert_eq!(ok(writer.append(note("three"), Some(3))).get(), 3);
+        drop(writer);
+        let seqs: Vec<u64> = ok(store.snapshot(&id("a")))
+            .events
+            .iter()
+            .map(EventRecord::seq)
+            .collect();
+        assert_eq!(seqs, [1, 2, 3]);
+    }
+
+    fn batch_is_appended_whole_with_its_batch_member(store: &Store) {
+        ok(store.create_session(&header("a"), &[], Durability::Fsync));
+        let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+        let seqs = ok(writer.append_batch(vec![note("x"), note("y"), note("z")], Some(1)));
+        assert_eq!(seqs.iter().map(|s| s.get()).collect::<Vec<_>>(), [1, 2, 3]);
+        drop(writer);
+        let batches: Vec<Option<u64>> = ok(store.snapshot(&id("a")))
+            .events
+            .iter()
+            .map(EventRecord::batch)
+            .collect();
+        assert_eq!(batches, [Some(3), None, None]);
+    }
+
+    fn expected_seq_mismatch_is_a_conflict_and_writes_nothing(store: &Store) {
+        ok(store.create_session(&header("a"), &[], Durability::Fsync));
+        let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+        ok(writer.append(note("one"), Some(1)));
+        let conflict = writer.append(note("late"), Some(1));
+        assert!(
+            matches!(
+                conflict,
+                Err(StoreError::Conflict {
+                    expected: 1,
+                    actual: 2,
+                    ..
+                })
+            ),
+            "{conflict:?}"
+        );
+        drop(writer);
+        assert_eq!(ok(store.snapshot(&id("a"))).events.len(), 1);
+    }
+
+    fn second_writer_is_locked_until_the_first_closes(store: &Store) {
+        ok(store.create_session(&header("a"), &[], Durability::Fsync));
+        let first = ok(store.open_writer(&id("a"), WriterOptions::default()));
+        let second = store.open_writer(&id("a"), WriterOptions::default());
+        assert!(
+            matches!(second, Err(StoreError::Locked { .. })),
+            "{second:?}"
+        );
+        assert_eq!(
+            ok(store.snapshot(&id("a"))).header,
+            header("a"),
+            "readers never lock"
+        );
+        drop(first);
+        assert!(store
+            .open_writer(&id("a"), WriterOptions::default())
+            .is_ok());
+    }
+
+    fn rule_violation_is_refused_and_writes_nothing(store: &Store) {
+        ok(store.create_session(&header("a"), &[], Durability::Fsync));
+        let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+        let refused = writer.append(event("turn/end", r#"{"turnId":"t9"}"#, 5), None);
+        assert!(
+            matches!(refused, Err(StoreError::Rule { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(ok(writer.append(note("after"), Some(1))).get(), 1);
+        drop(writer);
+        assert_eq!(ok(store.snapshot(&id("a"))).events.len(), 1);
+    }
+
+    fn list_names_every_session_with_its_header(store: &Store) {
+        for session in ["b", "a", "c-1"] {
+            ok(store.create_session(&header(session), &[], Durability::Buffered));
+        }
+        let ids: Vec<String> = ok(store.ids()).iter().map(ToString::to_string).collect();
+        assert_eq!(ids, ["a", "b", "c-1"]);
+        let listed = ok(store.list());
+        assert_eq!(listed.len(), 3);
+        for entry in listed {
+            assert_eq!(ok(entry.header), header(entry.id.as_str()));
+        }
+    }
+
+    fn event_stream_equals_snapshot(store: &Store) {
+        let events: Vec<EventRecord> = (1..=1200)
+            .map(|seq| record(seq, "note/test", &format!("{{\"n\":{seq}}}")))
+            .collect();
+        ok(store.create_session(&header("a"), &events, Durability::Buffered));
+        let (streamed_header, stream) = ok(store.events(&id("a")));
+        let streamed: Vec<EventRecord> = ok(stream.collect::<Result<_, _>>());
+        assert_eq!(streamed_header, header("a"));
+        assert_eq!(streamed, events);
+        let tail: Vec<u64> =
+            ok(ok(store.events_from(&id("a"), 1199)).collect::<Result<Vec<_>, _>>())
+                .iter()
+                .map(EventRecord::seq)
+                .collect();
+        assert_eq!(tail, [1199, 1200]);
+    }
+
+    fn fork_writes_the_child_header_seed_and_prompt(store: &Store) {
+        let parent_events = [
+            record(1, "approval/policy", r#"{"policy":"never"}"#),
+            record(2, "turn/start", r#"{"turnId":"t1"}"#),
+        ];
+        ok(store.create_session(&header("parent"), &parent_events, Durability::Fsync));
+        let child = ok(store.fork(
+            &id("parent"),
+            &id("child"),
+            Some("go"),
+            &Defaults::default(),
+        ));
+        assert_eq!(child.parent_session, Some(id("parent")));
+        assert_eq!(child.seed_length, 2);
+        assert_eq!(child.delegation_depth, 1);
+        assert_eq!(child.cwd, "/work/project");
+        assert_eq!(child.approval_policy, Some(ApprovalPolicy::Never));
+        assert_eq!(child.sandbox_mode, None);
+        let snapshot = ok(store.snapshot(&id("child")));
+        assert_eq!(snapshot.header, child);
+        let bodies: Vec<&str> = snapshot.events.iter().map(EventRecord::body).collect();
+        assert_eq!(
+            bodies[..2],
+            [parent_events[0].body(), parent_events[1].body()]
+        );
+        assert_eq!(snapshot.events.len(), 3);
+        assert_eq!(snapshot.events[2].event_type(), "message");
+        assert!(snapshot.events[2]
+            .data()
+            .contains(r#""senderSessionId":"parent""#));
+        assert_eq!(
+            ok(store.snapshot(&id("parent"))).events.len(),
+            2,
+            "the parent is untouched"
+        );
+    }
+
+    fn fork_refuses_an_existing_child_and_a_rule_breaking_parent(store: &Store) {
+        ok(store.create_session(&header("parent"), &[], Durability::Fsync));
+        ok(store.create_session(&header("taken"), &[], Durability::Fsync));
+        let existing = store.fork(&id("parent"), &id("taken"), None, &Defaults::default());
+        assert!(
+            matches!(existing, Err(StoreError::AlreadyExists { .. })),
+            "{existing:?}"
+        );
+        let itself = store.fork(&id("parent"), &id("parent"), None, &Defaults::default());
+        assert!(
+            matches!(itself, Err(StoreError::AlreadyExists { .. })),
+            "{itself:?}"
+        );
+        let missing = store.fork(&id("nobody"), &id("child"), None, &Defaults::default());
+        assert!(
+            matches!(missing, Err(StoreError::NotFound { .. })),
+            "{missing:?}"
+        );
+    }
+
+    fn missing_session_is_not_found(store: &Store) {
+        let snapshot = store.snapshot(&id("nobody"));
+        assert!(
+            matches!(snapshot, Err(StoreError::NotFound { .. })),
+            "{snapshot:?}"
+        );
+        let writer = store.open_writer(&id("nobody"), WriterOptions::default());
+        assert!(
+            matches!(writer, Err(StoreError::NotFound { .. })),
+            "{writer:?}"
+        );
+    }
+
+    #[test]
+    fn open_chooses_the_backend_by_path_and_refuses_a_missing_store() {
+        let folder = ok(tempfile::tempdir());
+        let missing = Store::open(&folder.path().join("nothing"));
+        assert!(matches!(missing, Err(StoreError::Io { .. })), "{missing:?}");
+        let sqlite = sqlite_store(folder.path());
+        let jsonl = jsonl_store(folder.path());
+        assert_eq!(ok(Store::open(sqlite.path())).backend(), Backend::Sqlite);
+        assert_eq!(ok(Store::open(jsonl.path())).backend(), Backend::Jsonl);
+        let renamed = folder.path().join("sessions-copy");
+        ok(std::fs::copy(sqlite.path(), &renamed));
+        assert_eq!(
+            Backend::of_path(&renamed),
+            Backend::Sqlite,
+            "recognised by its magic bytes"
+        );
+    }
+
+    /// One operation of the model-based property test.
+    #[derive(Debug, Clone)]
+    enum Operation {
+        Create(usize),
+        Append(usize, Vec<String>),
+        Batch(usize, Vec<String>),
+    }
+
+    fn operation() -> impl Strategy<Value = Operation> {
+        let texts = prop::collection::vec("[ -~é☃]{0,12}", 1..4);
+        prop_oneof![
+            (0..3usize).prop_map(Operation::Create),
+            (0..3usize, texts.clone()).prop_map(|(s, t)| Operation::Append(s, t)),
+            (0..3usize, texts).prop_map(|(s, t)| Operation::Batch(s, t)),
+        ]
+    }
+
+    fn apply(store: &Store, operation: &Operation) -> Result<Vec<u64>, String> {
+        let session = |index: usize| id(&format!("s{index}"));
+        let notes = |texts: &[String]| -> Vec<NewEvent> {
+            texts
+                .iter()
+                .enumerate()
+                .map(|(n, text)| {
+                    event(
+                        "note/test",
+                        &serde_json::json!({ "t": text }).to_string(),
+                        n as u64,
+                    )
+                })
+                .collect()
+        };
+        let outcome = match operation {
+            Operation::Create(index) => store
+                .create_session(&header(session(*index).as_str()), &[], Durability::Buffered)
+                .map(|()| Vec::new()),
+            Operation::Append(index, texts) => store
+                .open_writer(&session(*index), buffered())
+                .and_then(|mut writer| {
+                    notes(texts)
+                        .into_iter()
+                        .map(|event| writer.append(event, None).map(|seq| seq.get()))
+                        .collect()
+                }),
+            Operation::Batch(index, texts) => store
+                .open_writer(&session(*index), buffered())
+                .and_then(|mut writer| writer.append_batch(notes(texts), None))
+                .map(|seqs| seqs.iter().map(|seq| seq.get()).collect()),
+        };
+        outcome.map_err(|error| format!("{:?}", error.class()))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+        #[test]
+        fn both_backends_export_the_same_bytes_for_any_operations(
+            operations in prop::collection::vec(operation(), 1..12)
+        ) {
+            let folder = ok(tempfile::tempdir());
+            let jsonl = jsonl_store(folder.path());
+            let sqlite = sqlite_store(folder.path());
+            for operation in &operations {
+                prop_assert_eq!(apply(&jsonl, operation), apply(&sqlite, operation), "{:?}", operation);
+            }
+            let ids = ok(jsonl.ids());
+            prop_assert_eq!(&ids, &ok(sqlite.ids()));
+            for session in &ids {
+                prop_assert_eq!(export(&jsonl, session), export(&sqlite, session));
+            }
+            prop_assert_eq!(ok(crate::diff(&jsonl, &sqlite)), None);
+        }
+    }
+}
