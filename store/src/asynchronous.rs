@@ -199,3 +199,115 @@ async fn blocking<T: Send + 'static>(
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tests::{header, id, jsonl_store, note, ok, sqlite_store};
+
+    async fn check_append_and_follow(store: Store) {
+        let store = AsyncStore::new(store);
+        ok(store
+            .create(header("a"), Vec::new(), Durability::Fsync)
+            .await);
+        let seqs = ok(store.append(id("a"), vec![note("one")], Some(1)).await);
+        assert_eq!(seqs.iter().map(|s| s.get()).collect::<Vec<_>>(), [1]);
+        let mut followed = store.follow(id("a"), 1);
+        let first = ok(ok(followed.recv().await.ok_or("the stream ended")));
+        assert_eq!(first.seq(), 1, "events already stored come first");
+        let seqs = ok(store
+            .append(id("a"), vec![note("two"), note("three")], None)
+            .await);
+        assert_eq!(seqs.iter().map(|s| s.get()).collect::<Vec<_>>(), [2, 3]);
+        for expected in [2, 3] {
+            let next = tokio::time::timeout(Duration::from_secs(5), followed.recv()).await;
+            let record = ok(ok(ok(next).ok_or("the stream ended")));
+            assert_eq!(record.seq(), expected);
+        }
+        let conflict = store.append(id("a"), vec![note("late")], Some(2)).await;
+        assert!(
+            matches!(conflict, Err(StoreError::Conflict { .. })),
+            "{conflict:?}"
+        );
+        assert_eq!(ok(store.snapshot(id("a")).await).events.len(), 3);
+        let child = ok(store
+            .fork(id("a"), id("b"), None, Defaults::default())
+            .await);
+        assert_eq!(child.seed_length, 3);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_appends_and_follows() {
+        let folder = ok(tempfile::tempdir());
+        check_append_and_follow(sqlite_store(folder.path())).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn jsonl_appends_and_follows() {
+        let folder = ok(tempfile::tempdir());
+        check_append_and_follow(jsonl_store(folder.path())).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_appends_to_one_session_share_its_writer() {
+        let folder = ok(tempfile::tempdir());
+        let store = AsyncStore::new(sqlite_store(folder.path()));
+        ok(store
+            .create(header("a"), Vec::new(), Durability::Fsync)
+            .await);
+        let tasks: Vec<_> = (0..16)
+            .map(|n| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    store
+                        .append(id("a"), vec![note(&n.to_string())], None)
+                        .await
+                })
+            })
+            .collect();
+        for task in tasks {
+            ok(ok(task.await));
+        }
+        let seqs: Vec<u64> = ok(store.snapshot(id("a")).await)
+            .events
+            .iter()
+            .map(EventRecord::seq)
+            .collect();
+        assert_eq!(seqs, (1..=16).collect::<Vec<_>>());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn close_releases_the_writer_lock() {
+        let folder = ok(tempfile::tempdir());
+        let store = AsyncStore::new(sqlite_store(folder.path()));
+        ok(store
+            .create(header("a"), Vec::new(), Durability::Fsync)
+            .await);
+        ok(store.append(id("a"), vec![note("one")], None).await);
+        let locked = store
+            .store()
+            .open_writer(&id("a"), WriterOptions::default());
+        assert!(
+            matches!(locked, Err(StoreError::Locked { .. })),
+            "{locked:?}"
+        );
+        store.close(&id("a"));
+        assert!(store
+            .store()
+            .open_writer(&id("a"), WriterOptions::default())
+            .is_ok());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn follow_of_a_missing_session_delivers_not_found_and_ends() {
+        let folder = ok(tempfile::tempdir());
+        let store = AsyncStore::new(sqlite_store(folder.path()));
+        let mut followed = store.follow(id("nobody"), 1);
+        let first = followed.recv().await;
+        assert!(
+            matches!(first, Some(Err(StoreError::NotFound { .. }))),
+            "{first:?}"
+        );
+        assert!(followed.recv().await.is_none());
+    }
+}

@@ -408,3 +408,216 @@ fn missing_session(id: &SessionId, left: &str, right: &str) -> Difference {
         right: right.to_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+    use crate::store::tests::{header, id, jsonl_store, note, ok, record, sqlite_store};
+    use crate::writer::WriterOptions;
+    use crate::Store;
+
+    /// A folder of logs with a root, a batch, a child and unicode data.
+    fn realistic_jsonl(folder: &std::path::Path) -> Store {
+        let store = jsonl_store(folder);
+        let events = [
+            record(1, "approval/policy", r#"{"policy":"never"}"#),
+            record(2, "turn/start", r#"{"turnId":"t1"}"#),
+            record(3, "unknown/kind", r#"{"keep":"é ☃ \u0041","n":1.50e3}"#),
+        ];
+        ok(store.create_session(&header("root"), &events, Durability::Fsync));
+        let mut writer = ok(store.open_writer(&id("root"), WriterOptions::default()));
+        ok(writer.append_batch(vec![note("a"), note("b")], Some(4)));
+        drop(writer);
+        ok(store.fork(
+            &id("root"),
+            &id("child"),
+            Some("hello"),
+            &Default::default(),
+        ));
+        ok(store.create_session(&header("empty"), &[], Durability::Fsync));
+        store
+    }
+
+    fn log_bytes(store: &Store, session: &str) -> Vec<u8> {
+        ok(std::fs::read(store.session_path(&id(session))))
+    }
+
+    fn quiet(_: MigrateProgress) {}
+
+    #[test]
+    fn jsonl_to_sqlite_to_jsonl_is_byte_identical() {
+        let folder = ok(tempfile::tempdir());
+        let source = realistic_jsonl(folder.path());
+        let sqlite = sqlite_store(folder.path());
+        let report = ok(migrate(&source, &sqlite, &mut quiet));
+        assert_eq!(report.sessions, 3);
+        assert_eq!(report.events, 5 + 6);
+        assert!(report.warnings.is_empty());
+        let back = ok(Store::create(&folder.path().join("back")));
+        ok(migrate(&sqlite, &back, &mut quiet));
+        for session in ["root", "child", "empty"] {
+            assert_eq!(
+                log_bytes(&source, session),
+                log_bytes(&back, session),
+                "{session}"
+            );
+        }
+        assert_eq!(ok(diff(&source, &back)), None);
+    }
+
+    #[test]
+    fn progress_reports_every_session_of_every_phase() {
+        let folder = ok(tempfile::tempdir());
+        let source = realistic_jsonl(folder.path());
+        let mut seen = Vec::new();
+        ok(migrate(&source, &sqlite_store(folder.path()), &mut |p| {
+            seen.push((p.phase, p.done, p.total))
+        }));
+        let phases = [
+            MigratePhase::Verify,
+            MigratePhase::Copy,
+            MigratePhase::Compare,
+        ];
+        let expected: Vec<_> = phases
+            .iter()
+            .flat_map(|phase| (1..=3).map(move |done| (*phase, done, 3)))
+            .collect();
+        assert_eq!(seen, expected);
+    }
+
+    #[test]
+    fn corrupt_source_session_refuses_the_run_and_writes_nothing() {
+        let folder = ok(tempfile::tempdir());
+        let source = realistic_jsonl(folder.path());
+        let path = source.session_path(&id("root"));
+        let mut bytes = ok(std::fs::read(&path));
+        let second_line = bytes.iter().position(|b| *b == b'\n').map_or(0, |i| i + 5);
+        bytes[second_line] ^= 0x01;
+        ok(std::fs::write(&path, bytes));
+        let destination = sqlite_store(folder.path());
+        let refused = migrate(&source, &destination, &mut quiet);
+        let Err(error) = refused else {
+            panic!("a corrupt source was migrated");
+        };
+        assert!(matches!(error, StoreError::Corrupt { .. }), "{error:?}");
+        assert!(error.to_string().contains("root.jsonl"), "{error}");
+        assert!(ok(destination.ids()).is_empty(), "nothing is written");
+    }
+
+    #[test]
+    fn rule_breaking_source_session_refuses_the_run_naming_it() {
+        let folder = ok(tempfile::tempdir());
+        let source = jsonl_store(folder.path());
+        ok(source.create_session(&header("good"), &[], Durability::Fsync));
+        let line = record(1, "turn/end", r#"{"turnId":"nope"}"#).encode(&id("bad"));
+        let text = format!("{}{line}", header("bad").encode());
+        ok(std::fs::write(source.session_path(&id("bad")), text));
+        let destination = sqlite_store(folder.path());
+        let refused = migrate(&source, &destination, &mut quiet);
+        let Err(error) = refused else {
+            panic!("a rule-breaking source was migrated");
+        };
+        assert!(matches!(error, StoreError::Rule { .. }), "{error:?}");
+        assert!(error.to_string().contains("bad.jsonl"), "{error}");
+        assert!(ok(destination.ids()).is_empty(), "nothing is written");
+    }
+
+    #[test]
+    fn torn_tail_is_dropped_with_a_warning() {
+        let folder = ok(tempfile::tempdir());
+        let source = realistic_jsonl(folder.path());
+        let mut file = ok(std::fs::OpenOptions::new()
+            .append(true)
+            .open(source.session_path(&id("empty"))));
+        ok(file.write_all(b"{\"seq\":1,\"ts\":"));
+        let destination = sqlite_store(folder.path());
+        let report = ok(migrate(&source, &destination, &mut quiet));
+        assert_eq!(report.warnings.len(), 1);
+        assert_eq!(report.warnings[0].session, id("empty"));
+        assert!(report.warnings[0].to_string().contains("torn tail"));
+        assert!(ok(destination.snapshot(&id("empty"))).events.is_empty());
+    }
+
+    #[test]
+    fn existing_destination_session_refuses_the_run() {
+        let folder = ok(tempfile::tempdir());
+        let source = realistic_jsonl(folder.path());
+        let destination = sqlite_store(folder.path());
+        ok(destination.create_session(&header("empty"), &[], Durability::Fsync));
+        let refused = migrate(&source, &destination, &mut quiet);
+        assert!(
+            matches!(&refused, Err(StoreError::AlreadyExists { id: taken, .. }) if taken.as_str() == "empty"),
+            "{refused:?}"
+        );
+        assert_eq!(
+            ok(destination.ids()),
+            [id("empty")],
+            "nothing else is written"
+        );
+    }
+
+    /// `diff` of two stores built by `left` and `right`, as text.
+    fn check_diff(left: &[(&str, &[EventRecord])], right: &[(&str, &[EventRecord])], expect: &str) {
+        let folder = ok(tempfile::tempdir());
+        let a = jsonl_store(folder.path());
+        let b = sqlite_store(folder.path());
+        for (store, sessions) in [(&a, left), (&b, right)] {
+            for (session, events) in sessions {
+                ok(store.create_session(&header(session), events, Durability::Buffered));
+            }
+        }
+        let found = ok(diff(&a, &b)).map_or_else(|| "none".to_owned(), |d| d.to_string());
+        assert_eq!(found, expect);
+    }
+
+    #[test]
+    fn diff_names_the_first_difference() {
+        let one = [record(1, "note/test", r#"{"n":1}"#)];
+        let two = [
+            record(1, "note/test", r#"{"n":1}"#),
+            record(2, "note/test", r#"{"n":2}"#),
+        ];
+        let other = [record(1, "note/test", r#"{"n":9}"#)];
+        check_diff(&[("a", &one)], &[("a", &one)], "none");
+        check_diff(
+            &[("a", &one), ("b", &one)],
+            &[("a", &one)],
+            "session b: session differs: left present, right missing",
+        );
+        check_diff(
+            &[("b", &one)],
+            &[("a", &one), ("b", &one)],
+            "session a: session differs: left missing, right present",
+        );
+        check_diff(
+            &[("a", &one)],
+            &[("a", &two)],
+            "session a: event count differs: left 1, right 2",
+        );
+        check_diff(
+            &[("a", &one)],
+            &[("a", &other)],
+            r#"session a, seq 1: data differs: left {"n":1}, right {"n":9}"#,
+        );
+    }
+
+    #[test]
+    fn diff_names_a_header_field() {
+        let folder = ok(tempfile::tempdir());
+        let a = jsonl_store(folder.path());
+        let b = sqlite_store(folder.path());
+        ok(a.create_session(&header("a"), &[], Durability::Buffered));
+        let mut moved = header("a");
+        moved.cwd = "/elsewhere".to_owned();
+        ok(b.create_session(&moved, &[], Durability::Buffered));
+        let found = ok(diff(&a, &b)).map(|d| d.to_string());
+        assert_eq!(
+            found.as_deref(),
+            Some(
+                r#"session a, seq 0: header cwd differs: left "/work/project", right "/elsewhere""#
+            )
+        );
+    }
+}
