@@ -192,6 +192,15 @@ impl SessionState {
         }
     }
 
+    /// Folds the event that [`check`](Self::check) returned for `record`,
+    /// without checking it again (the writer checks before it writes and
+    /// folds after the write succeeded).
+    pub fn apply_checked(&mut self, record: &EventRecord, event: Event) {
+        debug_assert_eq!(record.seq(), self.seq.saturating_add(1));
+        self.seq = self.seq.saturating_add(1);
+        self.absorb(self.seq, event);
+    }
+
     /// The approval override: the last own `approval/policy`, else the
     /// header's baseline, else none. Never the configured default.
     pub fn approval_override(&self) -> Option<ApprovalPolicy> {
