@@ -1,0 +1,155 @@
+//! Running the real `sessionlog` binary from tests.
+//!
+//! The binary is the one cargo built beside this test executable:
+//! `…/target/<profile>/deps/integration-xxxx` → `…/target/<profile>/sessionlog`
+//! (`cargo test --workspace` builds it). When it is missing (a run of
+//! `cargo test -p sessionlog-tests` alone), it is built once per test run
+//! into a target folder of its own, since the `cargo test` that started us
+//! still holds the lock on ours.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+/// What a finished run of the binary left behind.
+#[derive(Debug)]
+pub struct Run {
+    /// The exit code (`-1` when a signal ended it).
+    pub code: i32,
+    /// Standard output, lossily decoded.
+    pub stdout: String,
+    /// Standard error, lossily decoded.
+    pub stderr: String,
+}
+
+/// The path of the `sessionlog` binary, built on first use if missing.
+pub fn sessionlog_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(locate_or_build)
+}
+
+/// A `Command` for the binary with `args`, with colour and terminal
+/// detection out of the way (`NO_COLOR` set) and `SESSIONLOG_LOG` cleared.
+pub fn sessionlog<I, S>(args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut command = Command::new(sessionlog_binary());
+    command
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("SESSIONLOG_LOG");
+    command
+}
+
+/// Runs the binary with `args` and no standard input.
+pub fn run<I, S>(args: I) -> Run
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    run_command(sessionlog(args), None)
+}
+
+/// Runs the binary with `args`, writing `stdin` to its standard input.
+pub fn run_with_stdin<I, S>(args: I, stdin: &str) -> Run
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    run_command(sessionlog(args), Some(stdin))
+}
+
+/// Runs a prepared command to completion.
+pub fn run_command(mut command: Command, stdin: Option<&str>) -> Run {
+    command
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|error| panic!("start {command:?}: {error}"));
+    if let Some(text) = stdin {
+        let mut pipe = child.stdin.take().unwrap_or_else(|| panic!("stdin piped"));
+        pipe.write_all(text.as_bytes())
+            .unwrap_or_else(|error| panic!("write stdin of {command:?}: {error}"));
+    }
+    let output = child
+        .wait_with_output()
+        .unwrap_or_else(|error| panic!("wait for {command:?}: {error}"));
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+impl Run {
+    /// Panics with both streams unless the exit code is `code`.
+    #[track_caller]
+    pub fn expect_code(&self, code: i32) -> &Run {
+        assert_eq!(
+            self.code, code,
+            "exit code {} (wanted {code})\n--- stdout\n{}\n--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        );
+        self
+    }
+}
+
+/// The root of the workspace (where `examples/` and `Cargo.toml` live).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or_else(|| panic!("the tests package lives inside the workspace"))
+        .to_owned()
+}
+
+fn locate_or_build() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_else(|error| panic!("current_exe: {error}"));
+    // …/target/<profile>/deps/integration-xxxx
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or_else(|| panic!("unexpected test executable path {}", exe.display()))
+        .to_owned();
+    let beside = profile_dir.join("sessionlog");
+    if beside.is_file() {
+        return beside;
+    }
+    let release = profile_dir
+        .file_name()
+        .is_some_and(|name| name == "release");
+    let own_target = profile_dir
+        .parent()
+        .unwrap_or_else(|| panic!("no target folder above {}", profile_dir.display()))
+        .join("sessionlog-cli");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut build = Command::new(cargo);
+    build
+        .current_dir(workspace_root())
+        .args(["build", "-p", "sessionlog"])
+        .env("CARGO_TARGET_DIR", &own_target);
+    if release {
+        build.arg("--release");
+    }
+    let status = build
+        .status()
+        .unwrap_or_else(|error| panic!("run {build:?}: {error}"));
+    assert!(status.success(), "{build:?} failed: {status}");
+    let built = own_target
+        .join(if release { "release" } else { "debug" })
+        .join("sessionlog");
+    assert!(
+        built.is_file(),
+        "{build:?} did not produce {}",
+        built.display()
+    );
+    built
+}
