@@ -205,16 +205,15 @@ impl SessionWriter {
     pub fn stage(&mut self, event: NewEvent, expected_seq: Option<u64>) -> Result<u64, StoreError> {
         self.check_usable(expected_seq)?;
         let record = build_record(self.written_seq + 1, None, event)?;
-        self.state
+        let event = self
+            .state
             .check(&record)
             .map_err(|violation| StoreError::Rule {
                 path: self.path.clone(),
                 violation,
             })?;
         self.write(std::slice::from_ref(&record))?;
-        self.state
-            .apply(&record)
-            .unwrap_or_else(|violation| unreachable!("checked above: {violation}"));
+        self.state.apply_checked(&record, event);
         Ok(record.seq())
     }
 
