@@ -676,6 +676,52 @@ mod tests {
     }
 
     #[test]
+    fn moving_auto_to_full_access_writes_never_and_leaves_the_sandbox() {
+        use sessionlog_projections::{Defaults, PresetView};
+        use sessionlog_schema::{ApprovalPolicy, Preset};
+        let (_dir, store) = store();
+        let session = created(&store, "preset");
+        let mut writer = store
+            .open_writer(&session, WriterOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let defaults = Defaults::default();
+        let auto = writer
+            .switch_preset(Preset::Auto, Some(ApprovalPolicy::Ask), &defaults, None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(auto.len(), 2, "sandbox/mode + permission/preset");
+        assert_eq!(
+            writer.state().preset(&defaults),
+            PresetView::Named(Preset::Auto)
+        );
+        let full = writer
+            .switch_preset(Preset::FullAccess, None, &defaults, None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(full.len(), 2, "approval/policy never + permission/preset");
+        drop(writer);
+        let snapshot = store.snapshot(&session).unwrap_or_else(|e| panic!("{e}"));
+        let types: Vec<&str> = snapshot.events.iter().map(|e| e.event_type()).collect();
+        assert_eq!(
+            types,
+            [
+                "sandbox/mode",
+                "permission/preset",
+                "approval/policy",
+                "permission/preset"
+            ]
+        );
+        assert_eq!(snapshot.events[2].data(), r#"{"policy":"never"}"#);
+        assert_eq!(snapshot.events[0].batch(), Some(2));
+        assert_eq!(snapshot.events[2].batch(), Some(2));
+        let refused = store
+            .open_writer(&session, WriterOptions::default())
+            .and_then(|mut w| w.switch_preset(Preset::Auto, None, &defaults, None));
+        assert!(
+            matches!(refused, Err(StoreError::InvalidEvent(_))),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
     fn list_reads_headers_and_skips_foreign_files() {
         let (dir, store) = store();
         created(&store, "b");

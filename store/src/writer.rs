@@ -9,8 +9,10 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use sessionlog_projections::SessionState;
-use sessionlog_schema::{compact_json, EventRecord, SessionHeader, SessionId, MAX_RECORD_BYTES};
+use sessionlog_projections::{preset_switch, Defaults, SessionState};
+use sessionlog_schema::{
+    compact_json, ApprovalPolicy, EventRecord, Preset, SessionHeader, SessionId, MAX_RECORD_BYTES,
+};
 
 use crate::StoreError;
 
@@ -197,6 +199,32 @@ impl SessionWriter {
         self.state = trial;
         self.sync()?;
         Ok(records.iter().map(|r| AcknowledgedSeq(r.seq())).collect())
+    }
+
+    /// Switches the session's preset (SPEC §7, the preset writer): appends,
+    /// as one atomic batch, the `sandbox/mode` and `approval/policy` events
+    /// the preset needs and the `permission/preset` event. `auto` needs the
+    /// approval policy it runs under (`auto_approval`); the other presets
+    /// refuse one.
+    pub fn switch_preset(
+        &mut self,
+        preset: Preset,
+        auto_approval: Option<ApprovalPolicy>,
+        defaults: &Defaults,
+        expected_seq: Option<u64>,
+    ) -> Result<Vec<AcknowledgedSeq>, StoreError> {
+        let events = preset_switch(&self.state, preset, auto_approval, defaults)
+            .map_err(|error| StoreError::InvalidEvent(error.to_string()))?;
+        let ts = now_ms();
+        let events = events
+            .into_iter()
+            .map(|(event_type, data)| NewEvent {
+                event_type: event_type.as_str().to_owned(),
+                data,
+                ts: Some(ts),
+            })
+            .collect();
+        self.append_batch(events, expected_seq)
     }
 
     /// Validates and writes one event without syncing; returns its seq. The
