@@ -746,4 +746,97 @@ mod tests {
         let error = store.open_writer(&id("link"), WriterOptions::default());
         assert!(matches!(error, Err(StoreError::Io { .. })), "{error:?}");
     }
+
+    fn arbitrary_event() -> impl proptest::strategy::Strategy<Value = NewEvent> {
+        use proptest::prelude::*;
+        let id = || prop::sample::select(vec!["a", "b", "c"]);
+        let policy = prop::sample::select(vec!["ask", "never", "sometimes"]);
+        let mode = prop::sample::select(vec![
+            "read-only",
+            "workspace-write",
+            "danger-full-access",
+            "rw",
+        ]);
+        let preset = prop::sample::select(vec![
+            "read-only",
+            "workspace-write",
+            "full-access",
+            "auto",
+            "yolo",
+        ]);
+        let outcome = prop::sample::select(vec!["allowed-once", "rejected", "cancelled", "maybe"]);
+        prop_oneof![
+            id().prop_map(|t| NewEvent::new("turn/start", format!(r#"{{"turnId":"{t}"}}"#))),
+            id().prop_map(|t| NewEvent::new("turn/end", format!(r#"{{"turnId":"{t}"}}"#))),
+            (id(), id()).prop_map(|(s, t)| NewEvent::new(
+                "step/start",
+                format!(r#"{{"stepId":"{s}","turnId":"{t}"}}"#)
+            )),
+            id().prop_map(|s| NewEvent::new("step/end", format!(r#"{{"stepId":"{s}"}}"#))),
+            (id(), id()).prop_map(|(c, s)| NewEvent::new(
+                "tool/start",
+                format!(r#"{{"callId":"{c}","stepId":"{s}","name":"bash","arguments":{{}}}}"#)
+            )),
+            id().prop_map(|c| NewEvent::new(
+                "tool/settle",
+                format!(r#"{{"callId":"{c}","status":"ok"}}"#)
+            )),
+            (id(), id()).prop_map(|(r, t)| NewEvent::new(
+                "approval/asked",
+                format!(r#"{{"requestId":"{r}","turnId":"{t}","tool":"bash"}}"#)
+            )),
+            (id(), outcome).prop_map(|(r, o)| NewEvent::new(
+                "approval/decided",
+                format!(r#"{{"requestId":"{r}","outcome":"{o}"}}"#)
+            )),
+            policy.prop_map(|p| NewEvent::new("approval/policy", format!(r#"{{"policy":"{p}"}}"#))),
+            mode.prop_map(|m| NewEvent::new("sandbox/mode", format!(r#"{{"mode":"{m}"}}"#))),
+            preset
+                .prop_map(|p| NewEvent::new("permission/preset", format!(r#"{{"preset":"{p}"}}"#))),
+            Just(NewEvent::new("custom/thing", "[1,2]")),
+            Just(NewEvent::new("turn/start", "[]")),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Whatever the writer accepts, in single appends or batches, folds
+        /// with no violation and scans clean: it never writes a log that
+        /// `verify` would reject.
+        #[test]
+        fn the_writer_never_accepts_a_log_that_verify_rejects(
+            steps in proptest::collection::vec(
+                (proptest::collection::vec(arbitrary_event(), 1..4), proptest::bool::ANY),
+                1..40,
+            )
+        ) {
+            let (_dir, store) = store();
+            let session = created(&store, "model");
+            let mut writer = store
+                .open_writer(&session, WriterOptions { durability: Durability::Buffered, keep_snapshot: true })
+                .unwrap_or_else(|e| panic!("{e}"));
+            let mut accepted = 0usize;
+            for (events, as_batch) in steps {
+                if as_batch {
+                    let count = events.len();
+                    if writer.append_batch(events, None).is_ok() {
+                        accepted += count;
+                    }
+                } else {
+                    for event in events {
+                        if writer.append(event, None).is_ok() {
+                            accepted += 1;
+                        }
+                    }
+                }
+            }
+            drop(writer);
+            let snapshot = store.snapshot(&session).unwrap_or_else(|e| panic!("{e}"));
+            proptest::prop_assert!(snapshot.torn_tail.is_none());
+            proptest::prop_assert_eq!(snapshot.events.len(), accepted);
+            let (_, violations) = fold(snapshot.header, &snapshot.events);
+            proptest::prop_assert!(violations.is_empty(), "{:?}", violations);
+        }
+    }
 }
