@@ -6,14 +6,24 @@
 //! goes through the `Io` seam, so tests can fail any single operation.
 #![deny(missing_docs)]
 
+mod asynchronous;
 mod error;
 mod io;
 mod jsonl;
+mod migrate;
 mod reader;
+mod sqlite;
+mod store;
 mod writer;
 
+pub use asynchronous::{AsyncStore, FOLLOW_POLL_INTERVAL};
 pub use error::{ErrorClass, StoreError};
 pub use io::{FaultInjector, FaultPoint, Io};
 pub use jsonl::{create_log_file, open_log_writer, read_header, JsonlStore, ListEntry};
+pub use migrate::{
+    diff, migrate, Difference, MigratePhase, MigrateProgress, MigrateReport, MigrateWarning,
+};
 pub use reader::{read_snapshot_from, LogReader, SessionStream, Snapshot};
+pub use sqlite::{SqliteEvents, SqliteStore, SCHEMA_VERSION};
+pub use store::{Backend, EventStream, Store};
 pub use writer::{now_ms, AcknowledgedSeq, Durability, NewEvent, SessionWriter, WriterOptions};
