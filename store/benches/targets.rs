@@ -1,0 +1,816 @@
+//! The performance targets, each measured against its baseline in the same
+//! run and printed as one table (figure, measured, baseline, ratio, target).
+//!
+//! The inputs are generated here, in a temporary folder: realistic logs of
+//! turns, steps, messages, tool calls with arguments, tool settles with
+//! results of a few hundred bytes, approvals and request headers (about 250
+//! bytes per event). Every figure is a ratio against a baseline measured in
+//! the same process, best of several interleaved runs, so a noisy machine
+//! moves both sides.
+//!
+//! Run with `cargo bench -p sessionlog-store --bench targets`.
+//! `SESSIONLOG_BENCH_SCALE=0.1` scales every size down for a quick run;
+//! `SESSIONLOG_BENCH_DIR` picks the folder (default: the system temporary
+//! folder) and so the disk that the durable-append figure measures.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sessionlog_projections::{
+    build_review_request_for_state, parse_pending_action, SessionState, Violation,
+};
+use sessionlog_schema::{split_crc, EventRecord, SessionHeader, SessionId};
+use sessionlog_store::{
+    migrate, Durability, JsonlStore, LogReader, NewEvent, SessionStream, Store, WriterOptions,
+};
+
+type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Full sizes; every one is multiplied by `SESSIONLOG_BENCH_SCALE`.
+const VERIFY_EVENTS: f64 = 400_000.0;
+const APPEND_EVENTS: f64 = 1_000.0;
+const LIST_SESSIONS: f64 = 10_000.0;
+const REVIEW_EVENTS: f64 = 100_000.0;
+const MIGRATE_SESSIONS: f64 = 1_000.0;
+const MIGRATE_EVENTS_PER_SESSION: f64 = 1_000.0;
+
+/// Peak resident memory `verify` may use, whatever the log size.
+const VERIFY_MEMORY_LIMIT_KIB: f64 = 128.0 * 1024.0;
+
+/// The child process that measures verify's peak memory is this binary run
+/// again with this variable naming the log.
+const CHILD_VERIFY: &str = "SESSIONLOG_BENCH_CHILD_VERIFY";
+
+fn main() -> BenchResult<()> {
+    if let Some(path) = std::env::var_os(CHILD_VERIFY) {
+        return child_verify(Path::new(&path));
+    }
+    let scale: f64 = match std::env::var("SESSIONLOG_BENCH_SCALE") {
+        Ok(text) => text.parse()?,
+        Err(_) => 1.0,
+    };
+    let sized = |full: f64| ((full * scale).round() as usize).max(1);
+    let base =
+        std::env::var_os("SESSIONLOG_BENCH_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
+    let folder = tempfile::tempdir_in(base)?;
+    println!(
+        "sessionlog targets, scale {scale}, inputs in {}",
+        folder.path().display()
+    );
+    let mut table = Table::default();
+
+    let verify_log = folder.path().join("verify.jsonl");
+    let events = sized(VERIFY_EVENTS);
+    let bytes = write_log(&verify_log, "verify", events)?;
+    println!(
+        "generated {events} events, {:.1} MB ({:.0} bytes/event)",
+        bytes as f64 / 1e6,
+        bytes as f64 / events as f64
+    );
+    verify_and_fold(&mut table, &verify_log, events)?;
+    durable_append(&mut table, folder.path(), sized(APPEND_EVENTS))?;
+    list(&mut table, folder.path(), sized(LIST_SESSIONS))?;
+    review(&mut table, folder.path(), sized(REVIEW_EVENTS))?;
+    migration(
+        &mut table,
+        folder.path(),
+        sized(MIGRATE_SESSIONS),
+        sized(MIGRATE_EVENTS_PER_SESSION),
+    )?;
+    table.print();
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// The table
+
+#[derive(Default)]
+struct Table {
+    rows: Vec<Row>,
+}
+
+struct Row {
+    figure: String,
+    measured: String,
+    baseline: String,
+    ratio: f64,
+    target: Target,
+}
+
+#[derive(Clone, Copy)]
+enum Target {
+    AtMost(f64),
+    AtLeast(f64),
+}
+
+impl Target {
+    fn passes(self, ratio: f64) -> bool {
+        match self {
+            Target::AtMost(limit) => ratio <= limit,
+            Target::AtLeast(limit) => ratio >= limit,
+        }
+    }
+
+    fn text(self) -> String {
+        match self {
+            Target::AtMost(limit) => format!("<= {limit}"),
+            Target::AtLeast(limit) => format!(">= {limit}"),
+        }
+    }
+}
+
+impl Table {
+    fn add(
+        &mut self,
+        figure: &str,
+        measured: String,
+        baseline: String,
+        ratio: f64,
+        target: Target,
+    ) {
+        println!("  {figure}: {measured} vs {baseline} -> {ratio:.3}");
+        self.rows.push(Row {
+            figure: figure.to_owned(),
+            measured,
+            baseline,
+            ratio,
+            target,
+        });
+    }
+
+    fn print(&self) {
+        println!();
+        println!(
+            "| {:<70} | {:>16} | {:>16} | {:>7} | {:>8} | {:<4} |",
+            "figure", "measured", "baseline", "ratio", "target", "pass"
+        );
+        println!(
+            "|{:-<72}|{:->18}|{:->18}|{:->9}|{:->10}|{:-<6}|",
+            "", "", "", "", "", ""
+        );
+        for row in &self.rows {
+            println!(
+                "| {:<70} | {:>16} | {:>16} | {:>7.3} | {:>8} | {:<4} |",
+                row.figure,
+                row.measured,
+                row.baseline,
+                row.ratio,
+                row.target.text(),
+                if row.target.passes(row.ratio) {
+                    "pass"
+                } else {
+                    "FAIL"
+                }
+            );
+        }
+    }
+}
+
+fn ms(duration: Duration) -> String {
+    format!("{:.1} ms", duration.as_secs_f64() * 1e3)
+}
+
+/// Runs each of `runs` closures `rounds` times, interleaved, and returns the
+/// best time of each.
+fn best_of<const N: usize>(
+    rounds: usize,
+    runs: [&mut dyn FnMut() -> BenchResult<()>; N],
+) -> BenchResult<[Duration; N]> {
+    let mut best = [Duration::MAX; N];
+    let mut runs = runs;
+    for _ in 0..rounds {
+        for (index, run) in runs.iter_mut().enumerate() {
+            let start = Instant::now();
+            run()?;
+            best[index] = best[index].min(start.elapsed());
+        }
+    }
+    Ok(best)
+}
+
+// ---------------------------------------------------------------------------
+// Inputs
+
+/// A small deterministic generator (xorshift), so every run logs the same.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// Prose of about `len` bytes as a JSON string body (escapes included).
+    fn prose(&mut self, len: usize) -> String {
+        const WORDS: &[&str] = &[
+            "the",
+            "session",
+            "writes",
+            "a",
+            "file",
+            "under",
+            "src/",
+            "with",
+            "tests",
+            "and",
+            "checks",
+            "cargo",
+            "build",
+            "output",
+            "error:",
+            "warning",
+            "line",
+            "café",
+            "\\n",
+            "\\\"quoted\\\"",
+            "function",
+            "returns",
+            "value",
+            "for",
+            "each",
+            "path",
+            "→",
+        ];
+        let mut text = String::with_capacity(len + 16);
+        while text.len() < len {
+            if !text.is_empty() {
+                text.push(' ');
+            }
+            text.push_str(WORDS[self.below(WORDS.len() as u64) as usize]);
+        }
+        text
+    }
+}
+
+const TOOLS: &[&str] = &["shell", "read_file", "write_file", "search"];
+
+/// The `request/header` of every tenth turn.
+fn request_header_data() -> String {
+    let tools: Vec<String> = TOOLS
+        .iter()
+        .map(|name| {
+            format!(
+                r#"{{"name":"{name}","description":"Runs {name} in the workspace","parameters":{{"type":"object","properties":{{"path":{{"type":"string"}},"command":{{"type":"string"}}}},"required":["path"]}}}}"#
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"provider":"anthropic","model":"claude-sonnet","approvalPolicy":"ask","sandboxMode":"workspace-write","tools":[{}]}}"#,
+        tools.join(",")
+    )
+}
+
+/// Events of a realistic session, `(type, data)`, ending inside an open
+/// turn and step (so the session can be reviewed); the open step is
+/// `step-open`.
+struct Session {
+    rng: Rng,
+    events: Vec<(&'static str, String)>,
+}
+
+impl Session {
+    fn generate(count: usize, seed: u64) -> Vec<(&'static str, String)> {
+        let mut session = Session {
+            rng: Rng(seed | 1),
+            events: Vec::with_capacity(count + 64),
+        };
+        let mut turn = 0;
+        while session.events.len() + 80 < count {
+            session.turn(turn);
+            turn += 1;
+        }
+        session.open_tail(count, turn);
+        session.events
+    }
+
+    fn push(&mut self, event_type: &'static str, data: String) {
+        self.events.push((event_type, data));
+    }
+
+    fn turn(&mut self, turn: usize) {
+        self.push("turn/start", format!(r#"{{"turnId":"turn-{turn}"}}"#));
+        if turn.is_multiple_of(10) {
+            self.push("request/header", request_header_data());
+        }
+        self.user_message();
+        let steps = 3 + self.rng.below(4) as usize;
+        for step in 0..steps {
+            let step_id = format!("step-{turn}-{step}");
+            self.push(
+                "step/start",
+                format!(r#"{{"stepId":"{step_id}","turnId":"turn-{turn}"}}"#),
+            );
+            self.assistant_message();
+            let call_id = format!("call-{turn}-{step}");
+            self.tool_start(&call_id, &step_id);
+            if self.rng.below(6) == 0 {
+                let request = format!("req-{turn}-{step}");
+                self.push(
+                    "approval/asked",
+                    format!(
+                        r#"{{"requestId":"{request}","turnId":"turn-{turn}","tool":"shell","reason":"writes outside the workspace","callId":"{call_id}"}}"#
+                    ),
+                );
+                self.push(
+                    "approval/decided",
+                    format!(r#"{{"requestId":"{request}","outcome":"allowed-once"}}"#),
+                );
+            }
+            self.tool_settle(&call_id);
+            self.push("step/end", format!(r#"{{"stepId":"{step_id}"}}"#));
+        }
+        self.assistant_message();
+        self.push("turn/end", format!(r#"{{"turnId":"turn-{turn}"}}"#));
+    }
+
+    /// Fills the log up to `count` events inside an open turn and step.
+    fn open_tail(&mut self, count: usize, turn: usize) {
+        self.push("turn/start", format!(r#"{{"turnId":"turn-{turn}"}}"#));
+        if !turn.is_multiple_of(10) {
+            self.push("request/header", request_header_data());
+        }
+        self.push(
+            "step/start",
+            format!(r#"{{"stepId":"step-open","turnId":"turn-{turn}"}}"#),
+        );
+        let mut call = 0;
+        while self.events.len() < count {
+            if count - self.events.len() >= 2 {
+                let call_id = format!("call-open-{call}");
+                self.tool_start(&call_id, "step-open");
+                self.tool_settle(&call_id);
+                call += 1;
+            } else {
+                self.assistant_message();
+            }
+        }
+    }
+
+    fn user_message(&mut self) {
+        let text = self.rng.prose(120);
+        let attachment = if self.rng.below(20) == 0 {
+            r#",{"type":"image","mediaType":"image/png","name":"screen.png","size":48213}"#
+        } else {
+            ""
+        };
+        self.push(
+            "message",
+            format!(
+                r#"{{"role":"user","source":{{"kind":"user"}},"content":[{{"type":"text","text":"{text}"}}{attachment}]}}"#
+            ),
+        );
+    }
+
+    fn assistant_message(&mut self) {
+        let text = self.rng.prose(100);
+        self.push(
+            "message",
+            format!(
+                r#"{{"role":"assistant","source":{{"kind":"assistant"}},"content":[{{"type":"text","text":"{text}"}}]}}"#
+            ),
+        );
+    }
+
+    fn tool_start(&mut self, call_id: &str, step_id: &str) {
+        let name = TOOLS[self.rng.below(TOOLS.len() as u64) as usize];
+        let command = self.rng.prose(40);
+        let n = self.rng.below(1000);
+        self.push(
+            "tool/start",
+            format!(
+                r#"{{"callId":"{call_id}","stepId":"{step_id}","name":"{name}","arguments":{{"path":"src/module_{n}.rs","command":"{command}","timeoutMs":30000}}}}"#
+            ),
+        );
+    }
+
+    fn tool_settle(&mut self, call_id: &str) {
+        let len = 180 + self.rng.below(320) as usize;
+        let stdout = self.rng.prose(len);
+        self.push(
+            "tool/settle",
+            format!(
+                r#"{{"callId":"{call_id}","status":"ok","result":{{"exitCode":0,"stdout":"{stdout}","truncated":false}}}}"#
+            ),
+        );
+    }
+}
+
+fn id(text: &str) -> BenchResult<SessionId> {
+    Ok(SessionId::parse(text)?)
+}
+
+fn header(name: &str) -> BenchResult<SessionHeader> {
+    Ok(SessionHeader::root(
+        id(name)?,
+        1_700_000_000_000,
+        "/work/project".to_owned(),
+    ))
+}
+
+fn records<'a>(events: &'a [(&'static str, String)]) -> impl Iterator<Item = EventRecord> + 'a {
+    events
+        .iter()
+        .enumerate()
+        .map(|(index, (event_type, data))| {
+            let seq = index as u64 + 1;
+            EventRecord::new(seq, 1_700_000_000_000 + seq * 7, None, event_type, data)
+        })
+}
+
+/// Writes a log of `count` events for session `name` at `path`; returns its
+/// size in bytes.
+fn write_log(path: &Path, name: &str, count: usize) -> BenchResult<u64> {
+    let header = header(name)?;
+    let events = Session::generate(count, 0x5eed_0000 + count as u64);
+    let mut out = BufWriter::with_capacity(1 << 20, File::create(path)?);
+    out.write_all(header.encode().as_bytes())?;
+    for record in records(&events) {
+        out.write_all(record.encode(&header.id).as_bytes())?;
+    }
+    out.into_inner()?.sync_all()?;
+    Ok(std::fs::metadata(path)?.len())
+}
+
+// ---------------------------------------------------------------------------
+// 1 and 2: verify, read, fold
+
+/// The naive limit: read the file, check each line's CRC, parse each line
+/// into a `serde_json::Value`.
+fn naive_read(path: &Path, id: &SessionId) -> BenchResult<u64> {
+    let mut reader = BufReader::with_capacity(256 * 1024, File::open(path)?);
+    let mut line = Vec::new();
+    let mut lines = 0;
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        if line.last() == Some(&b'\n') {
+            line.pop();
+        }
+        let Some((body, stored)) = split_crc(&line) else {
+            return Err("naive read: no CRC suffix".into());
+        };
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(id.as_str().as_bytes());
+        hasher.update(body);
+        if hasher.finalize() != stored && lines > 0 {
+            return Err("naive read: CRC mismatch".into());
+        }
+        let value: serde_json::Value = serde_json::from_slice(&line)?;
+        std::hint::black_box(&value);
+        lines += 1;
+    }
+    Ok(lines)
+}
+
+/// A plain streaming read: every line split, CRC-checked and decoded into
+/// an `EventRecord`, no fold.
+fn streaming_read(path: &Path, id: &SessionId) -> BenchResult<u64> {
+    let mut reader = LogReader::open(path, Some(id.clone()))?;
+    let mut count = 0;
+    while let Some(record) = reader.next_event()? {
+        std::hint::black_box(&record);
+        count += 1;
+    }
+    reader.finish()?;
+    Ok(count)
+}
+
+/// What `sessionlog verify` does: stream, fold every projection, collect
+/// every violation.
+fn verify(path: &Path, id: Option<SessionId>) -> BenchResult<(u64, Vec<Violation>)> {
+    let mut stream: Box<dyn SessionStream> = Box::new(LogReader::open(path, id)?);
+    let mut violations = Vec::new();
+    let mut state = SessionState::new(stream.header().clone());
+    let mut count = 0;
+    while let Some(record) = stream.next_event()? {
+        count += 1;
+        if let Err(violation) = state.apply(&record) {
+            violations.push(violation);
+        }
+    }
+    stream.finish()?;
+    std::hint::black_box(&state);
+    Ok((count, violations))
+}
+
+/// Run as a child process: verifies `path` and prints the peak resident
+/// memory (VmHWM, KiB) the whole process needed.
+fn child_verify(path: &Path) -> BenchResult<()> {
+    let (count, violations) = verify(path, None)?;
+    if !violations.is_empty() {
+        return Err(format!("verify found {} violations", violations.len()).into());
+    }
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let peak = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .ok_or("no VmHWM in /proc/self/status")?;
+    println!("{count} {peak}");
+    Ok(())
+}
+
+fn verify_and_fold(table: &mut Table, path: &Path, events: usize) -> BenchResult<()> {
+    let id = id("verify")?;
+    // Warm the page cache so every side reads from memory.
+    let mut sink = Vec::new();
+    File::open(path)?.read_to_end(&mut sink)?;
+    drop(sink);
+    let (count, violations) = verify(path, Some(id.clone()))?;
+    if count != events as u64 || !violations.is_empty() {
+        return Err(format!(
+            "the generated log verifies as {count} events with {} violations",
+            violations.len()
+        )
+        .into());
+    }
+    let mut naive = || naive_read(path, &id).map(drop);
+    let mut read = || streaming_read(path, &id).map(drop);
+    let mut fold = || verify(path, Some(id.clone())).map(drop);
+    let [naive, read, fold] = best_of(3, [&mut naive, &mut read, &mut fold])?;
+    let label = format!("{}k events", events / 1000);
+    table.add(
+        &format!("verify {label} (stream + fold) / naive limit"),
+        ms(fold),
+        ms(naive),
+        fold.as_secs_f64() / naive.as_secs_f64(),
+        Target::AtMost(1.0),
+    );
+    table.add(
+        &format!("cold project {label} (read + fold) / naive limit"),
+        ms(fold),
+        ms(naive),
+        fold.as_secs_f64() / naive.as_secs_f64(),
+        Target::AtMost(1.0),
+    );
+    table.add(
+        &format!("read + fold {label} / plain streaming read"),
+        ms(fold),
+        ms(read),
+        fold.as_secs_f64() / read.as_secs_f64(),
+        Target::AtMost(1.25),
+    );
+    let output = std::process::Command::new(std::env::current_exe()?)
+        .env(CHILD_VERIFY, path)
+        .output()?;
+    if !output.status.success() {
+        return Err(format!(
+            "the verify child failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    let text = String::from_utf8(output.stdout)?;
+    let peak_kib: f64 = text
+        .split_whitespace()
+        .nth(1)
+        .ok_or("the verify child printed no peak")?
+        .parse()?;
+    table.add(
+        &format!("verify {label}: peak RSS / 128 MiB"),
+        format!("{:.1} MiB", peak_kib / 1024.0),
+        "128.0 MiB".to_owned(),
+        peak_kib / VERIFY_MEMORY_LIMIT_KIB,
+        Target::AtMost(1.0),
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// 3: durable append
+
+fn durable_append(table: &mut Table, folder: &Path, count: usize) -> BenchResult<()> {
+    let store = JsonlStore::create_folder(&folder.join("append"))?;
+    let events = Session::generate(count, 0xa99e4d);
+    let mut round = 0;
+    let mut writer_side = || -> BenchResult<()> {
+        round += 1;
+        let header = header(&format!("append-{round}"))?;
+        store.create(&header, &[], Durability::Fsync)?;
+        let mut writer = store.open_writer(
+            &header.id,
+            WriterOptions {
+                durability: Durability::Fsync,
+                keep_snapshot: false,
+            },
+        )?;
+        for (index, (event_type, data)) in events.iter().enumerate() {
+            let event = NewEvent {
+                event_type: (*event_type).to_owned(),
+                data: data.clone(),
+                ts: Some(1_700_000_000_000 + index as u64),
+            };
+            writer.append(event, None)?;
+        }
+        Ok(())
+    };
+    let raw_header = header("append-raw")?;
+    let lines: Vec<String> = records(&events)
+        .map(|record| record.encode(&raw_header.id))
+        .collect();
+    let mut raw_round = 0;
+    let mut raw_side = || -> BenchResult<()> {
+        raw_round += 1;
+        let mut file = std::fs::OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(folder.join(format!("raw-{raw_round}.jsonl")))?;
+        file.write_all(raw_header.encode().as_bytes())?;
+        file.sync_data()?;
+        for line in &lines {
+            file.write_all(line.as_bytes())?;
+            file.sync_data()?;
+        }
+        Ok(())
+    };
+    let [writer_time, raw_time] = best_of(2, [&mut writer_side, &mut raw_side])?;
+    let rate = |time: Duration| format!("{:.0} ev/s", count as f64 / time.as_secs_f64());
+    table.add(
+        &format!("durable append, 1 writer, {count} events / raw write+fdatasync"),
+        rate(writer_time),
+        rate(raw_time),
+        raw_time.as_secs_f64() / writer_time.as_secs_f64(),
+        Target::AtLeast(0.8),
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// 4: list
+
+fn list(table: &mut Table, folder: &Path, sessions: usize) -> BenchResult<()> {
+    let store_folder = folder.join("list");
+    let store = JsonlStore::create_folder(&store_folder)?;
+    let events = Session::generate(30, 0x1157);
+    for index in 0..sessions {
+        let header = header(&format!("session-{index:05}"))?;
+        let mut out = BufWriter::new(File::create(store.log_path(&header.id))?);
+        out.write_all(header.encode().as_bytes())?;
+        for record in records(&events) {
+            out.write_all(record.encode(&header.id).as_bytes())?;
+        }
+        out.flush()?;
+    }
+    let mut listed = || -> BenchResult<()> {
+        let entries = store.list()?;
+        if entries.len() != sessions || entries.iter().any(|entry| entry.header.is_err()) {
+            return Err("list did not read every header".into());
+        }
+        std::hint::black_box(&entries);
+        Ok(())
+    };
+    let mut raw = || -> BenchResult<()> {
+        let mut lines = Vec::new();
+        for entry in std::fs::read_dir(&store_folder)? {
+            let mut reader = BufReader::new(File::open(entry?.path())?);
+            let mut line = Vec::new();
+            reader.read_until(b'\n', &mut line)?;
+            lines.push(line);
+        }
+        if lines.len() != sessions {
+            return Err("the raw side missed a session".into());
+        }
+        std::hint::black_box(&lines);
+        Ok(())
+    };
+    let [listed, raw] = best_of(3, [&mut listed, &mut raw])?;
+    table.add(
+        &format!("list {sessions} sessions / raw first lines"),
+        ms(listed),
+        ms(raw),
+        listed.as_secs_f64() / raw.as_secs_f64(),
+        Target::AtMost(2.0),
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// 5: the reviewer's request of an open session
+
+fn review(table: &mut Table, folder: &Path, events: usize) -> BenchResult<()> {
+    let store = JsonlStore::create_folder(&folder.join("review"))?;
+    let review_id = id("review")?;
+    let path = store.log_path(&review_id);
+    write_log(&path, "review", events)?;
+    let writer = store.open_writer(&review_id, WriterOptions::default())?;
+    let pending = parse_pending_action(
+        br#"{"callId":"pending-1","stepId":"step-open","name":"shell","arguments":{"path":"src/lib.rs","command":"cargo test --release"}}"#,
+    )?;
+    let snapshot = writer.events().ok_or("the writer keeps no snapshot")?;
+    let request = build_review_request_for_state(writer.state(), snapshot, &pending, usize::MAX)?;
+    let request_bytes = request.len();
+    let mut build = || -> BenchResult<()> {
+        let request =
+            build_review_request_for_state(writer.state(), snapshot, &pending, usize::MAX)?;
+        std::hint::black_box(&request);
+        Ok(())
+    };
+    let mut cold_verify = || verify(&path, Some(review_id.clone())).map(drop);
+    let [build, cold_verify] = best_of(5, [&mut build, &mut cold_verify])?;
+    table.add(
+        &format!(
+            "review request, open {}k-event session ({:.1} MB) / cold verify",
+            events / 1000,
+            request_bytes as f64 / 1e6
+        ),
+        ms(build),
+        ms(cold_verify),
+        build.as_secs_f64() / cold_verify.as_secs_f64(),
+        Target::AtMost(0.05),
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// 6: migration JSONL -> SQLite
+
+fn migration(
+    table: &mut Table,
+    folder: &Path,
+    sessions: usize,
+    events_per_session: usize,
+) -> BenchResult<()> {
+    let source_folder = folder.join("migrate-source");
+    let source = JsonlStore::create_folder(&source_folder)?;
+    let events = Session::generate(events_per_session, 0x3194);
+    let mut rows: Vec<(String, u64, String)> = Vec::with_capacity(sessions * events.len());
+    for index in 0..sessions {
+        let header = header(&format!("migrated-{index:04}"))?;
+        let mut out = BufWriter::new(File::create(source.log_path(&header.id))?);
+        out.write_all(header.encode().as_bytes())?;
+        for record in records(&events) {
+            out.write_all(record.encode(&header.id).as_bytes())?;
+            rows.push((
+                header.id.to_string(),
+                record.seq(),
+                record.body().to_owned(),
+            ));
+        }
+        out.flush()?;
+    }
+    let total = rows.len();
+    let source = Store::open(&source_folder)?;
+    let mut round = 0;
+    let mut migrated = || -> BenchResult<()> {
+        round += 1;
+        let target = Store::create(&folder.join(format!("migrated-{round}.db")))?;
+        let report = migrate(&source, &target, &mut |_| {})?;
+        if report.events != total as u64 {
+            return Err(format!("migrated {} of {total} events", report.events).into());
+        }
+        Ok(())
+    };
+    let mut bulk_round = 0;
+    let mut bulk = || -> BenchResult<()> {
+        bulk_round += 1;
+        bulk_insert(&folder.join(format!("bulk-{bulk_round}.db")), &rows)
+    };
+    let [migrated, bulk] = best_of(2, [&mut migrated, &mut bulk])?;
+    let rate = |time: Duration| format!("{:.0} ev/s", total as f64 / time.as_secs_f64());
+    table.add(
+        &format!("migrate {sessions} sessions / {total} events to SQLite / bulk insert"),
+        rate(migrated),
+        rate(bulk),
+        bulk.as_secs_f64() / migrated.as_secs_f64(),
+        Target::AtLeast(0.5),
+    );
+    Ok(())
+}
+
+/// SQLite's own bulk-insert rate: one transaction, one prepared INSERT of
+/// the same (session, seq, body) rows, WAL mode, committed durably.
+fn bulk_insert(path: &Path, rows: &[(String, u64, String)]) -> BenchResult<()> {
+    let mut connection = rusqlite::Connection::open(path)?;
+    connection.pragma_update(None, "journal_mode", "WAL")?;
+    connection.pragma_update(None, "synchronous", "FULL")?;
+    connection.execute_batch(
+        "CREATE TABLE events (session_id TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL, \
+         PRIMARY KEY (session_id, seq)) STRICT, WITHOUT ROWID;",
+    )?;
+    let transaction = connection.transaction()?;
+    {
+        let mut insert = transaction
+            .prepare("INSERT INTO events (session_id, seq, body) VALUES (?1, ?2, ?3)")?;
+        for (session, seq, body) in rows {
+            insert.execute(rusqlite::params![session, *seq as i64, body])?;
+        }
+    }
+    transaction.commit()?;
+    Ok(())
+}
