@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use sessionlog_schema::{ApprovalPolicy, SandboxMode};
 
 /// An event-sourced session store for AI coding-agent runtimes: verify,
@@ -54,10 +54,8 @@ pub enum Command {
     ///
     /// Exit 0 when clean, 2 on corruption, 4 on rule violations, 3 when the
     /// only damage is a torn tail.
-    ///
-    /// Example: sessionlog verify examples/sessions/
     #[command(
-        after_help = "Example:\n  sessionlog verify examples/sessions/auto-review.jsonl --json"
+        after_help = "Examples:\n  sessionlog verify examples/sessions/\n  sessionlog verify examples/sessions/auto-review.jsonl --json"
     )]
     Verify {
         #[command(flatten)]
@@ -187,6 +185,117 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A readable timeline: who said what with which authority, tool calls,
+    /// approvals, denials, checkpoints, children, and the projections
+    /// whenever they change. Rule violations are marked inline (exit 4 after
+    /// the timeline); a corrupt log is refused (exit 2).
+    #[command(
+        after_help = "Examples:\n  sessionlog replay examples/sessions/auto-review.jsonl\n  sessionlog replay examples/sessions --session lead --from 5 --at 12\n  sessionlog replay examples/sessions/approval.jsonl --json | jq 'select(.projection)'"
+    )]
+    Replay {
+        #[command(flatten)]
+        target: SessionArgs,
+        /// Show events from this seq on (the projections are still folded
+        /// from the start).
+        #[arg(long, value_name = "SEQ")]
+        from: Option<u64>,
+        /// Stop after this seq (the rules are checked on E[1..SEQ] only).
+        #[arg(long, value_name = "SEQ")]
+        at: Option<u64>,
+        /// One JSON object per event: {seq, ts, time, type, summary,
+        /// authority?, violation?, projection? (when it changed)}.
+        #[arg(long)]
+        json: bool,
+        /// When to colour the output.
+        #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+        color: ColorChoice,
+        #[command(flatten)]
+        defaults: DefaultArgs,
+    },
+    /// Print the last events of a session, and with -f keep printing new
+    /// ones as another process appends them (across writer restarts and
+    /// torn-tail truncations).
+    #[command(
+        after_help = "Examples:\n  sessionlog tail examples/sessions/auto-review.jsonl\n  sessionlog tail ./sessions --session s1 -f | jq -c '{seq, type}'\n  sessionlog tail ./sessions.db --session s1 --from 1 -f --json"
+    )]
+    Tail {
+        #[command(flatten)]
+        target: SessionArgs,
+        /// Keep following the log (poll every 100 ms) until interrupted.
+        #[arg(long, short = 'f')]
+        follow: bool,
+        /// Start at this seq instead of the last events.
+        #[arg(long, value_name = "SEQ", conflicts_with = "lines")]
+        from: Option<u64>,
+        /// How many of the last events to print first.
+        #[arg(long, short = 'n', value_name = "N", default_value_t = 10)]
+        lines: u64,
+        /// One summary object per event ({seq, ts, time, type, summary,
+        /// authority?}) instead of export lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Copy the longest good prefix of a damaged log (corrupt or torn) to a
+    /// NEW valid log, and say what was left behind. FILE is never modified.
+    #[command(
+        after_help = "Example:\n  sessionlog salvage sessions/s1.jsonl /tmp/s1-salvaged.jsonl && sessionlog verify /tmp/s1-salvaged.jsonl"
+    )]
+    Salvage {
+        /// The damaged `.jsonl` log (read only).
+        file: PathBuf,
+        /// The new log to write; an existing file is refused.
+        out: PathBuf,
+        /// Print the report as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Count sessions, events by type (unknown types too), bytes and torn
+    /// tails.
+    #[command(
+        after_help = "Examples:\n  sessionlog stats examples/sessions\n  sessionlog stats ./sessions.db --json | jq .totals.eventsByType"
+    )]
+    Stats {
+        #[command(flatten)]
+        target: SessionArgs,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write one self-contained HTML file (no network assets) for auditors:
+    /// every session's timeline, projections over time, approvals and
+    /// denials highlighted, children linked.
+    #[command(
+        after_help = "Example:\n  sessionlog report examples/sessions --html report.html && xdg-open report.html"
+    )]
+    Report {
+        #[command(flatten)]
+        target: SessionArgs,
+        /// The HTML file to write (replaced if it exists).
+        #[arg(long, value_name = "OUT")]
+        html: PathBuf,
+        #[command(flatten)]
+        defaults: DefaultArgs,
+    },
+    /// Print shell completions for SHELL on standard output.
+    #[command(
+        after_help = "Examples:\n  sessionlog completions bash > ~/.local/share/bash-completion/completions/sessionlog\n  sessionlog completions zsh > ~/.zfunc/_sessionlog"
+    )]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// When to colour terminal output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// When standard output is a terminal and `NO_COLOR` is not set.
+    Auto,
+    /// Always.
+    Always,
+    /// Never.
+    Never,
 }
 
 /// Parses an approval policy for clap.
@@ -197,4 +306,32 @@ pub fn parse_approval(text: &str) -> Result<ApprovalPolicy, String> {
 /// Parses a sandbox mode for clap.
 pub fn parse_sandbox(text: &str) -> Result<SandboxMode, String> {
     text.parse()
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    #[test]
+    fn the_grammar_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_command_has_an_example_in_its_help() {
+        let cli = Cli::command();
+        for command in cli.get_subcommands() {
+            let after_help = command
+                .get_after_help()
+                .map(|text| text.to_string())
+                .unwrap_or_default();
+            assert!(
+                after_help.starts_with("Example") && after_help.contains("sessionlog "),
+                "`sessionlog {}` has no example in its help",
+                command.get_name()
+            );
+        }
+    }
 }

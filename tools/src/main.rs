@@ -99,6 +99,41 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Diff { a, b, json } => commands::migrate::diff(&a, &b, json),
         Command::Export { target } => commands::export::run(&target),
         Command::List { store, tree, json } => commands::list::run(&store, tree, json),
+        Command::Replay {
+            target,
+            from,
+            at,
+            json,
+            color,
+            defaults,
+        } => commands::replay::run(
+            &target,
+            commands::replay::Window { from, at },
+            json,
+            color,
+            &defaults,
+        ),
+        Command::Tail {
+            target,
+            follow,
+            from,
+            lines,
+            json,
+        } => {
+            let start = match from {
+                Some(seq) => commands::tail::Start::From(seq),
+                None => commands::tail::Start::Last(lines),
+            };
+            commands::tail::run(&target, start, follow, json)
+        }
+        Command::Salvage { file, out, json } => commands::salvage::run(&file, &out, json, quiet),
+        Command::Stats { target, json } => commands::stats::run(&target, json, quiet),
+        Command::Report {
+            target,
+            html,
+            defaults,
+        } => commands::report::run(&target, &html, &defaults, quiet),
+        Command::Completions { shell } => commands::completions::run(shell),
     }
 }
 

@@ -1,0 +1,860 @@
+//! `sessionlog replay`: a session as a readable timeline.
+//!
+//! Each event becomes an [`Entry`]: its time, seq, type, one line of essence
+//! (who said what with which authority, which tool with which arguments,
+//! approvals, denials, checkpoints, children, unknown types), the rule it
+//! breaks if any, and the projections whenever they changed. `report` draws
+//! the same entries as HTML and `tail --json` prints them without
+//! projections, so the three never disagree about what an event means.
+//!
+//! Log text is hostile input: every summary has its control characters
+//! (terminal escapes included) and bidirectional overrides escaped, and
+//! long text is clipped for display with an ellipsis.
+
+use std::io::Write;
+
+use anyhow::{bail, Result};
+use serde::Serialize;
+use sessionlog_projections::{
+    message_authority, Authority, Defaults, PresetView, SessionState, Setting, AUTO_REVIEW_DENIED,
+    AUTO_REVIEW_FAILED,
+};
+use sessionlog_schema::{
+    ApprovalOutcome, ApprovalPolicy, ContentPart, Event, EventRecord, HeaderVocabularyError,
+    SandboxMode, SessionHeader, SettleStatus,
+};
+
+use crate::cli::{ColorChoice, DefaultArgs, SessionArgs};
+use crate::target::Target;
+use crate::{exit, warn, UsageError};
+
+/// How long a piece of log text may be on one timeline line.
+const TEXT_CHARS: usize = 100;
+/// How long a call's arguments may be on one timeline line.
+const ARGUMENT_CHARS: usize = 80;
+
+/// What kind of thing an entry records: picks its colour and CSS class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// The session header (seq 0).
+    Header,
+    /// `request/header`.
+    Request,
+    /// `turn/start`, `turn/end`, `step/start`, `step/end`.
+    Structure,
+    /// A message.
+    Message,
+    /// `tool/start`.
+    Call,
+    /// A call that settled `ok`.
+    Settled,
+    /// A call that settled with an error or was cancelled.
+    Failed,
+    /// A call denied by Auto review (`AUTO_REVIEW_DENIED`).
+    Denial,
+    /// A switch of approval policy, sandbox mode or preset.
+    Switch,
+    /// `approval/asked`.
+    ApprovalAsked,
+    /// `approval/decided` with `allowed-once`.
+    ApprovalAllowed,
+    /// `approval/decided` with any other outcome.
+    ApprovalRefused,
+    /// `checkpoint`.
+    Checkpoint,
+    /// `child/created`.
+    Child,
+    /// A type this version does not know.
+    Unknown,
+    /// A known type whose `data` does not parse.
+    Malformed,
+}
+
+/// The projections worth watching, as they stand after an event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct View {
+    /// The preset, or `custom`.
+    pub preset: PresetView,
+    /// Approval override and effective policy.
+    pub approval_policy: Setting<ApprovalPolicy>,
+    /// Sandbox override and effective mode.
+    pub sandbox_mode: Setting<SandboxMode>,
+    /// The open own turn.
+    pub open_turn: Option<String>,
+    /// The open own step.
+    pub open_step: Option<String>,
+    /// Own undecided asks, in the order asked.
+    pub pending_approvals: Vec<String>,
+    /// The approval-policy notice, if one is due.
+    pub notice: Option<String>,
+}
+
+/// One line of the timeline.
+#[derive(Debug, Clone, Serialize)]
+pub struct Entry {
+    /// The event's seq (0 for the header).
+    pub seq: u64,
+    /// Unix milliseconds (the header's `createdAt` for seq 0).
+    pub ts: u64,
+    /// `ts` as ISO-8601 UTC.
+    pub time: String,
+    /// The type as logged (`header` for seq 0).
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// One line of essence, escaped and clipped for display.
+    pub summary: String,
+    /// A message's authority.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub authority: Option<Authority>,
+    /// The rule this event breaks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub violation: Option<String>,
+    /// The projections after this event, when they changed (always on the
+    /// first entry shown).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub projection: Option<View>,
+    /// What kind of event this is.
+    #[serde(skip)]
+    pub kind: EntryKind,
+    /// For `child/created`: the child's id as logged.
+    #[serde(skip)]
+    pub child: Option<String>,
+}
+
+/// A session's timeline.
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    /// The header.
+    pub header: SessionHeader,
+    /// The header entry, then one entry per event shown.
+    pub entries: Vec<Entry>,
+    /// How many entries carry a violation.
+    pub violations: usize,
+}
+
+/// Which events a timeline shows.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Window {
+    /// Show events from this seq on.
+    pub from: Option<u64>,
+    /// Fold and show events up to this seq only.
+    pub at: Option<u64>,
+}
+
+/// Runs `replay`.
+pub fn run(
+    args: &SessionArgs,
+    window: Window,
+    json: bool,
+    color: ColorChoice,
+    defaults: &DefaultArgs,
+) -> Result<u8> {
+    let target = Target::open(&args.store)?;
+    let session = target.session(args.session.as_deref())?;
+    let snapshot = target.snapshot(&session)?;
+    if let Some(torn) = &snapshot.torn_tail {
+        warn(format!(
+            "{}: replaying the good prefix; ignoring a torn tail of {} bytes at line {} (byte offset {}): {}",
+            session.label, torn.bytes, torn.position.line, torn.position.offset, torn.reason
+        ));
+    }
+    let last_seq = snapshot.events.last().map_or(0, EventRecord::seq);
+    if let Some(at) = window.at.filter(|at| *at > last_seq) {
+        bail!(UsageError(format!(
+            "--at {at} is past the last seq {last_seq} of {}",
+            session.label
+        )));
+    }
+    let defaults = Defaults {
+        approval: defaults.default_approval,
+        sandbox: defaults.default_sandbox,
+    };
+    let timeline = timeline(
+        &snapshot.header,
+        &snapshot.header_vocabulary_errors,
+        &snapshot.events,
+        window,
+        &defaults,
+    );
+    let painter = Painter::new(color);
+    let written = if json {
+        write_json(&timeline)
+    } else {
+        write_text(&timeline, painter)
+    };
+    match written {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => return Ok(exit::OK),
+        Err(error) => return Err(error.into()),
+    }
+    Ok(if timeline.violations > 0 {
+        exit::RULE
+    } else {
+        exit::OK
+    })
+}
+
+/// The timeline of a session's good prefix.
+pub fn timeline(
+    header: &SessionHeader,
+    header_vocabulary_errors: &[HeaderVocabularyError],
+    events: &[EventRecord],
+    window: Window,
+    defaults: &Defaults,
+) -> Timeline {
+    let mut state = SessionState::new(header.clone());
+    let mut view = View::of(&state, defaults);
+    let header_violation = (!header_vocabulary_errors.is_empty()).then(|| {
+        header_vocabulary_errors
+            .iter()
+            .map(|error| {
+                format!(
+                    "vocabulary: {}: {:?} is not a {} (expected {})",
+                    error.field, error.value, error.what, error.expected
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    });
+    let from = window.from.unwrap_or(1);
+    // The header carries the projections at seq 0 when the timeline starts
+    // there; otherwise the first event shown carries them whole.
+    let mut first_shown = from > 1;
+    let mut entries = vec![Entry {
+        seq: 0,
+        ts: header.created_at,
+        time: iso8601(header.created_at),
+        event_type: "header".to_owned(),
+        summary: header_summary(header),
+        authority: None,
+        violation: header_violation,
+        projection: (!first_shown).then(|| view.clone()),
+        kind: EntryKind::Header,
+        child: None,
+    }];
+    for record in events {
+        if window.at.is_some_and(|at| record.seq() > at) {
+            break;
+        }
+        let mut entry = describe(header, record, |call_id| {
+            state.call(call_id).map(|call| call.name.clone())
+        });
+        entry.violation = state
+            .apply(record)
+            .err()
+            .map(|violation| format!("{} violation: {}", violation.kind, violation.message));
+        let now = View::of(&state, defaults);
+        let changed = now != view;
+        view = now;
+        if record.seq() < from {
+            continue;
+        }
+        if changed || first_shown {
+            entry.projection = Some(view.clone());
+        }
+        first_shown = false;
+        entries.push(entry);
+    }
+    let violations = entries.iter().filter(|e| e.violation.is_some()).count();
+    Timeline {
+        header: header.clone(),
+        entries,
+        violations,
+    }
+}
+
+/// The entry of one event, without violation or projection. `call_name`
+/// gives the tool name of a started call (for denials).
+pub fn describe(
+    header: &SessionHeader,
+    record: &EventRecord,
+    call_name: impl Fn(&str) -> Option<String>,
+) -> Entry {
+    let mut entry = Entry {
+        seq: record.seq(),
+        ts: record.ts(),
+        time: iso8601(record.ts()),
+        event_type: record.event_type().to_owned(),
+        summary: String::new(),
+        authority: None,
+        violation: None,
+        projection: None,
+        kind: EntryKind::Unknown,
+        child: None,
+    };
+    let event = match Event::parse(record.event_type(), record.data()) {
+        Ok(event) => event,
+        Err(error) => {
+            entry.kind = EntryKind::Malformed;
+            entry.summary = format!(
+                "malformed {}: {}",
+                display(&error.path),
+                clip(&error.message, TEXT_CHARS)
+            );
+            return entry;
+        }
+    };
+    let (kind, summary) = match event {
+        Event::RequestHeader(request) => {
+            let tools: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
+            (
+                EntryKind::Request,
+                format!(
+                    "model request to {}/{}: approval {}, sandbox {}, tools [{}]",
+                    display(&request.provider),
+                    display(&request.model),
+                    request.approval_policy,
+                    request.sandbox_mode,
+                    clip(&tools.join(", "), TEXT_CHARS)
+                ),
+            )
+        }
+        Event::TurnStart(turn) => (
+            EntryKind::Structure,
+            format!("turn {} opens", display(&turn.turn_id)),
+        ),
+        Event::TurnEnd(turn) => (
+            EntryKind::Structure,
+            format!("turn {} closes", display(&turn.turn_id)),
+        ),
+        Event::StepStart(step) => (
+            EntryKind::Structure,
+            format!(
+                "step {} opens in turn {}",
+                display(&step.step_id),
+                display(&step.turn_id)
+            ),
+        ),
+        Event::StepEnd(step) => (
+            EntryKind::Structure,
+            format!("step {} closes", display(&step.step_id)),
+        ),
+        Event::Message(message) => {
+            entry.authority = Some(message_authority(header, record.seq(), &message));
+            let mut from = format!("{} via {}", message.role, display(&message.source.kind));
+            if let Some(sender) = &message.source.sender_session_id {
+                from.push_str(&format!(" from {}", display(sender)));
+            }
+            if let Some(name) = &message.source.name {
+                from.push_str(&format!(" ({})", display(name)));
+            }
+            let mut summary = format!("{from}: \"{}\"", clip(&message.text(), TEXT_CHARS));
+            for part in &message.content {
+                match part {
+                    ContentPart::Text { .. } => {}
+                    ContentPart::Image {
+                        media_type, name, ..
+                    } => summary.push_str(&format!(
+                        " + image {} ({})",
+                        display(name.as_deref().unwrap_or("unnamed")),
+                        display(media_type)
+                    )),
+                    ContentPart::Attachment { name, size, .. } => summary.push_str(&format!(
+                        " + attachment {}{}",
+                        display(name),
+                        size.map_or(String::new(), |size| format!(" ({size} bytes)"))
+                    )),
+                }
+            }
+            (EntryKind::Message, summary)
+        }
+        Event::ToolStart(call) => {
+            let mut summary = format!(
+                "call {} {}({}) in step {}",
+                display(&call.call_id),
+                display(&call.name),
+                clip(call.arguments.get(), ARGUMENT_CHARS),
+                display(&call.step_id)
+            );
+            if let Some(parent) = &call.parent_call_id {
+                summary.push_str(&format!(" inside call {}", display(parent)));
+            }
+            (EntryKind::Call, summary)
+        }
+        Event::ToolSettle(settle) => {
+            let call = display(&settle.call_id);
+            let name = call_name(&settle.call_id);
+            let tool = name
+                .as_deref()
+                .map_or(String::new(), |name| format!(" ({})", display(name)));
+            match (&settle.status, &settle.error) {
+                (_, Some(error)) if error.code == AUTO_REVIEW_DENIED => {
+                    let reason = error
+                        .reason
+                        .as_deref()
+                        .map_or("no reason given".to_owned(), |r| {
+                            format!("\"{}\"", clip(r, TEXT_CHARS))
+                        });
+                    let notice = name.as_deref().map_or(String::new(), |name| {
+                        format!(
+                            "; the model saw: {}",
+                            display(&sessionlog_projections::denial_notice(name))
+                        )
+                    });
+                    (
+                        EntryKind::Denial,
+                        format!("DENIED by Auto review: call {call}{tool}: {reason}{notice}"),
+                    )
+                }
+                (_, Some(error)) if error.code == AUTO_REVIEW_FAILED => (
+                    EntryKind::Failed,
+                    format!(
+                        "Auto review FAILED (fail closed): call {call}{tool}: {}",
+                        clip(error.message.as_deref().unwrap_or(""), TEXT_CHARS)
+                    ),
+                ),
+                (status, Some(error)) => (
+                    EntryKind::Failed,
+                    format!(
+                        "call {call}{tool} settled {status}: {} {}{}",
+                        display(&error.name),
+                        display(&error.code),
+                        error
+                            .message
+                            .as_deref()
+                            .map_or(String::new(), |m| format!(": {}", clip(m, TEXT_CHARS)))
+                    ),
+                ),
+                (SettleStatus::Ok, None) => (
+                    EntryKind::Settled,
+                    format!(
+                        "call {call}{tool} settled ok{}",
+                        settle
+                            .result
+                            .as_ref()
+                            .map_or(String::new(), |result| format!(
+                                ": {}",
+                                clip(result.get(), ARGUMENT_CHARS)
+                            ))
+                    ),
+                ),
+                (status, None) => (
+                    EntryKind::Failed,
+                    format!("call {call}{tool} settled {status}"),
+                ),
+            }
+        }
+        Event::ApprovalPolicy(change) => (
+            EntryKind::Switch,
+            format!("approval policy set to {}", change.policy),
+        ),
+        Event::SandboxMode(change) => (
+            EntryKind::Switch,
+            format!("sandbox mode set to {}", change.mode),
+        ),
+        Event::PermissionPreset(change) => (
+            EntryKind::Switch,
+            format!("permission preset set to {}", change.preset),
+        ),
+        Event::ApprovalAsked(asked) => {
+            let mut summary = format!(
+                "approval {} asked for {}",
+                display(&asked.request_id),
+                display(&asked.tool)
+            );
+            if let Some(call) = &asked.call_id {
+                summary.push_str(&format!(" (call {})", display(call)));
+            }
+            if let Some(reason) = &asked.reason {
+                summary.push_str(&format!(": \"{}\"", clip(reason, TEXT_CHARS)));
+            }
+            (EntryKind::ApprovalAsked, summary)
+        }
+        Event::ApprovalDecided(decided) => (
+            if decided.outcome == ApprovalOutcome::AllowedOnce {
+                EntryKind::ApprovalAllowed
+            } else {
+                EntryKind::ApprovalRefused
+            },
+            format!(
+                "approval {} decided: {}",
+                display(&decided.request_id),
+                decided.outcome
+            ),
+        ),
+        Event::Checkpoint(checkpoint) => (
+            EntryKind::Checkpoint,
+            format!(
+                "checkpoint through seq {}: \"{}\"",
+                checkpoint.through_seq,
+                clip(&checkpoint.summary, TEXT_CHARS)
+            ),
+        ),
+        Event::ChildCreated(child) => {
+            entry.child = Some(child.child_session_id.clone());
+            (
+                EntryKind::Child,
+                format!(
+                    "child session {} created ({})",
+                    display(&child.child_session_id),
+                    child.mode
+                ),
+            )
+        }
+        Event::Unknown => (
+            EntryKind::Unknown,
+            format!(
+                "unknown type, kept as is: {}",
+                clip(record.data(), ARGUMENT_CHARS)
+            ),
+        ),
+    };
+    entry.kind = kind;
+    entry.summary = summary;
+    entry
+}
+
+impl View {
+    /// The projections of `state` under `defaults`.
+    pub fn of(state: &SessionState, defaults: &Defaults) -> View {
+        let projection = state.projection(defaults);
+        View {
+            preset: projection.preset,
+            approval_policy: projection.approval_policy,
+            sandbox_mode: projection.sandbox_mode,
+            open_turn: projection.open_turn,
+            open_step: projection.open_step,
+            pending_approvals: projection.pending_approvals,
+            notice: projection.notice,
+        }
+    }
+
+    /// The view as (name, value) pairs for text and HTML.
+    pub fn fields(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("preset", self.preset.to_string()),
+            ("approval", setting(&self.approval_policy)),
+            ("sandbox", setting(&self.sandbox_mode)),
+            (
+                "turn",
+                self.open_turn.as_deref().map_or("-".into(), display),
+            ),
+            (
+                "step",
+                self.open_step.as_deref().map_or("-".into(), display),
+            ),
+            (
+                "pending",
+                if self.pending_approvals.is_empty() {
+                    "-".into()
+                } else {
+                    self.pending_approvals
+                        .iter()
+                        .map(|id| display(id))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                },
+            ),
+            ("notice", self.notice.as_deref().map_or("-".into(), display)),
+        ]
+    }
+}
+
+fn setting<T: std::fmt::Display>(setting: &Setting<T>) -> String {
+    match &setting.override_value {
+        Some(value) => format!("{} (override {value})", setting.effective),
+        None => format!("{} (default)", setting.effective),
+    }
+}
+
+fn header_summary(header: &SessionHeader) -> String {
+    let origin = match &header.parent_session {
+        Some(parent) => format!(
+            "child of {parent} (seed {} events, depth {})",
+            header.seed_length, header.delegation_depth
+        ),
+        None => "root session".to_owned(),
+    };
+    format!(
+        "session {} — {origin}, cwd {}",
+        header.id,
+        clip(&header.cwd, TEXT_CHARS)
+    )
+}
+
+fn write_json(timeline: &Timeline) -> std::io::Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for entry in &timeline.entries {
+        serde_json::to_writer(&mut out, entry)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()
+}
+
+fn write_text(timeline: &Timeline, painter: Painter) -> std::io::Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut previous: Option<&View> = None;
+    for entry in &timeline.entries {
+        writeln!(out, "{}", text_line(entry, painter))?;
+        if let Some(violation) = &entry.violation {
+            writeln!(
+                out,
+                "{:>32}{}",
+                "",
+                painter.paint(Style::Violation, &format!("✗ {violation}"))
+            )?;
+        }
+        if let Some(view) = &entry.projection {
+            let changes = changed_fields(previous, view);
+            writeln!(
+                out,
+                "{:>32}{}",
+                "",
+                painter.paint(Style::Projection, &format!("⇒ {changes}"))
+            )?;
+            previous = Some(view);
+        }
+    }
+    if timeline.violations > 0 {
+        writeln!(
+            out,
+            "{}",
+            painter.paint(
+                Style::Violation,
+                &format!(
+                    "{} event{} break the rules (marked ✗ above)",
+                    timeline.violations,
+                    if timeline.violations == 1 { "" } else { "s" }
+                )
+            )
+        )?;
+    }
+    out.flush()
+}
+
+/// One timeline line: time, seq, type, authority, summary.
+pub fn text_line(entry: &Entry, painter: Painter) -> String {
+    let authority = entry.authority.map_or(String::new(), |a| format!("[{a}] "));
+    format!(
+        "{} {} {} {}{}",
+        painter.paint(Style::Dim, &entry.time),
+        painter.paint(Style::Bold, &format!("{:>5}", entry.seq)),
+        painter.paint(Style::of(entry.kind), &format!("{:<17}", entry.event_type)),
+        painter.paint(Style::Authority, &authority),
+        painter.paint(Style::summary_of(entry.kind), &entry.summary)
+    )
+}
+
+/// The fields that differ from `previous` (all of them the first time).
+fn changed_fields(previous: Option<&View>, view: &View) -> String {
+    let now = view.fields();
+    let before = previous.map(View::fields);
+    now.iter()
+        .enumerate()
+        .filter(|(index, field)| {
+            before
+                .as_ref()
+                .is_none_or(|before| before[*index] != **field)
+        })
+        .map(|(_, (name, value))| format!("{name} {value}"))
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
+/// ANSI styles, written by hand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// No styling.
+    Plain,
+    /// Faint.
+    Dim,
+    /// Bold.
+    Bold,
+    /// Cyan: messages.
+    Cyan,
+    /// Blue: calls.
+    Blue,
+    /// Green: success.
+    Green,
+    /// Yellow: approvals asked, switches.
+    Yellow,
+    /// Magenta: checkpoints and children.
+    Magenta,
+    /// Bold red: denials and refusals.
+    Alarm,
+    /// Red: violations.
+    Violation,
+    /// Dim green: projections.
+    Projection,
+    /// Bold cyan: authorities.
+    Authority,
+}
+
+impl Style {
+    fn of(kind: EntryKind) -> Style {
+        match kind {
+            EntryKind::Header => Style::Bold,
+            EntryKind::Request | EntryKind::Structure => Style::Dim,
+            EntryKind::Message => Style::Cyan,
+            EntryKind::Call => Style::Blue,
+            EntryKind::Settled | EntryKind::ApprovalAllowed => Style::Green,
+            EntryKind::Switch | EntryKind::ApprovalAsked => Style::Yellow,
+            EntryKind::Checkpoint | EntryKind::Child => Style::Magenta,
+            EntryKind::Denial | EntryKind::ApprovalRefused | EntryKind::Failed => Style::Alarm,
+            EntryKind::Unknown | EntryKind::Malformed => Style::Dim,
+        }
+    }
+
+    fn summary_of(kind: EntryKind) -> Style {
+        match kind {
+            EntryKind::Denial | EntryKind::ApprovalRefused => Style::Alarm,
+            EntryKind::ApprovalAsked => Style::Yellow,
+            EntryKind::Header => Style::Bold,
+            EntryKind::Request
+            | EntryKind::Structure
+            | EntryKind::Message
+            | EntryKind::Call
+            | EntryKind::Settled
+            | EntryKind::Failed
+            | EntryKind::Switch
+            | EntryKind::ApprovalAllowed
+            | EntryKind::Checkpoint
+            | EntryKind::Child
+            | EntryKind::Unknown
+            | EntryKind::Malformed => Style::Plain,
+        }
+    }
+
+    fn code(self) -> &'static str {
+        match self {
+            Style::Plain => "",
+            Style::Dim => "2",
+            Style::Bold => "1",
+            Style::Cyan => "36",
+            Style::Blue => "34",
+            Style::Green => "32",
+            Style::Yellow => "33",
+            Style::Magenta => "35",
+            Style::Alarm => "1;31",
+            Style::Violation => "31",
+            Style::Projection => "2;32",
+            Style::Authority => "1;36",
+        }
+    }
+}
+
+/// Paints text with ANSI codes, or leaves it alone.
+#[derive(Debug, Clone, Copy)]
+pub struct Painter {
+    enabled: bool,
+}
+
+impl Painter {
+    /// Colour when `choice` says so: `auto` means standard output is a
+    /// terminal and `NO_COLOR` is unset or empty.
+    pub fn new(choice: ColorChoice) -> Painter {
+        let enabled = match choice {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => {
+                std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty())
+                    && std::io::IsTerminal::is_terminal(&std::io::stdout())
+            }
+        };
+        Painter { enabled }
+    }
+
+    /// `text` in `style`.
+    pub fn paint(self, style: Style, text: &str) -> String {
+        if !self.enabled || style == Style::Plain || text.is_empty() {
+            return text.to_owned();
+        }
+        format!("\x1b[{}m{text}\x1b[0m", style.code())
+    }
+}
+
+/// `text` with control characters and bidirectional overrides escaped, so
+/// that log text can neither move the cursor nor reorder what is shown.
+pub fn display(text: &str) -> String {
+    let mut shown = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => shown.push_str("\\n"),
+            '\r' => shown.push_str("\\r"),
+            '\t' => shown.push_str("\\t"),
+            c if c.is_control() || is_bidi_control(c) => {
+                shown.push_str(&format!("\\u{{{:x}}}", u32::from(c)))
+            }
+            c => shown.push(c),
+        }
+    }
+    shown
+}
+
+/// [`display`], clipped to `max_chars` with an ellipsis.
+pub fn clip(text: &str, max_chars: usize) -> String {
+    let shown = display(text);
+    if shown.chars().count() <= max_chars {
+        return shown;
+    }
+    let mut clipped: String = shown.chars().take(max_chars.saturating_sub(1)).collect();
+    clipped.push('…');
+    clipped
+}
+
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
+}
+
+/// Unix milliseconds as ISO-8601 UTC (`2024-05-01T12:00:00.000Z`).
+pub fn iso8601(ms: u64) -> String {
+    let seconds = ms / 1000;
+    let millis = ms % 1000;
+    let days = seconds / 86_400;
+    let rest = seconds % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
+/// (Howard Hinnant's `civil_from_days`, for non-negative days).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_iso8601_utc() {
+        assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso8601(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+        assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(iso8601(4_107_542_399_999), "2100-02-28T23:59:59.999Z");
+    }
+
+    #[test]
+    fn log_text_cannot_drive_the_terminal() {
+        assert_eq!(display("a\x1b[31mb\nc"), "a\\u{1b}[31mb\\nc");
+        assert_eq!(display("x\u{202e}y"), "x\\u{202e}y");
+        assert_eq!(clip("abcdef", 4), "abc…");
+        assert_eq!(clip("abcd", 4), "abcd");
+    }
+
+    #[test]
+    fn painting_is_off_when_disabled() {
+        let off = Painter { enabled: false };
+        let on = Painter { enabled: true };
+        assert_eq!(off.paint(Style::Alarm, "x"), "x");
+        assert_eq!(on.paint(Style::Alarm, "x"), "\x1b[1;31mx\x1b[0m");
+    }
+}

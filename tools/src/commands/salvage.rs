@@ -1,0 +1,369 @@
+//! `sessionlog salvage FILE OUT`: the explicit, separate act of SPEC §2 that
+//! gets the good prefix out of a damaged log.
+//!
+//! FILE is only read. Its lines go through the schema's `LogScanner`
+//! directly (the store's reader stops with an error at corruption, and
+//! salvage wants the records before it). The prefix must itself pass the
+//! rules of §6: when it does not, it is cut before the batch holding the
+//! first violation. The result is written to a NEW file with
+//! `create_log_file` (atomic, fsynced, refusing an existing OUT), and the
+//! report says what was left behind: from which line and byte offset, how
+//! many bytes, and why.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use sessionlog_projections::fold;
+use sessionlog_schema::{Corruption, EventRecord, LogScanner, TornTail, MAX_RECORD_BYTES};
+use sessionlog_store::{create_log_file, Durability, Io};
+
+use crate::{exit, progress, Exit, UsageError};
+
+/// What salvage did, as printed.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SalvageReport {
+    file: String,
+    out: String,
+    session: String,
+    /// Events written to OUT.
+    events: u64,
+    /// The last seq written (0: the header alone).
+    last_seq: u64,
+    /// What FILE holds past the salvaged prefix; `null` when nothing.
+    left_behind: Option<LeftBehind>,
+}
+
+/// The part of FILE that was not copied.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeftBehind {
+    /// 1-based line where it starts.
+    line: u64,
+    /// Byte offset where it starts.
+    offset: u64,
+    /// How many bytes, to the end of FILE.
+    bytes: u64,
+    /// `corrupt`, `torn-tail` or `rule-violation`.
+    cause: &'static str,
+    /// What is wrong there.
+    reason: String,
+}
+
+/// What a scan of FILE found.
+struct Scan {
+    header: sessionlog_schema::SessionHeader,
+    header_vocabulary_errors: Vec<sessionlog_schema::HeaderVocabularyError>,
+    records: Vec<EventRecord>,
+    /// Byte offset of every line read, by line number - 1.
+    line_offsets: Vec<u64>,
+    /// Where the good prefix ends.
+    good_end: u64,
+    good_lines: u64,
+    damage: Option<Damage>,
+}
+
+enum Damage {
+    Corrupt(Corruption),
+    Torn(TornTail),
+}
+
+/// Runs `salvage`.
+pub fn run(file: &Path, out: &Path, json: bool, quiet: bool) -> Result<u8> {
+    if !file.is_file() {
+        bail!(UsageError(format!("{}: no such log file", file.display())));
+    }
+    if out.symlink_metadata().is_ok() {
+        bail!(UsageError(format!(
+            "{} exists; salvage writes a new file and never replaces one",
+            out.display()
+        )));
+    }
+    let file_len = std::fs::metadata(file)
+        .with_context(|| format!("stat {}", file.display()))?
+        .len();
+    let scan = scan(file, file_len, quiet)?;
+    let (kept, left_behind) = choose_prefix(&scan, file_len, file)?;
+    create_log_file(
+        out,
+        &scan.header,
+        &scan.records[..kept],
+        Durability::Fsync,
+        &Io::default(),
+    )?;
+    let report = SalvageReport {
+        file: file.display().to_string(),
+        out: out.display().to_string(),
+        session: scan.header.id.to_string(),
+        events: kept as u64,
+        last_seq: scan.records[..kept].last().map_or(0, EventRecord::seq),
+        left_behind,
+    };
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print_human(&report);
+    }
+    Ok(exit::OK)
+}
+
+/// How many records to keep, and what that leaves behind.
+fn choose_prefix(scan: &Scan, file_len: u64, file: &Path) -> Result<(usize, Option<LeftBehind>)> {
+    let records = &scan.records;
+    let seed_length = scan.header.seed_length;
+    if seed_length > records.len() as u64 {
+        bail!(Exit {
+            code: exit::CORRUPT,
+            message: format!(
+                "{}: nothing valid can be salvaged: the good prefix holds {} events but the header's seedLength is {seed_length}",
+                file.display(),
+                records.len()
+            ),
+        });
+    }
+    if let Some(error) = scan.header_vocabulary_errors.first() {
+        bail!(Exit {
+            code: exit::RULE,
+            message: format!(
+                "{}: nothing valid can be salvaged: the header breaks the rules: {error}",
+                file.display()
+            ),
+        });
+    }
+    let (_, violations) = fold(scan.header.clone(), records);
+    if let Some(violation) = violations.first() {
+        let cut = batch_start(records, (violation.seq - 1) as usize);
+        if (cut as u64) < seed_length {
+            bail!(Exit {
+                code: exit::RULE,
+                message: format!(
+                    "{}: nothing valid can be salvaged: the seeded prefix breaks the rules: {violation}",
+                    file.display()
+                ),
+            });
+        }
+        // Record `cut` (seq cut + 1) sits on line cut + 2.
+        let offset = scan.line_offsets[cut + 1];
+        return Ok((
+            cut,
+            Some(LeftBehind {
+                line: cut as u64 + 2,
+                offset,
+                bytes: file_len - offset,
+                cause: "rule-violation",
+                reason: format!(
+                    "{violation}{}",
+                    match &scan.damage {
+                        Some(Damage::Corrupt(c)) => format!("; further on, {}", plain(c)),
+                        Some(Damage::Torn(t)) => format!("; further on, a torn tail: {}", t.reason),
+                        None => String::new(),
+                    }
+                ),
+            }),
+        ));
+    }
+    let left_behind = match &scan.damage {
+        None => None,
+        Some(Damage::Torn(torn)) => Some(LeftBehind {
+            line: torn.position.line,
+            offset: torn.position.offset,
+            bytes: torn.bytes,
+            cause: "torn-tail",
+            reason: if torn.dropped_records > 0 {
+                format!(
+                    "{} (dropping {} records of an unfinished batch)",
+                    torn.reason, torn.dropped_records
+                )
+            } else {
+                torn.reason.clone()
+            },
+        }),
+        Some(Damage::Corrupt(corruption)) => Some(LeftBehind {
+            line: scan.good_lines + 1,
+            offset: scan.good_end,
+            bytes: file_len - scan.good_end,
+            cause: "corrupt",
+            reason: plain(corruption),
+        }),
+    };
+    Ok((records.len(), left_behind))
+}
+
+/// The index of the first record of the batch holding record `index` (a
+/// batch is kept whole or not at all).
+fn batch_start(records: &[EventRecord], index: usize) -> usize {
+    let mut start = 0;
+    let mut remaining = 0u64;
+    for (position, record) in records.iter().enumerate().take(index + 1) {
+        if remaining == 0 {
+            start = position;
+            remaining = record.batch().unwrap_or(1);
+        }
+        remaining -= 1;
+    }
+    start
+}
+
+/// A corruption's message without the advice to run salvage.
+fn plain(corruption: &Corruption) -> String {
+    let text = corruption.to_string();
+    match text.find("; run `sessionlog salvage`") {
+        Some(index) => text[..index].to_owned(),
+        None => text,
+    }
+}
+
+fn scan(file: &Path, file_len: u64, quiet: bool) -> Result<Scan> {
+    let bar = progress::bytes_bar(quiet, "salvage", file_len);
+    let opened = std::fs::File::open(file).with_context(|| format!("open {}", file.display()))?;
+    let mut reader = BufReader::with_capacity(256 * 1024, opened);
+    let mut scanner = LogScanner::new(None);
+    let mut records = Vec::new();
+    let mut ready = Vec::new();
+    let mut line_offsets = Vec::new();
+    let mut good_end = 0;
+    let mut good_lines = 0;
+    let mut offset = 0u64;
+    let mut line = Vec::new();
+    let mut damage = None;
+    loop {
+        let Some(read) = read_line(&mut reader, &mut line)
+            .with_context(|| format!("read {}", file.display()))?
+        else {
+            break;
+        };
+        line_offsets.push(offset);
+        let pushed = match read {
+            Read::Line { terminated } => scanner.push_line(&line, terminated, offset, &mut ready),
+            Read::Oversized { len, terminated } => {
+                scanner.push_oversized_line(len, terminated, offset)
+            }
+        };
+        offset += read.len(line.len());
+        bar.set_position(offset);
+        if let Err(corruption) = pushed {
+            if scanner.header().is_none() {
+                bar.finish_and_clear();
+                bail!(Exit {
+                    code: exit::CORRUPT,
+                    message: format!("{}: nothing can be salvaged: {corruption}", file.display()),
+                });
+            }
+            damage = Some(Damage::Corrupt(corruption));
+            break;
+        }
+        // The good prefix grows with the header and with every line that
+        // hands records out (a batch's last line hands out the whole batch).
+        if line_offsets.len() == 1 || !ready.is_empty() {
+            records.append(&mut ready);
+            good_end = offset;
+            good_lines = line_offsets.len() as u64;
+        }
+    }
+    bar.finish_and_clear();
+    let Some(header) = scanner.header().cloned() else {
+        bail!(Exit {
+            code: exit::CORRUPT,
+            message: format!(
+                "{}: nothing can be salvaged: the file is empty",
+                file.display()
+            ),
+        });
+    };
+    let header_vocabulary_errors = scanner.header_vocabulary_errors().to_vec();
+    if damage.is_none() {
+        damage = match scanner.finish() {
+            Ok(summary) => summary.torn_tail.map(Damage::Torn),
+            // seedLength above the intact events: `choose_prefix` says so.
+            Err(_) => None,
+        };
+    }
+    Ok(Scan {
+        header,
+        header_vocabulary_errors,
+        records,
+        line_offsets,
+        good_end,
+        good_lines,
+        damage,
+    })
+}
+
+enum Read {
+    Line { terminated: bool },
+    Oversized { len: u64, terminated: bool },
+}
+
+impl Read {
+    /// Bytes the line took in the file, `\n` included.
+    fn len(&self, buffered: usize) -> u64 {
+        match self {
+            Read::Line { terminated } => buffered as u64 + u64::from(*terminated),
+            Read::Oversized { len, terminated } => len + u64::from(*terminated),
+        }
+    }
+}
+
+/// Reads one line into `line` (without its `\n`), never buffering more than
+/// the record limit: a longer line is skipped and reported as oversized.
+fn read_line(reader: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<Option<Read>> {
+    line.clear();
+    let mut skipped: Option<u64> = None;
+    loop {
+        let buffer = reader.fill_buf()?;
+        if buffer.is_empty() {
+            return Ok(match skipped {
+                Some(len) => Some(Read::Oversized {
+                    len,
+                    terminated: false,
+                }),
+                None if line.is_empty() => None,
+                None => Some(Read::Line { terminated: false }),
+            });
+        }
+        let (chunk, found) = match buffer.iter().position(|byte| *byte == b'\n') {
+            Some(index) => (&buffer[..index], true),
+            None => (buffer, false),
+        };
+        let taken = chunk.len();
+        match &mut skipped {
+            Some(len) => *len += taken as u64,
+            None if line.len() + taken > MAX_RECORD_BYTES => {
+                skipped = Some((line.len() + taken) as u64);
+                line.clear();
+            }
+            None => line.extend_from_slice(chunk),
+        }
+        reader.consume(taken + usize::from(found));
+        if found {
+            return Ok(Some(match skipped {
+                Some(len) => Read::Oversized {
+                    len,
+                    terminated: true,
+                },
+                None => Read::Line { terminated: true },
+            }));
+        }
+    }
+}
+
+fn print_human(report: &SalvageReport) {
+    println!(
+        "salvaged {} event{} (last seq {}) of session {} from {} into {}",
+        report.events,
+        if report.events == 1 { "" } else { "s" },
+        report.last_seq,
+        report.session,
+        report.file,
+        report.out
+    );
+    match &report.left_behind {
+        None => println!("nothing was left behind: {} has no damage", report.file),
+        Some(left) => println!(
+            "left behind: {} bytes from line {} (byte offset {}), {}: {}",
+            left.bytes, left.line, left.offset, left.cause, left.reason
+        ),
+    }
+}

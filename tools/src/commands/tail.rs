@@ -1,0 +1,280 @@
+//! `sessionlog tail`: the last events of a session, and with `-f` every new
+//! one as another process appends it.
+//!
+//! Following never trusts a byte offset: each poll (every 100 ms) that finds
+//! the log changed (its length, modification time or inode) re-reads it
+//! through the store's streaming reader and prints the events whose seq is
+//! above the last one printed. So a writer restart, the truncation of a torn
+//! tail, or a log replaced by a new file can neither repeat an event nor
+//! skip one. A SQLite session is polled with `Store::events_from`.
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Result;
+use sessionlog_schema::{EventRecord, SessionHeader};
+use sessionlog_store::{ErrorClass, Store, StoreError};
+
+use crate::cli::SessionArgs;
+use crate::commands::replay::describe;
+use crate::target::{SessionRef, Target};
+use crate::{exit, warn};
+
+/// How often `-f` looks at the log.
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// What to print first.
+#[derive(Debug, Clone, Copy)]
+pub enum Start {
+    /// The last N events.
+    Last(u64),
+    /// Every event from this seq on.
+    From(u64),
+}
+
+/// Runs `tail`.
+pub fn run(args: &SessionArgs, start: Start, follow: bool, json: bool) -> Result<u8> {
+    let target = Target::open(&args.store)?;
+    let session = target.session(args.session.as_deref())?;
+    let mut tail = Tail {
+        source: Source::of(&target, &session),
+        header: None,
+        printed: 0,
+        latest_seq_read: None,
+        json,
+        out: std::io::BufWriter::new(std::io::stdout()),
+    };
+    match tail.run(start, follow, &session) {
+        Ok(()) => Ok(exit::OK),
+        Err(error) if is_broken_pipe(&error) => Ok(exit::OK),
+        Err(error) => Err(error),
+    }
+}
+
+/// Where the events come from.
+enum Source<'a> {
+    /// A JSONL log, re-read whenever its file changes.
+    File {
+        target: &'a Target,
+        path: PathBuf,
+        seen: Option<FileStamp>,
+    },
+    /// A SQLite session, queried from the next seq.
+    Database { store: &'a Store },
+}
+
+/// What tells one version of a file from the next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    len: u64,
+    modified: Option<SystemTime>,
+    inode: u64,
+}
+
+struct Tail<'a, W: Write> {
+    source: Source<'a>,
+    header: Option<SessionHeader>,
+    /// The last seq printed (0: none).
+    printed: u64,
+    /// The last seq of the latest read.
+    latest_seq_read: Option<u64>,
+    json: bool,
+    out: W,
+}
+
+impl<'a> Source<'a> {
+    fn of(target: &'a Target, session: &SessionRef) -> Source<'a> {
+        match target {
+            Target::File(path) => Source::File {
+                target,
+                path: path.clone(),
+                seen: None,
+            },
+            Target::Store(store @ Store::Jsonl(_)) => Source::File {
+                target,
+                path: store.session_path(&session.id),
+                seen: None,
+            },
+            Target::Store(store) => Source::Database { store },
+        }
+    }
+}
+
+impl<W: Write> Tail<'_, W> {
+    fn run(&mut self, start: Start, follow: bool, session: &SessionRef) -> Result<()> {
+        let first = self.read_new(session, 1, true)?;
+        let shown: Vec<EventRecord> = match start {
+            Start::From(from) => first.into_iter().filter(|r| r.seq() >= from).collect(),
+            Start::Last(count) => {
+                let mut last = VecDeque::new();
+                for record in first {
+                    if last.len() as u64 == count {
+                        last.pop_front();
+                    }
+                    if count > 0 {
+                        last.push_back(record);
+                    }
+                }
+                last.into()
+            }
+        };
+        if let Start::From(from) = start {
+            self.printed = from.saturating_sub(1).max(self.printed);
+        }
+        self.print(&shown)?;
+        if let Some(last) = self.latest_seq_read {
+            self.printed = self.printed.max(last);
+        }
+        if !follow {
+            return Ok(());
+        }
+        let mut corrupt_once = false;
+        loop {
+            std::thread::sleep(POLL_INTERVAL);
+            if !self.changed()? {
+                continue;
+            }
+            match self.read_new(session, self.printed + 1, false) {
+                Ok(records) => {
+                    corrupt_once = false;
+                    self.print(&records)?;
+                }
+                // A reader can meet a file between a writer's truncation and
+                // its next append only as a torn tail, never as corruption;
+                // still, read once more before giving up.
+                Err(error) if is_corrupt(&error) && !corrupt_once => {
+                    corrupt_once = true;
+                    self.forget_stamp();
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Events with seq ≥ `from` read now; warns about a torn tail only on the
+    /// first read (while following, a torn tail is an append in flight).
+    fn read_new(
+        &mut self,
+        session: &SessionRef,
+        from: u64,
+        first: bool,
+    ) -> Result<Vec<EventRecord>> {
+        self.latest_seq_read = None;
+        let records = match &self.source {
+            Source::File { target, .. } => {
+                let mut stream = target.stream(session)?;
+                if self.header.is_none() {
+                    self.header = Some(stream.header().clone());
+                }
+                let mut records = Vec::new();
+                while let Some(record) = stream.next_event()? {
+                    if record.seq() >= from {
+                        records.push(record);
+                    }
+                }
+                if let Some(torn) = stream.finish()? {
+                    if first {
+                        warn(format!(
+                            "{}: ignoring a torn tail of {} bytes at line {} (byte offset {}): {}",
+                            session.label,
+                            torn.bytes,
+                            torn.position.line,
+                            torn.position.offset,
+                            torn.reason
+                        ));
+                    }
+                }
+                records
+            }
+            Source::Database { store } => {
+                if self.header.is_none() {
+                    self.header = Some(store.events(&session.id)?.0);
+                }
+                store
+                    .events_from(&session.id, from)?
+                    .collect::<Result<Vec<_>, StoreError>>()?
+            }
+        };
+        self.latest_seq_read = records.last().map(EventRecord::seq);
+        Ok(records)
+    }
+
+    /// Whether the log may hold something new (always for a database).
+    fn changed(&mut self) -> Result<bool> {
+        let Source::File { path, seen, .. } = &mut self.source else {
+            return Ok(true);
+        };
+        let stamp = match std::fs::symlink_metadata(&*path) {
+            Ok(metadata) => FileStamp {
+                len: metadata.len(),
+                modified: metadata.modified().ok(),
+                inode: std::os::unix::fs::MetadataExt::ino(&metadata),
+            },
+            // Between an unlink and a rename into place: look again later.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(error) => return Err(error.into()),
+        };
+        if seen.as_ref() == Some(&stamp) {
+            return Ok(false);
+        }
+        *seen = Some(stamp);
+        Ok(true)
+    }
+
+    fn forget_stamp(&mut self) {
+        if let Source::File { seen, .. } = &mut self.source {
+            *seen = None;
+        }
+    }
+
+    /// Prints the records above the last seq printed, in order.
+    fn print(&mut self, records: &[EventRecord]) -> Result<()> {
+        for record in records {
+            if record.seq() <= self.printed {
+                continue;
+            }
+            if record.seq() != self.printed + 1 && self.printed > 0 {
+                warn(format!(
+                    "the log now continues at seq {} after seq {}: it was replaced",
+                    record.seq(),
+                    self.printed
+                ));
+            }
+            if self.json {
+                let header = self
+                    .header
+                    .as_ref()
+                    .unwrap_or_else(|| unreachable!("the header is read before any event"));
+                let entry = describe(header, record, |_| None);
+                serde_json::to_writer(&mut self.out, &entry)?;
+                self.out.write_all(b"\n")?;
+            } else {
+                self.out.write_all(record.body().as_bytes())?;
+                self.out.write_all(b"}\n")?;
+            }
+            self.printed = record.seq();
+        }
+        self.out.flush()?;
+        Ok(())
+    }
+}
+
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || cause
+                .downcast_ref::<serde_json::Error>()
+                .is_some_and(|json| json.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe))
+    })
+}
+
+fn is_corrupt(error: &anyhow::Error) -> bool {
+    error
+        .chain()
+        .filter_map(|cause| cause.downcast_ref::<StoreError>())
+        .any(|store| store.class() == ErrorClass::Corrupt)
+}
