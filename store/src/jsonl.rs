@@ -722,6 +722,48 @@ mod tests {
     }
 
     #[test]
+    fn an_open_writer_builds_the_same_review_request_as_a_cold_read() {
+        use sessionlog_projections::{build_review_request, parse_pending_action};
+        let (_dir, store) = store();
+        let session = created(&store, "review");
+        let mut writer = store
+            .open_writer(&session, WriterOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let events = [
+            ("turn/start", r#"{"turnId":"t1"}"#),
+            (
+                "request/header",
+                r#"{"provider":"p","model":"m","approvalPolicy":"ask","sandboxMode":"danger-full-access","tools":[{"name":"bash","description":"run","parameters":{}}]}"#,
+            ),
+            ("step/start", r#"{"stepId":"s1","turnId":"t1"}"#),
+            (
+                "message",
+                r#"{"role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"go"}]}"#,
+            ),
+        ];
+        for (event_type, data) in events {
+            writer
+                .append(NewEvent::new(event_type, data), None)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let pending = parse_pending_action(
+            br#"{"callId":"c1","stepId":"s1","name":"bash","arguments":{"cmd":"ls"}}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let open = writer
+            .review_request(&pending, 1 << 20)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let snapshot = store.snapshot(&session).unwrap_or_else(|e| panic!("{e}"));
+        let cold = build_review_request(&snapshot.header, &snapshot.events, &pending, 1 << 20)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(open, cold);
+        assert!(
+            open.contains(r#""PENDING_ACTION":{"callId":"c1""#),
+            "{open}"
+        );
+    }
+
+    #[test]
     fn list_reads_headers_and_skips_foreign_files() {
         let (dir, store) = store();
         created(&store, "b");

@@ -9,7 +9,10 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use sessionlog_projections::{preset_switch, Defaults, SessionState};
+use sessionlog_projections::{
+    build_review_request_for_state, preset_switch, Defaults, PendingAction, ReviewError,
+    ReviewErrorCode, SessionState,
+};
 use sessionlog_schema::{
     compact_json, ApprovalPolicy, EventRecord, Preset, SessionHeader, SessionId, MAX_RECORD_BYTES,
 };
@@ -148,6 +151,26 @@ impl SessionWriter {
     /// Every event, when the writer was opened with `keep_snapshot`.
     pub fn events(&self) -> Option<&[EventRecord]> {
         self.events.as_deref()
+    }
+
+    /// The Auto reviewer's request for `pending` (SPEC §8), built from the
+    /// snapshot and the validated state this writer holds: the log is not
+    /// read again. Fails closed like the request builder; a writer opened
+    /// without `keep_snapshot` holds no snapshot and refuses with
+    /// `INVALID_LOG`.
+    pub fn review_request(
+        &self,
+        pending: &PendingAction,
+        max_bytes: usize,
+    ) -> Result<String, ReviewError> {
+        let Some(events) = &self.events else {
+            return Err(ReviewError::new(
+                ReviewErrorCode::InvalidLog,
+                "this writer holds no snapshot (it was opened without keep_snapshot); \
+                 reopen it with WriterOptions::keep_snapshot to build review requests",
+            ));
+        };
+        build_review_request_for_state(&self.state, events, pending, max_bytes)
     }
 
     /// The seq the next event will get.
