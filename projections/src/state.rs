@@ -691,7 +691,7 @@ mod tests {
             log,
             expect![[r#"
                 seq 2 (tool/start): callId "c1" is already used by the tool/start at seq 1 [rule]
-                seq 3 (approval/policy): data.policy: "sometimes" is not a approval policy (expected ask | never) [vocabulary]"#]],
+                seq 3 (approval/policy): data.policy: "sometimes" is not a valid approval policy (expected ask | never) [vocabulary]"#]],
         );
     }
 
@@ -712,12 +712,12 @@ mod tests {
                     r#"{"childSessionId":"k","mode":"forever"}"#,
                 ),
             expect![[r#"
-                seq 1 (sandbox/mode): data.mode: "root" is not a sandbox mode (expected read-only | workspace-write | danger-full-access) [vocabulary]
-                seq 2 (permission/preset): data.preset: "yolo" is not a preset (expected read-only | workspace-write | full-access | auto) [vocabulary]
+                seq 1 (sandbox/mode): data.mode: "root" is not a valid sandbox mode (expected read-only | workspace-write | danger-full-access) [vocabulary]
+                seq 2 (permission/preset): data.preset: "yolo" is not a valid preset (expected read-only | workspace-write | full-access | auto) [vocabulary]
                 seq 3 (message): data.content[0].type: unknown variant `video`, expected one of `text`, `image`, `attachment` [vocabulary]
-                seq 4 (tool/settle): data.status: "done" is not a settle status (expected ok | error | cancelled) [vocabulary]
-                seq 5 (approval/decided): data.outcome: "maybe" is not a approval outcome (expected allowed-once | rejected | cancelled | unavailable) [vocabulary]
-                seq 6 (child/created): data.mode: "forever" is not a child mode (expected one-shot | continuable) [vocabulary]"#]],
+                seq 4 (tool/settle): data.status: "done" is not a valid settle status (expected ok | error | cancelled) [vocabulary]
+                seq 5 (approval/decided): data.outcome: "maybe" is not a valid approval outcome (expected allowed-once | rejected | cancelled | unavailable) [vocabulary]
+                seq 6 (child/created): data.mode: "forever" is not a valid child mode (expected one-shot | continuable) [vocabulary]"#]],
         );
     }
 
@@ -794,7 +794,7 @@ mod tests {
         };
         assert_eq!(
             Violation::from(&error).to_string(),
-            r#"seq 0 (header): approvalPolicy: "sometimes" is not a approval policy (expected ask | never)"#
+            r#"seq 0 (header): approvalPolicy: "sometimes" is not a valid approval policy (expected ask | never)"#
         );
     }
 

@@ -80,7 +80,7 @@ impl From<&HeaderVocabularyError> for Violation {
             event_type: "header".to_owned(),
             kind: ViolationKind::Vocabulary,
             message: format!(
-                "{}: {:?} is not a {} (expected {})",
+                "{}: {:?} is not a valid {} (expected {})",
                 error.field, error.value, error.what, error.expected
             ),
         }

@@ -534,7 +534,7 @@ mod tests {
     fn errors_name_the_field() {
         assert_eq!(
             error("approval/policy", r#"{"policy":"sometimes"}"#),
-            "approval/policy data.policy: \"sometimes\" is not a approval policy (expected ask | never)"
+            "approval/policy data.policy: \"sometimes\" is not a valid approval policy (expected ask | never)"
         );
         assert_eq!(
             error("turn/start", r#"{"turnId":3}"#),

@@ -61,7 +61,7 @@ pub struct EventRecord {
 /// A header field whose value is outside its vocabulary (a rule violation at
 /// seq 0, not corruption: the record itself is intact).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("seq 0 (header) field {field}: {value:?} is not a {what} (expected {expected})")]
+#[error("seq 0 (header) field {field}: {value:?} is not a valid {what} (expected {expected})")]
 pub struct HeaderVocabularyError {
     /// The header member.
     pub field: &'static str,

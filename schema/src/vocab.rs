@@ -49,7 +49,7 @@ macro_rules! vocabulary {
             type Err = String;
             fn from_str(text: &str) -> Result<Self, String> {
                 Self::parse(text).ok_or_else(|| {
-                    format!("{:?} is not a {} (expected {})", text, $what, Self::expected())
+                    format!("{:?} is not a valid {} (expected {})", text, $what, Self::expected())
                 })
             }
         }
