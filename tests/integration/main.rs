@@ -12,10 +12,16 @@
 //! - `damage`: truncation at every offset, bit flips, and one row per
 //!   corruption and torn-tail class.
 //! - `docs`: docs/FORMAT.md's worked example and limits match the code.
+//! - `cli_support`: runs the real `sessionlog` binary (built once if missing).
+//! - `people`: the command line as auditors and runtime authors use it:
+//!   examples, replay, tail -f, salvage, stats, the HTML report in headless
+//!   Chromium, help, completions, the README.
 
+mod cli_support;
 mod codec;
 mod damage;
 mod docs;
 mod format;
+mod people;
 mod realistic;
 mod support;

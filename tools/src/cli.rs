@@ -185,10 +185,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// A readable timeline: who said what with which authority, tool calls,
-    /// approvals, denials, checkpoints, children, and the projections
-    /// whenever they change. Rule violations are marked inline (exit 4 after
-    /// the timeline); a corrupt log is refused (exit 2).
+    /// Show a session as a readable timeline, with the projections as they change.
+    ///
+    /// Who said what with which authority, tool calls and their arguments,
+    /// approvals, denials, checkpoints, children, unknown types. Rule
+    /// violations are marked inline (exit 4 after the timeline); a corrupt
+    /// log is refused (exit 2); a torn tail is ignored with a warning.
     #[command(
         after_help = "Examples:\n  sessionlog replay examples/sessions/auto-review.jsonl\n  sessionlog replay examples/sessions --session lead --from 5 --at 12\n  sessionlog replay examples/sessions/approval.jsonl --json | jq 'select(.projection)'"
     )]
@@ -212,9 +214,10 @@ pub enum Command {
         #[command(flatten)]
         defaults: DefaultArgs,
     },
-    /// Print the last events of a session, and with -f keep printing new
-    /// ones as another process appends them (across writer restarts and
-    /// torn-tail truncations).
+    /// Print the last events of a session; with -f, follow new ones.
+    ///
+    /// Following survives writer restarts, torn-tail truncations and a log
+    /// replaced by a new file: no event is printed twice or skipped.
     #[command(
         after_help = "Examples:\n  sessionlog tail examples/sessions/auto-review.jsonl\n  sessionlog tail ./sessions --session s1 -f | jq -c '{seq, type}'\n  sessionlog tail ./sessions.db --session s1 --from 1 -f --json"
     )]
@@ -235,8 +238,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Copy the longest good prefix of a damaged log (corrupt or torn) to a
-    /// NEW valid log, and say what was left behind. FILE is never modified.
+    /// Copy the good prefix of a damaged log to a new, valid log.
+    ///
+    /// FILE (corrupt or torn) is never modified. The prefix is cut before
+    /// the first rule violation if it has one. The report says what was left
+    /// behind: from which line and byte offset, how many bytes, and why.
     #[command(
         after_help = "Example:\n  sessionlog salvage sessions/s1.jsonl /tmp/s1-salvaged.jsonl && sessionlog verify /tmp/s1-salvaged.jsonl"
     )]
@@ -249,8 +255,7 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Count sessions, events by type (unknown types too), bytes and torn
-    /// tails.
+    /// Count sessions, events by type (unknown types too), bytes and torn tails.
     #[command(
         after_help = "Examples:\n  sessionlog stats examples/sessions\n  sessionlog stats ./sessions.db --json | jq .totals.eventsByType"
     )]
@@ -261,9 +266,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Write one self-contained HTML file (no network assets) for auditors:
-    /// every session's timeline, projections over time, approvals and
-    /// denials highlighted, children linked.
+    /// Write a self-contained HTML report of a store for auditors.
+    ///
+    /// Every session's timeline (or --session's), projections over time,
+    /// approvals and denials highlighted, children linked within the page.
+    /// The file loads nothing from the network.
     #[command(
         after_help = "Example:\n  sessionlog report examples/sessions --html report.html && xdg-open report.html"
     )]

@@ -1,0 +1,873 @@
+//! The command line as its users meet it, through the real `sessionlog`
+//! binary: the example sessions, replay, tail -f, salvage, stats, the HTML
+//! report (opened in headless Chromium), help, completions and the README.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
+
+use crate::cli_support::{run, run_with_stdin, sessionlog, workspace_root, Run};
+
+#[allow(dead_code)]
+#[path = "../../examples/write_sessions.rs"]
+mod write_sessions;
+
+const EXAMPLES: [&str; 4] = ["approval", "auto-review", "lead", "lead-tests"];
+
+fn examples() -> PathBuf {
+    workspace_root().join("examples/sessions")
+}
+
+fn example(name: &str) -> PathBuf {
+    examples().join(format!("{name}.jsonl"))
+}
+
+fn temp() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"))
+}
+
+fn read(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|error| panic!("read {}: {error}", path.display()))
+}
+
+fn write(path: &Path, bytes: &[u8]) {
+    std::fs::write(path, bytes).unwrap_or_else(|error| panic!("write {}: {error}", path.display()))
+}
+
+fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|error| panic!("{line:?}: {error}")))
+        .collect()
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text.trim()).unwrap_or_else(|error| panic!("{text:?}: {error}"))
+}
+
+/// A log written by hand with our codec, rules unchecked: `(type, data)`
+/// events after a root header.
+fn hand_written_log(path: &Path, id: &str, events: &[(&str, &str)]) {
+    let id = SessionId::parse(id).unwrap_or_else(|error| panic!("{error}"));
+    let header = SessionHeader::root(id.clone(), 1_714_554_000_000, "/work".to_owned());
+    let mut text = header.encode();
+    for (index, (event_type, data)) in events.iter().enumerate() {
+        let seq = index as u64 + 1;
+        text.push_str(
+            &EventRecord::new(seq, 1_714_554_000_000 + seq, None, event_type, data).encode(&id),
+        );
+    }
+    write(path, text.as_bytes());
+}
+
+/// The byte offset where 1-based `line` starts.
+fn line_offset(bytes: &[u8], line: usize) -> usize {
+    bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, byte)| **byte == b'\n')
+        .nth(line - 2)
+        .map_or_else(|| panic!("no line {line}"), |(index, _)| index + 1)
+}
+
+/// A copy of `name` whose `line` has one byte changed (its CRC no longer
+/// matches), so intact records after it make the log corrupt.
+fn corrupt_copy(dir: &Path, name: &str, line: usize) -> PathBuf {
+    let mut bytes = read(&example(name));
+    let at = line_offset(&bytes, line) + 10;
+    bytes[at] ^= 0x01;
+    let path = dir.join(format!("{name}.jsonl"));
+    write(&path, &bytes);
+    path
+}
+
+/// A copy of `name` with half a record appended, as a crash leaves it.
+fn torn_copy(dir: &Path, name: &str) -> PathBuf {
+    let mut bytes = read(&example(name));
+    bytes.extend_from_slice(br#"{"seq":99,"ts":1714554000000,"type":"turn/st"#);
+    let path = dir.join(format!("{name}.jsonl"));
+    write(&path, &bytes);
+    path
+}
+
+// ---------------------------------------------------------------------------
+// The example sessions
+// ---------------------------------------------------------------------------
+
+#[test]
+fn example_sessions_verify_clean() {
+    run(["verify", &examples().display().to_string()]).expect_code(0);
+    for name in EXAMPLES {
+        run(["verify", &example(name).display().to_string()]).expect_code(0);
+    }
+}
+
+#[test]
+fn example_sessions_are_what_the_writer_program_writes() {
+    let dir = temp();
+    let folder = dir.path().join("sessions");
+    write_sessions::write_example_sessions(&folder)
+        .unwrap_or_else(|error| panic!("write the examples: {error}"));
+    for name in EXAMPLES {
+        let file = format!("{name}.jsonl");
+        assert!(
+            read(&folder.join(&file)) == read(&example(name)),
+            "examples/sessions/{file} differs from what examples/write_sessions.rs writes; regenerate it"
+        );
+    }
+    let written = std::fs::read_dir(&folder).map_or(0, |entries| entries.count());
+    assert_eq!(written, EXAMPLES.len());
+}
+
+#[test]
+fn list_tree_shows_the_child_under_its_parent() {
+    let listed = run(["list", &examples().display().to_string(), "--tree"]);
+    listed.expect_code(0);
+    assert!(
+        listed.stdout.contains("lead\n└── lead-tests\n"),
+        "{}",
+        listed.stdout
+    );
+}
+
+// ---------------------------------------------------------------------------
+// replay
+// ---------------------------------------------------------------------------
+
+fn check_replay(name: &str, expect: &[&str]) {
+    let replayed = run(["replay", &example(name).display().to_string()]);
+    replayed.expect_code(0);
+    assert!(
+        !replayed.stdout.contains('\x1b'),
+        "NO_COLOR is set: {}",
+        replayed.stdout
+    );
+    for line in expect {
+        assert!(
+            replayed.stdout.contains(line),
+            "replay of {name} lacks {line:?}:\n{}",
+            replayed.stdout
+        );
+    }
+}
+
+#[test]
+fn replay_tells_the_story_of_each_example() {
+    check_replay(
+        "auto-review",
+        &[
+            "2024-05-01T09:00:00.000Z     0 header            session auto-review — root session",
+            "⇒ preset auto",
+            "[constraint] system via instructions (AGENTS.md)",
+            "[user] user via user: \"The ledger test fails",
+            "[excluded] system via context (git-status)",
+            "call call-1 shell({\"command\":\"cargo test -p ledger 2>&1 | tail -n 20\"}) in step step-1",
+            "DENIED by Auto review: call call-2 (shell): \"Uploads the user's private SSH key",
+            "the model saw: Auto review rejected tool \"shell\"; its body was not executed",
+            "@$HO…)",
+        ],
+    );
+    check_replay(
+        "approval",
+        &[
+            "approval approval-1 asked for shell (call call-1): \"needs network access outside the sandbox\"",
+            "⇒ pending approval-1",
+            "approval approval-2 decided: rejected",
+            "settled error: ApprovalRejectedError APPROVAL_REJECTED",
+            "notice The approval policy changed from \"ask\" to \"never\" (changed by the user).",
+            "checkpoint through seq 15",
+            "x-runtime/usage   unknown type, kept as is",
+        ],
+    );
+    check_replay("lead", &["child session lead-tests created (one-shot)"]);
+    check_replay(
+        "lead-tests",
+        &[
+            "child of lead (seed 7 events, depth 1)",
+            "[direct-parent] user via agent-message from lead",
+            "checkpoint through seq 17",
+        ],
+    );
+}
+
+#[test]
+fn replay_colours_only_when_asked_or_on_a_terminal() {
+    let path = example("auto-review").display().to_string();
+    let always = run(["replay", &path, "--color", "always"]);
+    always.expect_code(0);
+    assert!(always.stdout.contains("\x1b[1;31mDENIED by Auto review"));
+    let piped = run_command_without_no_color(&["replay", &path]);
+    assert!(
+        !piped.stdout.contains('\x1b'),
+        "stdout is a pipe: no colour"
+    );
+}
+
+fn run_command_without_no_color(args: &[&str]) -> Run {
+    let mut command = sessionlog(args);
+    command.env_remove("NO_COLOR");
+    crate::cli_support::run_command(command, None)
+}
+
+#[test]
+fn replay_json_is_one_object_per_event_with_projection_changes() {
+    let replayed = run([
+        "replay",
+        &example("approval").display().to_string(),
+        "--json",
+    ]);
+    replayed.expect_code(0);
+    let entries = json_lines(&replayed.stdout);
+    let seqs: Vec<u64> = entries.iter().filter_map(|e| e["seq"].as_u64()).collect();
+    assert_eq!(seqs, (0..=17).collect::<Vec<_>>());
+    assert_eq!(entries[0]["type"], "header");
+    assert_eq!(entries[0]["projection"]["preset"], "workspace-write");
+    assert_eq!(entries[1]["projection"]["openTurn"], "turn-1");
+    assert_eq!(entries[2]["authority"], "user");
+    assert!(
+        entries[2].get("projection").is_none(),
+        "a message changes no projection"
+    );
+    assert_eq!(
+        entries[6]["projection"]["pendingApprovals"],
+        serde_json::json!(["approval-1"])
+    );
+    assert_eq!(
+        entries[15]["projection"]["notice"],
+        "The approval policy changed from \"ask\" to \"never\" (changed by the user)."
+    );
+    assert_eq!(entries[2]["time"], "2024-05-01T10:00:01.010Z");
+    assert!(entries.iter().all(|e| e.get("violation").is_none()));
+}
+
+#[test]
+fn replay_window_folds_from_the_start_but_shows_from_and_stops_at() {
+    let replayed = run([
+        "replay",
+        &example("approval").display().to_string(),
+        "--json",
+        "--from",
+        "7",
+        "--at",
+        "9",
+    ]);
+    replayed.expect_code(0);
+    let entries = json_lines(&replayed.stdout);
+    let seqs: Vec<u64> = entries.iter().filter_map(|e| e["seq"].as_u64()).collect();
+    assert_eq!(seqs, vec![0, 7, 8, 9]);
+    assert_eq!(
+        entries[1]["projection"]["openStep"], "step-1",
+        "the first shown carries it all"
+    );
+    run([
+        "replay",
+        &example("approval").display().to_string(),
+        "--at",
+        "18",
+    ])
+    .expect_code(1);
+}
+
+#[test]
+fn replay_marks_each_violation_inline_and_exits_4() {
+    let dir = temp();
+    let path = dir.path().join("broken.jsonl");
+    hand_written_log(
+        &path,
+        "broken",
+        &[
+            ("step/start", r#"{"stepId":"s1","turnId":"t1"}"#),
+            ("turn/start", r#"{"turnId":"t1"}"#),
+            ("approval/policy", r#"{"policy":"sometimes"}"#),
+            ("turn/end", r#"{"turnId":"t1"}"#),
+        ],
+    );
+    let replayed = run(["replay", &path.display().to_string()]);
+    replayed.expect_code(4);
+    assert_eq!(
+        replayed
+            .stdout
+            .lines()
+            .filter(|line| line.trim_start().starts_with("✗ "))
+            .count(),
+        2,
+        "{}",
+        replayed.stdout
+    );
+    assert!(replayed.stdout.contains("✗ rule violation:"));
+    assert!(replayed
+        .stdout
+        .contains("✗ vocabulary violation: data.policy"));
+    assert!(
+        replayed.stdout.contains("turn t1 closes"),
+        "the whole log is shown"
+    );
+    let json_run = run(["replay", &path.display().to_string(), "--json"]);
+    json_run.expect_code(4);
+    let marked: Vec<u64> = json_lines(&json_run.stdout)
+        .iter()
+        .filter(|e| e.get("violation").is_some())
+        .filter_map(|e| e["seq"].as_u64())
+        .collect();
+    assert_eq!(marked, vec![1, 3]);
+}
+
+#[test]
+fn replay_refuses_corruption_and_uses_the_good_prefix_of_a_torn_log() {
+    let dir = temp();
+    let corrupt = corrupt_copy(dir.path(), "auto-review", 5);
+    let refused = run(["replay", &corrupt.display().to_string()]);
+    refused.expect_code(2);
+    assert!(
+        refused.stdout.is_empty(),
+        "nothing is shown of a corrupt log"
+    );
+    assert!(refused.stderr.contains("line 5"), "{}", refused.stderr);
+
+    let other = temp();
+    let torn = torn_copy(other.path(), "auto-review");
+    let replayed = run(["replay", &torn.display().to_string()]);
+    replayed.expect_code(0);
+    assert!(replayed.stderr.contains("torn tail"), "{}", replayed.stderr);
+    assert!(replayed.stdout.contains("turn turn-1 closes"));
+}
+
+#[test]
+fn replay_escapes_terminal_controls_in_log_text() {
+    let dir = temp();
+    let path = dir.path().join("escape.jsonl");
+    hand_written_log(
+        &path,
+        "escape",
+        &[(
+            "message",
+            r#"{"role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"a\u001b[2Jb\u202ec"}]}"#,
+        )],
+    );
+    let replayed = run(["replay", &path.display().to_string()]);
+    replayed.expect_code(0);
+    assert!(!replayed.stdout.contains('\x1b'));
+    assert!(
+        replayed.stdout.contains(r"a\u{1b}[2Jb\u{202e}c"),
+        "{}",
+        replayed.stdout
+    );
+}
+
+// ---------------------------------------------------------------------------
+// salvage
+// ---------------------------------------------------------------------------
+
+fn salvage(file: &Path, out: &Path) -> serde_json::Value {
+    let salvaged = run([
+        "salvage",
+        &file.display().to_string(),
+        &out.display().to_string(),
+        "--json",
+    ]);
+    salvaged.expect_code(0);
+    run(["verify", &out.display().to_string()]).expect_code(0);
+    json(&salvaged.stdout)
+}
+
+#[test]
+fn salvage_of_a_corrupt_log_keeps_the_records_before_the_damage() {
+    let dir = temp();
+    let file = corrupt_copy(dir.path(), "auto-review", 6);
+    let before = read(&file);
+    run(["verify", &file.display().to_string()]).expect_code(2);
+    let out = dir.path().join("salvaged.jsonl");
+    let report = salvage(&file, &out);
+    assert_eq!(read(&file), before, "FILE is never modified");
+    assert_eq!(report["events"], 4);
+    assert_eq!(report["lastSeq"], 4);
+    let left = &report["leftBehind"];
+    assert_eq!(left["cause"], "corrupt");
+    assert_eq!(left["line"], 6);
+    let offset = line_offset(&before, 6);
+    assert_eq!(left["offset"], offset as u64);
+    assert_eq!(left["bytes"], (before.len() - offset) as u64);
+    assert_eq!(read(&out), before[..offset], "OUT is FILE's good prefix");
+}
+
+#[test]
+fn salvage_of_a_torn_log_drops_only_the_tail() {
+    let dir = temp();
+    let file = torn_copy(dir.path(), "approval");
+    let before = read(&file);
+    let out = dir.path().join("salvaged.jsonl");
+    let report = salvage(&file, &out);
+    assert_eq!(read(&file), before);
+    assert_eq!(report["events"], 17);
+    assert_eq!(report["leftBehind"]["cause"], "torn-tail");
+    assert_eq!(report["leftBehind"]["line"], 19);
+    assert_eq!(read(&out), read(&example("approval")));
+}
+
+#[test]
+fn salvage_cuts_a_prefix_that_breaks_the_rules_before_the_first_violation() {
+    let dir = temp();
+    let file = dir.path().join("rules.jsonl");
+    hand_written_log(
+        &file,
+        "rules",
+        &[
+            ("turn/start", r#"{"turnId":"t1"}"#),
+            ("step/start", r#"{"stepId":"s1","turnId":"t1"}"#),
+            ("step/end", r#"{"stepId":"s9"}"#),
+            ("step/end", r#"{"stepId":"s1"}"#),
+        ],
+    );
+    let out = dir.path().join("salvaged.jsonl");
+    let report = salvage(&file, &out);
+    assert_eq!(report["events"], 2);
+    assert_eq!(report["leftBehind"]["cause"], "rule-violation");
+    assert_eq!(report["leftBehind"]["line"], 4);
+    let human = run([
+        "salvage",
+        &file.display().to_string(),
+        &dir.path().join("again.jsonl").display().to_string(),
+    ]);
+    human.expect_code(0);
+    assert!(human.stdout.contains("left behind:"), "{}", human.stdout);
+}
+
+#[test]
+fn salvage_refuses_an_existing_out() {
+    let dir = temp();
+    let file = torn_copy(dir.path(), "lead");
+    let out = dir.path().join("taken.jsonl");
+    write(&out, b"keep me");
+    run([
+        "salvage",
+        &file.display().to_string(),
+        &out.display().to_string(),
+    ])
+    .expect_code(1);
+    assert_eq!(read(&out), b"keep me");
+}
+
+// ---------------------------------------------------------------------------
+// tail
+// ---------------------------------------------------------------------------
+
+#[test]
+fn tail_prints_the_last_events_or_from_a_seq() {
+    let path = example("approval").display().to_string();
+    let last = run(["tail", &path, "-n", "3"]);
+    last.expect_code(0);
+    let seqs: Vec<u64> = json_lines(&last.stdout)
+        .iter()
+        .filter_map(|e| e["seq"].as_u64())
+        .collect();
+    assert_eq!(seqs, vec![15, 16, 17]);
+    let exported = run(["export", &path]);
+    let export_lines: Vec<&str> = exported.stdout.lines().collect();
+    assert_eq!(last.stdout.lines().collect::<Vec<_>>(), export_lines[15..]);
+    let from = run(["tail", &path, "--from", "16", "--json"]);
+    from.expect_code(0);
+    let entries = json_lines(&from.stdout);
+    assert_eq!(entries.len(), 2);
+    assert_eq!(
+        entries[1]["summary"],
+        "unknown type, kept as is: {\"inputTokens\":18342,\"outputTokens\":1207}"
+    );
+}
+
+/// A running `tail -f` whose stdout lines arrive on a channel.
+struct Follower {
+    child: std::process::Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Follower {
+    fn start(args: &[&str]) -> Follower {
+        let mut command = sessionlog(args);
+        command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .stdin(Stdio::null());
+        let mut child = command
+            .spawn()
+            .unwrap_or_else(|error| panic!("spawn tail: {error}"));
+        let stdout = child
+            .stdout
+            .take()
+            .unwrap_or_else(|| panic!("piped stdout"));
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if sender.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Follower { child, lines }
+    }
+
+    /// The seqs of the next `count` lines.
+    fn next_seqs(&self, count: usize) -> Vec<u64> {
+        (0..count)
+            .map(|_| {
+                let line = self
+                    .lines
+                    .recv_timeout(Duration::from_secs(20))
+                    .unwrap_or_else(|error| panic!("tail -f printed nothing new: {error}"));
+                json(&line)["seq"]
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("no seq in {line}"))
+            })
+            .collect()
+    }
+
+    fn assert_quiet(&self) {
+        if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(600)) {
+            panic!("tail -f printed {line} twice or out of nowhere");
+        }
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn append(store: &str, lines: &str) {
+    run_with_stdin(["append", store, "--session", "s1"], lines).expect_code(0);
+}
+
+#[test]
+fn tail_follows_appends_by_other_processes_across_torn_tail_truncation() {
+    let dir = temp();
+    let store = dir.path().join("store");
+    let store_arg = store.display().to_string();
+    run(["create", &store_arg, "--session", "s1", "--cwd", "/w"]).expect_code(0);
+    append(
+        &store_arg,
+        "{\"type\":\"turn/start\",\"data\":{\"turnId\":\"t1\"}}\n",
+    );
+    let follower = Follower::start(&["tail", &store_arg, "--session", "s1", "-f"]);
+    assert_eq!(follower.next_seqs(1), vec![1]);
+
+    append(
+        &store_arg,
+        "{\"type\":\"step/start\",\"data\":{\"stepId\":\"s1\",\"turnId\":\"t1\"}}\n{\"type\":\"x/note\",\"data\":{\"n\":1}}\n",
+    );
+    assert_eq!(follower.next_seqs(2), vec![2, 3]);
+
+    // A crash mid-append leaves half a record; tail must not print it.
+    let log = store.join("s1.jsonl");
+    let mut bytes = read(&log);
+    bytes.extend_from_slice(b"{\"seq\":4,\"ts\":1,\"type\":\"x/no");
+    write(&log, &bytes);
+    follower.assert_quiet();
+
+    // The next writer truncates the torn tail and appends seq 4 for real.
+    append(&store_arg, "{\"type\":\"x/note\",\"data\":{\"n\":2}}\n");
+    assert_eq!(follower.next_seqs(1), vec![4]);
+    append(
+        &store_arg,
+        "{\"type\":\"step/end\",\"data\":{\"stepId\":\"s1\"}}\n",
+    );
+    assert_eq!(follower.next_seqs(1), vec![5]);
+    follower.assert_quiet();
+}
+
+// ---------------------------------------------------------------------------
+// stats
+// ---------------------------------------------------------------------------
+
+#[test]
+fn stats_counts_sessions_events_types_bytes_and_torn_tails() {
+    let counted = run(["stats", &examples().display().to_string(), "--json"]);
+    counted.expect_code(0);
+    let report = json(&counted.stdout);
+    let totals = &report["totals"];
+    assert_eq!(totals["sessions"], 4);
+    assert_eq!(totals["events"], 64);
+    assert_eq!(totals["tornTails"], 0);
+    assert_eq!(
+        totals["unknownTypes"],
+        serde_json::json!({"x-runtime/usage": 1})
+    );
+    assert_eq!(totals["eventsByType"]["tool/start"], 7);
+    assert_eq!(totals["eventsByType"]["child/created"], 1);
+    let bytes: u64 = EXAMPLES
+        .iter()
+        .map(|name| read(&example(name)).len() as u64)
+        .sum();
+    assert_eq!(totals["bytes"], bytes);
+
+    let dir = temp();
+    let torn = torn_copy(dir.path(), "lead");
+    let one = json(
+        &run(["stats", &torn.display().to_string(), "--json"])
+            .expect_code(0)
+            .stdout,
+    );
+    assert_eq!(one["totals"]["tornTails"], 1);
+    assert_eq!(one["sessions"][0]["tornTailBytes"], 44);
+    let human = run(["stats", &examples().display().to_string()]);
+    assert!(human.stdout.contains("x-runtime/usage") && human.stdout.contains("(unknown type)"));
+}
+
+// ---------------------------------------------------------------------------
+// report
+// ---------------------------------------------------------------------------
+
+/// A store holding the examples plus a session whose messages try to inject
+/// markup into the report.
+fn hostile_store(dir: &Path) -> PathBuf {
+    let store = dir.join("store");
+    std::fs::create_dir(&store).unwrap_or_else(|error| panic!("mkdir: {error}"));
+    for name in EXAMPLES {
+        write(&store.join(format!("{name}.jsonl")), &read(&example(name)));
+    }
+    let store_arg = store.display().to_string();
+    run(["create", &store_arg, "--session", "s1", "--cwd", "/w"]).expect_code(0);
+    let hostile = serde_json::json!({
+        "type": "message",
+        "data": {"role": "user", "source": {"kind": "user"}, "content": [{"type": "text",
+            "text": "<script>document.body.setAttribute('data-pwned','1')</script><img src=x onerror=\"document.body.setAttribute('data-pwned','2')\">"}]}
+    });
+    let child = serde_json::json!({
+        "type": "child/created",
+        "data": {"childSessionId": "\"><script>document.body.setAttribute('data-pwned','3')</script>", "mode": "one-shot"}
+    });
+    append(&store_arg, &format!("{hostile}\n{child}\n"));
+    store
+}
+
+fn report(store: &Path, out: &Path) -> String {
+    run([
+        "report",
+        &store.display().to_string(),
+        "--html",
+        &out.display().to_string(),
+    ])
+    .expect_code(0);
+    String::from_utf8(read(out)).unwrap_or_else(|error| panic!("the report is UTF-8: {error}"))
+}
+
+#[test]
+fn report_is_self_contained_and_escapes_log_text() {
+    let dir = temp();
+    let store = hostile_store(dir.path());
+    let html = report(&store, &dir.path().join("report.html"));
+    for attribute in [
+        "src=\"http",
+        "href=\"http",
+        "src='http",
+        "href='http",
+        "src=http",
+        "href=http",
+        "url(http",
+        "@import",
+    ] {
+        assert!(!html.contains(attribute), "the report loads {attribute}…");
+    }
+    assert!(html.contains("default-src 'none'"));
+    assert_eq!(
+        html.matches("<script").count(),
+        1,
+        "only the report's own script"
+    );
+    assert!(html.contains(
+        "&lt;script&gt;document.body.setAttribute(&#39;data-pwned&#39;,&#39;1&#39;)&lt;/script&gt;"
+    ));
+    assert!(html.contains("&lt;img src=x onerror="));
+    for session in ["auto-review", "approval", "lead", "lead-tests", "s1"] {
+        assert!(html.contains(&format!(
+            "<section class=\"session\" id=\"session-{session}\">"
+        )));
+    }
+    assert!(html.contains("<a class=\"child-link\" href=\"#session-lead-tests\">"));
+    assert!(html.contains("<dd class=\"parent\"><a href=\"#session-lead\">lead</a></dd>"));
+}
+
+#[test]
+fn report_of_a_rule_breaking_log_marks_it_and_of_a_corrupt_one_refuses() {
+    let dir = temp();
+    let path = dir.path().join("broken.jsonl");
+    hand_written_log(&path, "broken", &[("turn/end", r#"{"turnId":"t1"}"#)]);
+    let out = dir.path().join("broken.html");
+    run([
+        "report",
+        &path.display().to_string(),
+        "--html",
+        &out.display().to_string(),
+    ])
+    .expect_code(4);
+    let html = String::from_utf8(read(&out)).unwrap_or_default();
+    assert!(html.contains("class=\"entry kind-structure highlight violation\""));
+    let corrupt = corrupt_copy(dir.path(), "auto-review", 5);
+    let refused_out = dir.path().join("corrupt.html");
+    run([
+        "report",
+        &corrupt.display().to_string(),
+        "--html",
+        &refused_out.display().to_string(),
+    ])
+    .expect_code(2);
+    assert!(!refused_out.exists());
+}
+
+/// Debian's Chromium, or `None` (with a note) when it is not installed and
+/// we are not on CI.
+fn chromium() -> Option<PathBuf> {
+    let path = PathBuf::from("/usr/bin/chromium");
+    if path.is_file() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "/usr/bin/chromium is missing: the HTML report test needs it on CI (apt-get install chromium, or run .ci/run)"
+    );
+    eprintln!("note: skipping the headless-browser check of the HTML report: /usr/bin/chromium is not installed (apt-get install chromium)");
+    None
+}
+
+#[test]
+fn report_renders_in_a_headless_browser() {
+    let Some(browser) = chromium() else {
+        return;
+    };
+    let dir = temp();
+    let store = hostile_store(dir.path());
+    let out = dir.path().join("report.html");
+    report(&store, &out);
+    let profile = dir.path().join("chromium-profile");
+    let output = std::process::Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", out.display()))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|error| panic!("run chromium: {error}"));
+    let dom = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        dom.contains("data-report=\"ready\""),
+        "the report's script ran (status {}):\n{}\n{}",
+        output.status,
+        dom,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!dom.contains("data-pwned=\""), "log text ran as markup");
+    assert!(dom.contains("<table class=\"timeline\">"));
+    assert!(dom.contains("<tr class=\"entry kind-denial highlight\" id=\"auto-review-seq-14\""));
+    assert!(dom.contains("DENIED by Auto review"));
+    assert!(dom.contains("<tr class=\"entry kind-approval-asked highlight\" id=\"approval-seq-6\""));
+    assert!(dom.contains("&lt;script&gt;document.body.setAttribute"));
+}
+
+// ---------------------------------------------------------------------------
+// help, completions, README
+// ---------------------------------------------------------------------------
+
+#[test]
+fn every_command_shows_an_example_in_its_help() {
+    let help = run(["--help"]);
+    help.expect_code(0);
+    let commands: Vec<&str> = help
+        .stdout
+        .split("Commands:\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no command list in {}", help.stdout))
+        .lines()
+        .take_while(|line| !line.trim().is_empty())
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .collect();
+    for expected in [
+        "replay",
+        "tail",
+        "salvage",
+        "stats",
+        "report",
+        "completions",
+        "verify",
+    ] {
+        assert!(
+            commands.contains(&expected),
+            "{expected} missing from {commands:?}"
+        );
+    }
+    for command in commands {
+        let shown = run([command, "--help"]);
+        shown.expect_code(0);
+        assert!(
+            shown
+                .stdout
+                .split("Example")
+                .nth(1)
+                .is_some_and(|example| example.contains("sessionlog ")),
+            "`sessionlog {command} --help` shows no example"
+        );
+    }
+}
+
+#[test]
+fn completions_cover_every_command() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let printed = run(["completions", shell]);
+        printed.expect_code(0);
+        for command in ["replay", "tail", "salvage", "stats", "report"] {
+            assert!(
+                printed.stdout.contains(command),
+                "{shell} completions lack {command}"
+            );
+        }
+    }
+    run(["completions", "tcsh"]).expect_code(2);
+}
+
+#[test]
+fn readme_shows_the_embedding_example_verbatim_and_the_ci_commands() {
+    let readme = String::from_utf8(read(&workspace_root().join("README.md")))
+        .unwrap_or_else(|error| panic!("README.md is UTF-8: {error}"));
+    let embed = String::from_utf8(read(&workspace_root().join("examples/embed.rs")))
+        .unwrap_or_else(|error| panic!("embed.rs is UTF-8: {error}"));
+    let shown = readme
+        .split("```rust\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .unwrap_or_else(|| panic!("README.md has no rust block"));
+    let section: String = embed
+        .split("// readme: start\n")
+        .nth(1)
+        .and_then(|rest| rest.split("    // readme: end").next())
+        .unwrap_or_else(|| panic!("examples/embed.rs has no readme section"))
+        .lines()
+        .map(|line| format!("{}\n", line.strip_prefix("    ").unwrap_or(line)))
+        .collect();
+    assert_eq!(
+        shown, section,
+        "README.md's rust block must be examples/embed.rs's readme section"
+    );
+    assert!(readme.contains("cargo run --release -- replay examples/sessions/"));
+    assert!(readme.contains("cargo test --workspace --release"));
+    let first_commands: Vec<&str> = readme
+        .lines()
+        .filter(|line| line.starts_with("cargo "))
+        .take(2)
+        .collect();
+    assert!(first_commands[0].starts_with("cargo run --release -- replay examples/sessions/"));
+    assert_eq!(first_commands[1], "cargo test --workspace --release");
+}
