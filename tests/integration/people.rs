@@ -579,6 +579,41 @@ fn tail_follows_appends_by_other_processes_across_torn_tail_truncation() {
     follower.assert_quiet();
 }
 
+#[test]
+fn tail_follows_a_sqlite_session() {
+    let dir = temp();
+    let store_arg = dir.path().join("sessions.db").display().to_string();
+    run(["create", &store_arg, "--session", "s1", "--cwd", "/w"]).expect_code(0);
+    append(
+        &store_arg,
+        "{\"type\":\"turn/start\",\"data\":{\"turnId\":\"t1\"}}\n",
+    );
+    let follower = Follower::start(&["tail", &store_arg, "--session", "s1", "-f", "--from", "1"]);
+    assert_eq!(follower.next_seqs(1), vec![1]);
+    append(
+        &store_arg,
+        "{\"type\":\"x/note\",\"data\":{}}\n{\"type\":\"turn/end\",\"data\":{\"turnId\":\"t1\"}}\n",
+    );
+    assert_eq!(follower.next_seqs(2), vec![2, 3]);
+    follower.assert_quiet();
+}
+
+#[test]
+fn list_tree_names_orphans_and_unreadable_sessions() {
+    let dir = temp();
+    write(
+        &dir.path().join("lead-tests.jsonl"),
+        &read(&example("lead-tests")),
+    );
+    write(&dir.path().join("bad.jsonl"), b"garbage\n");
+    let listed = run(["list", &dir.path().display().to_string(), "--tree"]);
+    listed.expect_code(2);
+    assert!(listed
+        .stdout
+        .contains("lead-tests  (child of lead, not in this store)"));
+    assert!(listed.stdout.contains("bad  (unreadable: "));
+}
+
 // ---------------------------------------------------------------------------
 // stats
 // ---------------------------------------------------------------------------

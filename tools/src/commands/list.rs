@@ -95,37 +95,56 @@ fn print_tree(entries: &[(String, Result<SessionHeader, String>)]) {
     let known: std::collections::BTreeSet<&str> =
         entries.iter().map(|(id, _)| id.as_str()).collect();
     let mut children: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut notes: BTreeMap<&str, String> = BTreeMap::new();
     let mut roots = Vec::new();
     for (id, header) in entries {
-        match header.as_ref().ok().and_then(|h| h.parent_session.as_ref()) {
-            Some(parent) if known.contains(parent.as_str()) => {
-                children.entry(parent.as_str()).or_default().push(id)
-            }
-            Some(parent) => {
+        match header {
+            Ok(h) => match &h.parent_session {
+                Some(parent) if known.contains(parent.as_str()) => {
+                    children.entry(parent.as_str()).or_default().push(id)
+                }
+                Some(parent) => {
+                    notes.insert(id, format!("  (child of {parent}, not in this store)"));
+                    roots.push(id.as_str());
+                }
+                None => roots.push(id.as_str()),
+            },
+            Err(error) => {
+                notes.insert(id, format!("  (unreadable: {error})"));
                 roots.push(id.as_str());
-                let _ = parent;
             }
-            None => roots.push(id.as_str()),
         }
     }
-    fn walk(id: &str, prefix: &str, last: bool, root: bool, children: &BTreeMap<&str, Vec<&str>>) {
+    let tree = Tree { children, notes };
+    for root in roots {
+        tree.print(root, "", true, true);
+    }
+}
+
+/// Children by parent, and what to say beside a session (an orphan, an
+/// unreadable header).
+struct Tree<'a> {
+    children: BTreeMap<&'a str, Vec<&'a str>>,
+    notes: BTreeMap<&'a str, String>,
+}
+
+impl Tree<'_> {
+    fn print(&self, id: &str, prefix: &str, last: bool, root: bool) {
+        let note = self.notes.get(id).map_or("", String::as_str);
         if root {
-            println!("{id}");
+            println!("{id}{note}");
         } else {
-            println!("{prefix}{}{id}", if last { "└── " } else { "├── " });
+            println!("{prefix}{}{id}{note}", if last { "└── " } else { "├── " });
         }
         let next_prefix = if root {
             String::new()
         } else {
             format!("{prefix}{}", if last { "    " } else { "│   " })
         };
-        if let Some(kids) = children.get(id) {
+        if let Some(kids) = self.children.get(id) {
             for (index, kid) in kids.iter().enumerate() {
-                walk(kid, &next_prefix, index + 1 == kids.len(), false, children);
+                self.print(kid, &next_prefix, index + 1 == kids.len(), false);
             }
         }
-    }
-    for root in roots {
-        walk(root, "", true, true, &children);
     }
 }

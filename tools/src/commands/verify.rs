@@ -64,19 +64,26 @@ impl From<&Violation> for ViolationReport {
 }
 
 /// Runs `verify`.
-pub fn run(args: &SessionArgs, json: bool, _quiet: bool) -> Result<u8> {
+pub fn run(args: &SessionArgs, json: bool, quiet: bool) -> Result<u8> {
     let target = Target::open(&args.store)?;
     let sessions = target.sessions(args.session.as_deref())?;
+    let bar = crate::progress::bar(quiet, "verify");
+    bar.set_length(sessions.len() as u64);
     let mut code = exit::OK;
     for session in &sessions {
         let verdict = verify_session(&target, session)?;
         code = worst(code, verdict_code(&verdict));
-        if json {
-            println!("{}", serde_json::to_string(&verdict)?);
-        } else {
-            print_human(&verdict);
-        }
+        bar.suspend(|| -> Result<()> {
+            if json {
+                println!("{}", serde_json::to_string(&verdict)?);
+            } else {
+                print_human(&verdict);
+            }
+            Ok(())
+        })?;
+        bar.inc(1);
     }
+    bar.finish_and_clear();
     Ok(code)
 }
 
