@@ -16,12 +16,21 @@
 //! - `people`: the command line as auditors and runtime authors use it:
 //!   examples, replay, tail -f, salvage, stats, the HTML report in headless
 //!   Chromium, help, completions, the README.
+//! - `faults`: the fault-seam campaign (every `Io` operation of a scripted
+//!   workload failed in turn, both backends) and the workload and recovery
+//!   model the other reliability campaigns share.
+//! - `power_loss`: simulated power loss for JSONL: every sync point, unsynced
+//!   bytes dropped, kept, cut or garbled, unsynced names vanished.
+//! - `crash`: `kill -9` of `append`, `fork` and `migrate` at random moments.
 
 mod cli_support;
 mod codec;
+mod crash;
 mod damage;
 mod docs;
+mod faults;
 mod format;
 mod people;
+mod power_loss;
 mod realistic;
 mod support;
