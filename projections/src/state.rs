@@ -8,11 +8,11 @@
 //! vocabularies and the uniqueness of `callId` and `requestId` hold on the
 //! whole log, seeded prefix included.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use sessionlog_schema::{
-    ApprovalAsked, ApprovalDecided, ApprovalPolicy, Event, EventRecord, Preset, SandboxMode,
-    SessionHeader, StepStart, ToolSettle, ToolStart,
+    ApprovalPolicy, Event, EventRecord, EventView, Preset, SandboxMode, SessionHeader,
 };
 
 use crate::Violation;
@@ -165,24 +165,22 @@ impl SessionState {
         }
         let event = Event::parse(event_type, record.data())
             .map_err(|error| Violation::from_shape(seq, event_type, &error))?;
-        self.check_whole_log_rules(&event)
-            .map_err(|message| Violation::rule(seq, event_type, message))?;
-        if self.is_own(seq) {
-            self.check_own_rules(&event)
-                .map_err(|message| Violation::rule(seq, event_type, message))?;
-        }
+        self.check_rules(seq, event_type, &EventView::of(&event))?;
         Ok(event)
     }
 
     /// [`check`](Self::check), then the event's effects. On `Err` the effects
     /// are skipped but the seq still advances by one, so a caller can go on
     /// and report every violation.
+    ///
+    /// It validates exactly what `check` validates, but through the borrowed
+    /// [`EventView`]: a fold over a long log copies only the ids it keeps.
     pub fn apply(&mut self, record: &EventRecord) -> Result<(), Violation> {
-        let checked = self.check(record);
+        let checked = self.check_view(record);
         self.seq = self.seq.saturating_add(1);
         match checked {
-            Ok(event) => {
-                self.absorb(self.seq, event);
+            Ok(view) => {
+                self.absorb(self.seq, view);
                 Ok(())
             }
             Err(violation) => {
@@ -198,7 +196,7 @@ impl SessionState {
     pub fn apply_checked(&mut self, record: &EventRecord, event: Event) {
         debug_assert_eq!(record.seq(), self.seq.saturating_add(1));
         self.seq = self.seq.saturating_add(1);
-        self.absorb(self.seq, event);
+        self.absorb(self.seq, EventView::of(&event));
     }
 
     /// The approval override: the last own `approval/policy`, else the
@@ -276,216 +274,263 @@ impl SessionState {
         self.approval_switch.map(|(seq, _)| seq)
     }
 
-    /// Rules that hold on the whole log: ids that must be unique.
-    fn check_whole_log_rules(&self, event: &Event) -> Result<(), String> {
-        match event {
-            Event::ToolStart(start) => match self.calls.get(&start.call_id) {
-                Some(earlier) => Err(format!(
-                    "callId {:?} is already used by the tool/start at seq {}",
-                    start.call_id, earlier.seq
-                )),
-                None => Ok(()),
-            },
-            Event::ApprovalAsked(asked) => match self.requests.get(&asked.request_id) {
-                Some(earlier) => Err(format!(
-                    "requestId {:?} is already used by the approval/asked at seq {}",
-                    asked.request_id, earlier.seq
-                )),
-                None => Ok(()),
-            },
-            Event::RequestHeader(_)
-            | Event::TurnStart(_)
-            | Event::TurnEnd(_)
-            | Event::StepStart(_)
-            | Event::StepEnd(_)
-            | Event::Message(_)
-            | Event::ToolSettle(_)
-            | Event::ApprovalPolicy(_)
-            | Event::SandboxMode(_)
-            | Event::PermissionPreset(_)
-            | Event::ApprovalDecided(_)
-            | Event::Checkpoint(_)
-            | Event::ChildCreated(_)
-            | Event::Unknown => Ok(()),
-        }
-    }
-
-    /// Rules that hold on own events: turns, steps, calls, approvals.
-    fn check_own_rules(&self, event: &Event) -> Result<(), String> {
-        match event {
-            Event::TurnStart(start) => match &self.open_turn {
-                Some(open) => Err(format!(
-                    "turn {:?} cannot start while turn {open:?} is open; end it first",
-                    start.turn_id
-                )),
-                None => Ok(()),
-            },
-            Event::TurnEnd(end) => {
-                self.names_open_turn("turn/end", &end.turn_id)?;
-                match &self.open_step {
-                    Some(step) => Err(format!(
-                        "turn {:?} cannot end while step {step:?} is open; end the step first",
-                        end.turn_id
-                    )),
-                    None => Ok(()),
-                }
-            }
-            Event::StepStart(start) => self.check_step_start(start),
-            Event::StepEnd(end) => self.names_open_step("step/end", &end.step_id),
-            Event::ToolStart(start) => self.check_tool_start(start),
-            Event::ToolSettle(settle) => self.check_tool_settle(settle),
-            Event::ApprovalAsked(asked) => self.check_approval_asked(asked),
-            Event::ApprovalDecided(decided) => self.check_approval_decided(decided),
-            Event::RequestHeader(_)
-            | Event::Message(_)
-            | Event::ApprovalPolicy(_)
-            | Event::SandboxMode(_)
-            | Event::PermissionPreset(_)
-            | Event::Checkpoint(_)
-            | Event::ChildCreated(_)
-            | Event::Unknown => Ok(()),
-        }
-    }
-
-    fn names_open_turn(&self, what: &str, turn_id: &str) -> Result<(), String> {
-        match &self.open_turn {
-            None => Err(format!("{what} names turn {turn_id:?} but no turn is open")),
-            Some(open) if open != turn_id => Err(format!(
-                "{what} names turn {turn_id:?} but the open turn is {open:?}"
-            )),
-            Some(_) => Ok(()),
-        }
-    }
-
-    fn names_open_step(&self, what: &str, step_id: &str) -> Result<(), String> {
-        match &self.open_step {
-            None => Err(format!("{what} names step {step_id:?} but no step is open")),
-            Some(open) if open != step_id => Err(format!(
-                "{what} names step {step_id:?} but the open step is {open:?}"
-            )),
-            Some(_) => Ok(()),
-        }
-    }
-
-    fn check_step_start(&self, start: &StepStart) -> Result<(), String> {
-        self.names_open_turn(&format!("step {:?}", start.step_id), &start.turn_id)?;
-        match &self.open_step {
-            Some(open) => Err(format!(
-                "step {:?} cannot start while step {open:?} is open; end it first",
-                start.step_id
-            )),
-            None => Ok(()),
-        }
-    }
-
-    fn check_tool_start(&self, start: &ToolStart) -> Result<(), String> {
-        self.names_open_step(&format!("call {:?}", start.call_id), &start.step_id)
-    }
-
-    fn check_tool_settle(&self, settle: &ToolSettle) -> Result<(), String> {
-        let Some(call) = self.calls.get(&settle.call_id) else {
-            return Err(format!(
-                "call {:?} was never started; a settle needs an own started call",
-                settle.call_id
-            ));
-        };
-        if !call.own {
-            return Err(format!(
-                "call {:?} was started in the seeded prefix (seq {}) and is not this session's to settle",
-                settle.call_id, call.seq
+    /// [`check`](Self::check) through the borrowed view.
+    fn check_view<'r>(&self, record: &'r EventRecord) -> Result<EventView<'r>, Violation> {
+        let seq = record.seq();
+        let event_type = record.event_type();
+        let expected = self.seq.saturating_add(1);
+        if seq != expected {
+            return Err(Violation::rule(
+                seq,
+                event_type,
+                format!("expected seq {expected}, found seq {seq}"),
             ));
         }
-        if call.settled {
-            return Err(format!("call {:?} is already settled", settle.call_id));
+        let view = EventView::parse(event_type, record.data())
+            .map_err(|error| Violation::from_shape(seq, event_type, &error))?;
+        self.check_rules(seq, event_type, &view)?;
+        Ok(view)
+    }
+
+    /// The whole-log rules, then, for an own event, the own rules.
+    fn check_rules(
+        &self,
+        seq: u64,
+        event_type: &str,
+        view: &EventView<'_>,
+    ) -> Result<(), Violation> {
+        self.check_whole_log_rules(view)
+            .map_err(|message| Violation::rule(seq, event_type, message))?;
+        if self.is_own(seq) {
+            self.check_own_rules(view)
+                .map_err(|message| Violation::rule(seq, event_type, message))?;
         }
         Ok(())
     }
 
-    fn check_approval_asked(&self, asked: &ApprovalAsked) -> Result<(), String> {
-        self.names_open_turn(
-            &format!("approval request {:?}", asked.request_id),
-            &asked.turn_id,
-        )
+    /// Rules that hold on the whole log: ids that must be unique.
+    fn check_whole_log_rules(&self, view: &EventView<'_>) -> Result<(), String> {
+        match view {
+            EventView::ToolStart { call_id, .. } => match self.calls.get(call_id.as_ref()) {
+                Some(earlier) => Err(format!(
+                    "callId {:?} is already used by the tool/start at seq {}",
+                    call_id, earlier.seq
+                )),
+                None => Ok(()),
+            },
+            EventView::ApprovalAsked { request_id, .. } => {
+                match self.requests.get(request_id.as_ref()) {
+                    Some(earlier) => Err(format!(
+                        "requestId {:?} is already used by the approval/asked at seq {}",
+                        request_id, earlier.seq
+                    )),
+                    None => Ok(()),
+                }
+            }
+            EventView::RequestHeader { .. }
+            | EventView::TurnStart { .. }
+            | EventView::TurnEnd { .. }
+            | EventView::StepStart { .. }
+            | EventView::StepEnd { .. }
+            | EventView::Message
+            | EventView::ToolSettle { .. }
+            | EventView::ApprovalPolicy { .. }
+            | EventView::SandboxMode { .. }
+            | EventView::PermissionPreset { .. }
+            | EventView::ApprovalDecided { .. }
+            | EventView::Checkpoint
+            | EventView::ChildCreated
+            | EventView::Unknown => Ok(()),
+        }
     }
 
-    fn check_approval_decided(&self, decided: &ApprovalDecided) -> Result<(), String> {
-        let Some(request) = self.requests.get(&decided.request_id) else {
+    /// Rules that hold on own events: turns, steps, calls, approvals.
+    fn check_own_rules(&self, view: &EventView<'_>) -> Result<(), String> {
+        match view {
+            EventView::TurnStart { turn_id } => match &self.open_turn {
+                Some(open) => Err(format!(
+                    "turn {turn_id:?} cannot start while turn {open:?} is open; end it first"
+                )),
+                None => Ok(()),
+            },
+            EventView::TurnEnd { turn_id } => {
+                self.names_open_turn(|| "turn/end".to_owned(), turn_id)?;
+                match &self.open_step {
+                    Some(step) => Err(format!(
+                        "turn {turn_id:?} cannot end while step {step:?} is open; end the step first"
+                    )),
+                    None => Ok(()),
+                }
+            }
+            EventView::StepStart { step_id, turn_id } => {
+                self.names_open_turn(|| format!("step {step_id:?}"), turn_id)?;
+                match &self.open_step {
+                    Some(open) => Err(format!(
+                        "step {step_id:?} cannot start while step {open:?} is open; end it first"
+                    )),
+                    None => Ok(()),
+                }
+            }
+            EventView::StepEnd { step_id } => {
+                self.names_open_step(|| "step/end".to_owned(), step_id)
+            }
+            EventView::ToolStart {
+                call_id, step_id, ..
+            } => self.names_open_step(|| format!("call {call_id:?}"), step_id),
+            EventView::ToolSettle { call_id } => self.check_tool_settle(call_id),
+            EventView::ApprovalAsked {
+                request_id,
+                turn_id,
+            } => self.names_open_turn(|| format!("approval request {request_id:?}"), turn_id),
+            EventView::ApprovalDecided { request_id } => self.check_approval_decided(request_id),
+            EventView::RequestHeader { .. }
+            | EventView::Message
+            | EventView::ApprovalPolicy { .. }
+            | EventView::SandboxMode { .. }
+            | EventView::PermissionPreset { .. }
+            | EventView::Checkpoint
+            | EventView::ChildCreated
+            | EventView::Unknown => Ok(()),
+        }
+    }
+
+    /// `what` (named only when it is an error) must name the open turn.
+    fn names_open_turn(&self, what: impl Fn() -> String, turn_id: &str) -> Result<(), String> {
+        match &self.open_turn {
+            None => Err(format!(
+                "{} names turn {turn_id:?} but no turn is open",
+                what()
+            )),
+            Some(open) if open != turn_id => Err(format!(
+                "{} names turn {turn_id:?} but the open turn is {open:?}",
+                what()
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// `what` (named only when it is an error) must name the open step.
+    fn names_open_step(&self, what: impl Fn() -> String, step_id: &str) -> Result<(), String> {
+        match &self.open_step {
+            None => Err(format!(
+                "{} names step {step_id:?} but no step is open",
+                what()
+            )),
+            Some(open) if open != step_id => Err(format!(
+                "{} names step {step_id:?} but the open step is {open:?}",
+                what()
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    fn check_tool_settle(&self, call_id: &str) -> Result<(), String> {
+        let Some(call) = self.calls.get(call_id) else {
             return Err(format!(
-                "approval request {:?} was never asked",
-                decided.request_id
+                "call {call_id:?} was never started; a settle needs an own started call"
             ));
+        };
+        if !call.own {
+            return Err(format!(
+                "call {call_id:?} was started in the seeded prefix (seq {}) and is not this session's to settle",
+                call.seq
+            ));
+        }
+        if call.settled {
+            return Err(format!("call {call_id:?} is already settled"));
+        }
+        Ok(())
+    }
+
+    fn check_approval_decided(&self, request_id: &str) -> Result<(), String> {
+        let Some(request) = self.requests.get(request_id) else {
+            return Err(format!("approval request {request_id:?} was never asked"));
         };
         if !request.own {
             return Err(format!(
-                "approval request {:?} was asked in the seeded prefix (seq {}) and is not this session's to decide",
-                decided.request_id, request.seq
+                "approval request {request_id:?} was asked in the seeded prefix (seq {}) and is not this session's to decide",
+                request.seq
             ));
         }
         if request.decided {
             return Err(format!(
-                "approval request {:?} is already decided",
-                decided.request_id
+                "approval request {request_id:?} is already decided"
             ));
         }
         Ok(())
     }
 
     /// The effects of a checked event at `seq`.
-    fn absorb(&mut self, seq: u64, event: Event) {
+    fn absorb(&mut self, seq: u64, view: EventView<'_>) {
         let own = self.is_own(seq);
-        match event {
-            Event::RequestHeader(header) => {
+        match view {
+            EventView::RequestHeader { approval_policy } => {
                 self.latest_request_header_seq = Some(seq);
                 if own {
-                    self.last_own_request_header = Some((seq, header.approval_policy));
+                    self.last_own_request_header = Some((seq, approval_policy));
                 }
             }
-            Event::TurnStart(start) if own => self.open_turn = Some(start.turn_id),
-            Event::TurnEnd(_) if own => self.open_turn = None,
-            Event::StepStart(start) if own => self.open_step = Some(start.step_id),
-            Event::StepEnd(_) if own => self.open_step = None,
-            Event::TurnStart(_) | Event::TurnEnd(_) | Event::StepStart(_) | Event::StepEnd(_) => {}
-            Event::ToolStart(start) => {
+            EventView::TurnStart { turn_id } if own => {
+                self.open_turn = Some(turn_id.into_owned());
+            }
+            EventView::TurnEnd { .. } if own => self.open_turn = None,
+            EventView::StepStart { step_id, .. } if own => {
+                self.open_step = Some(step_id.into_owned());
+            }
+            EventView::StepEnd { .. } if own => self.open_step = None,
+            EventView::TurnStart { .. }
+            | EventView::TurnEnd { .. }
+            | EventView::StepStart { .. }
+            | EventView::StepEnd { .. } => {}
+            EventView::ToolStart {
+                call_id,
+                step_id,
+                name,
+                parent_call_id,
+            } => {
                 let call = CallState {
                     seq,
-                    step_id: start.step_id,
-                    name: start.name,
+                    step_id: step_id.into_owned(),
+                    name: name.into_owned(),
                     own,
                     settled: false,
-                    parent_call_id: start.parent_call_id,
+                    parent_call_id: parent_call_id.map(Cow::into_owned),
                 };
-                self.calls.insert(start.call_id, call);
+                self.calls.insert(call_id.into_owned(), call);
             }
-            Event::ToolSettle(settle) => {
-                if let Some(call) = self.calls.get_mut(&settle.call_id) {
+            EventView::ToolSettle { call_id } => {
+                if let Some(call) = self.calls.get_mut(call_id.as_ref()) {
                     call.settled = true;
                 }
             }
-            Event::ApprovalPolicy(change) if own => {
-                self.approval_switch = Some((seq, change.policy));
+            EventView::ApprovalPolicy { policy } if own => {
+                self.approval_switch = Some((seq, policy));
             }
-            Event::SandboxMode(change) if own => self.sandbox_switch = Some(change.mode),
-            Event::PermissionPreset(change) if own => self.preset_switch = Some(change.preset),
-            Event::ApprovalPolicy(_) | Event::SandboxMode(_) | Event::PermissionPreset(_) => {}
-            Event::ApprovalAsked(asked) => {
+            EventView::SandboxMode { mode } if own => self.sandbox_switch = Some(mode),
+            EventView::PermissionPreset { preset } if own => self.preset_switch = Some(preset),
+            EventView::ApprovalPolicy { .. }
+            | EventView::SandboxMode { .. }
+            | EventView::PermissionPreset { .. } => {}
+            EventView::ApprovalAsked { request_id, .. } => {
+                let request_id = request_id.into_owned();
                 if own {
-                    self.pending_approvals.insert(seq, asked.request_id.clone());
+                    self.pending_approvals.insert(seq, request_id.clone());
                 }
                 let request = RequestState {
                     seq,
                     own,
                     decided: false,
                 };
-                self.requests.insert(asked.request_id, request);
+                self.requests.insert(request_id, request);
             }
-            Event::ApprovalDecided(decided) => {
-                if let Some(request) = self.requests.get_mut(&decided.request_id) {
+            EventView::ApprovalDecided { request_id } => {
+                if let Some(request) = self.requests.get_mut(request_id.as_ref()) {
                     request.decided = true;
                     self.pending_approvals.remove(&request.seq);
                 }
             }
-            Event::Checkpoint(_) => self.last_checkpoint_seq = Some(seq),
-            Event::Message(_) | Event::ChildCreated(_) | Event::Unknown => {}
+            EventView::Checkpoint => self.last_checkpoint_seq = Some(seq),
+            EventView::Message | EventView::ChildCreated | EventView::Unknown => {}
         }
     }
 }

@@ -485,6 +485,11 @@ impl Message {
 }
 
 fn typed<'de, T: Deserialize<'de>>(known: EventType, data: &'de str) -> Result<T, ShapeError> {
+    // Almost every event is well formed: parse it directly, and only when
+    // that fails parse it again tracking the path, to name the field.
+    if let Ok(value) = T::deserialize(&mut serde_json::Deserializer::from_str(data)) {
+        return Ok(value);
+    }
     let mut deserializer = serde_json::Deserializer::from_str(data);
     serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = error.path().to_string();
@@ -511,7 +516,7 @@ fn strip_position(message: &str) -> String {
 }
 
 /// An optional member: may be absent, but when present it is never null.
-fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+pub(crate) fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: Deserialize<'de>,

@@ -10,6 +10,7 @@ mod event;
 mod id;
 mod record;
 mod scan;
+mod view;
 mod vocab;
 
 pub use event::{
@@ -25,6 +26,7 @@ pub use record::{
     FORMAT_VERSION, MAX_RECORD_BYTES,
 };
 pub use scan::{Corruption, LogScanner, Position, ScanSummary, TornTail, MAX_BATCH_RECORDS};
+pub use view::EventView;
 pub use vocab::{
     ApprovalOutcome, ApprovalPolicy, ChildMode, MessageRole, Preset, SandboxMode, SettleStatus,
 };

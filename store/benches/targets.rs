@@ -11,7 +11,10 @@
 //! Run with `cargo bench -p sessionlog-store --bench targets`.
 //! `SESSIONLOG_BENCH_SCALE=0.1` scales every size down for a quick run;
 //! `SESSIONLOG_BENCH_DIR` picks the folder (default: the system temporary
-//! folder) and so the disk that the durable-append figure measures.
+//! folder) and so the disk that the durable-append figure measures;
+//! `SESSIONLOG_BENCH_KEEP=1` keeps the inputs there for profiling (run this
+//! binary with `SESSIONLOG_BENCH_CHILD_VERIFY=<log>` to verify one log alone,
+//! e.g. under `valgrind --tool=callgrind`).
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
@@ -80,6 +83,9 @@ fn main() -> BenchResult<()> {
         sized(MIGRATE_EVENTS_PER_SESSION),
     )?;
     table.print();
+    if std::env::var_os("SESSIONLOG_BENCH_KEEP").is_some() {
+        println!("inputs kept in {}", folder.keep().display());
+    }
     Ok(())
 }
 
