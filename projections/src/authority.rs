@@ -43,6 +43,13 @@ pub fn message_authority(header: &SessionHeader, seq: u64, message: &Message) ->
     }
 }
 
+/// Whether a message of source kind `kind` may be shown to the reviewer at
+/// all: every kind but these three is [`Authority::Excluded`] whatever the
+/// rest of the message says.
+pub(crate) fn may_be_shown(kind: &str) -> bool {
+    matches!(kind, "user" | "agent-message" | "instructions")
+}
+
 impl Authority {
     /// The spelling: `user`, `direct-parent`, `fact`, `constraint`,
     /// `excluded`.
@@ -85,6 +92,26 @@ mod tests {
         header.parent_session = Some(id("parent"));
         header.seed_length = 2;
         header
+    }
+
+    #[test]
+    fn only_the_kinds_that_may_be_shown_ever_get_an_authority() {
+        let child = child_header();
+        for kind in [
+            "user",
+            "agent-message",
+            "instructions",
+            "context",
+            "assistant",
+            "x",
+        ] {
+            for seq in [1, 3] {
+                let source =
+                    format!(r#"{{"kind":"{kind}","senderSessionId":"parent","name":"n"}}"#);
+                let shown = authority(&child, seq, "user", &source) != "excluded";
+                assert_eq!(may_be_shown(kind), shown, "{kind} at seq {seq}");
+            }
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@ use sessionlog_schema::{
     ApprovalPolicy, Event, EventRecord, EventView, Preset, SandboxMode, SessionHeader,
 };
 
+use crate::authority::may_be_shown;
 use crate::Violation;
 
 /// The configured defaults a session falls back on when neither its own
@@ -68,6 +69,9 @@ pub struct SessionState {
     last_own_request_header: Option<(u64, ApprovalPolicy)>,
     latest_request_header_seq: Option<u64>,
     last_checkpoint_seq: Option<u64>,
+    /// Seqs of every `tool/start` and of every message whose source kind
+    /// the reviewer may be shown, in log order.
+    reviewed_seqs: Vec<u64>,
     violation_count: u64,
 }
 
@@ -124,6 +128,7 @@ impl SessionState {
             last_own_request_header: None,
             latest_request_header_seq: None,
             last_checkpoint_seq: None,
+            reviewed_seqs: Vec::new(),
             violation_count: 0,
         }
     }
@@ -252,6 +257,14 @@ impl SessionState {
         self.last_checkpoint_seq
     }
 
+    /// The seqs of every `tool/start` of the whole log and of every message
+    /// whose source kind the reviewer may be shown (user, agent-message,
+    /// instructions), in log order: the only events the reviewer's request
+    /// reads besides the latest `request/header` and the last checkpoint.
+    pub fn reviewed_seqs(&self) -> &[u64] {
+        &self.reviewed_seqs
+    }
+
     /// The call started with `call_id` anywhere in the log.
     pub fn call(&self, call_id: &str) -> Option<&CallState> {
         self.calls.get(call_id)
@@ -332,7 +345,7 @@ impl SessionState {
             | EventView::TurnEnd { .. }
             | EventView::StepStart { .. }
             | EventView::StepEnd { .. }
-            | EventView::Message
+            | EventView::Message { .. }
             | EventView::ToolSettle { .. }
             | EventView::ApprovalPolicy { .. }
             | EventView::SandboxMode { .. }
@@ -384,7 +397,7 @@ impl SessionState {
             } => self.names_open_turn(|| format!("approval request {request_id:?}"), turn_id),
             EventView::ApprovalDecided { request_id } => self.check_approval_decided(request_id),
             EventView::RequestHeader { .. }
-            | EventView::Message
+            | EventView::Message { .. }
             | EventView::ApprovalPolicy { .. }
             | EventView::SandboxMode { .. }
             | EventView::PermissionPreset { .. }
@@ -497,6 +510,7 @@ impl SessionState {
                     parent_call_id: parent_call_id.map(Cow::into_owned),
                 };
                 self.calls.insert(call_id.into_owned(), call);
+                self.reviewed_seqs.push(seq);
             }
             EventView::ToolSettle { call_id } => {
                 if let Some(call) = self.calls.get_mut(call_id.as_ref()) {
@@ -530,7 +544,12 @@ impl SessionState {
                 }
             }
             EventView::Checkpoint => self.last_checkpoint_seq = Some(seq),
-            EventView::Message | EventView::ChildCreated | EventView::Unknown => {}
+            EventView::Message { source_kind } => {
+                if may_be_shown(&source_kind) {
+                    self.reviewed_seqs.push(seq);
+                }
+            }
+            EventView::ChildCreated | EventView::Unknown => {}
         }
     }
 }

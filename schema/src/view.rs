@@ -60,7 +60,10 @@ pub enum EventView<'a> {
         step_id: Cow<'a, str>,
     },
     /// `message` (its content is validated, not kept).
-    Message,
+    Message {
+        /// `source.kind`.
+        source_kind: Cow<'a, str>,
+    },
     /// `tool/start` (its arguments are validated, not kept).
     ToolStart {
         /// `callId`.
@@ -145,7 +148,9 @@ impl<'a> EventView<'a> {
             Event::StepEnd(end) => EventView::StepEnd {
                 step_id: text(&end.step_id),
             },
-            Event::Message(_) => EventView::Message,
+            Event::Message(message) => EventView::Message {
+                source_kind: text(&message.source.kind),
+            },
             Event::ToolStart(start) => EventView::ToolStart {
                 call_id: text(&start.call_id),
                 step_id: text(&start.step_id),
@@ -195,7 +200,9 @@ impl<'a> EventView<'a> {
             EventView::StepEnd { step_id } => EventView::StepEnd {
                 step_id: own(step_id),
             },
-            EventView::Message => EventView::Message,
+            EventView::Message { source_kind } => EventView::Message {
+                source_kind: own(source_kind),
+            },
             EventView::ToolStart {
                 call_id,
                 step_id,
@@ -261,10 +268,9 @@ impl<'a> EventView<'a> {
             EventType::StepEnd => EventView::StepEnd {
                 step_id: mirror::<StepEndShape>(data)?.step_id,
             },
-            EventType::Message => {
-                let _: MessageShape = mirror(data)?;
-                EventView::Message
-            }
+            EventType::Message => EventView::Message {
+                source_kind: mirror::<MessageShape>(data)?.source.kind,
+            },
             EventType::ToolStart => {
                 let start: ToolStartShape = mirror(data)?;
                 EventView::ToolStart {
@@ -397,20 +403,20 @@ struct StepEndShape<'a> {
 }
 
 #[derive(Deserialize)]
-struct MessageShape {
+struct MessageShape<'a> {
     #[serde(rename = "role")]
     _role: MessageRole,
-    #[serde(rename = "source")]
-    _source: MessageSourceShape,
+    #[serde(borrow)]
+    source: MessageSourceShape<'a>,
     #[serde(rename = "content")]
     _content: Vec<ContentPartShape>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct MessageSourceShape {
-    #[serde(rename = "kind")]
-    _kind: AnyString,
+struct MessageSourceShape<'a> {
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
     #[serde(rename = "senderSessionId", default, deserialize_with = "present")]
     _sender_session_id: Option<AnyString>,
     #[serde(rename = "name", default, deserialize_with = "present")]

@@ -418,9 +418,10 @@ fn native_tool<'h>(
     Ok(tool)
 }
 
-/// Walks the snapshot once: every `tool/start`, and on the compaction
-/// surface the checkpoint that opens it and the messages the reviewer may
-/// see. Other events are skipped on their type string alone.
+/// Every `tool/start`, and on the compaction surface the checkpoint that
+/// opens it and the messages the reviewer may see. Only the events the
+/// state indexed while folding are visited ([`SessionState::reviewed_seqs`]):
+/// the calls and the messages of a kind that may be shown.
 fn surface<'a>(
     state: &SessionState,
     events: &'a [EventRecord],
@@ -429,10 +430,15 @@ fn surface<'a>(
     let surface_start = state.last_checkpoint_seq().unwrap_or(0);
     let mut surface = Surface {
         instructions: Vec::new(),
-        history: Vec::new(),
+        history: Vec::with_capacity(state.reviewed_seqs().len() + 1),
     };
-    for record in events {
-        let seq = record.seq();
+    let mut checkpoint_pending = surface_start > 0;
+    for &seq in state.reviewed_seqs() {
+        if checkpoint_pending && seq > surface_start {
+            checkpoint_pending = false;
+            push_checkpoint(record_at(events, surface_start)?, &mut surface)?;
+        }
+        let record = record_at(events, seq)?;
         let event_type = record.event_type();
         if event_type == EventType::ToolStart.as_str() {
             surface
@@ -442,13 +448,29 @@ fn surface<'a>(
             continue;
         } else if event_type == EventType::Message.as_str() {
             message_entry(record, header, &mut surface)?;
-        } else if seq == surface_start && event_type == EventType::Checkpoint.as_str() {
-            surface
-                .history
-                .push(HistoryEntry::Checkpoint(checkpoint_entry(record)?));
+        } else {
+            return Err(invalid_log(format!(
+                "seq {seq} is a {event_type}, not a call or message the fold indexed"
+            )));
         }
     }
+    if checkpoint_pending {
+        push_checkpoint(record_at(events, surface_start)?, &mut surface)?;
+    }
     Ok(surface)
+}
+
+/// The checkpoint that opens the surface, when `record` is one.
+fn push_checkpoint<'a>(
+    record: &'a EventRecord,
+    surface: &mut Surface<'a>,
+) -> Result<(), ReviewError> {
+    if record.event_type() == EventType::Checkpoint.as_str() {
+        surface
+            .history
+            .push(HistoryEntry::Checkpoint(checkpoint_entry(record)?));
+    }
+    Ok(())
 }
 
 fn call_entry<'a>(
