@@ -21,8 +21,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 use sessionlog_schema::{
-    compact_json, ContentPart, Event, EventRecord, EventType, Message, MessageRole, MessageSource,
-    SessionHeader,
+    compact_json, ContentPart, Event, EventRecord, EventType, Message, SessionHeader,
 };
 
 use super::action::PendingAction;
@@ -90,6 +89,9 @@ pub fn build_review_request_for_state(
     };
 
     let surface = surface(state, events)?;
+    // The history holds about the bytes of the data it shows: write the
+    // request into one buffer of that size instead of growing it.
+    let estimated_size = REVIEW_POLICY.len() + surface.data_bytes + 4096;
     let request = Request {
         model: Model {
             provider: &request_header.provider,
@@ -111,7 +113,7 @@ pub fn build_review_request_for_state(
             },
         },
     };
-    serialize_within(&request, max_bytes)
+    serialize_within(&request, estimated_size, max_bytes)
 }
 
 #[derive(Serialize)]
@@ -219,19 +221,6 @@ struct CallFacts<'a> {
     arguments: &'a RawValue,
 }
 
-/// The source kind of a `message`: enough to tell whether it is excluded.
-#[derive(Deserialize)]
-struct MessageHead<'a> {
-    #[serde(borrow)]
-    source: SourceKind<'a>,
-}
-
-#[derive(Deserialize)]
-struct SourceKind<'a> {
-    #[serde(borrow)]
-    kind: Cow<'a, str>,
-}
-
 /// The content of a `message`, each part raw.
 #[derive(Deserialize)]
 struct RawContent<'a> {
@@ -243,6 +232,8 @@ struct RawContent<'a> {
 struct Surface<'a> {
     instructions: Vec<Instruction>,
     history: Vec<HistoryEntry<'a>>,
+    /// The bytes of `data` of the events read, to size the output.
+    data_bytes: usize,
 }
 
 fn invalid_log(message: String) -> ReviewError {
@@ -431,6 +422,7 @@ fn surface<'a>(
     let mut surface = Surface {
         instructions: Vec::new(),
         history: Vec::with_capacity(state.reviewed_seqs().len() + 1),
+        data_bytes: 0,
     };
     let mut checkpoint_pending = surface_start > 0;
     for &seq in state.reviewed_seqs() {
@@ -439,6 +431,7 @@ fn surface<'a>(
             push_checkpoint(record_at(events, surface_start)?, &mut surface)?;
         }
         let record = record_at(events, seq)?;
+        surface.data_bytes += record.data().len();
         let event_type = record.event_type();
         if event_type == EventType::ToolStart.as_str() {
             surface
@@ -514,22 +507,8 @@ fn message_entry<'a>(
     let seq = record.seq();
     let unreadable =
         |error: serde_json::Error| invalid_log(format!("seq {seq} (message): {error}"));
-    // Most messages of a long session are assistant text: decide on the
-    // source first and parse the content only of messages that are shown.
-    let head: MessageHead<'_> = serde_json::from_str(record.data()).map_err(unreadable)?;
-    // Whether a message is excluded depends on its source kind alone.
-    let head = Message {
-        role: MessageRole::User,
-        source: MessageSource {
-            kind: head.source.kind.into_owned(),
-            sender_session_id: None,
-            name: None,
-        },
-        content: Vec::new(),
-    };
-    if message_authority(header, seq, &head) == Authority::Excluded {
-        return Ok(());
-    }
+    // The fold indexed only messages of a kind that may be shown, so the
+    // whole message is read at once; its authority still decides below.
     let message: Message = serde_json::from_str(record.data()).map_err(unreadable)?;
     match message_authority(header, seq, &message) {
         Authority::Excluded => {}
@@ -631,9 +610,13 @@ fn compact_or_as_is(raw: &RawValue) -> Cow<'_, RawValue> {
 
 /// Serializes `request` compactly, failing with `REQUEST_TOO_LARGE` past
 /// `max_bytes` (the bytes beyond are counted, not kept).
-fn serialize_within(request: &Request<'_>, max_bytes: usize) -> Result<String, ReviewError> {
+fn serialize_within(
+    request: &Request<'_>,
+    capacity: usize,
+    max_bytes: usize,
+) -> Result<String, ReviewError> {
     let mut out = BoundedBuffer {
-        bytes: Vec::new(),
+        bytes: Vec::with_capacity(capacity.min(max_bytes)),
         total: 0,
         limit: max_bytes,
     };
