@@ -22,9 +22,16 @@
 //! - `power_loss`: simulated power loss for JSONL: every sync point, unsynced
 //!   bytes dropped, kept, cut or garbled, unsynced names vanished.
 //! - `crash`: `kill -9` of `append`, `fork` and `migrate` at random moments.
+//! - `cli_e2e`: the store and the binary end to end: logs cut at every
+//!   offset reopened and appended, `Locked` across processes, `--expect-seq`,
+//!   every exit code and their precedence.
+//! - `concurrency`: readers during writes, 64 writers on one database, the
+//!   one-writer lock across threads and processes.
 
+mod cli_e2e;
 mod cli_support;
 mod codec;
+mod concurrency;
 mod crash;
 mod damage;
 mod docs;

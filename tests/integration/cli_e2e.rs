@@ -1,0 +1,479 @@
+//! The store and the command line end to end.
+//!
+//! - A valid log cut at every byte offset: a writer reopens it (truncating
+//!   the torn tail), appends, and the result verifies with exactly the
+//!   completed units before the cut plus the new event. The same for a
+//!   SQLite database whose write-ahead log is cut after a crash.
+//! - Two writers: the second gets `Locked`, in one process and across
+//!   processes (`sessionlog append` held open by a pipe: exit 6).
+//! - `--expect-seq` mismatch: exit 6, nothing written.
+//! - Every exit code of SPEC §9 from a crafted input, and the precedence
+//!   "2 wins over 4, 4 over 3".
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::Stdio;
+
+use sessionlog_projections::fold;
+use sessionlog_schema::SessionHeader;
+use sessionlog_store::{
+    open_log_writer, Durability, Io, JsonlStore, SqliteStore, Store, StoreError, WriterOptions,
+};
+
+use crate::cli_support::{run, run_with_stdin, sessionlog, Run};
+use crate::crash::text;
+use crate::faults::{expected, id, ok, probe, read_back, realistic_units, Expected};
+use crate::realistic::realistic_log;
+use crate::support::{sign, LogBuilder};
+
+fn buffered() -> WriterOptions {
+    WriterOptions {
+        durability: Durability::Buffered,
+        keep_snapshot: true,
+    }
+}
+
+#[test]
+fn a_log_cut_at_every_byte_offset_reopens_appends_and_verifies() {
+    let log = realistic_log("cut", 7, 3).log();
+    let events = log.events();
+    let header_end = log.lines[0].range.end;
+    let unit_ends = log.unit_ends();
+    let folder = ok(tempfile::tempdir());
+    let path = folder.path().join("cut.jsonl");
+    let (mut reopened, mut refused) = (0, 0);
+    for cut in 0..=log.bytes.len() {
+        ok(std::fs::write(&path, &log.bytes[..cut]));
+        let writer = open_log_writer(&path, None, buffered(), Io::default());
+        if cut < header_end {
+            assert!(
+                matches!(writer, Err(StoreError::Corrupt { .. })),
+                "cut {cut} inside the header: {writer:?}"
+            );
+            refused += 1;
+            continue;
+        }
+        let mut writer = writer.unwrap_or_else(|error| panic!("cut {cut}: {error}"));
+        let good_end = unit_ends.iter().rev().find(|end| **end <= cut).copied();
+        let kept = log
+            .lines
+            .iter()
+            .filter(|line| line.event.is_some() && Some(line.range.end) <= good_end)
+            .count();
+        let found: Vec<Expected> = writer
+            .events()
+            .unwrap_or_default()
+            .iter()
+            .map(read_back)
+            .collect();
+        let wanted: Vec<Expected> = events[..kept]
+            .iter()
+            .map(|e| Expected {
+                event_type: e.event_type.clone(),
+                data: e.data.clone(),
+                ts: e.ts,
+            })
+            .collect();
+        assert_eq!(found, wanted, "cut {cut}: the completed units before it");
+        assert_eq!(
+            std::fs::metadata(&path).map(|m| m.len()).ok(),
+            good_end.map(|end| end as u64),
+            "cut {cut}: the torn tail is truncated"
+        );
+        let seq = ok(writer.append(probe(1), None)).get();
+        assert_eq!(seq, kept as u64 + 1);
+        drop(writer);
+        let snapshot = ok(sessionlog_store::Snapshot::read(&path, None));
+        assert!(snapshot.torn_tail.is_none(), "cut {cut}");
+        assert_eq!(snapshot.events.len(), kept + 1, "cut {cut}");
+        let (_, violations) = fold(snapshot.header.clone(), &snapshot.events);
+        assert!(violations.is_empty(), "cut {cut}: {violations:?}");
+        reopened += 1;
+    }
+    eprintln!(
+        "cut at every offset (store): {} offsets, {reopened} reopened and appended, {refused} refused (the cut fell inside the header)",
+        log.bytes.len() + 1
+    );
+}
+
+#[test]
+fn the_binary_reopens_a_log_cut_anywhere_and_verify_agrees() {
+    let log = realistic_log("cut", 8, 2).log();
+    let header_end = log.lines[0].range.end;
+    let folder = ok(tempfile::tempdir());
+    let path = folder.path().join("cut.jsonl");
+    let line = "{\"type\":\"x-test/probe\",\"data\":{\"n\":1}}\n";
+    let mut offsets = 0;
+    for cut in (header_end..=log.bytes.len()).step_by(53) {
+        ok(std::fs::write(&path, &log.bytes[..cut]));
+        let torn = !log.unit_ends().contains(&cut);
+        let before = run(["verify", &text(&path)]);
+        before.expect_code(if torn { 3 } else { 0 });
+        run_with_stdin(["append", &text(&path)], line).expect_code(0);
+        run(["verify", &text(&path)]).expect_code(0);
+        offsets += 1;
+    }
+    assert!(offsets > 10);
+}
+
+/// Copies a database and its write-ahead log while the store is open (as
+/// a crash would leave them), then cuts the log at frame boundaries and
+/// inside frames: SQLite must open every copy with a prefix of the commits.
+#[test]
+fn a_sqlite_database_whose_wal_is_cut_anywhere_opens_with_a_prefix_of_its_commits() {
+    let folder = ok(tempfile::tempdir());
+    let path = folder.path().join("sessions.db");
+    let store = Store::Sqlite(ok(SqliteStore::open(&path)));
+    let header = SessionHeader::root(id("s"), 1_700_000_000_000, "/work".into());
+    ok(store.create_session(&header, &[], Durability::Fsync));
+    let mut writer = ok(store.open_writer(&id("s"), WriterOptions::default()));
+    let units = realistic_units(3, 6);
+    let mut commits = vec![0usize];
+    for unit in &units {
+        if unit.len() > 1 {
+            ok(writer.append_batch(unit.clone(), None));
+        } else {
+            ok(writer.append(unit[0].clone(), None));
+        }
+        commits.push(commits.last().copied().unwrap_or(0) + unit.len());
+    }
+    let all: Vec<Expected> = units.iter().flatten().map(expected).collect();
+    let crash = folder.path().join("crash");
+    ok(std::fs::create_dir(&crash));
+    ok(std::fs::copy(&path, crash.join("image.db")));
+    let wal = ok(std::fs::read(folder.path().join("sessions.db-wal")));
+    drop(writer);
+    drop(store);
+    assert!(
+        wal.len() > 32,
+        "the commits are still in the write-ahead log"
+    );
+    let page = u32::from_be_bytes([wal[8], wal[9], wal[10], wal[11]]) as usize;
+    let frame = 24 + page;
+    let mut cuts: Vec<usize> = (0..=(wal.len() - 32) / frame)
+        .flat_map(|n| {
+            let boundary = 32 + n * frame;
+            [
+                boundary.saturating_sub(1),
+                boundary,
+                boundary + 1,
+                boundary + 24 + page / 2,
+            ]
+        })
+        .chain([0, 16, 31])
+        .filter(|cut| *cut <= wal.len())
+        .collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut seen_lengths = std::collections::BTreeSet::new();
+    for cut in &cuts {
+        let image = crash.join("image.db");
+        let copy = crash.join(format!("cut-{cut}.db"));
+        ok(std::fs::copy(&image, &copy));
+        ok(std::fs::write(
+            crash.join(format!("cut-{cut}.db-wal")),
+            &wal[..*cut],
+        ));
+        let opened = Store::Sqlite(ok(SqliteStore::open(&copy)));
+        if !ok(opened.contains(&id("s"))) {
+            seen_lengths.insert(usize::MAX);
+            continue;
+        }
+        let snapshot = ok(opened.snapshot(&id("s")));
+        let found: Vec<Expected> = snapshot.events.iter().map(read_back).collect();
+        assert!(
+            commits.contains(&found.len()),
+            "cut {cut}: a whole number of commits ({} events)",
+            found.len()
+        );
+        assert_eq!(found[..], all[..found.len()], "cut {cut}");
+        let mut writer = ok(opened.open_writer(&id("s"), WriterOptions::default()));
+        ok(writer.append(probe(1), None));
+        seen_lengths.insert(found.len());
+    }
+    eprintln!(
+        "SQLite write-ahead log cut: {} cuts of a {}-byte log, {} distinct commit prefixes seen, each opened, verified and appended to",
+        cuts.len(),
+        wal.len(),
+        seen_lengths.len()
+    );
+    assert!(seen_lengths.len() > 3, "{seen_lengths:?}");
+}
+
+/// A log file or store path for each backend, holding session `s`.
+fn store_with_session(folder: &Path, backend: &str) -> std::path::PathBuf {
+    let path = folder.join(backend);
+    run(["create", &text(&path), "--session", "s", "--cwd", "/work"]).expect_code(0);
+    path
+}
+
+#[test]
+fn a_second_append_while_one_holds_the_session_exits_6() {
+    for backend in ["logs", "sessions.db", "one.jsonl"] {
+        let folder = ok(tempfile::tempdir());
+        let store = store_with_session(folder.path(), backend);
+        let mut first = ok(sessionlog(["append", &text(&store), "--session", "s"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn());
+        let mut stdin = first.stdin.take().unwrap_or_else(|| panic!("piped"));
+        let mut acks = BufReader::new(first.stdout.take().unwrap_or_else(|| panic!("piped")));
+        ok(stdin.write_all(b"{\"type\":\"turn/start\",\"data\":{\"turnId\":\"t1\"}}\n"));
+        ok(stdin.flush());
+        let mut ack = String::new();
+        ok(acks.read_line(&mut ack));
+        assert_eq!(ack.trim(), "{\"seq\": 1}", "{backend}");
+        let second = run_with_stdin(
+            ["append", &text(&store), "--session", "s"],
+            "{\"type\":\"turn/end\",\"data\":{\"turnId\":\"t1\"}}\n",
+        );
+        second.expect_code(6);
+        assert!(
+            second.stderr.contains("locked"),
+            "{backend}: {}",
+            second.stderr
+        );
+        drop(stdin);
+        let status = ok(first.wait());
+        assert_eq!(status.code(), Some(0), "{backend}");
+        let export = run(["export", &text(&store), "--session", "s"])
+            .expect_code(0)
+            .stdout
+            .clone();
+        assert_eq!(
+            export.lines().count(),
+            2,
+            "{backend}: header and the first writer's event"
+        );
+    }
+}
+
+#[test]
+fn an_expect_seq_mismatch_exits_6_and_writes_nothing() {
+    for backend in ["logs", "sessions.db", "one.jsonl"] {
+        let folder = ok(tempfile::tempdir());
+        let store = store_with_session(folder.path(), backend);
+        let events = "{\"type\":\"turn/start\",\"data\":{\"turnId\":\"t1\"}}\n{\"type\":\"turn/end\",\"data\":{\"turnId\":\"t1\"}}\n";
+        run_with_stdin(
+            [
+                "append",
+                &text(&store),
+                "--session",
+                "s",
+                "--expect-seq",
+                "1",
+            ],
+            events,
+        )
+        .expect_code(0);
+        let before = run(["export", &text(&store), "--session", "s"]).stdout;
+        for wrong in ["1", "2", "4"] {
+            let conflict = run_with_stdin(
+                [
+                    "append",
+                    &text(&store),
+                    "--session",
+                    "s",
+                    "--expect-seq",
+                    wrong,
+                ],
+                events,
+            );
+            conflict.expect_code(6);
+            assert!(
+                conflict.stdout.is_empty(),
+                "{backend}: nothing acknowledged"
+            );
+            assert!(
+                conflict.stderr.contains("expected the next seq"),
+                "{}",
+                conflict.stderr
+            );
+        }
+        assert_eq!(
+            run(["export", &text(&store), "--session", "s"]).stdout,
+            before,
+            "{backend}"
+        );
+        run_with_stdin(
+            [
+                "append",
+                &text(&store),
+                "--session",
+                "s",
+                "--expect-seq",
+                "3",
+            ],
+            events,
+        )
+        .expect_code(0);
+    }
+}
+
+#[test]
+fn in_process_a_second_writer_is_locked_on_both_backends() {
+    let folder = ok(tempfile::tempdir());
+    for store in [
+        Store::Jsonl(ok(JsonlStore::create_folder(&folder.path().join("logs")))),
+        Store::Sqlite(ok(SqliteStore::open(&folder.path().join("sessions.db")))),
+    ] {
+        let header = SessionHeader::root(id("s"), 1, "/".into());
+        ok(store.create_session(&header, &[], Durability::Fsync));
+        let _first = ok(store.open_writer(&id("s"), WriterOptions::default()));
+        let second = store.open_writer(&id("s"), WriterOptions::default());
+        assert!(
+            matches!(second, Err(StoreError::Locked { .. })),
+            "{second:?}"
+        );
+    }
+}
+
+/// A valid log of session `s` with an open turn.
+fn base() -> LogBuilder {
+    base_of("s")
+}
+
+/// A valid log of session `session` with an open turn.
+fn base_of(session: &str) -> LogBuilder {
+    LogBuilder::new(session)
+        .event("turn/start", r#"{"turnId":"t1"}"#)
+        .event("x-note", r#"{"n":1}"#)
+}
+
+fn with_torn_tail(mut bytes: Vec<u8>) -> Vec<u8> {
+    bytes.extend_from_slice(b"{\"seq\":9,\"ts\":1,\"type\":\"tur");
+    bytes
+}
+
+fn with_rule_violation(log: LogBuilder) -> LogBuilder {
+    log.event("step/end", r#"{"stepId":"nope"}"#)
+}
+
+/// Damage followed by an intact line (signed for the log's own id).
+fn with_corruption(log: LogBuilder) -> Vec<u8> {
+    let session = log.log().id;
+    let mut bytes = log.raw(b"{\"seq\":99,\"garbage\n").build();
+    let next = sign(&session, r#"{"seq":4,"ts":5,"type":"x-note","data":{}"#);
+    bytes.extend_from_slice(next.as_bytes());
+    bytes
+}
+
+fn verify_file(folder: &Path, name: &str, bytes: &[u8]) -> Run {
+    let path = folder.join(name);
+    ok(std::fs::write(&path, bytes));
+    run(["verify", &text(&path)])
+}
+
+#[test]
+fn every_exit_code_comes_from_a_crafted_input() {
+    let folder = ok(tempfile::tempdir());
+    let dir = folder.path();
+    let clean = verify_file(dir, "clean.jsonl", &base().build());
+    clean.expect_code(0);
+    run(["verify", &text(&dir.join("none.jsonl"))]).expect_code(1);
+    let bad_line = run_with_stdin(["append", &text(&dir.join("clean.jsonl"))], "not json\n");
+    bad_line.expect_code(1);
+    assert!(
+        bad_line.stderr.contains("input line 1"),
+        "{}",
+        bad_line.stderr
+    );
+    verify_file(dir, "corrupt.jsonl", &with_corruption(base())).expect_code(2);
+    verify_file(dir, "torn.jsonl", &with_torn_tail(base().build())).expect_code(3);
+    let rule = verify_file(dir, "rule.jsonl", &with_rule_violation(base()).build());
+    rule.expect_code(4);
+    assert!(rule.stdout.contains("seq 3"), "{}", rule.stdout);
+    let pending = dir.join("pending.json");
+    ok(std::fs::write(&pending, "[1,2,3]"));
+    let review = run([
+        "review-request",
+        &text(&dir.join("clean.jsonl")),
+        "--pending",
+        &text(&pending),
+    ]);
+    review.expect_code(5);
+    assert!(
+        review.stdout.contains("INVALID_ACTION"),
+        "{}",
+        review.stdout
+    );
+    let result = run_with_stdin(["review-result"], r#"{"blocks":[],"stop":"stop"}"#);
+    result.expect_code(5);
+    assert!(
+        result.stdout.contains("AUTO_REVIEW_FAILED"),
+        "{}",
+        result.stdout
+    );
+    let store = store_with_session(dir, "locked-logs");
+    let _writer = ok(ok(Store::open(&store)).open_writer(&id("s"), WriterOptions::default()));
+    run_with_stdin(
+        ["append", &text(&store), "--session", "s"],
+        "{\"type\":\"x\",\"data\":{}}\n",
+    )
+    .expect_code(6);
+}
+
+#[test]
+fn a_database_of_a_newer_schema_exits_1_naming_both_versions() {
+    let folder = ok(tempfile::tempdir());
+    let path = store_with_session(folder.path(), "sessions.db");
+    let connection = ok(rusqlite::Connection::open(&path));
+    ok(connection.pragma_update(None, "user_version", 99));
+    drop(connection);
+    let refused = run(["verify", &text(&path)]);
+    refused.expect_code(1);
+    assert!(
+        refused.stderr.contains("99")
+            && refused
+                .stderr
+                .contains(&sessionlog_store::SCHEMA_VERSION.to_string()),
+        "{}",
+        refused.stderr
+    );
+}
+
+#[test]
+fn corruption_wins_over_rule_violations_which_win_over_a_torn_tail() {
+    let folder = ok(tempfile::tempdir());
+    let dir = folder.path();
+    let rule_and_torn = with_torn_tail(with_rule_violation(base()).build());
+    verify_file(dir, "rule-torn.jsonl", &rule_and_torn).expect_code(4);
+    let corrupt_after_rule = with_corruption(with_rule_violation(base()));
+    verify_file(dir, "corrupt-rule.jsonl", &corrupt_after_rule).expect_code(2);
+    let store = dir.join("store");
+    ok(std::fs::create_dir(&store));
+    ok(std::fs::write(
+        store.join("s.jsonl"),
+        with_torn_tail(base().build()),
+    ));
+    let write = |name: &str, bytes: Vec<u8>| {
+        ok(std::fs::write(store.join(format!("{name}.jsonl")), bytes));
+    };
+    run(["verify", &text(&store)]).expect_code(3);
+    write("v", with_rule_violation(base_of("v")).build());
+    run(["verify", &text(&store)]).expect_code(4);
+    write("c", with_corruption(base_of("c")));
+    run(["verify", &text(&store)]).expect_code(2);
+    ok(std::fs::remove_file(store.join("v.jsonl")));
+    run(["verify", &text(&store)]).expect_code(2);
+    ok(std::fs::remove_file(store.join("c.jsonl")));
+    run(["verify", &text(&store)]).expect_code(3);
+}
+
+#[test]
+fn only_verify_exits_3_other_commands_use_the_good_prefix_and_warn() {
+    let folder = ok(tempfile::tempdir());
+    let path = folder.path().join("torn.jsonl");
+    ok(std::fs::write(&path, with_torn_tail(base().build())));
+    let project = run(["project", &text(&path)]);
+    project.expect_code(0);
+    let projection: serde_json::Value = ok(serde_json::from_str(&project.stdout));
+    assert_eq!(projection["seq"], 2, "{}", project.stdout);
+    assert!(
+        project.stderr.contains("torn"),
+        "a warning on stderr: {}",
+        project.stderr
+    );
+    run(["export", &text(&path)]).expect_code(0);
+}
