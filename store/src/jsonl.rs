@@ -303,9 +303,9 @@ pub fn open_log_writer(
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
         .map_err(|source| StoreError::io("open", path, source))?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
+    match lock_exclusive(&file) {
+        Ok(true) => {}
+        Ok(false) => {
             let id = match expected_id {
                 Some(id) => id,
                 None => read_header(path, None)?.id,
@@ -315,9 +315,7 @@ pub fn open_log_writer(
                 path: path.to_owned(),
             });
         }
-        Err(std::fs::TryLockError::Error(source)) => {
-            return Err(StoreError::io("lock", path, source))
-        }
+        Err(source) => return Err(StoreError::io("lock", path, source)),
     }
     let reading = file
         .try_clone()
@@ -377,6 +375,29 @@ pub fn open_log_writer(
         state,
         events,
     ))
+}
+
+/// How long a writer waits for a lock held by another before it reports
+/// `Locked`. A process that starts another (as every agent runtime does for
+/// its tools) gives the child a copy of each open file description, `flock`
+/// included, from `fork` until the child executes its program: a session
+/// closed and reopened meanwhile would be refused for that instant.
+const LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Takes the exclusive `flock` on `file`, retrying for [`LOCK_GRACE`];
+/// `Ok(false)` when another writer still holds it.
+pub(crate) fn lock_exclusive(file: &File) -> std::io::Result<bool> {
+    let deadline = std::time::Instant::now() + LOCK_GRACE;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(true),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(false),
+            Err(std::fs::TryLockError::Error(source)) => return Err(source),
+        }
+    }
 }
 
 /// Checks a new session's events against every rule before it is created.

@@ -467,13 +467,13 @@ impl SqliteStore {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
             .map_err(|source| StoreError::io("open lock file", &path, source))?;
-        match file.try_lock() {
-            Ok(()) => Ok(file),
-            Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Locked {
+        match crate::jsonl::lock_exclusive(&file) {
+            Ok(true) => Ok(file),
+            Ok(false) => Err(StoreError::Locked {
                 id: id.clone(),
                 path,
             }),
-            Err(std::fs::TryLockError::Error(source)) => Err(StoreError::io("lock", &path, source)),
+            Err(source) => Err(StoreError::io("lock", &path, source)),
         }
     }
 }
