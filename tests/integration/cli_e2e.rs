@@ -477,3 +477,20 @@ fn only_verify_exits_3_other_commands_use_the_good_prefix_and_warn() {
     );
     run(["export", &text(&path)]).expect_code(0);
 }
+
+#[test]
+fn a_usage_error_exits_1_never_2_which_means_corruption() {
+    for args in [
+        &["verify", "--no-such-flag"][..],
+        &["no-such-command"],
+        &["append"],
+        &["fork", "store", "--child", "-s"],
+        &["project", "x.jsonl", "--default-approval", "sometimes"],
+    ] {
+        let outcome = run(args);
+        outcome.expect_code(1);
+        assert!(!outcome.stderr.is_empty(), "{args:?} says why");
+    }
+    run(["--help"]).expect_code(0);
+    run(["--version"]).expect_code(0);
+}

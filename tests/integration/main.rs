@@ -27,6 +27,8 @@
 //!   every exit code and their precedence.
 //! - `concurrency`: readers during writes, 64 writers on one database, the
 //!   one-writer lock across threads and processes.
+//! - `hostile`: arbitrary `append` lines and pending actions through the
+//!   binary (proptest), records above 16 MiB, hostile ids, planted symlinks.
 
 mod cli_e2e;
 mod cli_support;
@@ -37,6 +39,7 @@ mod damage;
 mod docs;
 mod faults;
 mod format;
+mod hostile;
 mod people;
 mod power_loss;
 mod realistic;

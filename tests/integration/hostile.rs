@@ -1,0 +1,346 @@
+//! Hostile input through the real binary and the store.
+//!
+//! - Arbitrary `append` input lines: no panic; a line that is not one
+//!   `{type, data, ts?}` object exits 1 naming the input line, and nothing
+//!   is written for it.
+//! - Arbitrary JSON as `review-request --pending`: no panic, exit 5 with
+//!   `INVALID_ACTION`.
+//! - Records above the 16 MiB limit are refused on append, on both backends
+//!   and through the binary, and nothing is written.
+//! - Ids with `/`, `..`, NUL, look-alike letters are refused before the file
+//!   system is touched.
+//! - A symlink planted in place of a log or a lock is not followed.
+
+use std::path::Path;
+
+use proptest::prelude::*;
+use sessionlog_schema::{SessionHeader, SessionId, MAX_RECORD_BYTES};
+use sessionlog_store::{Durability, NewEvent, Store, StoreError, WriterOptions};
+
+use crate::cli_support::{run, run_with_stdin};
+use crate::crash::text;
+use crate::faults::{id, ok};
+use crate::support::LogBuilder;
+
+/// Whether `line` is an input `append` accepts as an event: one JSON object
+/// with a string `type`, a `data`, an optional unsigned `ts`, nothing else.
+fn is_event_object(line: &str) -> bool {
+    let Ok(serde_json::Value::Object(members)) = serde_json::from_str::<serde_json::Value>(line)
+    else {
+        return false;
+    };
+    members
+        .keys()
+        .all(|key| ["type", "data", "ts"].contains(&key.as_str()))
+        && members
+            .get("type")
+            .is_some_and(serde_json::Value::is_string)
+        && members.contains_key("data")
+        && members.get("ts").is_none_or(|ts| ts.as_u64().is_some())
+}
+
+fn json_value() -> impl Strategy<Value = serde_json::Value> {
+    let leaf = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::Bool),
+        any::<i64>().prop_map(|n| serde_json::json!(n)),
+        any::<f64>().prop_map(|n| serde_json::json!(n)),
+        "[ -~é☃\u{2028}\"\\\\]{0,12}".prop_map(serde_json::Value::String),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
+            prop::collection::btree_map(
+                prop_oneof![
+                    Just("type".to_owned()),
+                    Just("data".to_owned()),
+                    Just("ts".to_owned()),
+                    Just("callId".to_owned()),
+                    "[a-zA-Z]{0,6}"
+                ],
+                inner,
+                0..4
+            )
+            .prop_map(|members| serde_json::Value::Object(members.into_iter().collect())),
+        ]
+    })
+}
+
+fn input_line() -> impl Strategy<Value = String> {
+    prop_oneof![
+        json_value().prop_map(|value| value.to_string()),
+        (json_value(), json_value(), any::<i64>()).prop_map(|(kind, data, ts)| {
+            serde_json::json!({ "type": kind, "data": data, "ts": ts }).to_string()
+        }),
+        "[^\n]{0,40}",
+        prop::collection::vec(any::<u8>(), 0..40)
+            .prop_map(|bytes| String::from_utf8_lossy(&bytes).replace('\n', " ")),
+    ]
+}
+
+fn log_file(folder: &Path) -> std::path::PathBuf {
+    let path = folder.join("s.jsonl");
+    let log = LogBuilder::new("s")
+        .event("request/header", r#"{"provider":"p","model":"m","approvalPolicy":"ask","sandboxMode":"read-only","tools":[{"name":"shell","description":"d","parameters":{}}]}"#)
+        .event("turn/start", r#"{"turnId":"t1"}"#)
+        .event("step/start", r#"{"stepId":"s1","turnId":"t1"}"#);
+    ok(std::fs::write(&path, log.build()));
+    path
+}
+
+#[track_caller]
+fn assert_no_panic(stderr: &str, code: i32) {
+    assert!(
+        !stderr.contains("panicked") && code != 101,
+        "exit {code}: {stderr}"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn hostile_append_lines_exit_1_naming_the_line_or_are_judged_as_events(
+        good in 0..3usize,
+        line in input_line(),
+    ) {
+        let folder = ok(tempfile::tempdir());
+        let path = log_file(folder.path());
+        let before = ok(std::fs::read(&path));
+        let mut input: String = (0..good)
+            .map(|n| format!("{{\"type\":\"x-note\",\"data\":{{\"n\":{n}}}}}\n"))
+            .collect();
+        input.push_str(&line);
+        input.push('\n');
+        let outcome = run_with_stdin(["append", &text(&path)], &input);
+        assert_no_panic(&outcome.stderr, outcome.code);
+        prop_assert_eq!(outcome.stdout.lines().count() >= good, true, "the good lines before it are acknowledged");
+        if is_event_object(&line) {
+            prop_assert!(matches!(outcome.code, 0 | 1 | 4), "exit {}: {}", outcome.code, outcome.stderr);
+            prop_assert!(!outcome.stderr.contains("expected one JSON object"), "{}", outcome.stderr);
+        } else {
+            prop_assert_eq!(outcome.code, 1, "{}", outcome.stderr);
+            let named = format!("input line {}", good + 1);
+            prop_assert!(outcome.stderr.contains(&named), "{}", outcome.stderr);
+            let after = ok(std::fs::read(&path));
+            prop_assert_eq!(after.len() > before.len(), good > 0, "only the good lines are written");
+            let snapshot = ok(sessionlog_store::Snapshot::read(&path, None));
+            prop_assert_eq!(snapshot.events.len(), 3 + good);
+        }
+    }
+
+    #[test]
+    fn arbitrary_pending_actions_fail_closed_with_invalid_action(value in json_value()) {
+        let folder = ok(tempfile::tempdir());
+        let path = log_file(folder.path());
+        let pending = folder.path().join("pending.json");
+        ok(std::fs::write(&pending, value.to_string()));
+        let outcome = run(["review-request", &text(&path), "--pending", &text(&pending)]);
+        assert_no_panic(&outcome.stderr, outcome.code);
+        prop_assert_eq!(outcome.code, 5, "{} {}", outcome.stdout, outcome.stderr);
+        let reply: serde_json::Value = ok(serde_json::from_str(&outcome.stdout));
+        prop_assert_eq!(&reply["error"], "INVALID_ACTION", "{}", outcome.stdout);
+    }
+}
+
+#[test]
+fn pending_actions_that_are_not_json_fail_closed() {
+    let folder = ok(tempfile::tempdir());
+    let path = log_file(folder.path());
+    let pending = folder.path().join("pending.json");
+    for bytes in [
+        &b""[..],
+        b"{",
+        b"\xff\xfe",
+        b"{\"callId\":\"c\"} trailing",
+        b"\0",
+    ] {
+        ok(std::fs::write(&pending, bytes));
+        let outcome = run(["review-request", &text(&path), "--pending", &text(&pending)]);
+        outcome.expect_code(5);
+        assert!(
+            outcome.stdout.contains("INVALID_ACTION"),
+            "{}",
+            outcome.stdout
+        );
+    }
+}
+
+#[test]
+fn records_above_16_mib_are_refused_and_nothing_is_written() {
+    let folder = ok(tempfile::tempdir());
+    let huge = format!("{{\"blob\":\"{}\"}}", "a".repeat(MAX_RECORD_BYTES));
+    for store in [
+        Store::create(&folder.path().join("logs")),
+        Store::create(&folder.path().join("sessions.db")),
+    ] {
+        let store = ok(store);
+        let header = SessionHeader::root(id("s"), 1, "/".into());
+        ok(store.create_session(&header, &[], Durability::Fsync));
+        let mut writer = ok(store.open_writer(&id("s"), WriterOptions::default()));
+        let refused = writer.append(NewEvent::new("x-blob", huge.clone()), None);
+        assert!(
+            matches!(refused, Err(StoreError::InvalidEvent(_))),
+            "{refused:?}"
+        );
+        let batch = writer.append_batch(
+            vec![
+                NewEvent::new("x-note", "{}"),
+                NewEvent::new("x-blob", huge.clone()),
+            ],
+            None,
+        );
+        assert!(
+            matches!(batch, Err(StoreError::InvalidEvent(_))),
+            "{batch:?}"
+        );
+        assert_eq!(
+            ok(writer.append(NewEvent::new("x-note", "{}"), None)).get(),
+            1,
+            "not poisoned: nothing was written"
+        );
+        drop(writer);
+        assert_eq!(ok(store.snapshot(&id("s"))).events.len(), 1);
+    }
+    let path = log_file(folder.path());
+    let before = ok(std::fs::read(&path));
+    let line = format!("{{\"type\":\"x-blob\",\"data\":{huge}}}\n");
+    let refused = run_with_stdin(["append", &text(&path)], &line);
+    refused.expect_code(1);
+    assert!(refused.stderr.contains("limit"), "{}", refused.stderr);
+    assert_eq!(ok(std::fs::read(&path)), before);
+}
+
+/// Ids a user or an attacker might pass: separators, parent folders, NUL,
+/// whitespace, letters that look like ASCII but are not.
+const HOSTILE_IDS: &[&str] = &[
+    "a/b",
+    "../escape",
+    "..",
+    ".",
+    "/etc/passwd",
+    "a\\b",
+    "a\0b",
+    "ｓｅｓｓｉｏｎ",
+    "sеssion",
+    "а",
+    "s\u{200b}",
+    "s\n",
+    " s",
+    "-s",
+    "_s",
+    "s.jsonl",
+    "",
+];
+
+#[test]
+fn hostile_ids_are_refused_before_the_file_system_is_touched() {
+    let long = "a".repeat(129);
+    let folder = ok(tempfile::tempdir());
+    let store = folder.path().join("logs");
+    run([
+        "create",
+        &text(&store),
+        "--session",
+        "parent",
+        "--cwd",
+        "/w",
+    ])
+    .expect_code(0);
+    let listing = |path: &Path| -> Vec<String> {
+        let mut names: Vec<String> = ok(std::fs::read_dir(path))
+            .filter_map(Result::ok)
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = (listing(folder.path()), listing(&store));
+    for hostile in HOSTILE_IDS.iter().copied().chain([long.as_str()]) {
+        assert!(SessionId::parse(hostile).is_err(), "{hostile:?} parses");
+        if hostile.contains('\0') {
+            continue;
+        }
+        let create = run([
+            "create",
+            &text(&store),
+            &format!("--session={hostile}"),
+            "--cwd",
+            "/w",
+        ]);
+        create.expect_code(1);
+        let fork = run([
+            "fork",
+            &text(&store),
+            "--session",
+            "parent",
+            "--child",
+            hostile,
+        ]);
+        fork.expect_code(1);
+        let append = run_with_stdin(
+            ["append", &text(&store), &format!("--session={hostile}")],
+            "{\"type\":\"x\",\"data\":{}}\n",
+        );
+        append.expect_code(1);
+        assert_eq!(
+            (listing(folder.path()), listing(&store)),
+            before,
+            "{hostile:?} created nothing"
+        );
+    }
+}
+
+#[test]
+fn a_symlink_planted_in_place_of_a_log_is_not_followed() {
+    let folder = ok(tempfile::tempdir());
+    let store = folder.path().join("logs");
+    run(["create", &text(&store), "--session", "real", "--cwd", "/w"]).expect_code(0);
+    let outside = folder.path().join("outside.jsonl");
+    ok(std::fs::copy(store.join("real.jsonl"), &outside));
+    let original = ok(std::fs::read(&outside));
+    ok(std::os::unix::fs::symlink(
+        &outside,
+        store.join("victim.jsonl"),
+    ));
+    let line = "{\"type\":\"x-note\",\"data\":{}}\n";
+    run(["verify", &text(&store), "--session", "victim"]).expect_code(1);
+    run(["export", &text(&store), "--session", "victim"]).expect_code(1);
+    run_with_stdin(["append", &text(&store), "--session", "victim"], line).expect_code(1);
+    let lone_link = folder.path().join("link.jsonl");
+    ok(std::os::unix::fs::symlink(&outside, &lone_link));
+    run_with_stdin(["append", &text(&lone_link)], line).expect_code(1);
+    assert_eq!(
+        ok(std::fs::read(&outside)),
+        original,
+        "the target is untouched"
+    );
+    let dangling = store.join("new.jsonl");
+    let target = folder.path().join("created-through-a-link.jsonl");
+    ok(std::os::unix::fs::symlink(&target, &dangling));
+    run(["create", &text(&store), "--session", "new", "--cwd", "/w"]).expect_code(1);
+    assert!(
+        !target.exists(),
+        "create does not write through a planted link"
+    );
+}
+
+#[test]
+fn a_symlink_planted_in_place_of_a_sqlite_lock_or_database_is_not_followed() {
+    let folder = ok(tempfile::tempdir());
+    let database = folder.path().join("sessions.db");
+    run(["create", &text(&database), "--session", "s", "--cwd", "/w"]).expect_code(0);
+    let locks = folder.path().join("sessions.db.locks");
+    ok(std::fs::create_dir_all(&locks));
+    let outside = folder.path().join("outside.txt");
+    ok(std::fs::write(&outside, "keep"));
+    let lock = locks.join("s.lock");
+    let _ = std::fs::remove_file(&lock);
+    ok(std::os::unix::fs::symlink(&outside, &lock));
+    let line = "{\"type\":\"x-note\",\"data\":{}}\n";
+    run_with_stdin(["append", &text(&database), "--session", "s"], line).expect_code(1);
+    assert_eq!(ok(std::fs::read_to_string(&outside)), "keep");
+    let linked = folder.path().join("linked.db");
+    ok(std::os::unix::fs::symlink(&database, &linked));
+    run(["verify", &text(&linked)]).expect_code(1);
+}
