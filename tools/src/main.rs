@@ -52,7 +52,18 @@ pub struct Exit {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // clap exits 2 on a usage error, which SPEC §9 gives to corruption.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return ExitCode::from(if error.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            });
+        }
+    };
     init_tracing(cli.quiet);
     QUIET.store(cli.quiet, std::sync::atomic::Ordering::Relaxed);
     let result = run(cli);
