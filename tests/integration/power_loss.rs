@@ -306,3 +306,35 @@ fn every_simulated_power_loss_keeps_every_acknowledged_event_and_no_garbage() {
     );
     assert!(figures.crash_states > 100 * seeds as usize, "{figures:?}");
 }
+
+/// Post-crash logs kept under `tests/fixtures/crash/`: a writer reopening
+/// each keeps exactly `kept` events, truncates the rest, and appends.
+#[test]
+fn stored_post_crash_logs_recover_to_their_good_prefix() {
+    let fixtures = crate::cli_support::workspace_root().join("tests/fixtures/crash");
+    for (name, kept) in [
+        ("batch-missing-its-last-record.jsonl", 2),
+        ("batch-cut-inside-a-record.jsonl", 2),
+        ("garbled-unsynced-tail.jsonl", 2),
+        ("zeroes-after-a-whole-batch.jsonl", 5),
+    ] {
+        let folder = ok(tempfile::tempdir());
+        let path = folder.path().join(name);
+        ok(std::fs::copy(fixtures.join(name), &path));
+        let torn = ok(sessionlog_store::Snapshot::read(&path, None));
+        assert!(torn.torn_tail.is_some(), "{name}: a torn tail");
+        assert_eq!(torn.events.len(), kept, "{name}");
+        let mut writer = ok(sessionlog_store::open_log_writer(
+            &path,
+            None,
+            sessionlog_store::WriterOptions::default(),
+            Io::default(),
+        ));
+        assert_eq!(writer.next_seq(), kept as u64 + 1, "{name}");
+        ok(writer.append(crate::faults::probe(1), None));
+        drop(writer);
+        let recovered = ok(sessionlog_store::Snapshot::read(&path, None));
+        assert!(recovered.torn_tail.is_none(), "{name}");
+        assert_eq!(recovered.events.len(), kept + 1, "{name}");
+    }
+}
