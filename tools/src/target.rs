@@ -106,9 +106,14 @@ impl Target {
         Ok(match self {
             Target::File(path) => Box::new(LogReader::open(path, None)?),
             Target::Store(Store::Jsonl(store)) => Box::new(store.reader(&session.id)?),
-            Target::Store(store) => {
-                let (header, events) = store.events(&session.id)?;
-                Box::new(RowStream { header, events })
+            Target::Store(Store::Sqlite(store)) => {
+                let (header, vocabulary_errors) = store.header(&session.id)?;
+                let events = Box::new(store.events(&session.id)?);
+                Box::new(RowStream {
+                    header,
+                    vocabulary_errors,
+                    events,
+                })
             }
         })
     }
@@ -134,6 +139,7 @@ impl Target {
 /// transaction is whole or absent).
 struct RowStream {
     header: sessionlog_schema::SessionHeader,
+    vocabulary_errors: Vec<sessionlog_schema::HeaderVocabularyError>,
     events: EventStream,
 }
 
@@ -151,7 +157,7 @@ impl SessionStream for RowStream {
     }
 
     fn header_vocabulary_errors(&self) -> &[sessionlog_schema::HeaderVocabularyError] {
-        &[]
+        &self.vocabulary_errors
     }
 
     fn next_event(&mut self) -> Result<Option<sessionlog_schema::EventRecord>, StoreError> {
