@@ -72,16 +72,32 @@ fn main() -> BenchResult<()> {
         bytes as f64 / 1e6,
         bytes as f64 / events as f64
     );
-    verify_and_fold(&mut table, &verify_log, events)?;
-    durable_append(&mut table, folder.path(), sized(APPEND_EVENTS))?;
-    list(&mut table, folder.path(), sized(LIST_SESSIONS))?;
-    review(&mut table, folder.path(), sized(REVIEW_EVENTS))?;
-    migration(
-        &mut table,
-        folder.path(),
-        sized(MIGRATE_SESSIONS),
-        sized(MIGRATE_EVENTS_PER_SESSION),
-    )?;
+    // SESSIONLOG_BENCH_ONLY=review,migration runs only the sections named.
+    let only = std::env::var("SESSIONLOG_BENCH_ONLY").ok();
+    let runs = |section: &str| {
+        only.as_deref()
+            .is_none_or(|only| only.split(',').any(|name| name == section))
+    };
+    if runs("verify") {
+        verify_and_fold(&mut table, &verify_log, events)?;
+    }
+    if runs("append") {
+        durable_append(&mut table, folder.path(), sized(APPEND_EVENTS))?;
+    }
+    if runs("list") {
+        list(&mut table, folder.path(), sized(LIST_SESSIONS))?;
+    }
+    if runs("review") {
+        review(&mut table, folder.path(), sized(REVIEW_EVENTS))?;
+    }
+    if runs("migration") {
+        migration(
+            &mut table,
+            folder.path(),
+            sized(MIGRATE_SESSIONS),
+            sized(MIGRATE_EVENTS_PER_SESSION),
+        )?;
+    }
     table.print();
     if std::env::var_os("SESSIONLOG_BENCH_KEEP").is_some() {
         println!("inputs kept in {}", folder.keep().display());
@@ -719,11 +735,16 @@ fn review(table: &mut Table, folder: &Path, events: usize) -> BenchResult<()> {
         br#"{"callId":"pending-1","stepId":"step-open","name":"shell","arguments":{"path":"src/lib.rs","command":"cargo test --release"}}"#,
     )?;
     let snapshot = writer.events().ok_or("the writer keeps no snapshot")?;
-    let request = build_review_request_for_state(writer.state(), snapshot, &pending, usize::MAX)?;
+    let request = writer.review_request(&pending, usize::MAX)?;
+    let cold = build_review_request_for_state(writer.state(), snapshot, &pending, usize::MAX)?;
+    if request != cold {
+        return Err(
+            "the open writer's request differs from the one built from its snapshot".into(),
+        );
+    }
     let request_bytes = request.len();
     let mut build = || -> BenchResult<()> {
-        let request =
-            build_review_request_for_state(writer.state(), snapshot, &pending, usize::MAX)?;
+        let request = writer.review_request(&pending, usize::MAX)?;
         std::hint::black_box(&request);
         Ok(())
     };

@@ -10,8 +10,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use sessionlog_projections::{
-    build_review_request_for_state, preset_switch, Defaults, PendingAction, ReviewError,
-    ReviewErrorCode, SessionState,
+    build_review_request_from_fragments, preset_switch, Defaults, PendingAction, ReviewError,
+    ReviewErrorCode, ReviewFragments, SessionState,
 };
 use sessionlog_schema::{
     compact_json, ApprovalPolicy, EventRecord, Preset, SessionHeader, SessionId, MAX_RECORD_BYTES,
@@ -37,8 +37,10 @@ pub enum Durability {
 pub struct WriterOptions {
     /// See [`Durability`].
     pub durability: Durability,
-    /// Keep every event in memory (for the Auto-review request of an open
-    /// session). Off for plain appenders that never build requests.
+    /// Keep every event in memory, with the request fragments each shown
+    /// event contributes (for the Auto-review request of an open session:
+    /// about twice the bytes of the calls and shown messages on top of the
+    /// events). Off for plain appenders that never build requests.
     pub keep_snapshot: bool,
 }
 
@@ -91,6 +93,9 @@ pub struct SessionWriter {
     options: WriterOptions,
     state: SessionState,
     events: Option<Vec<EventRecord>>,
+    /// What each event of `events` contributes to a review request, kept in
+    /// step with `state`.
+    review_fragments: Option<ReviewFragments>,
     written_seq: u64,
     acknowledged_seq: u64,
     poisoned: Option<String>,
@@ -116,12 +121,16 @@ impl SessionWriter {
         events: Option<Vec<EventRecord>>,
     ) -> SessionWriter {
         let seq = state.seq();
+        let review_fragments = events
+            .as_deref()
+            .map(|events| ReviewFragments::of(&state, events));
         SessionWriter {
             path,
             sink,
             options,
             state,
             events,
+            review_fragments,
             written_seq: seq,
             acknowledged_seq: seq,
             poisoned: None,
@@ -155,7 +164,8 @@ impl SessionWriter {
 
     /// The Auto reviewer's request for `pending` (SPEC §8), built from the
     /// snapshot and the validated state this writer holds: the log is not
-    /// read again. Fails closed like the request builder; a writer opened
+    /// read again, and each shown event's fragment was rendered once, when
+    /// the writer folded it. Fails closed like the request builder; a writer opened
     /// without `keep_snapshot` holds no snapshot and refuses with
     /// `INVALID_LOG`.
     pub fn review_request(
@@ -163,14 +173,14 @@ impl SessionWriter {
         pending: &PendingAction,
         max_bytes: usize,
     ) -> Result<String, ReviewError> {
-        let Some(events) = &self.events else {
+        let (Some(events), Some(fragments)) = (&self.events, &self.review_fragments) else {
             return Err(ReviewError::new(
                 ReviewErrorCode::InvalidLog,
                 "this writer holds no snapshot (it was opened without keep_snapshot); \
                  reopen it with WriterOptions::keep_snapshot to build review requests",
             ));
         };
-        build_review_request_for_state(&self.state, events, pending, max_bytes)
+        build_review_request_from_fragments(&self.state, fragments, events, pending, max_bytes)
     }
 
     /// The seq the next event will get.
@@ -220,6 +230,7 @@ impl SessionWriter {
         }
         self.write(&records)?;
         self.state = trial;
+        self.absorb_fragments(&records);
         self.sync()?;
         Ok(records.iter().map(|r| AcknowledgedSeq(r.seq())).collect())
     }
@@ -265,6 +276,7 @@ impl SessionWriter {
             })?;
         self.write(std::slice::from_ref(&record))?;
         self.state.apply_checked(&record, event);
+        self.absorb_fragments(std::slice::from_ref(&record));
         Ok(record.seq())
     }
 
@@ -311,6 +323,13 @@ impl SessionWriter {
             events.extend_from_slice(records);
         }
         Ok(())
+    }
+
+    /// Renders the review fragments of `records`, once the state folded them.
+    fn absorb_fragments(&mut self, records: &[EventRecord]) {
+        if let Some(fragments) = &mut self.review_fragments {
+            fragments.absorb(&self.state, records);
+        }
     }
 
     fn poisoned_error(&self, cause: String) -> StoreError {

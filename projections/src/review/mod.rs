@@ -11,6 +11,7 @@
 
 mod action;
 mod error;
+mod fragments;
 mod policy;
 mod request;
 #[cfg(test)]
@@ -20,8 +21,11 @@ mod strict;
 
 pub use action::{parse_pending_action, PendingAction, ToolSchema};
 pub use error::{ReviewError, ReviewErrorCode, DEFAULT_MAX_REQUEST_BYTES};
+pub use fragments::ReviewFragments;
 pub use policy::REVIEW_POLICY;
-pub use request::{build_review_request, build_review_request_for_state};
+pub use request::{
+    build_review_request, build_review_request_for_state, build_review_request_from_fragments,
+};
 pub use result::{
     denial_notice, denial_settle_data, failure_settle_data, parse_review_result, Decision,
     ReviewDecision, ReviewFailure, Risk, AUTO_REVIEW_DENIED, AUTO_REVIEW_FAILED,
