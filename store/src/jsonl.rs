@@ -71,6 +71,11 @@ impl JsonlStore {
         self
     }
 
+    /// The seam this store's durable changes go through.
+    pub(crate) fn io(&self) -> &Io {
+        &self.io
+    }
+
     /// The store's folder.
     pub fn folder(&self) -> &Path {
         &self.folder

@@ -1,17 +1,24 @@
 //! `migrate` copies every session from one store to another (any backend
-//! to any backend) and proves the copy identical with `diff`.
+//! to any backend) and proves the copy identical.
 //!
-//! A migration runs in three phases. **Verify**: every source session is
-//! read whole and folded; a corrupt session or one that breaks the rules
-//! refuses the whole run before anything is written, naming the session; a
-//! torn tail is dropped and reported as a warning; an id that already exists
-//! in the destination refuses the run too. **Copy**: each session is created
-//! in the destination with its good prefix — to SQLite in transactions of
-//! whole sessions of up to `COPY_EVENTS_PER_TRANSACTION` events, each
-//! committed with a full sync; to JSONL without per-file fsyncs, then every
-//! copied file and the folder are fsynced once at the end, before success is
-//! reported. **Compare**: `diff` reads both stores again and the run fails
-//! if they differ anywhere.
+//! Each source session is read once. **Verify**: the session is read whole
+//! and folded; a corrupt session or one that breaks the rules refuses the
+//! whole run, naming it; a torn tail is dropped and reported as a warning.
+//! The verified good prefix is then staged in the destination and dropped
+//! from memory (at most a few sessions are held at a time): to SQLite, in
+//! one transaction that the committer keeps open while it inserts one
+//! session as the next is read; to JSONL, as a temporary file (a dot name,
+//! never listed) per session. An id that already exists in the destination
+//! refuses the run before anything is read. **Copy**: once every source
+//! session verified, the staged sessions are made durable and visible — the
+//! SQLite transaction committed with a full sync, each JSONL file fsynced
+//! and published under its name, then the folder fsynced. A refused run
+//! rolls the transaction back or deletes the temporary files: nothing is
+//! written. **Compare**: the destination is read back, each session through
+//! the destination's own reader, and compared with a digest of the source
+//! taken during the single read (the header, the number of events, the last
+//! seq and a CRC-32 over every record body); a mismatch is named by a full
+//! comparison of that session, and fails the run.
 //!
 //! `diff` compares two stores session by session in bounded memory:
 //! missing sessions, header fields, then the events in lockstep (seq, ts,
@@ -20,26 +27,27 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use sessionlog_projections::fold;
 use sessionlog_schema::{EventRecord, SessionHeader, SessionId, TornTail};
 
+use crate::jsonl::JsonlStore;
+use crate::reader::Snapshot;
+use crate::sqlite::SqliteBulkCreate;
 use crate::store::Store;
 use crate::writer::Durability;
 use crate::StoreError;
 
-/// Events per SQLite transaction during a copy (whole sessions are never
-/// split; a larger session gets a transaction of its own).
-const COPY_EVENTS_PER_TRANSACTION: usize = 50_000;
-
 /// Where a migration is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MigratePhase {
-    /// Reading and checking the source sessions.
+    /// Reading and checking each source session, and staging it in the
+    /// destination (not yet visible there).
     Verify,
-    /// Writing them to the destination.
+    /// Making the staged sessions durable and visible in the destination.
     Copy,
-    /// Comparing destination and source.
+    /// Reading the destination back and comparing it with the source.
     Compare,
 }
 
@@ -129,21 +137,6 @@ pub fn migrate(
 ) -> Result<MigrateReport, StoreError> {
     let ids = from.ids()?;
     let total = ids.len();
-    let mut warnings = Vec::new();
-    for (index, id) in ids.iter().enumerate() {
-        if let Some(torn_tail) = verify_source_session(from, id)? {
-            warnings.push(MigrateWarning {
-                session: id.clone(),
-                torn_tail,
-            });
-        }
-        progress(MigrateProgress {
-            phase: MigratePhase::Verify,
-            done: index + 1,
-            total,
-            session: Some(id.clone()),
-        });
-    }
     for id in &ids {
         if to.contains(id)? {
             return Err(StoreError::AlreadyExists {
@@ -152,16 +145,30 @@ pub fn migrate(
             });
         }
     }
-    let events = copy_sessions(from, to, &ids, progress)?;
-    let difference = diff_sessions(from, to, &ids, &mut |done, session| {
+    let mut staging = Staging::begin(to)?;
+    let mut digests = Vec::with_capacity(total);
+    let mut warnings = Vec::new();
+    let mut events = 0u64;
+    for (index, id) in ids.iter().enumerate() {
+        let snapshot = read_source_session(from, id)?;
+        if let Some(torn_tail) = snapshot.torn_tail {
+            warnings.push(MigrateWarning {
+                session: id.clone(),
+                torn_tail,
+            });
+        }
+        events += snapshot.events.len() as u64;
+        digests.push(SessionDigest::of(snapshot.header.clone(), &snapshot.events));
+        staging.add(snapshot.header, snapshot.events)?;
         progress(MigrateProgress {
-            phase: MigratePhase::Compare,
-            done,
+            phase: MigratePhase::Verify,
+            done: index + 1,
             total,
-            session: Some(session.clone()),
+            session: Some(id.clone()),
         });
-    })?;
-    if let Some(difference) = difference {
+    }
+    staging.publish(&ids, progress)?;
+    if let Some(difference) = compare_copies(from, to, &ids, &digests, progress)? {
         return Err(StoreError::io(
             "compare the copy",
             to.path(),
@@ -198,72 +205,298 @@ pub fn diff(left: &Store, right: &Store) -> Result<Option<Difference>, StoreErro
     diff_sessions(left, right, &left_ids, &mut |_, _| {})
 }
 
-/// Reads session `id` whole, refusing corruption and rule violations with
-/// the session named; returns its torn tail, if any.
-fn verify_source_session(from: &Store, id: &SessionId) -> Result<Option<TornTail>, StoreError> {
+/// Reads session `id` whole and folds it, refusing corruption and rule
+/// violations with the session named. Its torn tail, if any, stays in the
+/// snapshot.
+fn read_source_session(from: &Store, id: &SessionId) -> Result<Snapshot, StoreError> {
     let snapshot = from.snapshot(id)?;
     let path = from.session_path(id);
-    if let Some(error) = snapshot.header_vocabulary_errors.into_iter().next() {
-        return Err(StoreError::HeaderVocabulary { path, error });
+    if let Some(error) = snapshot.header_vocabulary_errors.first() {
+        return Err(StoreError::HeaderVocabulary {
+            path,
+            error: error.clone(),
+        });
     }
-    let (_, violations) = fold(snapshot.header, &snapshot.events);
+    let (_, violations) = fold(snapshot.header.clone(), &snapshot.events);
     if let Some(violation) = violations.into_iter().next() {
         return Err(StoreError::Rule { path, violation });
     }
-    Ok(snapshot.torn_tail)
+    Ok(snapshot)
 }
 
-/// Writes every session durably; returns the number of events copied.
-fn copy_sessions(
+/// What the source held of one session, to compare the copy against
+/// without reading the source again.
+#[derive(Debug)]
+struct SessionDigest {
+    header: SessionHeader,
+    summary: EventsSummary,
+}
+
+/// The number of events, the last seq and a CRC-32 over every record body
+/// (each preceded by its length).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct EventsSummary {
+    count: u64,
+    last_seq: u64,
+    crc: u32,
+}
+
+impl SessionDigest {
+    fn of(header: SessionHeader, events: &[EventRecord]) -> SessionDigest {
+        let mut summary = EventsDigest::default();
+        for record in events {
+            summary.add(record);
+        }
+        SessionDigest {
+            header,
+            summary: summary.finish(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct EventsDigest {
+    count: u64,
+    last_seq: u64,
+    hasher: crc32fast::Hasher,
+}
+
+impl EventsDigest {
+    fn add(&mut self, record: &EventRecord) {
+        let body = record.body().as_bytes();
+        self.hasher.update(&(body.len() as u64).to_le_bytes());
+        self.hasher.update(body);
+        self.count += 1;
+        self.last_seq = record.seq();
+    }
+
+    fn finish(self) -> EventsSummary {
+        EventsSummary {
+            count: self.count,
+            last_seq: self.last_seq,
+            crc: self.hasher.finalize(),
+        }
+    }
+}
+
+impl fmt::Display for EventsSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} events through seq {}, body CRC-32 {:08x}",
+            self.count, self.last_seq, self.crc
+        )
+    }
+}
+
+/// Compares every copied session with its digest, the second half on
+/// another thread (reading back is decoding, and the two halves do not
+/// share it), reporting each session compared in order.
+fn compare_copies(
     from: &Store,
     to: &Store,
     ids: &[SessionId],
+    digests: &[SessionDigest],
     progress: &mut dyn FnMut(MigrateProgress),
-) -> Result<u64, StoreError> {
+) -> Result<Option<Difference>, StoreError> {
     let total = ids.len();
-    let mut copied_events = 0u64;
-    let mut pending: Vec<(SessionHeader, Vec<EventRecord>)> = Vec::new();
-    let mut pending_events = 0usize;
-    for (index, id) in ids.iter().enumerate() {
-        let snapshot = from.snapshot(id)?;
-        copied_events += snapshot.events.len() as u64;
-        match to {
-            Store::Jsonl(store) => {
-                store.create(&snapshot.header, &snapshot.events, Durability::Buffered)?;
+    let half = total / 2;
+    let stop = AtomicBool::new(false);
+    let compare = |ids: &[SessionId], digests: &[SessionDigest], done: &mut dyn FnMut(usize)| {
+        for (index, (id, digest)) in ids.iter().zip(digests).enumerate() {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(None);
             }
-            Store::Sqlite(store) => {
-                pending_events += snapshot.events.len();
-                pending.push((snapshot.header, snapshot.events));
-                if pending_events >= COPY_EVENTS_PER_TRANSACTION {
-                    store.create_many(std::mem::take(&mut pending), Durability::Fsync)?;
-                    pending_events = 0;
-                }
+            let found = compare_copy(from, to, id, digest);
+            if !matches!(found, Ok(None)) {
+                stop.store(true, Ordering::Relaxed);
+                return found;
             }
+            done(index);
         }
+        Ok(None)
+    };
+    let report = |index: usize, progress: &mut dyn FnMut(MigrateProgress)| {
         progress(MigrateProgress {
-            phase: MigratePhase::Copy,
+            phase: MigratePhase::Compare,
             done: index + 1,
             total,
-            session: Some(id.clone()),
+            session: ids.get(index).cloned(),
         });
-    }
-    match to {
-        Store::Sqlite(store) => store.create_many(pending, Durability::Fsync)?,
-        Store::Jsonl(store) => {
-            for id in ids {
-                sync_path(store.log_path(id))?;
+    };
+    std::thread::scope(|scope| {
+        let second = scope.spawn(|| compare(&ids[half..], &digests[half..], &mut |_| {}));
+        let first = compare(&ids[..half], &digests[..half], &mut |index| {
+            report(index, progress)
+        });
+        let second = second
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        match (first, second) {
+            (Ok(None), Ok(None)) => {
+                (half..total).for_each(|index| report(index, progress));
+                Ok(None)
             }
-            sync_path(store.folder().to_owned())?;
+            (Ok(None), second) => second,
+            (first, _) => first,
         }
-    }
-    Ok(copied_events)
+    })
 }
 
-/// fsync of a file or folder written without one.
-fn sync_path(path: PathBuf) -> Result<(), StoreError> {
-    std::fs::File::open(&path)
-        .and_then(|file| file.sync_all())
-        .map_err(|source| StoreError::io("fsync", path, source))
+/// Reads session `id` of the destination back through its reader and
+/// compares it with the source's digest. A mismatch is named by comparing
+/// the session with the source record by record.
+fn compare_copy(
+    from: &Store,
+    to: &Store,
+    id: &SessionId,
+    digest: &SessionDigest,
+) -> Result<Option<Difference>, StoreError> {
+    let (header, events) = to.events(id)?;
+    if let Some(difference) = diff_headers(id, &digest.header, &header) {
+        return Ok(Some(difference));
+    }
+    let mut copied = EventsDigest::default();
+    for record in events {
+        copied.add(&record?);
+    }
+    let copied = copied.finish();
+    if copied == digest.summary {
+        return Ok(None);
+    }
+    if let Some(difference) = diff_session(from, to, id)? {
+        return Ok(Some(difference));
+    }
+    Ok(Some(Difference {
+        session: Some(id.clone()),
+        seq: None,
+        field: "events".to_owned(),
+        left: digest.summary.to_string(),
+        right: copied.to_string(),
+    }))
+}
+
+/// Where verified sessions wait, invisible, until every source session
+/// verified.
+enum Staging<'s> {
+    Sqlite(SqliteBulkCreate),
+    Jsonl(JsonlStaging<'s>),
+}
+
+/// Temporary files of a JSONL destination, deleted unless published.
+struct JsonlStaging<'s> {
+    store: &'s JsonlStore,
+    /// Each staged session's temporary file and final name, in order.
+    staged: Vec<(PathBuf, PathBuf)>,
+}
+
+impl<'s> Staging<'s> {
+    fn begin(to: &'s Store) -> Result<Staging<'s>, StoreError> {
+        Ok(match to {
+            Store::Sqlite(store) => Staging::Sqlite(store.bulk_create(Durability::Fsync)?),
+            Store::Jsonl(store) => Staging::Jsonl(JsonlStaging {
+                store,
+                staged: Vec::new(),
+            }),
+        })
+    }
+
+    /// Stages one verified session.
+    fn add(&mut self, header: SessionHeader, events: Vec<EventRecord>) -> Result<(), StoreError> {
+        match self {
+            Staging::Sqlite(bulk) => bulk.add(header, events),
+            Staging::Jsonl(staging) => staging.add(&header, &events),
+        }
+    }
+
+    /// Makes every staged session durable and visible, reporting each.
+    fn publish(
+        self,
+        ids: &[SessionId],
+        progress: &mut dyn FnMut(MigrateProgress),
+    ) -> Result<(), StoreError> {
+        let total = ids.len();
+        let mut published = |index: usize| {
+            progress(MigrateProgress {
+                phase: MigratePhase::Copy,
+                done: index + 1,
+                total,
+                session: ids.get(index).cloned(),
+            });
+        };
+        match self {
+            Staging::Sqlite(bulk) => {
+                bulk.commit()?;
+                (0..total).for_each(published);
+                Ok(())
+            }
+            Staging::Jsonl(staging) => staging.publish(&mut published),
+        }
+    }
+}
+
+impl JsonlStaging<'_> {
+    /// Writes the session to a temporary file beside its final name, without
+    /// an fsync yet.
+    fn add(&mut self, header: &SessionHeader, events: &[EventRecord]) -> Result<(), StoreError> {
+        let io = self.store.io();
+        let path = self.store.log_path(&header.id);
+        if path.symlink_metadata().is_ok() {
+            return Err(StoreError::AlreadyExists {
+                id: header.id.clone(),
+                path,
+            });
+        }
+        let temp = self.store.folder().join(format!(
+            ".{}.jsonl.tmp-{}-{}",
+            header.id,
+            std::process::id(),
+            crate::writer::now_ms()
+        ));
+        let mut file = io
+            .create_temp(&temp)
+            .map_err(|source| StoreError::io("create", &temp, source))?;
+        self.staged.push((temp.clone(), path));
+        let mut bytes = header.encode();
+        for record in events {
+            bytes.push_str(&record.encode(&header.id));
+        }
+        io.write_all(&mut file, &temp, bytes.as_bytes())
+            .map_err(|source| StoreError::io("write", &temp, source))
+    }
+
+    /// fsyncs and publishes each staged file (a hard link: an existing name
+    /// is never replaced), then fsyncs the folder.
+    fn publish(mut self, published: &mut dyn FnMut(usize)) -> Result<(), StoreError> {
+        let io = self.store.io().clone();
+        let staged = std::mem::take(&mut self.staged);
+        for (index, (temp, path)) in staged.iter().enumerate() {
+            let result = std::fs::File::open(temp)
+                .and_then(|file| io.sync_data(&file, temp))
+                .map_err(|source| StoreError::io("fdatasync", temp, source))
+                .and_then(|()| {
+                    io.publish(temp, path)
+                        .map_err(|source| StoreError::io("publish", path, source))
+                });
+            if let Err(error) = result {
+                self.staged = staged[index..].to_vec();
+                return Err(error);
+            }
+            published(index);
+        }
+        let folder = self.store.folder();
+        io.sync_folder(folder)
+            .map_err(|source| StoreError::io("fsync folder", folder, source))
+    }
+}
+
+impl Drop for JsonlStaging<'_> {
+    /// Deletes the temporary files of sessions never published.
+    fn drop(&mut self) {
+        for (temp, _) in &self.staged {
+            let _ = std::fs::remove_file(temp);
+        }
+    }
 }
 
 /// Compares the sessions `ids` (present on both sides).
@@ -522,6 +755,43 @@ mod tests {
         assert!(matches!(error, StoreError::Rule { .. }), "{error:?}");
         assert!(error.to_string().contains("bad.jsonl"), "{error}");
         assert!(ok(destination.ids()).is_empty(), "nothing is written");
+    }
+
+    #[test]
+    fn a_corrupt_session_found_last_leaves_the_destination_without_any_session() {
+        let folder = ok(tempfile::tempdir());
+        let source = realistic_jsonl(folder.path());
+        let last = ok(source.ids())
+            .pop()
+            .unwrap_or_else(|| panic!("no sessions"));
+        assert_eq!(last, id("root"), "the corrupt session is read last");
+        let path = source.session_path(&last);
+        let mut bytes = ok(std::fs::read(&path));
+        let second_line = bytes.iter().position(|b| *b == b'\n').map_or(0, |i| i + 5);
+        bytes[second_line] ^= 0x01;
+        ok(std::fs::write(&path, bytes));
+        let sqlite = sqlite_store(folder.path());
+        let jsonl = ok(Store::create(&folder.path().join("copy")));
+        for destination in [&sqlite, &jsonl] {
+            let mut verified = 0;
+            let refused = migrate(&source, destination, &mut |p| {
+                verified += usize::from(p.phase == MigratePhase::Verify);
+            });
+            assert!(
+                matches!(&refused, Err(StoreError::Corrupt { .. })),
+                "{refused:?}"
+            );
+            assert_eq!(verified, 2, "the sessions before it were read and staged");
+            assert!(ok(destination.ids()).is_empty(), "nothing is written");
+        }
+        let left_over = ok(std::fs::read_dir(jsonl.path())).count();
+        assert_eq!(left_over, 0, "no temporary file is left behind");
+        ok(sqlite.create_session(&header("after"), &[], Durability::Fsync));
+        assert_eq!(
+            ok(sqlite.ids()),
+            [id("after")],
+            "the database takes writes again"
+        );
     }
 
     #[test]

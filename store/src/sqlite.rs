@@ -55,6 +55,13 @@
 //! is `Durability::Buffered`) — and answers every caller only after the
 //! commit. Commits go through the `Io` seam (`FaultPoint::Commit`).
 //!
+//! A migration's bulk creation is the one exception to grouping: it runs
+//! alone on the committer, as one transaction that stays open while the
+//! migration streams sessions into it (the committer inserts one session
+//! while the next is read), and is committed only once every source
+//! session verified, or rolled back. Meanwhile the database's write lock
+//! is held, so other writes wait for it.
+//!
 //! # Locking
 //!
 //! One writer per session across processes: a writer holds an exclusive
@@ -162,8 +169,43 @@ struct Shared {
 /// The thread that owns the write connection, and the way to reach it.
 #[derive(Debug)]
 struct Committer {
-    requests: Option<mpsc::Sender<Request>>,
+    requests: Option<mpsc::Sender<Job>>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// Sessions streamed into one open transaction of the committer, committed
+/// by [`SqliteBulkCreate::commit`] and rolled back when dropped without it.
+/// Only `migrate` makes one: it has folded every session it adds.
+#[derive(Debug)]
+pub(crate) struct SqliteBulkCreate {
+    shared: Arc<Shared>,
+    sessions: Option<mpsc::SyncSender<BulkItem>>,
+    outcome: mpsc::Receiver<Result<(), StoreError>>,
+    answered: bool,
+}
+
+/// Sessions a bulk creation holds in flight between the caller and the
+/// committer (besides the one being inserted and the one being read).
+const BULK_SESSIONS_IN_FLIGHT: usize = 2;
+
+/// What the committer runs: a group of writes, or a bulk creation.
+#[derive(Debug)]
+enum Job {
+    Write(Request),
+    Bulk(BulkRequest),
+}
+
+#[derive(Debug)]
+struct BulkRequest {
+    sessions: mpsc::Receiver<BulkItem>,
+    durability: Durability,
+    reply: mpsc::SyncSender<Result<(), StoreError>>,
+}
+
+#[derive(Debug)]
+enum BulkItem {
+    Session(NewSession),
+    Commit,
 }
 
 /// A session to create: its header and its first events.
@@ -309,6 +351,32 @@ impl SqliteStore {
         self.shared
             .committer
             .submit(&self.shared.path, Work::Create(batch), durability)
+    }
+
+    /// Starts a bulk creation: sessions added to it are inserted in one
+    /// transaction that [`SqliteBulkCreate::commit`] commits (a full sync
+    /// under `Durability::Fsync`); dropped without a commit, nothing is
+    /// written. The caller has folded every session it adds (unlike
+    /// [`SqliteStore::create_many`], nothing is checked against the rules
+    /// again); an existing id fails the whole creation.
+    pub(crate) fn bulk_create(
+        &self,
+        durability: Durability,
+    ) -> Result<SqliteBulkCreate, StoreError> {
+        let (sessions, receiver) = mpsc::sync_channel(BULK_SESSIONS_IN_FLIGHT);
+        let (reply, outcome) = mpsc::sync_channel(1);
+        let job = Job::Bulk(BulkRequest {
+            sessions: receiver,
+            durability,
+            reply,
+        });
+        self.shared.committer.send(&self.shared.path, job)?;
+        Ok(SqliteBulkCreate {
+            shared: Arc::clone(&self.shared),
+            sessions: Some(sessions),
+            outcome,
+            answered: false,
+        })
     }
 
     /// The header of session `id` and its vocabulary errors.
@@ -754,6 +822,70 @@ impl<'a> SeqCheck<'a> {
     }
 }
 
+impl SqliteBulkCreate {
+    /// Hands a verified session to the committer, which inserts it into the
+    /// open transaction. Fails with the committer's error once an insert
+    /// failed (the transaction is then rolled back).
+    pub(crate) fn add(
+        &mut self,
+        header: SessionHeader,
+        events: Vec<EventRecord>,
+    ) -> Result<(), StoreError> {
+        check_representable(&header, &events)?;
+        let session = NewSession { header, events };
+        let sent = match &self.sessions {
+            Some(sessions) => sessions.send(BulkItem::Session(session)).is_ok(),
+            None => false,
+        };
+        if sent {
+            Ok(())
+        } else {
+            Err(self.finish())
+        }
+    }
+
+    /// Commits every session added, durably under `Durability::Fsync`.
+    pub(crate) fn commit(mut self) -> Result<(), StoreError> {
+        if let Some(sessions) = &self.sessions {
+            // A failed send means the committer already gave up: its error
+            // is the outcome.
+            let _ = sessions.send(BulkItem::Commit);
+        }
+        self.sessions = None;
+        self.answered = true;
+        self.outcome.recv().unwrap_or_else(|_| Err(self.stopped()))
+    }
+
+    /// The committer's error, once it stopped taking sessions.
+    fn finish(&mut self) -> StoreError {
+        self.sessions = None;
+        self.answered = true;
+        match self.outcome.recv() {
+            Ok(Err(error)) => error,
+            Ok(Ok(())) | Err(_) => self.stopped(),
+        }
+    }
+
+    fn stopped(&self) -> StoreError {
+        StoreError::io(
+            "commit",
+            &self.shared.path,
+            io::Error::other("the commit thread of this database has stopped"),
+        )
+    }
+}
+
+impl Drop for SqliteBulkCreate {
+    /// Rolls back what was not committed, and waits until the committer is
+    /// done with it, so that the write lock is free again on return.
+    fn drop(&mut self) {
+        self.sessions = None;
+        if !self.answered {
+            let _ = self.outcome.recv();
+        }
+    }
+}
+
 impl Committer {
     fn start(connection: Connection, path: PathBuf, io: Io) -> Result<Committer, StoreError> {
         let (sender, receiver) = mpsc::channel();
@@ -782,11 +914,23 @@ impl Committer {
             durability,
             reply,
         };
+        self.send(path, Job::Write(request))?;
+        answer.recv().map_err(|_| stopped())?
+    }
+
+    /// Hands `job` to the committer thread.
+    fn send(&self, path: &Path, job: Job) -> Result<(), StoreError> {
+        let stopped = || {
+            StoreError::io(
+                "commit",
+                path,
+                io::Error::other("the commit thread of this database has stopped"),
+            )
+        };
         let Some(requests) = &self.requests else {
             return Err(stopped());
         };
-        requests.send(request).map_err(|_| stopped())?;
-        answer.recv().map_err(|_| stopped())?
+        requests.send(job).map_err(|_| stopped())
     }
 }
 
@@ -799,22 +943,105 @@ impl Drop for Committer {
     }
 }
 
-/// The committer's loop: take every waiting request, commit them together.
-fn run_committer(
-    mut connection: Connection,
-    path: &Path,
-    io: &Io,
-    requests: &mpsc::Receiver<Request>,
-) {
+/// The committer's loop: take every waiting request, commit them together;
+/// run a bulk creation alone.
+fn run_committer(mut connection: Connection, path: &Path, io: &Io, jobs: &mpsc::Receiver<Job>) {
     let mut synchronous: Option<Durability> = None;
-    while let Ok(first) = requests.recv() {
+    let mut next = None;
+    loop {
+        let job = match next.take() {
+            Some(job) => job,
+            None => match jobs.recv() {
+                Ok(job) => job,
+                Err(_) => return,
+            },
+        };
+        let first = match job {
+            Job::Write(request) => request,
+            Job::Bulk(bulk) => {
+                let outcome = run_bulk(&mut connection, path, io, &mut synchronous, &bulk);
+                let _ = bulk.reply.send(outcome);
+                continue;
+            }
+        };
         let mut group = vec![first];
-        group.extend(requests.try_iter());
+        while let Ok(job) = jobs.try_recv() {
+            match job {
+                Job::Write(request) => group.push(request),
+                Job::Bulk(bulk) => {
+                    next = Some(Job::Bulk(bulk));
+                    break;
+                }
+            }
+        }
         let outcomes = commit_group(&mut connection, path, io, &mut synchronous, &group);
         for (request, outcome) in group.into_iter().zip(outcomes) {
             let _ = request.reply.send(outcome);
         }
     }
+}
+
+/// Inserts the sessions of `bulk` as they arrive, in one transaction,
+/// committed when asked; any failure, or a caller gone without asking,
+/// rolls everything back.
+fn run_bulk(
+    connection: &mut Connection,
+    path: &Path,
+    io: &Io,
+    synchronous: &mut Option<Durability>,
+    bulk: &BulkRequest,
+) -> Result<(), StoreError> {
+    set_synchronous(connection, path, synchronous, bulk.durability)?;
+    let transaction = connection
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(sqlite_error("begin a write", path))?;
+    loop {
+        match bulk.sessions.recv() {
+            Ok(BulkItem::Session(session)) => insert_session(&transaction, path, &session)?,
+            Ok(BulkItem::Commit) => break,
+            Err(_) => {
+                return Err(StoreError::io(
+                    "commit",
+                    path,
+                    io::Error::other("the bulk creation was abandoned; nothing was written"),
+                ))
+            }
+        }
+    }
+    let mut sqlite_failure = None;
+    let committed = io.commit(path, || {
+        transaction.commit().map_err(|error| {
+            let text = error.to_string();
+            sqlite_failure = Some(error);
+            io::Error::other(text)
+        })
+    });
+    match (committed, sqlite_failure) {
+        (Ok(()), _) => Ok(()),
+        (Err(_), Some(error)) => Err(sqlite_error("commit", path)(error)),
+        (Err(error), None) => Err(StoreError::io("commit", path, error)),
+    }
+}
+
+/// Sets `PRAGMA synchronous` for `durability` when it is not set already.
+fn set_synchronous(
+    connection: &Connection,
+    path: &Path,
+    synchronous: &mut Option<Durability>,
+    durability: Durability,
+) -> Result<(), StoreError> {
+    if *synchronous == Some(durability) {
+        return Ok(());
+    }
+    let level = match durability {
+        Durability::Fsync => "FULL",
+        Durability::Buffered => "OFF",
+    };
+    connection
+        .pragma_update(None, "synchronous", level)
+        .map_err(sqlite_error("set synchronous", path))?;
+    *synchronous = Some(durability);
+    Ok(())
 }
 
 /// Applies every request in its own savepoint of one transaction and
@@ -834,15 +1061,8 @@ fn commit_group(
     } else {
         Durability::Buffered
     };
-    if *synchronous != Some(durability) {
-        let level = match durability {
-            Durability::Fsync => "FULL",
-            Durability::Buffered => "OFF",
-        };
-        if let Err(error) = connection.pragma_update(None, "synchronous", level) {
-            return all_fail(sqlite_error("set synchronous", path)(error));
-        }
-        *synchronous = Some(durability);
+    if let Err(error) = set_synchronous(connection, path, synchronous, durability) {
+        return all_fail(error);
     }
     let mut transaction = match connection.transaction_with_behavior(TransactionBehavior::Immediate)
     {

@@ -4,7 +4,9 @@
 use std::path::Path;
 
 use anyhow::Result;
-use sessionlog_store::{diff as diff_stores, migrate as migrate_stores, MigrateProgress, Store};
+use sessionlog_store::{
+    diff as diff_stores, migrate as migrate_stores, MigratePhase, MigrateProgress, Store,
+};
 
 use crate::{exit, warn};
 
@@ -14,6 +16,11 @@ pub fn migrate(from: &Path, to: &Path, json: bool, quiet: bool) -> Result<u8> {
     let destination = Store::create(to)?;
     let bar = crate::progress::bar(quiet, "migrate");
     let mut progress = |update: MigrateProgress| {
+        bar.set_prefix(match update.phase {
+            MigratePhase::Verify => "migrate: read and verify",
+            MigratePhase::Copy => "migrate: publish",
+            MigratePhase::Compare => "migrate: compare",
+        });
         crate::progress::update(&bar, update.done as u64, update.total as u64)
     };
     let report = migrate_stores(&source, &destination, &mut progress)?;
