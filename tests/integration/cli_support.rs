@@ -75,20 +75,31 @@ pub fn run_command(mut command: Command, stdin: Option<&str>) -> Run {
     let mut child = command
         .spawn()
         .unwrap_or_else(|error| panic!("start {command:?}: {error}"));
-    if let Some(text) = stdin {
+    // The input is written by a thread of its own while the outputs are
+    // read: a command that answers each line (`append`) would otherwise fill
+    // its stdout pipe and stop reading, and both sides would wait forever.
+    let feeder = stdin.map(|text| {
         let mut pipe = child.stdin.take().unwrap_or_else(|| panic!("stdin piped"));
-        // A command that exits before reading its input (a refused id, a
-        // locked session) closes the pipe: that is its answer, not ours.
-        if let Err(error) = pipe.write_all(text.as_bytes()) {
-            assert!(
-                error.kind() == std::io::ErrorKind::BrokenPipe,
-                "write stdin of {command:?}: {error}"
-            );
-        }
-    }
+        let text = text.to_owned();
+        std::thread::spawn(move || {
+            // A command that exits before reading its input (a refused id,
+            // a locked session) closes the pipe: that is its answer, not ours.
+            if let Err(error) = pipe.write_all(text.as_bytes()) {
+                assert!(
+                    error.kind() == std::io::ErrorKind::BrokenPipe,
+                    "write stdin: {error}"
+                );
+            }
+        })
+    });
     let output = child
         .wait_with_output()
         .unwrap_or_else(|error| panic!("wait for {command:?}: {error}"));
+    if let Some(feeder) = feeder {
+        feeder
+            .join()
+            .unwrap_or_else(|_| panic!("writing the input of {command:?} failed"));
+    }
     Run {
         code: output.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
