@@ -494,3 +494,17 @@ fn a_usage_error_exits_1_never_2_which_means_corruption() {
     run(["--help"]).expect_code(0);
     run(["--version"]).expect_code(0);
 }
+
+#[test]
+fn an_append_of_many_lines_at_once_acknowledges_them_all() {
+    // More acknowledgements than a pipe holds: the input must be written
+    // while the output is read.
+    let folder = ok(tempfile::tempdir());
+    let store = store_with_session(folder.path(), "logs");
+    let input: String = (0..20_000)
+        .map(|n| format!("{{\"type\":\"x-note\",\"data\":{{\"n\":{n}}}}}\n"))
+        .collect();
+    let appended = run_with_stdin(["append", &text(&store), "--session", "s"], &input);
+    appended.expect_code(0);
+    assert_eq!(appended.stdout.lines().count(), 20_000);
+}

@@ -78,6 +78,7 @@ struct Appender {
 
 fn start_append(
     store: &Path,
+    session: &str,
     lines: Vec<String>,
     acked: Arc<AtomicU64>,
     expect_seq: u64,
@@ -86,7 +87,7 @@ fn start_append(
         "append",
         &text(store),
         "--session",
-        "s",
+        session,
         "--expect-seq",
         &expect_seq.to_string(),
         "--quiet",
@@ -126,8 +127,22 @@ fn start_append(
 
 /// Kills `append` again and again while it appends `events`; checks every
 /// survivor. `store` is a JSONL folder or a database holding session `s`.
-fn kill_loop(store: &Path, events: &[Expected], kills: usize, seed: u64) -> KillFigures {
-    run(["create", &text(store), "--session", "s", "--cwd", "/work"]).expect_code(0);
+fn kill_loop(
+    store: &Path,
+    session: &str,
+    events: &[Expected],
+    kills: usize,
+    seed: u64,
+) -> KillFigures {
+    run([
+        "create",
+        &text(store),
+        "--session",
+        session,
+        "--cwd",
+        "/work",
+    ])
+    .expect_code(0);
     let lines: Vec<String> = events.iter().map(input_line).collect();
     let acked = Arc::new(AtomicU64::new(0));
     let mut rng = Rng::new(seed);
@@ -139,7 +154,7 @@ fn kill_loop(store: &Path, events: &[Expected], kills: usize, seed: u64) -> Kill
         }
         let chunk = 1 + rng.below(60);
         let feed = lines[have..(have + chunk).min(lines.len())].to_vec();
-        let mut appender = start_append(store, feed, acked.clone(), have as u64 + 1);
+        let mut appender = start_append(store, session, feed, acked.clone(), have as u64 + 1);
         std::thread::sleep(Duration::from_micros(rng.below(12_000) as u64));
         if ok(appender.child.try_wait()).is_some() {
             figures.exited_before_kill += 1;
@@ -152,7 +167,7 @@ fn kill_loop(store: &Path, events: &[Expected], kills: usize, seed: u64) -> Kill
             .join()
             .map_err(|_| "the acknowledgement reader panicked"));
         figures.kills += 1;
-        let verify = run(["verify", &text(store), "--session", "s"]);
+        let verify = run(["verify", &text(store), "--session", session]);
         assert!(
             verify.code == 0 || verify.code == 3,
             "round {round}: verify after a kill exits 0 or 3\n{}{}",
@@ -162,7 +177,7 @@ fn kill_loop(store: &Path, events: &[Expected], kills: usize, seed: u64) -> Kill
         if verify.code == 3 {
             figures.torn_tails += 1;
         }
-        let snapshot = ok(ok(Store::open(store)).snapshot(&id("s")));
+        let snapshot = ok(ok(Store::open(store)).snapshot(&id(session)));
         let found: Vec<Expected> = snapshot.events.iter().map(read_back).collect();
         let acknowledged = acked.load(Ordering::SeqCst) as usize;
         assert!(
@@ -179,10 +194,10 @@ fn kill_loop(store: &Path, events: &[Expected], kills: usize, seed: u64) -> Kill
     }
     let rest: String = lines[have..].concat();
     let finish =
-        crate::cli_support::run_with_stdin(["append", &text(store), "--session", "s"], &rest);
+        crate::cli_support::run_with_stdin(["append", &text(store), "--session", session], &rest);
     finish.expect_code(0);
-    run(["verify", &text(store), "--session", "s"]).expect_code(0);
-    let snapshot = ok(ok(Store::open(store)).snapshot(&id("s")));
+    run(["verify", &text(store), "--session", session]).expect_code(0);
+    let snapshot = ok(ok(Store::open(store)).snapshot(&id(session)));
     let found: Vec<Expected> = snapshot.events.iter().map(read_back).collect();
     assert_eq!(
         found, events,
@@ -192,6 +207,28 @@ fn kill_loop(store: &Path, events: &[Expected], kills: usize, seed: u64) -> Kill
     assert!(violations.is_empty(), "{violations:?}");
     figures.acknowledged = acked.load(Ordering::SeqCst);
     figures
+}
+
+/// Runs `kills` kills in rounds of at most 150 per session (so a long run
+/// does not reread one ever-growing log), adding up the figures.
+fn kill_sessions(store: &Path, kills: usize, seed: u64) -> KillFigures {
+    let mut total = KillFigures::default();
+    for (n, start) in (0..kills).step_by(150).enumerate() {
+        let round_kills = (kills - start).min(150);
+        let events = realistic_events(seed + n as u64, round_kills * 4);
+        let figures = kill_loop(
+            store,
+            &format!("s{n}"),
+            &events,
+            round_kills,
+            seed + n as u64,
+        );
+        total.kills += figures.kills;
+        total.acknowledged += figures.acknowledged;
+        total.torn_tails += figures.torn_tails;
+        total.exited_before_kill += figures.exited_before_kill;
+    }
+    total
 }
 
 fn kills(ci: usize, long: usize) -> usize {
@@ -207,8 +244,7 @@ fn kill_9_during_jsonl_appends_never_loses_an_acknowledged_event() {
     let folder = ok(tempfile::tempdir());
     let store = folder.path().join("logs");
     let kills = kills(150, 3000);
-    let events = realistic_events(21, kills * 4);
-    let figures = kill_loop(&store, &events, kills, 21);
+    let figures = kill_sessions(&store, kills, 21);
     eprintln!(
         "kill -9 of append (JSONL): {} kills, {} events acknowledged, {} torn tails found by verify (exit 3), {} runs finished before their kill; nothing acknowledged lost",
         figures.kills, figures.acknowledged, figures.torn_tails, figures.exited_before_kill
@@ -222,8 +258,7 @@ fn kill_9_during_sqlite_appends_never_loses_an_acknowledged_event() {
     let folder = ok(tempfile::tempdir());
     let store = folder.path().join("sessions.db");
     let kills = kills(100, 2000);
-    let events = realistic_events(22, kills * 4);
-    let figures = kill_loop(&store, &events, kills, 22);
+    let figures = kill_sessions(&store, kills, 22);
     eprintln!(
         "kill -9 of append (SQLite): {} kills, {} events acknowledged, {} torn tails found by verify (exit 3), {} runs finished before their kill; nothing acknowledged lost",
         figures.kills, figures.acknowledged, figures.torn_tails, figures.exited_before_kill
