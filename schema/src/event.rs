@@ -90,7 +90,26 @@ impl EventType {
 
     /// The known type spelled `text`, if any.
     pub fn parse(text: &str) -> Option<EventType> {
-        EventType::ALL.iter().copied().find(|t| t.as_str() == text)
+        // A match on the spellings, not a search of `ALL`: every event of a
+        // fold passes here. The test below keeps it in step with `as_str`.
+        Some(match text {
+            "request/header" => EventType::RequestHeader,
+            "turn/start" => EventType::TurnStart,
+            "turn/end" => EventType::TurnEnd,
+            "step/start" => EventType::StepStart,
+            "step/end" => EventType::StepEnd,
+            "message" => EventType::Message,
+            "tool/start" => EventType::ToolStart,
+            "tool/settle" => EventType::ToolSettle,
+            "approval/policy" => EventType::ApprovalPolicy,
+            "sandbox/mode" => EventType::SandboxMode,
+            "permission/preset" => EventType::PermissionPreset,
+            "approval/asked" => EventType::ApprovalAsked,
+            "approval/decided" => EventType::ApprovalDecided,
+            "checkpoint" => EventType::Checkpoint,
+            "child/created" => EventType::ChildCreated,
+            _ => return None,
+        })
     }
 }
 
@@ -527,6 +546,16 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_type_parses_from_its_spelling_and_nothing_else_does() {
+        for known in EventType::ALL {
+            assert_eq!(EventType::parse(known.as_str()), Some(*known));
+            assert_eq!(EventType::parse(&known.as_str().to_uppercase()), None);
+        }
+        assert_eq!(EventType::parse("turn/start "), None);
+        assert_eq!(EventType::parse(""), None);
+    }
 
     fn error(event_type: &str, data: &str) -> String {
         match Event::parse(event_type, data) {

@@ -9,10 +9,11 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::{ApprovalPolicy, SandboxMode, SessionId};
+use crate::{ApprovalPolicy, EventView, SandboxMode, SessionId, ShapeError};
 
 /// The only format version this build reads and writes.
 pub const FORMAT_VERSION: u64 = 1;
@@ -81,6 +82,18 @@ pub struct DecodedHeader {
     pub header: SessionHeader,
     /// Out-of-vocabulary fields; empty for a valid header.
     pub vocabulary_errors: Vec<HeaderVocabularyError>,
+}
+
+/// An event record decoded together with the view a fold reads of its data
+/// ([`decode_event_viewed`]).
+#[derive(Debug)]
+pub struct ViewedEvent<'a> {
+    /// The record, as [`decode_event`] returns it.
+    pub record: EventRecord,
+    /// `EventView::parse` of its type and data: a known type whose data has
+    /// the wrong shape is not a damaged or malformed record, only an event
+    /// the fold refuses.
+    pub view: Result<EventView<'a>, ShapeError>,
 }
 
 /// What is wrong with one line.
@@ -336,9 +349,53 @@ pub fn decode_header(line: &[u8]) -> Result<DecodedHeader, DecodeError> {
 }
 
 /// Decodes and checks an event line (without `\n`) of session `id`.
+///
+/// A line in the layout writers emit (SPEC §2: compact, members in order)
+/// is read by hand up to `data`, whose bytes are then scanned once to prove
+/// them JSON; any other line goes through the general JSON parse. Both
+/// accept the same lines with the same errors.
 pub fn decode_event(id: &SessionId, line: &[u8]) -> Result<EventRecord, DecodeError> {
     let body = check_crc(id, line)?;
     let text = utf8(line)?;
+    if let Some(prefix) = CanonicalPrefix::read(text, body.len()) {
+        let data = &text[prefix.data.clone()];
+        if serde_json::from_str::<IgnoredAny>(data).is_ok() {
+            return Ok(prefix.into_record(text));
+        }
+    }
+    decode_event_members(text, body.len())
+}
+
+/// [`decode_event`], and the view a fold reads of the event's `data`,
+/// validated in the same scan that proves `data` JSON (see
+/// [`EventView::parse`]): a reader that folds what it reads scans each
+/// line's data once, not twice. The view borrows from `line`.
+///
+/// The record and the error are exactly those of [`decode_event`]; the
+/// view is exactly `EventView::parse(record.event_type(), record.data())`.
+pub fn decode_event_viewed<'a>(
+    id: &SessionId,
+    line: &'a [u8],
+) -> Result<ViewedEvent<'a>, DecodeError> {
+    let body = check_crc(id, line)?;
+    let text = utf8(line)?;
+    if let Some(prefix) = CanonicalPrefix::read(text, body.len()) {
+        let event_type = &text[prefix.event_type.clone()];
+        if let Some(view) = EventView::parse_json(event_type, &text[prefix.data.clone()]) {
+            return Ok(ViewedEvent {
+                record: prefix.into_record(text),
+                view,
+            });
+        }
+    }
+    let record = decode_event_members(text, body.len())?;
+    let view = EventView::parse(record.event_type(), &text[record.data.clone()]);
+    Ok(ViewedEvent { record, view })
+}
+
+/// Decodes an event line whose CRC matched, member by member through the
+/// general JSON parse: any member order, whitespace and escapes.
+fn decode_event_members(text: &str, body_len: usize) -> Result<EventRecord, DecodeError> {
     let wire: EventWire<'_> = parse_record(text)?;
     if wire.seq == 0 {
         return Err(DecodeError::Malformed("seq 0: seqs start at 1".to_owned()));
@@ -353,7 +410,7 @@ pub fn decode_event(id: &SessionId, line: &[u8]) -> Result<EventRecord, DecodeEr
     }
     let data_start = wire.data.get().as_ptr() as usize - text.as_ptr() as usize;
     let data = data_start..data_start + wire.data.get().len();
-    if data.end > body.len() {
+    if data.end > body_len {
         return Err(DecodeError::Malformed(format!(
             "seq {}: data runs into the crc member",
             wire.seq
@@ -364,9 +421,103 @@ pub fn decode_event(id: &SessionId, line: &[u8]) -> Result<EventRecord, DecodeEr
         ts: wire.ts,
         batch: wire.batch,
         event_type: wire.event_type.into(),
-        body: text[..body.len()].into(),
+        body: text[..body_len].into(),
         data,
     })
+}
+
+/// The members before `data` of a body in the exact layout writers emit:
+/// `{"seq":N,"ts":N[,"batch":N],"type":"T","data":` followed by `data` up to
+/// the end of the body, with no whitespace around it.
+///
+/// [`read`](Self::read) accepts a body only where the general parse would
+/// read the same members with the same values and no error: integers
+/// spelled as `u64` accepts them (no sign, fraction, exponent or leading
+/// zero, no overflow), a seq of at least 1, a batch of at least 2, a type
+/// without escapes or control characters. Whether `data` is JSON is left to
+/// the caller; everything else falls back to the general parse, so errors
+/// and their messages come from one place.
+struct CanonicalPrefix {
+    seq: u64,
+    ts: u64,
+    batch: Option<u64>,
+    event_type: Range<usize>,
+    data: Range<usize>,
+}
+
+impl CanonicalPrefix {
+    fn read(text: &str, body_len: usize) -> Option<CanonicalPrefix> {
+        let body = &text.as_bytes()[..body_len];
+        let mut at = expect(body, 0, b"{\"seq\":")?;
+        let seq;
+        (seq, at) = canonical_u64(body, at)?;
+        at = expect(body, at, b",\"ts\":")?;
+        let ts;
+        (ts, at) = canonical_u64(body, at)?;
+        let mut batch = None;
+        if let Some(after) = expect(body, at, b",\"batch\":") {
+            let n;
+            (n, at) = canonical_u64(body, after)?;
+            batch = Some(n);
+        }
+        at = expect(body, at, b",\"type\":\"")?;
+        let type_start = at;
+        let type_len = body[at..]
+            .iter()
+            .position(|&byte| byte == b'"' || byte == b'\\' || byte < 0x20)?;
+        at += type_len;
+        let event_type = type_start..at;
+        at = expect(body, at, b"\",\"data\":")?;
+        let data = at..body_len;
+        let is_whitespace = |byte: &u8| matches!(byte, b' ' | b'\t' | b'\n' | b'\r');
+        let (first, last) = (body.get(data.start)?, body.last()?);
+        if seq == 0 || batch.is_some_and(|n| n < 2) || is_whitespace(first) || is_whitespace(last) {
+            return None;
+        }
+        Some(CanonicalPrefix {
+            seq,
+            ts,
+            batch,
+            event_type,
+            data,
+        })
+    }
+
+    fn into_record(self, text: &str) -> EventRecord {
+        EventRecord {
+            seq: self.seq,
+            ts: self.ts,
+            batch: self.batch,
+            event_type: text[self.event_type].into(),
+            body: text[..self.data.end].into(),
+            data: self.data,
+        }
+    }
+}
+
+/// The index after `expected` if `bytes` holds it at `at`.
+fn expect(bytes: &[u8], at: usize, expected: &[u8]) -> Option<usize> {
+    bytes[at..]
+        .starts_with(expected)
+        .then_some(at + expected.len())
+}
+
+/// An unsigned integer at `at` spelled as JSON spells one (`0` or digits
+/// without a leading zero) that fits in a `u64` and is followed by `,`, and
+/// the index of that comma.
+fn canonical_u64(bytes: &[u8], at: usize) -> Option<(u64, usize)> {
+    let rest = &bytes[at..];
+    let digits = rest.iter().position(|byte| !byte.is_ascii_digit())?;
+    if digits == 0 || (digits > 1 && rest[0] == b'0') || rest[digits] != b',' {
+        return None;
+    }
+    let mut value: u64 = 0;
+    for &digit in &rest[..digits] {
+        value = value
+            .checked_mul(10)?
+            .checked_add(u64::from(digit - b'0'))?;
+    }
+    Some((value, at + digits))
 }
 
 /// Rewrites valid JSON text without whitespace between tokens, keeping every
@@ -516,5 +667,225 @@ impl VocabularyInfo for ApprovalPolicy {
     }
     fn expected_list() -> String {
         ApprovalPolicy::expected()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// The general parse alone, as `decode_event` runs it for a line that
+    /// is not in the writers' layout.
+    fn decode_by_members(id: &SessionId, line: &[u8]) -> Result<EventRecord, DecodeError> {
+        let body = check_crc(id, line)?;
+        let text = utf8(line)?;
+        decode_event_members(text, body.len())
+    }
+
+    /// Both decoders, and the viewed one, give the same record or the same
+    /// error for `body` signed for session `s`; the view is the one
+    /// `EventView::parse` gives for the record's data.
+    fn check_agreement(body: &str) {
+        let id = SessionId::parse("s").expect("a valid id");
+        let line = encode_line(&id, body);
+        let line = line.trim_end_matches('\n').as_bytes();
+        let by_members = decode_by_members(&id, line);
+        assert_eq!(decode_event(&id, line), by_members, "{body}");
+        let viewed = decode_event_viewed(&id, line);
+        match (&by_members, viewed) {
+            (Ok(record), Ok(viewed)) => {
+                assert_eq!(&viewed.record, record, "{body}");
+                let view = EventView::parse(record.event_type(), record.data());
+                assert_eq!(viewed.view, view, "{body}");
+            }
+            (Err(error), Err(viewed)) => assert_eq!(&viewed, error, "{body}"),
+            (expected, viewed) => panic!("{body}: {expected:?} but viewed {viewed:?}"),
+        }
+    }
+
+    const INTEGERS: &[&str] = &[
+        "0",
+        "1",
+        "7",
+        "42",
+        "1700000000001",
+        "007",
+        "00",
+        "-1",
+        "-0",
+        "+1",
+        "1.0",
+        "1.",
+        "1e3",
+        "1E3",
+        "18446744073709551615",
+        "18446744073709551616",
+        "99999999999999999999",
+        "\"1\"",
+        "null",
+        "true",
+        "",
+        " 1",
+        "1 ",
+    ];
+
+    const BATCHES: &[Option<&str>] = &[
+        None,
+        None,
+        Some("2"),
+        Some("65536"),
+        Some("65537"),
+        Some("1"),
+        Some("0"),
+        Some("02"),
+        Some("2.0"),
+        Some("null"),
+    ];
+
+    const TYPES: &[&str] = &[
+        "\"turn/start\"",
+        "\"message\"",
+        "\"tool/start\"",
+        "\"future/kind\"",
+        "\"t\\u0075rn/start\"",
+        "\"turn\\/start\"",
+        "\"caf\u{e9}\"",
+        "\"tab\there\"",
+        "\"\"",
+        "\"unterminated",
+        "7",
+        "null",
+    ];
+
+    const DATA: &[&str] = &[
+        r#"{"turnId":"t1"}"#,
+        r#"{"turnId":"t\u00e91"}"#,
+        r#"{"turnId":7}"#,
+        r#"{"turnId":"a","turnId":"b"}"#,
+        r#"{"role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"a\nb"}]}"#,
+        r#"{"role":"user","source":{"kind":"user"},"content":[{"text":"a","type":"text"}]}"#,
+        r#"{"callId":"c","stepId":"s","name":"n","arguments":{"a":[1,2.5,"x"]}}"#,
+        r#"{"callId":"c","stepId":"s","name":"n","arguments":1e999}"#,
+        r#"{"turnId":"\ud800"}"#,
+        r#"{"x":"\ud800"}"#,
+        r#"{"turnId":"t1"}x"#,
+        r#"{"turnId":"t1"},"extra":1"#,
+        r#"{"turnId":"t1"} "#,
+        r#" {"turnId":"t1"}"#,
+        r#"{"turnId":"t1""#,
+        r#"{}"#,
+        "[1,2]",
+        "1",
+        "1 2",
+        "\"x\"",
+        "null",
+        "",
+        "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+    ];
+
+    /// A body from its members' texts: in the writers' layout, or with
+    /// members swapped, spaced out or repeated.
+    #[allow(clippy::too_many_arguments)]
+    fn body(
+        seq: &str,
+        ts: &str,
+        batch: Option<&str>,
+        event_type: &str,
+        data: &str,
+        order: usize,
+        space: &str,
+        repeat: bool,
+    ) -> String {
+        let mut members = vec![("seq", seq), ("ts", ts)];
+        if let Some(batch) = batch {
+            members.push(("batch", batch));
+        }
+        members.push(("type", event_type));
+        members.push(("data", data));
+        if order > 0 {
+            let len = members.len();
+            members.swap(order % len, (order / len) % len);
+        }
+        if repeat {
+            members.insert(1, ("seq", seq));
+        }
+        let members: Vec<String> = members
+            .iter()
+            .map(|(name, value)| format!("\"{name}\"{space}:{space}{value}"))
+            .collect();
+        format!("{{{space}{}", members.join(&format!("{space},{space}")))
+    }
+
+    proptest! {
+        #[test]
+        fn the_writers_layout_decodes_as_the_general_parse_decodes_it(
+            seq in prop::sample::select(INTEGERS),
+            ts in prop::sample::select(INTEGERS),
+            batch in prop::sample::select(BATCHES),
+            event_type in prop::sample::select(TYPES),
+            data in prop::sample::select(DATA),
+            order in prop_oneof![Just(0usize), Just(0), 0usize..36],
+            space in prop::sample::select(&["", "", "", " ", "\t"][..]),
+            repeat in prop::bool::weighted(0.1),
+        ) {
+            check_agreement(&body(seq, ts, batch, event_type, data, order, space, repeat));
+        }
+
+        #[test]
+        fn any_numbers_decode_as_the_general_parse_decodes_them(
+            seq in any::<u64>(),
+            ts in any::<u64>(),
+            batch in proptest::option::of(any::<u64>()),
+            data in prop::sample::select(DATA),
+        ) {
+            let batch = batch.map(|n| n.to_string());
+            let text = body(&seq.to_string(), &ts.to_string(), batch.as_deref(), "\"turn/start\"", data, 0, "", false);
+            check_agreement(&text);
+        }
+    }
+
+    #[test]
+    fn every_spelling_of_each_member_decodes_as_the_general_parse_decodes_it() {
+        let (seq, ts, batch, event_type, data) = ("3", "1700000000001", None, TYPES[0], DATA[0]);
+        for space in ["", " "] {
+            for order in [0, 1, 7] {
+                let body = |seq, ts, batch, event_type, data| {
+                    body(seq, ts, batch, event_type, data, order, space, false)
+                };
+                for spelling in INTEGERS {
+                    check_agreement(&body(spelling, ts, batch, event_type, data));
+                    check_agreement(&body(seq, spelling, batch, event_type, data));
+                }
+                for spelling in BATCHES {
+                    check_agreement(&body(seq, ts, *spelling, event_type, data));
+                }
+                for spelling in TYPES {
+                    for data in DATA {
+                        check_agreement(&body(seq, ts, batch, spelling, data));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_body_cut_anywhere_decodes_as_the_general_parse_decodes_it() {
+        let whole = body(
+            "12",
+            "1700000000001",
+            Some("2"),
+            "\"tool/start\"",
+            DATA[6],
+            0,
+            "",
+            false,
+        );
+        for end in 0..=whole.len() {
+            if whole.is_char_boundary(end) {
+                check_agreement(&whole[..end]);
+            }
+        }
     }
 }

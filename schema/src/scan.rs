@@ -6,8 +6,10 @@
 //! `verify`, `salvage` and `tail`. Memory stays constant: only the records of
 //! a batch still waiting for its last record are held.
 
-use crate::record::{check_crc, decode_event, decode_header, DecodeError, MAX_RECORD_BYTES};
-use crate::{EventRecord, HeaderVocabularyError, SessionHeader, SessionId};
+use crate::record::{
+    check_crc, decode_event, decode_event_viewed, decode_header, DecodeError, MAX_RECORD_BYTES,
+};
+use crate::{EventRecord, EventView, HeaderVocabularyError, SessionHeader, SessionId, ShapeError};
 
 /// The largest batch a writer emits or a reader accepts, in records.
 pub const MAX_BATCH_RECORDS: u64 = 65_536;
@@ -121,6 +123,41 @@ impl LogScanner {
         offset: u64,
         ready: &mut Vec<EventRecord>,
     ) -> Result<(), Corruption> {
+        self.push_event_line(line, terminated, offset, ready, |id, line| {
+            decode_event(id, line).map(|record| (record, ()))
+        })
+        .map(drop)
+    }
+
+    /// [`push_line`](Self::push_line), decoding the record together with
+    /// the view a fold reads of its data ([`decode_event_viewed`]), in one
+    /// scan of the line. Returns that view when the line's record joined the
+    /// good prefix on its own: it is then the last record pushed to `ready`.
+    /// A batch's records join later, all at once, and their views are not
+    /// kept: `None`, and the caller parses their data itself.
+    pub fn push_line_viewed<'l>(
+        &mut self,
+        line: &'l [u8],
+        terminated: bool,
+        offset: u64,
+        ready: &mut Vec<EventRecord>,
+    ) -> Result<Option<Result<EventView<'l>, ShapeError>>, Corruption> {
+        self.push_event_line(line, terminated, offset, ready, |id, line| {
+            decode_event_viewed(id, line).map(|viewed| (viewed.record, viewed.view))
+        })
+    }
+
+    /// Feeds one line, decoding an event line with `decode`, which returns
+    /// the record and what else it read of it; that is returned when the
+    /// record joined the good prefix on its own.
+    fn push_event_line<'l, T>(
+        &mut self,
+        line: &'l [u8],
+        terminated: bool,
+        offset: u64,
+        ready: &mut Vec<EventRecord>,
+        decode: impl FnOnce(&SessionId, &'l [u8]) -> Result<(EventRecord, T), DecodeError>,
+    ) -> Result<Option<T>, Corruption> {
         self.line += 1;
         let position = Position {
             line: self.line,
@@ -128,11 +165,11 @@ impl LogScanner {
         };
         self.end = offset + line.len() as u64 + u64::from(terminated);
         let Some(header) = &self.header else {
-            return self.push_header(line, terminated, position);
+            return self.push_header(line, terminated, position).map(|()| None);
         };
-        let id = header.id.clone();
+        let id = &header.id;
         if let Some((first, reason)) = &self.damage {
-            if terminated && is_intact(&id, line) {
+            if terminated && is_intact(id, line) {
                 return Err(Corruption {
                     position: *first,
                     reason: format!(
@@ -142,24 +179,25 @@ impl LogScanner {
                     ),
                 });
             }
-            return Ok(());
+            return Ok(None);
         }
         if !terminated {
             self.damage = Some((
                 position,
                 "the last line has no \\n (an append did not finish)".into(),
             ));
-            return Ok(());
+            return Ok(None);
         }
-        let record = match decode_event(&id, line) {
-            Ok(record) => record,
+        let (record, read) = match decode(id, line) {
+            Ok(decoded) => decoded,
             Err(DecodeError::Damaged(reason)) => {
                 self.damage = Some((position, reason));
-                return Ok(());
+                return Ok(None);
             }
             Err(DecodeError::Malformed(reason)) => return Err(Corruption { position, reason }),
         };
-        self.accept(record, position, ready)
+        let alone = self.accept(record, position, ready)?;
+        Ok(alone.then_some(read))
     }
 
     /// Feeds a line longer than [`MAX_RECORD_BYTES`] whose bytes the caller
@@ -276,12 +314,14 @@ impl LogScanner {
         Ok(())
     }
 
+    /// Adds a decoded record to the good prefix (or to the unfinished batch
+    /// it belongs to); true when it joined the good prefix on its own.
     fn accept(
         &mut self,
         record: EventRecord,
         position: Position,
         ready: &mut Vec<EventRecord>,
-    ) -> Result<(), Corruption> {
+    ) -> Result<bool, Corruption> {
         if record.seq() != self.next_seq {
             return Err(Corruption {
                 position,
@@ -320,7 +360,7 @@ impl LogScanner {
             ready.push(record);
             self.good_bytes = self.end;
             self.good_lines = self.line;
-            return Ok(());
+            return Ok(true);
         }
         self.batch.push(record);
         self.batch_remaining -= 1;
@@ -329,7 +369,7 @@ impl LogScanner {
             self.good_bytes = self.end;
             self.good_lines = self.line;
         }
-        Ok(())
+        Ok(false)
     }
 }
 

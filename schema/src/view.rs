@@ -128,6 +128,27 @@ impl<'a> EventView<'a> {
         }
     }
 
+    /// Validates `data` as [`parse`](Self::parse) does and proves, in the
+    /// same scan, that it is one JSON value. `None` when it is not JSON (the
+    /// record holding it is damage, not an event whose shape is wrong).
+    ///
+    /// For a known type the mirror parse reads every byte of `data`, so
+    /// when it accepts (the common case) nothing else runs; when it refuses,
+    /// `data` is checked for JSON on its own and then parsed as `parse`
+    /// parses it. An unknown type is only checked for JSON.
+    pub(crate) fn parse_json(
+        event_type: &str,
+        data: &'a str,
+    ) -> Option<Result<EventView<'a>, ShapeError>> {
+        if let Some(known) = EventType::parse(event_type) {
+            if let Some(view) = Self::parse_known_mirror(known, data) {
+                return Some(Ok(view));
+            }
+        }
+        serde_json::from_str::<IgnoredAny>(data).ok()?;
+        Some(Self::parse(event_type, data))
+    }
+
     /// The view of an owned event, borrowing its ids.
     pub fn of(event: &'a Event) -> EventView<'a> {
         let text = |value: &'a String| Cow::Borrowed(value.as_str());
@@ -239,9 +260,14 @@ impl<'a> EventView<'a> {
     /// The mirror parse; `None` when it refuses (the owned parse then says
     /// why).
     fn parse_mirror(event_type: &str, data: &'a str) -> Option<EventView<'a>> {
-        let Some(known) = EventType::parse(event_type) else {
-            return Some(EventView::Unknown);
-        };
+        match EventType::parse(event_type) {
+            Some(known) => Self::parse_known_mirror(known, data),
+            None => Some(EventView::Unknown),
+        }
+    }
+
+    /// The mirror parse of a known type.
+    fn parse_known_mirror(known: EventType, data: &'a str) -> Option<EventView<'a>> {
         if !data.trim_start().starts_with('{') {
             return None;
         }
@@ -315,10 +341,14 @@ impl<'a> EventView<'a> {
     }
 }
 
-/// Parses a mirror the way `typed` parses its owned struct (no check of
-/// trailing text: `data` is one JSON value).
+/// Parses a mirror the way `typed` parses its owned struct, and refuses
+/// text after the value (which `typed` never meets: the data it is given is
+/// one JSON value), so that an accepted `data` is proven to be JSON.
 fn mirror<'a, T: Deserialize<'a>>(data: &'a str) -> Option<T> {
-    T::deserialize(&mut serde_json::Deserializer::from_str(data)).ok()
+    let mut deserializer = serde_json::Deserializer::from_str(data);
+    let value = T::deserialize(&mut deserializer).ok()?;
+    deserializer.end().ok()?;
+    Some(value)
 }
 
 /// Any JSON string, accepted as `String` accepts it, kept nowhere.
