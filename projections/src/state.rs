@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use sessionlog_schema::{
-    ApprovalPolicy, Event, EventRecord, EventView, Preset, SandboxMode, SessionHeader,
+    ApprovalPolicy, Event, EventRecord, EventView, Preset, SandboxMode, SessionHeader, ShapeError,
 };
 
 use crate::authority::may_be_shown;
@@ -181,7 +181,31 @@ impl SessionState {
     /// It validates exactly what `check` validates, but through the borrowed
     /// [`EventView`]: a fold over a long log copies only the ids it keeps.
     pub fn apply(&mut self, record: &EventRecord) -> Result<(), Violation> {
-        let checked = self.check_view(record);
+        self.apply_parsed(record, || {
+            EventView::parse(record.event_type(), record.data())
+        })
+    }
+
+    /// [`apply`](Self::apply), given `view`: what `EventView::parse` returns
+    /// for the record's type and data, already parsed (a reader that folds
+    /// gets it from `decode_event_viewed`, in the scan that decoded the
+    /// line). Same acceptance, same violations, same effects.
+    pub fn apply_viewed(
+        &mut self,
+        record: &EventRecord,
+        view: Result<EventView<'_>, ShapeError>,
+    ) -> Result<(), Violation> {
+        self.apply_parsed(record, || view)
+    }
+
+    /// [`apply`](Self::apply) with the parse of the record's data, called
+    /// only once the seq is right.
+    fn apply_parsed<'v>(
+        &mut self,
+        record: &EventRecord,
+        parse: impl FnOnce() -> Result<EventView<'v>, ShapeError>,
+    ) -> Result<(), Violation> {
+        let checked = self.check_parsed(record, parse);
         self.seq = self.seq.saturating_add(1);
         match checked {
             Ok(view) => {
@@ -287,8 +311,13 @@ impl SessionState {
         self.approval_switch.map(|(seq, _)| seq)
     }
 
-    /// [`check`](Self::check) through the borrowed view.
-    fn check_view<'r>(&self, record: &'r EventRecord) -> Result<EventView<'r>, Violation> {
+    /// [`check`](Self::check) through the borrowed view that `parse`
+    /// returns for the record's data.
+    fn check_parsed<'v>(
+        &self,
+        record: &EventRecord,
+        parse: impl FnOnce() -> Result<EventView<'v>, ShapeError>,
+    ) -> Result<EventView<'v>, Violation> {
         let seq = record.seq();
         let event_type = record.event_type();
         let expected = self.seq.saturating_add(1);
@@ -299,8 +328,7 @@ impl SessionState {
                 format!("expected seq {expected}, found seq {seq}"),
             ));
         }
-        let view = EventView::parse(event_type, record.data())
-            .map_err(|error| Violation::from_shape(seq, event_type, &error))?;
+        let view = parse().map_err(|error| Violation::from_shape(seq, event_type, &error))?;
         self.check_rules(seq, event_type, &view)?;
         Ok(view)
     }
@@ -965,6 +993,29 @@ mod tests {
             prop_assert_eq!(&all_violations, &incremental_violations);
             prop_assert_eq!(&all_at_once, &incremental);
             prop_assert_eq!(all_at_once.seq(), log.events.len() as u64);
+        }
+
+        #[test]
+        fn folding_views_decoded_with_each_line_equals_folding_records(log in arbitrary_log()) {
+            let (folded, violations) = log.fold();
+            let mut viewed = SessionState::new(log.header.clone());
+            let mut viewed_violations = Vec::new();
+            for record in &log.events {
+                let line = record.encode(&log.header.id);
+                let line = line.trim_end_matches('\n').as_bytes();
+                let decoded = sessionlog_schema::decode_event_viewed(&log.header.id, line);
+                let decoded = decoded.map_err(|error| TestCaseError::fail(error.to_string()))?;
+                prop_assert_eq!(&decoded.record, record);
+                if let Err(violation) = viewed.apply_viewed(&decoded.record, decoded.view) {
+                    viewed_violations.push(violation);
+                }
+            }
+            prop_assert_eq!(&viewed_violations, &violations);
+            prop_assert_eq!(&viewed, &folded);
+            prop_assert_eq!(
+                projection_json(&viewed, &Defaults::default()),
+                projection_json(&folded, &Defaults::default())
+            );
         }
     }
 }

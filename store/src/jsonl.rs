@@ -15,7 +15,7 @@ use sessionlog_projections::fold;
 use sessionlog_schema::{decode_header, EventRecord, SessionHeader, SessionId, MAX_RECORD_BYTES};
 
 use crate::io::Io;
-use crate::reader::{open_log_for_reading, LogReader, Snapshot};
+use crate::reader::{open_log_for_reading, FoldedEvent, LogReader, Snapshot};
 use crate::writer::{Durability, LogSink, SessionWriter, WriterOptions};
 use crate::StoreError;
 
@@ -334,8 +334,8 @@ pub fn open_log_writer(
     let mut events = options.keep_snapshot.then(Vec::new);
     let mut state = sessionlog_projections::SessionState::new(header.clone());
     let mut reader = reader;
-    while let Some(record) = reader.next_event()? {
-        state.apply(&record).map_err(|violation| StoreError::Rule {
+    while let Some(FoldedEvent { record, folded }) = reader.next_event_folded(&mut state)? {
+        folded.map_err(|violation| StoreError::Rule {
             path: path.to_owned(),
             violation,
         })?;

@@ -11,6 +11,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
+use sessionlog_projections::{SessionState, Violation};
 use sessionlog_schema::{
     Corruption, EventRecord, HeaderVocabularyError, LogScanner, Position, ScanSummary,
     SessionHeader, SessionId, TornTail, MAX_RECORD_BYTES,
@@ -46,6 +47,16 @@ pub struct Snapshot {
     pub events: Vec<EventRecord>,
     /// The torn tail after it, if any.
     pub torn_tail: Option<TornTail>,
+}
+
+/// An event of a folding read and what folding it returned.
+#[derive(Debug)]
+pub struct FoldedEvent {
+    /// The event.
+    pub record: EventRecord,
+    /// What [`SessionState::apply`] returned for it (on a violation the
+    /// state only advanced its seq).
+    pub folded: Result<(), Violation>,
 }
 
 enum Line {
@@ -111,6 +122,53 @@ impl<R: BufRead> LogReader<R> {
         }
     }
 
+    /// The next event of the good prefix, folded into `state` as
+    /// [`SessionState::apply`] folds it, with what `apply` returned; `None`
+    /// at the end of the good prefix.
+    ///
+    /// A line is scanned once: the record is decoded together with the view
+    /// the fold reads of its data ([`LogScanner::push_line_viewed`]), where
+    /// `next_event` followed by `apply` scans the data twice. `state` must
+    /// be the fold of every event this reader returned before.
+    pub fn next_event_folded(
+        &mut self,
+        state: &mut SessionState,
+    ) -> Result<Option<FoldedEvent>, StoreError> {
+        loop {
+            if let Some(record) = self.queue.pop_front() {
+                let folded = state.apply(&record);
+                return Ok(Some(FoldedEvent { record, folded }));
+            }
+            if self.exhausted {
+                return Ok(None);
+            }
+            let offset = self.offset;
+            let Some(line) = self.read_next_line()? else {
+                continue;
+            };
+            let Line::Complete { terminated } = line else {
+                self.push_line(line, offset)?;
+                continue;
+            };
+            let view = self
+                .scanner
+                .push_line_viewed(&self.line, terminated, offset, &mut self.ready)
+                .map_err(|corruption| StoreError::Corrupt {
+                    path: self.path.clone(),
+                    corruption,
+                })?;
+            match (view, self.ready.pop()) {
+                (Some(view), Some(record)) => {
+                    let folded = state.apply_viewed(&record, view);
+                    return Ok(Some(FoldedEvent { record, folded }));
+                }
+                (_, last) => {
+                    self.queue.extend(self.ready.drain(..).chain(last));
+                }
+            }
+        }
+    }
+
     /// Reads to the end and returns what the scan found (torn tail, header
     /// vocabulary errors, last seq). Events not yet taken are discarded.
     pub fn finish(mut self) -> Result<ScanSummary, StoreError> {
@@ -124,22 +182,39 @@ impl<R: BufRead> LogReader<R> {
     /// Reads one line and feeds it to the scanner; false at end of file.
     fn push_next_line(&mut self) -> Result<bool, StoreError> {
         let offset = self.offset;
+        match self.read_next_line()? {
+            Some(line) => self.push_line(line, offset).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Reads the next line into `self.line` (a complete one) and moves the
+    /// offset past it; `None` (and exhausted) at end of file.
+    fn read_next_line(&mut self) -> Result<Option<Line>, StoreError> {
         let line = match self.read_line() {
             Ok(Some(line)) => line,
             Ok(None) => {
                 self.exhausted = true;
-                return Ok(false);
+                return Ok(None);
             }
             Err(source) => return Err(StoreError::io("read", &self.path, source)),
         };
+        self.offset += match line {
+            Line::Complete { terminated } => self.line.len() as u64 + u64::from(terminated),
+            Line::Oversized { len, terminated } => len + u64::from(terminated),
+        };
+        Ok(Some(line))
+    }
+
+    /// Feeds the line just read, which started at `offset`, to the scanner
+    /// and queues the records that joined the good prefix.
+    fn push_line(&mut self, line: Line, offset: u64) -> Result<(), StoreError> {
         let pushed = match line {
             Line::Complete { terminated } => {
-                self.offset += self.line.len() as u64 + u64::from(terminated);
                 self.scanner
                     .push_line(&self.line, terminated, offset, &mut self.ready)
             }
             Line::Oversized { len, terminated } => {
-                self.offset += len + u64::from(terminated);
                 self.scanner.push_oversized_line(len, terminated, offset)
             }
         };
@@ -148,7 +223,7 @@ impl<R: BufRead> LogReader<R> {
             corruption,
         })?;
         self.queue.extend(self.ready.drain(..));
-        Ok(true)
+        Ok(())
     }
 
     fn read_line(&mut self) -> std::io::Result<Option<Line>> {
@@ -202,6 +277,19 @@ pub trait SessionStream: std::fmt::Debug {
     fn header_vocabulary_errors(&self) -> &[HeaderVocabularyError];
     /// The next event of the good prefix, `None` at its end.
     fn next_event(&mut self) -> Result<Option<EventRecord>, StoreError>;
+    /// The next event of the good prefix folded into `state` (which must
+    /// be the fold of every event taken before), with what
+    /// [`SessionState::apply`] returned for it; `None` at the end.
+    fn next_event_folded(
+        &mut self,
+        state: &mut SessionState,
+    ) -> Result<Option<FoldedEvent>, StoreError> {
+        let Some(record) = self.next_event()? else {
+            return Ok(None);
+        };
+        let folded = state.apply(&record);
+        Ok(Some(FoldedEvent { record, folded }))
+    }
     /// Reads to the end: the torn tail after the good prefix, if any.
     fn finish(self: Box<Self>) -> Result<Option<TornTail>, StoreError>;
 }
@@ -217,6 +305,13 @@ impl<R: BufRead + std::fmt::Debug> SessionStream for LogReader<R> {
 
     fn next_event(&mut self) -> Result<Option<EventRecord>, StoreError> {
         LogReader::next_event(self)
+    }
+
+    fn next_event_folded(
+        &mut self,
+        state: &mut SessionState,
+    ) -> Result<Option<FoldedEvent>, StoreError> {
+        LogReader::next_event_folded(self, state)
     }
 
     fn finish(self: Box<Self>) -> Result<Option<TornTail>, StoreError> {

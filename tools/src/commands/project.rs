@@ -40,15 +40,18 @@ pub fn fold_checked(
         .into());
     }
     let mut state = SessionState::new(stream.header().clone());
-    while let Some(record) = stream.next_event()? {
-        if at.is_some_and(|at| record.seq() > at) {
-            continue;
-        }
-        state.apply(&record).map_err(|violation| StoreError::Rule {
+    // Seqs rise by one from 1, so the events through `at` are the first
+    // `at`: fold those while reading, then only read on to the end.
+    while at.is_none_or(|at| state.seq() < at) {
+        let Some(event) = stream.next_event_folded(&mut state)? else {
+            break;
+        };
+        event.folded.map_err(|violation| StoreError::Rule {
             path: session.label.clone().into(),
             violation,
         })?;
     }
+    while stream.next_event()?.is_some() {}
     if let Some(torn) = stream.finish()? {
         warn(format!(
             "{}: ignoring a torn tail of {} bytes at line {} (byte offset {}): {}",

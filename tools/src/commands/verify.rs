@@ -4,7 +4,7 @@
 use anyhow::Result;
 use serde::Serialize;
 use sessionlog_projections::{SessionState, Violation};
-use sessionlog_store::StoreError;
+use sessionlog_store::{FoldedEvent, StoreError};
 
 use crate::cli::SessionArgs;
 use crate::exit;
@@ -148,10 +148,10 @@ fn scan(target: &Target, session: &SessionRef, verdict: &mut Verdict) -> Result<
         });
     }
     let mut state = SessionState::new(stream.header().clone());
-    while let Some(record) = stream.next_event()? {
+    while let Some(FoldedEvent { record, folded }) = stream.next_event_folded(&mut state)? {
         verdict.events += 1;
         verdict.last_seq = record.seq();
-        if let Err(violation) = state.apply(&record) {
+        if let Err(violation) = folded {
             verdict.violations.push(ViolationReport::from(&violation));
         }
     }
