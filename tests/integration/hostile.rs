@@ -344,3 +344,36 @@ fn a_symlink_planted_in_place_of_a_sqlite_lock_or_database_is_not_followed() {
     ok(std::os::unix::fs::symlink(&database, &linked));
     run(["verify", &text(&linked)]).expect_code(1);
 }
+
+/// Input lines kept under `tests/fixtures/hostile/`: each is refused with
+/// exit 1 naming input line 1, and nothing is written. A JSON array
+/// (`["", null]`) was once taken for an event: serde reads a struct from an
+/// array of its fields in order.
+#[test]
+fn stored_hostile_append_lines_are_refused() {
+    let fixtures = crate::cli_support::workspace_root().join("tests/fixtures/hostile");
+    let mut replayed = 0;
+    for entry in ok(std::fs::read_dir(&fixtures)) {
+        let path = ok(entry).path();
+        let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+            continue;
+        };
+        if !name.starts_with("append-line-") {
+            continue;
+        }
+        let folder = ok(tempfile::tempdir());
+        let log = log_file(folder.path());
+        let before = ok(std::fs::read(&log));
+        let line = ok(std::fs::read_to_string(&path));
+        let refused = run_with_stdin(["append", &text(&log)], &line);
+        refused.expect_code(1);
+        assert!(
+            refused.stderr.contains("input line 1"),
+            "{name}: {}",
+            refused.stderr
+        );
+        assert_eq!(ok(std::fs::read(&log)), before, "{name}: nothing written");
+        replayed += 1;
+    }
+    assert!(replayed >= 2, "the fixtures are there");
+}
