@@ -76,12 +76,21 @@ pub fn run(args: &SessionArgs, expect_seq: Option<u64>) -> Result<u8> {
 
 fn parse_line(line: &[u8], line_number: u64) -> Result<NewEvent> {
     let text = line.strip_suffix(b"\n").unwrap_or(line);
-    let input: InputLine = serde_json::from_slice(text).map_err(|error| Exit {
+    let refused = |reason: String| {
+        Exit {
         code: exit::USAGE,
         message: format!(
-            "input line {line_number}: expected one JSON object {{\"type\", \"data\", \"ts\"?}}: {error}"
+            "input line {line_number}: expected one JSON object {{\"type\", \"data\", \"ts\"?}}: {reason}"
         ),
-    })?;
+    }
+    };
+    // serde also reads a struct from an array of its fields in order
+    // (`["turn/start", {...}]`); only an object is an event.
+    if !text.trim_ascii_start().starts_with(b"{") {
+        return Err(refused("the line is not a JSON object".to_owned()).into());
+    }
+    let input: InputLine =
+        serde_json::from_slice(text).map_err(|error| refused(error.to_string()))?;
     Ok(NewEvent {
         event_type: input.event_type,
         data: input.data.get().to_owned(),
