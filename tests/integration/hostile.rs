@@ -97,7 +97,7 @@ fn assert_no_panic(stderr: &str, code: i32) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     #[test]
     fn hostile_append_lines_exit_1_naming_the_line_or_are_judged_as_events(
