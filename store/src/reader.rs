@@ -371,3 +371,70 @@ pub fn read_snapshot_from<R: Read>(source: R, path: &Path) -> Result<Snapshot, S
     )?;
     Snapshot::from_reader(reader)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Cursor;
+
+    use sessionlog_schema::encode_line;
+
+    use super::*;
+
+    /// A log with a batch, a record in another member order, a shape and a
+    /// rule violation, an unknown type, and a torn batch at its end.
+    fn log() -> Vec<u8> {
+        let id = SessionId::parse("s").expect("a valid id");
+        let header = SessionHeader::root(id.clone(), 1, "/work".to_owned());
+        let events = [
+            (None, "turn/start", r#"{"turnId":"t1"}"#),
+            (Some(2), "step/start", r#"{"stepId":"s1","turnId":"t1"}"#),
+            (
+                None,
+                "tool/start",
+                r#"{"callId":"c1","stepId":"s1","name":"n","arguments":{}}"#,
+            ),
+            (None, "turn/start", r#"{"turnId":7}"#),
+            (None, "future/kind", "[1]"),
+            (None, "step/end", r#"{"stepId":"s9"}"#),
+        ];
+        let mut bytes = header.encode().into_bytes();
+        for (index, (batch, event_type, data)) in events.iter().enumerate() {
+            let record = EventRecord::new(index as u64 + 1, 10, *batch, event_type, data);
+            bytes.extend(record.encode(&id).as_bytes());
+        }
+        let reordered =
+            r#"{"type":"tool/settle","data":{"callId":"c1","status":"ok"},"ts":10,"seq":7"#;
+        bytes.extend(encode_line(&id, reordered).as_bytes());
+        let torn = EventRecord::new(8, 10, Some(2), "step/end", r#"{"stepId":"s1"}"#);
+        bytes.extend(torn.encode(&id).as_bytes());
+        bytes
+    }
+
+    #[test]
+    fn a_folding_read_returns_what_reading_then_applying_returns() {
+        let bytes = log();
+        let path = Path::new("folded.jsonl");
+        let open = || LogReader::new(Cursor::new(&bytes), path, None).expect("a readable log");
+        let (mut plain, mut folding) = (open(), open());
+        let mut plain_state = SessionState::new(plain.header().clone());
+        let mut folded_state = SessionState::new(folding.header().clone());
+        loop {
+            let expected = plain.next_event().expect("readable").map(|record| {
+                let folded = plain_state.apply(&record);
+                (record, folded)
+            });
+            let folded = folding.next_event_folded(&mut folded_state);
+            let folded = folded.expect("readable").map(|e| (e.record, e.folded));
+            assert_eq!(folded, expected);
+            if expected.is_none() {
+                break;
+            }
+        }
+        assert_eq!(folded_state, plain_state);
+        assert_eq!(plain_state.seq(), 7);
+        assert_eq!(plain_state.violation_count(), 2);
+        let summary = folding.finish().expect("only torn");
+        assert_eq!(summary, plain.finish().expect("only torn"));
+        assert!(summary.torn_tail.is_some());
+    }
+}
