@@ -23,7 +23,9 @@ pub use jsonl::{create_log_file, open_log_writer, read_header, JsonlStore, ListE
 pub use migrate::{
     diff, migrate, Difference, MigratePhase, MigrateProgress, MigrateReport, MigrateWarning,
 };
-pub use reader::{read_snapshot_from, FoldedEvent, LogReader, SessionStream, Snapshot};
+pub use reader::{
+    read_snapshot_from, FoldedEvent, Line, LineReader, LogReader, SessionStream, Snapshot,
+};
 pub use sqlite::{SqliteEvents, SqliteStore, SCHEMA_VERSION};
 pub use store::{Backend, EventStream, Store};
 pub use writer::{now_ms, AcknowledgedSeq, Durability, NewEvent, SessionWriter, WriterOptions};

@@ -26,11 +26,9 @@ const READ_BUFFER_BYTES: usize = 256 * 1024;
 /// intact record after it is met).
 #[derive(Debug)]
 pub struct LogReader<R> {
-    source: R,
+    lines: LineReader<R>,
     path: PathBuf,
     scanner: LogScanner,
-    offset: u64,
-    line: Vec<u8>,
     ready: Vec<EventRecord>,
     queue: VecDeque<EventRecord>,
     exhausted: bool,
@@ -59,9 +57,32 @@ pub struct FoldedEvent {
     pub folded: Result<(), Violation>,
 }
 
-enum Line {
-    Complete { terminated: bool },
-    Oversized { len: u64, terminated: bool },
+/// Splits a log into lines with their byte offsets, in bounded memory: a
+/// line longer than the record limit is skipped, not buffered, and reported
+/// by its length only. Every reader of a log file splits it with this.
+#[derive(Debug)]
+pub struct LineReader<R> {
+    source: R,
+    offset: u64,
+    line: Vec<u8>,
+}
+
+/// One line as [`LineReader`] read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Line {
+    /// A line within the record limit; its bytes are
+    /// [`LineReader::line`].
+    Complete {
+        /// Whether a `\n` ended it.
+        terminated: bool,
+    },
+    /// A line longer than the record limit, skipped.
+    Oversized {
+        /// Its length in bytes, without the `\n`.
+        len: u64,
+        /// Whether a `\n` ended it.
+        terminated: bool,
+    },
 }
 
 impl LogReader<BufReader<File>> {
@@ -81,11 +102,9 @@ impl<R: BufRead> LogReader<R> {
     /// Reads the header from `source`; `path` is only used in messages.
     pub fn new(source: R, path: &Path, expected_id: Option<SessionId>) -> Result<Self, StoreError> {
         let mut reader = LogReader {
-            source,
+            lines: LineReader::new(source),
             path: path.to_owned(),
             scanner: LogScanner::new(expected_id),
-            offset: 0,
-            line: Vec::new(),
             ready: Vec::new(),
             queue: VecDeque::new(),
             exhausted: false,
@@ -142,8 +161,7 @@ impl<R: BufRead> LogReader<R> {
             if self.exhausted {
                 return Ok(None);
             }
-            let offset = self.offset;
-            let Some(line) = self.read_next_line()? else {
+            let Some((offset, line)) = self.read_next_line()? else {
                 continue;
             };
             let Line::Complete { terminated } = line else {
@@ -152,7 +170,7 @@ impl<R: BufRead> LogReader<R> {
             };
             let view = self
                 .scanner
-                .push_line_viewed(&self.line, terminated, offset, &mut self.ready)
+                .push_line_viewed(self.lines.line(), terminated, offset, &mut self.ready)
                 .map_err(|corruption| StoreError::Corrupt {
                     path: self.path.clone(),
                     corruption,
@@ -181,29 +199,23 @@ impl<R: BufRead> LogReader<R> {
 
     /// Reads one line and feeds it to the scanner; false at end of file.
     fn push_next_line(&mut self) -> Result<bool, StoreError> {
-        let offset = self.offset;
         match self.read_next_line()? {
-            Some(line) => self.push_line(line, offset).map(|()| true),
+            Some((offset, line)) => self.push_line(line, offset).map(|()| true),
             None => Ok(false),
         }
     }
 
-    /// Reads the next line into `self.line` (a complete one) and moves the
-    /// offset past it; `None` (and exhausted) at end of file.
-    fn read_next_line(&mut self) -> Result<Option<Line>, StoreError> {
-        let line = match self.read_line() {
-            Ok(Some(line)) => line,
+    /// Reads the next line (its bytes in `self.lines.line()`) and its
+    /// offset; `None` (and exhausted) at end of file.
+    fn read_next_line(&mut self) -> Result<Option<(u64, Line)>, StoreError> {
+        match self.lines.next_line() {
+            Ok(Some(line)) => Ok(Some(line)),
             Ok(None) => {
                 self.exhausted = true;
-                return Ok(None);
+                Ok(None)
             }
-            Err(source) => return Err(StoreError::io("read", &self.path, source)),
-        };
-        self.offset += match line {
-            Line::Complete { terminated } => self.line.len() as u64 + u64::from(terminated),
-            Line::Oversized { len, terminated } => len + u64::from(terminated),
-        };
-        Ok(Some(line))
+            Err(source) => Err(StoreError::io("read", &self.path, source)),
+        }
     }
 
     /// Feeds the line just read, which started at `offset`, to the scanner
@@ -212,7 +224,7 @@ impl<R: BufRead> LogReader<R> {
         let pushed = match line {
             Line::Complete { terminated } => {
                 self.scanner
-                    .push_line(&self.line, terminated, offset, &mut self.ready)
+                    .push_line(self.lines.line(), terminated, offset, &mut self.ready)
             }
             Line::Oversized { len, terminated } => {
                 self.scanner.push_oversized_line(len, terminated, offset)
@@ -224,6 +236,47 @@ impl<R: BufRead> LogReader<R> {
         })?;
         self.queue.extend(self.ready.drain(..));
         Ok(())
+    }
+}
+
+impl LineReader<BufReader<File>> {
+    /// Opens the log at `path` for reading, refusing to follow a symlink
+    /// in its place.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let file = open_log_for_reading(path)?;
+        Ok(LineReader::new(BufReader::with_capacity(
+            READ_BUFFER_BYTES,
+            file,
+        )))
+    }
+}
+
+impl<R: BufRead> LineReader<R> {
+    /// Lines of `source`, from its current position (offset 0).
+    pub fn new(source: R) -> Self {
+        LineReader {
+            source,
+            offset: 0,
+            line: Vec::new(),
+        }
+    }
+
+    /// The bytes of the last [`Line::Complete`] read, without its `\n`.
+    pub fn line(&self) -> &[u8] {
+        &self.line
+    }
+
+    /// The next line and the byte offset it starts at; `None` at end of file.
+    pub fn next_line(&mut self) -> std::io::Result<Option<(u64, Line)>> {
+        let offset = self.offset;
+        let Some(line) = self.read_line()? else {
+            return Ok(None);
+        };
+        self.offset += match line {
+            Line::Complete { terminated } => self.line.len() as u64 + u64::from(terminated),
+            Line::Oversized { len, terminated } => len + u64::from(terminated),
+        };
+        Ok(Some((offset, line)))
     }
 
     fn read_line(&mut self) -> std::io::Result<Option<Line>> {

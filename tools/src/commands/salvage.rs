@@ -10,14 +10,13 @@
 //! report says what was left behind: from which line and byte offset, how
 //! many bytes, and why.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use sessionlog_projections::fold;
-use sessionlog_schema::{Corruption, EventRecord, LogScanner, TornTail, MAX_RECORD_BYTES};
-use sessionlog_store::{create_log_file, Durability, Io};
+use sessionlog_schema::{Corruption, EventRecord, LogScanner, TornTail};
+use sessionlog_store::{create_log_file, Durability, Io, Line, LineReader};
 
 use crate::{exit, progress, Exit, UsageError};
 
@@ -217,32 +216,37 @@ fn plain(corruption: &Corruption) -> String {
 
 fn scan(file: &Path, file_len: u64, quiet: bool) -> Result<Scan> {
     let bar = progress::bytes_bar(quiet, "salvage", file_len);
-    let opened = std::fs::File::open(file).with_context(|| format!("open {}", file.display()))?;
-    let mut reader = BufReader::with_capacity(256 * 1024, opened);
+    let mut lines = LineReader::open(file)?;
     let mut scanner = LogScanner::new(None);
     let mut records = Vec::new();
     let mut ready = Vec::new();
     let mut line_offsets = Vec::new();
     let mut good_end = 0;
     let mut good_lines = 0;
-    let mut offset = 0u64;
-    let mut line = Vec::new();
     let mut damage = None;
     loop {
-        let Some(read) = read_line(&mut reader, &mut line)
+        let Some((offset, read)) = lines
+            .next_line()
             .with_context(|| format!("read {}", file.display()))?
         else {
             break;
         };
         line_offsets.push(offset);
         let pushed = match read {
-            Read::Line { terminated } => scanner.push_line(&line, terminated, offset, &mut ready),
-            Read::Oversized { len, terminated } => {
+            Line::Complete { terminated } => {
+                scanner.push_line(lines.line(), terminated, offset, &mut ready)
+            }
+            Line::Oversized { len, terminated } => {
                 scanner.push_oversized_line(len, terminated, offset)
             }
         };
-        offset += read.len(line.len());
-        bar.set_position(offset);
+        let end = match read {
+            Line::Complete { terminated } => {
+                offset + lines.line().len() as u64 + u64::from(terminated)
+            }
+            Line::Oversized { len, terminated } => offset + len + u64::from(terminated),
+        };
+        bar.set_position(end);
         if let Err(corruption) = pushed {
             if scanner.header().is_none() {
                 bar.finish_and_clear();
@@ -258,7 +262,7 @@ fn scan(file: &Path, file_len: u64, quiet: bool) -> Result<Scan> {
         // hands records out (a batch's last line hands out the whole batch).
         if line_offsets.len() == 1 || !ready.is_empty() {
             records.append(&mut ready);
-            good_end = offset;
+            good_end = end;
             good_lines = line_offsets.len() as u64;
         }
     }
@@ -289,64 +293,6 @@ fn scan(file: &Path, file_len: u64, quiet: bool) -> Result<Scan> {
         good_lines,
         damage,
     })
-}
-
-enum Read {
-    Line { terminated: bool },
-    Oversized { len: u64, terminated: bool },
-}
-
-impl Read {
-    /// Bytes the line took in the file, `\n` included.
-    fn len(&self, buffered: usize) -> u64 {
-        match self {
-            Read::Line { terminated } => buffered as u64 + u64::from(*terminated),
-            Read::Oversized { len, terminated } => len + u64::from(*terminated),
-        }
-    }
-}
-
-/// Reads one line into `line` (without its `\n`), never buffering more than
-/// the record limit: a longer line is skipped and reported as oversized.
-fn read_line(reader: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<Option<Read>> {
-    line.clear();
-    let mut skipped: Option<u64> = None;
-    loop {
-        let buffer = reader.fill_buf()?;
-        if buffer.is_empty() {
-            return Ok(match skipped {
-                Some(len) => Some(Read::Oversized {
-                    len,
-                    terminated: false,
-                }),
-                None if line.is_empty() => None,
-                None => Some(Read::Line { terminated: false }),
-            });
-        }
-        let (chunk, found) = match buffer.iter().position(|byte| *byte == b'\n') {
-            Some(index) => (&buffer[..index], true),
-            None => (buffer, false),
-        };
-        let taken = chunk.len();
-        match &mut skipped {
-            Some(len) => *len += taken as u64,
-            None if line.len() + taken > MAX_RECORD_BYTES => {
-                skipped = Some((line.len() + taken) as u64);
-                line.clear();
-            }
-            None => line.extend_from_slice(chunk),
-        }
-        reader.consume(taken + usize::from(found));
-        if found {
-            return Ok(Some(match skipped {
-                Some(len) => Read::Oversized {
-                    len,
-                    terminated: true,
-                },
-                None => Read::Line { terminated: true },
-            }));
-        }
-    }
 }
 
 fn print_human(report: &SalvageReport) {
