@@ -82,6 +82,10 @@ pub struct DecodedHeader {
     pub header: SessionHeader,
     /// Out-of-vocabulary fields; empty for a valid header.
     pub vocabulary_errors: Vec<HeaderVocabularyError>,
+    /// The header record's body as it was read (its bytes before `,"crc":`),
+    /// so a header is exported as it is, whatever its member order or its
+    /// out-of-vocabulary values.
+    pub body: String,
 }
 
 /// An event record decoded together with the view a fold reads of its data
@@ -302,7 +306,8 @@ pub fn decode_header(line: &[u8]) -> Result<DecodedHeader, DecodeError> {
     let wire: HeaderWire<'_> = parse_record(text)?;
     let id = SessionId::parse(&wire.id)
         .map_err(|e| DecodeError::Malformed(format!("header member id: {e}")))?;
-    check_crc(&id, line)?;
+    let body = check_crc(&id, line)?;
+    let body = text[..body.len()].to_owned();
     if wire.kind != "header" {
         return Err(DecodeError::Malformed(format!(
             "line 1 has kind {:?}, expected \"header\"",
@@ -345,6 +350,7 @@ pub fn decode_header(line: &[u8]) -> Result<DecodedHeader, DecodeError> {
             approval_policy,
         },
         vocabulary_errors,
+        body,
     })
 }
 

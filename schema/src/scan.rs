@@ -69,6 +69,7 @@ pub struct LogScanner {
     expected_id: Option<SessionId>,
     header: Option<SessionHeader>,
     header_vocabulary_errors: Vec<HeaderVocabularyError>,
+    header_body: String,
     line: u64,
     next_seq: u64,
     batch: Vec<EventRecord>,
@@ -87,6 +88,7 @@ impl LogScanner {
             expected_id,
             header: None,
             header_vocabulary_errors: Vec::new(),
+            header_body: String::new(),
             line: 0,
             next_seq: 1,
             batch: Vec::new(),
@@ -106,6 +108,11 @@ impl LogScanner {
     /// Vocabulary errors of the header, once line 1 has been read.
     pub fn header_vocabulary_errors(&self) -> &[HeaderVocabularyError] {
         &self.header_vocabulary_errors
+    }
+
+    /// The header record's body as read (empty until line 1 was read).
+    pub fn header_body(&self) -> &str {
+        &self.header_body
     }
 
     /// The seq the next good record must have.
@@ -309,6 +316,7 @@ impl LogScanner {
         }
         self.header = Some(decoded.header);
         self.header_vocabulary_errors = decoded.vocabulary_errors;
+        self.header_body = decoded.body;
         self.good_bytes = self.end;
         self.good_lines = 1;
         Ok(())

@@ -328,6 +328,9 @@ pub trait SessionStream: std::fmt::Debug {
     fn header(&self) -> &SessionHeader;
     /// Out-of-vocabulary header fields (rule violations at seq 0).
     fn header_vocabulary_errors(&self) -> &[HeaderVocabularyError];
+    /// The header record's body as stored (its bytes before `,"crc":`),
+    /// which `export` prints as it is.
+    fn header_body(&self) -> &str;
     /// The next event of the good prefix, `None` at its end.
     fn next_event(&mut self) -> Result<Option<EventRecord>, StoreError>;
     /// The next event of the good prefix folded into `state` (which must
@@ -354,6 +357,10 @@ impl<R: BufRead + std::fmt::Debug> SessionStream for LogReader<R> {
 
     fn header_vocabulary_errors(&self) -> &[HeaderVocabularyError] {
         self.scanner.header_vocabulary_errors()
+    }
+
+    fn header_body(&self) -> &str {
+        self.scanner.header_body()
     }
 
     fn next_event(&mut self) -> Result<Option<EventRecord>, StoreError> {

@@ -83,7 +83,7 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use sessionlog_projections::SessionState;
 use sessionlog_schema::{
-    decode_event, decode_header, encode_line, record_crc, Corruption, EventRecord,
+    decode_event, decode_header, encode_line, record_crc, Corruption, DecodedHeader, EventRecord,
     HeaderVocabularyError, Position, SessionHeader, SessionId,
 };
 
@@ -388,6 +388,13 @@ impl SqliteStore {
         self.shared.read_header(&reader, id)
     }
 
+    /// The header of session `id` as stored: its fields, its vocabulary
+    /// errors and its record body (what `export` prints).
+    pub fn decoded_header(&self, id: &SessionId) -> Result<DecodedHeader, StoreError> {
+        let reader = self.shared.reader();
+        self.shared.read_decoded_header(&reader, id)
+    }
+
     /// Every event of session `id`, streamed page by page.
     pub fn events(&self, id: &SessionId) -> Result<SqliteEvents, StoreError> {
         self.events_from(id, 1)
@@ -663,6 +670,15 @@ impl Shared {
         connection: &Connection,
         id: &SessionId,
     ) -> Result<(SessionHeader, Vec<HeaderVocabularyError>), StoreError> {
+        let decoded = self.read_decoded_header(connection, id)?;
+        Ok((decoded.header, decoded.vocabulary_errors))
+    }
+
+    fn read_decoded_header(
+        &self,
+        connection: &Connection,
+        id: &SessionId,
+    ) -> Result<DecodedHeader, StoreError> {
         let row: Option<(String, i64)> = connection
             .prepare_cached("SELECT header_body, header_crc FROM sessions WHERE id = ?1")
             .and_then(|mut statement| {
@@ -695,7 +711,7 @@ impl Shared {
                 format!("the header names session {}", decoded.header.id),
             ));
         }
-        Ok((decoded.header, decoded.vocabulary_errors))
+        Ok(decoded)
     }
 
     fn read_rows(

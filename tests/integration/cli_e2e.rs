@@ -508,3 +508,58 @@ fn an_append_of_many_lines_at_once_acknowledges_them_all() {
     appended.expect_code(0);
     assert_eq!(appended.stdout.lines().count(), 20_000);
 }
+
+#[test]
+fn export_prints_a_header_as_it_was_written_even_out_of_vocabulary() {
+    use crate::support::MemberOrder;
+    let builder = LogBuilder::new("foreign")
+        .member_order(MemberOrder::Reversed)
+        .sandbox_mode("bogus")
+        .event("turn/start", r#"{"turnId":"t1"}"#);
+    let folder = ok(tempfile::tempdir());
+    let path = folder.path().join("foreign.jsonl");
+    ok(std::fs::write(&path, builder.build()));
+    let path = text(&path);
+    let exported = run(["export", path.as_str()]);
+    exported.expect_code(0);
+    let first = exported.stdout.lines().next().unwrap_or_default();
+    assert_eq!(first, format!("{}}}", builder.header_line_body()));
+    assert!(first.contains(r#""sandboxMode":"bogus""#), "{first}");
+    run(["verify", path.as_str()]).expect_code(4);
+}
+
+#[test]
+fn a_database_header_out_of_vocabulary_is_a_rule_violation_for_every_folding_command() {
+    let folder = ok(tempfile::tempdir());
+    let database = folder.path().join("store.db");
+    let store = ok(SqliteStore::open(&database));
+    let header = SessionHeader::root(id("db-header"), 1, "/w".into());
+    ok(store.create(&header, &[], Durability::Fsync));
+    drop(store);
+    let connection = ok(rusqlite::Connection::open(&database));
+    let body = header
+        .to_body()
+        .replace(r#""sandboxMode":null"#, r#""sandboxMode":"bogus""#);
+    let crc = crate::support::spec_crc("db-header", body.as_bytes());
+    ok(connection.execute(
+        "UPDATE sessions SET header_body = ?1, header_crc = ?2, sandbox_mode = 'bogus' WHERE id = 'db-header'",
+        rusqlite::params![body, i64::from(crc)],
+    ));
+    drop(connection);
+    let database = text(&database);
+    let verified = run(["verify", database.as_str()]);
+    verified.expect_code(4);
+    assert!(
+        verified.stdout.contains("sandboxMode"),
+        "{}",
+        verified.stdout
+    );
+    run(["project", database.as_str(), "--session", "db-header"]).expect_code(4);
+    let exported = run(["export", database.as_str()]);
+    exported.expect_code(0);
+    assert!(
+        exported.stdout.starts_with(&format!("{body}}}")),
+        "{}",
+        exported.stdout
+    );
+}

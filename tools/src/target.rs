@@ -49,7 +49,9 @@ impl Target {
     pub fn sessions(&self, session: Option<&str>) -> Result<Vec<SessionRef>> {
         match self {
             Target::File(path) => {
-                let header = sessionlog_store::read_header(path, None)?;
+                // The id only: a header out of vocabulary is for the
+                // command to judge (export shows it, verify reports it).
+                let header = LogReader::open(path, None)?.header().clone();
                 if let Some(wanted) = session {
                     if wanted != header.id.as_str() {
                         bail!(UsageError(format!(
@@ -107,11 +109,12 @@ impl Target {
             Target::File(path) => Box::new(LogReader::open(path, None)?),
             Target::Store(Store::Jsonl(store)) => Box::new(store.reader(&session.id)?),
             Target::Store(Store::Sqlite(store)) => {
-                let (header, vocabulary_errors) = store.header(&session.id)?;
+                let decoded = store.decoded_header(&session.id)?;
                 let events = Box::new(store.events(&session.id)?);
                 Box::new(RowStream {
-                    header,
-                    vocabulary_errors,
+                    header: decoded.header,
+                    vocabulary_errors: decoded.vocabulary_errors,
+                    header_body: decoded.body,
                     events,
                 })
             }
@@ -140,6 +143,7 @@ impl Target {
 struct RowStream {
     header: sessionlog_schema::SessionHeader,
     vocabulary_errors: Vec<sessionlog_schema::HeaderVocabularyError>,
+    header_body: String,
     events: EventStream,
 }
 
@@ -158,6 +162,10 @@ impl SessionStream for RowStream {
 
     fn header_vocabulary_errors(&self) -> &[sessionlog_schema::HeaderVocabularyError] {
         &self.vocabulary_errors
+    }
+
+    fn header_body(&self) -> &str {
+        &self.header_body
     }
 
     fn next_event(&mut self) -> Result<Option<sessionlog_schema::EventRecord>, StoreError> {

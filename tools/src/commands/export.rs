@@ -7,7 +7,6 @@ use std::io::Write;
 use anyhow::Result;
 
 use crate::cli::SessionArgs;
-use crate::commands::create::header_json;
 use crate::target::Target;
 use crate::{exit, warn};
 
@@ -28,7 +27,7 @@ pub fn run(args: &SessionArgs) -> Result<u8> {
     let mut out = std::io::BufWriter::new(stdout.lock());
     for session in &sessions {
         let mut stream = target.stream(session)?;
-        writeln!(out, "{}", header_json(stream.header()))?;
+        writeln!(out, "{}}}", stream.header_body())?;
         while let Some(record) = stream.next_event()? {
             out.write_all(record.body().as_bytes())?;
             out.write_all(b"}\n")?;
