@@ -477,6 +477,12 @@ mod tests {
         header.id
     }
 
+    fn open_writer(store: &JsonlStore, session: &SessionId) -> SessionWriter {
+        store
+            .open_writer(session, WriterOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     fn turn(n: u32) -> NewEvent {
         NewEvent {
             event_type: "turn/start".into(),
@@ -489,9 +495,7 @@ mod tests {
     fn appended_events_are_read_back_compacted_and_in_order() {
         let (_dir, store) = store();
         let session = created(&store, "s1");
-        let mut writer = store
-            .open_writer(&session, WriterOptions::default())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut writer = open_writer(&store, &session);
         let seq = writer
             .append(turn(1), Some(1))
             .unwrap_or_else(|e| panic!("{e}"));
@@ -531,9 +535,7 @@ mod tests {
     fn a_second_writer_is_locked_out() {
         let (_dir, store) = store();
         let session = created(&store, "locked");
-        let _first = store
-            .open_writer(&session, WriterOptions::default())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let _first = open_writer(&store, &session);
         let second = store.open_writer(&session, WriterOptions::default());
         assert!(
             matches!(second, Err(StoreError::Locked { .. })),
@@ -545,9 +547,7 @@ mod tests {
     fn an_expected_seq_mismatch_is_a_conflict_and_writes_nothing() {
         let (_dir, store) = store();
         let session = created(&store, "conflict");
-        let mut writer = store
-            .open_writer(&session, WriterOptions::default())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut writer = open_writer(&store, &session);
         let error = writer.append(turn(1), Some(3));
         assert!(matches!(
             error,
@@ -568,9 +568,7 @@ mod tests {
     fn a_rule_violation_is_refused_and_writes_nothing() {
         let (_dir, store) = store();
         let session = created(&store, "rules");
-        let mut writer = store
-            .open_writer(&session, WriterOptions::default())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut writer = open_writer(&store, &session);
         let asked = NewEvent::new(
             "approval/asked",
             r#"{"requestId":"r1","turnId":"t1","tool":"bash"}"#,
@@ -584,9 +582,7 @@ mod tests {
     fn a_torn_tail_is_truncated_on_reopen() {
         let (_dir, store) = store();
         let session = created(&store, "torn");
-        let mut writer = store
-            .open_writer(&session, WriterOptions::default())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut writer = open_writer(&store, &session);
         writer
             .append(turn(1), None)
             .unwrap_or_else(|e| panic!("{e}"));
@@ -596,9 +592,7 @@ mod tests {
         let mut torn = good.clone();
         torn.extend_from_slice(b"{\"seq\":2,\"ts\":1,\"type\":\"turn/e");
         std::fs::write(&path, &torn).unwrap_or_else(|e| panic!("{e}"));
-        let mut writer = store
-            .open_writer(&session, WriterOptions::default())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut writer = open_writer(&store, &session);
         assert_eq!(std::fs::read(&path).unwrap_or_default(), good);
         let seq = writer
             .append(NewEvent::new("turn/end", r#"{"turnId":"t1"}"#), None)
@@ -610,9 +604,7 @@ mod tests {
     fn a_corrupt_log_is_refused_for_writing() {
         let (_dir, store) = store();
         let session = created(&store, "corrupt");
-        let mut writer = store
-            .open_writer(&session, WriterOptions::default())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut writer = open_writer(&store, &session);
         writer
             .append(turn(1), None)
             .unwrap_or_else(|e| panic!("{e}"));
@@ -651,9 +643,7 @@ mod tests {
         let faults = Arc::new(FailNextFsync::default());
         let store = store.with_io(Io::with_faults(faults.clone()));
         let session = created(&store, "poison");
-        let mut writer = store
-            .open_writer(&session, WriterOptions::default())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut writer = open_writer(&store, &session);
         faults.0.store(true, Ordering::SeqCst);
         assert!(matches!(
             writer.append(turn(1), None),
@@ -665,9 +655,7 @@ mod tests {
             "{again:?}"
         );
         drop(writer);
-        let mut reopened = store
-            .open_writer(&session, WriterOptions::default())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut reopened = open_writer(&store, &session);
         assert_eq!(
             reopened.next_seq(),
             2,
@@ -682,9 +670,7 @@ mod tests {
     fn a_batch_is_refused_whole_when_one_event_breaks_a_rule() {
         let (_dir, store) = store();
         let session = created(&store, "batch");
-        let mut writer = store
-            .open_writer(&session, WriterOptions::default())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut writer = open_writer(&store, &session);
         let bad = NewEvent::new("turn/end", r#"{"turnId":"nope"}"#);
         let error = writer.append_batch(vec![turn(1), bad], None);
         assert!(matches!(error, Err(StoreError::Rule { .. })));
@@ -707,9 +693,7 @@ mod tests {
         use sessionlog_schema::{ApprovalPolicy, Preset};
         let (_dir, store) = store();
         let session = created(&store, "preset");
-        let mut writer = store
-            .open_writer(&session, WriterOptions::default())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut writer = open_writer(&store, &session);
         let defaults = Defaults::default();
         let auto = writer
             .switch_preset(Preset::Auto, Some(ApprovalPolicy::Ask), &defaults, None)
@@ -752,9 +736,7 @@ mod tests {
         use sessionlog_projections::{build_review_request, parse_pending_action};
         let (_dir, store) = store();
         let session = created(&store, "review");
-        let mut writer = store
-            .open_writer(&session, WriterOptions::default())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut writer = open_writer(&store, &session);
         let events = [
             ("turn/start", r#"{"turnId":"t1"}"#),
             (
