@@ -88,7 +88,7 @@ pub fn run(args: &SessionArgs, out: &Path, defaults: &DefaultArgs, quiet: bool) 
     }
     bar.finish_and_clear();
     let html = render(&args.store.display().to_string(), &sections);
-    std::fs::write(out, html).with_context(|| format!("write {}", out.display()))?;
+    write_private(out, html.as_bytes()).with_context(|| format!("write {}", out.display()))?;
     let corrupt = sections
         .iter()
         .filter(|s| matches!(s, Section::Corrupt { .. }))
@@ -449,4 +449,21 @@ mod tests {
             "&lt;script&gt;alert(&quot;x&quot; &amp; &#39;y&#39;)&lt;/script&gt;"
         );
     }
+}
+
+/// Writes the report readable by its owner only (0600, like the logs it
+/// shows), never through a symlink planted at its name.
+fn write_private(out: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(out)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }
