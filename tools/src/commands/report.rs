@@ -438,19 +438,6 @@ const SCRIPT: &str = "
 })();
 ";
 
-#[cfg(test)]
-mod tests {
-    use super::escape;
-
-    #[test]
-    fn escaping_leaves_no_markup() {
-        assert_eq!(
-            escape("<script>alert(\"x\" & 'y')</script>"),
-            "&lt;script&gt;alert(&quot;x&quot; &amp; &#39;y&#39;)&lt;/script&gt;"
-        );
-    }
-}
-
 /// Writes the report readable by its owner only (0600, like the logs it
 /// shows), never through a symlink planted at its name.
 fn write_private(out: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -466,4 +453,17 @@ fn write_private(out: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     file.write_all(bytes)?;
     file.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn escaping_leaves_no_markup() {
+        assert_eq!(
+            escape("<script>alert(\"x\" & 'y')</script>"),
+            "&lt;script&gt;alert(&quot;x&quot; &amp; &#39;y&#39;)&lt;/script&gt;"
+        );
+    }
 }
