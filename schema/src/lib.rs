@@ -11,6 +11,7 @@ mod id;
 mod record;
 mod scan;
 mod view;
+mod view_scanner;
 mod vocab;
 
 pub use event::{

@@ -22,6 +22,7 @@ use serde::de::{self, IgnoredAny};
 use serde::Deserialize;
 
 use crate::event::present;
+use crate::view_scanner::scan_view;
 use crate::{
     ApprovalOutcome, ApprovalPolicy, ChildMode, Event, EventType, MessageRole, Preset, SandboxMode,
     SettleStatus, ShapeError,
@@ -266,8 +267,14 @@ impl<'a> EventView<'a> {
         }
     }
 
-    /// The mirror parse of a known type.
+    /// The mirror parse of a known type: the hand-written scanner when it
+    /// is sure, else the serde mirrors.
     fn parse_known_mirror(known: EventType, data: &'a str) -> Option<EventView<'a>> {
+        scan_view(known, data).or_else(|| Self::parse_known_serde_mirror(known, data))
+    }
+
+    /// The serde mirror parse of a known type.
+    fn parse_known_serde_mirror(known: EventType, data: &'a str) -> Option<EventView<'a>> {
         if !data.trim_start().starts_with('{') {
             return None;
         }
@@ -454,9 +461,10 @@ struct MessageSourceShape<'a> {
 }
 
 /// A content part, read without the buffering serde's internally tagged
-/// enums need: only a map whose first member is `type` (as our writer and
-/// every known runtime write parts) is read here; anything else is refused
-/// so that the owned parse, which accepts every form, decides.
+/// enums need: only a map whose first member is `type` followed by members
+/// of that kind of part (as our writer and every known runtime write parts)
+/// is read here; anything else is refused so that the owned parse, which
+/// accepts every form, decides.
 struct ContentPartShape;
 
 impl<'de> Deserialize<'de> for ContentPartShape {
@@ -530,10 +538,11 @@ impl<'de> de::Visitor<'de> for ContentPartVisitor {
                     seen[index] = true;
                     map.next_value::<AnyString>()?;
                 }
-                None if key == "type" => return Err(refuse()),
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                // A repeated `type`, or a member of no kind of part: the
+                // owned parse buffers such a value as serde's `Content`,
+                // which refuses numbers and strings a skip accepts
+                // (`1e999`, a lone surrogate), so it decides.
+                None => return Err(refuse()),
             }
         }
         if seen[..members.required.len()].iter().all(|seen| *seen) {
@@ -736,6 +745,10 @@ mod tests {
         (
             "message",
             r#"{"role":"user","source":{"kind":"user"},"content":["text"]}"#,
+        ),
+        (
+            "message",
+            r#"{"role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"a","extra":1e999}]}"#,
         ),
         (
             "message",
