@@ -1,15 +1,18 @@
 //! `SessionState`: the incremental fold over one session (SPEC §6).
 //!
-//! The state absorbs one record at a time in O(1) amortised work (hash maps
-//! keyed by call and request id), so the writer can check every append
+//! The state absorbs one record at a time in O(1) amortised work (hash
+//! tables of call and request ids), so the writer can check every append
 //! against the state it already holds, and `fold` of the first k records is
 //! the projection "as of" seq k. Rules about turns, steps, call ownership,
 //! settles and approvals look at own events only (seq > seedLength); shapes,
 //! vocabularies and the uniqueness of `callId` and `requestId` hold on the
 //! whole log, seeded prefix included.
 
-use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
 
 use sessionlog_schema::{
     ApprovalPolicy, Event, EventRecord, EventView, Preset, SandboxMode, SessionHeader, ShapeError,
@@ -28,7 +31,8 @@ pub struct Defaults {
     pub sandbox: SandboxMode,
 }
 
-/// A started call, as the fold knows it.
+/// A started call, as the fold knows it ([`SessionState::call`] copies it
+/// out of the state).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CallState {
@@ -47,7 +51,12 @@ pub struct CallState {
 }
 
 /// Incremental fold over one session. O(1) amortised per event.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Two states are equal when they project the same: the same header, seq,
+/// switches, open turn and step, calls and requests (with their seqs and
+/// flags), pending approvals and review index, whatever order their ids
+/// were kept in.
+#[derive(Debug, Clone)]
 pub struct SessionState {
     header: SessionHeader,
     seq: u64,
@@ -57,14 +66,16 @@ pub struct SessionState {
     sandbox_switch: Option<SandboxMode>,
     /// Value of the last own `permission/preset`.
     preset_switch: Option<Preset>,
-    open_turn: Option<String>,
-    open_step: Option<String>,
+    /// Every id the state keeps.
+    ids: Ids,
+    open_turn: Option<IdSpan>,
+    open_step: Option<IdSpan>,
     /// Every `tool/start` of the whole log, by `callId`.
-    calls: HashMap<String, CallState>,
+    calls: IdTable<CallEntry>,
     /// Every `approval/asked` of the whole log, by `requestId`.
-    requests: HashMap<String, RequestState>,
-    /// Own undecided asks, by the seq they were asked at.
-    pending_approvals: BTreeMap<u64, String>,
+    requests: IdTable<RequestEntry>,
+    /// Own undecided asks (their `requestId`), by the seq they were asked at.
+    pending_approvals: BTreeMap<u64, IdSpan>,
     /// Seq and approval policy of the last own `request/header`.
     last_own_request_header: Option<(u64, ApprovalPolicy)>,
     latest_request_header_seq: Option<u64>,
@@ -75,11 +86,57 @@ pub struct SessionState {
     violation_count: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct RequestState {
+/// The ids a state keeps (of calls, requests, the open turn and step), one
+/// after the other in one string: keeping an id costs its bytes, not an
+/// allocation of its own.
+#[derive(Debug, Clone, Default)]
+struct Ids {
+    text: String,
+}
+
+/// Where one id is in [`Ids`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct IdSpan {
+    start: usize,
+    end: usize,
+}
+
+/// A started call, its ids in [`Ids`].
+#[derive(Debug, Clone)]
+struct CallEntry {
+    call_id: IdSpan,
+    seq: u64,
+    step_id: IdSpan,
+    name: IdSpan,
+    parent_call_id: Option<IdSpan>,
+    own: bool,
+    settled: bool,
+}
+
+/// An asked approval, its id in [`Ids`].
+#[derive(Debug, Clone)]
+struct RequestEntry {
+    request_id: IdSpan,
     seq: u64,
     own: bool,
     decided: bool,
+}
+
+/// Entries found by an id of theirs, kept in [`Ids`].
+///
+/// The hasher is foldhash's, seeded at random for each table: a log is
+/// input, and a crafted one with ids that collide under a known hash could
+/// make a fold quadratic, so the hash is keyed (as std's SipHash is) but
+/// costs a fraction of SipHash on ids of a few bytes.
+#[derive(Clone)]
+struct IdTable<T> {
+    table: HashTable<T>,
+    hasher: foldhash::fast::RandomState,
+}
+
+/// An entry of an [`IdTable`]: the id it is found by.
+trait Keyed {
+    fn key(&self) -> IdSpan;
 }
 
 /// Folds `records` in order over `header`, collecting every violation.
@@ -120,10 +177,11 @@ impl SessionState {
             approval_switch: None,
             sandbox_switch: None,
             preset_switch: None,
+            ids: Ids::default(),
             open_turn: None,
             open_step: None,
-            calls: HashMap::new(),
-            requests: HashMap::new(),
+            calls: IdTable::default(),
+            requests: IdTable::default(),
             pending_approvals: BTreeMap::new(),
             last_own_request_header: None,
             latest_request_header_seq: None,
@@ -259,19 +317,19 @@ impl SessionState {
 
     /// The open own turn.
     pub fn open_turn(&self) -> Option<&str> {
-        self.open_turn.as_deref()
+        self.open_turn.map(|turn| self.ids.get(turn))
     }
 
     /// The open own step (always inside the open turn).
     pub fn open_step(&self) -> Option<&str> {
-        self.open_step.as_deref()
+        self.open_step.map(|step| self.ids.get(step))
     }
 
     /// The `requestId`s of own asks not yet decided, in the order asked.
     pub fn pending_approvals(&self) -> Vec<&str> {
         self.pending_approvals
             .values()
-            .map(String::as_str)
+            .map(|request| self.ids.get(*request))
             .collect()
     }
 
@@ -290,8 +348,18 @@ impl SessionState {
     }
 
     /// The call started with `call_id` anywhere in the log.
-    pub fn call(&self, call_id: &str) -> Option<&CallState> {
-        self.calls.get(call_id)
+    pub fn call(&self, call_id: &str) -> Option<CallState> {
+        let call = self.calls.find(&self.ids, call_id)?;
+        Some(CallState {
+            seq: call.seq,
+            step_id: self.ids.get(call.step_id).to_owned(),
+            name: self.ids.get(call.name).to_owned(),
+            own: call.own,
+            settled: call.settled,
+            parent_call_id: call
+                .parent_call_id
+                .map(|parent| self.ids.get(parent).to_owned()),
+        })
     }
 
     /// The seq of the latest `request/header` of the whole log, seeded
@@ -352,7 +420,7 @@ impl SessionState {
     /// Rules that hold on the whole log: ids that must be unique.
     fn check_whole_log_rules(&self, view: &EventView<'_>) -> Result<(), String> {
         match view {
-            EventView::ToolStart { call_id, .. } => match self.calls.get(call_id.as_ref()) {
+            EventView::ToolStart { call_id, .. } => match self.calls.find(&self.ids, call_id) {
                 Some(earlier) => Err(format!(
                     "callId {:?} is already used by the tool/start at seq {}",
                     call_id, earlier.seq
@@ -360,7 +428,7 @@ impl SessionState {
                 None => Ok(()),
             },
             EventView::ApprovalAsked { request_id, .. } => {
-                match self.requests.get(request_id.as_ref()) {
+                match self.requests.find(&self.ids, request_id) {
                     Some(earlier) => Err(format!(
                         "requestId {:?} is already used by the approval/asked at seq {}",
                         request_id, earlier.seq
@@ -388,7 +456,7 @@ impl SessionState {
     /// Rules that hold on own events: turns, steps, calls, approvals.
     fn check_own_rules(&self, view: &EventView<'_>) -> Result<(), String> {
         match view {
-            EventView::TurnStart { turn_id } => match &self.open_turn {
+            EventView::TurnStart { turn_id } => match self.open_turn() {
                 Some(open) => Err(format!(
                     "turn {turn_id:?} cannot start while turn {open:?} is open; end it first"
                 )),
@@ -396,7 +464,7 @@ impl SessionState {
             },
             EventView::TurnEnd { turn_id } => {
                 self.names_open_turn(|| "turn/end".to_owned(), turn_id)?;
-                match &self.open_step {
+                match self.open_step() {
                     Some(step) => Err(format!(
                         "turn {turn_id:?} cannot end while step {step:?} is open; end the step first"
                     )),
@@ -405,7 +473,7 @@ impl SessionState {
             }
             EventView::StepStart { step_id, turn_id } => {
                 self.names_open_turn(|| format!("step {step_id:?}"), turn_id)?;
-                match &self.open_step {
+                match self.open_step() {
                     Some(open) => Err(format!(
                         "step {step_id:?} cannot start while step {open:?} is open; end it first"
                     )),
@@ -437,7 +505,7 @@ impl SessionState {
 
     /// `what` (named only when it is an error) must name the open turn.
     fn names_open_turn(&self, what: impl Fn() -> String, turn_id: &str) -> Result<(), String> {
-        match &self.open_turn {
+        match self.open_turn() {
             None => Err(format!(
                 "{} names turn {turn_id:?} but no turn is open",
                 what()
@@ -452,7 +520,7 @@ impl SessionState {
 
     /// `what` (named only when it is an error) must name the open step.
     fn names_open_step(&self, what: impl Fn() -> String, step_id: &str) -> Result<(), String> {
-        match &self.open_step {
+        match self.open_step() {
             None => Err(format!(
                 "{} names step {step_id:?} but no step is open",
                 what()
@@ -466,7 +534,7 @@ impl SessionState {
     }
 
     fn check_tool_settle(&self, call_id: &str) -> Result<(), String> {
-        let Some(call) = self.calls.get(call_id) else {
+        let Some(call) = self.calls.find(&self.ids, call_id) else {
             return Err(format!(
                 "call {call_id:?} was never started; a settle needs an own started call"
             ));
@@ -484,7 +552,7 @@ impl SessionState {
     }
 
     fn check_approval_decided(&self, request_id: &str) -> Result<(), String> {
-        let Some(request) = self.requests.get(request_id) else {
+        let Some(request) = self.requests.find(&self.ids, request_id) else {
             return Err(format!("approval request {request_id:?} was never asked"));
         };
         if !request.own {
@@ -512,11 +580,11 @@ impl SessionState {
                 }
             }
             EventView::TurnStart { turn_id } if own => {
-                self.open_turn = Some(turn_id.into_owned());
+                self.open_turn = Some(self.ids.push(&turn_id));
             }
             EventView::TurnEnd { .. } if own => self.open_turn = None,
             EventView::StepStart { step_id, .. } if own => {
-                self.open_step = Some(step_id.into_owned());
+                self.open_step = Some(self.ids.push(&step_id));
             }
             EventView::StepEnd { .. } if own => self.open_step = None,
             EventView::TurnStart { .. }
@@ -529,19 +597,26 @@ impl SessionState {
                 name,
                 parent_call_id,
             } => {
-                let call = CallState {
+                // A call names the open step (a seeded one may not): its id
+                // is kept once for the step and its calls.
+                let step_id = match self.open_step {
+                    Some(open) if self.ids.get(open) == step_id => open,
+                    _ => self.ids.push(&step_id),
+                };
+                let call = CallEntry {
+                    call_id: self.ids.push(&call_id),
                     seq,
-                    step_id: step_id.into_owned(),
-                    name: name.into_owned(),
+                    step_id,
+                    name: self.ids.push(&name),
+                    parent_call_id: parent_call_id.map(|parent| self.ids.push(&parent)),
                     own,
                     settled: false,
-                    parent_call_id: parent_call_id.map(Cow::into_owned),
                 };
-                self.calls.insert(call_id.into_owned(), call);
+                self.calls.insert(&self.ids, call);
                 self.reviewed_seqs.push(seq);
             }
             EventView::ToolSettle { call_id } => {
-                if let Some(call) = self.calls.get_mut(call_id.as_ref()) {
+                if let Some(call) = self.calls.find_mut(&self.ids, &call_id) {
                     call.settled = true;
                 }
             }
@@ -554,19 +629,20 @@ impl SessionState {
             | EventView::SandboxMode { .. }
             | EventView::PermissionPreset { .. } => {}
             EventView::ApprovalAsked { request_id, .. } => {
-                let request_id = request_id.into_owned();
+                let request_id = self.ids.push(&request_id);
                 if own {
-                    self.pending_approvals.insert(seq, request_id.clone());
+                    self.pending_approvals.insert(seq, request_id);
                 }
-                let request = RequestState {
+                let request = RequestEntry {
+                    request_id,
                     seq,
                     own,
                     decided: false,
                 };
-                self.requests.insert(request_id, request);
+                self.requests.insert(&self.ids, request);
             }
             EventView::ApprovalDecided { request_id } => {
-                if let Some(request) = self.requests.get_mut(request_id.as_ref()) {
+                if let Some(request) = self.requests.find_mut(&self.ids, &request_id) {
                     request.decided = true;
                     self.pending_approvals.remove(&request.seq);
                 }
@@ -579,6 +655,138 @@ impl SessionState {
             }
             EventView::ChildCreated | EventView::Unknown => {}
         }
+    }
+}
+
+impl PartialEq for SessionState {
+    fn eq(&self, other: &Self) -> bool {
+        let SessionState {
+            header,
+            seq,
+            approval_switch,
+            sandbox_switch,
+            preset_switch,
+            ids: _,
+            open_turn: _,
+            open_step: _,
+            calls,
+            requests,
+            pending_approvals: _,
+            last_own_request_header,
+            latest_request_header_seq,
+            last_checkpoint_seq,
+            reviewed_seqs,
+            violation_count,
+        } = self;
+        let same_calls = calls.table.len() == other.calls.table.len()
+            && calls.table.iter().all(|call| {
+                let call_id = self.ids.get(call.call_id);
+                self.call(call_id) == other.call(call_id)
+            });
+        let same_requests = requests.table.len() == other.requests.table.len()
+            && requests.table.iter().all(|request| {
+                let found = other
+                    .requests
+                    .find(&other.ids, self.ids.get(request.request_id));
+                found.is_some_and(|found| {
+                    (found.seq, found.own, found.decided)
+                        == (request.seq, request.own, request.decided)
+                })
+            });
+        let pending_seqs = self
+            .pending_approvals
+            .keys()
+            .eq(other.pending_approvals.keys());
+        *header == other.header
+            && *seq == other.seq
+            && *approval_switch == other.approval_switch
+            && *sandbox_switch == other.sandbox_switch
+            && *preset_switch == other.preset_switch
+            && self.open_turn() == other.open_turn()
+            && self.open_step() == other.open_step()
+            && same_calls
+            && same_requests
+            && pending_seqs
+            && self.pending_approvals() == other.pending_approvals()
+            && *last_own_request_header == other.last_own_request_header
+            && *latest_request_header_seq == other.latest_request_header_seq
+            && *last_checkpoint_seq == other.last_checkpoint_seq
+            && *reviewed_seqs == other.reviewed_seqs
+            && *violation_count == other.violation_count
+    }
+}
+
+impl Eq for SessionState {}
+
+impl Ids {
+    /// Keeps `id`; where it is.
+    fn push(&mut self, id: &str) -> IdSpan {
+        let start = self.text.len();
+        self.text.push_str(id);
+        IdSpan {
+            start,
+            end: self.text.len(),
+        }
+    }
+
+    fn get(&self, span: IdSpan) -> &str {
+        &self.text[span.start..span.end]
+    }
+}
+
+impl Keyed for CallEntry {
+    fn key(&self) -> IdSpan {
+        self.call_id
+    }
+}
+
+impl Keyed for RequestEntry {
+    fn key(&self) -> IdSpan {
+        self.request_id
+    }
+}
+
+impl<T> Default for IdTable<T> {
+    fn default() -> Self {
+        IdTable {
+            table: HashTable::new(),
+            hasher: foldhash::fast::RandomState::default(),
+        }
+    }
+}
+
+impl<T> fmt::Debug for IdTable<T>
+where
+    T: fmt::Debug,
+{
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.debug_list().entries(self.table.iter()).finish()
+    }
+}
+
+impl<T: Keyed> IdTable<T> {
+    fn hash(&self, id: &str) -> u64 {
+        self.hasher.hash_one(id)
+    }
+
+    /// The entry whose id is `id`.
+    fn find(&self, ids: &Ids, id: &str) -> Option<&T> {
+        self.table
+            .find(self.hash(id), |entry| ids.get(entry.key()) == id)
+    }
+
+    fn find_mut(&mut self, ids: &Ids, id: &str) -> Option<&mut T> {
+        let hash = self.hash(id);
+        self.table
+            .find_mut(hash, |entry| ids.get(entry.key()) == id)
+    }
+
+    /// Adds `entry`, whose id no entry has (the rules refused a repeat).
+    fn insert(&mut self, ids: &Ids, entry: T) {
+        let hash = self.hash(ids.get(entry.key()));
+        let hasher = &self.hasher;
+        self.table
+            .insert_unique(hash, entry, |entry| hasher.hash_one(ids.get(entry.key())));
     }
 }
 
