@@ -46,8 +46,6 @@ pub struct CallState {
     pub own: bool,
     /// Whether a `tool/settle` closed it.
     pub settled: bool,
-    /// The program call it was made from, if any.
-    pub parent_call_id: Option<String>,
 }
 
 /// Incremental fold over one session. O(1) amortised per event.
@@ -108,7 +106,6 @@ struct CallEntry {
     seq: u64,
     step_id: IdSpan,
     name: IdSpan,
-    parent_call_id: Option<IdSpan>,
     own: bool,
     settled: bool,
 }
@@ -122,7 +119,10 @@ struct RequestEntry {
     decided: bool,
 }
 
-/// Entries found by an id of theirs, kept in [`Ids`].
+/// Entries found by an id of theirs, kept in [`Ids`]: the entries in the
+/// order added, and a hash table of their indexes with the hash of their
+/// id (small slots, so that probing touches little memory, and growing the
+/// table never reads an id again).
 ///
 /// The hasher is foldhash's, seeded at random for each table: a log is
 /// input, and a crafted one with ids that collide under a known hash could
@@ -130,8 +130,16 @@ struct RequestEntry {
 /// costs a fraction of SipHash on ids of a few bytes.
 #[derive(Clone)]
 struct IdTable<T> {
-    table: HashTable<T>,
+    entries: Vec<T>,
+    table: HashTable<IndexSlot>,
     hasher: foldhash::fast::RandomState,
+}
+
+/// A slot of an [`IdTable`]'s hash table: an entry's index and its id's hash.
+#[derive(Debug, Clone, Copy)]
+struct IndexSlot {
+    hash: u64,
+    index: usize,
 }
 
 /// An entry of an [`IdTable`]: the id it is found by.
@@ -356,9 +364,6 @@ impl SessionState {
             name: self.ids.get(call.name).to_owned(),
             own: call.own,
             settled: call.settled,
-            parent_call_id: call
-                .parent_call_id
-                .map(|parent| self.ids.get(parent).to_owned()),
         })
     }
 
@@ -595,7 +600,7 @@ impl SessionState {
                 call_id,
                 step_id,
                 name,
-                parent_call_id,
+                ..
             } => {
                 // A call names the open step (a seeded one may not): its id
                 // is kept once for the step and its calls.
@@ -608,7 +613,6 @@ impl SessionState {
                     seq,
                     step_id,
                     name: self.ids.push(&name),
-                    parent_call_id: parent_call_id.map(|parent| self.ids.push(&parent)),
                     own,
                     settled: false,
                 };
@@ -678,13 +682,13 @@ impl PartialEq for SessionState {
             reviewed_seqs,
             violation_count,
         } = self;
-        let same_calls = calls.table.len() == other.calls.table.len()
-            && calls.table.iter().all(|call| {
+        let same_calls = calls.entries.len() == other.calls.entries.len()
+            && calls.entries.iter().all(|call| {
                 let call_id = self.ids.get(call.call_id);
                 self.call(call_id) == other.call(call_id)
             });
-        let same_requests = requests.table.len() == other.requests.table.len()
-            && requests.table.iter().all(|request| {
+        let same_requests = requests.entries.len() == other.requests.entries.len()
+            && requests.entries.iter().all(|request| {
                 let found = other
                     .requests
                     .find(&other.ids, self.ids.get(request.request_id));
@@ -749,6 +753,7 @@ impl Keyed for RequestEntry {
 impl<T> Default for IdTable<T> {
     fn default() -> Self {
         IdTable {
+            entries: Vec::new(),
             table: HashTable::new(),
             hasher: foldhash::fast::RandomState::default(),
         }
@@ -760,7 +765,7 @@ where
     T: fmt::Debug,
 {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.debug_list().entries(self.table.iter()).finish()
+        formatter.debug_list().entries(&self.entries).finish()
     }
 }
 
@@ -769,24 +774,34 @@ impl<T: Keyed> IdTable<T> {
         self.hasher.hash_one(id)
     }
 
+    /// The index of the entry whose id is `id`.
+    fn position(&self, ids: &Ids, id: &str) -> Option<usize> {
+        let hash = self.hash(id);
+        let entries = &self.entries;
+        let slot = self.table.find(hash, |slot| {
+            slot.hash == hash && ids.get(entries[slot.index].key()) == id
+        })?;
+        Some(slot.index)
+    }
+
     /// The entry whose id is `id`.
     fn find(&self, ids: &Ids, id: &str) -> Option<&T> {
-        self.table
-            .find(self.hash(id), |entry| ids.get(entry.key()) == id)
+        self.position(ids, id).map(|index| &self.entries[index])
     }
 
     fn find_mut(&mut self, ids: &Ids, id: &str) -> Option<&mut T> {
-        let hash = self.hash(id);
-        self.table
-            .find_mut(hash, |entry| ids.get(entry.key()) == id)
+        self.position(ids, id).map(|index| &mut self.entries[index])
     }
 
     /// Adds `entry`, whose id no entry has (the rules refused a repeat).
     fn insert(&mut self, ids: &Ids, entry: T) {
         let hash = self.hash(ids.get(entry.key()));
-        let hasher = &self.hasher;
-        self.table
-            .insert_unique(hash, entry, |entry| hasher.hash_one(ids.get(entry.key())));
+        let slot = IndexSlot {
+            hash,
+            index: self.entries.len(),
+        };
+        self.table.insert_unique(hash, slot, |slot| slot.hash);
+        self.entries.push(entry);
     }
 }
 
