@@ -26,14 +26,15 @@
 //! Both sides are read as their good prefixes.
 
 use std::fmt;
+use std::io::BufRead;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use sessionlog_projections::fold;
+use sessionlog_projections::{fold, SessionState, Violation};
 use sessionlog_schema::{EventRecord, SessionHeader, SessionId, TornTail};
 
 use crate::jsonl::JsonlStore;
-use crate::reader::Snapshot;
+use crate::reader::{LogReader, Snapshot};
 use crate::sqlite::SqliteBulkCreate;
 use crate::store::Store;
 use crate::writer::Durability;
@@ -209,7 +210,15 @@ pub fn diff(left: &Store, right: &Store) -> Result<Option<Difference>, StoreErro
 /// violations with the session named. Its torn tail, if any, stays in the
 /// snapshot.
 fn read_source_session(from: &Store, id: &SessionId) -> Result<Snapshot, StoreError> {
-    let snapshot = from.snapshot(id)?;
+    let (snapshot, first_violation) = match from {
+        // A log is folded as it is read: each line's data is scanned once.
+        Store::Jsonl(store) => read_folded(store.reader(id)?)?,
+        Store::Sqlite(_) => {
+            let snapshot = from.snapshot(id)?;
+            let (_, violations) = fold(snapshot.header.clone(), &snapshot.events);
+            (snapshot, violations.into_iter().next())
+        }
+    };
     let path = from.session_path(id);
     if let Some(error) = snapshot.header_vocabulary_errors.first() {
         return Err(StoreError::HeaderVocabulary {
@@ -217,11 +226,36 @@ fn read_source_session(from: &Store, id: &SessionId) -> Result<Snapshot, StoreEr
             error: error.clone(),
         });
     }
-    let (_, violations) = fold(snapshot.header.clone(), &snapshot.events);
-    if let Some(violation) = violations.into_iter().next() {
+    if let Some(violation) = first_violation {
         return Err(StoreError::Rule { path, violation });
     }
     Ok(snapshot)
+}
+
+/// The rest of `reader` in memory, folded as it is read, and the first
+/// violation the fold met (the snapshot and `fold` of its events would
+/// give the same).
+fn read_folded<R: BufRead>(
+    mut reader: LogReader<R>,
+) -> Result<(Snapshot, Option<Violation>), StoreError> {
+    let header = reader.header().clone();
+    let mut state = SessionState::new(header.clone());
+    let mut events = Vec::new();
+    let mut first_violation = None;
+    while let Some(event) = reader.next_event_folded(&mut state)? {
+        if let Err(violation) = event.folded {
+            first_violation.get_or_insert(violation);
+        }
+        events.push(event.record);
+    }
+    let summary = reader.finish()?;
+    let snapshot = Snapshot {
+        header,
+        header_vocabulary_errors: summary.header_vocabulary_errors,
+        events,
+        torn_tail: summary.torn_tail,
+    };
+    Ok((snapshot, first_violation))
 }
 
 /// What the source held of one session, to compare the copy against
