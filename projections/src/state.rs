@@ -600,7 +600,6 @@ impl SessionState {
                 call_id,
                 step_id,
                 name,
-                ..
             } => {
                 // A call names the open step (a seeded one may not): its id
                 // is kept once for the step and its calls.

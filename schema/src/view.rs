@@ -65,7 +65,8 @@ pub enum EventView<'a> {
         /// `source.kind`.
         source_kind: Cow<'a, str>,
     },
-    /// `tool/start` (its arguments are validated, not kept).
+    /// `tool/start` (its arguments and parent call are validated, not
+    /// kept).
     ToolStart {
         /// `callId`.
         call_id: Cow<'a, str>,
@@ -73,8 +74,6 @@ pub enum EventView<'a> {
         step_id: Cow<'a, str>,
         /// `name`.
         name: Cow<'a, str>,
-        /// `parentCallId`.
-        parent_call_id: Option<Cow<'a, str>>,
     },
     /// `tool/settle` (status, result and error validated, not kept).
     ToolSettle {
@@ -177,7 +176,6 @@ impl<'a> EventView<'a> {
                 call_id: text(&start.call_id),
                 step_id: text(&start.step_id),
                 name: text(&start.name),
-                parent_call_id: start.parent_call_id.as_ref().map(text),
             },
             Event::ToolSettle(settle) => EventView::ToolSettle {
                 call_id: text(&settle.call_id),
@@ -229,12 +227,10 @@ impl<'a> EventView<'a> {
                 call_id,
                 step_id,
                 name,
-                parent_call_id,
             } => EventView::ToolStart {
                 call_id: own(call_id),
                 step_id: own(step_id),
                 name: own(name),
-                parent_call_id: parent_call_id.map(own),
             },
             EventView::ToolSettle { call_id } => EventView::ToolSettle {
                 call_id: own(call_id),
@@ -310,7 +306,6 @@ impl<'a> EventView<'a> {
                     call_id: start.call_id,
                     step_id: start.step_id,
                     name: start.name,
-                    parent_call_id: start.parent_call_id,
                 }
             }
             EventType::ToolSettle => EventView::ToolSettle {
@@ -564,8 +559,8 @@ struct ToolStartShape<'a> {
     name: Cow<'a, str>,
     #[serde(rename = "arguments")]
     _arguments: IgnoredAny,
-    #[serde(borrow, default, deserialize_with = "present")]
-    parent_call_id: Option<Cow<'a, str>>,
+    #[serde(rename = "parentCallId", default, deserialize_with = "present")]
+    _parent_call_id: Option<AnyString>,
 }
 
 #[derive(Deserialize)]

@@ -496,7 +496,7 @@ impl<'a> Scanner<'a> {
             b"stepId" => fill(&mut step_id, scanner.id()?),
             b"name" => fill(&mut name, scanner.id()?),
             b"arguments" => fill(&mut arguments, scanner.skip_value(1)?),
-            b"parentCallId" => fill(&mut parent_call_id, scanner.id()?),
+            b"parentCallId" => fill(&mut parent_call_id, scanner.any_string()?),
             _ => scanner.skip_value(1),
         })?;
         arguments?;
@@ -504,7 +504,6 @@ impl<'a> Scanner<'a> {
             call_id: call_id?,
             step_id: step_id?,
             name: name?,
-            parent_call_id,
         })
     }
 
