@@ -510,32 +510,12 @@ impl SessionState {
 
     /// `what` (named only when it is an error) must name the open turn.
     fn names_open_turn(&self, what: impl Fn() -> String, turn_id: &str) -> Result<(), String> {
-        match self.open_turn() {
-            None => Err(format!(
-                "{} names turn {turn_id:?} but no turn is open",
-                what()
-            )),
-            Some(open) if open != turn_id => Err(format!(
-                "{} names turn {turn_id:?} but the open turn is {open:?}",
-                what()
-            )),
-            Some(_) => Ok(()),
-        }
+        names_open("turn", self.open_turn(), what, turn_id)
     }
 
     /// `what` (named only when it is an error) must name the open step.
     fn names_open_step(&self, what: impl Fn() -> String, step_id: &str) -> Result<(), String> {
-        match self.open_step() {
-            None => Err(format!(
-                "{} names step {step_id:?} but no step is open",
-                what()
-            )),
-            Some(open) if open != step_id => Err(format!(
-                "{} names step {step_id:?} but the open step is {open:?}",
-                what()
-            )),
-            Some(_) => Ok(()),
-        }
+        names_open("step", self.open_step(), what, step_id)
     }
 
     fn check_tool_settle(&self, call_id: &str) -> Result<(), String> {
@@ -804,6 +784,26 @@ impl<T: Keyed> IdTable<T> {
     }
 }
 
+/// `what` (named only when it is an error) must name `open`, the open
+/// `kind` (turn or step).
+fn names_open(
+    kind: &str,
+    open: Option<&str>,
+    what: impl Fn() -> String,
+    named: &str,
+) -> Result<(), String> {
+    match open {
+        None => Err(format!(
+            "{} names {kind} {named:?} but no {kind} is open",
+            what()
+        )),
+        Some(open) if open != named => Err(format!(
+            "{} names {kind} {named:?} but the open {kind} is {open:?}",
+            what()
+        )),
+        Some(_) => Ok(()),
+    }
+}
 #[cfg(test)]
 mod tests {
     use expect_test::{expect, Expect};
