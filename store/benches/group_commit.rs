@@ -32,6 +32,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{:<8} {:>22} {:>22} {:>8}",
         "backend", "1 thread (events/s)", "64 threads (events/s)", "ratio"
     );
+    let raw_folder = folder.path().join("raw");
+    std::fs::create_dir(&raw_folder)?;
+    let raw_single = measure_raw(&raw_folder, 1)?;
+    let raw_grouped = measure_raw(&raw_folder, THREADS)?;
+    println!(
+        "{:<8} {raw_single:>22.0} {raw_grouped:>22.0} {:>7.1}x   (the disk's ceiling: no sessionlog code)",
+        "raw",
+        raw_grouped / raw_single
+    );
     for (name, path) in [
         ("SQLite", folder.path().join("bench.db")),
         ("JSONL", folder.path().join("logs")),
@@ -102,6 +111,48 @@ fn append_until_deadline(
         appended += 1;
     }
     Ok(appended)
+}
+
+/// Events per second of `threads` threads, each appending a 120-byte line
+/// to its own file with one `write` and one `fdatasync` per line: what the
+/// file system itself allows, the ceiling of the JSONL side.
+fn measure_raw(folder: &std::path::Path, threads: usize) -> std::io::Result<f64> {
+    use std::io::Write;
+    let start = Barrier::new(threads);
+    let counts: std::io::Result<Vec<u64>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|thread| {
+                let start = &start;
+                let path = folder.join(format!("raw-{threads}-{thread}"));
+                scope.spawn(move || -> std::io::Result<u64> {
+                    let mut file = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(path)?;
+                    let line = [b'x'; 120];
+                    start.wait();
+                    let deadline = Instant::now() + RUN_FOR;
+                    let mut appended = 0u64;
+                    while Instant::now() < deadline {
+                        file.write_all(&line)?;
+                        file.sync_data()?;
+                        appended += 1;
+                    }
+                    Ok(appended)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    let total: u64 = counts?.iter().sum();
+    Ok(total as f64 / RUN_FOR.as_secs_f64())
 }
 
 fn header(id: &str) -> Result<SessionHeader, StoreError> {
