@@ -226,14 +226,7 @@ impl SessionState {
     pub fn check(&self, record: &EventRecord) -> Result<Event, Violation> {
         let seq = record.seq();
         let event_type = record.event_type();
-        let expected = self.seq.saturating_add(1);
-        if seq != expected {
-            return Err(Violation::rule(
-                seq,
-                event_type,
-                format!("expected seq {expected}, found seq {seq}"),
-            ));
-        }
+        self.check_next_seq(record)?;
         let event = Event::parse(event_type, record.data())
             .map_err(|error| Violation::from_shape(seq, event_type, &error))?;
         self.check_rules(seq, event_type, &EventView::of(&event))?;
@@ -384,6 +377,19 @@ impl SessionState {
         self.approval_switch.map(|(seq, _)| seq)
     }
 
+    /// The record must carry the next seq (`self.seq() + 1`).
+    fn check_next_seq(&self, record: &EventRecord) -> Result<(), Violation> {
+        let expected = self.seq.saturating_add(1);
+        if record.seq() == expected {
+            return Ok(());
+        }
+        Err(Violation::rule(
+            record.seq(),
+            record.event_type(),
+            format!("expected seq {expected}, found seq {}", record.seq()),
+        ))
+    }
+
     /// [`check`](Self::check) through the borrowed view that `parse`
     /// returns for the record's data.
     fn check_parsed<'v>(
@@ -393,14 +399,7 @@ impl SessionState {
     ) -> Result<EventView<'v>, Violation> {
         let seq = record.seq();
         let event_type = record.event_type();
-        let expected = self.seq.saturating_add(1);
-        if seq != expected {
-            return Err(Violation::rule(
-                seq,
-                event_type,
-                format!("expected seq {expected}, found seq {seq}"),
-            ));
-        }
+        self.check_next_seq(record)?;
         let view = parse().map_err(|error| Violation::from_shape(seq, event_type, &error))?;
         self.check_rules(seq, event_type, &view)?;
         Ok(view)
