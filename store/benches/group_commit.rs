@@ -67,12 +67,21 @@ fn measure(store: &Store, prefix: &str, threads: usize) -> Result<f64, StoreErro
         )?;
     }
     let start = Barrier::new(threads);
-    let counts: Result<Vec<u64>, StoreError> = std::thread::scope(|scope| {
+    run_threads(threads, |thread| {
+        append_until_deadline(store, prefix, thread, &start)
+    })
+}
+
+/// Runs `work` on `threads` scoped threads and turns the events they
+/// counted into events per second of `RUN_FOR`.
+fn run_threads<E: Send>(
+    threads: usize,
+    work: impl Fn(usize) -> Result<u64, E> + Sync,
+) -> Result<f64, E> {
+    let work = &work;
+    let counts: Result<Vec<u64>, E> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
-            .map(|thread| {
-                let start = &start;
-                scope.spawn(move || append_until_deadline(store, prefix, thread, start))
-            })
+            .map(|thread| scope.spawn(move || work(thread)))
             .collect();
         handles
             .into_iter()
@@ -119,40 +128,23 @@ fn append_until_deadline(
 fn measure_raw(folder: &std::path::Path, threads: usize) -> std::io::Result<f64> {
     use std::io::Write;
     let start = Barrier::new(threads);
-    let counts: std::io::Result<Vec<u64>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|thread| {
-                let start = &start;
-                let path = folder.join(format!("raw-{threads}-{thread}"));
-                scope.spawn(move || -> std::io::Result<u64> {
-                    let mut file = std::fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(path)?;
-                    let line = [b'x'; 120];
-                    start.wait();
-                    let deadline = Instant::now() + RUN_FOR;
-                    let mut appended = 0u64;
-                    while Instant::now() < deadline {
-                        file.write_all(&line)?;
-                        file.sync_data()?;
-                        appended += 1;
-                    }
-                    Ok(appended)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|handle| {
-                handle
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
-    });
-    let total: u64 = counts?.iter().sum();
-    Ok(total as f64 / RUN_FOR.as_secs_f64())
+    run_threads(threads, |thread| {
+        let path = folder.join(format!("raw-{threads}-{thread}"));
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        let line = [b'x'; 120];
+        start.wait();
+        let deadline = Instant::now() + RUN_FOR;
+        let mut appended = 0u64;
+        while Instant::now() < deadline {
+            file.write_all(&line)?;
+            file.sync_data()?;
+            appended += 1;
+        }
+        Ok(appended)
+    })
 }
 
 fn header(id: &str) -> Result<SessionHeader, StoreError> {
