@@ -3,12 +3,16 @@
 //! For each backend, 64 threads each append single events durably
 //! (`Durability::Fsync`) to their own session, and one thread appends to one
 //! session with one durable commit per append (SQLite: one
-//! `synchronous=FULL` transaction; JSONL: one fdatasync). Each side runs for
-//! a fixed time; the table gives events per second and the ratio.
+//! `synchronous=FULL` transaction; JSONL: one fdatasync). The two sides
+//! alternate for `ROUNDS` rounds of a fixed time each, so that a disk whose
+//! speed drifts during the run weighs on both alike; the table gives events
+//! per second over all rounds and the ratio.
 //!
 //! Run with `cargo bench -p sessionlog-store --bench group_commit`. The
 //! store lives in a temporary folder under `$SESSIONLOG_BENCH_DIR` (default:
 //! the system temporary folder): point it at the disk you want to measure.
+//! `SESSIONLOG_BENCH_ONLY=raw|sqlite|jsonl` runs one row only (for a
+//! profiler).
 
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
@@ -17,14 +21,15 @@ use sessionlog_schema::{SessionHeader, SessionId};
 use sessionlog_store::{NewEvent, Store, StoreError, WriterOptions};
 
 const THREADS: usize = 64;
-const RUN_FOR: Duration = Duration::from_secs(4);
+const ROUNDS: usize = 4;
+const RUN_FOR: Duration = Duration::from_secs(1);
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let base = std::env::var_os("SESSIONLOG_BENCH_DIR")
         .map_or_else(std::env::temp_dir, std::path::PathBuf::from);
     let folder = tempfile::tempdir_in(base)?;
     println!(
-        "group commit: {THREADS} threads vs 1 thread, {} s each, durable appends, store in {}",
+        "group commit: {THREADS} threads vs 1 thread, {ROUNDS} alternating rounds of {} s each, durable appends, store in {}",
         RUN_FOR.as_secs(),
         folder.path().display()
     );
@@ -32,22 +37,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{:<8} {:>22} {:>22} {:>8}",
         "backend", "1 thread (events/s)", "64 threads (events/s)", "ratio"
     );
-    let raw_folder = folder.path().join("raw");
-    std::fs::create_dir(&raw_folder)?;
-    let raw_single = measure_raw(&raw_folder, 1)?;
-    let raw_grouped = measure_raw(&raw_folder, THREADS)?;
-    println!(
-        "{:<8} {raw_single:>22.0} {raw_grouped:>22.0} {:>7.1}x   (the disk's ceiling: no sessionlog code)",
-        "raw",
-        raw_grouped / raw_single
-    );
+    let only = std::env::var("SESSIONLOG_BENCH_ONLY").ok();
+    let wanted = |name: &str| {
+        only.as_deref()
+            .is_none_or(|only| only.eq_ignore_ascii_case(name))
+    };
+    if wanted("raw") {
+        let raw_folder = folder.path().join("raw");
+        std::fs::create_dir(&raw_folder)?;
+        let (raw_single, raw_grouped) =
+            alternate(|round, threads| measure_raw(&raw_folder, round, threads))?;
+        println!(
+            "{:<8} {raw_single:>22.0} {raw_grouped:>22.0} {:>7.1}x   (the disk's ceiling: no sessionlog code)",
+            "raw",
+            raw_grouped / raw_single
+        );
+    }
     for (name, path) in [
         ("SQLite", folder.path().join("bench.db")),
         ("JSONL", folder.path().join("logs")),
     ] {
+        if !wanted(name) {
+            continue;
+        }
         let store = Store::create(&path)?;
-        let single = measure(&store, "single", 1)?;
-        let grouped = measure(&store, "group", THREADS)?;
+        let (single, grouped) = alternate(|round, threads| measure(&store, round, threads))?;
         println!(
             "{name:<8} {single:>22.0} {grouped:>22.0} {:>7.1}x",
             grouped / single
@@ -56,9 +70,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// Runs `measure(round, threads)` for one thread and for `THREADS`
+/// threads in turn, `ROUNDS` times, and gives the mean events per second of
+/// each. A first round of `THREADS` threads is not counted: it brings the
+/// store to its steady state (a SQLite WAL file at its full size, which a
+/// fresh database has to grow to), as a store in service is.
+fn alternate<E>(mut measure: impl FnMut(usize, usize) -> Result<f64, E>) -> Result<(f64, f64), E> {
+    measure(ROUNDS, THREADS)?;
+    let (mut single, mut grouped) = (0.0, 0.0);
+    for round in 0..ROUNDS {
+        single += measure(round, 1)?;
+        grouped += measure(round, THREADS)?;
+    }
+    Ok((single / ROUNDS as f64, grouped / ROUNDS as f64))
+}
+
 /// Events per second of `threads` threads, each appending to its own
 /// session for `RUN_FOR`.
-fn measure(store: &Store, prefix: &str, threads: usize) -> Result<f64, StoreError> {
+fn measure(store: &Store, round: usize, threads: usize) -> Result<f64, StoreError> {
+    let prefix = format!("r{round}-t{threads}");
+    let prefix = prefix.as_str();
     for thread in 0..threads {
         store.create_session(
             &header(&format!("{prefix}-{thread}"))?,
@@ -125,11 +156,11 @@ fn append_until_deadline(
 /// Events per second of `threads` threads, each appending a 120-byte line
 /// to its own file with one `write` and one `fdatasync` per line: what the
 /// file system itself allows, the ceiling of the JSONL side.
-fn measure_raw(folder: &std::path::Path, threads: usize) -> std::io::Result<f64> {
+fn measure_raw(folder: &std::path::Path, round: usize, threads: usize) -> std::io::Result<f64> {
     use std::io::Write;
     let start = Barrier::new(threads);
     run_threads(threads, |thread| {
-        let path = folder.join(format!("raw-{threads}-{thread}"));
+        let path = folder.join(format!("raw-{round}-{threads}-{thread}"));
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
