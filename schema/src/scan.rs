@@ -64,7 +64,7 @@ pub struct ScanSummary {
 }
 
 /// Reads a log one line at a time. See the module docs.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct LogScanner {
     expected_id: Option<SessionId>,
     header: Option<SessionHeader>,
@@ -118,6 +118,36 @@ impl LogScanner {
     /// The seq the next good record must have.
     pub fn next_seq(&self) -> u64 {
         self.next_seq
+    }
+
+    /// The length in bytes of the good prefix read so far (header
+    /// included): where its last complete unit (an event, or a batch with
+    /// all its records) ends.
+    pub fn good_bytes(&self) -> u64 {
+        self.good_bytes
+    }
+
+    /// The scanner as it stood at the end of the good prefix: what was read
+    /// after it (an unfinished batch, a line still being written, damage)
+    /// forgotten, so that reading can go on from [`good_bytes`] once the
+    /// file has grown, as if the lines after it had never been seen.
+    ///
+    /// [`good_bytes`]: Self::good_bytes
+    pub fn at_good_prefix_end(&self) -> LogScanner {
+        LogScanner {
+            expected_id: self.expected_id.clone(),
+            header: self.header.clone(),
+            header_vocabulary_errors: self.header_vocabulary_errors.clone(),
+            header_body: self.header_body.clone(),
+            line: self.good_lines,
+            next_seq: self.next_seq - self.batch.len() as u64,
+            batch: Vec::new(),
+            batch_remaining: 0,
+            good_bytes: self.good_bytes,
+            good_lines: self.good_lines,
+            end: self.good_bytes,
+            damage: None,
+        }
     }
 
     /// Feeds the next line: its bytes without `\n`, whether a `\n` ended it,

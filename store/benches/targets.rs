@@ -90,6 +90,9 @@ fn main() -> BenchResult<()> {
     if runs("review") {
         review(&mut table, folder.path(), sized(REVIEW_EVENTS))?;
     }
+    if runs("follow") {
+        follow(&mut table, folder.path(), sized(REVIEW_EVENTS))?;
+    }
     if runs("migration") {
         migration(
             &mut table,
@@ -761,6 +764,74 @@ fn review(table: &mut Table, folder: &Path, events: usize) -> BenchResult<()> {
         ms(cold_verify),
         build.as_secs_f64() / cold_verify.as_secs_f64(),
         Target::AtMost(0.05),
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Following a growing log (no target in the issues; ours: 1%)
+
+/// A follower's poll after one event was appended to a long log, against
+/// what a poll cost before `LogFollower`: reading the whole log again and
+/// keeping the events above the last one delivered.
+fn follow(table: &mut Table, folder: &Path, events: usize) -> BenchResult<()> {
+    let store = JsonlStore::create_folder(&folder.join("follow"))?;
+    let follow_id = id("follow")?;
+    let path = store.log_path(&follow_id);
+    write_log(&path, "follow", events)?;
+    let mut follower = store.follower(&follow_id, 1)?;
+    let mut delivered = 0;
+    while delivered < events {
+        let batch = follower.poll(4096)?.len();
+        if batch == 0 {
+            return Err("the follower stopped before the end of the log".into());
+        }
+        delivered += batch;
+    }
+    let mut next_seq = events as u64 + 1;
+    // Appends the event of seq `next_seq` and returns that seq.
+    let mut append_one = || -> BenchResult<u64> {
+        let seq = next_seq;
+        let record = EventRecord::new(seq, 1_800_000_000_000, None, "note/test", "{}");
+        let mut file = std::fs::OpenOptions::new().append(true).open(&path)?;
+        file.write_all(record.encode(&follow_id).as_bytes())?;
+        next_seq += 1;
+        Ok(seq)
+    };
+    let (mut poll, mut reread) = (Duration::MAX, Duration::MAX);
+    for _ in 0..5 {
+        append_one()?;
+        let start = Instant::now();
+        let new = follower.poll(usize::MAX)?;
+        poll = poll.min(start.elapsed());
+        if new.len() != 1 {
+            return Err(format!("a poll after one append gave {} events", new.len()).into());
+        }
+        let after = append_one()?;
+        let start = Instant::now();
+        let mut found = 0;
+        for record in store.reader(&follow_id)? {
+            if record?.seq() >= after {
+                found += 1;
+            }
+        }
+        reread = reread.min(start.elapsed());
+        if found != 1 {
+            return Err(format!("a re-read after one append found {found} new events").into());
+        }
+        // The follower delivers that event too, so that the next round
+        // starts caught up.
+        follower.poll(usize::MAX)?;
+    }
+    table.add(
+        &format!(
+            "follow: poll after 1 append to a {}k-event log / re-read of it",
+            events / 1000
+        ),
+        format!("{:.3} ms", poll.as_secs_f64() * 1e3),
+        ms(reread),
+        poll.as_secs_f64() / reread.as_secs_f64(),
+        Target::AtMost(0.01),
     );
     Ok(())
 }

@@ -8,7 +8,10 @@
 //! holds each session's writer lock while it has a writer open. A writer
 //! that fails is dropped after reporting its error, so the next append
 //! reopens the session and re-verifies it, as a poisoned writer requires.
-//! `follow` polls the store every `FOLLOW_POLL_INTERVAL` for new events.
+//! `follow` polls the store every `FOLLOW_POLL_INTERVAL` for new events: a
+//! JSONL log through a [`LogFollower`], which reads only what was appended
+//! since the last poll (nothing at all when the file did not change); a
+//! SQLite session with a query from the next seq.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,6 +21,7 @@ use sessionlog_projections::Defaults;
 use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
 use tokio::sync::mpsc;
 
+use crate::follow::LogFollower;
 use crate::reader::Snapshot;
 use crate::store::Store;
 use crate::writer::{AcknowledgedSeq, Durability, NewEvent, SessionWriter, WriterOptions};
@@ -119,27 +123,38 @@ impl AsyncStore {
         let (sender, receiver) = mpsc::channel(FOLLOW_CHANNEL_CAPACITY);
         let store = Arc::clone(&self.store);
         tokio::spawn(async move {
-            let mut next_seq = from_seq.max(1);
+            let mut following = match &*store {
+                Store::Jsonl(jsonl) => match jsonl.follower(&id, from_seq) {
+                    Ok(follower) => Following::Log(Box::new(follower)),
+                    Err(error) => {
+                        let _ = sender.send(Err(error)).await;
+                        return;
+                    }
+                },
+                Store::Sqlite(_) => Following::Query {
+                    next_seq: from_seq.max(1),
+                },
+            };
             while !sender.is_closed() {
                 let reading = Arc::clone(&store);
                 let id = id.clone();
-                let batch = blocking(move || {
-                    reading
-                        .events_from(&id, next_seq)?
-                        .take(FOLLOW_CHANNEL_CAPACITY)
-                        .collect::<Result<Vec<_>, _>>()
+                let polled = blocking(move || {
+                    let batch = following.next_batch(&reading, &id);
+                    Ok((following, batch))
                 })
                 .await;
-                let records = match batch {
-                    Ok(records) => records,
-                    Err(error) => {
+                let records = match polled {
+                    Ok((returned, Ok(records))) => {
+                        following = returned;
+                        records
+                    }
+                    Ok((_, Err(error))) | Err(error) => {
                         let _ = sender.send(Err(error)).await;
                         return;
                     }
                 };
                 let caught_up = records.len() < FOLLOW_CHANNEL_CAPACITY;
                 for record in records {
-                    next_seq = record.seq() + 1;
                     if sender.send(Ok(record)).await.is_err() {
                         return;
                     }
@@ -180,6 +195,37 @@ impl AsyncStore {
 
     fn writer_table(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, WriterSlot>> {
         self.writers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// How `follow` finds new events.
+enum Following {
+    /// A JSONL log: read from where the last poll stopped.
+    Log(Box<LogFollower>),
+    /// A SQLite session: queried from the next seq.
+    Query { next_seq: u64 },
+}
+
+impl Following {
+    /// Up to `FOLLOW_CHANNEL_CAPACITY` events not delivered yet.
+    fn next_batch(
+        &mut self,
+        store: &Store,
+        id: &SessionId,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        match self {
+            Following::Log(follower) => follower.poll(FOLLOW_CHANNEL_CAPACITY),
+            Following::Query { next_seq } => {
+                let records = store
+                    .events_from(id, *next_seq)?
+                    .take(FOLLOW_CHANNEL_CAPACITY)
+                    .collect::<Result<Vec<_>, _>>()?;
+                if let Some(last) = records.last() {
+                    *next_seq = last.seq() + 1;
+                }
+                Ok(records)
+            }
+        }
     }
 }
 

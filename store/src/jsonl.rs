@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use sessionlog_projections::fold;
 use sessionlog_schema::{decode_header, EventRecord, SessionHeader, SessionId, MAX_RECORD_BYTES};
 
+use crate::follow::LogFollower;
 use crate::io::Io;
 use crate::reader::{open_log_for_reading, FoldedEvent, LogReader, Snapshot};
 use crate::writer::{Durability, LogSink, SessionWriter, WriterOptions};
@@ -109,6 +110,13 @@ impl JsonlStore {
     pub fn reader(&self, id: &SessionId) -> Result<LogReader<BufReader<File>>, StoreError> {
         let path = self.existing_log(id)?;
         LogReader::open(&path, Some(id.clone()))
+    }
+
+    /// A follower of session `id` that delivers its events from
+    /// `from_seq` on, reading only what is appended (see [`LogFollower`]).
+    pub fn follower(&self, id: &SessionId, from_seq: u64) -> Result<LogFollower, StoreError> {
+        let path = self.existing_log(id)?;
+        Ok(LogFollower::new(&path, Some(id.clone()), from_seq))
     }
 
     /// The good prefix of session `id`, in memory.

@@ -8,6 +8,7 @@
 
 mod asynchronous;
 mod error;
+mod follow;
 mod io;
 mod jsonl;
 mod migrate;
@@ -18,6 +19,7 @@ mod writer;
 
 pub use asynchronous::{AsyncStore, FOLLOW_POLL_INTERVAL};
 pub use error::{ErrorClass, StoreError};
+pub use follow::LogFollower;
 pub use io::{FaultInjector, FaultPoint, Io};
 pub use jsonl::{create_log_file, open_log_writer, read_header, JsonlStore, ListEntry};
 pub use migrate::{

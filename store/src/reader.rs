@@ -261,6 +261,21 @@ impl<R: BufRead> LineReader<R> {
         }
     }
 
+    /// Lines of `source`, which is positioned at byte `offset` of its file:
+    /// offsets are given from there.
+    pub fn starting_at(source: R, offset: u64) -> Self {
+        LineReader {
+            source,
+            offset,
+            line: Vec::new(),
+        }
+    }
+
+    /// The byte offset just after the last line read.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
     /// The bytes of the last [`Line::Complete`] read, without its `\n`.
     pub fn line(&self) -> &[u8] {
         &self.line

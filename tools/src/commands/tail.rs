@@ -1,21 +1,24 @@
 //! `sessionlog tail`: the last events of a session, and with `-f` every new
 //! one as another process appends it.
 //!
-//! Following never trusts a byte offset: each poll (every 100 ms) that finds
-//! the log changed (its length, modification time or inode) re-reads it
-//! through the store's streaming reader and prints the events whose seq is
-//! above the last one printed. So a writer restart, the truncation of a torn
-//! tail, or a log replaced by a new file can neither repeat an event nor
-//! skip one. A SQLite session is polled with `Store::events_from`.
+//! A JSONL log is followed with the store's `LogFollower` (polled every
+//! 100 ms): a poll that finds the file unchanged reads nothing, and one that
+//! finds it grown reads only the new lines, after checking that the last
+//! line it read is still in place. Another file under the name, a file
+//! shorter than what was read or a rewritten last line make it read the log
+//! again from the start, printing only the events above the last one
+//! printed; so a writer restart, the cut of a torn tail, or a log replaced
+//! by a new file can neither repeat an event nor skip one. A SQLite session
+//! is polled with `Store::events_from`.
 
 use std::collections::VecDeque;
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::Result;
-use sessionlog_schema::{EventRecord, SessionHeader};
-use sessionlog_store::{ErrorClass, Store, StoreError};
+use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
+use sessionlog_store::{LogFollower, Store, StoreError};
 
 use crate::cli::SessionArgs;
 use crate::commands::replay::describe;
@@ -55,22 +58,15 @@ pub fn run(args: &SessionArgs, start: Start, follow: bool, json: bool) -> Result
 
 /// Where the events come from.
 enum Source<'a> {
-    /// A JSONL log, re-read whenever its file changes.
+    /// A JSONL log: read once, then followed.
     File {
         target: &'a Target,
         path: PathBuf,
-        seen: Option<FileStamp>,
+        /// The session its header must name (none for a lone file).
+        expected_id: Option<SessionId>,
     },
     /// A SQLite session, queried from the next seq.
     Database { store: &'a Store },
-}
-
-/// What tells one version of a file from the next.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct FileStamp {
-    len: u64,
-    modified: Option<SystemTime>,
-    inode: u64,
 }
 
 struct Tail<'a, W: Write> {
@@ -90,12 +86,12 @@ impl<'a> Source<'a> {
             Target::File(path) => Source::File {
                 target,
                 path: path.clone(),
-                seen: None,
+                expected_id: None,
             },
             Target::Store(store @ Store::Jsonl(_)) => Source::File {
                 target,
                 path: store.session_path(&session.id),
-                seen: None,
+                expected_id: Some(session.id.clone()),
             },
             Target::Store(store) => Source::Database { store },
         }
@@ -130,26 +126,23 @@ impl<W: Write> Tail<'_, W> {
         if !follow {
             return Ok(());
         }
-        let mut corrupt_once = false;
+        let mut follower = match &self.source {
+            Source::File {
+                path, expected_id, ..
+            } => Some(LogFollower::new(
+                path,
+                expected_id.clone(),
+                self.printed + 1,
+            )),
+            Source::Database { .. } => None,
+        };
         loop {
             std::thread::sleep(POLL_INTERVAL);
-            if !self.changed()? {
-                continue;
-            }
-            match self.read_new(session, self.printed + 1, false) {
-                Ok(records) => {
-                    corrupt_once = false;
-                    self.print(&records)?;
-                }
-                // A reader can meet a file between a writer's truncation and
-                // its next append only as a torn tail, never as corruption;
-                // still, read once more before giving up.
-                Err(error) if is_corrupt(&error) && !corrupt_once => {
-                    corrupt_once = true;
-                    self.forget_stamp();
-                }
-                Err(error) => return Err(error),
-            }
+            let records = match &mut follower {
+                Some(follower) => follower.poll(usize::MAX)?,
+                None => self.read_new(session, self.printed + 1, false)?,
+            };
+            self.print(&records)?;
         }
     }
 
@@ -201,34 +194,6 @@ impl<W: Write> Tail<'_, W> {
         Ok(records)
     }
 
-    /// Whether the log may hold something new (always for a database).
-    fn changed(&mut self) -> Result<bool> {
-        let Source::File { path, seen, .. } = &mut self.source else {
-            return Ok(true);
-        };
-        let stamp = match std::fs::symlink_metadata(&*path) {
-            Ok(metadata) => FileStamp {
-                len: metadata.len(),
-                modified: metadata.modified().ok(),
-                inode: std::os::unix::fs::MetadataExt::ino(&metadata),
-            },
-            // Between an unlink and a rename into place: look again later.
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(error) => return Err(error.into()),
-        };
-        if seen.as_ref() == Some(&stamp) {
-            return Ok(false);
-        }
-        *seen = Some(stamp);
-        Ok(true)
-    }
-
-    fn forget_stamp(&mut self) {
-        if let Source::File { seen, .. } = &mut self.source {
-            *seen = None;
-        }
-    }
-
     /// Prints the records above the last seq printed, in order.
     fn print(&mut self, records: &[EventRecord]) -> Result<()> {
         for record in records {
@@ -270,11 +235,4 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
                 .downcast_ref::<serde_json::Error>()
                 .is_some_and(|json| json.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe))
     })
-}
-
-fn is_corrupt(error: &anyhow::Error) -> bool {
-    error
-        .chain()
-        .filter_map(|cause| cause.downcast_ref::<StoreError>())
-        .any(|store| store.class() == ErrorClass::Corrupt)
 }

@@ -1,0 +1,499 @@
+//! `LogFollower`: follows one JSONL log as it grows, reading only the bytes
+//! appended since the last look.
+//!
+//! A follower keeps the scanner as it stood at the end of the good prefix
+//! it read (the last complete event or batch), that offset, and the bytes
+//! of the line that ends there (its *anchor*). Each poll opens the log
+//! afresh (no symlink followed) and compares what it finds with what it
+//! read:
+//!
+//! - the same file (device and inode), the same length and modification
+//!   time as when it last read to the end: nothing new, and nothing is read;
+//! - the same file, at least as long as the good prefix read, and the
+//!   anchor's bytes still in place: reading resumes at the end of the good
+//!   prefix. A writer only ever appends there, or cuts a torn tail that
+//!   starts there or later, so what was read still stands;
+//! - anything else (another file under the name, a file shorter than what
+//!   was read, an anchor rewritten): the log is read again from its start,
+//!   and events below the next seq to deliver are skipped, so no event is
+//!   delivered twice or skipped.
+//!
+//! What follows the good prefix (a line still being written, an unfinished
+//! batch, damage no intact record follows yet) is not delivered and is read
+//! again at the next poll, so an append in flight is never taken for a torn
+//! tail, and a batch is delivered whole. Corruption (damage that an intact
+//! record follows, a seq gap, a malformed record) is an error, as for every
+//! reader.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{BufReader, Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use sessionlog_schema::{Corruption, EventRecord, LogScanner, Position, SessionId};
+
+use crate::reader::{open_log_for_reading, Line, LineReader};
+use crate::StoreError;
+
+/// The read buffer of a poll: appends are small, a first read is not.
+const READ_BUFFER_BYTES: usize = 64 * 1024;
+
+/// Follows one JSONL log. See the module docs.
+#[derive(Debug)]
+pub struct LogFollower {
+    path: PathBuf,
+    expected_id: Option<SessionId>,
+    /// The seq of the next event to deliver.
+    next_seq: u64,
+    /// Events read and not yet delivered.
+    queue: VecDeque<EventRecord>,
+    /// What was read of the log; `None` before the first read.
+    read: Option<ReadState>,
+    /// Bytes read from the log so far, anchors included.
+    bytes_read: u64,
+}
+
+/// How far a follower read, and what it needs to check before going on.
+#[derive(Debug)]
+struct ReadState {
+    /// Device and inode of the file read.
+    file: (u64, u64),
+    /// The scanner at the end of the good prefix read.
+    scanner: LogScanner,
+    /// The line that ends the good prefix read, with its `\n`.
+    anchor: Vec<u8>,
+    /// The file's length and modification time when a read last reached
+    /// its end; `None` while more is left to read.
+    caught_up: Option<(u64, Option<SystemTime>)>,
+}
+
+impl ReadState {
+    fn fresh(file: (u64, u64), expected_id: Option<SessionId>) -> ReadState {
+        ReadState {
+            file,
+            scanner: LogScanner::new(expected_id),
+            anchor: Vec::new(),
+            caught_up: None,
+        }
+    }
+
+    /// Whether the bytes read up to the end of the good prefix can still be
+    /// trusted in `file` of length `len`.
+    fn still_holds(&self, file: &File, len: u64) -> Result<bool, std::io::Error> {
+        let end = self.scanner.good_bytes();
+        if len < end {
+            return Ok(false);
+        }
+        let mut found = vec![0; self.anchor.len()];
+        file.read_exact_at(&mut found, end - self.anchor.len() as u64)?;
+        Ok(found == self.anchor)
+    }
+}
+
+impl LogFollower {
+    /// A follower of the log at `path` that delivers its events from
+    /// `from_seq` on. With `expected_id`, the header must name that session.
+    /// Nothing is read before the first [`poll`](Self::poll).
+    pub fn new(path: &Path, expected_id: Option<SessionId>, from_seq: u64) -> LogFollower {
+        LogFollower {
+            path: path.to_owned(),
+            expected_id,
+            next_seq: from_seq.max(1),
+            queue: VecDeque::new(),
+            read: None,
+            bytes_read: 0,
+        }
+    }
+
+    /// The seq of the next event to deliver.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// How many bytes this follower has read from the log, the checks of
+    /// what it read before included.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read
+    }
+
+    /// Up to `max` events not delivered yet, in seq order: those of the
+    /// good prefix read so far, then those appended since the last poll.
+    /// Empty when there is nothing new. A log missing after it was read once
+    /// is looked for again at the next poll (between an unlink and the
+    /// rename of a new file into place); missing at the first poll, it is
+    /// an error.
+    ///
+    /// Corruption is reported only when a second read, from the end of the
+    /// good prefix checked before, meets it again: a writer cutting a torn
+    /// tail and appending while a poll reads can show that poll a new line
+    /// after the old damage.
+    pub fn poll(&mut self, max: usize) -> Result<Vec<EventRecord>, StoreError> {
+        if self.queue.len() < max {
+            match self.read_more(max) {
+                Err(StoreError::Corrupt { .. }) => self.read_more(max)?,
+                other => other?,
+            }
+        }
+        let count = self.queue.len().min(max);
+        Ok(self.queue.drain(..count).collect())
+    }
+
+    fn read_more(&mut self, max: usize) -> Result<(), StoreError> {
+        let file = match open_log_for_reading(&self.path) {
+            Ok(file) => file,
+            Err(StoreError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound && self.read.is_some() =>
+            {
+                return Ok(());
+            }
+            Err(error) => return Err(error),
+        };
+        let metadata = file
+            .metadata()
+            .map_err(|source| StoreError::io("stat", &self.path, source))?;
+        let identity = (metadata.dev(), metadata.ino());
+        let stamp = (metadata.len(), metadata.modified().ok());
+        let mut state = match self.read.take() {
+            Some(state) if state.file == identity => {
+                if state.caught_up == Some(stamp) {
+                    self.read = Some(state);
+                    return Ok(());
+                }
+                let holds = state
+                    .still_holds(&file, metadata.len())
+                    .map_err(|source| StoreError::io("read", &self.path, source))?;
+                self.bytes_read += state.anchor.len() as u64;
+                if holds {
+                    state
+                } else {
+                    ReadState::fresh(identity, self.expected_id.clone())
+                }
+            }
+            _ => ReadState::fresh(identity, self.expected_id.clone()),
+        };
+        let outcome = self.read_from(file, &mut state, max, stamp);
+        self.read = Some(state);
+        outcome
+    }
+
+    /// Reads lines from the end of `state`'s good prefix until the end of
+    /// the file, or until `max` events wait, and moves `state` to the end of
+    /// the good prefix it then holds.
+    fn read_from(
+        &mut self,
+        mut file: File,
+        state: &mut ReadState,
+        max: usize,
+        stamp: (u64, Option<SystemTime>),
+    ) -> Result<(), StoreError> {
+        let start = state.scanner.good_bytes();
+        file.seek(SeekFrom::Start(start))
+            .map_err(|source| StoreError::io("seek", &self.path, source))?;
+        let mut lines =
+            LineReader::starting_at(BufReader::with_capacity(READ_BUFFER_BYTES, file), start);
+        let mut scanner = state.scanner.clone();
+        let mut anchor = std::mem::take(&mut state.anchor);
+        let mut ready = Vec::new();
+        let mut reached_end = true;
+        while let Some((offset, line)) = lines
+            .next_line()
+            .map_err(|source| StoreError::io("read", &self.path, source))?
+        {
+            self.bytes_read += lines.offset() - offset;
+            let pushed = match line {
+                // A line without its `\n` is an append still being written:
+                // leave it for the next poll.
+                Line::Complete { terminated: false }
+                | Line::Oversized {
+                    terminated: false, ..
+                } => break,
+                Line::Complete { terminated: true } => {
+                    scanner.push_line(lines.line(), true, offset, &mut ready)
+                }
+                Line::Oversized { len, .. } => scanner.push_oversized_line(len, true, offset),
+            };
+            if let Err(corruption) = pushed {
+                // What was delivered stays delivered (it is the good prefix);
+                // the state stays at its last check.
+                state.anchor = anchor;
+                return Err(StoreError::Corrupt {
+                    path: self.path.clone(),
+                    corruption,
+                });
+            }
+            if scanner.good_bytes() == lines.offset() {
+                anchor.clear();
+                anchor.extend_from_slice(lines.line());
+                anchor.push(b'\n');
+            }
+            for record in ready.drain(..) {
+                if record.seq() >= self.next_seq {
+                    self.next_seq = record.seq() + 1;
+                    self.queue.push_back(record);
+                }
+            }
+            if self.queue.len() >= max && scanner.good_bytes() == lines.offset() {
+                reached_end = false;
+                break;
+            }
+        }
+        if scanner.header().is_none() {
+            state.anchor = anchor;
+            return Err(StoreError::Corrupt {
+                path: self.path.clone(),
+                corruption: Corruption {
+                    position: Position { line: 1, offset: 0 },
+                    reason: if stamp.0 == 0 {
+                        "the file is empty: line 1 must be the session header".into()
+                    } else {
+                        "line 1 (the header) has no \\n".into()
+                    },
+                },
+            });
+        }
+        state.scanner = scanner.at_good_prefix_end();
+        state.anchor = anchor;
+        state.caught_up = reached_end.then_some(stamp);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use sessionlog_schema::encode_line;
+
+    use super::*;
+    use crate::store::tests::{header, id, ok, record};
+    use crate::writer::Durability;
+
+    fn line(session: &str, record: &EventRecord) -> String {
+        encode_line(&id(session), record.body())
+    }
+
+    fn header_line(session: &str) -> String {
+        encode_line(&id(session), &header(session).to_body())
+    }
+
+    fn note(seq: u64) -> EventRecord {
+        record(seq, "note/test", &format!(r#"{{"n":{seq}}}"#))
+    }
+
+    fn batch_member(seq: u64, batch: Option<u64>) -> EventRecord {
+        EventRecord::new(seq, 1_700_000_000_100, batch, "note/test", r#"{"b":1}"#)
+    }
+
+    /// A log of session `a` with events 1..=`events`.
+    fn log(events: u64) -> String {
+        let mut text = header_line("a");
+        for seq in 1..=events {
+            text.push_str(&line("a", &note(seq)));
+        }
+        text
+    }
+
+    fn append(path: &Path, text: &str) {
+        let mut file = ok(std::fs::OpenOptions::new().append(true).open(path));
+        ok(file.write_all(text.as_bytes()));
+    }
+
+    fn seqs(records: &[EventRecord]) -> Vec<u64> {
+        records.iter().map(EventRecord::seq).collect()
+    }
+
+    fn setup(events: u64) -> (tempfile::TempDir, PathBuf) {
+        let folder = ok(tempfile::tempdir());
+        let path = folder.path().join("a.jsonl");
+        ok(std::fs::write(&path, log(events)));
+        (folder, path)
+    }
+
+    #[test]
+    fn a_poll_reads_only_what_was_appended() {
+        let (_folder, path) = setup(3);
+        let mut follower = LogFollower::new(&path, Some(id("a")), 2);
+        assert_eq!(seqs(&ok(follower.poll(100))), [2, 3]);
+        let after_first = follower.bytes_read();
+        assert_eq!(after_first, log(3).len() as u64);
+        assert!(ok(follower.poll(100)).is_empty());
+        assert_eq!(
+            follower.bytes_read(),
+            after_first,
+            "an unchanged log is not read"
+        );
+
+        let appended = format!("{}{}", line("a", &note(4)), line("a", &note(5)));
+        append(&path, &appended);
+        assert_eq!(seqs(&ok(follower.poll(100))), [4, 5]);
+        let anchor = line("a", &note(3)).len() as u64;
+        assert_eq!(
+            follower.bytes_read(),
+            after_first + anchor + appended.len() as u64,
+            "the check of the last line read, then the new lines only"
+        );
+    }
+
+    #[test]
+    fn at_most_max_events_a_poll_and_the_rest_at_the_next() {
+        let (_folder, path) = setup(5);
+        let mut follower = LogFollower::new(&path, None, 1);
+        assert_eq!(seqs(&ok(follower.poll(2))), [1, 2]);
+        assert_eq!(seqs(&ok(follower.poll(2))), [3, 4]);
+        assert_eq!(seqs(&ok(follower.poll(2))), [5]);
+        assert!(ok(follower.poll(2)).is_empty());
+    }
+
+    #[test]
+    fn a_line_being_written_and_an_unfinished_batch_wait_for_the_rest() {
+        let (_folder, path) = setup(1);
+        let mut follower = LogFollower::new(&path, Some(id("a")), 1);
+        assert_eq!(seqs(&ok(follower.poll(100))), [1]);
+
+        let next = line("a", &note(2));
+        let (head, rest) = next.split_at(next.len() / 2);
+        append(&path, head);
+        assert!(
+            ok(follower.poll(100)).is_empty(),
+            "half a line is not an event"
+        );
+        append(&path, rest);
+        assert_eq!(seqs(&ok(follower.poll(100))), [2]);
+
+        append(&path, &line("a", &batch_member(3, Some(3))));
+        append(&path, &line("a", &batch_member(4, None)));
+        assert!(
+            ok(follower.poll(100)).is_empty(),
+            "a batch is delivered whole"
+        );
+        append(&path, &line("a", &batch_member(5, None)));
+        assert_eq!(seqs(&ok(follower.poll(100))), [3, 4, 5]);
+    }
+
+    #[test]
+    fn a_torn_tail_cut_by_a_writer_then_new_appends_are_followed() {
+        let (_folder, path) = setup(2);
+        let mut follower = LogFollower::new(&path, Some(id("a")), 1);
+        assert_eq!(seqs(&ok(follower.poll(100))), [1, 2]);
+        append(&path, "{\"seq\":3,\"ts\":1,\"ty");
+        assert!(ok(follower.poll(100)).is_empty());
+        // A writer opening the log cuts the torn tail and appends.
+        let good = log(2).len() as u64;
+        ok(ok(std::fs::OpenOptions::new().write(true).open(&path)).set_len(good));
+        append(
+            &path,
+            &format!("{}{}", line("a", &note(3)), line("a", &note(4))),
+        );
+        assert_eq!(seqs(&ok(follower.poll(100))), [3, 4]);
+    }
+
+    #[test]
+    fn a_log_replaced_or_rewritten_is_read_again_without_repeating_an_event() {
+        let (folder, path) = setup(3);
+        let mut follower = LogFollower::new(&path, Some(id("a")), 1);
+        assert_eq!(seqs(&ok(follower.poll(100))), [1, 2, 3]);
+
+        let replacement = folder.path().join(".a.jsonl.new");
+        ok(std::fs::write(&replacement, log(5)));
+        ok(std::fs::rename(&replacement, &path));
+        assert_eq!(
+            seqs(&ok(follower.poll(100))),
+            [4, 5],
+            "another file: read from its start"
+        );
+
+        // Rewritten in place, the same length: the line read last differs.
+        let mut text = log(5);
+        let last = line("a", &note(5));
+        let changed = line(
+            "a",
+            &EventRecord::new(5, 1_700_000_000_999, None, "note/test", r#"{"n":5}"#),
+        );
+        assert_eq!(last.len(), changed.len());
+        text.replace_range(text.len() - last.len().., &changed);
+        text.push_str(&line("a", &note(6)));
+        let before = follower.bytes_read();
+        ok(std::fs::write(&path, &text));
+        assert_eq!(seqs(&ok(follower.poll(100))), [6]);
+        assert!(
+            follower.bytes_read() - before >= text.len() as u64,
+            "the whole log was read again"
+        );
+    }
+
+    #[test]
+    fn corruption_after_what_was_read_is_an_error() {
+        let (_folder, path) = setup(1);
+        let mut follower = LogFollower::new(&path, Some(id("a")), 1);
+        assert_eq!(seqs(&ok(follower.poll(100))), [1]);
+        let mut damaged = line("a", &note(2));
+        damaged.replace_range(2..5, "XXX");
+        append(&path, &damaged);
+        assert!(
+            ok(follower.poll(100)).is_empty(),
+            "damage alone may be a torn tail"
+        );
+        append(&path, &line("a", &note(3)));
+        let error = follower.poll(100);
+        match error {
+            Err(StoreError::Corrupt { corruption, .. }) => {
+                assert_eq!(corruption.position.line, 3, "{corruption}");
+            }
+            other => panic!("expected corruption, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_follower_polling_during_appends_sees_every_event_once_in_order() {
+        use crate::store::tests::{buffered, jsonl_store, note};
+        let folder = ok(tempfile::tempdir());
+        let store = jsonl_store(folder.path());
+        ok(store.create_session(&header("a"), &[], Durability::Buffered));
+        let path = store.session_path(&id("a"));
+        let total: u64 = 20_000;
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let delivered = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let mut writer = ok(store.open_writer(&id("a"), buffered()));
+                let mut appended = 0;
+                let mut size = 1;
+                while appended < total {
+                    let count = size.min(total - appended);
+                    let events = (0..count)
+                        .map(|n| note(&format!("{appended}+{n}")))
+                        .collect();
+                    ok(writer.append_batch(events, None));
+                    appended += count;
+                    size = size % 7 + 1;
+                }
+                done.store(true, std::sync::atomic::Ordering::SeqCst);
+            });
+            let mut follower = LogFollower::new(&path, Some(id("a")), 1);
+            let mut delivered = Vec::new();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            loop {
+                let finished = done.load(std::sync::atomic::Ordering::SeqCst);
+                let polled = seqs(&ok(follower.poll(64)));
+                if finished && polled.is_empty() {
+                    break delivered;
+                }
+                delivered.extend(polled);
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "stuck at {delivered:?}"
+                );
+                std::thread::yield_now();
+            }
+        });
+        assert_eq!(delivered, (1..=total).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_log_of_another_session_is_refused() {
+        let (_folder, path) = setup(1);
+        let mut follower = LogFollower::new(&path, Some(id("b")), 1);
+        assert!(matches!(follower.poll(10), Err(StoreError::Corrupt { .. })));
+    }
+}
