@@ -31,7 +31,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use sessionlog_projections::{fold, SessionState, Violation};
-use sessionlog_schema::{EventRecord, SessionHeader, SessionId, TornTail};
+use sessionlog_schema::{encode_line, EventRecord, SessionHeader, SessionId, TornTail};
 
 use crate::jsonl::JsonlStore;
 use crate::reader::{LogReader, Snapshot};
@@ -159,8 +159,12 @@ pub fn migrate(
             });
         }
         events += snapshot.events.len() as u64;
-        digests.push(SessionDigest::of(snapshot.header.clone(), &snapshot.events));
-        staging.add(snapshot.header, snapshot.events)?;
+        digests.push(SessionDigest::of(
+            snapshot.header.clone(),
+            snapshot.header_body.clone(),
+            &snapshot.events,
+        ));
+        staging.add(snapshot.header, &snapshot.header_body, snapshot.events)?;
         progress(MigrateProgress {
             phase: MigratePhase::Verify,
             done: index + 1,
@@ -239,6 +243,7 @@ fn read_folded<R: BufRead>(
     mut reader: LogReader<R>,
 ) -> Result<(Snapshot, Option<Violation>), StoreError> {
     let header = reader.header().clone();
+    let header_body = reader.header_body().to_owned();
     let mut state = SessionState::new(header.clone());
     let mut events = Vec::new();
     let mut first_violation = None;
@@ -251,6 +256,7 @@ fn read_folded<R: BufRead>(
     let summary = reader.finish()?;
     let snapshot = Snapshot {
         header,
+        header_body,
         header_vocabulary_errors: summary.header_vocabulary_errors,
         events,
         torn_tail: summary.torn_tail,
@@ -263,6 +269,8 @@ fn read_folded<R: BufRead>(
 #[derive(Debug)]
 struct SessionDigest {
     header: SessionHeader,
+    /// The header record's body as the source stored it.
+    header_body: String,
     summary: EventsSummary,
 }
 
@@ -276,13 +284,14 @@ struct EventsSummary {
 }
 
 impl SessionDigest {
-    fn of(header: SessionHeader, events: &[EventRecord]) -> SessionDigest {
+    fn of(header: SessionHeader, header_body: String, events: &[EventRecord]) -> SessionDigest {
         let mut summary = EventsDigest::default();
         for record in events {
             summary.add(record);
         }
         SessionDigest {
             header,
+            header_body,
             summary: summary.finish(),
         }
     }
@@ -386,8 +395,10 @@ fn compare_copy(
     id: &SessionId,
     digest: &SessionDigest,
 ) -> Result<Option<Difference>, StoreError> {
-    let (header, events) = to.events(id)?;
-    if let Some(difference) = diff_headers(id, &digest.header, &header) {
+    let (header, events) = to.records(id)?;
+    let source = (&digest.header, digest.header_body.as_str());
+    let copy = (&header.header, header.body.as_str());
+    if let Some(difference) = diff_header_records(id, source, copy) {
         return Ok(Some(difference));
     }
     let mut copied = EventsDigest::default();
@@ -435,11 +446,17 @@ impl<'s> Staging<'s> {
         })
     }
 
-    /// Stages one verified session.
-    fn add(&mut self, header: SessionHeader, events: Vec<EventRecord>) -> Result<(), StoreError> {
+    /// Stages one verified session; its header record is copied as the
+    /// source stored it (`header_body`), not re-encoded.
+    fn add(
+        &mut self,
+        header: SessionHeader,
+        header_body: &str,
+        events: Vec<EventRecord>,
+    ) -> Result<(), StoreError> {
         match self {
-            Staging::Sqlite(bulk) => bulk.add(header, events),
-            Staging::Jsonl(staging) => staging.add(&header, &events),
+            Staging::Sqlite(bulk) => bulk.add(header, header_body.to_owned(), events),
+            Staging::Jsonl(staging) => staging.add(&header, header_body, &events),
         }
     }
 
@@ -472,7 +489,12 @@ impl<'s> Staging<'s> {
 impl JsonlStaging<'_> {
     /// Writes the session to a temporary file beside its final name, without
     /// an fsync yet.
-    fn add(&mut self, header: &SessionHeader, events: &[EventRecord]) -> Result<(), StoreError> {
+    fn add(
+        &mut self,
+        header: &SessionHeader,
+        header_body: &str,
+        events: &[EventRecord],
+    ) -> Result<(), StoreError> {
         let io = self.store.io();
         let path = self.store.log_path(&header.id);
         if path.symlink_metadata().is_ok() {
@@ -491,7 +513,7 @@ impl JsonlStaging<'_> {
             .create_temp(&temp)
             .map_err(|source| StoreError::io("create", &temp, source))?;
         self.staged.push((temp.clone(), path));
-        let mut bytes = header.encode();
+        let mut bytes = encode_line(&header.id, header_body);
         for record in events {
             bytes.push_str(&record.encode(&header.id));
         }
@@ -554,9 +576,13 @@ fn diff_session(
     right: &Store,
     id: &SessionId,
 ) -> Result<Option<Difference>, StoreError> {
-    let (left_header, mut left_events) = left.events(id)?;
-    let (right_header, mut right_events) = right.events(id)?;
-    if let Some(difference) = diff_headers(id, &left_header, &right_header) {
+    let (left_header, mut left_events) = left.records(id)?;
+    let (right_header, mut right_events) = right.records(id)?;
+    if let Some(difference) = diff_header_records(
+        id,
+        (&left_header.header, &left_header.body),
+        (&right_header.header, &right_header.body),
+    ) {
         return Ok(Some(difference));
     }
     let mut count = 0u64;
@@ -589,6 +615,25 @@ fn diff_session(
             return Ok(Some(difference));
         }
     }
+}
+
+/// The first difference between two header records: a field, or else
+/// their bytes (`header record`: the same fields in another member order or
+/// spelling).
+fn diff_header_records(
+    id: &SessionId,
+    (left, left_body): (&SessionHeader, &str),
+    (right, right_body): (&SessionHeader, &str),
+) -> Option<Difference> {
+    diff_headers(id, left, right).or_else(|| {
+        (left_body != right_body).then(|| Difference {
+            session: Some(id.clone()),
+            seq: Some(0),
+            field: "header record".to_owned(),
+            left: left_body.to_owned(),
+            right: right_body.to_owned(),
+        })
+    })
 }
 
 fn diff_headers(id: &SessionId, left: &SessionHeader, right: &SessionHeader) -> Option<Difference> {
@@ -732,6 +777,57 @@ mod tests {
             );
         }
         assert_eq!(ok(diff(&source, &back)), None);
+    }
+
+    /// A log of session `foreign` whose header a foreign writer wrote:
+    /// members in another order, a space after each colon, `cwd` with an
+    /// escape; the events are as any writer writes them.
+    fn foreign_log(store: &Store) -> Vec<u8> {
+        let body = r#"{"id": "foreign","kind": "header","cwd": "/w\u00e9rk","formatVersion": 1,"createdAt": 1700000000000,"approvalPolicy": "never","sandboxMode": null,"parentSession": null,"delegationDepth": 0,"seedLength": 0"#;
+        let foreign = id("foreign");
+        let mut text = sessionlog_schema::encode_line(&foreign, body);
+        text.push_str(&record(1, "turn/start", r#"{"turnId":"t1"}"#).encode(&foreign));
+        text.push_str(&record(2, "turn/end", r#"{"turnId":"t1"}"#).encode(&foreign));
+        ok(std::fs::write(store.session_path(&foreign), &text));
+        text.into_bytes()
+    }
+
+    #[test]
+    fn a_foreign_header_is_copied_as_it_is_both_ways() {
+        let folder = ok(tempfile::tempdir());
+        let source = jsonl_store(folder.path());
+        let original = foreign_log(&source);
+        let sqlite = sqlite_store(folder.path());
+        ok(migrate(&source, &sqlite, &mut quiet));
+        let back = ok(Store::create(&folder.path().join("back")));
+        ok(migrate(&sqlite, &back, &mut quiet));
+        assert_eq!(
+            String::from_utf8_lossy(&log_bytes(&back, "foreign")),
+            String::from_utf8_lossy(&original)
+        );
+        assert_eq!(ok(diff(&source, &sqlite)), None);
+        assert_eq!(ok(diff(&source, &back)), None);
+    }
+
+    #[test]
+    fn diff_names_a_header_record_that_differs_only_in_its_bytes() {
+        let folder = ok(tempfile::tempdir());
+        let foreign = jsonl_store(folder.path());
+        foreign_log(&foreign);
+        let canonical = ok(Store::create(&folder.path().join("canonical")));
+        let decoded = ok(sessionlog_schema::decode_header(
+            log_bytes(&foreign, "foreign")
+                .split(|byte| *byte == b'\n')
+                .next()
+                .unwrap_or_default(),
+        ));
+        let events = ok(foreign.snapshot(&id("foreign"))).events;
+        ok(canonical.create_session(&decoded.header, &events, Durability::Buffered));
+        let difference = ok(diff(&foreign, &canonical)).expect("a difference");
+        assert_eq!(difference.field, "header record");
+        assert_eq!(difference.seq, Some(0));
+        assert_eq!(difference.left, decoded.body);
+        assert_eq!(difference.right, decoded.header.to_body());
     }
 
     #[test]

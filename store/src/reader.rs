@@ -39,6 +39,9 @@ pub struct LogReader<R> {
 pub struct Snapshot {
     /// The header.
     pub header: SessionHeader,
+    /// The header record's body as stored (its bytes before `,"crc":`),
+    /// whatever its member order or spacing.
+    pub header_body: String,
     /// Out-of-vocabulary header fields (rule violations at seq 0).
     pub header_vocabulary_errors: Vec<HeaderVocabularyError>,
     /// Every event of the good prefix.
@@ -126,6 +129,11 @@ impl<R: BufRead> LogReader<R> {
         self.scanner
             .header()
             .unwrap_or_else(|| unreachable!("LogReader::new read the header"))
+    }
+
+    /// The header record's body as stored (its bytes before `,"crc":`).
+    pub fn header_body(&self) -> &str {
+        self.scanner.header_body()
     }
 
     /// The next event of the good prefix, `None` at its end.
@@ -375,7 +383,7 @@ impl<R: BufRead + std::fmt::Debug> SessionStream for LogReader<R> {
     }
 
     fn header_body(&self) -> &str {
-        self.scanner.header_body()
+        LogReader::header_body(self)
     }
 
     fn next_event(&mut self) -> Result<Option<EventRecord>, StoreError> {
@@ -412,6 +420,7 @@ impl Snapshot {
     /// Reads the rest of `reader` into memory.
     pub fn from_reader<R: BufRead>(mut reader: LogReader<R>) -> Result<Snapshot, StoreError> {
         let header = reader.header().clone();
+        let header_body = reader.scanner.header_body().to_owned();
         let mut events = Vec::new();
         while let Some(record) = reader.next_event()? {
             events.push(record);
@@ -419,6 +428,7 @@ impl Snapshot {
         let summary = reader.finish()?;
         Ok(Snapshot {
             header,
+            header_body,
             header_vocabulary_errors: summary.header_vocabulary_errors,
             events,
             torn_tail: summary.torn_tail,

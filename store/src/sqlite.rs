@@ -228,6 +228,9 @@ enum BulkItem {
 #[derive(Debug)]
 struct NewSession {
     header: SessionHeader,
+    /// The header record's body: `header.to_body()` for a new session, the
+    /// source's bytes for a migrated one.
+    header_body: String,
     events: Vec<EventRecord>,
 }
 
@@ -348,6 +351,7 @@ impl SqliteStore {
         }
         let session = NewSession {
             header: header.clone(),
+            header_body: header.to_body(),
             events: events.to_vec(),
         };
         self.shared
@@ -369,7 +373,11 @@ impl SqliteStore {
             if self.contains(&header.id)? {
                 return Err(self.shared.already_exists(&header.id));
             }
-            batch.push(NewSession { header, events });
+            batch.push(NewSession {
+                header_body: header.to_body(),
+                header,
+                events,
+            });
         }
         if batch.is_empty() {
             return Ok(());
@@ -448,7 +456,8 @@ impl SqliteStore {
         let transaction = reader
             .transaction_with_behavior(TransactionBehavior::Deferred)
             .map_err(sqlite_error("begin a read", &self.shared.path))?;
-        let (header, header_vocabulary_errors) = self.shared.read_header(&transaction, id)?;
+        let decoded = self.shared.read_decoded_header(&transaction, id)?;
+        let header = decoded.header;
         let rows = self.shared.read_rows(&transaction, id, 1, i64::MAX)?;
         drop(transaction);
         drop(reader);
@@ -460,7 +469,8 @@ impl SqliteStore {
         check.finish(header.seed_length)?;
         Ok(Snapshot {
             header,
-            header_vocabulary_errors,
+            header_body: decoded.body,
+            header_vocabulary_errors: decoded.vocabulary_errors,
             events,
             torn_tail: None,
         })
@@ -868,13 +878,20 @@ impl SqliteBulkCreate {
     /// Hands a verified session to the committer, which inserts it into the
     /// open transaction. Fails with the committer's error once an insert
     /// failed (the transaction is then rolled back).
+    /// `header_body` is the header record's body as the source stored it,
+    /// copied as it is; it must decode to `header`.
     pub(crate) fn add(
         &mut self,
         header: SessionHeader,
+        header_body: String,
         events: Vec<EventRecord>,
     ) -> Result<(), StoreError> {
         check_representable(&header, &events)?;
-        let session = NewSession { header, events };
+        let session = NewSession {
+            header,
+            header_body,
+            events,
+        };
         let sent = match &self.sessions {
             Some(sessions) => sessions.send(BulkItem::Session(session)).is_ok(),
             None => false,
@@ -1258,7 +1275,7 @@ fn insert_session(
     session: &NewSession,
 ) -> Result<(), StoreError> {
     let header = &session.header;
-    let body = header.to_body();
+    let body = &session.header_body;
     let inserted = connection
         .prepare_cached(
             "INSERT INTO sessions (id, created_at, cwd, parent_session, seed_length,
@@ -1576,6 +1593,7 @@ mod tests {
     fn new_session(name: &str) -> NewSession {
         NewSession {
             header: header(name),
+            header_body: header(name).to_body(),
             events: vec![record(1, "note/test", r#"{"n":1}"#)],
         }
     }

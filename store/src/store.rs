@@ -13,10 +13,10 @@
 use std::path::{Path, PathBuf};
 
 use sessionlog_projections::{delegate, fold, Defaults, DelegationError};
-use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
+use sessionlog_schema::{DecodedHeader, EventRecord, SessionHeader, SessionId};
 
 use crate::jsonl::{JsonlStore, ListEntry};
-use crate::reader::Snapshot;
+use crate::reader::{SessionStream, Snapshot};
 use crate::sqlite::SqliteStore;
 use crate::writer::{now_ms, Durability, SessionWriter, WriterOptions};
 use crate::StoreError;
@@ -141,6 +141,23 @@ impl Store {
         match self {
             Store::Jsonl(store) => store.snapshot(id),
             Store::Sqlite(store) => store.snapshot(id),
+        }
+    }
+
+    /// The header record of session `id` as stored (decoded, with its body
+    /// bytes) and a stream of its events.
+    pub fn records(&self, id: &SessionId) -> Result<(DecodedHeader, EventStream), StoreError> {
+        match self {
+            Store::Jsonl(store) => {
+                let reader = store.reader(id)?;
+                let header = DecodedHeader {
+                    header: reader.header().clone(),
+                    vocabulary_errors: reader.header_vocabulary_errors().to_vec(),
+                    body: reader.header_body().to_owned(),
+                };
+                Ok((header, Box::new(reader)))
+            }
+            Store::Sqlite(store) => Ok((store.decoded_header(id)?, Box::new(store.events(id)?))),
         }
     }
 
