@@ -155,7 +155,10 @@ impl Table {
         ratio: f64,
         target: Target,
     ) {
-        println!("  {figure}: {measured} vs {baseline} -> {ratio:.3}");
+        println!(
+            "  {figure}: {measured} vs {baseline} -> {}",
+            ratio_text(ratio)
+        );
         self.rows.push(Row {
             figure: figure.to_owned(),
             measured,
@@ -177,11 +180,11 @@ impl Table {
         );
         for row in &self.rows {
             println!(
-                "| {:<70} | {:>16} | {:>16} | {:>7.3} | {:>8} | {:<4} |",
+                "| {:<70} | {:>16} | {:>16} | {:>7} | {:>8} | {:<4} |",
                 row.figure,
                 row.measured,
                 row.baseline,
-                row.ratio,
+                ratio_text(row.ratio),
                 row.target.text(),
                 if row.target.passes(row.ratio) {
                     "pass"
@@ -190,6 +193,15 @@ impl Table {
                 }
             );
         }
+    }
+}
+
+/// A ratio with three decimals, or three significant digits below 0.01.
+fn ratio_text(ratio: f64) -> String {
+    if ratio >= 0.01 {
+        format!("{ratio:.3}")
+    } else {
+        format!("{ratio:.2e}")
     }
 }
 
