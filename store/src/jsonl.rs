@@ -10,12 +10,14 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use sessionlog_projections::fold;
 use sessionlog_schema::{decode_header, EventRecord, SessionHeader, SessionId, MAX_RECORD_BYTES};
 
 use crate::follow::LogFollower;
 use crate::io::Io;
+use crate::leftovers::{self, Leftover};
 use crate::reader::{open_log_for_reading, FoldedEvent, LogReader, Snapshot};
 use crate::writer::{Durability, LogSink, SessionWriter, WriterOptions};
 use crate::StoreError;
@@ -110,6 +112,20 @@ impl JsonlStore {
     pub fn reader(&self, id: &SessionId) -> Result<LogReader<BufReader<File>>, StoreError> {
         let path = self.existing_log(id)?;
         LogReader::open(&path, Some(id.clone()))
+    }
+
+    /// The temporary files in the folder: sessions being created or staged
+    /// by a migration, and migrations' lock files, each with whether a
+    /// running creation or migration holds it (see [`Leftover`]).
+    pub fn leftovers(&self) -> Result<Vec<Leftover>, StoreError> {
+        leftovers::find(&self.folder)
+    }
+
+    /// Removes the temporary files that no running creation or migration
+    /// holds and that were last written at least `min_age` ago (what a
+    /// killed creation, fork or migration left); returns them.
+    pub fn remove_leftovers(&self, min_age: Duration) -> Result<Vec<Leftover>, StoreError> {
+        leftovers::remove(&self.folder, &self.io, min_age)
     }
 
     /// A follower of session `id` that delivers its events from
@@ -210,11 +226,7 @@ pub fn create_log_file(
         || header.id.to_string(),
         |n| n.to_string_lossy().into_owned(),
     );
-    let temp = folder.join(format!(
-        ".{file_name}.tmp-{}-{}",
-        std::process::id(),
-        crate::writer::now_ms()
-    ));
+    let temp = folder.join(format!(".{file_name}.tmp-{}", leftovers::new_token()));
     let result = write_and_publish(io, &folder, &temp, path, bytes.as_bytes(), durability);
     if result.is_err() {
         let _ = std::fs::remove_file(&temp);
@@ -238,15 +250,17 @@ fn write_and_publish(
     let mut file = io
         .create_temp(temp)
         .map_err(|source| StoreError::io("create", temp, source))?;
+    // Held until the temporary name is gone: `sessionlog clean` leaves it.
+    leftovers::hold(&file);
     io.write_all(&mut file, temp, bytes)
         .map_err(|source| StoreError::io("write", temp, source))?;
     if durability == Durability::Fsync {
         io.sync_data(&file, temp)
             .map_err(|source| StoreError::io("fdatasync", temp, source))?;
     }
-    drop(file);
     io.publish(temp, path)
         .map_err(|source| StoreError::io("publish", path, source))?;
+    drop(file);
     if durability == Durability::Fsync {
         io.sync_folder(folder)
             .map_err(|source| StoreError::io("fsync folder", folder, source))?;

@@ -11,6 +11,7 @@ mod error;
 mod follow;
 mod io;
 mod jsonl;
+mod leftovers;
 mod migrate;
 mod reader;
 mod sqlite;
@@ -22,6 +23,7 @@ pub use error::{ErrorClass, StoreError};
 pub use follow::LogFollower;
 pub use io::{FaultInjector, FaultPoint, Io};
 pub use jsonl::{create_log_file, open_log_writer, read_header, JsonlStore, ListEntry};
+pub use leftovers::Leftover;
 pub use migrate::{
     diff, migrate, Difference, MigratePhase, MigrateProgress, MigrateReport, MigrateWarning,
 };

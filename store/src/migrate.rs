@@ -26,6 +26,7 @@
 //! Both sides are read as their good prefixes.
 
 use std::fmt;
+use std::fs::File;
 use std::io::BufRead;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,6 +35,7 @@ use sessionlog_projections::{fold, SessionState, Violation};
 use sessionlog_schema::{encode_line, EventRecord, SessionHeader, SessionId, TornTail};
 
 use crate::jsonl::JsonlStore;
+use crate::leftovers;
 use crate::reader::{LogReader, Snapshot};
 use crate::sqlite::SqliteBulkCreate;
 use crate::store::Store;
@@ -431,6 +433,11 @@ enum Staging<'s> {
 /// Temporary files of a JSONL destination, deleted unless published.
 struct JsonlStaging<'s> {
     store: &'s JsonlStore,
+    /// The `<pid>-<ms>` of this run, in every temporary name it makes.
+    token: String,
+    /// The run's lock file, held for its whole life, so that `sessionlog
+    /// clean` leaves its staged files; removed at the end.
+    lock: (File, PathBuf),
     /// Each staged session's temporary file and final name, in order.
     staged: Vec<(PathBuf, PathBuf)>,
 }
@@ -439,10 +446,7 @@ impl<'s> Staging<'s> {
     fn begin(to: &'s Store) -> Result<Staging<'s>, StoreError> {
         Ok(match to {
             Store::Sqlite(store) => Staging::Sqlite(store.bulk_create(Durability::Fsync)?),
-            Store::Jsonl(store) => Staging::Jsonl(JsonlStaging {
-                store,
-                staged: Vec::new(),
-            }),
+            Store::Jsonl(store) => Staging::Jsonl(JsonlStaging::begin(store)?),
         })
     }
 
@@ -486,7 +490,23 @@ impl<'s> Staging<'s> {
     }
 }
 
-impl JsonlStaging<'_> {
+impl<'s> JsonlStaging<'s> {
+    fn begin(store: &'s JsonlStore) -> Result<JsonlStaging<'s>, StoreError> {
+        let token = leftovers::new_token();
+        let path = store.folder().join(leftovers::migration_lock_name(&token));
+        let file = store
+            .io()
+            .create_temp(&path)
+            .map_err(|source| StoreError::io("create", &path, source))?;
+        leftovers::hold(&file);
+        Ok(JsonlStaging {
+            store,
+            token,
+            lock: (file, path),
+            staged: Vec::new(),
+        })
+    }
+
     /// Writes the session to a temporary file beside its final name, without
     /// an fsync yet.
     fn add(
@@ -503,12 +523,10 @@ impl JsonlStaging<'_> {
                 path,
             });
         }
-        let temp = self.store.folder().join(format!(
-            ".{}.jsonl.tmp-{}-{}",
-            header.id,
-            std::process::id(),
-            crate::writer::now_ms()
-        ));
+        let temp = self
+            .store
+            .folder()
+            .join(format!(".{}.jsonl.tmp-{}", header.id, self.token));
         let mut file = io
             .create_temp(&temp)
             .map_err(|source| StoreError::io("create", &temp, source))?;
@@ -547,11 +565,13 @@ impl JsonlStaging<'_> {
 }
 
 impl Drop for JsonlStaging<'_> {
-    /// Deletes the temporary files of sessions never published.
+    /// Deletes the temporary files of sessions never published, then the
+    /// run's lock file.
     fn drop(&mut self) {
         for (temp, _) in &self.staged {
             let _ = std::fs::remove_file(temp);
         }
+        let _ = std::fs::remove_file(&self.lock.1);
     }
 }
 

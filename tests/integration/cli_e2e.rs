@@ -563,3 +563,83 @@ fn a_database_header_out_of_vocabulary_is_a_rule_violation_for_every_folding_com
         exported.stdout
     );
 }
+
+#[test]
+fn clean_removes_only_old_temporary_files_nobody_holds() {
+    let folder = ok(tempfile::tempdir());
+    let store = folder.path().join("logs");
+    run(["create", &text(&store), "--session", "s1"]).expect_code(0);
+    let stale = store.join(".s2.jsonl.tmp-4242-1700000000000");
+    let recent = store.join(".s3.jsonl.tmp-4242-1700000000001");
+    let held = store.join(".s4.jsonl.tmp-4242-1700000000002");
+    for path in [&stale, &recent, &held] {
+        ok(std::fs::write(path, b"{\"kind\":\"header\""));
+    }
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    for path in [&stale, &held] {
+        let file = ok(std::fs::OpenOptions::new().write(true).open(path));
+        ok(file.set_modified(hour_ago));
+    }
+    // A creation in progress holds its temporary file's lock.
+    let holder = ok(std::fs::File::open(&held));
+    ok(holder.try_lock());
+
+    let verified = run(["verify", &text(&store)]);
+    verified.expect_code(0);
+    assert!(
+        verified.stderr.contains("2 temporary file(s)"),
+        "verify names the two nobody holds: {}",
+        verified.stderr
+    );
+    assert!(
+        verified.stderr.contains("sessionlog clean"),
+        "{}",
+        verified.stderr
+    );
+
+    let dry = run(["clean", &text(&store), "--dry-run"]);
+    dry.expect_code(0);
+    assert!(
+        dry.stdout
+            .contains(&format!("would remove: {}", stale.display())),
+        "{}",
+        dry.stdout
+    );
+    assert!(stale.exists(), "a dry run removes nothing");
+
+    let cleaned = run(["clean", &text(&store), "--json"]);
+    cleaned.expect_code(0);
+    let actions: Vec<(String, String)> = cleaned
+        .stdout
+        .lines()
+        .map(|line| {
+            let entry: serde_json::Value = ok(serde_json::from_str(line));
+            (
+                entry["path"].as_str().unwrap_or_default().to_owned(),
+                entry["action"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            (text(&stale), "removed".to_owned()),
+            (text(&recent), "recent".to_owned()),
+            (text(&held), "in use".to_owned()),
+        ]
+    );
+    assert!(!stale.exists() && recent.exists() && held.exists());
+    assert!(store.join("s1.jsonl").exists(), "a log is never touched");
+
+    drop(holder);
+    run(["clean", &text(&store), "--older-than", "0"]).expect_code(0);
+    assert!(!recent.exists() && !held.exists());
+    run(["verify", &text(&store)]).expect_code(0);
+
+    let database = folder.path().join("sessions.db");
+    run(["create", &text(&database), "--session", "s1"]).expect_code(0);
+    let on_database = run(["clean", &text(&database)]);
+    on_database.expect_code(0);
+    assert!(on_database.stdout.contains("keeps no temporary files"));
+    run(["clean", &text(&store.join("s1.jsonl"))]).expect_code(1);
+}

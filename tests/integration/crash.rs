@@ -344,15 +344,14 @@ fn kill_9_during_fork_leaves_the_child_whole_or_absent() {
         let store = folder.path().join(name);
         let (whole, absent) = fork_kills(&store, kills, 31);
         let leftovers = if name == "logs" {
-            ok(std::fs::read_dir(&store))
-                .filter_map(Result::ok)
-                .filter(|entry| entry.file_name().to_string_lossy().starts_with('.'))
-                .count()
+            let left = dot_files(&store).len();
+            assert_eq!(clean_after_kills(&store), left);
+            left
         } else {
             0
         };
         eprintln!(
-            "kill -9 of fork ({name}): {kills} kills, {whole} children whole, {absent} absent, none partial; {leftovers} temporary files left behind (ignored by every reader)"
+            "kill -9 of fork ({name}): {kills} kills, {whole} children whole, {absent} absent, none partial; {leftovers} temporary files left behind, all removed by `sessionlog clean`"
         );
         assert_eq!(whole + absent, kills);
     }
@@ -386,6 +385,41 @@ struct MigrateOutcomes {
     rerun_completed: usize,
     rerun_refused: usize,
     sessions_found_whole: usize,
+    /// Temporary files `sessionlog clean` removed after a kill.
+    leftovers_removed: usize,
+}
+
+/// The dot-named files of a JSONL store folder.
+fn dot_files(folder: &Path) -> Vec<String> {
+    ok(std::fs::read_dir(folder))
+        .filter_map(Result::ok)
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with('.'))
+        .collect()
+}
+
+/// Runs `sessionlog clean` on a JSONL store folder whose writers are all
+/// gone: every temporary file goes, no session does. Returns how many went.
+fn clean_after_kills(store: &Path) -> usize {
+    let before = ok(ok(Store::open(store)).ids());
+    let cleaned = run(["clean", &text(store), "--older-than", "0", "--json"]);
+    cleaned.expect_code(0);
+    let removed = cleaned
+        .stdout
+        .lines()
+        .filter(|line| line.contains(r#""action":"removed""#))
+        .count();
+    assert_eq!(
+        dot_files(store),
+        Vec::<String>::new(),
+        "every temporary file removed"
+    );
+    assert_eq!(
+        ok(ok(Store::open(store)).ids()),
+        before,
+        "no session removed"
+    );
+    removed
 }
 
 fn migrate_kills(from: &Path, to_name: &str, kills: usize, seed: u64) -> MigrateOutcomes {
@@ -414,6 +448,9 @@ fn migrate_kills(from: &Path, to_name: &str, kills: usize, seed: u64) -> Migrate
                 );
                 outcomes.sessions_found_whole += 1;
             }
+        }
+        if to.is_dir() {
+            outcomes.leftovers_removed += clean_after_kills(&to);
         }
         let before = to.exists().then(|| ok(ok(Store::open(&to)).ids()));
         let rerun = run(["migrate", &text(from), &text(&to), "--quiet"]);
@@ -453,9 +490,10 @@ fn kill_9_during_migrate_leaves_whole_sessions_and_a_clean_refusal_on_rerun() {
     for (from, to_name) in [(&jsonl, "copy.db"), (&sqlite, "copy-logs")] {
         let outcomes = migrate_kills(from, to_name, kills, 41);
         eprintln!(
-            "kill -9 of migrate {} -> {to_name}: {kills} kills, {} sessions found whole in partial destinations, rerun completed {} times, refused cleanly {} times",
+            "kill -9 of migrate {} -> {to_name}: {kills} kills, {} sessions found whole in partial destinations, {} temporary files removed by clean, rerun completed {} times, refused cleanly {} times",
             from.display(),
             outcomes.sessions_found_whole,
+            outcomes.leftovers_removed,
             outcomes.rerun_completed,
             outcomes.rerun_refused
         );

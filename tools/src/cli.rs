@@ -283,6 +283,29 @@ pub enum Command {
         #[command(flatten)]
         defaults: DefaultArgs,
     },
+    /// Remove the temporary files a killed create, fork or migrate left in a
+    /// folder of logs.
+    ///
+    /// Only dot-named temporary files that no running creation or migration
+    /// holds (a lock they keep) and that were last written at least
+    /// --older-than seconds ago are removed; a session log is never touched.
+    /// A database keeps no such files.
+    #[command(
+        after_help = "Examples:\n  sessionlog clean ./sessions --dry-run\n  sessionlog clean ./sessions --older-than 0 --json"
+    )]
+    Clean {
+        /// A folder of logs (a database is accepted and has nothing to clean).
+        store: PathBuf,
+        /// Keep what was written less than this many seconds ago.
+        #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+        older_than: u64,
+        /// List what would be removed, and remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// One JSON object a file on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print shell completions for SHELL on standard output.
     #[command(
         after_help = "Examples:\n  sessionlog completions bash > ~/.local/share/bash-completion/completions/sessionlog\n  sessionlog completions zsh > ~/.zfunc/_sessionlog"

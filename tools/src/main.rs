@@ -144,6 +144,12 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             html,
             defaults,
         } => commands::report::run(&target, &html, &defaults, quiet),
+        Command::Clean {
+            store,
+            older_than,
+            dry_run,
+            json,
+        } => commands::clean::run(&store, older_than, dry_run, json),
         Command::Completions { shell } => commands::completions::run(shell),
     }
 }

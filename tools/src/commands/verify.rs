@@ -84,7 +84,31 @@ pub fn run(args: &SessionArgs, json: bool, quiet: bool) -> Result<u8> {
         bar.inc(1);
     }
     bar.finish_and_clear();
+    if let Target::Store(sessionlog_store::Store::Jsonl(store)) = &target {
+        warn_of_leftovers(store)?;
+    }
     Ok(code)
+}
+
+/// Names the temporary files nobody holds (what a killed creation, fork or
+/// migration left): they are no session and change no verdict.
+fn warn_of_leftovers(store: &sessionlog_store::JsonlStore) -> Result<()> {
+    let left: Vec<_> = store
+        .leftovers()?
+        .into_iter()
+        .filter(|leftover| !leftover.in_use)
+        .collect();
+    if let Some(first) = left.first() {
+        let bytes: u64 = left.iter().map(|leftover| leftover.bytes).sum();
+        crate::warn(format!(
+            "{} temporary file(s) ({bytes} bytes) left by an interrupted create, fork or migrate, \
+             such as {}; no reader takes them for a session, and `sessionlog clean {}` removes them",
+            left.len(),
+            first.path.display(),
+            store.folder().display()
+        ));
+    }
+    Ok(())
 }
 
 /// Verifies one session.

@@ -1,0 +1,259 @@
+//! Temporary files that an interrupted creation, fork or migration left in a
+//! JSONL store folder, and their removal.
+//!
+//! Every temporary file of the store is dot-named, so no reader ever takes
+//! it for a session: `.<file>.tmp-<pid>-<ms>` for a session being created
+//! (or staged by a migration), and `.migrate-<pid>-<ms>.lock` for a running
+//! migration into the folder. A creation holds an exclusive `flock` on its
+//! temporary file from just after creating it until its name is removed; a
+//! migration holds one on its lock file for its whole run, and its staged
+//! files carry the same `<pid>-<ms>`. A leftover is such a file that nobody
+//! holds: its creator is gone (killed, or crashed with the machine).
+//!
+//! Removal takes only leftovers older than a minimum age, since a creation
+//! takes its lock a moment after it created its file, and removes only
+//! dot-named files of these two shapes: a session log (`<id>.jsonl`, whose
+//! id cannot start with a dot) is never touched. A temporary name left
+//! beside the session it published (a crash between `link` and `unlink`) is
+//! a second name of that file: removing it leaves the session whole.
+
+use std::fs::{File, TryLockError};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use crate::io::Io;
+use crate::reader::open_log_for_reading;
+use crate::StoreError;
+
+/// A temporary file in a JSONL store folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leftover {
+    /// Its path.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// How long since it was last written.
+    pub age: Duration,
+    /// Whether a running creation or migration holds it.
+    pub in_use: bool,
+}
+
+/// What kind of temporary file a name is.
+enum Temporary<'n> {
+    /// A session being created or staged, with its `<pid>-<ms>` token.
+    Session { token: &'n str },
+    /// A running migration's lock file.
+    MigrationLock,
+}
+
+/// The kind of temporary file `name` is, if it is one.
+fn temporary(name: &str) -> Option<Temporary<'_>> {
+    let rest = name.strip_prefix('.')?;
+    if let Some(token) = rest
+        .strip_prefix("migrate-")
+        .and_then(|rest| rest.strip_suffix(".lock"))
+    {
+        return is_token(token).then_some(Temporary::MigrationLock);
+    }
+    let (file, token) = rest.rsplit_once(".tmp-")?;
+    (!file.is_empty() && is_token(token)).then_some(Temporary::Session { token })
+}
+
+/// `<pid>-<ms>`: two runs of digits.
+fn is_token(token: &str) -> bool {
+    let digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+    token
+        .split_once('-')
+        .is_some_and(|(pid, ms)| digits(pid) && digits(ms))
+}
+
+/// The name of the lock file of the migration whose token is `token`.
+pub(crate) fn migration_lock_name(token: &str) -> String {
+    format!(".migrate-{token}.lock")
+}
+
+/// A `<pid>-<ms>` token for temporary names made now by this process.
+pub(crate) fn new_token() -> String {
+    format!("{}-{}", std::process::id(), crate::writer::now_ms())
+}
+
+/// Takes the exclusive `flock` a creation holds on its temporary file (or a
+/// migration on its lock file). Best effort: a file system without `flock`
+/// leaves the file unheld, and then only its age protects it.
+pub(crate) fn hold(file: &File) {
+    let _ = file.try_lock();
+}
+
+/// Whether somebody holds the `flock` of the file at `path`. A file gone
+/// meanwhile is not held.
+fn held(path: &Path) -> Result<bool, StoreError> {
+    let file = match open_log_for_reading(path) {
+        Ok(file) => file,
+        Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(false)
+        }
+        Err(error) => return Err(error),
+    };
+    match file.try_lock_shared() {
+        Ok(()) => Ok(false),
+        Err(TryLockError::WouldBlock) => Ok(true),
+        Err(TryLockError::Error(source)) => Err(StoreError::io("test the lock of", path, source)),
+    }
+}
+
+/// The temporary files in `folder`, in name order.
+pub(crate) fn find(folder: &Path) -> Result<Vec<Leftover>, StoreError> {
+    let entries = std::fs::read_dir(folder)
+        .map_err(|source| StoreError::io("read folder", folder, source))?;
+    let now = SystemTime::now();
+    let mut found = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| StoreError::io("read folder", folder, source))?;
+        let name = entry.file_name();
+        let Some(kind) = name.to_str().and_then(temporary) else {
+            continue;
+        };
+        let path = entry.path();
+        let metadata = match std::fs::symlink_metadata(&path) {
+            Ok(metadata) if metadata.is_file() => metadata,
+            Ok(_) => continue,
+            Err(source) if source.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => return Err(StoreError::io("stat", &path, source)),
+        };
+        let age = metadata
+            .modified()
+            .ok()
+            .and_then(|modified| now.duration_since(modified).ok())
+            .unwrap_or_default();
+        let in_use = match kind {
+            Temporary::MigrationLock => held(&path)?,
+            Temporary::Session { token } => {
+                held(&folder.join(migration_lock_name(token)))? || held(&path)?
+            }
+        };
+        found.push(Leftover {
+            path,
+            bytes: metadata.len(),
+            age,
+            in_use,
+        });
+    }
+    found.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(found)
+}
+
+/// Removes the temporary files of `folder` that nobody holds and that are
+/// at least `min_age` old; returns them.
+pub(crate) fn remove(
+    folder: &Path,
+    io: &Io,
+    min_age: Duration,
+) -> Result<Vec<Leftover>, StoreError> {
+    let mut removed = Vec::new();
+    for leftover in find(folder)? {
+        if leftover.in_use || leftover.age < min_age {
+            continue;
+        }
+        match std::fs::remove_file(&leftover.path) {
+            Ok(()) => removed.push(leftover),
+            Err(source) if source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(StoreError::io("remove", &leftover.path, source)),
+        }
+    }
+    if !removed.is_empty() {
+        io.sync_folder(folder)
+            .map_err(|source| StoreError::io("fsync folder", folder, source))?;
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tests::{header, ok};
+    use crate::JsonlStore;
+
+    fn age(path: &Path, by: Duration) {
+        let file = ok(std::fs::OpenOptions::new().write(true).open(path));
+        ok(file.set_modified(SystemTime::now() - by));
+    }
+
+    #[test]
+    fn names_of_temporary_files_are_told_apart_from_logs() {
+        assert!(matches!(
+            temporary(".s1.jsonl.tmp-12-1700000000000"),
+            Some(Temporary::Session {
+                token: "12-1700000000000"
+            })
+        ));
+        assert!(matches!(
+            temporary(".migrate-12-17.lock"),
+            Some(Temporary::MigrationLock)
+        ));
+        for name in [
+            "s1.jsonl",
+            ".s1.jsonl",
+            ".s1.jsonl.tmp-",
+            ".s1.jsonl.tmp-12",
+            ".s1.jsonl.tmp-12-x",
+            ".tmp-12-17",
+            ".migrate-12.lock",
+            "migrate-12-17.lock",
+        ] {
+            assert!(temporary(name).is_none(), "{name}");
+        }
+    }
+
+    #[test]
+    fn only_old_temporary_files_nobody_holds_are_removed() {
+        let folder = ok(tempfile::tempdir());
+        let store = ok(JsonlStore::create_folder(folder.path()));
+        ok(store.create(&header("s1"), &[], crate::Durability::Fsync));
+        let log = store.log_path(&crate::store::tests::id("s1"));
+        let stale = folder.path().join(".s2.jsonl.tmp-1-1");
+        let young = folder.path().join(".s3.jsonl.tmp-1-2");
+        let held_file = folder.path().join(".s4.jsonl.tmp-1-3");
+        let staged = folder.path().join(".s5.jsonl.tmp-1-4");
+        let run_lock = folder.path().join(migration_lock_name("1-4"));
+        let stale_lock = folder.path().join(migration_lock_name("1-5"));
+        for path in [&stale, &young, &held_file, &staged, &run_lock, &stale_lock] {
+            ok(std::fs::write(path, b"partial"));
+        }
+        for path in [&stale, &held_file, &staged, &run_lock, &stale_lock, &log] {
+            age(path, Duration::from_secs(3600));
+        }
+        let holder = ok(File::open(&held_file));
+        hold(&holder);
+        let migration = ok(File::open(&run_lock));
+        hold(&migration);
+
+        let found = ok(find(folder.path()));
+        let in_use: Vec<&Path> = found
+            .iter()
+            .filter(|leftover| leftover.in_use)
+            .map(|leftover| leftover.path.as_path())
+            .collect();
+        assert_eq!(
+            in_use,
+            [run_lock.as_path(), held_file.as_path(), staged.as_path()],
+            "in name order"
+        );
+        assert_eq!(found.len(), 6, "the log is not a temporary file: {found:?}");
+
+        let io = Io::default();
+        let removed: Vec<PathBuf> = ok(remove(folder.path(), &io, Duration::from_secs(600)))
+            .into_iter()
+            .map(|leftover| leftover.path)
+            .collect();
+        assert_eq!(removed, [stale_lock.clone(), stale.clone()]);
+        for path in [&log, &young, &held_file, &staged, &run_lock] {
+            assert!(path.exists(), "{} was kept", path.display());
+        }
+
+        drop((holder, migration));
+        let removed = ok(remove(folder.path(), &io, Duration::ZERO));
+        assert_eq!(removed.len(), 4, "{removed:?}");
+        assert!(log.exists());
+        assert_eq!(ok(store.ids()).len(), 1);
+    }
+}

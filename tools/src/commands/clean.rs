@@ -1,0 +1,95 @@
+//! `sessionlog clean`: removes the temporary files that a killed `create`,
+//! `fork` or `migrate` left in a folder of logs (see
+//! `JsonlStore::remove_leftovers`). Files in use by a running creation or
+//! migration, and files written less than `--older-than` seconds ago, stay;
+//! each is listed with why.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use serde::Serialize;
+use sessionlog_store::{Leftover, Store};
+
+use crate::exit;
+use crate::target::Target;
+use crate::UsageError;
+
+/// One temporary file as reported.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Entry {
+    path: String,
+    bytes: u64,
+    age_seconds: u64,
+    /// `removed`, `would remove`, `in use` or `recent`.
+    action: &'static str,
+}
+
+/// Runs `clean`.
+pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u8> {
+    let jsonl = match Target::open(store)? {
+        Target::Store(Store::Jsonl(jsonl)) => jsonl,
+        Target::Store(Store::Sqlite(_)) => {
+            if !json {
+                println!("{}: a database keeps no temporary files", store.display());
+            }
+            return Ok(exit::OK);
+        }
+        Target::File(_) => bail!(UsageError(format!(
+            "{}: clean takes the folder of logs, not one log",
+            store.display()
+        ))),
+    };
+    let min_age = Duration::from_secs(older_than);
+    let found = jsonl.leftovers()?;
+    let removed = if dry_run {
+        Vec::new()
+    } else {
+        jsonl.remove_leftovers(min_age)?
+    };
+    let mut entries = Vec::with_capacity(found.len());
+    for leftover in &found {
+        let action = if removed.iter().any(|gone| gone.path == leftover.path) {
+            "removed"
+        } else if leftover.in_use {
+            "in use"
+        } else if leftover.age < min_age {
+            "recent"
+        } else if dry_run {
+            "would remove"
+        } else {
+            // Found, then gone or taken by the time of removal.
+            continue;
+        };
+        entries.push(entry(leftover, action));
+    }
+    for entry in &entries {
+        if json {
+            println!("{}", serde_json::to_string(entry)?);
+        } else {
+            println!(
+                "{}: {} ({} bytes, written {} s ago)",
+                entry.action, entry.path, entry.bytes, entry.age_seconds
+            );
+        }
+    }
+    if !json {
+        let removed_bytes: u64 = removed.iter().map(|leftover| leftover.bytes).sum();
+        println!(
+            "{} temporary file(s) removed ({removed_bytes} bytes), {} kept",
+            removed.len(),
+            entries.len() - removed.len()
+        );
+    }
+    Ok(exit::OK)
+}
+
+fn entry(leftover: &Leftover, action: &'static str) -> Entry {
+    Entry {
+        path: leftover.path.display().to_string(),
+        bytes: leftover.bytes,
+        age_seconds: leftover.age.as_secs(),
+        action,
+    }
+}
