@@ -605,6 +605,12 @@ fn clean_removes_only_old_temporary_files_nobody_holds() {
         "{}",
         dry.stdout
     );
+    assert!(
+        dry.stdout
+            .contains("1 temporary file(s) would be removed (16 bytes), 2 kept"),
+        "{}",
+        dry.stdout
+    );
     assert!(stale.exists(), "a dry run removes nothing");
 
     let cleaned = run(["clean", &text(&store), "--json"]);

@@ -75,14 +75,26 @@ pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u
         }
     }
     if !json {
-        let removed_bytes: u64 = removed.iter().map(|leftover| leftover.bytes).sum();
+        let (verb, gone) = if dry_run {
+            ("would be removed", entries_with(&entries, "would remove"))
+        } else {
+            ("removed", entries_with(&entries, "removed"))
+        };
+        let bytes: u64 = gone.iter().map(|entry| entry.bytes).sum();
         println!(
-            "{} temporary file(s) removed ({removed_bytes} bytes), {} kept",
-            removed.len(),
-            entries.len() - removed.len()
+            "{} temporary file(s) {verb} ({bytes} bytes), {} kept",
+            gone.len(),
+            entries.len() - gone.len()
         );
     }
     Ok(exit::OK)
+}
+
+fn entries_with<'e>(entries: &'e [Entry], action: &str) -> Vec<&'e Entry> {
+    entries
+        .iter()
+        .filter(|entry| entry.action == action)
+        .collect()
 }
 
 fn entry(leftover: &Leftover, action: &'static str) -> Entry {
