@@ -1628,6 +1628,22 @@ mod tests {
             .count()
     }
 
+    /// Each outcome in a word: `ok`, `conflict N/M` (expected, actual) or
+    /// `exists`.
+    fn outcome_words(outcomes: &[Result<(), StoreError>]) -> Vec<String> {
+        outcomes
+            .iter()
+            .map(|outcome| match outcome {
+                Ok(()) => "ok".to_owned(),
+                Err(StoreError::Conflict {
+                    expected, actual, ..
+                }) => format!("conflict {expected}/{actual}"),
+                Err(StoreError::AlreadyExists { .. }) => "exists".to_owned(),
+                Err(other) => format!("unexpected: {other}"),
+            })
+            .collect()
+    }
+
     #[test]
     fn a_request_refused_before_writing_leaves_the_rest_of_its_group() {
         let (outcomes, rows) = commit_one_group(vec![
@@ -1637,29 +1653,12 @@ mod tests {
             Work::Create(vec![new_session("a")]),
             Work::Create(vec![new_session("c")]),
         ]);
-        assert!(outcomes[0].is_ok(), "{:?}", outcomes[0]);
-        assert!(
-            matches!(
-                outcomes[1],
-                Err(StoreError::Conflict {
-                    expected: 5,
-                    actual: 1,
-                    ..
-                })
-            ),
-            "{:?}",
-            outcomes[1]
+        assert_eq!(
+            outcome_words(&outcomes),
+            ["ok", "conflict 5/1", "ok", "exists", "ok"]
         );
-        assert!(outcomes[2].is_ok(), "{:?}", outcomes[2]);
-        assert!(
-            matches!(outcomes[3], Err(StoreError::AlreadyExists { .. })),
-            "{:?}",
-            outcomes[3]
-        );
-        assert!(outcomes[4].is_ok(), "{:?}", outcomes[4]);
-        assert_eq!(events_of(&rows, "a"), 2, "{rows:#?}");
-        assert_eq!(events_of(&rows, "b"), 0, "{rows:#?}");
-        assert_eq!(events_of(&rows, "c"), 1, "{rows:#?}");
+        let counts = ["a", "b", "c"].map(|name| events_of(&rows, name));
+        assert_eq!(counts, [2, 0, 1], "{rows:#?}");
     }
 
     #[test]
@@ -1672,21 +1671,13 @@ mod tests {
             append("b", 1),
             Work::Create(vec![new_session("c")]),
         ]);
-        assert!(outcomes[0].is_ok(), "{:?}", outcomes[0]);
-        assert!(
-            matches!(outcomes[1], Err(StoreError::AlreadyExists { .. })),
-            "{:?}",
-            outcomes[1]
-        );
-        assert!(outcomes[2].is_ok(), "{:?}", outcomes[2]);
-        assert!(outcomes[3].is_ok(), "{:?}", outcomes[3]);
+        assert_eq!(outcome_words(&outcomes), ["ok", "exists", "ok", "ok"]);
         assert!(
             !rows.iter().any(|row| row.starts_with("d|")),
             "nothing of the failed creation remains: {rows:#?}"
         );
-        assert_eq!(events_of(&rows, "a"), 1, "{rows:#?}");
-        assert_eq!(events_of(&rows, "b"), 1, "{rows:#?}");
-        assert_eq!(events_of(&rows, "c"), 1, "{rows:#?}");
+        let counts = ["a", "b", "c"].map(|name| events_of(&rows, name));
+        assert_eq!(counts, [1, 1, 1], "{rows:#?}");
     }
 
     #[test]
