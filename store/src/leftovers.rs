@@ -78,10 +78,12 @@ pub(crate) fn new_token() -> String {
 }
 
 /// Takes the exclusive `flock` a creation holds on its temporary file (or a
-/// migration on its lock file). Best effort: a file system without `flock`
-/// leaves the file unheld, and then only its age protects it.
+/// migration on its lock file). It waits rather than tries: the only other
+/// taker is a cleaner testing the lock, for a moment. Best effort: a file
+/// system without `flock` leaves the file unheld, and then only its age
+/// protects it.
 pub(crate) fn hold(file: &File) {
-    let _ = file.try_lock();
+    let _ = file.lock();
 }
 
 /// Whether somebody holds the `flock` of the file at `path`. A file gone
