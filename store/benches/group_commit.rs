@@ -33,6 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         RUN_FOR.as_secs(),
         folder.path().display()
     );
+    println!("file system: {}", describe_file_system(folder.path()));
     println!(
         "{:<8} {:>22} {:>22} {:>8}",
         "backend", "1 thread (events/s)", "64 threads (events/s)", "ratio"
@@ -176,6 +177,47 @@ fn measure_raw(folder: &std::path::Path, round: usize, threads: usize) -> std::i
         }
         Ok(appended)
     })
+}
+
+/// The file system `path` is on, from `/proc/self/mounts`: its type and
+/// device, and for ext4 whether it has a journal (a `jbd2` entry for its
+/// device), which decides whether fdatasyncs of different files can share
+/// a commit.
+fn describe_file_system(path: &std::path::Path) -> String {
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") else {
+        return "unknown".to_owned();
+    };
+    let mount = mounts
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            Some((fields.next()?, fields.next()?, fields.next()?))
+        })
+        .filter(|(_, point, _)| path.starts_with(point))
+        .max_by_key(|(_, point, _)| point.len());
+    let Some((device, point, kind)) = mount else {
+        return "unknown".to_owned();
+    };
+    let journal = if kind == "ext4" {
+        let name = device.rsplit('/').next().unwrap_or(device);
+        let journaled = std::fs::read_dir("/proc/fs/jbd2").is_ok_and(|entries| {
+            entries.filter_map(Result::ok).any(|entry| {
+                entry
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("{name}-"))
+            })
+        });
+        if journaled {
+            ", with a journal"
+        } else {
+            ", without a journal"
+        }
+    } else {
+        ""
+    };
+    format!("{kind} on {device} at {point}{journal}")
 }
 
 fn header(id: &str) -> Result<SessionHeader, StoreError> {
