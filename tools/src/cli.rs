@@ -296,7 +296,9 @@ pub enum Command {
     Clean {
         /// A folder of logs (a database is accepted and has nothing to clean).
         store: PathBuf,
-        /// Keep what was written less than this many seconds ago.
+        /// Keep what was written less than this many seconds ago. A creation
+        /// locks its file a moment after creating it: use 0 only on a folder
+        /// no process is writing.
         #[arg(long, value_name = "SECONDS", default_value_t = 600)]
         older_than: u64,
         /// List what would be removed, and remove nothing.
