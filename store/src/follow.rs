@@ -490,6 +490,108 @@ mod tests {
         assert_eq!(delivered, (1..=total).collect::<Vec<_>>());
     }
 
+    /// One step of a log's life as a follower sees it.
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// The next unit (an event, or a batch of this many), written in
+        /// pieces cut at these fractions of its bytes.
+        Unit { size: u64, cuts: Vec<u8> },
+        /// A torn tail: part of a next line, which a writer then cuts off.
+        Torn { keep: u8 },
+        /// A poll delivering at most this many events.
+        Poll { max: usize },
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => (1..4u64, proptest::collection::vec(any::<u8>(), 0..3))
+                .prop_map(|(size, cuts)| Step::Unit { size, cuts }),
+            1 => any::<u8>().prop_map(|keep| Step::Torn { keep }),
+            3 => (1..6usize).prop_map(|max| Step::Poll { max }),
+        ]
+    }
+
+    /// The lines of the unit that starts at `seq`.
+    fn unit_text(seq: u64, size: u64) -> String {
+        (0..size)
+            .map(|n| {
+                let batch = (size > 1 && n == 0).then_some(size);
+                let record = EventRecord::new(seq + n, 1_700_000_000_100, batch, "note/test", "{}");
+                line("a", &record)
+            })
+            .collect()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Whatever the order of writes, pieces of lines, torn tails cut by
+        /// a writer and polls of any size, a follower delivers every event
+        /// exactly once, in order, and nothing of a unit not yet whole.
+        #[test]
+        fn a_follower_delivers_each_event_once_in_order(
+            steps in proptest::collection::vec(step(), 1..40)
+        ) {
+            let (_folder, path) = setup(0);
+            let mut follower = LogFollower::new(&path, Some(id("a")), 1);
+            let mut next_seq = 1;
+            let mut whole_units_end = vec![0u64];
+            let mut delivered = Vec::new();
+            // Nothing is delivered of a unit not yet whole in the file (a
+            // whole batch may be delivered over two polls of a small max).
+            let check = |records: Vec<EventRecord>, delivered: &mut Vec<u64>, ends: &[u64]| {
+                delivered.extend(seqs(&records));
+                let last = delivered.last().copied().unwrap_or(0);
+                let whole = ends.last().copied().unwrap_or(0);
+                assert!(last <= whole, "seq {last} delivered, units whole up to {whole}");
+            };
+            for step in steps {
+                match step {
+                    Step::Unit { size, cuts } => {
+                        let text = unit_text(next_seq, size);
+                        let mut points: Vec<usize> = cuts
+                            .iter()
+                            .map(|cut| usize::from(*cut) * text.len() / 256)
+                            .collect();
+                        points.sort_unstable();
+                        let mut from = 0;
+                        for point in points {
+                            append(&path, &text[from..point]);
+                            from = point;
+                            check(ok(follower.poll(usize::MAX)), &mut delivered, &whole_units_end);
+                        }
+                        append(&path, &text[from..]);
+                        next_seq += size;
+                        whole_units_end.push(next_seq - 1);
+                    }
+                    Step::Torn { keep } => {
+                        let good = ok(std::fs::metadata(&path)).len();
+                        let next = line("a", &note(next_seq));
+                        let cut = 1 + usize::from(keep) * (next.len() - 2) / 256;
+                        append(&path, &next[..cut]);
+                        check(ok(follower.poll(usize::MAX)), &mut delivered, &whole_units_end);
+                        let file = ok(std::fs::OpenOptions::new().write(true).open(&path));
+                        ok(file.set_len(good));
+                    }
+                    Step::Poll { max } => {
+                        let polled = ok(follower.poll(max));
+                        assert!(polled.len() <= max);
+                        check(polled, &mut delivered, &whole_units_end);
+                    }
+                }
+            }
+            loop {
+                let polled = ok(follower.poll(usize::MAX));
+                if polled.is_empty() {
+                    break;
+                }
+                delivered.extend(seqs(&polled));
+            }
+            assert_eq!(delivered, (1..next_seq).collect::<Vec<_>>());
+        }
+    }
+
     #[test]
     fn a_log_of_another_session_is_refused() {
         let (_folder, path) = setup(1);
