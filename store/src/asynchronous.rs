@@ -5,16 +5,21 @@
 //!
 //! Appends go through one owned `SessionWriter` per session, opened on the
 //! first append and kept until [`AsyncStore::close`]; the store therefore
-//! holds each session's writer lock while it has a writer open. A writer
-//! that fails is dropped after reporting its error, so the next append
-//! reopens the session and re-verifies it, as a poisoned writer requires.
+//! holds each session's writer lock while it has a writer open. Appends to
+//! one session that arrive while another is being synced wait together and
+//! then share one sync (group commit within a session): each is staged as
+//! its own atomic batch, in arrival order, with its own expected seq, and
+//! one that is refused (a conflict, a rule) leaves the others alone. A
+//! writer that fails is dropped after reporting its error, so the next
+//! append reopens the session and re-verifies it, as a poisoned writer
+//! requires.
 //! `follow` polls the store every `FOLLOW_POLL_INTERVAL` for new events: a
 //! JSONL log through a [`LogFollower`], which reads only what was appended
 //! since the last poll (nothing at all when the file did not change); a
 //! SQLite session with a query from the next seq.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use sessionlog_projections::Defaults;
@@ -42,9 +47,80 @@ pub struct AsyncStore {
     options: WriterOptions,
 }
 
-/// One session's writer, opened on first use; appends to a session wait
-/// for each other here, never for other sessions.
-type WriterSlot = Arc<Mutex<Option<SessionWriter>>>;
+/// One session's writer, opened on first use, and the appends waiting for
+/// it; appends to a session wait for each other here, never for other
+/// sessions.
+type WriterSlot = Arc<Slot>;
+
+#[derive(Debug, Default)]
+struct Slot {
+    state: Mutex<SlotState>,
+    /// Signalled when a group's outcomes are in.
+    done: Condvar,
+}
+
+/// An append waiting for its group: its ticket, events and expected seq.
+type Waiting = (u64, Vec<NewEvent>, Option<u64>);
+
+/// What an append returns.
+type Outcome = Result<Vec<AcknowledgedSeq>, StoreError>;
+
+/// What applying a group gives back: the writer if it is still usable, and
+/// each append's outcome by ticket.
+type Applied = (Option<SessionWriter>, Vec<(u64, Outcome)>);
+
+#[derive(Debug, Default)]
+struct SlotState {
+    /// The writer, while no group holds it.
+    writer: Option<SessionWriter>,
+    /// Appends waiting for the next group, in arrival order.
+    waiting: Vec<Waiting>,
+    /// Outcomes of applied appends, until their callers take them.
+    outcomes: HashMap<u64, Outcome>,
+    next_ticket: u64,
+    /// Whether a caller is applying a group now.
+    busy: bool,
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Puts a group's outcomes in, even when applying it panicked, so that no
+/// caller of the group waits for ever.
+struct GroupGuard<'s> {
+    slot: &'s Slot,
+    tickets: Vec<u64>,
+    result: Option<Applied>,
+}
+
+impl Drop for GroupGuard<'_> {
+    fn drop(&mut self) {
+        let mut state = self.slot.lock();
+        match self.result.take() {
+            Some((writer, outcomes)) => {
+                state.writer = writer;
+                state.outcomes.extend(outcomes);
+            }
+            None => {
+                for ticket in &self.tickets {
+                    state.outcomes.insert(
+                        *ticket,
+                        Err(StoreError::io(
+                            "append",
+                            std::path::PathBuf::new(),
+                            std::io::Error::other("an append of the same group panicked"),
+                        )),
+                    );
+                }
+            }
+        }
+        state.busy = false;
+        self.slot.done.notify_all();
+    }
+}
 
 impl AsyncStore {
     /// Wraps `store`; appends are durable (`Durability::Fsync`).
@@ -174,28 +250,120 @@ impl AsyncStore {
         expected_seq: Option<u64>,
     ) -> Result<Vec<AcknowledgedSeq>, StoreError> {
         let slot = Arc::clone(self.writer_table().entry(id.clone()).or_default());
-        let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut writer = match slot.take() {
-            Some(writer) => writer,
-            None => self.store.open_writer(id, self.options)?,
-        };
-        let appended = writer.append_batch(events, expected_seq);
-        let writer_still_usable = match &appended {
-            Ok(_) => true,
-            Err(error) => matches!(
-                error,
-                StoreError::Conflict { .. } | StoreError::Rule { .. } | StoreError::InvalidEvent(_)
-            ),
-        };
-        if writer_still_usable {
-            *slot = Some(writer);
+        let mut state = slot.lock();
+        let ticket = state.next_ticket;
+        state.next_ticket += 1;
+        state.waiting.push((ticket, events, expected_seq));
+        loop {
+            if let Some(outcome) = state.outcomes.remove(&ticket) {
+                return outcome;
+            }
+            if state.busy {
+                state = slot
+                    .done
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+                continue;
+            }
+            // Nobody is applying a group: this caller applies every append
+            // waiting now, its own among them, with the slot unlocked.
+            state.busy = true;
+            let group = std::mem::take(&mut state.waiting);
+            let writer = state.writer.take();
+            drop(state);
+            let mut guard = GroupGuard {
+                slot: &slot,
+                tickets: group.iter().map(|(ticket, ..)| *ticket).collect(),
+                result: None,
+            };
+            guard.result = Some(self.apply_group(id, writer, group));
+            drop(guard);
+            state = slot.lock();
         }
-        appended
+    }
+
+    /// Stages every append of `group` in order, each as its own batch, then
+    /// syncs once. Returns the writer if it is still usable, and each
+    /// append's outcome. A failed write poisons the writer: every later
+    /// append of the group, and those staged before it, are refused by it.
+    fn apply_group(
+        &self,
+        id: &SessionId,
+        mut writer: Option<SessionWriter>,
+        group: Vec<Waiting>,
+    ) -> Applied {
+        let mut outcomes = Vec::with_capacity(group.len());
+        let mut staged = Vec::new();
+        let mut usable = true;
+        for (ticket, events, expected_seq) in group {
+            let open = match writer.take() {
+                Some(open) => open,
+                None => match self.store.open_writer(id, self.options) {
+                    Ok(open) => open,
+                    Err(error) => {
+                        outcomes.push((ticket, Err(error)));
+                        continue;
+                    }
+                },
+            };
+            let open = writer.insert(open);
+            match open.stage_batch(events, expected_seq) {
+                Ok(seqs) => staged.push((ticket, seqs)),
+                Err(error) => {
+                    usable &= keeps_writer(&error);
+                    outcomes.push((ticket, Err(error)));
+                }
+            }
+        }
+        let Some(mut open) = writer else {
+            return (None, outcomes);
+        };
+        if staged.is_empty() {
+            return (usable.then_some(open), outcomes);
+        }
+        match open.sync() {
+            Ok(_) => {
+                for (ticket, seqs) in staged {
+                    outcomes.push((ticket, Ok(seqs.into_iter().map(AcknowledgedSeq).collect())));
+                }
+                (usable.then_some(open), outcomes)
+            }
+            Err(error) => {
+                // The first gets the failure itself; the others what the
+                // poisoned writer now says.
+                let mut first = Some(error);
+                for (ticket, _) in staged {
+                    let error = first.take().unwrap_or_else(|| match open.sync() {
+                        Err(again) => again,
+                        Ok(_) => self.unsynced(id),
+                    });
+                    outcomes.push((ticket, Err(error)));
+                }
+                (None, outcomes)
+            }
+        }
+    }
+
+    fn unsynced(&self, id: &SessionId) -> StoreError {
+        StoreError::io(
+            "sync",
+            self.store.session_path(id),
+            std::io::Error::other("the writer failed before this append was synced"),
+        )
     }
 
     fn writer_table(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, WriterSlot>> {
         self.writers.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// Whether a writer that refused an append with `error` stays usable: it
+/// refused before writing anything (a conflict, a rule, an invalid event).
+fn keeps_writer(error: &StoreError) -> bool {
+    matches!(
+        error,
+        StoreError::Conflict { .. } | StoreError::Rule { .. } | StoreError::InvalidEvent(_)
+    )
 }
 
 /// How `follow` finds new events.
@@ -320,6 +488,202 @@ mod tests {
             .map(EventRecord::seq)
             .collect();
         assert_eq!(seqs, (1..=16).collect::<Vec<_>>());
+    }
+
+    /// Counts fdatasyncs; the first one waits until `hold` is released, so
+    /// that appends queue up behind it.
+    #[derive(Default)]
+    struct SlowFirstSync {
+        syncs: std::sync::atomic::AtomicUsize,
+        /// Whether the second fdatasync fails.
+        fail_second: std::sync::atomic::AtomicBool,
+        hold: std::sync::Mutex<bool>,
+        released: std::sync::Condvar,
+    }
+
+    impl SlowFirstSync {
+        fn release(&self) {
+            *self.hold.lock().unwrap_or_else(PoisonError::into_inner) = true;
+            self.released.notify_all();
+        }
+    }
+
+    impl crate::FaultInjector for SlowFirstSync {
+        fn before(&self, point: crate::FaultPoint, _: &std::path::Path) -> std::io::Result<()> {
+            if point == crate::FaultPoint::Fsync {
+                let previous = self.syncs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if previous == 1 && self.fail_second.load(std::sync::atomic::Ordering::SeqCst) {
+                    return Err(std::io::Error::other(
+                        "injected: the second fdatasync fails",
+                    ));
+                }
+                if previous == 0 {
+                    let mut released = self.hold.lock().unwrap_or_else(PoisonError::into_inner);
+                    while !*released {
+                        released = self
+                            .released
+                            .wait(released)
+                            .unwrap_or_else(PoisonError::into_inner);
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+
+    /// An AsyncStore over a JSONL store whose first append's fdatasync
+    /// waits for `faults.release()`.
+    async fn held_jsonl(folder: &std::path::Path) -> (AsyncStore, Arc<SlowFirstSync>) {
+        let faults = Arc::new(SlowFirstSync::default());
+        let jsonl = ok(crate::JsonlStore::create_folder(&folder.join("logs")))
+            .with_io(crate::Io::with_faults(faults.clone()));
+        let store = AsyncStore::new(Store::Jsonl(jsonl));
+        ok(store
+            .create(header("a"), Vec::new(), Durability::Buffered)
+            .await);
+        (store, faults)
+    }
+
+    /// Waits until the first fdatasync is being held.
+    async fn first_sync_started(faults: &SlowFirstSync) {
+        while faults.syncs.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn appends_to_one_session_that_wait_together_share_one_sync() {
+        let folder = ok(tempfile::tempdir());
+        let (store, faults) = held_jsonl(folder.path()).await;
+        let first = tokio::spawn({
+            let store = store.clone();
+            async move { store.append(id("a"), vec![note("first")], None).await }
+        });
+        first_sync_started(&faults).await;
+        let later: Vec<_> = (0..31)
+            .map(|n| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let batch = vec![note(&format!("{n}.1")), note(&format!("{n}.2"))];
+                    store.append(id("a"), batch, None).await
+                })
+            })
+            .collect();
+        // Let every later append reach the session before the first sync
+        // ends.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        faults.release();
+        ok(ok(first.await));
+        let mut acknowledged = Vec::new();
+        for task in later {
+            let seqs = ok(ok(task.await));
+            assert_eq!(seqs.len(), 2);
+            assert_eq!(seqs[1].get(), seqs[0].get() + 1, "a batch stays whole");
+            acknowledged.extend(seqs.iter().map(|seq| seq.get()));
+        }
+        acknowledged.sort_unstable();
+        assert_eq!(acknowledged, (2..=63).collect::<Vec<_>>());
+        assert_eq!(
+            faults.syncs.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "the first append's sync, then one for the 31 that waited together"
+        );
+        let seqs: Vec<u64> = ok(store.snapshot(id("a")).await)
+            .events
+            .iter()
+            .map(EventRecord::seq)
+            .collect();
+        assert_eq!(seqs, (1..=63).collect::<Vec<_>>());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_append_refused_in_a_group_leaves_the_others() {
+        let folder = ok(tempfile::tempdir());
+        let (store, faults) = held_jsonl(folder.path()).await;
+        let first = tokio::spawn({
+            let store = store.clone();
+            async move { store.append(id("a"), vec![note("first")], Some(1)).await }
+        });
+        first_sync_started(&faults).await;
+        // Both want seq 2: whichever queues first gets it, the other is a
+        // conflict; the third takes the next seq.
+        let spawn = |expected: Option<u64>, text: &'static str| {
+            let store = store.clone();
+            tokio::spawn(async move { store.append(id("a"), vec![note(text)], expected).await })
+        };
+        let (b, c) = (spawn(Some(2), "b"), spawn(Some(2), "c"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let d = spawn(None, "d");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        faults.release();
+        ok(ok(first.await));
+        let (b, c, d) = (ok(b.await), ok(c.await), ok(d.await));
+        let (won, lost) = if b.is_ok() { (b, c) } else { (c, b) };
+        assert_eq!(ok(won).iter().map(|s| s.get()).collect::<Vec<_>>(), [2]);
+        assert!(
+            matches!(
+                lost,
+                Err(StoreError::Conflict {
+                    expected: 2,
+                    actual: 3,
+                    ..
+                })
+            ),
+            "{lost:?}"
+        );
+        assert_eq!(ok(d).iter().map(|s| s.get()).collect::<Vec<_>>(), [3]);
+        assert_eq!(faults.syncs.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert_eq!(ok(store.snapshot(id("a")).await).events.len(), 3);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_shared_sync_fails_every_append_of_its_group() {
+        let folder = ok(tempfile::tempdir());
+        let (store, faults) = held_jsonl(folder.path()).await;
+        faults
+            .fail_second
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let first = tokio::spawn({
+            let store = store.clone();
+            async move { store.append(id("a"), vec![note("first")], None).await }
+        });
+        first_sync_started(&faults).await;
+        let group: Vec<_> = (0..4)
+            .map(|n| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    store
+                        .append(id("a"), vec![note(&n.to_string())], None)
+                        .await
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        faults.release();
+        ok(ok(first.await));
+        let mut io = 0;
+        for task in group {
+            match ok(task.await) {
+                Err(StoreError::Io { .. }) => io += 1,
+                Err(StoreError::Poisoned { cause, .. }) => {
+                    assert!(cause.contains("injected"), "{cause}");
+                }
+                other => panic!("an append of the failed group: {other:?}"),
+            }
+        }
+        assert_eq!(
+            io, 1,
+            "one gets the failure itself, the others the poisoning"
+        );
+        // The writer was dropped: the next append reopens and re-verifies
+        // the log (the refused appends are in doubt: written, never synced).
+        let next = ok(store.append(id("a"), vec![note("after")], None).await);
+        let snapshot = ok(store.snapshot(id("a")).await);
+        assert_eq!(
+            snapshot.events.last().map(EventRecord::seq),
+            Some(next[0].get())
+        );
+        assert_eq!(snapshot.events[0].seq(), 1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -67,7 +67,7 @@ pub struct NewEvent {
 
 /// A seq whose event is durable. Only a writer's sync makes one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct AcknowledgedSeq(u64);
+pub struct AcknowledgedSeq(pub(crate) u64);
 
 impl AcknowledgedSeq {
     /// The seq.
@@ -211,6 +211,23 @@ impl SessionWriter {
         events: Vec<NewEvent>,
         expected_seq: Option<u64>,
     ) -> Result<Vec<AcknowledgedSeq>, StoreError> {
+        let seqs = self.stage_batch(events, expected_seq)?;
+        if seqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.sync()?;
+        Ok(seqs.into_iter().map(AcknowledgedSeq).collect())
+    }
+
+    /// Validates and writes events as one atomic batch without syncing (see
+    /// [`append_batch`](Self::append_batch)); returns their seqs. They are
+    /// acknowledged by the next [`sync`](Self::sync): batches staged
+    /// together share one fsync.
+    pub fn stage_batch(
+        &mut self,
+        events: Vec<NewEvent>,
+        expected_seq: Option<u64>,
+    ) -> Result<Vec<u64>, StoreError> {
         self.check_usable(expected_seq)?;
         if events.is_empty() {
             return Ok(Vec::new());
@@ -231,8 +248,7 @@ impl SessionWriter {
         self.write(&records)?;
         self.state = trial;
         self.absorb_fragments(&records);
-        self.sync()?;
-        Ok(records.iter().map(|r| AcknowledgedSeq(r.seq())).collect())
+        Ok(records.iter().map(EventRecord::seq).collect())
     }
 
     /// Switches the session's preset (SPEC §7, the preset writer): appends,
