@@ -781,7 +781,7 @@ fn review(table: &mut Table, folder: &Path, events: usize) -> BenchResult<()> {
 }
 
 // ---------------------------------------------------------------------------
-// Following a growing log (no target in the issues; ours: 1%)
+// Following a growing log (not one of the targets; ours: 1%)
 
 /// A follower's poll after one event was appended to a long log, against
 /// what a poll cost before `LogFollower`: reading the whole log again and
