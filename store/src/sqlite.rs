@@ -138,6 +138,11 @@ const PAGE_ROWS: i64 = 512;
 /// How long a connection waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// WAL pages between automatic checkpoints.
+const WAL_AUTOCHECKPOINT_PAGES: i64 = 8192;
+/// The size a WAL file is cut back to after a checkpoint (bytes).
+const WAL_SIZE_LIMIT: i64 = 64 << 20;
+
 /// One step of the schema: brings a database at `to_version - 1` to
 /// `to_version`.
 struct MigrationStep {
@@ -1007,18 +1012,12 @@ impl Drop for Committer {
 fn run_committer(connection: Connection, path: &Path, io: &Io, jobs: &mpsc::Receiver<Job>) {
     // The replies of a committed group go to a second thread, so that
     // waking its callers overlaps the next group's inserts and commit.
-    let (acks, committed) = mpsc::channel::<Vec<(Request, Result<(), StoreError>)>>();
+    let (acks, committed) = mpsc::channel::<Answered>();
     std::thread::scope(|scope| {
         let acknowledger = std::thread::Builder::new()
             .name("sessionlog-ack".to_owned())
-            .spawn_scoped(scope, move || {
-                for group in committed {
-                    for (request, outcome) in group {
-                        let _ = request.reply.send(outcome);
-                    }
-                }
-            });
-        let acknowledge = |group: Vec<(Request, Result<(), StoreError>)>| match &acknowledger {
+            .spawn_scoped(scope, move || committed.into_iter().for_each(reply_all));
+        let acknowledge = |group: Answered| match &acknowledger {
             Ok(_) => {
                 if let Err(mpsc::SendError(group)) = acks.send(group) {
                     reply_all(group);
@@ -1031,7 +1030,10 @@ fn run_committer(connection: Connection, path: &Path, io: &Io, jobs: &mpsc::Rece
     });
 }
 
-fn reply_all(group: Vec<(Request, Result<(), StoreError>)>) {
+/// The requests of a committed group, each with its outcome.
+type Answered = Vec<(Request, Result<(), StoreError>)>;
+
+fn reply_all(group: Answered) {
     for (request, outcome) in group {
         let _ = request.reply.send(outcome);
     }
@@ -1042,7 +1044,7 @@ fn commit_loop(
     path: &Path,
     io: &Io,
     jobs: &mpsc::Receiver<Job>,
-    acknowledge: impl Fn(Vec<(Request, Result<(), StoreError>)>),
+    acknowledge: impl Fn(Answered),
 ) {
     let mut synchronous: Option<Durability> = None;
     let mut next = None;
@@ -1443,11 +1445,6 @@ fn share_error(error: &StoreError) -> StoreError {
 
 /// Creates the database file 0600 when missing, so SQLite never creates it
 /// with the process umask.
-/// WAL pages between automatic checkpoints.
-const WAL_AUTOCHECKPOINT_PAGES: i64 = 8192;
-/// The size a WAL file is cut back to after a checkpoint (bytes).
-const WAL_SIZE_LIMIT: i64 = 64 << 20;
-
 fn create_database_file(path: &Path) -> Result<(), StoreError> {
     let created = std::fs::OpenOptions::new()
         .write(true)
@@ -1578,16 +1575,13 @@ mod tests {
         rows
     }
 
-    /// A request of `work` for `commit_group`, and where its answer
-    /// would go.
-    fn request(work: Work) -> (Request, mpsc::Receiver<Result<(), StoreError>>) {
-        let (reply, answer) = mpsc::sync_channel(1);
-        let request = Request {
+    /// A request of `work` for `commit_group`, which never answers it.
+    fn request(work: Work) -> Request {
+        Request {
             work,
             durability: Durability::Fsync,
-            reply,
-        };
-        (request, answer)
+            reply: mpsc::sync_channel(1).0,
+        }
     }
 
     fn new_session(name: &str) -> NewSession {
@@ -1616,7 +1610,7 @@ mod tests {
             ok(store.create(&header("b"), &[], Durability::Fsync));
         }
         let mut connection = ok(open_connection(&path));
-        let group: Vec<Request> = requests.into_iter().map(|work| request(work).0).collect();
+        let group: Vec<Request> = requests.into_iter().map(request).collect();
         let outcomes = commit_group(&mut connection, &path, &Io::default(), &mut None, &group);
         drop(connection);
         (outcomes, dump(&path))
