@@ -283,9 +283,10 @@ impl AsyncStore {
     }
 
     /// Stages every append of `group` in order, each as its own batch, then
-    /// syncs once. Returns the writer if it is still usable, and each
-    /// append's outcome. A failed write poisons the writer: every later
-    /// append of the group, and those staged before it, are refused by it.
+    /// syncs once. Returns the writer unless it is poisoned, and each
+    /// append's outcome. A failed write or sync poisons the writer: every
+    /// later append of the group, and those staged before it, are refused
+    /// by it.
     fn apply_group(
         &self,
         id: &SessionId,
@@ -294,7 +295,6 @@ impl AsyncStore {
     ) -> Applied {
         let mut outcomes = Vec::with_capacity(group.len());
         let mut staged = Vec::new();
-        let mut usable = true;
         for (ticket, events, expected_seq) in group {
             let open = match writer.take() {
                 Some(open) => open,
@@ -306,64 +306,28 @@ impl AsyncStore {
                     }
                 },
             };
-            let open = writer.insert(open);
-            match open.stage_batch(events, expected_seq) {
+            match writer.insert(open).stage_batch(events, expected_seq) {
                 Ok(seqs) => staged.push((ticket, seqs)),
-                Err(error) => {
-                    usable &= keeps_writer(&error);
-                    outcomes.push((ticket, Err(error)));
-                }
+                Err(error) => outcomes.push((ticket, Err(error))),
             }
         }
         let Some(mut open) = writer else {
             return (None, outcomes);
         };
-        if staged.is_empty() {
-            return (usable.then_some(open), outcomes);
+        for (ticket, seqs) in staged {
+            // After a failure every sync says the writer is poisoned; the
+            // first to fail carries the failure itself.
+            let synced = open
+                .sync()
+                .map(|_| seqs.into_iter().map(AcknowledgedSeq).collect());
+            outcomes.push((ticket, synced));
         }
-        match open.sync() {
-            Ok(_) => {
-                for (ticket, seqs) in staged {
-                    outcomes.push((ticket, Ok(seqs.into_iter().map(AcknowledgedSeq).collect())));
-                }
-                (usable.then_some(open), outcomes)
-            }
-            Err(error) => {
-                // The first gets the failure itself; the others what the
-                // poisoned writer now says.
-                let mut first = Some(error);
-                for (ticket, _) in staged {
-                    let error = first.take().unwrap_or_else(|| match open.sync() {
-                        Err(again) => again,
-                        Ok(_) => self.unsynced(id),
-                    });
-                    outcomes.push((ticket, Err(error)));
-                }
-                (None, outcomes)
-            }
-        }
-    }
-
-    fn unsynced(&self, id: &SessionId) -> StoreError {
-        StoreError::io(
-            "sync",
-            self.store.session_path(id),
-            std::io::Error::other("the writer failed before this append was synced"),
-        )
+        ((!open.is_poisoned()).then_some(open), outcomes)
     }
 
     fn writer_table(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, WriterSlot>> {
         self.writers.lock().unwrap_or_else(PoisonError::into_inner)
     }
-}
-
-/// Whether a writer that refused an append with `error` stays usable: it
-/// refused before writing anything (a conflict, a rule, an invalid event).
-fn keeps_writer(error: &StoreError) -> bool {
-    matches!(
-        error,
-        StoreError::Conflict { .. } | StoreError::Rule { .. } | StoreError::InvalidEvent(_)
-    )
 }
 
 /// How `follow` finds new events.
@@ -462,6 +426,16 @@ mod tests {
         check_append_and_follow(jsonl_store(folder.path())).await;
     }
 
+    /// A task appending `events` to session `a` of `store`.
+    fn spawn_append(
+        store: &AsyncStore,
+        events: Vec<NewEvent>,
+        expected_seq: Option<u64>,
+    ) -> tokio::task::JoinHandle<Result<Vec<AcknowledgedSeq>, StoreError>> {
+        let store = store.clone();
+        tokio::spawn(async move { store.append(id("a"), events, expected_seq).await })
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_appends_to_one_session_share_its_writer() {
         let folder = ok(tempfile::tempdir());
@@ -470,14 +444,7 @@ mod tests {
             .create(header("a"), Vec::new(), Durability::Fsync)
             .await);
         let tasks: Vec<_> = (0..16)
-            .map(|n| {
-                let store = store.clone();
-                tokio::spawn(async move {
-                    store
-                        .append(id("a"), vec![note(&n.to_string())], None)
-                        .await
-                })
-            })
+            .map(|n| spawn_append(&store, vec![note(&n.to_string())], None))
             .collect();
         for task in tasks {
             ok(ok(task.await));
@@ -555,18 +522,12 @@ mod tests {
     async fn appends_to_one_session_that_wait_together_share_one_sync() {
         let folder = ok(tempfile::tempdir());
         let (store, faults) = held_jsonl(folder.path()).await;
-        let first = tokio::spawn({
-            let store = store.clone();
-            async move { store.append(id("a"), vec![note("first")], None).await }
-        });
+        let first = spawn_append(&store, vec![note("first")], None);
         first_sync_started(&faults).await;
         let later: Vec<_> = (0..31)
             .map(|n| {
-                let store = store.clone();
-                tokio::spawn(async move {
-                    let batch = vec![note(&format!("{n}.1")), note(&format!("{n}.2"))];
-                    store.append(id("a"), batch, None).await
-                })
+                let batch = vec![note(&format!("{n}.1")), note(&format!("{n}.2"))];
+                spawn_append(&store, batch, None)
             })
             .collect();
         // Let every later append reach the session before the first sync
@@ -600,17 +561,11 @@ mod tests {
     async fn an_append_refused_in_a_group_leaves_the_others() {
         let folder = ok(tempfile::tempdir());
         let (store, faults) = held_jsonl(folder.path()).await;
-        let first = tokio::spawn({
-            let store = store.clone();
-            async move { store.append(id("a"), vec![note("first")], Some(1)).await }
-        });
+        let first = spawn_append(&store, vec![note("first")], Some(1));
         first_sync_started(&faults).await;
         // Both want seq 2: whichever queues first gets it, the other is a
         // conflict; the third takes the next seq.
-        let spawn = |expected: Option<u64>, text: &'static str| {
-            let store = store.clone();
-            tokio::spawn(async move { store.append(id("a"), vec![note(text)], expected).await })
-        };
+        let spawn = |expected, text| spawn_append(&store, vec![note(text)], expected);
         let (b, c) = (spawn(Some(2), "b"), spawn(Some(2), "c"));
         tokio::time::sleep(Duration::from_millis(100)).await;
         let d = spawn(None, "d");
@@ -643,20 +598,10 @@ mod tests {
         faults
             .fail_second
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        let first = tokio::spawn({
-            let store = store.clone();
-            async move { store.append(id("a"), vec![note("first")], None).await }
-        });
+        let first = spawn_append(&store, vec![note("first")], None);
         first_sync_started(&faults).await;
         let group: Vec<_> = (0..4)
-            .map(|n| {
-                let store = store.clone();
-                tokio::spawn(async move {
-                    store
-                        .append(id("a"), vec![note(&n.to_string())], None)
-                        .await
-                })
-            })
+            .map(|n| spawn_append(&store, vec![note(&n.to_string())], None))
             .collect();
         tokio::time::sleep(Duration::from_millis(200)).await;
         faults.release();

@@ -193,6 +193,12 @@ impl SessionWriter {
         self.acknowledged_seq
     }
 
+    /// Whether a failed write or sync poisoned this writer: it refuses
+    /// every later append until the log is reopened.
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.is_some()
+    }
+
     /// Appends one event durably: validated, written, synced.
     pub fn append(
         &mut self,
