@@ -400,7 +400,7 @@ fn compare_copy(
     let (header, events) = to.records(id)?;
     let source = (&digest.header, digest.header_body.as_str());
     let copy = (&header.header, header.body.as_str());
-    if let Some(difference) = diff_header_records(id, source, copy) {
+    if let Some(difference) = diff_headers(id, source, copy) {
         return Ok(Some(difference));
     }
     let mut copied = EventsDigest::default();
@@ -598,7 +598,7 @@ fn diff_session(
 ) -> Result<Option<Difference>, StoreError> {
     let (left_header, mut left_events) = left.records(id)?;
     let (right_header, mut right_events) = right.records(id)?;
-    if let Some(difference) = diff_header_records(
+    if let Some(difference) = diff_headers(
         id,
         (&left_header.header, &left_header.body),
         (&right_header.header, &right_header.body),
@@ -637,28 +637,17 @@ fn diff_session(
     }
 }
 
-/// The first difference between two header records: a field, or else
-/// their bytes (`header record`: the same fields in another member order or
-/// spelling).
-fn diff_header_records(
+/// The first difference between two header records, each a header and its
+/// body as stored: a field, or else their bytes (`header record`: the same
+/// fields in another member order or spelling), as [`diff_records`] ends
+/// with the record's bytes.
+fn diff_headers(
     id: &SessionId,
     (left, left_body): (&SessionHeader, &str),
     (right, right_body): (&SessionHeader, &str),
 ) -> Option<Difference> {
-    diff_headers(id, left, right).or_else(|| {
-        (left_body != right_body).then(|| Difference {
-            session: Some(id.clone()),
-            seq: Some(0),
-            field: "header record".to_owned(),
-            left: left_body.to_owned(),
-            right: right_body.to_owned(),
-        })
-    })
-}
-
-fn diff_headers(id: &SessionId, left: &SessionHeader, right: &SessionHeader) -> Option<Difference> {
     let text = |value: Option<&str>| value.map_or_else(|| "null".to_owned(), |v| format!("{v:?}"));
-    let fields: [(&str, String, String); 8] = [
+    let fields: [(&str, String, String); 9] = [
         ("id", left.id.to_string(), right.id.to_string()),
         (
             "createdAt",
@@ -691,6 +680,7 @@ fn diff_headers(id: &SessionId, left: &SessionHeader, right: &SessionHeader) -> 
             text(left.approval_policy.map(|p| p.as_str())),
             text(right.approval_policy.map(|p| p.as_str())),
         ),
+        ("record", left_body.to_owned(), right_body.to_owned()),
     ];
     fields
         .into_iter()

@@ -420,7 +420,7 @@ impl Snapshot {
     /// Reads the rest of `reader` into memory.
     pub fn from_reader<R: BufRead>(mut reader: LogReader<R>) -> Result<Snapshot, StoreError> {
         let header = reader.header().clone();
-        let header_body = reader.scanner.header_body().to_owned();
+        let header_body = reader.header_body().to_owned();
         let mut events = Vec::new();
         while let Some(record) = reader.next_event()? {
             events.push(record);

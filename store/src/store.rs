@@ -163,16 +163,8 @@ impl Store {
 
     /// The header of session `id` and a stream of its events.
     pub fn events(&self, id: &SessionId) -> Result<(SessionHeader, EventStream), StoreError> {
-        match self {
-            Store::Jsonl(store) => {
-                let reader = store.reader(id)?;
-                Ok((reader.header().clone(), Box::new(reader)))
-            }
-            Store::Sqlite(store) => {
-                let (header, _) = store.header(id)?;
-                Ok((header, Box::new(store.events(id)?)))
-            }
-        }
+        let (decoded, events) = self.records(id)?;
+        Ok((decoded.header, events))
     }
 
     /// The events of session `id` from `from_seq` on. SQLite starts there;
