@@ -32,7 +32,7 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use sessionlog_schema::{Corruption, EventRecord, LogScanner, Position, SessionId};
+use sessionlog_schema::{EventRecord, LogScanner, SessionId};
 
 use crate::reader::{open_log_for_reading, Line, LineReader};
 use crate::StoreError;
@@ -194,7 +194,8 @@ impl LogFollower {
         let mut lines =
             LineReader::starting_at(BufReader::with_capacity(READ_BUFFER_BYTES, file), start);
         let mut scanner = state.scanner.clone();
-        let mut anchor = std::mem::take(&mut state.anchor);
+        // The line that now ends the good prefix, once one read does.
+        let mut anchor: Option<Vec<u8>> = None;
         let mut ready = Vec::new();
         let mut reached_end = true;
         while let Some((offset, line)) = lines
@@ -204,26 +205,27 @@ impl LogFollower {
             self.bytes_read += lines.offset() - offset;
             let pushed = match line {
                 // A line without its `\n` is an append still being written:
-                // leave it for the next poll.
+                // leave it for the next poll. Not line 1: a log is published
+                // whole, and the scanner refuses a header without its `\n`.
                 Line::Complete { terminated: false }
                 | Line::Oversized {
                     terminated: false, ..
-                } => break,
-                Line::Complete { terminated: true } => {
-                    scanner.push_line(lines.line(), true, offset, &mut ready)
+                } if scanner.header().is_some() => break,
+                Line::Complete { terminated } => {
+                    scanner.push_line(lines.line(), terminated, offset, &mut ready)
                 }
-                Line::Oversized { len, .. } => scanner.push_oversized_line(len, true, offset),
+                Line::Oversized { len, terminated } => {
+                    scanner.push_oversized_line(len, terminated, offset)
+                }
             };
-            if let Err(corruption) = pushed {
-                // What was delivered stays delivered (it is the good prefix);
-                // the state stays at its last check.
-                state.anchor = anchor;
-                return Err(StoreError::Corrupt {
-                    path: self.path.clone(),
-                    corruption,
-                });
-            }
+            // On corruption, what was delivered stays delivered (it is the
+            // good prefix) and the state stays at its last check.
+            pushed.map_err(|corruption| StoreError::Corrupt {
+                path: self.path.clone(),
+                corruption,
+            })?;
             if scanner.good_bytes() == lines.offset() {
+                let anchor = anchor.get_or_insert_with(Vec::new);
                 anchor.clear();
                 anchor.extend_from_slice(lines.line());
                 anchor.push(b'\n');
@@ -240,21 +242,20 @@ impl LogFollower {
             }
         }
         if scanner.header().is_none() {
-            state.anchor = anchor;
-            return Err(StoreError::Corrupt {
-                path: self.path.clone(),
-                corruption: Corruption {
-                    position: Position { line: 1, offset: 0 },
-                    reason: if stamp.0 == 0 {
-                        "the file is empty: line 1 must be the session header".into()
-                    } else {
-                        "line 1 (the header) has no \\n".into()
-                    },
-                },
-            });
+            // Only an empty file leaves no header (a line 1 was judged
+            // above); the scanner names it.
+            return match scanner.finish() {
+                Err(corruption) => Err(StoreError::Corrupt {
+                    path: self.path.clone(),
+                    corruption,
+                }),
+                Ok(_) => unreachable!("a scan without a header does not finish"),
+            };
         }
         state.scanner = scanner.at_good_prefix_end();
-        state.anchor = anchor;
+        if let Some(anchor) = anchor {
+            state.anchor = anchor;
+        }
         state.caught_up = reached_end.then_some(stamp);
         Ok(())
     }
@@ -589,6 +590,26 @@ mod tests {
                 delivered.extend(seqs(&polled));
             }
             assert_eq!(delivered, (1..next_seq).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn an_empty_file_or_a_header_without_its_newline_is_refused() {
+        let folder = ok(tempfile::tempdir());
+        let path = folder.path().join("a.jsonl");
+        for (text, reason) in [
+            (String::new(), "the file is empty"),
+            (header_line("a").trim_end().to_owned(), "has no \\n"),
+        ] {
+            ok(std::fs::write(&path, text));
+            let mut follower = LogFollower::new(&path, Some(id("a")), 1);
+            match follower.poll(10) {
+                Err(StoreError::Corrupt { corruption, .. }) => {
+                    assert_eq!(corruption.position.line, 1);
+                    assert!(corruption.reason.contains(reason), "{corruption}");
+                }
+                other => panic!("expected corruption, got {other:?}"),
+            }
         }
     }
 
