@@ -121,11 +121,16 @@ impl JsonlStore {
         leftovers::find(&self.folder)
     }
 
-    /// Removes the temporary files that no running creation or migration
-    /// holds and that were last written at least `min_age` ago (what a
-    /// killed creation, fork or migration left); returns them.
-    pub fn remove_leftovers(&self, min_age: Duration) -> Result<Vec<Leftover>, StoreError> {
-        leftovers::remove(&self.folder, &self.io, min_age)
+    /// Removes those of `found` (what [`leftovers`](Self::leftovers) gave)
+    /// that no running creation or migration held and that were last
+    /// written at least `min_age` ago (what a killed creation, fork or
+    /// migration left); returns them.
+    pub fn remove_leftovers(
+        &self,
+        found: &[Leftover],
+        min_age: Duration,
+    ) -> Result<Vec<Leftover>, StoreError> {
+        leftovers::remove(&self.folder, &self.io, found, min_age)
     }
 
     /// A follower of session `id` that delivers its events from

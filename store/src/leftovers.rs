@@ -38,6 +38,14 @@ pub struct Leftover {
     pub in_use: bool,
 }
 
+impl Leftover {
+    /// Whether removal takes it: nobody holds it, and it was last written
+    /// at least `min_age` ago.
+    pub fn removable(&self, min_age: Duration) -> bool {
+        !self.in_use && self.age >= min_age
+    }
+}
+
 /// What kind of temporary file a name is.
 enum Temporary<'n> {
     /// A session being created or staged, with its `<pid>-<ms>` token.
@@ -144,20 +152,19 @@ pub(crate) fn find(folder: &Path) -> Result<Vec<Leftover>, StoreError> {
     Ok(found)
 }
 
-/// Removes the temporary files of `folder` that nobody holds and that are
-/// at least `min_age` old; returns them.
+/// Removes those of `found` (what [`find`] gave for `folder`) that are
+/// [`removable`](Leftover::removable) at `min_age`; returns them. One gone
+/// meanwhile is skipped.
 pub(crate) fn remove(
     folder: &Path,
     io: &Io,
+    found: &[Leftover],
     min_age: Duration,
 ) -> Result<Vec<Leftover>, StoreError> {
     let mut removed = Vec::new();
-    for leftover in find(folder)? {
-        if leftover.in_use || leftover.age < min_age {
-            continue;
-        }
+    for leftover in found.iter().filter(|leftover| leftover.removable(min_age)) {
         match std::fs::remove_file(&leftover.path) {
-            Ok(()) => removed.push(leftover),
+            Ok(()) => removed.push(leftover.clone()),
             Err(source) if source.kind() == std::io::ErrorKind::NotFound => {}
             Err(source) => return Err(StoreError::io("remove", &leftover.path, source)),
         }
@@ -243,17 +250,23 @@ mod tests {
         assert_eq!(found.len(), 6, "the log is not a temporary file: {found:?}");
 
         let io = Io::default();
-        let removed: Vec<PathBuf> = ok(remove(folder.path(), &io, Duration::from_secs(600)))
-            .into_iter()
-            .map(|leftover| leftover.path)
-            .collect();
+        let removed: Vec<PathBuf> =
+            ok(remove(folder.path(), &io, &found, Duration::from_secs(600)))
+                .into_iter()
+                .map(|leftover| leftover.path)
+                .collect();
         assert_eq!(removed, [stale_lock.clone(), stale.clone()]);
         for path in [&log, &young, &held_file, &staged, &run_lock] {
             assert!(path.exists(), "{} was kept", path.display());
         }
 
         drop((holder, migration));
-        let removed = ok(remove(folder.path(), &io, Duration::ZERO));
+        let removed = ok(remove(
+            folder.path(),
+            &io,
+            &ok(find(folder.path())),
+            Duration::ZERO,
+        ));
         assert_eq!(removed.len(), 4, "{removed:?}");
         assert!(log.exists());
         assert_eq!(ok(store.ids()).len(), 1);

@@ -46,7 +46,7 @@ pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u
     let removed = if dry_run {
         Vec::new()
     } else {
-        jsonl.remove_leftovers(min_age)?
+        jsonl.remove_leftovers(&found, min_age)?
     };
     let mut entries = Vec::with_capacity(found.len());
     for leftover in &found {
@@ -54,12 +54,12 @@ pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u
             "removed"
         } else if leftover.in_use {
             "in use"
-        } else if leftover.age < min_age {
+        } else if !leftover.removable(min_age) {
             "recent"
         } else if dry_run {
             "would remove"
         } else {
-            // Found, then gone or taken by the time of removal.
+            // Gone by the time of removal.
             continue;
         };
         entries.push(entry(leftover, action));
