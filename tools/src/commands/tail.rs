@@ -100,7 +100,7 @@ impl<'a> Source<'a> {
 
 impl<W: Write> Tail<'_, W> {
     fn run(&mut self, start: Start, follow: bool, session: &SessionRef) -> Result<()> {
-        let first = self.read_new(session, 1, true)?;
+        let first = self.read_new(session, 1)?;
         let shown: Vec<EventRecord> = match start {
             Start::From(from) => first.into_iter().filter(|r| r.seq() >= from).collect(),
             Start::Last(count) => {
@@ -140,20 +140,16 @@ impl<W: Write> Tail<'_, W> {
             std::thread::sleep(POLL_INTERVAL);
             let records = match &mut follower {
                 Some(follower) => follower.poll(usize::MAX)?,
-                None => self.read_new(session, self.printed + 1, false)?,
+                None => self.read_new(session, self.printed + 1)?,
             };
             self.print(&records)?;
         }
     }
 
-    /// Events with seq ≥ `from` read now; warns about a torn tail only on the
-    /// first read (while following, a torn tail is an append in flight).
-    fn read_new(
-        &mut self,
-        session: &SessionRef,
-        from: u64,
-        first: bool,
-    ) -> Result<Vec<EventRecord>> {
+    /// Events with seq ≥ `from` read now: a log's whole good prefix (read
+    /// once, before following; a torn tail is named), or a database's rows
+    /// from `from` on.
+    fn read_new(&mut self, session: &SessionRef, from: u64) -> Result<Vec<EventRecord>> {
         self.latest_seq_read = None;
         let records = match &self.source {
             Source::File { target, .. } => {
@@ -168,16 +164,14 @@ impl<W: Write> Tail<'_, W> {
                     }
                 }
                 if let Some(torn) = stream.finish()? {
-                    if first {
-                        warn(format!(
-                            "{}: ignoring a torn tail of {} bytes at line {} (byte offset {}): {}",
-                            session.label,
-                            torn.bytes,
-                            torn.position.line,
-                            torn.position.offset,
-                            torn.reason
-                        ));
-                    }
+                    warn(format!(
+                        "{}: ignoring a torn tail of {} bytes at line {} (byte offset {}): {}",
+                        session.label,
+                        torn.bytes,
+                        torn.position.line,
+                        torn.position.offset,
+                        torn.reason
+                    ));
                 }
                 records
             }
