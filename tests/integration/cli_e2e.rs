@@ -255,31 +255,23 @@ fn an_expect_seq_mismatch_exits_6_and_writes_nothing() {
         let folder = ok(tempfile::tempdir());
         let store = store_with_session(folder.path(), backend);
         let events = "{\"type\":\"turn/start\",\"data\":{\"turnId\":\"t1\"}}\n{\"type\":\"turn/end\",\"data\":{\"turnId\":\"t1\"}}\n";
-        run_with_stdin(
-            [
-                "append",
-                &text(&store),
-                "--session",
-                "s",
-                "--expect-seq",
-                "1",
-            ],
-            events,
-        )
-        .expect_code(0);
-        let before = run(["export", &text(&store), "--session", "s"]).stdout;
-        for wrong in ["1", "2", "4"] {
-            let conflict = run_with_stdin(
+        let append_expecting = |seq: &str| {
+            run_with_stdin(
                 [
                     "append",
                     &text(&store),
                     "--session",
                     "s",
                     "--expect-seq",
-                    wrong,
+                    seq,
                 ],
                 events,
-            );
+            )
+        };
+        append_expecting("1").expect_code(0);
+        let before = run(["export", &text(&store), "--session", "s"]).stdout;
+        for wrong in ["1", "2", "4"] {
+            let conflict = append_expecting(wrong);
             conflict.expect_code(6);
             assert!(
                 conflict.stdout.is_empty(),
@@ -296,18 +288,7 @@ fn an_expect_seq_mismatch_exits_6_and_writes_nothing() {
             before,
             "{backend}"
         );
-        run_with_stdin(
-            [
-                "append",
-                &text(&store),
-                "--session",
-                "s",
-                "--expect-seq",
-                "3",
-            ],
-            events,
-        )
-        .expect_code(0);
+        append_expecting("3").expect_code(0);
     }
 }
 
