@@ -308,6 +308,33 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Import Codex CLI rollouts or Claude Code transcripts as sessions.
+    ///
+    /// Each SOURCE is a file or a folder, walked for the tool's own file
+    /// names (`rollout-*.jsonl` for codex, `*.jsonl` for claude and auto;
+    /// also `.jsonl.zst`). Session ids derive from the tools' own ids, so
+    /// importing again writes nothing new. A file that cannot be read is
+    /// named with its line and imports nothing; the others go on, and the
+    /// exit code is 1. Every imported session passes `verify`. The mapping:
+    /// docs/IMPORT.md.
+    #[command(
+        after_help = "Examples:\n  sessionlog import auto ~/.codex/sessions ~/.claude/projects --into ./audit\n  sessionlog import codex rollout-2025-11-20T16-59-09-019aa234.jsonl --into audit.db --json"
+    )]
+    Import {
+        /// The tool that wrote the sources (auto: recognised per file).
+        #[arg(value_enum)]
+        format: ImportFormat,
+        /// Transcript files or folders.
+        #[arg(required = true)]
+        sources: Vec<PathBuf>,
+        /// The store to import into (a folder or a .db/.sqlite database,
+        /// created when missing).
+        #[arg(long, value_name = "STORE")]
+        into: PathBuf,
+        /// One JSON object per SOURCE on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print shell completions for SHELL on standard output.
     #[command(
         after_help = "Examples:\n  sessionlog completions bash > ~/.local/share/bash-completion/completions/sessionlog\n  sessionlog completions zsh > ~/.zfunc/_sessionlog"
@@ -317,6 +344,17 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+}
+
+/// Which tool wrote the transcripts to import.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImportFormat {
+    /// Codex CLI rollouts.
+    Codex,
+    /// Claude Code project transcripts.
+    Claude,
+    /// Recognised from each file's content.
+    Auto,
 }
 
 /// When to colour terminal output.

@@ -7,6 +7,7 @@
 
 mod cli;
 mod commands;
+mod import;
 mod progress;
 mod target;
 
@@ -150,6 +151,12 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             dry_run,
             json,
         } => commands::clean::run(&store, older_than, dry_run, json),
+        Command::Import {
+            format,
+            sources,
+            into,
+            json,
+        } => commands::import::run(format.into(), &sources, &into, json, quiet),
         Command::Completions { shell } => commands::completions::run(shell),
     }
 }

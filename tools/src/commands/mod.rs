@@ -6,6 +6,7 @@ pub mod completions;
 pub mod create;
 pub mod export;
 pub mod fork;
+pub mod import;
 pub mod list;
 pub mod migrate;
 pub mod project;

@@ -1,0 +1,168 @@
+//! `sessionlog import`: Codex CLI rollouts and Claude Code transcripts into
+//! a store (the mapping is in `crate::import` and docs/IMPORT.md).
+//!
+//! Each SOURCE (a file or a folder walked for the tool's file names) gets a
+//! one-line summary; a file that cannot be read is named with its line and
+//! reason on stderr and imports nothing, the others go on, and the exit
+//! code is 1 when any file failed.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Result};
+use serde_json::json;
+use sessionlog_store::Store;
+
+use crate::commands::replay::display;
+use crate::import::{self, Format, ImportError, SessionOutcome};
+use crate::target::is_lone_log;
+use crate::{exit, progress, UsageError};
+
+/// What happened to the files of one SOURCE.
+#[derive(Debug, Default)]
+struct SourceReport {
+    files: u64,
+    imported: Vec<serde_json::Value>,
+    events: u64,
+    unknown_lines: u64,
+    unchanged: u64,
+    skipped: Vec<(String, String)>,
+    failed: Vec<ImportError>,
+}
+
+/// Runs `import`.
+pub fn run(format: Format, sources: &[PathBuf], into: &Path, json: bool, quiet: bool) -> Result<u8> {
+    if is_lone_log(into) {
+        bail!(UsageError(format!(
+            "--into {}: a store is a folder or a .db/.sqlite database, not a .jsonl file",
+            into.display()
+        )));
+    }
+    let store = Store::create(into)?;
+    let mut discovered = Vec::with_capacity(sources.len());
+    for source in sources {
+        discovered.push(import::discover(source, format));
+    }
+    let total: u64 = discovered
+        .iter()
+        .map(|files| files.as_ref().map_or(0, |files| files.len() as u64))
+        .sum();
+    let bar = progress::bar(quiet, "import");
+    bar.set_length(total);
+    let mut any_failed = false;
+    for (source, files) in sources.iter().zip(discovered) {
+        let mut report = SourceReport::default();
+        match files {
+            Ok(files) => {
+                for file in files {
+                    report.files += 1;
+                    import_one(&store, &file, format, &mut report);
+                    bar.inc(1);
+                }
+            }
+            Err(error) => report.failed.push(error),
+        }
+        any_failed |= !report.failed.is_empty();
+        bar.suspend(|| print_report(source, &report, json));
+    }
+    bar.finish_and_clear();
+    Ok(if any_failed { exit::USAGE } else { exit::OK })
+}
+
+fn import_one(store: &Store, file: &Path, format: Format, report: &mut SourceReport) {
+    let written = import::translate_file(file, format)
+        .and_then(|translation| import::write(store, file, translation));
+    let file_import = match written {
+        Ok(file_import) => file_import,
+        Err(error) => {
+            report.failed.push(error);
+            return;
+        }
+    };
+    for (header, outcome) in file_import.sessions {
+        match outcome {
+            SessionOutcome::Created {
+                events,
+                unknown_lines,
+            } => {
+                report.events += events;
+                report.unknown_lines += unknown_lines;
+                report.imported.push(json!({
+                    "session": header.id.as_str(),
+                    "parentSession": header.parent_session.as_ref().map(|p| p.as_str()),
+                    "file": file.display().to_string(),
+                    "events": events,
+                    "unknownLines": unknown_lines,
+                }));
+            }
+            SessionOutcome::Unchanged => report.unchanged += 1,
+            SessionOutcome::Changed { stored, now } => report.skipped.push((
+                file.display().to_string(),
+                format!(
+                    "session {} is already in the store with {stored} events; the source now gives {now} \
+                     (it changed since it was imported); nothing written",
+                    header.id
+                ),
+            )),
+        }
+    }
+}
+
+fn print_report(source: &Path, report: &SourceReport, json: bool) {
+    for error in &report.failed {
+        eprintln!("sessionlog: import failed: {}", display(&error.to_string()));
+    }
+    for (file, reason) in &report.skipped {
+        eprintln!("sessionlog: import skipped {}: {}", display(file), display(reason));
+    }
+    if json {
+        let failed: Vec<_> = report
+            .failed
+            .iter()
+            .map(|error| {
+                json!({
+                    "file": error.file.display().to_string(),
+                    "line": error.line,
+                    "reason": error.reason,
+                })
+            })
+            .collect();
+        let skipped: Vec<_> = report
+            .skipped
+            .iter()
+            .map(|(file, reason)| json!({ "file": file, "reason": reason }))
+            .collect();
+        let line = json!({
+            "source": source.display().to_string(),
+            "files": report.files,
+            "sessions": report.imported.len(),
+            "events": report.events,
+            "unknownLines": report.unknown_lines,
+            "unchanged": report.unchanged,
+            "skipped": skipped,
+            "failed": failed,
+            "imported": report.imported,
+        });
+        println!("{line}");
+        return;
+    }
+    let mut summary = format!(
+        "{}: {} sessions imported ({} events, {} unknown lines kept)",
+        display(&source.display().to_string()),
+        report.imported.len(),
+        report.events,
+        report.unknown_lines
+    );
+    if report.unchanged > 0 {
+        summary.push_str(&format!(", {} already imported", report.unchanged));
+    }
+    if !report.skipped.is_empty() {
+        summary.push_str(&format!(
+            ", {} skipped (changed since imported)",
+            report.skipped.len()
+        ));
+    }
+    if !report.failed.is_empty() {
+        summary.push_str(&format!(", {} failed", report.failed.len()));
+    }
+    println!("{summary}");
+}

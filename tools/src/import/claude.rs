@@ -1,0 +1,480 @@
+//! Claude Code transcripts (`~/.claude/projects/<cwd>/<sessionId>.jsonl`)
+//! as sessions.
+//!
+//! Each line has a `type`: `user` (a prompt, tool results, or injected
+//! text), `assistant` (one content block per line; the lines of one API
+//! response share `message.id` and make one step), and lines with no
+//! counterpart (`system`, `summary`, `file-history-snapshot`, `progress`,
+//! `queue-operation`, …), kept whole. Lines are taken in file order:
+//! `parentUuid` chains are often broken in real files and are used only to
+//! group inline sidechains.
+//!
+//! Sub-agents become child sessions whose `parentSession` is the session
+//! that ran them: inline sidechains (`isSidechain: true` lines of a session
+//! file, older versions) are split into one child per chain, and an agent
+//! file (`agent-<id>.jsonl` beside the session, or under
+//! `<sessionId>/subagents/`) is one child by itself. The parent agent's
+//! prompts to a child are `agent-message`s from the parent, never `user`.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use serde_json::Value;
+use sessionlog_schema::{ApprovalPolicy, Preset, SandboxMode, SessionHeader, SessionId};
+
+use super::builder::{image_part, text_part, Origin, Outcome, SessionBuilder};
+use super::codex::{file_stem, opening_tag};
+use super::source::{derive_session_id, parse_time, str_of, ImportError, SourceLine};
+use super::{ImportedSession, Translation};
+
+/// The line types Claude Code writes (any of them on a line marks a file as
+/// a transcript, with a `sessionId` or a `message`).
+const KNOWN_TYPES: &[&str] = &[
+    "user",
+    "assistant",
+    "system",
+    "summary",
+    "file-history-snapshot",
+    "queue-operation",
+    "progress",
+    "attachment",
+    "custom-title",
+    "ai-title",
+];
+
+/// Whether `lines` look like a Claude Code transcript.
+pub fn recognise(lines: &[SourceLine]) -> bool {
+    lines.first().is_some_and(|line| {
+        let value = &line.value;
+        value.get("payload").is_none()
+            && (value.get("sessionId").is_some()
+                || value.get("message").is_some()
+                || str_of(value, "type").is_some_and(|kind| KNOWN_TYPES.contains(&kind)))
+            && str_of(value, "type").is_some()
+    })
+}
+
+/// Translates a transcript into its session and, for inline sidechains,
+/// one child session per chain.
+pub fn translate(file: &Path, lines: &[SourceLine]) -> Result<Translation, ImportError> {
+    let first = lines
+        .first()
+        .ok_or_else(|| ImportError::file(file, "empty file"))?;
+    if !recognise(lines) {
+        return Err(ImportError::at(
+            file,
+            first.number,
+            "not a Claude Code transcript: line 1 has no type, sessionId or message",
+        ));
+    }
+    let session_id = lines
+        .iter()
+        .find_map(|line| str_of(&line.value, "sessionId"))
+        .map_or_else(|| file_stem(file), str::to_owned);
+    let created_at = lines
+        .iter()
+        .find_map(|line| str_of(&line.value, "timestamp").and_then(parse_time))
+        .unwrap_or(0);
+    let cwd = lines
+        .iter()
+        .find_map(|line| str_of(&line.value, "cwd"))
+        .unwrap_or_default()
+        .to_owned();
+    let root_id = derive_session_id("claude", &[&session_id]);
+    let agent = agent_id(file, lines);
+    if let Some(agent) = agent {
+        // An agent file is one sub-agent, whatever its lines say.
+        let mut header = SessionHeader::root(
+            derive_session_id("claude", &[&session_id, "agent", &agent]),
+            created_at,
+            cwd,
+        );
+        header.parent_session = Some(root_id.clone());
+        header.delegation_depth = 1;
+        let line_refs: Vec<&SourceLine> = lines.iter().collect();
+        let events = Conversation::new(&header, Some(&root_id), &session_id).run(&line_refs, &HashMap::new());
+        return Ok(Translation {
+            sessions: vec![ImportedSession { header, events }],
+        });
+    }
+    let chains = sidechains(lines);
+    let main_lines: Vec<&SourceLine> = lines
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| !chains.member.contains_key(index))
+        .map(|(_, line)| line)
+        .collect();
+    // A child is announced in the parent where its first line stood.
+    let mut announced: HashMap<usize, SessionId> = HashMap::new();
+    let mut children = Vec::new();
+    for chain in &chains.chains {
+        let first_line = lines[chain[0]].clone();
+        let child_id = derive_session_id(
+            "claude",
+            &[&session_id, "sidechain", &chain_name(&first_line, chain[0])],
+        );
+        let anchor = main_lines
+            .iter()
+            .position(|line| line.number > first_line.number)
+            .unwrap_or(main_lines.len());
+        announced.entry(anchor).or_insert_with(|| child_id.clone());
+        let chain_created = str_of(&first_line.value, "timestamp")
+            .and_then(parse_time)
+            .unwrap_or(created_at);
+        let mut header = SessionHeader::root(child_id, chain_created, cwd.clone());
+        header.parent_session = Some(root_id.clone());
+        header.delegation_depth = 1;
+        let chain_lines: Vec<&SourceLine> = chain.iter().map(|&index| &lines[index]).collect();
+        let events = Conversation::new(&header, Some(&root_id), &session_id).run(&chain_lines, &HashMap::new());
+        children.push(ImportedSession { header, events });
+    }
+    let header = SessionHeader::root(root_id, created_at, cwd);
+    let events = Conversation::new(&header, None, &session_id).run(&main_lines, &announced);
+    let mut sessions = vec![ImportedSession { header, events }];
+    sessions.extend(children);
+    Ok(Translation { sessions })
+}
+
+/// The agent id of an agent file: from its name (`agent-<id>.jsonl`), or
+/// from an `agentId` that every conversation line carries.
+fn agent_id(file: &Path, lines: &[SourceLine]) -> Option<String> {
+    if let Some(id) = file_stem(file).strip_prefix("agent-") {
+        let from_lines = lines.iter().find_map(|line| str_of(&line.value, "agentId"));
+        return Some(from_lines.unwrap_or(id).to_owned());
+    }
+    let conversation: Vec<&SourceLine> = lines
+        .iter()
+        .filter(|line| matches!(str_of(&line.value, "type"), Some("user" | "assistant")))
+        .collect();
+    let all_sidechain = !conversation.is_empty()
+        && conversation.iter().all(|line| {
+            line.value.get("isSidechain").and_then(Value::as_bool) == Some(true)
+                && str_of(&line.value, "agentId").is_some()
+        });
+    if all_sidechain {
+        return conversation
+            .first()
+            .and_then(|line| str_of(&line.value, "agentId"))
+            .map(str::to_owned);
+    }
+    None
+}
+
+/// Inline sidechains: the indices of each chain in file order.
+struct Sidechains {
+    chains: Vec<Vec<usize>>,
+    member: HashMap<usize, usize>,
+}
+
+/// Groups the `isSidechain` lines of a session file into chains: a line
+/// joins the chain of its `parentUuid`; a line whose parent is null starts
+/// a new chain; a line whose parent is unknown (a broken chain) joins the
+/// latest chain, keeping file order.
+fn sidechains(lines: &[SourceLine]) -> Sidechains {
+    let mut chains: Vec<Vec<usize>> = Vec::new();
+    let mut member = HashMap::new();
+    let mut chain_of_uuid: HashMap<&str, usize> = HashMap::new();
+    for (index, line) in lines.iter().enumerate() {
+        if line.value.get("isSidechain").and_then(Value::as_bool) != Some(true) {
+            continue;
+        }
+        let parent = str_of(&line.value, "parentUuid");
+        let chain = match parent.and_then(|parent| chain_of_uuid.get(parent)) {
+            Some(&chain) => chain,
+            None if parent.is_none() || chains.is_empty() => {
+                chains.push(Vec::new());
+                chains.len() - 1
+            }
+            None => chains.len() - 1,
+        };
+        chains[chain].push(index);
+        member.insert(index, chain);
+        if let Some(uuid) = str_of(&line.value, "uuid") {
+            chain_of_uuid.insert(uuid, chain);
+        }
+    }
+    Sidechains { chains, member }
+}
+
+fn chain_name(first: &SourceLine, index: usize) -> String {
+    str_of(&first.value, "uuid").map_or_else(|| format!("line{}", index + 1), str::to_owned)
+}
+
+/// One conversation (a session or a sidechain) being translated.
+struct Conversation<'a> {
+    builder: SessionBuilder,
+    /// The parent session, for a sub-agent: its user text is the parent's.
+    parent: Option<&'a SessionId>,
+    session_id: &'a str,
+    /// Blocks already imported, by API message id: a repeat is skipped.
+    seen_blocks: HashSet<(String, String)>,
+    /// The text blocks of the current API response, not yet written.
+    pending_text: Vec<Value>,
+    pending_key: Option<String>,
+}
+
+impl<'a> Conversation<'a> {
+    fn new(header: &SessionHeader, parent: Option<&'a SessionId>, session_id: &'a str) -> Self {
+        Conversation {
+            builder: SessionBuilder::new("claude", header.created_at),
+            parent,
+            session_id,
+            seen_blocks: HashSet::new(),
+            pending_text: Vec::new(),
+            pending_key: None,
+        }
+    }
+
+    fn run(
+        mut self,
+        lines: &[&SourceLine],
+        announced: &HashMap<usize, SessionId>,
+    ) -> Vec<super::builder::Draft> {
+        for (position, line) in lines.iter().enumerate() {
+            if let Some(child) = announced.get(&position) {
+                self.flush_text();
+                self.builder.child_created(child.as_str());
+            }
+            self.builder
+                .set_time(str_of(&line.value, "timestamp").and_then(parse_time));
+            self.line(line);
+        }
+        if let Some(child) = announced.get(&lines.len()) {
+            self.flush_text();
+            self.builder.child_created(child.as_str());
+        }
+        self.flush_text();
+        self.builder.finish()
+    }
+
+    fn line(&mut self, line: &SourceLine) {
+        let value = &line.value;
+        let kind = str_of(value, "type").unwrap_or("untyped");
+        match kind {
+            "assistant" => self.assistant(line),
+            "user" => {
+                self.flush_text();
+                self.user(line);
+            }
+            _ => {
+                self.flush_text();
+                if kind == "progress" {
+                    self.announce_agent(value.get("data").and_then(|d| str_of(d, "agentId")));
+                }
+                self.builder.keep_line(kind, &line.raw);
+            }
+        }
+    }
+
+    fn assistant(&mut self, line: &SourceLine) {
+        let value = &line.value;
+        let message = value.get("message").unwrap_or(&Value::Null);
+        let synthetic = value.get("isApiErrorMessage").and_then(Value::as_bool) == Some(true)
+            || str_of(message, "model") == Some("<synthetic>");
+        let blocks = match message.get("content") {
+            Some(Value::Array(blocks)) => blocks.clone(),
+            Some(Value::String(text)) => vec![text_part(text)],
+            _ => Vec::new(),
+        };
+        if synthetic || blocks.is_empty() {
+            self.flush_text();
+            self.builder.keep_line("assistant", &line.raw);
+            return;
+        }
+        let key = str_of(message, "id")
+            .or_else(|| str_of(value, "uuid"))
+            .map_or_else(|| format!("line-{}", line.number), str::to_owned);
+        let mut unmapped = false;
+        for block in &blocks {
+            if !self.seen_blocks.insert((key.clone(), block.to_string())) {
+                continue;
+            }
+            match str_of(block, "type") {
+                Some("text") => {
+                    if self.pending_key.as_deref() != Some(&key) {
+                        self.flush_text();
+                    }
+                    self.builder.model_output(&key);
+                    self.pending_key = Some(key.clone());
+                    self.pending_text
+                        .push(text_part(str_of(block, "text").unwrap_or_default()));
+                }
+                Some("thinking") => {
+                    self.flush_text();
+                    self.builder.model_output(&key);
+                    let thinking = str_of(block, "thinking").unwrap_or_default();
+                    self.builder
+                        .message(Origin::Reasoning, vec![text_part(thinking)]);
+                }
+                Some("tool_use" | "server_tool_use") => {
+                    self.flush_text();
+                    self.builder.model_output(&key);
+                    let id = str_of(block, "id")
+                        .map_or_else(|| format!("line-{}", line.number), str::to_owned);
+                    let name = str_of(block, "name").unwrap_or("unknown");
+                    let input = block.get("input").cloned().unwrap_or(Value::Null);
+                    self.builder.tool_start(&id, name, input);
+                }
+                Some("web_search_tool_result") => {
+                    self.flush_text();
+                    let id = str_of(block, "tool_use_id").unwrap_or_default();
+                    let content = block.get("content").cloned();
+                    if !self.builder.tool_settle(id, Outcome::Ok, content) {
+                        unmapped = true;
+                    }
+                }
+                _ => unmapped = true,
+            }
+        }
+        if unmapped {
+            self.flush_text();
+            self.builder.keep_line("assistant", &line.raw);
+        }
+    }
+
+    fn user(&mut self, line: &SourceLine) {
+        let value = &line.value;
+        if let Some(mode) = str_of(value, "permissionMode") {
+            let (sandbox, approval, preset) = permission_mode(mode);
+            self.builder.permissions(sandbox, approval, preset);
+        }
+        let content = value
+            .get("message")
+            .and_then(|message| message.get("content"))
+            .unwrap_or(&Value::Null);
+        let blocks = match content {
+            Value::String(text) => vec![text_part(text)],
+            Value::Array(blocks) => blocks.clone(),
+            _ => {
+                self.builder.keep_line("user", &line.raw);
+                return;
+            }
+        };
+        let flag = |name: &str| value.get(name).and_then(Value::as_bool) == Some(true);
+        let mut parts = Vec::new();
+        let mut has_results = false;
+        let mut unmapped = false;
+        for block in &blocks {
+            match str_of(block, "type") {
+                Some("tool_result") => {
+                    has_results = true;
+                    let id = str_of(block, "tool_use_id").unwrap_or_default();
+                    let outcome = if block.get("is_error").and_then(Value::as_bool) == Some(true) {
+                        Outcome::Error
+                    } else {
+                        Outcome::Ok
+                    };
+                    let content = block.get("content").cloned().unwrap_or(Value::Null);
+                    if self.builder.tool_settle(id, outcome, Some(content)) {
+                        let agent = value
+                            .get("toolUseResult")
+                            .and_then(|result| str_of(result, "agentId"));
+                        self.announce_agent(agent);
+                    } else {
+                        unmapped = true;
+                    }
+                }
+                Some("text") => parts.push(text_part(str_of(block, "text").unwrap_or_default())),
+                Some("image") => parts.push(image_block(block)),
+                Some("document") => parts.push(serde_json::json!({
+                    "type": "attachment",
+                    "name": str_of(block, "title").unwrap_or("document"),
+                })),
+                _ => unmapped = true,
+            }
+        }
+        if !parts.is_empty() {
+            let text = blocks
+                .iter()
+                .filter_map(|block| str_of(block, "text"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            if flag("isCompactSummary") {
+                self.builder.checkpoint(&text);
+            } else {
+                let origin = self.origin(&text, flag("isMeta") || has_results);
+                match origin {
+                    Origin::User => self.builder.prompt(parts),
+                    origin => self.builder.message(origin, parts),
+                }
+            }
+        }
+        if unmapped {
+            self.builder.keep_line("user", &line.raw);
+        }
+    }
+
+    /// Who wrote the text of a user line: injected text (a meta line, text
+    /// beside tool results, text that opens with a tag or is an
+    /// interruption marker) is context; in a sub-agent the rest is the
+    /// parent agent's; otherwise it is the person's prompt.
+    fn origin(&self, text: &str, injected: bool) -> Origin {
+        let trimmed = text.trim_start();
+        if let Some(tag) = opening_tag(trimmed) {
+            return Origin::Context(tag.to_owned());
+        }
+        if trimmed.starts_with("[Request interrupted") {
+            return Origin::Context("interruption".to_owned());
+        }
+        if injected {
+            return Origin::Context("claude-code".to_owned());
+        }
+        match self.parent {
+            Some(parent) => Origin::Parent(parent.to_string()),
+            None => Origin::User,
+        }
+    }
+
+    /// A sub-agent file of this session named `agent`: its child session.
+    fn announce_agent(&mut self, agent: Option<&str>) {
+        if let Some(agent) = agent.filter(|agent| !agent.is_empty()) {
+            if self.parent.is_none() {
+                let child = derive_session_id("claude", &[self.session_id, "agent", agent]);
+                self.builder.child_created(child.as_str());
+            }
+        }
+    }
+
+    fn flush_text(&mut self) {
+        if !self.pending_text.is_empty() {
+            let parts = std::mem::take(&mut self.pending_text);
+            self.builder.message(Origin::Assistant, parts);
+        }
+        self.pending_key = None;
+    }
+}
+
+fn image_block(block: &Value) -> Value {
+    let source = block.get("source").unwrap_or(&Value::Null);
+    let media_type = str_of(source, "media_type").unwrap_or("application/octet-stream");
+    let data = (str_of(source, "type") == Some("base64"))
+        .then(|| str_of(source, "data"))
+        .flatten();
+    image_part(media_type, data)
+}
+
+/// What a Claude Code `permissionMode` says in this vocabulary.
+/// `bypassPermissions` runs everything unsandboxed without asking (the
+/// full-access preset); `plan` only reads (read-only); `default` and
+/// `acceptEdits` run unsandboxed and ask before some calls. Other modes have
+/// no counterpart.
+fn permission_mode(mode: &str) -> (Option<SandboxMode>, Option<ApprovalPolicy>, Option<Preset>) {
+    match mode {
+        "bypassPermissions" => (
+            Some(SandboxMode::DangerFullAccess),
+            Some(ApprovalPolicy::Never),
+            Some(Preset::FullAccess),
+        ),
+        "plan" => (
+            Some(SandboxMode::ReadOnly),
+            Some(ApprovalPolicy::Ask),
+            Some(Preset::ReadOnly),
+        ),
+        "default" | "acceptEdits" => (
+            Some(SandboxMode::DangerFullAccess),
+            Some(ApprovalPolicy::Ask),
+            None,
+        ),
+        _ => (None, None, None),
+    }
+}

@@ -1,0 +1,632 @@
+//! Codex CLI rollouts (`rollout-<time>-<uuid>.jsonl`) as sessions.
+//!
+//! Two eras are read: the current one, where every line is
+//! `{timestamp, type, payload}` and line 1 is `session_meta`, and the legacy
+//! one, where line 1 is `{id, timestamp, instructions, git}` and the other
+//! lines are bare response items and `{"record_type":"state"}` markers.
+//!
+//! Authority: the person's prompts are exactly the user-role items that an
+//! `event_msg` `user_message` (or a paginated `item_completed` user message)
+//! mirrors; every other user-role item is context or instructions. Legacy
+//! files hold no such mirror, so there a user-role item is a prompt unless
+//! it opens with a tag (`<environment_context>`, `<user_instructions>`, …),
+//! the only way that era marked injected text.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::Path;
+
+use serde_json::Value;
+use sessionlog_schema::{ApprovalPolicy, SandboxMode, SessionHeader};
+
+use super::builder::{image_part, text_part, Origin, Outcome, SessionBuilder};
+use super::source::{derive_session_id, parse_time, str_of, ImportError, SourceLine};
+use super::{ImportedSession, Translation};
+
+/// Whether `lines` look like a Codex rollout (current or legacy).
+pub fn recognise(lines: &[SourceLine]) -> bool {
+    let Some(first) = lines.first() else {
+        return false;
+    };
+    era(&first.value).is_some()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Era {
+    Current,
+    Legacy,
+}
+
+fn era(first: &Value) -> Option<Era> {
+    let kind = str_of(first, "type");
+    if first.get("payload").is_some()
+        && matches!(
+            kind,
+            Some("session_meta" | "response_item" | "event_msg" | "turn_context" | "compacted")
+        )
+    {
+        return Some(Era::Current);
+    }
+    if kind.is_none() && str_of(first, "id").is_some() && first.get("timestamp").is_some() {
+        return Some(Era::Legacy);
+    }
+    None
+}
+
+/// Translates a rollout into one session.
+pub fn translate(file: &Path, lines: &[SourceLine]) -> Result<Translation, ImportError> {
+    let first = lines
+        .first()
+        .ok_or_else(|| ImportError::file(file, "empty file"))?;
+    let era = era(&first.value).ok_or_else(|| {
+        ImportError::at(
+            file,
+            first.number,
+            "not a Codex rollout: line 1 is neither a session_meta line nor a legacy session header",
+        )
+    })?;
+    let items: Vec<Item<'_>> = lines.iter().map(|line| Item::of(era, line)).collect();
+    let meta = match era {
+        Era::Current => items.iter().find_map(|item| match item.kind {
+            Kind::SessionMeta => Some(item.payload),
+            _ => None,
+        }),
+        Era::Legacy => Some(&first.value),
+    };
+    let header = header(file, era, meta, &items);
+    let mirrors = pair_mirrors(&items);
+    let mut builder = SessionBuilder::new("codex", header.created_at);
+    let mut state = State {
+        era,
+        mirrors,
+        input_epoch: 0,
+    };
+    for (index, item) in items.iter().enumerate() {
+        builder.set_time(item.ts);
+        state.apply(&mut builder, index, item);
+    }
+    Ok(Translation {
+        sessions: vec![ImportedSession {
+            header,
+            events: builder.finish(),
+        }],
+    })
+}
+
+/// One line, classified.
+struct Item<'a> {
+    line: &'a SourceLine,
+    kind: Kind,
+    /// The payload (`payload` of a current line, the line itself in legacy).
+    payload: &'a Value,
+    ts: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    SessionMeta,
+    TurnContext,
+    Compacted,
+    Response,
+    Event,
+    Other,
+}
+
+impl<'a> Item<'a> {
+    fn of(era: Era, line: &'a SourceLine) -> Item<'a> {
+        let value = &line.value;
+        let ts = str_of(value, "timestamp").and_then(parse_time);
+        if era == Era::Legacy {
+            let kind = if str_of(value, "type").is_some() {
+                Kind::Response
+            } else if line.number == 1 {
+                Kind::SessionMeta
+            } else {
+                Kind::Other
+            };
+            return Item {
+                line,
+                kind,
+                payload: value,
+                ts,
+            };
+        }
+        let payload = value.get("payload").unwrap_or(value);
+        let kind = match str_of(value, "type") {
+            Some("session_meta") => Kind::SessionMeta,
+            Some("turn_context") => Kind::TurnContext,
+            Some("compacted") => Kind::Compacted,
+            Some("response_item") if payload.is_object() => Kind::Response,
+            Some("event_msg") if payload.is_object() => Kind::Event,
+            _ => Kind::Other,
+        };
+        Item {
+            line,
+            kind,
+            payload,
+            ts,
+        }
+    }
+
+    fn payload_type(&self) -> Option<&'a str> {
+        str_of(self.payload, "type")
+    }
+
+    /// The name its `x-codex/…` event gets.
+    fn kept_kind(&self) -> String {
+        let envelope = match self.kind {
+            Kind::SessionMeta => return "session_meta".to_owned(),
+            Kind::Response | Kind::Event => self.payload_type(),
+            _ => None,
+        };
+        envelope
+            .or_else(|| str_of(&self.line.value, "type"))
+            .or_else(|| str_of(&self.line.value, "record_type"))
+            .unwrap_or("untyped")
+            .to_owned()
+    }
+}
+
+fn header(file: &Path, era: Era, meta: Option<&Value>, items: &[Item<'_>]) -> SessionHeader {
+    let source_id = meta
+        .and_then(|meta| str_of(meta, "id"))
+        .map(str::to_owned)
+        .or_else(|| uuid_in_file_name(file))
+        .unwrap_or_else(|| file_stem(file));
+    let created_at = meta
+        .and_then(|meta| str_of(meta, "timestamp"))
+        .and_then(parse_time)
+        .or_else(|| items.iter().find_map(|item| item.ts))
+        .unwrap_or(0);
+    let cwd = meta
+        .and_then(|meta| str_of(meta, "cwd"))
+        .map(str::to_owned)
+        .or_else(|| items.iter().find_map(|item| environment_cwd(item.payload)))
+        .unwrap_or_default();
+    let mut header = SessionHeader::root(derive_session_id("codex", &[&source_id]), created_at, cwd);
+    if era == Era::Current {
+        if let Some(meta) = meta {
+            let (parent, depth) = parent_of(meta);
+            if let Some(parent) = parent {
+                header.parent_session = Some(derive_session_id("codex", &[parent]));
+                header.delegation_depth = depth;
+            }
+        }
+    }
+    header
+}
+
+/// The session a rollout descends from: the spawning thread of a sub-agent
+/// (`source.subagent.thread_spawn.parent_thread_id`, or a top-level
+/// `parent_thread_id`), else the thread it was forked from.
+fn parent_of(meta: &Value) -> (Option<&str>, u64) {
+    let spawn = meta
+        .get("source")
+        .and_then(|source| source.get("subagent"))
+        .and_then(|subagent| subagent.get("thread_spawn"));
+    if let Some(parent) = spawn.and_then(|spawn| str_of(spawn, "parent_thread_id")) {
+        let depth = spawn
+            .and_then(|spawn| spawn.get("depth"))
+            .and_then(Value::as_u64)
+            .filter(|depth| *depth > 0)
+            .unwrap_or(1);
+        return (Some(parent), depth);
+    }
+    if let Some(parent) = str_of(meta, "parent_thread_id") {
+        return (Some(parent), 1);
+    }
+    (str_of(meta, "forked_from_id"), 1)
+}
+
+fn uuid_in_file_name(file: &Path) -> Option<String> {
+    let stem = file_stem(file);
+    let tail = stem.get(stem.len().checked_sub(36)?..)?;
+    let uuid_like = tail.len() == 36
+        && tail
+            .chars()
+            .enumerate()
+            .all(|(i, c)| if matches!(i, 8 | 13 | 18 | 23) { c == '-' } else { c.is_ascii_hexdigit() });
+    uuid_like.then(|| tail.to_owned())
+}
+
+/// The file name without `.jsonl` (and `.zst`).
+pub fn file_stem(file: &Path) -> String {
+    let name = file
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = name.strip_suffix(".zst").unwrap_or(&name);
+    name.strip_suffix(".jsonl").unwrap_or(name).to_owned()
+}
+
+/// The `<cwd>` of an `<environment_context>` message (legacy files name the
+/// working folder only there).
+fn environment_cwd(payload: &Value) -> Option<String> {
+    if str_of(payload, "type") != Some("message") {
+        return None;
+    }
+    let text = content_text(payload);
+    let start = text.find("<cwd>")? + "<cwd>".len();
+    let end = text[start..].find("</cwd>")? + start;
+    Some(text[start..end].trim().to_owned())
+}
+
+/// The text parts of a message item, joined.
+fn content_text(payload: &Value) -> String {
+    match payload.get("content") {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|part| str_of(part, "text"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// The message parts of a message item: texts and images.
+fn content_parts(payload: &Value) -> Vec<Value> {
+    match payload.get("content") {
+        Some(Value::String(text)) => vec![text_part(text)],
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|part| match str_of(part, "type") {
+                Some("input_image") => Some(data_url_image(str_of(part, "image_url"))),
+                _ => str_of(part, "text").map(text_part),
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// An image given as a `data:` URL (or a reference the source kept).
+fn data_url_image(url: Option<&str>) -> Value {
+    let Some(url) = url else {
+        return image_part("application/octet-stream", None);
+    };
+    match url
+        .strip_prefix("data:")
+        .and_then(|rest| rest.split_once(";base64,"))
+    {
+        Some((media_type, data)) => image_part(media_type, Some(data)),
+        None => serde_json::json!({ "type": "attachment", "name": url }),
+    }
+}
+
+/// Which side of a mirrored pair a line is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Side {
+    UserItem,
+    UserEvent,
+    AssistantItem,
+    AssistantEvent,
+}
+
+/// The lines that are one half of a mirrored pair: a `user_message` event
+/// and the user item it mirrors, an `agent_message` event and its assistant
+/// item (equal text, paired first come first served in file order).
+fn pair_mirrors(items: &[Item<'_>]) -> HashSet<usize> {
+    let mut waiting: HashMap<(Side, String), VecDeque<usize>> = HashMap::new();
+    let mut paired = HashSet::new();
+    for (index, item) in items.iter().enumerate() {
+        let Some((side, text)) = mirror_side(item) else {
+            continue;
+        };
+        let partner = match side {
+            Side::UserItem => Side::UserEvent,
+            Side::UserEvent => Side::UserItem,
+            Side::AssistantItem => Side::AssistantEvent,
+            Side::AssistantEvent => Side::AssistantItem,
+        };
+        let key = text.trim().to_owned();
+        match waiting
+            .get_mut(&(partner, key.clone()))
+            .and_then(VecDeque::pop_front)
+        {
+            Some(other) => {
+                paired.insert(other);
+                paired.insert(index);
+            }
+            None => waiting.entry((side, key)).or_default().push_back(index),
+        }
+    }
+    paired
+}
+
+fn mirror_side(item: &Item<'_>) -> Option<(Side, String)> {
+    match (item.kind, item.payload_type()) {
+        (Kind::Response, Some("message")) => match str_of(item.payload, "role") {
+            Some("user") => Some((Side::UserItem, content_text_joined(item.payload))),
+            Some("assistant") => Some((Side::AssistantItem, content_text_joined(item.payload))),
+            _ => None,
+        },
+        (Kind::Event, Some("user_message")) => {
+            Some((Side::UserEvent, str_of(item.payload, "message")?.to_owned()))
+        }
+        (Kind::Event, Some("agent_message")) => {
+            Some((Side::AssistantEvent, str_of(item.payload, "message")?.to_owned()))
+        }
+        (Kind::Event, Some("item_completed")) => {
+            let turn_item = item.payload.get("item")?;
+            match str_of(turn_item, "type") {
+                Some("UserMessage") => Some((Side::UserEvent, content_text_joined(turn_item))),
+                Some("AgentMessage") => {
+                    Some((Side::AssistantEvent, content_text_joined(turn_item)))
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The text parts joined without separator, as Codex joins them into the
+/// mirroring event's `message`.
+fn content_text_joined(payload: &Value) -> String {
+    match payload.get("content") {
+        Some(Value::Array(parts)) => parts.iter().filter_map(|p| str_of(p, "text")).collect(),
+        Some(Value::String(text)) => text.clone(),
+        _ => String::new(),
+    }
+}
+
+struct State {
+    era: Era,
+    mirrors: HashSet<usize>,
+    /// Counts the inputs the model received (tool outputs, prompts): a
+    /// model output after a new input belongs to a new response, so a new
+    /// step.
+    input_epoch: u64,
+}
+
+impl State {
+    fn apply(&mut self, builder: &mut SessionBuilder, index: usize, item: &Item<'_>) {
+        let raw = &item.line.raw;
+        match item.kind {
+            Kind::SessionMeta | Kind::Other => builder.keep_line(&item.kept_kind(), raw),
+            Kind::TurnContext => {
+                builder.keep_line("turn_context", raw);
+                builder.permissions(
+                    sandbox_of(item.payload),
+                    approval_of(item.payload),
+                    None,
+                );
+            }
+            Kind::Compacted => {
+                let summary = str_of(item.payload, "message").unwrap_or_default();
+                builder.checkpoint(summary);
+                let replaced = item
+                    .payload
+                    .get("replacement_history")
+                    .and_then(Value::as_array)
+                    .is_some_and(|history| !history.is_empty());
+                if replaced {
+                    // The history that replaced the old one has no place in
+                    // a checkpoint: the line is kept beside it.
+                    builder.keep_line("compacted", raw);
+                }
+            }
+            Kind::Response => self.response(builder, index, item),
+            Kind::Event => self.event(builder, index, item),
+        }
+    }
+
+    fn response_key(&self) -> String {
+        format!("response-{}", self.input_epoch)
+    }
+
+    fn response(&mut self, builder: &mut SessionBuilder, index: usize, item: &Item<'_>) {
+        let payload = item.payload;
+        let raw = &item.line.raw;
+        let call_id = || {
+            str_of(payload, "call_id")
+                .or_else(|| str_of(payload, "id"))
+                .map_or_else(|| format!("line-{}", item.line.number), str::to_owned)
+        };
+        match item.payload_type() {
+            Some("message") => match str_of(payload, "role") {
+                Some("assistant") => {
+                    builder.model_output(&self.response_key());
+                    builder.message(Origin::Assistant, content_parts(payload));
+                }
+                Some("user") => {
+                    self.input_epoch += 1;
+                    let parts = content_parts(payload);
+                    if self.mirrors.contains(&index) || self.legacy_prompt(payload) {
+                        builder.prompt(parts);
+                    } else {
+                        builder.message(injected_origin(&content_text(payload)), parts);
+                    }
+                }
+                Some(role) => {
+                    builder.message(Origin::Context(role.to_owned()), content_parts(payload))
+                }
+                None => builder.keep_line("message", raw),
+            },
+            Some("reasoning") => {
+                let texts = reasoning_texts(payload);
+                if texts.is_empty() {
+                    builder.keep_line("reasoning", raw);
+                } else {
+                    builder.model_output(&self.response_key());
+                    builder.message(Origin::Reasoning, texts.iter().map(|t| text_part(t)).collect());
+                }
+            }
+            Some("function_call") => {
+                builder.model_output(&self.response_key());
+                let arguments = match payload.get("arguments") {
+                    Some(Value::String(text)) => {
+                        serde_json::from_str(text).unwrap_or_else(|_| Value::from(text.as_str()))
+                    }
+                    Some(other) => other.clone(),
+                    None => Value::Null,
+                };
+                builder.tool_start(&call_id(), &tool_name(payload), arguments);
+            }
+            Some("custom_tool_call") => {
+                builder.model_output(&self.response_key());
+                let input = payload.get("input").cloned().unwrap_or(Value::Null);
+                builder.tool_start(&call_id(), &tool_name(payload), input);
+            }
+            Some("local_shell_call") => {
+                builder.model_output(&self.response_key());
+                let action = payload.get("action").cloned().unwrap_or(Value::Null);
+                builder.tool_start(&call_id(), "local_shell", action);
+            }
+            Some("web_search_call") => {
+                builder.model_output(&self.response_key());
+                let id = call_id();
+                let action = payload.get("action").cloned().unwrap_or(Value::Null);
+                builder.tool_start(&id, "web_search", action);
+                if str_of(payload, "status") == Some("completed") {
+                    // The line itself says the search completed; it holds no
+                    // result, so none is written.
+                    builder.tool_settle(&id, Outcome::Ok, None);
+                }
+            }
+            Some("function_call_output" | "custom_tool_call_output") => {
+                self.input_epoch += 1;
+                let output = payload.get("output").cloned().unwrap_or(Value::Null);
+                let outcome = match output.get("success").and_then(Value::as_bool) {
+                    Some(false) => Outcome::Error,
+                    _ => Outcome::Ok,
+                };
+                if !builder.tool_settle(&call_id(), outcome, Some(output)) {
+                    builder.keep_line(&item.kept_kind(), raw);
+                }
+            }
+            _ => builder.keep_line(&item.kept_kind(), raw),
+        }
+    }
+
+    fn event(&mut self, builder: &mut SessionBuilder, index: usize, item: &Item<'_>) {
+        let payload = item.payload;
+        let raw = &item.line.raw;
+        match item.payload_type() {
+            Some("task_started" | "turn_started") => {
+                builder.start_turn(str_of(payload, "turn_id"));
+            }
+            Some("task_complete" | "turn_complete") => builder.end_turn(),
+            Some("turn_aborted") => {
+                builder.keep_line("turn_aborted", raw);
+                builder.end_turn();
+            }
+            Some("user_message") if !self.mirrors.contains(&index) => {
+                self.input_epoch += 1;
+                let mut parts = vec![text_part(str_of(payload, "message").unwrap_or_default())];
+                if let Some(images) = payload.get("images").and_then(Value::as_array) {
+                    parts.extend(images.iter().map(|url| data_url_image(url.as_str())));
+                }
+                builder.prompt(parts);
+            }
+            Some("agent_message") if !self.mirrors.contains(&index) => {
+                builder.model_output(&self.response_key());
+                let text = str_of(payload, "message").unwrap_or_default();
+                builder.message(Origin::Assistant, vec![text_part(text)]);
+            }
+            Some("item_completed") if !self.mirrors.contains(&index) => {
+                let turn_item = payload.get("item").unwrap_or(&Value::Null);
+                match str_of(turn_item, "type") {
+                    Some("UserMessage") => {
+                        self.input_epoch += 1;
+                        builder.prompt(vec![text_part(&content_text_joined(turn_item))]);
+                    }
+                    Some("AgentMessage") => {
+                        builder.model_output(&self.response_key());
+                        let text = content_text_joined(turn_item);
+                        builder.message(Origin::Assistant, vec![text_part(&text)]);
+                    }
+                    _ => builder.keep_line(&item.kept_kind(), raw),
+                }
+            }
+            _ => builder.keep_line(&item.kept_kind(), raw),
+        }
+    }
+
+    /// A legacy user item is a prompt unless it opens with a tag.
+    fn legacy_prompt(&self, payload: &Value) -> bool {
+        self.era == Era::Legacy && opening_tag(&content_text(payload)).is_none()
+    }
+}
+
+fn tool_name(payload: &Value) -> String {
+    let name = str_of(payload, "name").unwrap_or("unknown");
+    match str_of(payload, "namespace") {
+        Some(namespace) if !namespace.is_empty() => format!("{namespace}.{name}"),
+        _ => name.to_owned(),
+    }
+}
+
+/// The readable text of a reasoning item: its summaries, else its content.
+fn reasoning_texts(payload: &Value) -> Vec<String> {
+    let texts = |key: &str| -> Vec<String> {
+        payload
+            .get(key)
+            .and_then(Value::as_array)
+            .map(|parts| {
+                parts
+                    .iter()
+                    .filter_map(|part| str_of(part, "text"))
+                    .filter(|text| !text.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let summary = texts("summary");
+    if summary.is_empty() {
+        texts("content")
+    } else {
+        summary
+    }
+}
+
+/// What injected a user-role item that is not a prompt: an instructions
+/// file (AGENTS.md, as `<user_instructions>` or `# AGENTS.md instructions`),
+/// else context named by its opening tag.
+fn injected_origin(text: &str) -> Origin {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with("<user_instructions>") || trimmed.starts_with("# AGENTS.md instructions")
+    {
+        return Origin::Instructions("AGENTS.md".to_owned());
+    }
+    Origin::Context(opening_tag(trimmed).unwrap_or("codex").to_owned())
+}
+
+/// The name of the tag `text` opens with (`<environment_context>` →
+/// `environment_context`).
+pub fn opening_tag(text: &str) -> Option<&str> {
+    let rest = text.trim_start().strip_prefix('<')?;
+    let end = rest.find(|c: char| c == '>' || c.is_whitespace())?;
+    let name = &rest[..end];
+    let valid = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | ':' | '.'));
+    valid.then_some(name)
+}
+
+/// The sandbox a `turn_context` records (`sandbox_policy` as `{type}`,
+/// `{mode}` or a bare string); `None` for anything without a counterpart.
+fn sandbox_of(context: &Value) -> Option<SandboxMode> {
+    let policy = context.get("sandbox_policy")?;
+    let name = policy
+        .as_str()
+        .or_else(|| str_of(policy, "type"))
+        .or_else(|| str_of(policy, "mode"))?;
+    name.parse().ok()
+}
+
+/// The approval policy a `turn_context` records: `never` is never, every
+/// other Codex policy asks in some case, so it is `ask`.
+fn approval_of(context: &Value) -> Option<ApprovalPolicy> {
+    match context.get("approval_policy")? {
+        Value::String(policy) if policy == "never" => Some(ApprovalPolicy::Never),
+        Value::String(policy)
+            if matches!(policy.as_str(), "untrusted" | "on-failure" | "on-request") =>
+        {
+            Some(ApprovalPolicy::Ask)
+        }
+        Value::Object(_) => Some(ApprovalPolicy::Ask),
+        _ => None,
+    }
+}

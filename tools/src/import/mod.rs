@@ -1,0 +1,284 @@
+//! Importing the transcripts other agent tools write (Codex CLI rollouts,
+//! Claude Code projects) as sessions of this format.
+//!
+//! Reading is pure: `source` splits a file into numbered JSON lines,
+//! `codex` and `claude` translate them into sessions through the
+//! `SessionBuilder`, which opens and closes turns and steps so that every
+//! event keeps the rules. Writing goes through `Store::create_session`,
+//! which folds every event against the rules again before anything is
+//! written and publishes the session atomically, so an import can never
+//! produce a log that breaks a rule, and a file that cannot be read imports
+//! nothing. Session ids derive from the tools' own ids: importing the same
+//! transcript again finds its sessions already there and writes nothing.
+//! The mapping is documented in docs/IMPORT.md.
+
+mod builder;
+mod claude;
+mod codex;
+mod source;
+
+use std::path::{Path, PathBuf};
+
+use sessionlog_schema::{EventRecord, SessionHeader, SessionId, CRC_SUFFIX_LEN, MAX_RECORD_BYTES};
+use sessionlog_store::{Durability, Store, StoreError};
+
+pub use builder::Draft;
+pub use source::ImportError;
+
+/// Which tool wrote a source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Codex CLI rollouts.
+    Codex,
+    /// Claude Code project transcripts.
+    Claude,
+    /// Recognised from each file's content.
+    Auto,
+}
+
+impl From<crate::cli::ImportFormat> for Format {
+    fn from(format: crate::cli::ImportFormat) -> Format {
+        match format {
+            crate::cli::ImportFormat::Codex => Format::Codex,
+            crate::cli::ImportFormat::Claude => Format::Claude,
+            crate::cli::ImportFormat::Auto => Format::Auto,
+        }
+    }
+}
+
+/// One session translated from a transcript, not yet written.
+#[derive(Debug, Clone)]
+pub struct ImportedSession {
+    /// Its header (the id derived from the source's own id).
+    pub header: SessionHeader,
+    /// Its events, in order.
+    pub events: Vec<Draft>,
+}
+
+/// What one transcript file translates to: its session, and the child
+/// sessions of the sub-agents it holds inline.
+#[derive(Debug, Clone)]
+pub struct Translation {
+    /// Parents before their children.
+    pub sessions: Vec<ImportedSession>,
+}
+
+/// What became of one session of a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionOutcome {
+    /// Written to the store.
+    Created {
+        /// Its events.
+        events: u64,
+        /// Source lines kept whole as `x-…` events.
+        unknown_lines: u64,
+    },
+    /// Already in the store, identical: nothing written.
+    Unchanged,
+    /// Already in the store, but the source has changed since (a resumed
+    /// session): nothing written.
+    Changed {
+        /// Events in the store.
+        stored: u64,
+        /// Events the source gives now.
+        now: u64,
+    },
+}
+
+/// The sessions of one imported file.
+#[derive(Debug, Clone)]
+pub struct FileImport {
+    /// Each session with what became of it.
+    pub sessions: Vec<(SessionHeader, SessionOutcome)>,
+}
+
+/// The files a SOURCE names: itself, or the transcripts under a folder
+/// (walked recursively, in name order, symbolic links not followed) whose
+/// names are the tool's own: `rollout-*.jsonl` for Codex, `*.jsonl` for
+/// Claude Code and `auto`; each also compressed as `.jsonl.zst`.
+pub fn discover(source: &Path, format: Format) -> Result<Vec<PathBuf>, ImportError> {
+    let metadata = std::fs::metadata(source)
+        .map_err(|error| ImportError::file(source, format!("cannot read: {error}")))?;
+    if !metadata.is_dir() {
+        return Ok(vec![source.to_owned()]);
+    }
+    let mut files = Vec::new();
+    walk(source, format, &mut files)?;
+    Ok(files)
+}
+
+fn walk(folder: &Path, format: Format, files: &mut Vec<PathBuf>) -> Result<(), ImportError> {
+    let entries = std::fs::read_dir(folder)
+        .map_err(|error| ImportError::file(folder, format!("cannot list: {error}")))?;
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .collect();
+    paths.sort();
+    for path in paths {
+        let Ok(metadata) = path.symlink_metadata() else {
+            continue;
+        };
+        if metadata.is_dir() {
+            walk(&path, format, files)?;
+        } else if metadata.is_file() && is_transcript_name(&path, format) {
+            files.push(path);
+        }
+    }
+    Ok(())
+}
+
+fn is_transcript_name(path: &Path, format: Format) -> bool {
+    let Some(name) = path.file_name().and_then(|name| name.to_str()) else {
+        return false;
+    };
+    let jsonl = name.ends_with(".jsonl") || name.ends_with(".jsonl.zst");
+    match format {
+        Format::Codex => jsonl && name.starts_with("rollout-"),
+        Format::Claude | Format::Auto => jsonl && !name.starts_with('.'),
+    }
+}
+
+/// Reads and translates one transcript file, without writing anything.
+pub fn translate_file(path: &Path, format: Format) -> Result<Translation, ImportError> {
+    let bytes = read_bytes(path)?;
+    translate_bytes(path, &bytes, format)
+}
+
+/// Translates the content of `path` (already read).
+pub fn translate_bytes(path: &Path, bytes: &[u8], format: Format) -> Result<Translation, ImportError> {
+    let lines = source::read_lines(path, bytes)?;
+    if lines.is_empty() {
+        return Err(ImportError::file(path, "empty file: no transcript line"));
+    }
+    let format = match format {
+        Format::Auto if codex::recognise(&lines) => Format::Codex,
+        Format::Auto if claude::recognise(&lines) => Format::Claude,
+        Format::Auto => {
+            return Err(ImportError::at(
+                path,
+                lines[0].number,
+                "not a Codex rollout nor a Claude Code transcript",
+            ))
+        }
+        known => known,
+    };
+    match format {
+        Format::Codex => codex::translate(path, &lines),
+        Format::Claude | Format::Auto => claude::translate(path, &lines),
+    }
+}
+
+fn read_bytes(path: &Path) -> Result<Vec<u8>, ImportError> {
+    let bytes = std::fs::read(path)
+        .map_err(|error| ImportError::file(path, format!("cannot read: {error}")))?;
+    if path.extension().is_some_and(|extension| extension == "zst") {
+        return decompress_zstd(path, &bytes);
+    }
+    Ok(bytes)
+}
+
+fn decompress_zstd(path: &Path, bytes: &[u8]) -> Result<Vec<u8>, ImportError> {
+    use std::io::Read;
+    let mut decoder = ruzstd::decoding::StreamingDecoder::new(bytes)
+        .map_err(|error| ImportError::file(path, format!("not a zstd stream: {error}")))?;
+    let mut out = Vec::new();
+    decoder
+        .read_to_end(&mut out)
+        .map_err(|error| ImportError::file(path, format!("damaged zstd stream: {error}")))?;
+    Ok(out)
+}
+
+/// Writes the sessions of `translation` (read from `path`) into `store`,
+/// each atomically and checked against every rule first. A session whose
+/// id the store already holds is compared, never written again.
+pub fn write(store: &Store, path: &Path, translation: Translation) -> Result<FileImport, ImportError> {
+    // Every record of the file is checked before the first session is
+    // written, so that a file never imports in part for a record too long.
+    let mut prepared = Vec::with_capacity(translation.sessions.len());
+    for session in translation.sessions {
+        let records = records_of(path, &session)?;
+        prepared.push((session.header, records));
+    }
+    let mut sessions = Vec::with_capacity(prepared.len());
+    for (header, records) in prepared {
+        let outcome = write_session(store, path, &header, &records)?;
+        sessions.push((header, outcome));
+    }
+    Ok(FileImport { sessions })
+}
+
+fn records_of(path: &Path, session: &ImportedSession) -> Result<Vec<EventRecord>, ImportError> {
+    let mut records = Vec::with_capacity(session.events.len());
+    for (index, draft) in session.events.iter().enumerate() {
+        let seq = index as u64 + 1;
+        let record = EventRecord::new(seq, draft.ts, None, &draft.event_type, &draft.data);
+        if record.body().len() + CRC_SUFFIX_LEN >= MAX_RECORD_BYTES {
+            return Err(ImportError::file(
+                path,
+                format!(
+                    "session {} seq {seq} ({}): {} bytes, above the {MAX_RECORD_BYTES}-byte record limit",
+                    session.header.id,
+                    draft.event_type,
+                    record.body().len()
+                ),
+            ));
+        }
+        records.push(record);
+    }
+    Ok(records)
+}
+
+fn write_session(
+    store: &Store,
+    path: &Path,
+    header: &SessionHeader,
+    records: &[EventRecord],
+) -> Result<SessionOutcome, ImportError> {
+    let store_error = |error: StoreError| {
+        ImportError::file(path, format!("session {}: {error}", header.id))
+    };
+    if !store.contains(&header.id).map_err(store_error)? {
+        match store.create_session(header, records, Durability::Fsync) {
+            Ok(()) => {
+                let unknown_lines = records
+                    .iter()
+                    .filter(|record| record.event_type().starts_with("x-"))
+                    .count() as u64;
+                return Ok(SessionOutcome::Created {
+                    events: records.len() as u64,
+                    unknown_lines,
+                });
+            }
+            // Another import created it meanwhile: compare, as below.
+            Err(StoreError::AlreadyExists { .. }) => {}
+            Err(error) => return Err(store_error(error)),
+        }
+    }
+    compare(store, &header.id, header, records).map_err(store_error)
+}
+
+fn compare(
+    store: &Store,
+    id: &SessionId,
+    header: &SessionHeader,
+    records: &[EventRecord],
+) -> Result<SessionOutcome, StoreError> {
+    let stored = store.snapshot(id)?;
+    let same = stored.header == *header
+        && stored.events.len() == records.len()
+        && stored
+            .events
+            .iter()
+            .zip(records)
+            .all(|(stored, new)| stored.body() == new.body());
+    Ok(if same {
+        SessionOutcome::Unchanged
+    } else {
+        SessionOutcome::Changed {
+            stored: stored.events.len() as u64,
+            now: records.len() as u64,
+        }
+    })
+}
+

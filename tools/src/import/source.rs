@@ -1,0 +1,283 @@
+//! What every importer reads: a transcript file split into numbered JSON
+//! lines, RFC 3339 times as unix milliseconds, and session ids derived from
+//! the ids the tools themselves wrote.
+//!
+//! A transcript is read whole or refused: a line that is not a JSON object,
+//! or a last line cut short, fails the file with its line number, so a
+//! broken file imports nothing.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use sessionlog_schema::{SessionId, MAX_SESSION_ID_LEN};
+
+/// One non-blank line of a transcript.
+#[derive(Debug, Clone)]
+pub struct SourceLine {
+    /// 1-based line number in the file.
+    pub number: usize,
+    /// The line's text, without its line ending.
+    pub raw: String,
+    /// The line, parsed.
+    pub value: Value,
+}
+
+/// Why a transcript could not be imported, with where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportError {
+    /// The file.
+    pub file: PathBuf,
+    /// The line, when one line is at fault.
+    pub line: Option<usize>,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl std::error::Error for ImportError {}
+
+impl fmt::Display for ImportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{} line {line}: {}", self.file.display(), self.reason),
+            None => write!(f, "{}: {}", self.file.display(), self.reason),
+        }
+    }
+}
+
+impl ImportError {
+    /// An error at `line` of `file`.
+    pub fn at(file: &Path, line: usize, reason: impl Into<String>) -> ImportError {
+        ImportError {
+            file: file.to_owned(),
+            line: Some(line),
+            reason: reason.into(),
+        }
+    }
+
+    /// An error about `file` as a whole.
+    pub fn file(file: &Path, reason: impl Into<String>) -> ImportError {
+        ImportError {
+            file: file.to_owned(),
+            line: None,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Splits `bytes` into numbered JSON object lines. Blank lines are skipped;
+/// anything else that is not one JSON object fails the file at its line,
+/// and a last line without its newline that does not parse is named as cut
+/// short (what a crash during a write leaves).
+pub fn read_lines(file: &Path, bytes: &[u8]) -> Result<Vec<SourceLine>, ImportError> {
+    let mut lines = Vec::new();
+    let mut rest = bytes;
+    let mut number = 0;
+    while !rest.is_empty() {
+        number += 1;
+        let (line, ended) = match memchr_newline(rest) {
+            Some(at) => {
+                let line = &rest[..at];
+                rest = &rest[at + 1..];
+                (line, true)
+            }
+            None => {
+                let line = rest;
+                rest = &[];
+                (line, false)
+            }
+        };
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let text = std::str::from_utf8(line).map_err(|error| {
+            ImportError::at(
+                file,
+                number,
+                format!("not UTF-8 (byte {})", error.valid_up_to()),
+            )
+        })?;
+        let value: Value = match serde_json::from_str(text) {
+            Ok(value) => value,
+            Err(error) if !ended => {
+                return Err(ImportError::at(
+                    file,
+                    number,
+                    format!("the last line is cut short (no newline, and {error})"),
+                ))
+            }
+            Err(error) => {
+                return Err(ImportError::at(
+                    file,
+                    number,
+                    format!("not JSON: {error}"),
+                ))
+            }
+        };
+        if !value.is_object() {
+            return Err(ImportError::at(file, number, "not a JSON object"));
+        }
+        lines.push(SourceLine {
+            number,
+            raw: text.trim().to_owned(),
+            value,
+        });
+    }
+    Ok(lines)
+}
+
+fn memchr_newline(bytes: &[u8]) -> Option<usize> {
+    bytes.iter().position(|&b| b == b'\n')
+}
+
+/// The string member `key` of `value`, if it is one.
+pub fn str_of<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
+    value.get(key).and_then(Value::as_str)
+}
+
+/// An RFC 3339 time (`2025-11-20T16:59:09.857Z`, `…+02:00`) as unix
+/// milliseconds; `None` when it is not one or lies before 1970.
+pub fn parse_time(text: &str) -> Option<u64> {
+    let bytes = text.as_bytes();
+    let number = |range: std::ops::Range<usize>| -> Option<i64> {
+        let digits = bytes.get(range)?;
+        if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(digits).ok()?.parse().ok()
+    };
+    if bytes.len() < 19 || bytes[4] != b'-' || bytes[7] != b'-' || bytes[13] != b':' {
+        return None;
+    }
+    if !matches!(bytes[10], b'T' | b't' | b' ') || bytes[16] != b':' {
+        return None;
+    }
+    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
+    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+        return None;
+    }
+    let mut at = 19;
+    let mut millis = 0;
+    if bytes.get(at) == Some(&b'.') {
+        let start = at + 1;
+        let mut end = start;
+        while bytes.get(end).is_some_and(u8::is_ascii_digit) {
+            end += 1;
+        }
+        if end == start {
+            return None;
+        }
+        let fraction = &text[start..end.min(start + 3)];
+        millis = format!("{fraction:0<3}").parse().ok()?;
+        at = end;
+    }
+    let offset_minutes = match bytes.get(at) {
+        Some(b'Z' | b'z') if at + 1 == bytes.len() => 0,
+        Some(sign @ (b'+' | b'-')) if at + 6 == bytes.len() && bytes[at + 3] == b':' => {
+            let minutes = number(at + 1..at + 3)? * 60 + number(at + 4..at + 6)?;
+            if *sign == b'+' {
+                minutes
+            } else {
+                -minutes
+            }
+        }
+        None => 0,
+        _ => return None,
+    };
+    let days = days_from_civil(year, month, day);
+    let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second.min(59)
+        - offset_minutes * 60;
+    u64::try_from(seconds * 1_000 + millis).ok()
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
+/// `days_from_civil`).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month_index = (month + 9) % 12;
+    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// A session id from `prefix` and the parts of a source's own id: each
+/// character outside `[A-Za-z0-9_-]` becomes `_`, and when that changed
+/// anything or the id would be too long, the id is cut and ends in a hash
+/// of the original, so two different sources never share an id.
+pub fn derive_session_id(prefix: &str, parts: &[&str]) -> SessionId {
+    let original = parts.join("-");
+    let mut id = String::with_capacity(prefix.len() + original.len() + 1);
+    id.push_str(prefix);
+    let mut changed = false;
+    for part in parts {
+        id.push('-');
+        for c in part.chars() {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                id.push(c);
+            } else {
+                id.push('_');
+                changed = true;
+            }
+        }
+    }
+    if changed || id.len() > MAX_SESSION_ID_LEN {
+        let hash = crc32fast::hash(original.as_bytes());
+        id.truncate(MAX_SESSION_ID_LEN - 9);
+        id.push_str(&format!("-{hash:08x}"));
+    }
+    match SessionId::parse(&id) {
+        Ok(id) => id,
+        // Unreachable: the prefix is ours and every character is allowed.
+        Err(_) => panic!("derived session id {id:?} is invalid"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_read_with_their_fraction_and_offset() {
+        assert_eq!(parse_time("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_time("2025-11-20T16:59:09.857Z"), Some(1_763_657_949_857));
+        assert_eq!(parse_time("2025-11-20T18:59:09.8+02:00"), Some(1_763_657_949_800));
+        assert_eq!(parse_time("2025-11-20T16:59:09.857123456Z"), Some(1_763_657_949_857));
+        assert_eq!(parse_time("yesterday"), None);
+        assert_eq!(parse_time("2025-13-20T16:59:09Z"), None);
+    }
+
+    #[test]
+    fn derived_ids_keep_clean_ids_and_hash_the_others() {
+        let clean = derive_session_id("codex", &["019aa234-a2a1-75c3-a9bf-d8425e1785f5"]);
+        assert_eq!(clean.as_str(), "codex-019aa234-a2a1-75c3-a9bf-d8425e1785f5");
+        let dotted = derive_session_id("claude", &["s1", "agent", "a.b"]);
+        let underscored = derive_session_id("claude", &["s1", "agent", "a_b"]);
+        assert_ne!(dotted, underscored);
+        assert!(dotted.as_str().starts_with("claude-s1-agent-a_b-"));
+        let long = "x".repeat(300);
+        assert_eq!(
+            derive_session_id("codex", &[&long]).as_str().len(),
+            MAX_SESSION_ID_LEN
+        );
+    }
+
+    #[test]
+    fn a_cut_last_line_and_a_bad_line_are_named() {
+        let file = Path::new("t.jsonl");
+        let cut = read_lines(file, b"{\"a\":1}\n\n{\"b\":").unwrap_err();
+        assert_eq!(cut.line, Some(3));
+        assert!(cut.reason.contains("cut short"), "{cut}");
+        let bad = read_lines(file, b"{\"a\":1}\nnope\n{\"b\":2}\n").unwrap_err();
+        assert_eq!(bad.line, Some(2));
+        assert!(bad.reason.starts_with("not JSON"), "{bad}");
+        let lines = read_lines(file, b"{\"a\":1}\r\n\n  \n{\"b\":2}").unwrap();
+        assert_eq!(
+            lines.iter().map(|l| l.number).collect::<Vec<_>>(),
+            vec![1, 4]
+        );
+    }
+}
