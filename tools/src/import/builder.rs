@@ -127,14 +127,15 @@ impl SessionBuilder {
         }
     }
 
-    /// A prompt of the person: it belongs to a turn the source just started,
-    /// and otherwise opens a new one.
-    pub fn prompt(&mut self, parts: Vec<Value>) {
+    /// A prompt (the person's, or the parent agent's to a sub-agent): it
+    /// belongs to a turn the source just started, and otherwise opens a new
+    /// one.
+    pub fn prompt(&mut self, origin: Origin, parts: Vec<Value>) {
         if self.open_turn.is_none() || self.turn_has_content {
             self.start_turn(None);
         }
         self.turn_has_content = true;
-        self.message(Origin::User, parts);
+        self.message(origin, parts);
     }
 
     /// The model produced something for the response `response_key` (a

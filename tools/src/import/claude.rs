@@ -394,7 +394,7 @@ impl<'a> Conversation<'a> {
             } else {
                 let origin = self.origin(&text, flag("isMeta") || has_results);
                 match origin {
-                    Origin::User => self.builder.prompt(parts),
+                    Origin::User | Origin::Parent(_) => self.builder.prompt(origin, parts),
                     origin => self.builder.message(origin, parts),
                 }
             }

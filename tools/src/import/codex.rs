@@ -79,6 +79,7 @@ pub fn translate(file: &Path, lines: &[SourceLine]) -> Result<Translation, Impor
         era,
         mirrors,
         input_epoch: 0,
+        prompter: prompter(meta, &header),
     };
     for (index, item) in items.iter().enumerate() {
         builder.set_time(item.ts);
@@ -193,6 +194,26 @@ fn header(file: &Path, era: Era, meta: Option<&Value>, items: &[Item<'_>]) -> Se
         }
     }
     header
+}
+
+/// Who the prompts of a rollout come from: a spawned sub-agent's come from
+/// its parent session's agent (never the person), those of a sub-agent
+/// with no parent named are context; a fork's and a root session's come
+/// from the person.
+fn prompter(meta: Option<&Value>, header: &SessionHeader) -> Origin {
+    let spawned = meta.is_some_and(|meta| {
+        meta.get("source")
+            .and_then(|source| source.get("subagent"))
+            .is_some()
+            || meta.get("parent_thread_id").is_some()
+    });
+    match (&header.parent_session, spawned) {
+        (Some(parent), true) => Origin::Parent(parent.to_string()),
+        // A review or compaction sub-agent names no parent: its prompts are
+        // the harness's, so context.
+        (None, true) => Origin::Context("subagent".to_owned()),
+        (_, false) => Origin::User,
+    }
 }
 
 /// The session a rollout descends from: the spawning thread of a sub-agent
@@ -371,6 +392,9 @@ fn content_text_joined(payload: &Value) -> String {
 
 struct State {
     era: Era,
+    /// Who a prompt comes from: the person, or for a spawned sub-agent the
+    /// agent of its parent session.
+    prompter: Origin,
     mirrors: HashSet<usize>,
     /// Counts the inputs the model received (tool outputs, prompts): a
     /// model output after a new input belongs to a new response, so a new
@@ -432,7 +456,7 @@ impl State {
                     self.input_epoch += 1;
                     let parts = content_parts(payload);
                     if self.mirrors.contains(&index) || self.legacy_prompt(payload) {
-                        builder.prompt(parts);
+                        builder.prompt(self.prompter.clone(), parts);
                     } else {
                         builder.message(injected_origin(&content_text(payload)), parts);
                     }
@@ -516,7 +540,7 @@ impl State {
                 if let Some(images) = payload.get("images").and_then(Value::as_array) {
                     parts.extend(images.iter().map(|url| data_url_image(url.as_str())));
                 }
-                builder.prompt(parts);
+                builder.prompt(self.prompter.clone(), parts);
             }
             Some("agent_message") if !self.mirrors.contains(&index) => {
                 builder.model_output(&self.response_key());
@@ -528,7 +552,8 @@ impl State {
                 match str_of(turn_item, "type") {
                     Some("UserMessage") => {
                         self.input_epoch += 1;
-                        builder.prompt(vec![text_part(&content_text_joined(turn_item))]);
+                        let parts = vec![text_part(&content_text_joined(turn_item))];
+                        builder.prompt(self.prompter.clone(), parts);
                     }
                     Some("AgentMessage") => {
                         builder.model_output(&self.response_key());
