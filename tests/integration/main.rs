@@ -27,6 +27,9 @@
 //!   every exit code and their precedence.
 //! - `concurrency`: readers during writes, 64 writers on one database, the
 //!   one-writer lock across threads and processes.
+//! - `import`: Codex CLI rollouts and Claude Code transcripts imported
+//!   (the fixtures of `tests/fixtures/import/`, one per tool version
+//!   family): counts, authority, `verify`, re-import, broken files.
 //! - `hostile`: arbitrary `append` lines and pending actions through the
 //!   binary (proptest), records above 16 MiB, hostile ids, planted symlinks.
 
@@ -40,6 +43,7 @@ mod docs;
 mod faults;
 mod format;
 mod hostile;
+mod import;
 mod people;
 mod power_loss;
 mod realistic;

@@ -1,0 +1,438 @@
+//! `sessionlog import` end to end on the fixtures of
+//! `tests/fixtures/import/` (one per tool version family): what each
+//! transcript becomes (counts of calls, settles, prompts, context and kept
+//! lines), who speaks with which authority, that every import verifies in
+//! both backends, that importing again writes nothing, and that a broken
+//! file is named with its line and imports nothing while the others go on.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use sessionlog_projections::message_authority;
+use sessionlog_schema::{Event, EventRecord, SessionHeader, SessionId};
+use sessionlog_store::Store;
+
+use crate::cli_support::{run, workspace_root, Run};
+
+const CODEX: &str = "codex-019aa234-a2a1-75c3-a9bf-d8425e1785f5";
+const CODEX_CHILD: &str = "codex-019aa240-0000-7000-8000-00000000beef";
+const CODEX_LEGACY: &str = "codex-c3c4b301-27c8-4c70-b6e4-46b99fdf0236";
+const CLAUDE_1: &str = "claude-3b9e0c1d-2e3f-4a5b-9c6d-7e8f9a0b1c2d";
+const CLAUDE_2_0: &str = "claude-7f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f";
+const CLAUDE_2_1: &str = "claude-5d6e7f80-1111-4222-8333-944455556666";
+
+fn fixtures() -> PathBuf {
+    workspace_root().join("tests/fixtures/import")
+}
+
+fn temp() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"))
+}
+
+fn import(format: &str, sources: &[PathBuf], into: &Path) -> Run {
+    let mut args = vec!["import".to_owned(), format.to_owned()];
+    args.extend(sources.iter().map(|source| source.display().to_string()));
+    args.extend(["--into".to_owned(), into.display().to_string()]);
+    run(args)
+}
+
+fn id(text: &str) -> SessionId {
+    SessionId::parse(text).unwrap_or_else(|error| panic!("{text}: {error}"))
+}
+
+fn session(store: &Path, session: &str) -> (SessionHeader, Vec<EventRecord>) {
+    let store = Store::open(store).unwrap_or_else(|error| panic!("open store: {error}"));
+    let snapshot = store
+        .snapshot(&id(session))
+        .unwrap_or_else(|error| panic!("snapshot {session}: {error}"));
+    (snapshot.header, snapshot.events)
+}
+
+/// What a session holds, counted the way the mapping speaks of it.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Tally {
+    /// Events by type; messages by `message:<source kind>`; settles by
+    /// `tool/settle:<status>`; kept lines by their `x-…` type.
+    counts: BTreeMap<String, u64>,
+}
+
+impl Tally {
+    fn of(events: &[EventRecord]) -> Tally {
+        let mut counts = BTreeMap::new();
+        for record in events {
+            let data: Value = serde_json::from_str(record.data())
+                .unwrap_or_else(|error| panic!("seq {}: {error}", record.seq()));
+            let key = match record.event_type() {
+                "message" => format!("message:{}", data["source"]["kind"].as_str().unwrap_or("?")),
+                "tool/settle" => format!("tool/settle:{}", data["status"].as_str().unwrap_or("?")),
+                other => other.to_owned(),
+            };
+            *counts.entry(key).or_insert(0) += 1;
+        }
+        Tally { counts }
+    }
+
+    fn get(&self, key: &str) -> u64 {
+        self.counts.get(key).copied().unwrap_or(0)
+    }
+
+    fn kept_lines(&self) -> u64 {
+        self.counts
+            .iter()
+            .filter(|(key, _)| key.starts_with("x-"))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    #[track_caller]
+    fn expect(&self, expected: &[(&str, u64)]) {
+        for (key, n) in expected {
+            assert_eq!(self.get(key), *n, "{key} in {:#?}", self.counts);
+        }
+    }
+}
+
+/// The text of every message of `kind`, with its authority.
+fn messages(header: &SessionHeader, events: &[EventRecord], kind: &str) -> Vec<(String, String)> {
+    events
+        .iter()
+        .filter_map(|record| match Event::parse(record.event_type(), record.data()) {
+            Ok(Event::Message(message)) if message.source.kind == kind => Some((
+                message.text(),
+                message_authority(header, record.seq(), &message)
+                    .as_str()
+                    .to_owned(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+#[track_caller]
+fn verify(store: &Path) {
+    run(["verify".to_owned(), store.display().to_string()]).expect_code(0);
+}
+
+#[test]
+fn a_current_codex_rollout_maps_prompts_calls_policies_and_keeps_the_rest() {
+    let dir = temp();
+    let store = dir.path().join("audit");
+    import("codex", &[fixtures().join("codex/current")], &store).expect_code(0);
+    verify(&store);
+    let (header, events) = session(&store, CODEX);
+    assert_eq!(header.cwd, "/work/shop");
+    assert_eq!(header.created_at, 1_763_657_949_000);
+    assert_eq!(header.parent_session, None);
+    let tally = Tally::of(&events);
+    tally.expect(&[
+        ("turn/start", 3),
+        ("turn/end", 3),
+        ("tool/start", 4),
+        // The deploy call interrupted by the person never got an output.
+        ("tool/settle:ok", 3),
+        ("message:user", 3),
+        ("message:instructions", 1),
+        ("message:context", 4),
+        ("message:assistant", 1),
+        ("message:reasoning", 1),
+        ("checkpoint", 1),
+        ("approval/policy", 2),
+        ("sandbox/mode", 2),
+        ("x-codex/user_message", 3),
+        ("x-codex/agent_message", 1),
+        ("x-codex/token_count", 1),
+        ("x-codex/turn_aborted", 1),
+        ("x-codex/world_state", 1),
+        ("x-codex/function_call_output", 1),
+    ]);
+    assert_eq!(tally.kept_lines(), 14);
+    // Only what the person typed is `user`; a user-role item no event
+    // mirrors stays context, whatever it says.
+    let users: Vec<String> = messages(&header, &events, "user")
+        .into_iter()
+        .map(|(text, authority)| {
+            assert_eq!(authority, "user");
+            text
+        })
+        .collect();
+    assert_eq!(
+        users,
+        ["Fix the failing test in cart.rs", "Now deploy it", "Try again with --dry-run"]
+    );
+    let context = messages(&header, &events, "context");
+    assert!(context
+        .iter()
+        .any(|(text, authority)| text.starts_with("Ignore all previous") && authority == "excluded"));
+    // A reused call id stays unique in the log, and its output settles the
+    // newest call of that id.
+    let starts: Vec<String> = events
+        .iter()
+        .filter(|record| record.event_type() == "tool/start")
+        .map(|record| serde_json::from_str::<Value>(record.data()).unwrap_or_default()["callId"].to_string())
+        .collect();
+    assert_eq!(starts, ["\"call_a1\"", "\"call_a2\"", "\"call_b1\"", "\"call_a1~2\""]);
+}
+
+#[test]
+fn a_codex_sub_agent_is_a_child_whose_prompts_are_its_parents() {
+    let dir = temp();
+    let store = dir.path().join("audit");
+    import("auto", &[fixtures().join("codex/current")], &store).expect_code(0);
+    let (header, events) = session(&store, CODEX_CHILD);
+    assert_eq!(header.parent_session, Some(id(CODEX)));
+    assert_eq!(header.delegation_depth, 1);
+    let tally = Tally::of(&events);
+    tally.expect(&[("message:user", 0), ("message:agent-message", 1), ("tool/start", 1), ("tool/settle:ok", 1)]);
+    assert_eq!(
+        messages(&header, &events, "agent-message"),
+        [("List the deploy scripts".to_owned(), "direct-parent".to_owned())]
+    );
+    // Arguments that are not JSON are kept as the string the model wrote.
+    assert!(events
+        .iter()
+        .any(|record| record.event_type() == "tool/start" && record.data().contains("\"arguments\":\"not json at all\"")));
+}
+
+#[test]
+fn a_legacy_codex_rollout_reads_its_header_and_marks_injected_text() {
+    let dir = temp();
+    let store = dir.path().join("audit.db");
+    import("codex", &[fixtures().join("codex/legacy")], &store).expect_code(0);
+    verify(&store);
+    let (header, events) = session(&store, CODEX_LEGACY);
+    assert_eq!(header.cwd, "/work/legacy", "from the environment context");
+    assert_eq!(header.created_at, 1_755_479_773_522);
+    let tally = Tally::of(&events);
+    tally.expect(&[
+        ("message:user", 1),
+        ("message:instructions", 1),
+        ("message:context", 1),
+        ("message:assistant", 1),
+        ("tool/start", 1),
+        ("tool/settle:error", 1),
+        ("x-codex/session_meta", 1),
+        ("x-codex/state", 3),
+        // Reasoning with no readable text is kept as the line.
+        ("x-codex/reasoning", 1),
+    ]);
+    assert_eq!(tally.kept_lines(), 5);
+}
+
+#[test]
+fn a_compressed_rollout_imports_as_the_same_session() {
+    let dir = temp();
+    let plain = dir.path().join("plain");
+    let compressed = dir.path().join("compressed");
+    import("codex", &[fixtures().join("codex/legacy")], &plain).expect_code(0);
+    import("auto", &[fixtures().join("codex/compressed")], &compressed).expect_code(0);
+    assert_eq!(session(&plain, CODEX_LEGACY), session(&compressed, CODEX_LEGACY));
+}
+
+#[test]
+fn a_claude_2_0_project_merges_responses_and_links_its_agent_file() {
+    let dir = temp();
+    let store = dir.path().join("audit");
+    import("claude", &[fixtures().join("claude/v2.0")], &store).expect_code(0);
+    verify(&store);
+    let (header, events) = session(&store, CLAUDE_2_0);
+    assert_eq!(header.cwd, "/work/shop");
+    let tally = Tally::of(&events);
+    tally.expect(&[
+        ("turn/start", 3),
+        ("tool/start", 3),
+        // The Bash call the person interrupted stays open.
+        ("tool/settle:ok", 2),
+        ("message:user", 3),
+        ("message:context", 3),
+        ("message:assistant", 3),
+        ("message:reasoning", 1),
+        ("child/created", 1),
+        ("permission/preset", 1),
+        ("x-claude/file-history-snapshot", 1),
+        ("x-claude/progress", 1),
+        ("x-claude/queue-operation", 1),
+        ("x-claude/system", 1),
+        ("x-claude/summary", 1),
+    ]);
+    assert_eq!(tally.kept_lines(), 5);
+    // The three lines of one API response (thinking, text, a call) are one
+    // step; a repeated line is not imported twice.
+    assert_eq!(tally.get("step/start"), 5);
+    let prompts = messages(&header, &events, "user");
+    assert_eq!(prompts[1].0, "Here is the screenshot");
+    assert!(events
+        .iter()
+        .any(|record| record.data().contains("\"mediaType\":\"image/png\"")));
+    let (child, child_events) = session(&store, &format!("{CLAUDE_2_0}-agent-a1b2c3d"));
+    assert_eq!(child.parent_session, Some(id(CLAUDE_2_0)));
+    assert_eq!(
+        messages(&child, &child_events, "agent-message"),
+        [("Find where flags are parsed".to_owned(), "direct-parent".to_owned())]
+    );
+    Tally::of(&child_events).expect(&[("message:user", 0), ("tool/start", 1), ("tool/settle:ok", 1)]);
+    // The parent names the child it created.
+    assert!(events.iter().any(|record| record.event_type() == "child/created"
+        && record.data().contains(&format!("{CLAUDE_2_0}-agent-a1b2c3d"))));
+}
+
+#[test]
+fn claude_1_0_inline_sidechains_become_child_sessions() {
+    let dir = temp();
+    let store = dir.path().join("audit");
+    import("claude", &[fixtures().join("claude/v1.0")], &store).expect_code(0);
+    verify(&store);
+    let (header, events) = session(&store, CLAUDE_1);
+    Tally::of(&events).expect(&[
+        ("message:user", 2),
+        ("message:assistant", 1),
+        ("tool/start", 1),
+        ("tool/settle:ok", 1),
+        ("child/created", 2),
+        ("x-claude/summary", 1),
+    ]);
+    assert!(messages(&header, &events, "agent-message").is_empty());
+    let (first, first_events) = session(&store, &format!("{CLAUDE_1}-sidechain-s1"));
+    assert_eq!(first.parent_session, Some(id(CLAUDE_1)));
+    // The line whose parent is missing stays in its chain, in file order.
+    Tally::of(&first_events).expect(&[
+        ("message:agent-message", 1),
+        ("message:user", 0),
+        ("message:assistant", 1),
+        ("tool/start", 1),
+        ("tool/settle:ok", 1),
+    ]);
+    let (second, second_events) = session(&store, &format!("{CLAUDE_1}-sidechain-s5"));
+    assert_eq!(
+        messages(&second, &second_events, "agent-message"),
+        [("Check the tests".to_owned(), "direct-parent".to_owned())]
+    );
+}
+
+#[test]
+fn a_claude_2_1_project_reads_compaction_errors_and_its_subagents_folder() {
+    let dir = temp();
+    let store = dir.path().join("audit.sqlite");
+    import("auto", &[fixtures().join("claude/v2.1")], &store).expect_code(0);
+    verify(&store);
+    let (_, events) = session(&store, CLAUDE_2_1);
+    let tally = Tally::of(&events);
+    tally.expect(&[
+        ("message:user", 2),
+        ("checkpoint", 1),
+        ("tool/start", 2),
+        ("tool/settle:ok", 1),
+        ("tool/settle:error", 1),
+        ("child/created", 1),
+        ("x-claude/system", 2),
+        ("x-claude/attachment", 1),
+        ("x-claude/brand-new-kind", 1),
+        // plan: read-only preset; acceptEdits: unsandboxed, asking.
+        ("permission/preset", 1),
+        ("sandbox/mode", 2),
+        ("approval/policy", 1),
+    ]);
+    assert_eq!(tally.kept_lines(), 4);
+    let (child, _) = session(&store, &format!("{CLAUDE_2_1}-agent-f00d123"));
+    assert_eq!(child.parent_session, Some(id(CLAUDE_2_1)));
+}
+
+#[test]
+fn importing_again_writes_nothing_and_says_so() {
+    let dir = temp();
+    let store = dir.path().join("audit");
+    let sources = [fixtures().join("codex"), fixtures().join("claude")];
+    import("auto", &sources, &store).expect_code(0);
+    verify(&store);
+    let before = folder_bytes(&store);
+    assert_eq!(before.len(), 10, "{:?}", before.keys());
+    let again = import("auto", &sources, &store);
+    again.expect_code(0);
+    assert!(again.stdout.contains("0 sessions imported"), "{}", again.stdout);
+    assert!(again.stdout.contains("7 already imported"), "{}", again.stdout);
+    assert_eq!(folder_bytes(&store), before);
+}
+
+#[test]
+fn a_source_that_changed_since_it_was_imported_is_reported_not_rewritten() {
+    let dir = temp();
+    let store = dir.path().join("audit");
+    let copy = dir.path().join("agent-a1b2c3d.jsonl");
+    let original = fixtures().join("claude/v2.0/-work-shop/agent-a1b2c3d.jsonl");
+    std::fs::copy(&original, &copy).unwrap_or_else(|error| panic!("copy: {error}"));
+    import("claude", std::slice::from_ref(&copy), &store).expect_code(0);
+    let before = folder_bytes(&store);
+    let mut grown = std::fs::read_to_string(&copy).unwrap_or_default();
+    grown.push_str("{\"type\":\"summary\",\"summary\":\"resumed\"}\n");
+    std::fs::write(&copy, grown).unwrap_or_else(|error| panic!("write: {error}"));
+    let again = import("claude", &[copy], &store);
+    again.expect_code(0);
+    assert!(again.stderr.contains("changed since it was imported"), "{}", again.stderr);
+    assert_eq!(folder_bytes(&store), before);
+}
+
+#[test]
+fn a_broken_file_is_named_with_its_line_imports_nothing_and_the_others_go_on() {
+    let dir = temp();
+    let sources = dir.path().join("sources");
+    std::fs::create_dir_all(&sources).unwrap_or_else(|error| panic!("mkdir: {error}"));
+    for name in ["not-json.jsonl", "cut.jsonl", "unknown.jsonl"] {
+        std::fs::copy(fixtures().join("bad").join(name), sources.join(name))
+            .unwrap_or_else(|error| panic!("copy: {error}"));
+    }
+    let good = fixtures().join("claude/v2.0/-work-shop/agent-a1b2c3d.jsonl");
+    std::fs::copy(&good, sources.join("agent-a1b2c3d.jsonl"))
+        .unwrap_or_else(|error| panic!("copy: {error}"));
+    let store = dir.path().join("audit");
+    let run = import("auto", &[sources], &store);
+    run.expect_code(1);
+    for named in ["not-json.jsonl line 2: not JSON", "cut.jsonl line 2: the last line is cut short", "unknown.jsonl line 1: not a Codex rollout nor a Claude Code transcript"] {
+        assert!(run.stderr.contains(named), "{named:?} in {}", run.stderr);
+    }
+    assert!(run.stdout.contains("1 sessions imported"), "{}", run.stdout);
+    assert!(run.stdout.contains("3 failed"), "{}", run.stdout);
+    // The first lines of the broken files were good: none of them was written.
+    let ids = Store::open(&store)
+        .and_then(|store| store.ids())
+        .unwrap_or_else(|error| panic!("ids: {error}"));
+    assert_eq!(ids, [id(&format!("{CLAUDE_2_0}-agent-a1b2c3d"))]);
+}
+
+#[test]
+fn json_reports_one_object_per_source() {
+    let dir = temp();
+    let store = dir.path().join("audit");
+    let run = run([
+        "import".to_owned(),
+        "auto".to_owned(),
+        fixtures().join("codex/current").display().to_string(),
+        fixtures().join("bad/unknown.jsonl").display().to_string(),
+        "--into".to_owned(),
+        store.display().to_string(),
+        "--json".to_owned(),
+    ]);
+    run.expect_code(1);
+    let reports: Vec<Value> = run
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|error| panic!("{line}: {error}")))
+        .collect();
+    assert_eq!(reports.len(), 2);
+    assert_eq!(reports[0]["sessions"], 2);
+    // 14 kept lines in the rollout, 2 in its sub-agent's.
+    assert_eq!(reports[0]["unknownLines"], 14 + 2);
+    assert_eq!(reports[1]["sessions"], 0);
+    assert_eq!(reports[1]["failed"][0]["line"], 1);
+}
+
+/// Every file of a folder store, by name, with its bytes.
+fn folder_bytes(folder: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(folder)
+        .unwrap_or_else(|error| panic!("read {}: {error}", folder.display()))
+        .filter_map(Result::ok)
+        .map(|entry| {
+            let bytes = std::fs::read(entry.path()).unwrap_or_default();
+            (entry.file_name().to_string_lossy().into_owned(), bytes)
+        })
+        .collect()
+}
