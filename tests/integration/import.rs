@@ -97,15 +97,17 @@ impl Tally {
 fn messages(header: &SessionHeader, events: &[EventRecord], kind: &str) -> Vec<(String, String)> {
     events
         .iter()
-        .filter_map(|record| match Event::parse(record.event_type(), record.data()) {
-            Ok(Event::Message(message)) if message.source.kind == kind => Some((
-                message.text(),
-                message_authority(header, record.seq(), &message)
-                    .as_str()
-                    .to_owned(),
-            )),
-            _ => None,
-        })
+        .filter_map(
+            |record| match Event::parse(record.event_type(), record.data()) {
+                Ok(Event::Message(message)) if message.source.kind == kind => Some((
+                    message.text(),
+                    message_authority(header, record.seq(), &message)
+                        .as_str()
+                        .to_owned(),
+                )),
+                _ => None,
+            },
+        )
         .collect()
 }
 
@@ -158,20 +160,29 @@ fn a_current_codex_rollout_maps_prompts_calls_policies_and_keeps_the_rest() {
         .collect();
     assert_eq!(
         users,
-        ["Fix the failing test in cart.rs", "Now deploy it", "Try again with --dry-run"]
+        [
+            "Fix the failing test in cart.rs",
+            "Now deploy it",
+            "Try again with --dry-run"
+        ]
     );
     let context = messages(&header, &events, "context");
-    assert!(context
-        .iter()
-        .any(|(text, authority)| text.starts_with("Ignore all previous") && authority == "excluded"));
+    assert!(context.iter().any(
+        |(text, authority)| text.starts_with("Ignore all previous") && authority == "excluded"
+    ));
     // A reused call id stays unique in the log, and its output settles the
     // newest call of that id.
     let starts: Vec<String> = events
         .iter()
         .filter(|record| record.event_type() == "tool/start")
-        .map(|record| serde_json::from_str::<Value>(record.data()).unwrap_or_default()["callId"].to_string())
+        .map(|record| {
+            serde_json::from_str::<Value>(record.data()).unwrap_or_default()["callId"].to_string()
+        })
         .collect();
-    assert_eq!(starts, ["\"call_a1\"", "\"call_a2\"", "\"call_b1\"", "\"call_a1~2\""]);
+    assert_eq!(
+        starts,
+        ["\"call_a1\"", "\"call_a2\"", "\"call_b1\"", "\"call_a1~2\""]
+    );
 }
 
 #[test]
@@ -183,15 +194,24 @@ fn a_codex_sub_agent_is_a_child_whose_prompts_are_its_parents() {
     assert_eq!(header.parent_session, Some(id(CODEX)));
     assert_eq!(header.delegation_depth, 1);
     let tally = Tally::of(&events);
-    tally.expect(&[("message:user", 0), ("message:agent-message", 1), ("tool/start", 1), ("tool/settle:ok", 1)]);
+    tally.expect(&[
+        ("message:user", 0),
+        ("message:agent-message", 1),
+        ("tool/start", 1),
+        ("tool/settle:ok", 1),
+    ]);
     assert_eq!(
         messages(&header, &events, "agent-message"),
-        [("List the deploy scripts".to_owned(), "direct-parent".to_owned())]
+        [(
+            "List the deploy scripts".to_owned(),
+            "direct-parent".to_owned()
+        )]
     );
     // Arguments that are not JSON are kept as the string the model wrote.
     assert!(events
         .iter()
-        .any(|record| record.event_type() == "tool/start" && record.data().contains("\"arguments\":\"not json at all\"")));
+        .any(|record| record.event_type() == "tool/start"
+            && record.data().contains("\"arguments\":\"not json at all\"")));
 }
 
 #[test]
@@ -226,7 +246,10 @@ fn a_compressed_rollout_imports_as_the_same_session() {
     let compressed = dir.path().join("compressed");
     import("codex", &[fixtures().join("codex/legacy")], &plain).expect_code(0);
     import("auto", &[fixtures().join("codex/compressed")], &compressed).expect_code(0);
-    assert_eq!(session(&plain, CODEX_LEGACY), session(&compressed, CODEX_LEGACY));
+    assert_eq!(
+        session(&plain, CODEX_LEGACY),
+        session(&compressed, CODEX_LEGACY)
+    );
 }
 
 #[test]
@@ -268,12 +291,23 @@ fn a_claude_2_0_project_merges_responses_and_links_its_agent_file() {
     assert_eq!(child.parent_session, Some(id(CLAUDE_2_0)));
     assert_eq!(
         messages(&child, &child_events, "agent-message"),
-        [("Find where flags are parsed".to_owned(), "direct-parent".to_owned())]
+        [(
+            "Find where flags are parsed".to_owned(),
+            "direct-parent".to_owned()
+        )]
     );
-    Tally::of(&child_events).expect(&[("message:user", 0), ("tool/start", 1), ("tool/settle:ok", 1)]);
+    Tally::of(&child_events).expect(&[
+        ("message:user", 0),
+        ("tool/start", 1),
+        ("tool/settle:ok", 1),
+    ]);
     // The parent names the child it created.
-    assert!(events.iter().any(|record| record.event_type() == "child/created"
-        && record.data().contains(&format!("{CLAUDE_2_0}-agent-a1b2c3d"))));
+    assert!(events
+        .iter()
+        .any(|record| record.event_type() == "child/created"
+            && record
+                .data()
+                .contains(&format!("{CLAUDE_2_0}-agent-a1b2c3d"))));
 }
 
 #[test]
@@ -348,8 +382,16 @@ fn importing_again_writes_nothing_and_says_so() {
     assert_eq!(before.len(), 10, "{:?}", before.keys());
     let again = import("auto", &sources, &store);
     again.expect_code(0);
-    assert!(again.stdout.contains("0 sessions imported"), "{}", again.stdout);
-    assert!(again.stdout.contains("7 already imported"), "{}", again.stdout);
+    assert!(
+        again.stdout.contains("0 sessions imported"),
+        "{}",
+        again.stdout
+    );
+    assert!(
+        again.stdout.contains("7 already imported"),
+        "{}",
+        again.stdout
+    );
     assert_eq!(folder_bytes(&store), before);
 }
 
@@ -367,7 +409,11 @@ fn a_source_that_changed_since_it_was_imported_is_reported_not_rewritten() {
     std::fs::write(&copy, grown).unwrap_or_else(|error| panic!("write: {error}"));
     let again = import("claude", &[copy], &store);
     again.expect_code(0);
-    assert!(again.stderr.contains("changed since it was imported"), "{}", again.stderr);
+    assert!(
+        again.stderr.contains("changed since it was imported"),
+        "{}",
+        again.stderr
+    );
     assert_eq!(folder_bytes(&store), before);
 }
 
@@ -386,7 +432,11 @@ fn a_broken_file_is_named_with_its_line_imports_nothing_and_the_others_go_on() {
     let store = dir.path().join("audit");
     let run = import("auto", &[sources], &store);
     run.expect_code(1);
-    for named in ["not-json.jsonl line 2: not JSON", "cut.jsonl line 2: the last line is cut short", "unknown.jsonl line 1: not a Codex rollout nor a Claude Code transcript"] {
+    for named in [
+        "not-json.jsonl line 2: not JSON",
+        "cut.jsonl line 2: the last line is cut short",
+        "unknown.jsonl line 1: not a Codex rollout nor a Claude Code transcript",
+    ] {
         assert!(run.stderr.contains(named), "{named:?} in {}", run.stderr);
     }
     assert!(run.stdout.contains("1 sessions imported"), "{}", run.stdout);

@@ -30,7 +30,13 @@ struct SourceReport {
 }
 
 /// Runs `import`.
-pub fn run(format: Format, sources: &[PathBuf], into: &Path, json: bool, quiet: bool) -> Result<u8> {
+pub fn run(
+    format: Format,
+    sources: &[PathBuf],
+    into: &Path,
+    json: bool,
+    quiet: bool,
+) -> Result<u8> {
     if is_lone_log(into) {
         bail!(UsageError(format!(
             "--into {}: a store is a folder or a .db/.sqlite database, not a .jsonl file",
@@ -112,7 +118,11 @@ fn print_report(source: &Path, report: &SourceReport, json: bool) {
         eprintln!("sessionlog: import failed: {}", display(&error.to_string()));
     }
     for (file, reason) in &report.skipped {
-        eprintln!("sessionlog: import skipped {}: {}", display(file), display(reason));
+        eprintln!(
+            "sessionlog: import skipped {}: {}",
+            display(file),
+            display(reason)
+        );
     }
     if json {
         let failed: Vec<_> = report

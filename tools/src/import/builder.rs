@@ -110,7 +110,9 @@ impl SessionBuilder {
         self.turns += 1;
         let id = match source_id {
             Some(id) if !id.is_empty() && !self.turn_ids.contains(id) => id.to_owned(),
-            _ => self.fresh_id("turn", self.turns, |builder, id| builder.turn_ids.contains(id)),
+            _ => self.fresh_id("turn", self.turns, |builder, id| {
+                builder.turn_ids.contains(id)
+            }),
         };
         self.turn_ids.insert(id.clone());
         self.push("turn/start", json!({ "turnId": id }));
@@ -167,7 +169,9 @@ impl SessionBuilder {
                 "user",
                 json!({ "kind": "agent-message", "senderSessionId": sender }),
             ),
-            Origin::Instructions(name) => ("system", json!({ "kind": "instructions", "name": name })),
+            Origin::Instructions(name) => {
+                ("system", json!({ "kind": "instructions", "name": name }))
+            }
             Origin::Context(name) => ("system", json!({ "kind": "context", "name": name })),
             Origin::Assistant => ("assistant", json!({ "kind": "assistant" })),
             Origin::Reasoning => ("assistant", json!({ "kind": "reasoning" })),
@@ -204,7 +208,12 @@ impl SessionBuilder {
 
     /// Settles the newest unsettled call the source named `source_id`;
     /// `false` (and nothing written) when there is none to settle.
-    pub fn tool_settle(&mut self, source_id: &str, outcome: Outcome, result: Option<Value>) -> bool {
+    pub fn tool_settle(
+        &mut self,
+        source_id: &str,
+        outcome: Outcome,
+        result: Option<Value>,
+    ) -> bool {
         let Some(call) = self
             .calls
             .get_mut(source_id)
@@ -281,7 +290,11 @@ impl SessionBuilder {
             })
             .take(64)
             .collect();
-        let kind = if kind.is_empty() { "untyped".to_owned() } else { kind };
+        let kind = if kind.is_empty() {
+            "untyped".to_owned()
+        } else {
+            kind
+        };
         // The line parsed as JSON when it was read, so this cannot fail.
         let data = compact_json(raw).unwrap_or_else(|_| Value::from(raw).to_string());
         self.events.push(Draft {

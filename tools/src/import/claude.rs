@@ -92,7 +92,8 @@ pub fn translate(file: &Path, lines: &[SourceLine]) -> Result<Translation, Impor
         header.parent_session = Some(root_id.clone());
         header.delegation_depth = 1;
         let line_refs: Vec<&SourceLine> = lines.iter().collect();
-        let events = Conversation::new(&header, Some(&root_id), &session_id).run(&line_refs, &HashMap::new());
+        let events = Conversation::new(&header, Some(&root_id), &session_id)
+            .run(&line_refs, &HashMap::new());
         return Ok(Translation {
             sessions: vec![ImportedSession { header, events }],
         });
@@ -125,7 +126,8 @@ pub fn translate(file: &Path, lines: &[SourceLine]) -> Result<Translation, Impor
         header.parent_session = Some(root_id.clone());
         header.delegation_depth = 1;
         let chain_lines: Vec<&SourceLine> = chain.iter().map(|&index| &lines[index]).collect();
-        let events = Conversation::new(&header, Some(&root_id), &session_id).run(&chain_lines, &HashMap::new());
+        let events = Conversation::new(&header, Some(&root_id), &session_id)
+            .run(&chain_lines, &HashMap::new());
         children.push(ImportedSession { header, events });
     }
     let header = SessionHeader::root(root_id, created_at, cwd);

@@ -183,7 +183,8 @@ fn header(file: &Path, era: Era, meta: Option<&Value>, items: &[Item<'_>]) -> Se
         .map(str::to_owned)
         .or_else(|| items.iter().find_map(|item| environment_cwd(item.payload)))
         .unwrap_or_default();
-    let mut header = SessionHeader::root(derive_session_id("codex", &[&source_id]), created_at, cwd);
+    let mut header =
+        SessionHeader::root(derive_session_id("codex", &[&source_id]), created_at, cwd);
     if era == Era::Current {
         if let Some(meta) = meta {
             let (parent, depth) = parent_of(meta);
@@ -242,10 +243,13 @@ fn uuid_in_file_name(file: &Path) -> Option<String> {
     let stem = file_stem(file);
     let tail = stem.get(stem.len().checked_sub(36)?..)?;
     let uuid_like = tail.len() == 36
-        && tail
-            .chars()
-            .enumerate()
-            .all(|(i, c)| if matches!(i, 8 | 13 | 18 | 23) { c == '-' } else { c.is_ascii_hexdigit() });
+        && tail.chars().enumerate().all(|(i, c)| {
+            if matches!(i, 8 | 13 | 18 | 23) {
+                c == '-'
+            } else {
+                c.is_ascii_hexdigit()
+            }
+        });
     uuid_like.then(|| tail.to_owned())
 }
 
@@ -363,9 +367,10 @@ fn mirror_side(item: &Item<'_>) -> Option<(Side, String)> {
         (Kind::Event, Some("user_message")) => {
             Some((Side::UserEvent, str_of(item.payload, "message")?.to_owned()))
         }
-        (Kind::Event, Some("agent_message")) => {
-            Some((Side::AssistantEvent, str_of(item.payload, "message")?.to_owned()))
-        }
+        (Kind::Event, Some("agent_message")) => Some((
+            Side::AssistantEvent,
+            str_of(item.payload, "message")?.to_owned(),
+        )),
         (Kind::Event, Some("item_completed")) => {
             let turn_item = item.payload.get("item")?;
             match str_of(turn_item, "type") {
@@ -409,11 +414,7 @@ impl State {
             Kind::SessionMeta | Kind::Other => builder.keep_line(&item.kept_kind(), raw),
             Kind::TurnContext => {
                 builder.keep_line("turn_context", raw);
-                builder.permissions(
-                    sandbox_of(item.payload),
-                    approval_of(item.payload),
-                    None,
-                );
+                builder.permissions(sandbox_of(item.payload), approval_of(item.payload), None);
             }
             Kind::Compacted => {
                 let summary = str_of(item.payload, "message").unwrap_or_default();
@@ -472,7 +473,10 @@ impl State {
                     builder.keep_line("reasoning", raw);
                 } else {
                     builder.model_output(&self.response_key());
-                    builder.message(Origin::Reasoning, texts.iter().map(|t| text_part(t)).collect());
+                    builder.message(
+                        Origin::Reasoning,
+                        texts.iter().map(|t| text_part(t)).collect(),
+                    );
                 }
             }
             Some("function_call") => {

@@ -146,7 +146,11 @@ pub fn translate_file(path: &Path, format: Format) -> Result<Translation, Import
 }
 
 /// Translates the content of `path` (already read).
-pub fn translate_bytes(path: &Path, bytes: &[u8], format: Format) -> Result<Translation, ImportError> {
+pub fn translate_bytes(
+    path: &Path,
+    bytes: &[u8],
+    format: Format,
+) -> Result<Translation, ImportError> {
     let lines = source::read_lines(path, bytes)?;
     if lines.is_empty() {
         return Err(ImportError::file(path, "empty file: no transcript line"));
@@ -192,7 +196,11 @@ fn decompress_zstd(path: &Path, bytes: &[u8]) -> Result<Vec<u8>, ImportError> {
 /// Writes the sessions of `translation` (read from `path`) into `store`,
 /// each atomically and checked against every rule first. A session whose
 /// id the store already holds is compared, never written again.
-pub fn write(store: &Store, path: &Path, translation: Translation) -> Result<FileImport, ImportError> {
+pub fn write(
+    store: &Store,
+    path: &Path,
+    translation: Translation,
+) -> Result<FileImport, ImportError> {
     // Every record of the file is checked before the first session is
     // written, so that a file never imports in part for a record too long.
     let mut prepared = Vec::with_capacity(translation.sessions.len());
@@ -235,9 +243,8 @@ fn write_session(
     header: &SessionHeader,
     records: &[EventRecord],
 ) -> Result<SessionOutcome, ImportError> {
-    let store_error = |error: StoreError| {
-        ImportError::file(path, format!("session {}: {error}", header.id))
-    };
+    let store_error =
+        |error: StoreError| ImportError::file(path, format!("session {}: {error}", header.id));
     if !store.contains(&header.id).map_err(store_error)? {
         match store.create_session(header, records, Durability::Fsync) {
             Ok(()) => {
@@ -282,3 +289,5 @@ fn compare(
     })
 }
 
+#[cfg(test)]
+mod tests;

@@ -107,13 +107,7 @@ pub fn read_lines(file: &Path, bytes: &[u8]) -> Result<Vec<SourceLine>, ImportEr
                     format!("the last line is cut short (no newline, and {error})"),
                 ))
             }
-            Err(error) => {
-                return Err(ImportError::at(
-                    file,
-                    number,
-                    format!("not JSON: {error}"),
-                ))
-            }
+            Err(error) => return Err(ImportError::at(file, number, format!("not JSON: {error}"))),
         };
         if !value.is_object() {
             return Err(ImportError::at(file, number, "not a JSON object"));
@@ -187,8 +181,7 @@ pub fn parse_time(text: &str) -> Option<u64> {
         _ => return None,
     };
     let days = days_from_civil(year, month, day);
-    let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second.min(59)
-        - offset_minutes * 60;
+    let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second.min(59) - offset_minutes * 60;
     u64::try_from(seconds * 1_000 + millis).ok()
 }
 
@@ -243,9 +236,18 @@ mod tests {
     #[test]
     fn times_are_read_with_their_fraction_and_offset() {
         assert_eq!(parse_time("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(parse_time("2025-11-20T16:59:09.857Z"), Some(1_763_657_949_857));
-        assert_eq!(parse_time("2025-11-20T18:59:09.8+02:00"), Some(1_763_657_949_800));
-        assert_eq!(parse_time("2025-11-20T16:59:09.857123456Z"), Some(1_763_657_949_857));
+        assert_eq!(
+            parse_time("2025-11-20T16:59:09.857Z"),
+            Some(1_763_657_949_857)
+        );
+        assert_eq!(
+            parse_time("2025-11-20T18:59:09.8+02:00"),
+            Some(1_763_657_949_800)
+        );
+        assert_eq!(
+            parse_time("2025-11-20T16:59:09.857123456Z"),
+            Some(1_763_657_949_857)
+        );
         assert_eq!(parse_time("yesterday"), None);
         assert_eq!(parse_time("2025-13-20T16:59:09Z"), None);
     }

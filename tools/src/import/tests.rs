@@ -1,0 +1,165 @@
+//! The importers on hostile transcripts: whatever lines a transcript holds,
+//! in whatever order (outputs before their calls, repeated ids, missing
+//! fields, unknown types), what they translate to keeps every rule of the
+//! format, so `Store::create_session` never refuses an import.
+
+use std::path::Path;
+
+use proptest::prelude::*;
+use sessionlog_projections::fold;
+use sessionlog_schema::EventRecord;
+
+use super::{translate_bytes, Format, ImportedSession};
+
+/// Folds a translated session and returns its violations, as text.
+fn violations(session: &ImportedSession) -> Vec<String> {
+    let records: Vec<EventRecord> = session
+        .events
+        .iter()
+        .enumerate()
+        .map(|(index, draft)| {
+            EventRecord::new(
+                index as u64 + 1,
+                draft.ts,
+                None,
+                &draft.event_type,
+                &draft.data,
+            )
+        })
+        .collect();
+    let (_, violations) = fold(session.header.clone(), &records);
+    violations.iter().map(ToString::to_string).collect()
+}
+
+fn check_all_valid(format: Format, text: &str) -> Vec<ImportedSession> {
+    let translation = translate_bytes(Path::new("t.jsonl"), text.as_bytes(), format)
+        .unwrap_or_else(|error| panic!("{error}\n{text}"));
+    for session in &translation.sessions {
+        let found = violations(session);
+        assert!(found.is_empty(), "{found:?}\n{text}");
+    }
+    translation.sessions
+}
+
+const CODEX_META: &str = r#"{"timestamp":"2025-11-20T16:59:09.000Z","type":"session_meta","payload":{"id":"s-1","cwd":"/w"}}"#;
+
+/// Codex lines, `{id}` replaced by one of a few call ids.
+const CODEX_LINES: &[&str] = &[
+    r#"{"timestamp":"2025-11-20T16:59:10.000Z","type":"event_msg","payload":{"type":"task_started","turn_id":"t"}}"#,
+    r#"{"type":"event_msg","payload":{"type":"task_complete"}}"#,
+    r#"{"type":"event_msg","payload":{"type":"turn_aborted","reason":"interrupted"}}"#,
+    r#"{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]}}"#,
+    r#"{"type":"event_msg","payload":{"type":"user_message","message":"hi"}}"#,
+    r#"{"type":"response_item","payload":{"type":"message","role":"assistant","content":[{"type":"output_text","text":"ok"}]}}"#,
+    r#"{"type":"event_msg","payload":{"type":"agent_message","message":"ok"}}"#,
+    r#"{"type":"response_item","payload":{"type":"reasoning","summary":[{"type":"summary_text","text":"hm"}]}}"#,
+    r#"{"type":"response_item","payload":{"type":"function_call","name":"shell","arguments":"{}","call_id":"{id}"}}"#,
+    r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"{id}","output":"done"}}"#,
+    r#"{"type":"response_item","payload":{"type":"custom_tool_call","name":"apply_patch","input":"x","call_id":"{id}"}}"#,
+    r#"{"type":"response_item","payload":{"type":"web_search_call","status":"completed","action":{"query":"q"}}}"#,
+    r#"{"type":"response_item","payload":{"type":"function_call"}}"#,
+    r#"{"type":"turn_context","payload":{"approval_policy":"never","sandbox_policy":{"type":"read-only"}}}"#,
+    r#"{"type":"turn_context","payload":{"approval_policy":"on-request","sandbox_policy":"workspace-write"}}"#,
+    r#"{"type":"compacted","payload":{"message":"summary"}}"#,
+    r#"{"type":"event_msg","payload":{"type":"token_count","info":null}}"#,
+    r#"{"type":"brand_new","payload":{}}"#,
+    r#"{"type":"event_msg"}"#,
+    r#"{"record_type":"state"}"#,
+];
+
+/// Claude Code lines, `{id}` a call id and `{m}` an API message id.
+const CLAUDE_LINES: &[&str] = &[
+    r#"{"type":"user","sessionId":"c-1","timestamp":"2025-12-01T10:00:01.000Z","message":{"role":"user","content":"do it"},"permissionMode":"plan"}"#,
+    r#"{"type":"user","sessionId":"c-1","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"{id}","content":"r"}]}}"#,
+    r#"{"type":"user","sessionId":"c-1","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"{id}","content":"r","is_error":true}]},"toolUseResult":{"agentId":"a1"}}"#,
+    r#"{"type":"user","sessionId":"c-1","isMeta":true,"message":{"role":"user","content":"<x>y</x>"}}"#,
+    r#"{"type":"user","sessionId":"c-1","message":{"role":"user","content":null},"permissionMode":"bypassPermissions"}"#,
+    r#"{"type":"user","sessionId":"c-1","isCompactSummary":true,"message":{"role":"user","content":"summary"}}"#,
+    r#"{"type":"assistant","sessionId":"c-1","message":{"id":"{m}","content":[{"type":"text","text":"t"}]}}"#,
+    r#"{"type":"assistant","sessionId":"c-1","message":{"id":"{m}","content":[{"type":"thinking","thinking":"h"}]}}"#,
+    r#"{"type":"assistant","sessionId":"c-1","message":{"id":"{m}","content":[{"type":"tool_use","id":"{id}","name":"Bash","input":{}}]}}"#,
+    r#"{"type":"assistant","sessionId":"c-1","message":{"id":"{m}","content":[{"type":"mystery"}]}}"#,
+    r#"{"type":"assistant","sessionId":"c-1"}"#,
+    r#"{"type":"user","sessionId":"c-1","isSidechain":true,"uuid":"{m}","parentUuid":null,"message":{"role":"user","content":"sub"}}"#,
+    r#"{"type":"assistant","sessionId":"c-1","isSidechain":true,"uuid":"u{m}","parentUuid":"{m}","message":{"id":"{m}","content":[{"type":"tool_use","id":"{id}","name":"Read","input":{}}]}}"#,
+    r#"{"type":"progress","sessionId":"c-1","data":{"agentId":"a2"}}"#,
+    r#"{"type":"summary","summary":"s"}"#,
+    r#"{"type":"system","subtype":"compact_boundary"}"#,
+];
+
+fn transcript(head: &str, lines: &[&str], picks: &[(usize, u8, u8)]) -> String {
+    let mut text = String::from(head);
+    for &(line, call, message) in picks {
+        let template = lines[line % lines.len()];
+        text.push_str(
+            &template
+                .replace("{id}", &format!("c{}", call % 3))
+                .replace("{m}", &format!("m{}", message % 3)),
+        );
+        text.push('\n');
+    }
+    text
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn any_codex_rollout_translates_to_a_log_that_keeps_every_rule(
+        picks in prop::collection::vec((0usize..64, 0u8..8, 0u8..8), 0..40)
+    ) {
+        let text = transcript(&format!("{CODEX_META}\n"), CODEX_LINES, &picks);
+        check_all_valid(Format::Codex, &text);
+    }
+
+    #[test]
+    fn any_claude_transcript_translates_to_logs_that_keep_every_rule(
+        picks in prop::collection::vec((0usize..64, 0u8..8, 0u8..8), 1..40)
+    ) {
+        let text = transcript("", CLAUDE_LINES, &picks);
+        check_all_valid(Format::Claude, &text);
+    }
+}
+
+#[test]
+fn a_call_without_output_stays_open_and_its_turn_is_closed_at_the_end() {
+    let text = format!("{CODEX_META}\n{}\n", CODEX_LINES[8].replace("{id}", "c1"));
+    let sessions = check_all_valid(Format::Codex, &text);
+    let types: Vec<&str> = sessions[0]
+        .events
+        .iter()
+        .map(|draft| draft.event_type.as_str())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "x-codex/session_meta",
+            "turn/start",
+            "step/start",
+            "tool/start",
+            "step/end",
+            "turn/end"
+        ]
+    );
+}
+
+#[test]
+fn an_unmirrored_user_item_is_context_and_a_mirrored_one_a_prompt() {
+    let text = format!(
+        "{CODEX_META}\n{}\n{}\n{}\n",
+        CODEX_LINES[3],
+        CODEX_LINES[3].replace("\"hi\"", "\"run rm -rf /\""),
+        CODEX_LINES[4]
+    );
+    let sessions = check_all_valid(Format::Codex, &text);
+    let kinds: Vec<String> = sessions[0]
+        .events
+        .iter()
+        .filter(|draft| draft.event_type == "message")
+        .map(|draft| {
+            let data: serde_json::Value = serde_json::from_str(&draft.data).unwrap_or_default();
+            format!("{}:{}", data["source"]["kind"], data["content"][0]["text"])
+        })
+        .collect();
+    assert_eq!(kinds, [r#""user":"hi""#, r#""context":"run rm -rf /""#]);
+}
