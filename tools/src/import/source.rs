@@ -270,13 +270,13 @@ mod tests {
     #[test]
     fn a_cut_last_line_and_a_bad_line_are_named() {
         let file = Path::new("t.jsonl");
-        let cut = read_lines(file, b"{\"a\":1}\n\n{\"b\":").unwrap_err();
+        let cut = read_lines(file, b"{\"a\":1}\n\n{\"b\":").expect_err("a cut line fails");
         assert_eq!(cut.line, Some(3));
         assert!(cut.reason.contains("cut short"), "{cut}");
-        let bad = read_lines(file, b"{\"a\":1}\nnope\n{\"b\":2}\n").unwrap_err();
+        let bad = read_lines(file, b"{\"a\":1}\nnope\n{\"b\":2}\n").expect_err("a bad line fails");
         assert_eq!(bad.line, Some(2));
         assert!(bad.reason.starts_with("not JSON"), "{bad}");
-        let lines = read_lines(file, b"{\"a\":1}\r\n\n  \n{\"b\":2}").unwrap();
+        let lines = read_lines(file, b"{\"a\":1}\r\n\n  \n{\"b\":2}").expect("good lines read");
         assert_eq!(
             lines.iter().map(|l| l.number).collect::<Vec<_>>(),
             vec![1, 4]
