@@ -42,17 +42,23 @@ const KNOWN_TYPES: &[&str] = &[
     "ai-title",
 ];
 
-/// Whether `lines` look like a Claude Code transcript.
+/// Whether `lines` look like a Claude Code transcript: one of its first
+/// lines (a file may open with a title or a snapshot) is a typed line
+/// without a Codex envelope that carries a `sessionId`, a `message`, or a
+/// Claude Code line type.
 pub fn recognise(lines: &[SourceLine]) -> bool {
-    lines.first().is_some_and(|line| {
+    lines.iter().take(RECOGNISE_WITHIN).any(|line| {
         let value = &line.value;
         value.get("payload").is_none()
+            && str_of(value, "type").is_some()
             && (value.get("sessionId").is_some()
                 || value.get("message").is_some()
                 || str_of(value, "type").is_some_and(|kind| KNOWN_TYPES.contains(&kind)))
-            && str_of(value, "type").is_some()
     })
 }
+
+/// How many lines `recognise` looks at.
+const RECOGNISE_WITHIN: usize = 20;
 
 /// Translates a transcript into its session and, for inline sidechains,
 /// one child session per chain.
@@ -64,7 +70,7 @@ pub fn translate(file: &Path, lines: &[SourceLine]) -> Result<Translation, Impor
         return Err(ImportError::at(
             file,
             first.number,
-            "not a Claude Code transcript: line 1 has no type, sessionId or message",
+            "not a Claude Code transcript: none of its first lines has a type with a sessionId, a message or a Claude Code line type",
         ));
     }
     let session_id = lines

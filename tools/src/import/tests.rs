@@ -163,3 +163,17 @@ fn an_unmirrored_user_item_is_context_and_a_mirrored_one_a_prompt() {
         .collect();
     assert_eq!(kinds, [r#""user":"hi""#, r#""context":"run rm -rf /""#]);
 }
+
+#[test]
+fn a_claude_transcript_opening_with_an_unknown_line_is_still_recognised() {
+    let text = format!(
+        "{{\"type\":\"brand-new-first-line\"}}\n{}\n",
+        CLAUDE_LINES[0]
+    );
+    let sessions = check_all_valid(Format::Auto, &text);
+    assert_eq!(sessions[0].header.id.as_str(), "claude-c-1");
+    assert_eq!(
+        sessions[0].events[0].event_type,
+        "x-claude/brand-new-first-line"
+    );
+}
