@@ -422,24 +422,47 @@ fn a_broken_file_is_named_with_its_line_imports_nothing_and_the_others_go_on() {
     let dir = temp();
     let sources = dir.path().join("sources");
     std::fs::create_dir_all(&sources).unwrap_or_else(|error| panic!("mkdir: {error}"));
-    for name in ["not-json.jsonl", "cut.jsonl", "unknown.jsonl"] {
-        std::fs::copy(fixtures().join("bad").join(name), sources.join(name))
-            .unwrap_or_else(|error| panic!("copy: {error}"));
-    }
-    let good = fixtures().join("claude/v2.0/-work-shop/agent-a1b2c3d.jsonl");
-    std::fs::copy(&good, sources.join("agent-a1b2c3d.jsonl"))
-        .unwrap_or_else(|error| panic!("copy: {error}"));
+    let copy = |from: PathBuf, to: &str| {
+        std::fs::copy(&from, sources.join(to)).unwrap_or_else(|error| panic!("copy: {error}"));
+    };
+    let bad = fixtures().join("bad");
+    copy(
+        bad.join("not-json.jsonl"),
+        "0bad0bad-0000-4000-8000-000000000001.jsonl",
+    );
+    copy(
+        bad.join("cut.jsonl"),
+        "0bad0bad-0000-4000-8000-000000000002.jsonl",
+    );
+    copy(
+        bad.join("unknown.jsonl"),
+        "rollout-2025-01-01T00-00-00-unknown.jsonl",
+    );
+    copy(
+        fixtures().join("claude/v2.0/-work-shop/agent-a1b2c3d.jsonl"),
+        "agent-a1b2c3d.jsonl",
+    );
+    // Not a tool's file name: never read. An empty transcript: skipped.
+    std::fs::write(sources.join("history.jsonl"), "garbage\n").unwrap_or_default();
+    std::fs::write(
+        sources.join("0bad0bad-0000-4000-8000-000000000003.jsonl"),
+        "",
+    )
+    .unwrap_or_default();
     let store = dir.path().join("audit");
     let run = import("auto", &[sources], &store);
     run.expect_code(1);
     for named in [
-        "not-json.jsonl line 2: not JSON",
-        "cut.jsonl line 2: the last line is cut short",
+        "000000000001.jsonl line 2: not JSON",
+        "000000000002.jsonl line 2: the last line is cut short",
         "unknown.jsonl line 1: not a Codex rollout nor a Claude Code transcript",
+        "000000000003.jsonl: empty file",
     ] {
         assert!(run.stderr.contains(named), "{named:?} in {}", run.stderr);
     }
+    assert!(!run.stderr.contains("history.jsonl"), "{}", run.stderr);
     assert!(run.stdout.contains("1 sessions imported"), "{}", run.stdout);
+    assert!(run.stdout.contains("1 skipped"), "{}", run.stdout);
     assert!(run.stdout.contains("3 failed"), "{}", run.stdout);
     // The first lines of the broken files were good: none of them was written.
     let ids = Store::open(&store)

@@ -310,9 +310,9 @@ pub enum Command {
     },
     /// Import Codex CLI rollouts or Claude Code transcripts as sessions.
     ///
-    /// Each SOURCE is a file or a folder, walked for the tool's own file
-    /// names (`rollout-*.jsonl` for codex, `*.jsonl` for claude and auto;
-    /// also `.jsonl.zst`). Session ids derive from the tools' own ids, so
+    /// Each SOURCE is a file or a folder, walked for the tools' own file
+    /// names (`rollout-*.jsonl` for codex, `<uuid>.jsonl` and
+    /// `agent-*.jsonl` for claude, either for auto; also `.jsonl.zst`). Session ids derive from the tools' own ids, so
     /// importing again writes nothing new. A file that cannot be read is
     /// named with its line and imports nothing; the others go on, and the
     /// exit code is 1. Every imported session passes `verify`. The mapping:

@@ -46,7 +46,7 @@ pub fn run(
     let store = Store::create(into)?;
     let mut discovered = Vec::with_capacity(sources.len());
     for source in sources {
-        discovered.push(import::discover(source, format));
+        discovered.push(import::discover(source, format, into));
     }
     let total: u64 = discovered
         .iter()
@@ -78,6 +78,13 @@ fn import_one(store: &Store, file: &Path, format: Format, report: &mut SourceRep
     let written = import::translate_file(file, format)
         .and_then(|translation| import::write(store, file, translation));
     let file_import = match written {
+        Ok(file_import) if file_import.sessions.is_empty() => {
+            report.skipped.push((
+                file.display().to_string(),
+                "empty file: no transcript line".to_owned(),
+            ));
+            return;
+        }
         Ok(file_import) => file_import,
         Err(error) => {
             report.failed.push(error);
@@ -167,7 +174,7 @@ fn print_report(source: &Path, report: &SourceReport, json: bool) {
     }
     if !report.skipped.is_empty() {
         summary.push_str(&format!(
-            ", {} skipped (changed since imported)",
+            ", {} skipped (reasons above)",
             report.skipped.len()
         ));
     }

@@ -242,15 +242,7 @@ fn parent_of(meta: &Value) -> (Option<&str>, u64) {
 fn uuid_in_file_name(file: &Path) -> Option<String> {
     let stem = file_stem(file);
     let tail = stem.get(stem.len().checked_sub(36)?..)?;
-    let uuid_like = tail.len() == 36
-        && tail.chars().enumerate().all(|(i, c)| {
-            if matches!(i, 8 | 13 | 18 | 23) {
-                c == '-'
-            } else {
-                c.is_ascii_hexdigit()
-            }
-        });
-    uuid_like.then(|| tail.to_owned())
+    super::is_uuid(tail).then(|| tail.to_owned())
 }
 
 /// The file name without `.jsonl` (and `.zst`).

@@ -56,7 +56,7 @@ pub struct ImportedSession {
 }
 
 /// What one transcript file translates to: its session, and the child
-/// sessions of the sub-agents it holds inline.
+/// sessions of the sub-agents it holds inline (none for an empty file).
 #[derive(Debug, Clone)]
 pub struct Translation {
     /// Parents before their children.
@@ -93,21 +93,27 @@ pub struct FileImport {
 }
 
 /// The files a SOURCE names: itself, or the transcripts under a folder
-/// (walked recursively, in name order, symbolic links not followed) whose
-/// names are the tool's own: `rollout-*.jsonl` for Codex, `*.jsonl` for
-/// Claude Code and `auto`; each also compressed as `.jsonl.zst`.
-pub fn discover(source: &Path, format: Format) -> Result<Vec<PathBuf>, ImportError> {
+/// (walked recursively, in name order, symbolic links not followed, the
+/// folder `skip` left out) whose names are the tools' own: `rollout-*.jsonl`
+/// for Codex, `<uuid>.jsonl` and `agent-*.jsonl` for Claude Code, either for
+/// `auto`; each also compressed as `.jsonl.zst`.
+pub fn discover(source: &Path, format: Format, skip: &Path) -> Result<Vec<PathBuf>, ImportError> {
     let metadata = std::fs::metadata(source)
         .map_err(|error| ImportError::file(source, format!("cannot read: {error}")))?;
     if !metadata.is_dir() {
         return Ok(vec![source.to_owned()]);
     }
     let mut files = Vec::new();
-    walk(source, format, &mut files)?;
+    walk(source, format, skip, &mut files)?;
     Ok(files)
 }
 
-fn walk(folder: &Path, format: Format, files: &mut Vec<PathBuf>) -> Result<(), ImportError> {
+fn walk(
+    folder: &Path,
+    format: Format,
+    skip: &Path,
+    files: &mut Vec<PathBuf>,
+) -> Result<(), ImportError> {
     let entries = std::fs::read_dir(folder)
         .map_err(|error| ImportError::file(folder, format!("cannot list: {error}")))?;
     let mut paths: Vec<PathBuf> = entries
@@ -119,8 +125,8 @@ fn walk(folder: &Path, format: Format, files: &mut Vec<PathBuf>) -> Result<(), I
         let Ok(metadata) = path.symlink_metadata() else {
             continue;
         };
-        if metadata.is_dir() {
-            walk(&path, format, files)?;
+        if metadata.is_dir() && !same_folder(&path, skip) {
+            walk(&path, format, skip, files)?;
         } else if metadata.is_file() && is_transcript_name(&path, format) {
             files.push(path);
         }
@@ -128,15 +134,42 @@ fn walk(folder: &Path, format: Format, files: &mut Vec<PathBuf>) -> Result<(), I
     Ok(())
 }
 
+fn same_folder(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
 fn is_transcript_name(path: &Path, format: Format) -> bool {
     let Some(name) = path.file_name().and_then(|name| name.to_str()) else {
         return false;
     };
-    let jsonl = name.ends_with(".jsonl") || name.ends_with(".jsonl.zst");
+    let Some(stem) = name
+        .strip_suffix(".jsonl")
+        .or_else(|| name.strip_suffix(".jsonl.zst"))
+    else {
+        return false;
+    };
+    let codex = stem.starts_with("rollout-");
+    let claude = stem.starts_with("agent-") || is_uuid(stem);
     match format {
-        Format::Codex => jsonl && name.starts_with("rollout-"),
-        Format::Claude | Format::Auto => jsonl && !name.starts_with('.'),
+        Format::Codex => codex,
+        Format::Claude => claude,
+        Format::Auto => codex || claude,
     }
+}
+
+/// Whether `text` is a UUID (`8-4-4-4-12` hex digits).
+pub fn is_uuid(text: &str) -> bool {
+    text.len() == 36
+        && text.chars().enumerate().all(|(i, c)| {
+            if matches!(i, 8 | 13 | 18 | 23) {
+                c == '-'
+            } else {
+                c.is_ascii_hexdigit()
+            }
+        })
 }
 
 /// Reads and translates one transcript file, without writing anything.
@@ -153,7 +186,10 @@ pub fn translate_bytes(
 ) -> Result<Translation, ImportError> {
     let lines = source::read_lines(path, bytes)?;
     if lines.is_empty() {
-        return Err(ImportError::file(path, "empty file: no transcript line"));
+        // Nothing to import, and nothing wrong: the tools leave such files.
+        return Ok(Translation {
+            sessions: Vec::new(),
+        });
     }
     let format = match format {
         Format::Auto if codex::recognise(&lines) => Format::Codex,
