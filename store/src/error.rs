@@ -43,6 +43,26 @@ pub enum StoreError {
         /// The version this build writes.
         supported: i64,
     },
+    /// The file is not a sessionlog database (another application's, or
+    /// an empty one): it is neither read nor changed.
+    #[error(
+        "{path} is not a sessionlog store ({reason}); sessionlog neither reads nor changes it"
+    )]
+    NotAStore {
+        /// The file.
+        path: PathBuf,
+        /// What it holds instead.
+        reason: String,
+    },
+    /// The database file is damaged outside any one session's rows, or so
+    /// that SQLite itself reports it (`SQLITE_CORRUPT`, `SQLITE_NOTADB`).
+    #[error("{path}: the database is damaged: {reason}; `sessionlog verify` names the sessions that are still whole, and `sessionlog migrate` refuses to copy it")]
+    DamagedDatabase {
+        /// The database file.
+        path: PathBuf,
+        /// What is damaged, in SQLite's words or ours.
+        reason: String,
+    },
     /// A session id failed validation before touching the file system.
     #[error(transparent)]
     InvalidId(#[from] InvalidSessionId),
@@ -139,12 +159,13 @@ impl StoreError {
     /// The exit class of this error.
     pub fn class(&self) -> ErrorClass {
         match self {
-            StoreError::Corrupt { .. } => ErrorClass::Corrupt,
+            StoreError::Corrupt { .. } | StoreError::DamagedDatabase { .. } => ErrorClass::Corrupt,
             StoreError::HeaderVocabulary { .. } | StoreError::Rule { .. } => ErrorClass::Rule,
             StoreError::Locked { .. } | StoreError::Conflict { .. } => ErrorClass::Contention,
             StoreError::Io { .. }
             | StoreError::Sqlite { .. }
             | StoreError::NewerSchema { .. }
+            | StoreError::NotAStore { .. }
             | StoreError::InvalidId(_)
             | StoreError::NotFound { .. }
             | StoreError::AlreadyExists { .. }

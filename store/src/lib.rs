@@ -14,6 +14,7 @@ mod jsonl;
 mod leftovers;
 mod migrate;
 mod reader;
+mod sql_checks;
 mod sqlite;
 mod store;
 mod writer;
@@ -30,6 +31,7 @@ pub use migrate::{
 pub use reader::{
     read_snapshot_from, FoldedEvent, Line, LineReader, LogReader, SessionStream, Snapshot,
 };
+pub use sql_checks::StoreAudit;
 pub use sqlite::{SqliteEvents, SqliteStore, SCHEMA_VERSION};
 pub use store::{Backend, EventStream, Store};
 pub use writer::{now_ms, AcknowledgedSeq, Durability, NewEvent, SessionWriter, WriterOptions};

@@ -138,7 +138,7 @@ pub fn migrate(
     to: &Store,
     progress: &mut dyn FnMut(MigrateProgress),
 ) -> Result<MigrateReport, StoreError> {
-    let ids = from.ids()?;
+    let ids = whole_store_ids(from)?;
     let total = ids.len();
     for id in &ids {
         if to.contains(id)? {
@@ -195,8 +195,8 @@ pub fn migrate(
 /// The first difference between the sessions of `left` and `right`, or
 /// `None` when they hold the same sessions with the same records.
 pub fn diff(left: &Store, right: &Store) -> Result<Option<Difference>, StoreError> {
-    let left_ids = left.ids()?;
-    let right_ids = right.ids()?;
+    let left_ids = whole_store_ids(left)?;
+    let right_ids = whole_store_ids(right)?;
     let mut right_iter = right_ids.iter().peekable();
     for id in &left_ids {
         if let Some(extra) = right_iter.next_if(|other| *other < id) {
@@ -210,6 +210,17 @@ pub fn diff(left: &Store, right: &Store) -> Result<Option<Difference>, StoreErro
         return Ok(Some(missing_session(extra, "missing", "present")));
     }
     diff_sessions(left, right, &left_ids, &mut |_, _| {})
+}
+
+/// The sessions of `store` once it passed its whole-store check (SQLite's
+/// own check of every page included): damage anywhere refuses the run, so
+/// a damaged store is never copied, nor called identical to another.
+fn whole_store_ids(store: &Store) -> Result<Vec<SessionId>, StoreError> {
+    let mut audit = store.audit(true)?;
+    match audit.damage.is_empty() {
+        true => Ok(audit.ids),
+        false => Err(audit.damage.remove(0)),
+    }
 }
 
 /// Reads session `id` whole and folds it, refusing corruption and rule

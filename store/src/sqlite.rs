@@ -99,18 +99,22 @@ use rusqlite::{
 };
 use sessionlog_projections::SessionState;
 use sessionlog_schema::{
-    decode_event, decode_header, encode_line, record_crc, Corruption, DecodedHeader, EventRecord,
-    HeaderVocabularyError, Position, SessionHeader, SessionId,
+    decode_header, encode_line, record_crc, DecodedHeader, EventRecord, HeaderVocabularyError,
+    SessionHeader, SessionId,
 };
 
 use crate::io::Io;
 use crate::jsonl::{check_new_session, ListEntry};
 use crate::reader::Snapshot;
+pub(crate) use crate::sql_checks::session_locator;
+use crate::sql_checks::{
+    audit_catalogue, check_no_rows_past, corrupt_session, damaged, EventRow, SeqCheck, StoreAudit,
+};
 use crate::writer::{Durability, LogSink, SessionWriter, WriterOptions};
 use crate::StoreError;
 
 /// The schema version this build reads and writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// A SQLite database of sessions. Cheap to clone: clones share one
 /// committer and one read connection.
@@ -126,6 +130,9 @@ pub struct SqliteEvents {
     shared: Arc<Shared>,
     id: SessionId,
     seed_length: u64,
+    /// The last seq the session row recorded when the stream started: the
+    /// stream ends there, and the rows must reach it.
+    recorded_last_seq: u64,
     next_seq: u64,
     batch_remaining: u64,
     page: VecDeque<EventRecord>,
@@ -153,9 +160,10 @@ struct MigrationStep {
 /// Every step, in order. Version 0 is an empty database; version 1 is the
 /// first released schema. A later version appends a step here (and a test
 /// that opens a fixture of the version before it).
-const MIGRATION_STEPS: &[MigrationStep] = &[MigrationStep {
-    to_version: 1,
-    sql: "CREATE TABLE sessions (
+const MIGRATION_STEPS: &[MigrationStep] = &[
+    MigrationStep {
+        to_version: 1,
+        sql: "CREATE TABLE sessions (
             id               TEXT PRIMARY KEY NOT NULL,
             created_at       INTEGER NOT NULL,
             cwd              TEXT NOT NULL,
@@ -177,14 +185,28 @@ const MIGRATION_STEPS: &[MigrationStep] = &[MigrationStep {
             crc        INTEGER NOT NULL,
             PRIMARY KEY (session_id, seq)
           ) STRICT, WITHOUT ROWID;",
-}];
+    },
+    // Version 2: each session row records its last seq, kept up to date in
+    // the same transaction as every append, so that rows lost to damage
+    // can be told from rows never written.
+    MigrationStep {
+        to_version: 2,
+        sql: "ALTER TABLE sessions ADD COLUMN last_seq INTEGER NOT NULL DEFAULT 0;
+          UPDATE sessions SET last_seq =
+            ifnull((SELECT max(seq) FROM events WHERE session_id = sessions.id), 0);",
+    },
+];
 
 #[derive(Debug)]
 struct Shared {
     path: PathBuf,
     locks: PathBuf,
     reader: Mutex<Connection>,
-    committer: Committer,
+    /// `None` for a store opened read-only: it writes nothing.
+    committer: Option<Committer>,
+    /// The schema version of the file: older than [`SCHEMA_VERSION`] only
+    /// when opened read-only (a reader never upgrades).
+    schema_version: i64,
 }
 
 /// The thread that owns the write connection, and the way to reach it.
@@ -267,9 +289,12 @@ struct SqliteSink {
 }
 
 impl SqliteStore {
-    /// Opens the database at `path`, creating it (0600) when missing, and
-    /// brings its schema to [`SCHEMA_VERSION`]. A newer schema is refused
-    /// with `StoreError::NewerSchema`.
+    /// Opens the database at `path` for writing, creating it (0600) when
+    /// missing, and brings its schema to [`SCHEMA_VERSION`]. A newer schema
+    /// is refused with `StoreError::NewerSchema`, and a database that is
+    /// not a sessionlog store (another application's tables) with
+    /// `StoreError::NotAStore`, before anything is changed; only a new or
+    /// empty database is made a store.
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         SqliteStore::open_with_io(path, Io::default())
     }
@@ -277,7 +302,12 @@ impl SqliteStore {
     /// [`SqliteStore::open`] with every commit going through `io`.
     pub fn open_with_io(path: &Path, io: Io) -> Result<SqliteStore, StoreError> {
         create_database_file(path)?;
-        let mut writer = open_connection(path)?;
+        let mut writer = open_connection(path, Access::ReadWrite)?;
+        match identify(&writer, path)? {
+            Identity::Empty | Identity::Sessionlog(_) => {}
+            Identity::Foreign(reason) => return Err(not_a_store(path, reason)),
+            Identity::Newer(found) => return Err(newer_schema(path, found)),
+        }
         let mode: String = writer
             .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
             .map_err(sqlite_error("set WAL mode", path))?;
@@ -304,21 +334,67 @@ impl SqliteStore {
         writer
             .pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)
             .map_err(sqlite_error("set the WAL size limit", path))?;
-        let reader = open_connection(path)?;
+        let reader = open_connection(path, Access::ReadWrite)?;
         let committer = Committer::start(writer, path.to_owned(), io)?;
+        Ok(SqliteStore::with_shared(
+            path,
+            reader,
+            Some(committer),
+            SCHEMA_VERSION,
+        ))
+    }
+
+    /// Opens the database at `path` for reading only: nothing is created,
+    /// upgraded or written (no WAL switch, no schema step), so a store on a
+    /// read-only medium, readable only, or on a full disk can still be
+    /// verified and exported. A missing file, one that is not a sessionlog
+    /// store (`NotAStore`) and a newer schema (`NewerSchema`) are refused.
+    /// Every write through the returned store is refused.
+    ///
+    /// SQLite reads a WAL database through its `-shm` index, which it
+    /// creates beside the database when it can. When it cannot (a
+    /// read-only folder or medium, a full disk) and no write-ahead log
+    /// holds frames, the file is read as `immutable`: no writer can be
+    /// changing it. A log with frames that cannot be indexed is refused
+    /// rather than skipped.
+    pub fn open_read_only(path: &Path) -> Result<SqliteStore, StoreError> {
+        let (reader, version) = match open_and_identify_read_only(path, Access::ReadOnly) {
+            Err(error) if needs_write_access(&error) => {
+                if write_ahead_log_has_frames(path)? {
+                    return Err(error);
+                }
+                open_and_identify_read_only(path, Access::Immutable)?
+            }
+            other => other?,
+        };
+        Ok(SqliteStore::with_shared(path, reader, None, version))
+    }
+
+    fn with_shared(
+        path: &Path,
+        reader: Connection,
+        committer: Option<Committer>,
+        schema_version: i64,
+    ) -> SqliteStore {
         let file_name = path
             .file_name()
             .map(|name| name.to_string_lossy().into_owned())
             .unwrap_or_else(|| "sessions.db".to_owned());
         let locks = path.with_file_name(format!("{file_name}.locks"));
-        Ok(SqliteStore {
+        SqliteStore {
             shared: Arc::new(Shared {
                 path: path.to_owned(),
                 locks,
                 reader: Mutex::new(reader),
                 committer,
+                schema_version,
             }),
-        })
+        }
+    }
+
+    /// Whether this store was opened with [`SqliteStore::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.shared.committer.is_none()
     }
 
     /// The database file.
@@ -360,7 +436,7 @@ impl SqliteStore {
             events: events.to_vec(),
         };
         self.shared
-            .committer
+            .committer()?
             .submit(&self.shared.path, Work::Create(vec![session]), durability)
     }
 
@@ -388,7 +464,7 @@ impl SqliteStore {
             return Ok(());
         }
         self.shared
-            .committer
+            .committer()?
             .submit(&self.shared.path, Work::Create(batch), durability)
     }
 
@@ -409,7 +485,7 @@ impl SqliteStore {
             durability,
             reply,
         });
-        self.shared.committer.send(&self.shared.path, job)?;
+        self.shared.committer()?.send(&self.shared.path, job)?;
         Ok(SqliteBulkCreate {
             shared: Arc::clone(&self.shared),
             sessions: Some(sessions),
@@ -439,14 +515,20 @@ impl SqliteStore {
         self.events_from(id, 1)
     }
 
-    /// The events of session `id` from `from_seq` on, streamed page by page.
+    /// The events of session `id` from `from_seq` on, streamed page by page:
+    /// the session as its row records it when the stream starts (events
+    /// appended meanwhile are left to the next read).
     pub fn events_from(&self, id: &SessionId, from_seq: u64) -> Result<SqliteEvents, StoreError> {
-        let (header, _) = self.header(id)?;
+        let (decoded, recorded_last_seq) = {
+            let reader = self.shared.reader();
+            self.shared.read_session_row(&reader, id)?
+        };
         let from_seq = from_seq.max(1);
         Ok(SqliteEvents {
             shared: Arc::clone(&self.shared),
             id: id.clone(),
-            seed_length: header.seed_length,
+            seed_length: decoded.header.seed_length,
+            recorded_last_seq,
             next_seq: from_seq,
             batch_remaining: 0,
             page: VecDeque::new(),
@@ -457,21 +539,26 @@ impl SqliteStore {
     /// The whole session `id`, read in one read transaction. A SQLite
     /// session never has a torn tail: its transactions are atomic.
     pub fn snapshot(&self, id: &SessionId) -> Result<Snapshot, StoreError> {
+        let path = &self.shared.path;
         let mut reader = self.shared.reader();
         let transaction = reader
             .transaction_with_behavior(TransactionBehavior::Deferred)
-            .map_err(sqlite_error("begin a read", &self.shared.path))?;
-        let decoded = self.shared.read_decoded_header(&transaction, id)?;
+            .map_err(sqlite_error("begin a read", path))?;
+        let (decoded, recorded_last_seq) = self.shared.read_session_row(&transaction, id)?;
         let header = decoded.header;
-        let rows = self.shared.read_rows(&transaction, id, 1, i64::MAX)?;
+        let rows = self
+            .shared
+            .read_rows(&transaction, id, 1, i64::MAX, recorded_last_seq)?;
+        let (recorded_again, max_row_seq) = self.shared.row_bounds(&transaction, id)?;
         drop(transaction);
         drop(reader);
-        let mut check = SeqCheck::new(&self.shared, id, 1);
+        check_no_rows_past(path, id, recorded_again, max_row_seq)?;
+        let mut check = SeqCheck::new(path, id, 1);
         let mut events = Vec::with_capacity(rows.len());
         for row in rows {
             events.push(check.accept(row)?);
         }
-        check.finish(header.seed_length)?;
+        check.finish(header.seed_length, recorded_last_seq)?;
         Ok(Snapshot {
             header,
             header_body: decoded.body,
@@ -481,23 +568,60 @@ impl SqliteStore {
         })
     }
 
-    /// The ids of every session, sorted. Rows whose id is not a valid
-    /// session id are skipped, as the JSONL backend skips such file names.
+    /// The ids of every session, sorted. A row whose id is not a valid
+    /// session id, or events without a session row, can only come from
+    /// damage: corruption, as [`SqliteStore::audit`] reports it.
     pub fn ids(&self) -> Result<Vec<SessionId>, StoreError> {
-        let reader = self.shared.reader();
-        let mut statement = reader
+        let mut audit = self.audit(false)?;
+        match audit.damage.is_empty() {
+            true => Ok(audit.ids),
+            false => Err(audit.damage.remove(0)),
+        }
+    }
+
+    /// Checks the database as a whole and lists its sessions: the valid
+    /// ids of the session rows, and every piece of damage outside any one
+    /// session — session rows with an invalid id, events without a session
+    /// row and, when `engine_check` is set, what SQLite's own
+    /// `PRAGMA quick_check` reports of the file (it reads every page). Each
+    /// session's own rows are checked when it is read.
+    pub fn audit(&self, engine_check: bool) -> Result<StoreAudit, StoreError> {
+        let path = &self.shared.path;
+        let mut reader = self.shared.reader();
+        let mut engine_damage = Vec::new();
+        if engine_check {
+            let lines: Vec<String> = reader
+                .prepare("PRAGMA quick_check(20)")
+                .and_then(|mut statement| {
+                    statement
+                        .query_map([], |row| row.get(0))
+                        .and_then(|rows| rows.collect())
+                })
+                .map_err(sqlite_error("check the database", path))?;
+            if lines.iter().any(|line| line != "ok") {
+                engine_damage.push(damaged(
+                    path,
+                    format!("SQLite's quick_check reports: {}", lines.join("; ")),
+                ));
+            }
+        }
+        let transaction = reader
+            .transaction_with_behavior(TransactionBehavior::Deferred)
+            .map_err(sqlite_error("begin a read", path))?;
+        let session_rows: Vec<String> = transaction
             .prepare_cached("SELECT id FROM sessions ORDER BY id")
-            .map_err(sqlite_error("list sessions", &self.shared.path))?;
-        let texts = statement
-            .query_map([], |row| row.get::<_, String>(0))
-            .and_then(|rows| rows.collect::<Result<Vec<String>, _>>())
-            .map_err(sqlite_error("list sessions", &self.shared.path))?;
-        let mut ids: Vec<SessionId> = texts
-            .iter()
-            .filter_map(|text| SessionId::parse(text).ok())
-            .collect();
-        ids.sort();
-        Ok(ids)
+            .and_then(|mut statement| {
+                statement
+                    .query_map([], |row| row.get(0))
+                    .and_then(|rows| rows.collect())
+            })
+            .map_err(sqlite_error("list sessions", path))?;
+        let event_owners = event_owners(&transaction, path)?;
+        drop(transaction);
+        let mut audit = audit_catalogue(path, session_rows, event_owners);
+        engine_damage.append(&mut audit.damage);
+        audit.damage = engine_damage;
+        Ok(audit)
     }
 
     /// Every session with its header.
@@ -525,6 +649,7 @@ impl SqliteStore {
         id: &SessionId,
         options: WriterOptions,
     ) -> Result<SessionWriter, StoreError> {
+        self.shared.committer()?;
         if !self.contains(id)? {
             return Err(StoreError::NotFound {
                 id: id.to_string(),
@@ -566,6 +691,9 @@ impl SqliteStore {
         ))
     }
 
+    /// Takes session `id`'s lock file in the lock folder. The folder is
+    /// opened without following a symlink, and the file is opened relative
+    /// to it: a folder replaced by a symlink is refused, never followed.
     fn lock_session(&self, id: &SessionId) -> Result<File, StoreError> {
         let folder = &self.shared.locks;
         match std::fs::DirBuilder::new().mode(0o700).create(folder) {
@@ -573,15 +701,27 @@ impl SqliteStore {
             Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
             Err(source) => return Err(StoreError::io("create lock folder", folder, source)),
         }
-        let path = self.lock_path(id);
-        let file = std::fs::OpenOptions::new()
+        let directory = std::fs::OpenOptions::new()
             .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(folder)
+            .map_err(|source| {
+                let refused = matches!(source.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR));
+                match refused {
+                    true => StoreError::io(
+                        "open lock folder",
+                        folder,
+                        io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            "it is a symlink or not a folder; remove it, and sessionlog \
+                             creates a private folder there",
+                        ),
+                    ),
+                    false => StoreError::io("open lock folder", folder, source),
+                }
+            })?;
+        let path = self.lock_path(id);
+        let file = open_lock_file(&directory, &format!("{id}.lock"))
             .map_err(|source| StoreError::io("open lock file", &path, source))?;
         match crate::jsonl::lock_exclusive(&file) {
             Ok(true) => Ok(file),
@@ -592,6 +732,15 @@ impl SqliteStore {
             Err(source) => Err(StoreError::io("lock", &path, source)),
         }
     }
+}
+
+/// Opens (creating it 0600) the lock file `name` inside the open folder
+/// `directory`, not following a symlink.
+fn open_lock_file(directory: &File, name: &str) -> io::Result<File> {
+    use rustix::fs::{openat, Mode, OFlags};
+    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let descriptor = openat(directory, name, flags, Mode::from_raw_mode(0o600))?;
+    Ok(File::from(descriptor))
 }
 
 impl SqliteEvents {
@@ -607,24 +756,34 @@ impl SqliteEvents {
         if self.finished {
             return Ok(None);
         }
-        let rows = {
+        let path = &self.shared.path;
+        let (rows, max_row_seq) = {
             let reader = self.shared.reader();
-            self.shared
-                .read_rows(&reader, &self.id, self.next_seq, PAGE_ROWS)?
+            let rows = self.shared.read_rows(
+                &reader,
+                &self.id,
+                self.next_seq,
+                PAGE_ROWS,
+                self.recorded_last_seq,
+            )?;
+            let max_row_seq = match rows.is_empty() {
+                true => Some(self.shared.row_bounds(&reader, &self.id)?),
+                false => None,
+            };
+            (rows, max_row_seq)
         };
-        let mut check = SeqCheck {
-            shared: &self.shared,
-            id: &self.id,
-            next_seq: self.next_seq,
-            batch_remaining: self.batch_remaining,
-        };
+        let mut check = SeqCheck::resume(path, &self.id, self.next_seq, self.batch_remaining);
         for row in rows {
             let record = check.accept(row)?;
             self.page.push_back(record);
         }
         let at_end = self.page.is_empty();
-        if at_end {
-            check.finish(self.seed_length)?;
+        if let Some(max_row_seq) = max_row_seq {
+            // At the end: the row's last seq, read again with the highest
+            // row in one statement, must cover every row.
+            let (recorded, max) = max_row_seq;
+            check_no_rows_past(path, &self.id, recorded, max)?;
+            check.finish(self.seed_length, self.recorded_last_seq)?;
         }
         self.next_seq = check.next_seq;
         self.batch_remaining = check.batch_remaining;
@@ -671,7 +830,7 @@ impl LogSink for SqliteSink {
             records,
         };
         self.shared
-            .committer
+            .committer()?
             .submit(&self.shared.path, work, durability)
     }
 }
@@ -679,6 +838,20 @@ impl LogSink for SqliteSink {
 impl Shared {
     fn reader(&self) -> MutexGuard<'_, Connection> {
         self.reader.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The committer, or a refusal for a store opened read-only.
+    fn committer(&self) -> Result<&Committer, StoreError> {
+        self.committer.as_ref().ok_or_else(|| {
+            StoreError::io(
+                "write",
+                &self.path,
+                io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    "the store was opened read-only; open it for writing",
+                ),
+            )
+        })
     }
 
     /// How errors about one session of the database name it.
@@ -694,16 +867,7 @@ impl Shared {
     }
 
     fn corrupt(&self, id: &SessionId, seq: u64, reason: String) -> StoreError {
-        StoreError::Corrupt {
-            path: self.path.clone(),
-            corruption: Corruption {
-                position: Position {
-                    line: seq.saturating_add(1),
-                    offset: 0,
-                },
-                reason: format!("session {id}, seq {seq}: {reason}"),
-            },
-        }
+        corrupt_session(&self.path, id, seq, reason)
     }
 
     fn read_header(
@@ -711,7 +875,7 @@ impl Shared {
         connection: &Connection,
         id: &SessionId,
     ) -> Result<(SessionHeader, Vec<HeaderVocabularyError>), StoreError> {
-        let decoded = self.read_decoded_header(connection, id)?;
+        let (decoded, _) = self.read_session_row(connection, id)?;
         Ok((decoded.header, decoded.vocabulary_errors))
     }
 
@@ -720,15 +884,37 @@ impl Shared {
         connection: &Connection,
         id: &SessionId,
     ) -> Result<DecodedHeader, StoreError> {
-        let row: Option<(String, i64)> = connection
-            .prepare_cached("SELECT header_body, header_crc FROM sessions WHERE id = ?1")
+        Ok(self.read_session_row(connection, id)?.0)
+    }
+
+    /// The session row of `id`: its header, checked against its CRC and
+    /// its id, and the last seq it records.
+    fn read_session_row(
+        &self,
+        connection: &Connection,
+        id: &SessionId,
+    ) -> Result<(DecodedHeader, u64), StoreError> {
+        // A version 1 database (read, never upgraded, by a reader) records
+        // no last seq: its rows are taken as they are.
+        let sql = match self.schema_version {
+            1 => {
+                "SELECT header_body, header_crc,
+                   ifnull((SELECT max(seq) FROM events WHERE session_id = sessions.id), 0)
+                 FROM sessions WHERE id = ?1"
+            }
+            _ => "SELECT header_body, header_crc, last_seq FROM sessions WHERE id = ?1",
+        };
+        let row: Option<(String, i64, i64)> = connection
+            .prepare_cached(sql)
             .and_then(|mut statement| {
                 statement
-                    .query_row([id.as_str()], |row| Ok((row.get(0)?, row.get(1)?)))
+                    .query_row([id.as_str()], |row| {
+                        Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                    })
                     .optional()
             })
             .map_err(sqlite_error("read a header", &self.path))?;
-        let Some((body, stored_crc)) = row else {
+        let Some((body, stored_crc, last_seq)) = row else {
             return Err(StoreError::NotFound {
                 id: id.to_string(),
                 path: self.path.clone(),
@@ -742,6 +928,13 @@ impl Shared {
                 format!("header CRC mismatch (stored {stored_crc:08x}, computed {computed:08x})"),
             ));
         }
+        let Ok(last_seq) = u64::try_from(last_seq) else {
+            return Err(self.corrupt(
+                id,
+                0,
+                format!("the session row records last seq {last_seq}"),
+            ));
+        };
         let line = encode_line(id, &body);
         let decoded = decode_header(line.trim_end_matches('\n').as_bytes())
             .map_err(|error| self.corrupt(id, 0, format!("header: {error}")))?;
@@ -752,25 +945,29 @@ impl Shared {
                 format!("the header names session {}", decoded.header.id),
             ));
         }
-        Ok(decoded)
+        Ok((decoded, last_seq))
     }
 
+    /// The rows of session `id` from `from_seq` through `to_seq`, at most
+    /// `limit` of them.
     fn read_rows(
         &self,
         connection: &Connection,
         id: &SessionId,
         from_seq: u64,
         limit: i64,
+        to_seq: u64,
     ) -> Result<Vec<EventRow>, StoreError> {
         let from_seq = i64::try_from(from_seq).unwrap_or(i64::MAX);
+        let to_seq = i64::try_from(to_seq).unwrap_or(i64::MAX);
         let mut statement = connection
             .prepare_cached(
                 "SELECT seq, ts, type, batch, body, crc FROM events
-                 WHERE session_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3",
+                 WHERE session_id = ?1 AND seq >= ?2 AND seq <= ?4 ORDER BY seq LIMIT ?3",
             )
             .map_err(sqlite_error("read events", &self.path))?;
         statement
-            .query_map(params![id.as_str(), from_seq, limit], |row| {
+            .query_map(params![id.as_str(), from_seq, limit, to_seq], |row| {
                 Ok(EventRow {
                     seq: row.get(0)?,
                     ts: row.get(1)?,
@@ -783,100 +980,66 @@ impl Shared {
             .and_then(|rows| rows.collect())
             .map_err(sqlite_error("read events", &self.path))
     }
-}
 
-/// One row of `events`, as stored.
-#[derive(Debug)]
-struct EventRow {
-    seq: i64,
-    ts: i64,
-    event_type: String,
-    batch: Option<i64>,
-    body: String,
-    crc: i64,
-}
-
-/// Checks rows in order: each must be the next seq, intact, agree with its
-/// columns, and batches must finish.
-struct SeqCheck<'a> {
-    shared: &'a Shared,
-    id: &'a SessionId,
-    next_seq: u64,
-    batch_remaining: u64,
-}
-
-impl<'a> SeqCheck<'a> {
-    fn new(shared: &'a Shared, id: &'a SessionId, next_seq: u64) -> Self {
-        SeqCheck {
-            shared,
-            id,
-            next_seq,
-            batch_remaining: 0,
-        }
-    }
-
-    fn accept(&mut self, row: EventRow) -> Result<EventRecord, StoreError> {
-        let expected = self.next_seq;
-        let corrupt = |reason: String| self.shared.corrupt(self.id, expected, reason);
-        if u64::try_from(row.seq).ok() != Some(expected) {
-            return Err(corrupt(format!(
-                "seqs are not contiguous: the next row has seq {}",
-                row.seq
-            )));
-        }
-        let computed = record_crc(self.id, row.body.as_bytes());
-        if i64::from(computed) != row.crc {
-            return Err(corrupt(format!(
-                "CRC mismatch (stored {:08x}, computed {computed:08x})",
-                row.crc
-            )));
-        }
-        let line = encode_line(self.id, &row.body);
-        let record = decode_event(self.id, line.trim_end_matches('\n').as_bytes())
-            .map_err(|error| corrupt(format!("the body does not decode: {error}")))?;
-        let columns_agree = record.seq() == expected
-            && i64::try_from(record.ts()).ok() == Some(row.ts)
-            && record.event_type() == row.event_type
-            && record.batch().map(i64::try_from).transpose().ok() == Some(row.batch);
-        if !columns_agree {
-            return Err(corrupt(
-                "the columns seq, ts, type or batch disagree with the body".to_owned(),
-            ));
-        }
-        match (record.batch(), self.batch_remaining) {
-            (Some(_), remaining) if remaining > 0 => {
-                return Err(corrupt(format!(
-                    "a new batch starts while {remaining} records of the previous one are missing"
-                )));
+    /// The last seq the session row of `id` records and the highest seq of
+    /// its rows, read in one statement (so one snapshot of the database).
+    fn row_bounds(
+        &self,
+        connection: &Connection,
+        id: &SessionId,
+    ) -> Result<(u64, Option<i64>), StoreError> {
+        let sql = match self.schema_version {
+            1 => {
+                "SELECT (SELECT max(seq) FROM events WHERE session_id = ?1),
+                        (SELECT max(seq) FROM events WHERE session_id = ?1)"
             }
-            (Some(count), _) => self.batch_remaining = count - 1,
-            (None, remaining) => self.batch_remaining = remaining.saturating_sub(1),
-        }
-        self.next_seq += 1;
-        Ok(record)
-    }
-
-    fn finish(&self, seed_length: u64) -> Result<(), StoreError> {
-        if self.batch_remaining > 0 {
-            return Err(self.shared.corrupt(
-                self.id,
-                self.next_seq,
-                format!(
-                    "the last batch is missing its last {} records",
-                    self.batch_remaining
-                ),
-            ));
-        }
-        let last_seq = self.next_seq - 1;
-        if seed_length > last_seq {
-            return Err(self.shared.corrupt(
-                self.id,
+            _ => {
+                "SELECT (SELECT last_seq FROM sessions WHERE id = ?1),
+                        (SELECT max(seq) FROM events WHERE session_id = ?1)"
+            }
+        };
+        let (recorded, max): (Option<i64>, Option<i64>) = connection
+            .prepare_cached(sql)
+            .and_then(|mut statement| {
+                statement.query_row([id.as_str()], |row| Ok((row.get(0)?, row.get(1)?)))
+            })
+            .map_err(sqlite_error("read the last seq", &self.path))?;
+        let Some(recorded) = recorded else {
+            return Err(self.corrupt(id, 0, "the session row is gone".to_owned()));
+        };
+        let recorded = u64::try_from(recorded).map_err(|_| {
+            self.corrupt(
+                id,
                 0,
-                format!("seedLength {seed_length} is above the {last_seq} events stored"),
-            ));
-        }
-        Ok(())
+                format!("the session row records last seq {recorded}"),
+            )
+        })?;
+        Ok((recorded, max))
     }
+}
+
+/// The distinct session ids of `events`, found by seeking from one to the
+/// next through the primary key (a lookup per session, not a scan of every
+/// event).
+fn event_owners(connection: &Connection, path: &Path) -> Result<Vec<String>, StoreError> {
+    let mut statement = connection
+        .prepare_cached(
+            "SELECT session_id FROM events WHERE session_id > ?1 ORDER BY session_id LIMIT 1",
+        )
+        .map_err(sqlite_error("list the sessions of events", path))?;
+    let first: Option<String> = connection
+        .query_row("SELECT min(session_id) FROM events", [], |row| row.get(0))
+        .map_err(sqlite_error("list the sessions of events", path))?;
+    let mut owners = Vec::new();
+    let mut next = first;
+    while let Some(owner) = next {
+        next = statement
+            .query_row([owner.as_str()], |row| row.get(0))
+            .optional()
+            .map_err(sqlite_error("list the sessions of events", path))?;
+        owners.push(owner);
+    }
+    Ok(owners)
 }
 
 impl SqliteBulkCreate {
@@ -1048,6 +1211,7 @@ fn commit_loop(
 ) {
     let mut synchronous: Option<Durability> = None;
     let mut next = None;
+    let mut log = WalGuard::new(path);
     loop {
         let job = match next.take() {
             Some(job) => job,
@@ -1056,10 +1220,15 @@ fn commit_loop(
                 Err(_) => return,
             },
         };
+        if let Some(refusal) = log.refusal(path) {
+            refuse(job, &refusal);
+            continue;
+        }
         let first = match job {
             Job::Write(request) => request,
             Job::Bulk(bulk) => {
-                let outcome = run_bulk(&mut connection, path, io, &mut synchronous, &bulk);
+                let outcome = run_bulk(&mut connection, path, io, &mut synchronous, &bulk)
+                    .and_then(|()| log.after_commit(&connection, path));
                 let _ = bulk.reply.send(outcome);
                 continue;
             }
@@ -1074,8 +1243,137 @@ fn commit_loop(
                 }
             }
         }
-        let outcomes = commit_group(&mut connection, path, io, &mut synchronous, &group);
+        let mut outcomes = commit_group(&mut connection, path, io, &mut synchronous, &group);
+        if outcomes.iter().any(Result::is_ok) {
+            if let Err(error) = log.after_commit(&connection, path) {
+                outcomes = outcomes
+                    .into_iter()
+                    .map(|outcome| outcome.and(Err(share_error(&error))))
+                    .collect();
+            }
+        }
         acknowledge(group.into_iter().zip(outcomes).collect());
+    }
+}
+
+/// Answers a job the committer no longer runs with `refusal`.
+fn refuse(job: Job, refusal: &StoreError) {
+    match job {
+        Job::Write(request) => {
+            let _ = request.reply.send(Err(share_error(refusal)));
+        }
+        Job::Bulk(bulk) => {
+            let _ = bulk.reply.send(Err(share_error(refusal)));
+        }
+    }
+}
+
+/// Watches the write-ahead log the committer appends to. A log removed (or
+/// renamed away) under a live connection goes on taking commits, but its
+/// file is freed when the process ends, and with it every transaction
+/// since the last checkpoint: so after each commit, before anyone is
+/// acknowledged, the guard checks that the name still leads to the file it
+/// holds open (two `stat` calls). When it does not, it copies what the log
+/// holds into the database file (a checkpoint through the open
+/// connection, which still reads the removed file) and stops the
+/// committer: every later write is refused until the store is reopened.
+#[derive(Debug)]
+struct WalGuard {
+    path: PathBuf,
+    /// The log as first seen after a commit.
+    held: Option<File>,
+    /// Why writing stopped, once the log was found gone.
+    lost: Option<String>,
+}
+
+impl WalGuard {
+    fn new(database: &Path) -> WalGuard {
+        WalGuard {
+            path: wal_path(database),
+            held: None,
+            lost: None,
+        }
+    }
+
+    /// The error every write gets once the log was found gone.
+    fn refusal(&self, database: &Path) -> Option<StoreError> {
+        let reason = self.lost.as_ref()?;
+        Some(StoreError::io(
+            "commit",
+            database,
+            io::Error::other(reason.clone()),
+        ))
+    }
+
+    /// Checks the log after a commit: `Ok` when the commit is durable in
+    /// the log or, the log being gone, was copied into the database file.
+    fn after_commit(&mut self, connection: &Connection, database: &Path) -> Result<(), StoreError> {
+        let cause = match self.in_place() {
+            Ok(true) => return Ok(()),
+            Ok(false) => "was removed or replaced".to_owned(),
+            Err(error) => format!("cannot be checked ({error})"),
+        };
+        let wal = self.path.display();
+        let saved = connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, i64>(1)?,
+                row.get::<_, i64>(2)?,
+            ))
+        });
+        tracing::error!(wal = %wal, ?saved, "the write-ahead log {cause} under a live writer");
+        let outcome = match saved {
+            Ok((0, log, checkpointed)) if log == checkpointed => Ok(()),
+            Ok((busy, log, checkpointed)) => Err(format!(
+                "the checkpoint was incomplete (busy {busy}, {checkpointed} of {log} frames)"
+            )),
+            Err(error) => Err(error.to_string()),
+        };
+        let (lost, result) = match outcome {
+            Ok(()) => (
+                format!(
+                    "the write-ahead log {wal} {cause} while this store was writing; every \
+                     acknowledged transaction was copied into the database file, and this store \
+                     writes nothing more: reopen it"
+                ),
+                Ok(()),
+            ),
+            Err(failure) => {
+                let reason = format!(
+                    "the write-ahead log {wal} {cause} while this store was writing, and copying \
+                     what it held into the database file failed: {failure}; the transactions \
+                     since the last checkpoint are not durable"
+                );
+                (
+                    reason.clone(),
+                    Err(StoreError::io("commit", database, io::Error::other(reason))),
+                )
+            }
+        };
+        self.lost = Some(lost);
+        result
+    }
+
+    /// Whether the log's name still leads to the file first seen there,
+    /// and that file is still linked.
+    fn in_place(&mut self) -> io::Result<bool> {
+        use std::os::unix::fs::MetadataExt;
+        let named = match std::fs::symlink_metadata(&self.path) {
+            Ok(metadata) => metadata,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(error) => return Err(error),
+        };
+        let Some(held) = &self.held else {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&self.path)?;
+            let opened = file.metadata()?;
+            self.held = Some(file);
+            return Ok(opened.dev() == named.dev() && opened.ino() == named.ino());
+        };
+        let held = held.metadata()?;
+        Ok(held.nlink() > 0 && held.dev() == named.dev() && held.ino() == named.ino())
     }
 }
 
@@ -1281,8 +1579,9 @@ fn insert_session(
     let inserted = connection
         .prepare_cached(
             "INSERT INTO sessions (id, created_at, cwd, parent_session, seed_length,
-               delegation_depth, sandbox_mode, approval_policy, header_body, header_crc)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+               delegation_depth, sandbox_mode, approval_policy, header_body, header_crc,
+               last_seq)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         )
         .and_then(|mut statement| {
             statement.execute(params![
@@ -1296,6 +1595,7 @@ fn insert_session(
                 header.approval_policy.map(|policy| policy.as_str()),
                 body,
                 i64::from(record_crc(&header.id, body.as_bytes())),
+                sql_integer(session.events.last().map_or(0, EventRecord::seq)),
             ])
         });
     match inserted {
@@ -1322,16 +1622,40 @@ fn append_records(
     let Some(first) = records.first() else {
         return Ok(());
     };
-    let last_seq: Option<i64> = connection
-        .prepare_cached("SELECT max(seq) FROM events WHERE session_id = ?1")
-        .and_then(|mut statement| statement.query_row([id.as_str()], |row| row.get(0)))
-        .map_err(sqlite_error("read the last seq", path))?;
-    let actual = last_seq.map_or(1, |seq| seq.saturating_add(1).unsigned_abs());
-    if first.seq() != actual {
+    // The session row's last seq moves in the same statement that checks
+    // it: an append that does not follow it changes nothing.
+    let Some(last) = records.last() else {
+        return Ok(());
+    };
+    let moved = connection
+        .prepare_cached("UPDATE sessions SET last_seq = ?1 WHERE id = ?2 AND last_seq = ?3")
+        .and_then(|mut statement| {
+            statement.execute(params![
+                sql_integer(last.seq()),
+                id.as_str(),
+                sql_integer(first.seq() - 1),
+            ])
+        })
+        .map_err(sqlite_error("record the last seq", path))?;
+    if moved == 0 {
+        let recorded: Option<i64> = connection
+            .prepare_cached("SELECT last_seq FROM sessions WHERE id = ?1")
+            .and_then(|mut statement| {
+                statement
+                    .query_row([id.as_str()], |row| row.get(0))
+                    .optional()
+            })
+            .map_err(sqlite_error("read the last seq", path))?;
+        let Some(recorded) = recorded else {
+            return Err(StoreError::NotFound {
+                id: id.to_string(),
+                path: path.to_owned(),
+            });
+        };
         return Err(StoreError::Conflict {
             id: id.clone(),
             expected: first.seq(),
-            actual,
+            actual: recorded.saturating_add(1).unsigned_abs(),
         });
     }
     insert_events(connection, path, id, records)
@@ -1399,21 +1723,21 @@ fn sql_integer(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-/// How errors about one session of a database name it: `<database>#<id>`.
-pub(crate) fn session_locator(database: &Path, id: &SessionId) -> PathBuf {
-    let mut text = database.as_os_str().to_owned();
-    text.push(format!("#{id}"));
-    PathBuf::from(text)
-}
-
 fn sqlite_error<'a>(
     operation: &'static str,
     path: &'a Path,
 ) -> impl Fn(rusqlite::Error) -> StoreError + 'a {
-    move |source| StoreError::Sqlite {
-        operation,
-        path: path.to_owned(),
-        source,
+    move |source| match source.sqlite_error_code() {
+        // The file is damaged (SQLite found a page or header it cannot
+        // read as a database): corruption, never an I/O error.
+        Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase) => {
+            damaged(path, format!("{operation}: {source}"))
+        }
+        _ => StoreError::Sqlite {
+            operation,
+            path: path.to_owned(),
+            source,
+        },
     }
 }
 
@@ -1459,16 +1783,162 @@ fn create_database_file(path: &Path) -> Result<(), StoreError> {
     }
 }
 
-fn open_connection(path: &Path) -> Result<Connection, StoreError> {
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX
-        | OpenFlags::SQLITE_OPEN_NOFOLLOW;
-    let connection =
-        Connection::open_with_flags(path, flags).map_err(sqlite_error("open", path))?;
+/// How a connection opens the database file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// The committer's and a writing store's connections.
+    ReadWrite,
+    /// `SQLITE_OPEN_READ_ONLY`: reads through the WAL index, writes nothing.
+    ReadOnly,
+    /// Read-only and `immutable`: no WAL index, no locks. Only for a file
+    /// nobody can be writing (see [`SqliteStore::open_read_only`]).
+    Immutable,
+}
+
+fn open_connection(path: &Path, access: Access) -> Result<Connection, StoreError> {
+    let base = OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_NOFOLLOW;
+    let connection = match access {
+        Access::ReadWrite => {
+            Connection::open_with_flags(path, base | OpenFlags::SQLITE_OPEN_READ_WRITE)
+        }
+        Access::ReadOnly => {
+            Connection::open_with_flags(path, base | OpenFlags::SQLITE_OPEN_READ_ONLY)
+        }
+        Access::Immutable => Connection::open_with_flags(
+            immutable_uri(path),
+            base | OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
+        ),
+    }
+    .map_err(sqlite_error("open", path))?;
     connection
         .busy_timeout(BUSY_TIMEOUT)
         .map_err(sqlite_error("set the busy timeout", path))?;
     Ok(connection)
+}
+
+/// `file:<path>?immutable=1`, the path percent-encoded.
+fn immutable_uri(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut uri = String::from("file:");
+    for &byte in path.as_os_str().as_bytes() {
+        if byte.is_ascii_alphanumeric() || b"/._-~".contains(&byte) {
+            uri.push(char::from(byte));
+        } else {
+            uri.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
+}
+
+/// Opens a read-only connection and checks that the file is a sessionlog
+/// store this build reads: its connection and schema version.
+fn open_and_identify_read_only(
+    path: &Path,
+    access: Access,
+) -> Result<(Connection, i64), StoreError> {
+    let connection = open_connection(path, access)?;
+    match identify(&connection, path)? {
+        Identity::Sessionlog(version) => Ok((connection, version)),
+        Identity::Empty => Err(not_a_store(
+            path,
+            "an empty database, without the sessions and events tables".to_owned(),
+        )),
+        Identity::Foreign(reason) => Err(not_a_store(path, reason)),
+        Identity::Newer(found) => Err(newer_schema(path, found)),
+    }
+}
+
+/// What a database file holds, as read without changing it.
+#[derive(Debug)]
+enum Identity {
+    /// No table and `user_version` 0: a new database.
+    Empty,
+    /// Our tables, at this schema version (at most [`SCHEMA_VERSION`]).
+    Sessionlog(i64),
+    /// A schema version above this build's.
+    Newer(i64),
+    /// Something else, described.
+    Foreign(String),
+}
+
+fn identify(connection: &Connection, path: &Path) -> Result<Identity, StoreError> {
+    let version = user_version(connection, path)?;
+    if version > SCHEMA_VERSION {
+        return Ok(Identity::Newer(version));
+    }
+    let tables: Vec<String> = connection
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
+             ORDER BY name",
+        )
+        .and_then(|mut statement| {
+            statement
+                .query_map([], |row| row.get(0))
+                .and_then(|rows| rows.collect())
+        })
+        .map_err(sqlite_error("read the schema", path))?;
+    let ours = ["events", "sessions"]
+        .iter()
+        .all(|table| tables.iter().any(|name| name == table));
+    Ok(match (version, tables.is_empty()) {
+        (0, true) => Identity::Empty,
+        (1.., _) if ours => Identity::Sessionlog(version),
+        (version, _) => Identity::Foreign(format!(
+            "user_version {version}, tables {}",
+            if tables.is_empty() {
+                "none".to_owned()
+            } else {
+                tables.join(", ")
+            }
+        )),
+    })
+}
+
+fn not_a_store(path: &Path, reason: String) -> StoreError {
+    StoreError::NotAStore {
+        path: path.to_owned(),
+        reason,
+    }
+}
+
+/// Whether a read-only open failed only because SQLite could not create or
+/// write the WAL index beside the database (no write access, a full disk).
+fn needs_write_access(error: &StoreError) -> bool {
+    let StoreError::Sqlite { source, .. } = error else {
+        return false;
+    };
+    let Some(code) = source.sqlite_error_code() else {
+        return false;
+    };
+    matches!(
+        code,
+        rusqlite::ErrorCode::CannotOpen
+            | rusqlite::ErrorCode::ReadOnly
+            | rusqlite::ErrorCode::DiskFull
+            | rusqlite::ErrorCode::SystemIoFailure
+            | rusqlite::ErrorCode::PermissionDenied
+    )
+}
+
+/// Whether `<database>-wal` exists and holds more than its header: frames
+/// that an immutable read would not see.
+fn write_ahead_log_has_frames(path: &Path) -> Result<bool, StoreError> {
+    /// The WAL header's size; a log no longer than it holds no frame.
+    const WAL_HEADER_BYTES: u64 = 32;
+    let wal = wal_path(path);
+    match std::fs::symlink_metadata(&wal) {
+        Ok(metadata) => Ok(metadata.len() > WAL_HEADER_BYTES),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(StoreError::io("inspect the write-ahead log", wal, source)),
+    }
+}
+
+/// The write-ahead log SQLite keeps beside the database: `<database>-wal`.
+fn wal_path(path: &Path) -> PathBuf {
+    let mut text = path.as_os_str().to_owned();
+    text.push("-wal");
+    PathBuf::from(text)
 }
 
 /// Brings the schema to [`SCHEMA_VERSION`] in one transaction, or refuses a
@@ -1555,8 +2025,18 @@ mod tests {
         ok(store.create(&child, &events[..2], Durability::Fsync));
     }
 
-    fn fixture_path() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/sqlite/v1.db")
+    /// The fixture database of schema `version`, as that version wrote it.
+    fn fixture_path(version: i64) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../tests/fixtures/sqlite/v{version}.db"))
+    }
+
+    /// Each session's recorded last seq, `id|last_seq`, in id order.
+    fn last_seqs(path: &Path) -> Vec<String> {
+        let connection = raw(path);
+        let mut statement =
+            ok(connection.prepare("SELECT id || '|' || last_seq FROM sessions ORDER BY id"));
+        ok(ok(statement.query_map([], |row| row.get(0))).collect::<Result<_, _>>())
     }
 
     /// Every row of both tables, as text, in key order.
@@ -1609,7 +2089,7 @@ mod tests {
             ok(store.create(&header("a"), &[], Durability::Fsync));
             ok(store.create(&header("b"), &[], Durability::Fsync));
         }
-        let mut connection = ok(open_connection(&path));
+        let mut connection = ok(open_connection(&path, Access::ReadWrite));
         let group: Vec<Request> = requests.into_iter().map(request).collect();
         let outcomes = commit_group(&mut connection, &path, &Io::default(), &mut None, &group);
         drop(connection);
@@ -1675,30 +2155,44 @@ mod tests {
     }
 
     #[test]
-    fn v1_fixture_is_what_the_generator_writes() {
+    fn current_fixture_is_what_the_generator_writes() {
         let folder = ok(tempfile::tempdir());
         let generated = database(folder.path());
         fill_v1_fixture(&ok(SqliteStore::open(&generated)));
+        let fixture = fixture_path(SCHEMA_VERSION);
         if std::env::var_os("SESSIONLOG_WRITE_FIXTURES").is_some() {
-            let target = fixture_path();
             ok(std::fs::create_dir_all(
-                target.parent().unwrap_or(Path::new(".")),
+                fixture.parent().unwrap_or(Path::new(".")),
             ));
-            let _ = std::fs::remove_file(&target);
+            let _ = std::fs::remove_file(&fixture);
             ok(raw(&generated).execute_batch(&format!(
                 "VACUUM INTO '{}'",
-                target.display().to_string().replace('\'', "''")
+                fixture.display().to_string().replace('\'', "''")
             )));
         }
-        assert_eq!(dump(&fixture_path()), dump(&generated));
+        assert_eq!(dump(&fixture), dump(&generated));
+        assert_eq!(last_seqs(&fixture), last_seqs(&generated));
+        assert_eq!(ok(user_version(&raw(&fixture), &fixture)), SCHEMA_VERSION);
     }
 
     #[test]
-    fn v1_fixture_opens_reads_and_accepts_appends() {
+    fn every_fixture_holds_the_same_sessions() {
+        let current = dump(&fixture_path(SCHEMA_VERSION));
+        for version in 1..SCHEMA_VERSION {
+            assert_eq!(dump(&fixture_path(version)), current, "v{version}.db");
+        }
+    }
+
+    /// Opens a copy of the fixture of `version` for writing (which brings
+    /// it to the current schema), checks what it reads, and appends.
+    fn check_fixture_upgrade(version: i64) {
         let folder = ok(tempfile::tempdir());
         let copy = database(folder.path());
-        ok(std::fs::copy(fixture_path(), &copy));
+        ok(std::fs::copy(fixture_path(version), &copy));
+        assert_eq!(ok(user_version(&raw(&copy), &copy)), version);
         let store = ok(SqliteStore::open(&copy));
+        assert_eq!(ok(user_version(&raw(&copy), &copy)), SCHEMA_VERSION);
+        assert_eq!(last_seqs(&copy), ["child|2", "root|4"]);
         let ids: Vec<String> = ok(store.ids()).iter().map(ToString::to_string).collect();
         assert_eq!(ids, ["child", "root"]);
         let root = ok(store.snapshot(&id("root")));
@@ -1707,6 +2201,31 @@ mod tests {
         assert_eq!(ok(store.snapshot(&id("child"))).header.seed_length, 2);
         let mut writer = ok(store.open_writer(&id("root"), WriterOptions::default()));
         assert_eq!(ok(writer.append(note("new"), Some(5))).get(), 5);
+        assert_eq!(last_seqs(&copy), ["child|2", "root|5"]);
+    }
+
+    #[test]
+    fn v1_fixture_is_upgraded_recording_each_sessions_last_seq() {
+        check_fixture_upgrade(1);
+    }
+
+    #[test]
+    fn v2_fixture_opens_reads_and_accepts_appends() {
+        check_fixture_upgrade(2);
+    }
+
+    #[test]
+    fn an_older_fixture_is_read_without_upgrade_when_opened_read_only() {
+        let folder = ok(tempfile::tempdir());
+        let copy = database(folder.path());
+        ok(std::fs::copy(fixture_path(1), &copy));
+        let before = ok(std::fs::read(&copy));
+        let store = ok(SqliteStore::open_read_only(&copy));
+        assert_eq!(ok(store.snapshot(&id("root"))).events.len(), 4);
+        let streamed: Vec<EventRecord> = ok(ok(store.events(&id("child"))).collect());
+        assert_eq!(streamed.len(), 2);
+        drop(store);
+        assert_eq!(ok(std::fs::read(&copy)), before, "not a byte changed");
     }
 
     #[test]
@@ -1723,32 +2242,267 @@ mod tests {
         );
     }
 
+    /// Every byte of the database and of the files beside it.
+    fn folder_bytes(folder: &Path) -> Vec<(String, Vec<u8>)> {
+        let mut files: Vec<(String, Vec<u8>)> = ok(std::fs::read_dir(folder))
+            .map(|entry| {
+                let path = ok(entry).path();
+                let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+                (
+                    name.unwrap_or_default(),
+                    std::fs::read(&path).unwrap_or_default(),
+                )
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
+    fn journal_mode(path: &Path) -> String {
+        ok(raw(path).pragma_query_value(None, "journal_mode", |row| row.get(0)))
+    }
+
     #[test]
-    fn newer_schema_is_refused_naming_both_versions() {
+    fn newer_schema_is_refused_naming_both_versions_before_anything_changes() {
         let folder = ok(tempfile::tempdir());
         let path = database(folder.path());
-        drop(ok(SqliteStore::open(&path)));
-        ok(raw(&path).pragma_update(None, "user_version", 99));
-        let refused = SqliteStore::open(&path);
-        let Err(error) = refused else {
-            panic!("a version 99 database was opened");
-        };
+        {
+            let connection = raw(&path);
+            ok(connection.execute_batch("CREATE TABLE future (x INTEGER)"));
+            ok(connection.pragma_update(None, "user_version", 99));
+        }
+        let before = folder_bytes(folder.path());
+        for refused in [SqliteStore::open(&path), SqliteStore::open_read_only(&path)] {
+            let Err(error) = refused else {
+                panic!("a version 99 database was opened");
+            };
+            assert!(
+                matches!(
+                    error,
+                    StoreError::NewerSchema {
+                        found: 99,
+                        supported: SCHEMA_VERSION,
+                        ..
+                    }
+                ),
+                "{error:?}"
+            );
+            let message = error.to_string();
+            assert!(
+                message.contains("99") && message.contains(&format!(" {SCHEMA_VERSION}")),
+                "{message}"
+            );
+        }
+        assert_eq!(folder_bytes(folder.path()), before, "nothing changed");
+        assert_eq!(journal_mode(&path), "delete", "not switched to WAL");
+    }
+
+    #[test]
+    fn another_applications_database_is_not_a_store_and_stays_untouched() {
+        let folder = ok(tempfile::tempdir());
+        let path = database(folder.path());
+        ok(raw(&path)
+            .execute_batch("CREATE TABLE notes (text TEXT); INSERT INTO notes VALUES ('x')"));
+        let before = folder_bytes(folder.path());
+        for refused in [SqliteStore::open(&path), SqliteStore::open_read_only(&path)] {
+            assert!(
+                matches!(&refused, Err(StoreError::NotAStore { reason, .. }) if reason.contains("notes")),
+                "{refused:?}"
+            );
+        }
+        assert_eq!(folder_bytes(folder.path()), before, "nothing changed");
+        assert_eq!(journal_mode(&path), "delete");
+    }
+
+    #[test]
+    fn a_reader_refuses_an_empty_file_and_a_missing_one_and_creates_nothing() {
+        let folder = ok(tempfile::tempdir());
+        let empty = database(folder.path());
+        ok(std::fs::write(&empty, b""));
+        let refused = SqliteStore::open_read_only(&empty);
+        assert!(
+            matches!(refused, Err(StoreError::NotAStore { .. })),
+            "{refused:?}"
+        );
+        let missing = folder.path().join("missing.db");
+        let refused = SqliteStore::open_read_only(&missing);
+        assert!(
+            matches!(refused, Err(StoreError::Sqlite { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(
+            folder_bytes(folder.path()),
+            [("sessions.db".to_owned(), Vec::new())],
+            "the empty file stays empty and nothing is created"
+        );
+    }
+
+    #[test]
+    fn a_read_only_store_reads_without_changing_a_byte_and_refuses_writes() {
+        let folder = ok(tempfile::tempdir());
+        let path = database(folder.path());
+        {
+            let store = store_with_events(folder.path(), 3);
+            ok(store.create(&header("b"), &[], Durability::Fsync));
+        }
+        let before = folder_bytes(folder.path());
+        let store = ok(SqliteStore::open_read_only(&path));
+        assert!(store.is_read_only());
+        let ids: Vec<String> = ok(store.ids()).iter().map(ToString::to_string).collect();
+        assert_eq!(ids, ["a", "b"]);
+        assert_eq!(ok(store.snapshot(&id("a"))).events.len(), 3);
+        assert!(ok(store.audit(true)).damage.is_empty());
+        let refused = store.create(&header("c"), &[], Durability::Fsync);
+        assert!(matches!(refused, Err(StoreError::Io { .. })), "{refused:?}");
+        let refused = store.open_writer(&id("a"), WriterOptions::default());
+        assert!(matches!(refused, Err(StoreError::Io { .. })), "{refused:?}");
+        drop(store);
+        let after: Vec<(String, Vec<u8>)> = folder_bytes(folder.path())
+            .into_iter()
+            .filter(|(name, _)| !name.ends_with("-shm") && !name.ends_with("-wal"))
+            .collect();
+        let before: Vec<(String, Vec<u8>)> = before
+            .into_iter()
+            .filter(|(name, _)| !name.ends_with("-shm") && !name.ends_with("-wal"))
+            .collect();
+        assert_eq!(after, before, "the database file is unchanged");
+    }
+
+    #[test]
+    fn an_immutable_read_sees_the_whole_database() {
+        let folder = ok(tempfile::tempdir());
+        let path = database(folder.path());
+        drop(store_with_events(folder.path(), 3));
+        let (connection, version) = ok(open_and_identify_read_only(&path, Access::Immutable));
+        assert_eq!(version, SCHEMA_VERSION);
+        let count: i64 =
+            ok(connection.query_row("SELECT count(*) FROM events", [], |row| row.get(0)));
+        assert_eq!(count, 3);
+        assert!(immutable_uri(Path::new("/a b/c%?#.db")).starts_with("file:/a%20b/c%25%3F%23.db?"));
+    }
+
+    #[test]
+    fn rows_lost_from_the_end_of_a_session_are_corruption() {
+        let folder = ok(tempfile::tempdir());
+        let store = store_with_events(folder.path(), 3);
+        ok(raw(store.path()).execute("DELETE FROM events WHERE seq = 3", []));
+        assert_corrupt_at(store.snapshot(&id("a")), 3, "are missing");
+        let streamed: Vec<Result<EventRecord, StoreError>> = ok(store.events(&id("a"))).collect();
+        assert_eq!(streamed.len(), 3, "two events, then the error");
+        assert!(
+            matches!(streamed.last(), Some(Err(StoreError::Corrupt { .. }))),
+            "{streamed:?}"
+        );
+    }
+
+    #[test]
+    fn rows_past_the_recorded_last_seq_are_corruption() {
+        let folder = ok(tempfile::tempdir());
+        let store = store_with_events(folder.path(), 3);
+        ok(raw(store.path()).execute("UPDATE sessions SET last_seq = 2", []));
+        assert_corrupt_at(store.snapshot(&id("a")), 3, "rows run to seq 3");
+        let streamed: Vec<Result<EventRecord, StoreError>> = ok(store.events(&id("a"))).collect();
+        assert!(
+            matches!(streamed.last(), Some(Err(StoreError::Corrupt { .. }))),
+            "{streamed:?}"
+        );
+    }
+
+    #[test]
+    fn an_invalid_session_row_or_orphan_events_are_corruption_for_every_reader() {
+        for damage in [
+            "UPDATE sessions SET id = 'a/b' WHERE id = 'b'",
+            "INSERT INTO events (session_id, seq, ts, type, batch, body, crc)
+               SELECT 'gone', seq, ts, type, batch, body, crc FROM events WHERE session_id = 'a'",
+        ] {
+            let folder = ok(tempfile::tempdir());
+            let store = store_with_events(folder.path(), 2);
+            ok(store.create(&header("b"), &[], Durability::Fsync));
+            ok(raw(store.path()).execute_batch(&format!("PRAGMA foreign_keys = OFF; {damage}")));
+            let ids = store.ids();
+            assert!(
+                matches!(&ids, Err(error) if error.class() == crate::ErrorClass::Corrupt),
+                "{damage}: {ids:?}"
+            );
+            assert!(store.list().is_err(), "{damage}");
+            let audit = ok(store.audit(true));
+            assert_eq!(audit.damage.len(), 1, "{damage}: {:?}", audit.damage);
+            assert!(
+                audit.ids.contains(&id("a")),
+                "the valid sessions stay listed"
+            );
+        }
+    }
+
+    #[test]
+    fn sqlite_reports_of_a_damaged_file_are_corruption() {
+        let folder = ok(tempfile::tempdir());
+        let path = database(folder.path());
+        drop(store_with_events(folder.path(), 200));
+        let length = ok(std::fs::metadata(&path)).len();
+        let file = ok(std::fs::OpenOptions::new().write(true).open(&path));
+        ok(file.set_len(length / 2));
+        drop(file);
+        let store = SqliteStore::open_read_only(&path).and_then(|store| store.snapshot(&id("a")));
+        assert!(
+            matches!(&store, Err(error) if error.class() == crate::ErrorClass::Corrupt),
+            "{store:?}"
+        );
+    }
+
+    #[test]
+    fn a_lock_folder_replaced_by_a_symlink_is_refused() {
+        let folder = ok(tempfile::tempdir());
+        let elsewhere = ok(tempfile::tempdir());
+        let store = ok(SqliteStore::open(&database(folder.path())));
+        ok(store.create(&header("a"), &[], Durability::Fsync));
+        ok(std::os::unix::fs::symlink(
+            elsewhere.path(),
+            folder.path().join("sessions.db.locks"),
+        ));
+        let refused = store.open_writer(&id("a"), WriterOptions::default());
         assert!(
             matches!(
-                error,
-                StoreError::NewerSchema {
-                    found: 99,
-                    supported: 1,
+                &refused,
+                Err(StoreError::Io {
+                    operation: "open lock folder",
                     ..
-                }
+                })
             ),
-            "{error:?}"
+            "{refused:?}"
         );
-        let message = error.to_string();
+        assert_eq!(
+            ok(std::fs::read_dir(elsewhere.path())).count(),
+            0,
+            "nothing lands there"
+        );
+    }
+
+    #[test]
+    fn a_write_ahead_log_removed_under_a_writer_is_saved_then_the_writer_stops() {
+        let folder = ok(tempfile::tempdir());
+        let path = database(folder.path());
+        let store = ok(SqliteStore::open(&path));
+        ok(store.create(&header("a"), &[], Durability::Fsync));
+        let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+        ok(writer.append(note("before"), Some(1)));
+        ok(std::fs::remove_file(wal_path(&path)));
+        // The next commit finds the log gone: what it holds, this commit
+        // included, is copied into the database file before the answer.
+        let saved = writer.append(note("detected"), Some(2));
+        assert_eq!(ok(saved).get(), 2);
+        let refused = writer.append(note("after"), Some(3));
         assert!(
-            message.contains("99") && message.contains(" 1"),
-            "{message}"
+            matches!(&refused, Err(StoreError::Io { source, .. }) if source.to_string().contains("was removed")),
+            "{refused:?}"
         );
+        assert!(writer.is_poisoned());
+        // What a kill -9 leaves: the database file alone (the removed log
+        // is freed with the process).
+        let survivor = folder.path().join("survivor.db");
+        ok(std::fs::copy(&path, &survivor));
+        let events = ok(ok(SqliteStore::open_read_only(&survivor)).snapshot(&id("a"))).events;
+        assert_eq!(events.len(), 2, "every acknowledged event survives");
     }
 
     #[test]

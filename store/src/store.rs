@@ -17,6 +17,7 @@ use sessionlog_schema::{DecodedHeader, EventRecord, SessionHeader, SessionId};
 
 use crate::jsonl::{JsonlStore, ListEntry};
 use crate::reader::{SessionStream, Snapshot};
+use crate::sql_checks::StoreAudit;
 use crate::sqlite::SqliteStore;
 use crate::writer::{now_ms, Durability, SessionWriter, WriterOptions};
 use crate::StoreError;
@@ -76,6 +77,24 @@ impl Store {
         }
         match Backend::of_path(path) {
             Backend::Sqlite => SqliteStore::open(path).map(Store::Sqlite),
+            Backend::Jsonl => JsonlStore::open(path).map(Store::Jsonl),
+        }
+    }
+
+    /// Opens an existing store for reading only: nothing in it is created,
+    /// upgraded or written, so a store on a read-only medium or readable
+    /// only can be read (see [`SqliteStore::open_read_only`]). Every write
+    /// through it is refused.
+    pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
+        if !path.exists() {
+            return Err(StoreError::io(
+                "open store",
+                path,
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no such store"),
+            ));
+        }
+        match Backend::of_path(path) {
+            Backend::Sqlite => SqliteStore::open_read_only(path).map(Store::Sqlite),
             Backend::Jsonl => JsonlStore::open(path).map(Store::Jsonl),
         }
     }
@@ -188,6 +207,21 @@ impl Store {
         match self {
             Store::Jsonl(store) => store.ids(),
             Store::Sqlite(store) => store.ids(),
+        }
+    }
+
+    /// Checks the store as a whole and lists its sessions (see
+    /// [`StoreAudit`]): for a database, session rows with an invalid id,
+    /// events without a session row and, with `engine_check`, SQLite's own
+    /// check of every page. A folder of logs has no such damage: a file
+    /// whose name is not a session's is not one.
+    pub fn audit(&self, engine_check: bool) -> Result<StoreAudit, StoreError> {
+        match self {
+            Store::Jsonl(store) => Ok(StoreAudit {
+                ids: store.ids()?,
+                damage: Vec::new(),
+            }),
+            Store::Sqlite(store) => store.audit(engine_check),
         }
     }
 

@@ -31,8 +31,18 @@ pub struct SessionRef {
 }
 
 impl Target {
-    /// Opens an existing target.
+    /// Opens an existing target for reading only: a database is neither
+    /// created, upgraded nor written (see `Store::open_read_only`).
     pub fn open(path: &Path) -> Result<Target> {
+        Target::open_with(path, Store::open_read_only)
+    }
+
+    /// Opens an existing target for the commands that write to it.
+    pub fn open_for_writing(path: &Path) -> Result<Target> {
+        Target::open_with(path, Store::open)
+    }
+
+    fn open_with(path: &Path, open: fn(&Path) -> Result<Store, StoreError>) -> Result<Target> {
         if is_lone_log(path) {
             if !path.exists() {
                 bail!(UsageError(format!("{}: no such file", path.display())));
@@ -42,7 +52,7 @@ impl Target {
         if !path.exists() {
             bail!(UsageError(format!("{}: no such store", path.display())));
         }
-        Ok(Target::Store(Store::open(path)?))
+        Ok(Target::Store(open(path)?))
     }
 
     /// Every session (or just `--session`), in id order.
@@ -89,6 +99,29 @@ impl Target {
                     .collect())
             }
         }
+    }
+
+    /// What `verify` reads: every session (or just `--session`), and the
+    /// damage the store's whole check found outside any one session (for
+    /// a database: SQLite's own check of every page, session rows with an
+    /// invalid id, events without a session row).
+    pub fn audit(&self, session: Option<&str>) -> Result<(Vec<SessionRef>, Vec<StoreError>)> {
+        let Target::Store(store) = self else {
+            return Ok((self.sessions(session)?, Vec::new()));
+        };
+        let audit = store.audit(true)?;
+        let ids = match session {
+            Some(_) => self.sessions(session)?,
+            None => audit
+                .ids
+                .into_iter()
+                .map(|id| SessionRef {
+                    label: format!("{}#{id}", store.path().display()),
+                    id,
+                })
+                .collect(),
+        };
+        Ok((ids, audit.damage))
     }
 
     /// The one session a command works on: `--session`, or the only one.

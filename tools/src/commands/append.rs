@@ -33,7 +33,7 @@ fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u
 
 /// Runs `append`.
 pub fn run(args: &SessionArgs, expect_seq: Option<u64>) -> Result<u8> {
-    let target = Target::open(&args.store)?;
+    let target = Target::open_for_writing(&args.store)?;
     let session = target.session(args.session.as_deref())?;
     let options = WriterOptions {
         keep_snapshot: false,

@@ -21,7 +21,7 @@ pub fn run(
     json: bool,
 ) -> Result<u8> {
     let child = SessionId::parse(child).map_err(|e| UsageError(e.to_string()))?;
-    let target = Target::open(&args.store)?;
+    let target = Target::open_for_writing(&args.store)?;
     let parent = target.session(args.session.as_deref())?;
     let defaults = Defaults {
         approval: defaults.default_approval,

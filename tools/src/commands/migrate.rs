@@ -12,7 +12,7 @@ use crate::{exit, warn};
 
 /// Runs `migrate`.
 pub fn migrate(from: &Path, to: &Path, json: bool, quiet: bool) -> Result<u8> {
-    let source = Store::open(from)?;
+    let source = Store::open_read_only(from)?;
     let destination = Store::create(to)?;
     let bar = crate::progress::bar(quiet, "migrate");
     let mut progress = |update: MigrateProgress| {
@@ -51,8 +51,8 @@ pub fn migrate(from: &Path, to: &Path, json: bool, quiet: bool) -> Result<u8> {
 
 /// Runs `diff`.
 pub fn diff(a: &Path, b: &Path, json: bool) -> Result<u8> {
-    let left = Store::open(a)?;
-    let right = Store::open(b)?;
+    let left = Store::open_read_only(a)?;
+    let right = Store::open_read_only(b)?;
     match diff_stores(&left, &right)? {
         None => {
             if json {

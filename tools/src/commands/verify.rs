@@ -14,7 +14,8 @@ use crate::target::{SessionRef, Target};
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Verdict {
-    session: String,
+    /// The session, or none for damage of the store as a whole.
+    session: Option<String>,
     source: String,
     status: &'static str,
     events: u64,
@@ -66,10 +67,19 @@ impl From<&Violation> for ViolationReport {
 /// Runs `verify`.
 pub fn run(args: &SessionArgs, json: bool, quiet: bool) -> Result<u8> {
     let target = Target::open(&args.store)?;
-    let sessions = target.sessions(args.session.as_deref())?;
+    let (sessions, damage) = target.audit(args.session.as_deref())?;
     let bar = crate::progress::bar(quiet, "verify");
     bar.set_length(sessions.len() as u64);
     let mut code = exit::OK;
+    for error in &damage {
+        let verdict = store_damage_verdict(&args.store, error);
+        code = worst(code, verdict_code(&verdict));
+        if json {
+            println!("{}", serde_json::to_string(&verdict)?);
+        } else {
+            print_human(&verdict);
+        }
+    }
     for session in &sessions {
         let verdict = verify_session(&target, session)?;
         code = worst(code, verdict_code(&verdict));
@@ -111,10 +121,28 @@ fn warn_of_leftovers(store: &sessionlog_store::JsonlStore) -> Result<()> {
     Ok(())
 }
 
+/// The verdict on damage of a store as a whole (no session named).
+fn store_damage_verdict(store: &std::path::Path, error: &StoreError) -> Verdict {
+    Verdict {
+        session: None,
+        source: store.display().to_string(),
+        status: "corrupt",
+        events: 0,
+        last_seq: 0,
+        torn_tail: None,
+        corruption: Some(CorruptionReport {
+            line: None,
+            offset: None,
+            message: error.to_string(),
+        }),
+        violations: Vec::new(),
+    }
+}
+
 /// Verifies one session.
 pub fn verify_session(target: &Target, session: &SessionRef) -> Result<Verdict> {
     let mut verdict = Verdict {
-        session: session.id.to_string(),
+        session: Some(session.id.to_string()),
         source: session.label.clone(),
         status: "ok",
         events: 0,

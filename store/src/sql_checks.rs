@@ -1,0 +1,312 @@
+//! The checks a SQL store makes of its own rows, written without any
+//! database engine: rows come in as plain values, findings go out as
+//! `StoreError`s naming the database, the session and the seq.
+//!
+//! Rows in a store's own tables can only come from its writer, so every
+//! row that does not fit is damage (or tampering): a session row whose id
+//! does not parse, events whose session row is missing, a gap in a
+//! session's seqs, a body that does not match its CRC or its columns, an
+//! unfinished or oversized batch, and a session whose rows end anywhere but
+//! at the last seq its session row records (updated in the same transaction
+//! as every append).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use sessionlog_schema::{
+    decode_event, encode_line, record_crc, Corruption, EventRecord, Position, SessionId,
+    MAX_BATCH_RECORDS,
+};
+
+use crate::StoreError;
+
+/// What a whole-store check found: the sessions whose rows can be read
+/// (each still to be checked on its own), and the damage outside any one
+/// of them.
+#[derive(Debug, Default)]
+pub struct StoreAudit {
+    /// The valid ids of the session rows, sorted.
+    pub ids: Vec<SessionId>,
+    /// Damage of the store as a whole: the engine's own check of the file,
+    /// session rows with an invalid id, events without a session row. Each
+    /// is a corruption (`ErrorClass::Corrupt`).
+    pub damage: Vec<StoreError>,
+}
+
+/// One row of `events`, as stored.
+#[derive(Debug)]
+pub(crate) struct EventRow {
+    pub(crate) seq: i64,
+    pub(crate) ts: i64,
+    pub(crate) event_type: String,
+    pub(crate) batch: Option<i64>,
+    pub(crate) body: String,
+    pub(crate) crc: i64,
+}
+
+/// Damage of the database as a whole (no one session to name).
+pub(crate) fn damaged(database: &Path, reason: String) -> StoreError {
+    StoreError::DamagedDatabase {
+        path: database.to_owned(),
+        reason,
+    }
+}
+
+/// Damage of one session at `seq` (0: its session row).
+pub(crate) fn corrupt_session(
+    database: &Path,
+    id: &SessionId,
+    seq: u64,
+    reason: String,
+) -> StoreError {
+    StoreError::Corrupt {
+        path: database.to_owned(),
+        corruption: Corruption {
+            position: Position {
+                line: seq.saturating_add(1),
+                offset: 0,
+            },
+            reason: format!("session {id}, seq {seq}: {reason}"),
+        },
+    }
+}
+
+/// Sorts the id texts of the session rows (`session_rows`) and of the
+/// sessions that own events (`event_owners`) into valid ids and damage.
+pub(crate) fn audit_catalogue(
+    database: &Path,
+    session_rows: Vec<String>,
+    event_owners: Vec<String>,
+) -> StoreAudit {
+    let mut audit = StoreAudit::default();
+    let rows: BTreeSet<String> = session_rows.iter().cloned().collect();
+    for text in session_rows {
+        match SessionId::parse(&text) {
+            Ok(id) => audit.ids.push(id),
+            Err(error) => audit.damage.push(damaged(
+                database,
+                format!("a session row holds the invalid id {text:?} ({error})"),
+            )),
+        }
+    }
+    for owner in event_owners {
+        if !rows.contains(&owner) {
+            audit.damage.push(damaged(
+                database,
+                format!("events of session {owner:?} have no session row"),
+            ));
+        }
+    }
+    audit.ids.sort();
+    audit
+}
+
+/// Checks the rows of one session in order: each must be the next seq,
+/// intact, agree with its columns; batches must finish and stay within
+/// the batch limit; and the rows must end at the session's recorded last
+/// seq.
+pub(crate) struct SeqCheck<'a> {
+    database: &'a Path,
+    id: &'a SessionId,
+    pub(crate) next_seq: u64,
+    pub(crate) batch_remaining: u64,
+}
+
+impl<'a> SeqCheck<'a> {
+    pub(crate) fn new(database: &'a Path, id: &'a SessionId, next_seq: u64) -> Self {
+        SeqCheck {
+            database,
+            id,
+            next_seq,
+            batch_remaining: 0,
+        }
+    }
+
+    /// Resumes a check stopped after `next_seq - 1` inside a batch with
+    /// `batch_remaining` records to come.
+    pub(crate) fn resume(
+        database: &'a Path,
+        id: &'a SessionId,
+        next_seq: u64,
+        batch_remaining: u64,
+    ) -> Self {
+        SeqCheck {
+            database,
+            id,
+            next_seq,
+            batch_remaining,
+        }
+    }
+
+    fn corrupt(&self, seq: u64, reason: String) -> StoreError {
+        corrupt_session(self.database, self.id, seq, reason)
+    }
+
+    /// Checks the next row and gives back its record.
+    pub(crate) fn accept(&mut self, row: EventRow) -> Result<EventRecord, StoreError> {
+        let expected = self.next_seq;
+        let corrupt = |reason: String| self.corrupt(expected, reason);
+        if u64::try_from(row.seq).ok() != Some(expected) {
+            return Err(corrupt(format!(
+                "seqs are not contiguous: the next row has seq {}",
+                row.seq
+            )));
+        }
+        let computed = record_crc(self.id, row.body.as_bytes());
+        if i64::from(computed) != row.crc {
+            return Err(corrupt(format!(
+                "CRC mismatch (stored {:08x}, computed {computed:08x})",
+                row.crc
+            )));
+        }
+        let line = encode_line(self.id, &row.body);
+        let record = decode_event(self.id, line.trim_end_matches('\n').as_bytes())
+            .map_err(|error| corrupt(format!("the body does not decode: {error}")))?;
+        let columns_agree = record.seq() == expected
+            && i64::try_from(record.ts()).ok() == Some(row.ts)
+            && record.event_type() == row.event_type
+            && record.batch().map(i64::try_from).transpose().ok() == Some(row.batch);
+        if !columns_agree {
+            return Err(corrupt(
+                "the columns seq, ts, type or batch disagree with the body".to_owned(),
+            ));
+        }
+        match (record.batch(), self.batch_remaining) {
+            (Some(_), remaining) if remaining > 0 => {
+                return Err(corrupt(format!(
+                    "a new batch starts while {remaining} records of the previous one are missing"
+                )));
+            }
+            (Some(count), _) if count > MAX_BATCH_RECORDS => {
+                return Err(corrupt(format!(
+                    "batch of {count} records is above the limit of {MAX_BATCH_RECORDS}"
+                )));
+            }
+            (Some(count), _) => self.batch_remaining = count - 1,
+            (None, remaining) => self.batch_remaining = remaining.saturating_sub(1),
+        }
+        self.next_seq += 1;
+        Ok(record)
+    }
+
+    /// Checks the end of the rows: the last batch finished, the seeded
+    /// prefix is there, and the rows reach `recorded_last_seq`, the last seq
+    /// the session row records. The rows were read up to that seq only, so
+    /// rows past it are [`check_no_rows_past`]'s to find.
+    pub(crate) fn finish(
+        &self,
+        seed_length: u64,
+        recorded_last_seq: u64,
+    ) -> Result<(), StoreError> {
+        if self.batch_remaining > 0 {
+            return Err(self.corrupt(
+                self.next_seq,
+                format!(
+                    "the last batch is missing its last {} records",
+                    self.batch_remaining
+                ),
+            ));
+        }
+        let last_seq = self.next_seq - 1;
+        if last_seq < recorded_last_seq {
+            return Err(self.corrupt(
+                self.next_seq,
+                format!(
+                    "the rows end at seq {last_seq} but the session row records {recorded_last_seq} \
+                     as the last seq: events {}..={recorded_last_seq} are missing",
+                    self.next_seq
+                ),
+            ));
+        }
+        if seed_length > last_seq {
+            return Err(self.corrupt(
+                0,
+                format!("seedLength {seed_length} is above the {last_seq} events stored"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Refuses rows past the last seq a session row records (`max_row_seq` is
+/// the highest seq of the session's rows, read in the same transaction).
+pub(crate) fn check_no_rows_past(
+    database: &Path,
+    id: &SessionId,
+    recorded_last_seq: u64,
+    max_row_seq: Option<i64>,
+) -> Result<(), StoreError> {
+    match max_row_seq {
+        Some(max) if max > i64::try_from(recorded_last_seq).unwrap_or(i64::MAX) => {
+            Err(corrupt_session(
+                database,
+                id,
+                recorded_last_seq.saturating_add(1),
+                format!(
+                    "rows run to seq {max} but the session row records {recorded_last_seq} as the last seq"
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// How errors about one session of a database name it: `<database>#<id>`.
+pub(crate) fn session_locator(database: &Path, id: &SessionId) -> PathBuf {
+    let mut text = database.as_os_str().to_owned();
+    text.push(format!("#{id}"));
+    PathBuf::from(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorClass;
+
+    fn words(audit: &StoreAudit) -> (Vec<String>, Vec<String>) {
+        (
+            audit.ids.iter().map(ToString::to_string).collect(),
+            audit.damage.iter().map(ToString::to_string).collect(),
+        )
+    }
+
+    #[test]
+    fn invalid_session_rows_and_orphan_events_are_damage_and_valid_rows_stay() {
+        let owned = |texts: &[&str]| texts.iter().map(|t| (*t).to_owned()).collect();
+        let audit = audit_catalogue(
+            Path::new("s.db"),
+            owned(&["b", "a", "bad/id"]),
+            owned(&["a", "gone"]),
+        );
+        let (ids, damage) = words(&audit);
+        assert_eq!(ids, ["a", "b"]);
+        assert_eq!(damage.len(), 2, "{damage:#?}");
+        assert!(damage[0].contains("\"bad/id\""), "{}", damage[0]);
+        assert!(
+            damage[1].contains("\"gone\"") && damage[1].contains("no session row"),
+            "{}",
+            damage[1]
+        );
+        assert!(audit
+            .damage
+            .iter()
+            .all(|error| error.class() == ErrorClass::Corrupt));
+    }
+
+    #[test]
+    fn rows_ending_before_or_after_the_recorded_last_seq_are_corruption() {
+        let id = SessionId::parse("a").unwrap_or_else(|error| panic!("{error}"));
+        let database = Path::new("s.db");
+        let check = SeqCheck::new(database, &id, 4);
+        let short = check.finish(0, 5);
+        assert!(
+            matches!(&short, Err(StoreError::Corrupt { corruption, .. }) if corruption.reason.contains("4..=5")),
+            "{short:?}"
+        );
+        assert!(check.finish(0, 3).is_ok());
+        let past = check_no_rows_past(database, &id, 3, Some(4));
+        assert!(matches!(past, Err(StoreError::Corrupt { .. })), "{past:?}");
+        assert!(check_no_rows_past(database, &id, 3, Some(3)).is_ok());
+        assert!(check_no_rows_past(database, &id, 0, None).is_ok());
+    }
+}
