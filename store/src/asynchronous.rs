@@ -632,6 +632,37 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_value_sqlite_cannot_store_is_refused_alone_in_its_group() {
+        let folder = ok(tempfile::tempdir());
+        let store = AsyncStore::new(sqlite_store(folder.path()));
+        ok(store
+            .create(header("a"), Vec::new(), Durability::Fsync)
+            .await);
+        let appends: Vec<_> = (0..300u64)
+            .map(|n| {
+                let store = store.clone();
+                let mut event = note(&n.to_string());
+                if n == 150 {
+                    event.ts = Some(u64::MAX);
+                }
+                tokio::spawn(async move { store.append(id("a"), vec![event], None).await })
+            })
+            .collect();
+        let mut refused = Vec::new();
+        for (n, append) in appends.into_iter().enumerate() {
+            if let Err(error) = ok(append.await) {
+                refused.push((n, error));
+            }
+        }
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(
+            matches!(refused[0], (150, StoreError::InvalidEvent(_))),
+            "{refused:?}"
+        );
+        assert_eq!(ok(store.snapshot(id("a")).await).events.len(), 299);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn close_releases_the_writer_lock() {
         let folder = ok(tempfile::tempdir());
         let store = AsyncStore::new(sqlite_store(folder.path()));

@@ -146,6 +146,15 @@ impl JsonlStore {
         Snapshot::read(&path, Some(id.clone()))
     }
 
+    /// Makes what the log of session `id` holds durable (an fdatasync of
+    /// the file, which a reader may do): a fork calls it before it copies
+    /// the parent's prefix, so that the child's seed stays a prefix of its
+    /// parent after a power loss, even when the parent's writer is in the
+    /// middle of a sync.
+    pub fn sync_log(&self, id: &SessionId) -> Result<(), StoreError> {
+        sync_log_file(&self.existing_log(id)?, &self.io)
+    }
+
     /// Opens the single writer of session `id`. See [`open_log_writer`].
     pub fn open_writer(
         &self,
@@ -398,7 +407,7 @@ pub fn open_log_writer(
         path: path.to_owned(),
         file,
         io,
-        buffer: Vec::new(),
+        pending: Vec::new(),
     };
     Ok(SessionWriter::new(
         path.to_owned(),
@@ -432,12 +441,27 @@ pub(crate) fn lock_exclusive(file: &File) -> std::io::Result<bool> {
     }
 }
 
-/// Checks a new session's events against every rule before it is created.
+/// Makes what the log file `path` holds durable: an fdatasync through a
+/// read-only descriptor (see [`JsonlStore::sync_log`]; a fork of a lone log
+/// calls it on the parent).
+pub fn sync_log_file(path: &Path, io: &Io) -> Result<(), StoreError> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|source| StoreError::io("open", path, source))?;
+    io.sync_data(&file, path)
+        .map_err(|source| StoreError::io("fdatasync", path, source))
+}
+
+/// Checks a new session's header and events before it is created: values
+/// both backends store, and every rule.
 pub(crate) fn check_new_session(
     path: &Path,
     header: &SessionHeader,
     events: &[EventRecord],
 ) -> Result<(), StoreError> {
+    crate::writer::check_storable(header, events)?;
     let (_, violations) = fold(header.clone(), events);
     match violations.into_iter().next() {
         Some(violation) => Err(StoreError::Rule {
@@ -448,27 +472,36 @@ pub(crate) fn check_new_session(
     }
 }
 
-/// Appends lines to one log file: one `write` per batch, then fdatasync.
+/// Appends lines to one log file. Staged records wait in memory until the
+/// writer's sync, which writes them all at once and then fdatasyncs: the
+/// file only ever holds what a sync wrote, so no reader, in this process or
+/// another, sees an event before it is being made durable, and a writer
+/// dropped without syncing leaves nothing behind — as in SQLite, where
+/// staged rows wait for the committer.
 #[derive(Debug)]
 struct JsonlSink {
     path: PathBuf,
     file: File,
     io: Io,
-    buffer: Vec<u8>,
+    /// The encoded lines staged since the last sync.
+    pending: Vec<u8>,
 }
 
 impl LogSink for JsonlSink {
     fn write(&mut self, id: &SessionId, records: &[EventRecord]) -> Result<(), StoreError> {
-        self.buffer.clear();
         for record in records {
-            self.buffer.extend_from_slice(record.encode(id).as_bytes());
+            self.pending.extend_from_slice(record.encode(id).as_bytes());
         }
-        self.io
-            .write_all(&mut self.file, &self.path, &self.buffer)
-            .map_err(|source| StoreError::io("write", &self.path, source))
+        Ok(())
     }
 
     fn sync(&mut self, durability: Durability) -> Result<(), StoreError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let written = self.io.write_all(&mut self.file, &self.path, &self.pending);
+        self.pending.clear();
+        written.map_err(|source| StoreError::io("write", &self.path, source))?;
         if durability == Durability::Buffered {
             return Ok(());
         }

@@ -23,7 +23,9 @@ pub use asynchronous::{AsyncStore, FOLLOW_POLL_INTERVAL};
 pub use error::{ErrorClass, StoreError};
 pub use follow::LogFollower;
 pub use io::{FaultInjector, FaultPoint, Io};
-pub use jsonl::{create_log_file, open_log_writer, read_header, JsonlStore, ListEntry};
+pub use jsonl::{
+    create_log_file, open_log_writer, read_header, sync_log_file, JsonlStore, ListEntry,
+};
 pub use leftovers::Leftover;
 pub use migrate::{
     diff, migrate, Difference, MigratePhase, MigrateProgress, MigrateReport, MigrateWarning,

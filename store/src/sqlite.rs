@@ -110,7 +110,9 @@ pub(crate) use crate::sql_checks::session_locator;
 use crate::sql_checks::{
     audit_catalogue, check_no_rows_past, corrupt_session, damaged, EventRow, SeqCheck, StoreAudit,
 };
-use crate::writer::{Durability, LogSink, SessionWriter, WriterOptions};
+use crate::writer::{
+    check_storable, check_storable_record, Durability, LogSink, SessionWriter, WriterOptions,
+};
 use crate::StoreError;
 
 /// The schema version this build reads and writes (`PRAGMA user_version`).
@@ -426,7 +428,7 @@ impl SqliteStore {
         durability: Durability,
     ) -> Result<(), StoreError> {
         check_new_session(&self.shared.session_path(&header.id), header, events)?;
-        check_representable(header, events)?;
+        check_storable(header, events)?;
         if self.contains(&header.id)? {
             return Err(self.shared.already_exists(&header.id));
         }
@@ -450,7 +452,7 @@ impl SqliteStore {
         let mut batch = Vec::with_capacity(sessions.len());
         for (header, events) in sessions {
             check_new_session(&self.shared.session_path(&header.id), &header, &events)?;
-            check_representable(&header, &events)?;
+            check_storable(&header, &events)?;
             if self.contains(&header.id)? {
                 return Err(self.shared.already_exists(&header.id));
             }
@@ -814,7 +816,7 @@ impl LogSink for SqliteSink {
     fn write(&mut self, id: &SessionId, records: &[EventRecord]) -> Result<(), StoreError> {
         debug_assert_eq!(id, &self.id, "a sink serves one session");
         for record in records {
-            check_representable_record(record)?;
+            check_storable_record(record)?;
         }
         self.pending.extend_from_slice(records);
         Ok(())
@@ -1054,7 +1056,7 @@ impl SqliteBulkCreate {
         header_body: String,
         events: Vec<EventRecord>,
     ) -> Result<(), StoreError> {
-        check_representable(&header, &events)?;
+        check_storable(&header, &events)?;
         let session = NewSession {
             header,
             header_body,
@@ -1689,36 +1691,7 @@ fn insert_events(
     Ok(())
 }
 
-/// Refuses values SQLite's signed 64-bit integers cannot hold, before
-/// anything is sent to the committer.
-fn check_representable(header: &SessionHeader, events: &[EventRecord]) -> Result<(), StoreError> {
-    for (what, value) in [
-        ("createdAt", header.created_at),
-        ("seedLength", header.seed_length),
-        ("delegationDepth", header.delegation_depth),
-    ] {
-        if i64::try_from(value).is_err() {
-            return Err(StoreError::InvalidEvent(format!(
-                "session {}: header {what} {value} is above 2^63-1, the largest integer SQLite stores",
-                header.id
-            )));
-        }
-    }
-    events.iter().try_for_each(check_representable_record)
-}
-
-fn check_representable_record(record: &EventRecord) -> Result<(), StoreError> {
-    if i64::try_from(record.seq()).is_err() || i64::try_from(record.ts()).is_err() {
-        return Err(StoreError::InvalidEvent(format!(
-            "seq {}: seq or ts {} is above 2^63-1, the largest integer SQLite stores",
-            record.seq(),
-            record.ts()
-        )));
-    }
-    Ok(())
-}
-
-/// A value checked by `check_representable` (saturates otherwise).
+/// A value checked by `check_storable` (saturates otherwise).
 fn sql_integer(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }

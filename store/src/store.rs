@@ -257,6 +257,12 @@ impl Store {
         prompt: Option<&str>,
         defaults: &Defaults,
     ) -> Result<SessionHeader, StoreError> {
+        // The child is made durable with the parent's prefix as its seed:
+        // that prefix must be durable first (a SQLite row is durable once
+        // it is visible; a log's bytes once fdatasynced).
+        if let Store::Jsonl(store) = self {
+            store.sync_log(parent)?;
+        }
         let snapshot = self.snapshot(parent)?;
         let parent_path = self.session_path(parent);
         if let Some(error) = snapshot.header_vocabulary_errors.into_iter().next() {
@@ -410,7 +416,88 @@ pub(crate) mod tests {
         fork_writes_the_child_header_seed_and_prompt,
         fork_refuses_an_existing_child_and_a_rule_breaking_parent,
         missing_session_is_not_found,
+        an_oversized_batch_is_refused_before_anything_is_written,
+        a_value_either_backend_cannot_store_is_refused_alone,
+        staged_events_are_seen_only_once_synced_and_a_dropped_writer_leaves_none,
     );
+
+    fn an_oversized_batch_is_refused_before_anything_is_written(store: &Store) {
+        ok(store.create_session(&header("a"), &[], Durability::Fsync));
+        let mut writer = ok(store.open_writer(&id("a"), buffered()));
+        let limit = sessionlog_schema::MAX_BATCH_RECORDS as usize;
+        let events: Vec<NewEvent> = (0..=limit).map(|n| note(&n.to_string())).collect();
+        let refused = writer.append_batch(events, None);
+        assert!(
+            matches!(&refused, Err(StoreError::InvalidEvent(message)) if message.contains("65537")),
+            "{refused:?}"
+        );
+        assert!(!writer.is_poisoned());
+        let events: Vec<NewEvent> = (0..limit).map(|n| note(&n.to_string())).collect();
+        assert_eq!(ok(writer.append_batch(events, Some(1))).len(), limit);
+        drop(writer);
+        assert_eq!(ok(store.snapshot(&id("a"))).events.len(), limit);
+        drop(ok(store.open_writer(&id("a"), buffered())));
+    }
+
+    fn a_value_either_backend_cannot_store_is_refused_alone(store: &Store) {
+        ok(store.create_session(&header("a"), &[], Durability::Fsync));
+        let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+        let refused = writer.append(event("note/test", "{}", u64::MAX), None);
+        assert!(
+            matches!(&refused, Err(StoreError::InvalidEvent(message)) if message.contains("ts")),
+            "{refused:?}"
+        );
+        assert!(
+            !writer.is_poisoned(),
+            "bad input does not poison the writer"
+        );
+        assert_eq!(ok(writer.append(note("next"), Some(1))).get(), 1);
+        let largest = i64::MAX.unsigned_abs();
+        assert_eq!(
+            ok(writer.append(event("note/test", "{}", largest), Some(2))).get(),
+            2
+        );
+        let mut huge = header("b");
+        huge.created_at = u64::MAX;
+        let refused = store.create_session(&huge, &[], Durability::Fsync);
+        assert!(
+            matches!(refused, Err(StoreError::InvalidEvent(_))),
+            "{refused:?}"
+        );
+        assert!(!ok(store.contains(&id("b"))));
+    }
+
+    fn staged_events_are_seen_only_once_synced_and_a_dropped_writer_leaves_none(store: &Store) {
+        ok(store.create_session(&header("a"), &[], Durability::Fsync));
+        let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+        ok(writer.append(note("acknowledged"), None));
+        ok(writer.stage(note("staged"), None));
+        assert_eq!(
+            ok(store.snapshot(&id("a"))).events.len(),
+            1,
+            "not before its sync"
+        );
+        let (_, stream) = ok(store.events(&id("a")));
+        assert_eq!(stream.count(), 1);
+        let child = ok(store.fork(&id("a"), &id("child"), None, &Defaults::default()));
+        let seeded = ok(store.snapshot(&child.id)).events.len() as u64;
+        assert_eq!(
+            child.seed_length, 1,
+            "the fork seeds the acknowledged prefix"
+        );
+        assert!(seeded >= 1);
+        assert_eq!(ok(writer.sync()).get(), 2);
+        assert_eq!(ok(store.snapshot(&id("a"))).events.len(), 2);
+        ok(writer.stage(note("dropped"), None));
+        drop(writer);
+        let reopened = ok(store.open_writer(&id("a"), WriterOptions::default()));
+        assert_eq!(
+            reopened.acknowledged_seq(),
+            2,
+            "a dropped writer's staged event is gone"
+        );
+        assert_eq!(ok(store.snapshot(&id("a"))).events.len(), 2);
+    }
 
     fn created_session_reads_back_with_its_events(store: &Store) {
         let events = [

@@ -14,7 +14,8 @@ use sessionlog_projections::{
     ReviewErrorCode, ReviewFragments, SessionState,
 };
 use sessionlog_schema::{
-    compact_json, ApprovalPolicy, EventRecord, Preset, SessionHeader, SessionId, MAX_RECORD_BYTES,
+    compact_json, ApprovalPolicy, EventRecord, Preset, SessionHeader, SessionId, MAX_BATCH_RECORDS,
+    MAX_RECORD_BYTES,
 };
 
 use crate::StoreError;
@@ -239,6 +240,12 @@ impl SessionWriter {
             return Ok(Vec::new());
         }
         let count = events.len() as u64;
+        if count > MAX_BATCH_RECORDS {
+            return Err(StoreError::InvalidEvent(format!(
+                "a batch of {count} events is above the limit of {MAX_BATCH_RECORDS} records; \
+                 nothing was written: append it as several batches"
+            )));
+        }
         let batch = (count >= 2).then_some(count);
         let mut trial = self.state.clone();
         let mut records = Vec::with_capacity(events.len());
@@ -376,6 +383,7 @@ pub(crate) fn build_record(
     })?;
     let ts = event.ts.unwrap_or_else(now_ms);
     let record = EventRecord::new(seq, ts, batch, &event.event_type, &data);
+    check_storable_record(&record)?;
     if record.body().len() + sessionlog_schema::CRC_SUFFIX_LEN > MAX_RECORD_BYTES {
         return Err(StoreError::InvalidEvent(format!(
             "seq {seq} ({}): the record would be {} bytes, above the {MAX_RECORD_BYTES}-byte limit",
@@ -384,6 +392,43 @@ pub(crate) fn build_record(
         )));
     }
     Ok(record)
+}
+
+/// Refuses a header or events holding a value one of the backends cannot
+/// store: an integer above 2^63 - 1, SQLite's largest. Both backends run
+/// it before anything is written, so they accept exactly the same sessions
+/// and events, and a store can always be migrated to the other backend.
+pub(crate) fn check_storable(
+    header: &SessionHeader,
+    events: &[EventRecord],
+) -> Result<(), StoreError> {
+    for (what, value) in [
+        ("createdAt", header.created_at),
+        ("seedLength", header.seed_length),
+        ("delegationDepth", header.delegation_depth),
+    ] {
+        if i64::try_from(value).is_err() {
+            return Err(StoreError::InvalidEvent(format!(
+                "session {}: header {what} {value} is above 2^63-1, the largest integer both backends store",
+                header.id
+            )));
+        }
+    }
+    events.iter().try_for_each(check_storable_record)
+}
+
+/// [`check_storable`] for one record: its seq and ts.
+pub(crate) fn check_storable_record(record: &EventRecord) -> Result<(), StoreError> {
+    for (what, value) in [("seq", record.seq()), ("ts", record.ts())] {
+        if i64::try_from(value).is_err() {
+            return Err(StoreError::InvalidEvent(format!(
+                "seq {} ({}): {what} {value} is above 2^63-1, the largest integer both backends store",
+                record.seq(),
+                record.event_type()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The current time in unix milliseconds.

@@ -4,7 +4,7 @@
 use anyhow::Result;
 use sessionlog_projections::{delegate, Defaults};
 use sessionlog_schema::SessionId;
-use sessionlog_store::{create_log_file, now_ms, Durability, Io, StoreError};
+use sessionlog_store::{create_log_file, now_ms, sync_log_file, Durability, Io, StoreError};
 
 use crate::cli::{DefaultArgs, SessionArgs};
 use crate::commands::create::header_json;
@@ -30,6 +30,8 @@ pub fn run(
     let header = match &target {
         Target::Store(store) => store.fork(&parent.id, &child, prompt, &defaults)?,
         Target::File(path) => {
+            // The child's seed must be a durable prefix of its parent.
+            sync_log_file(path, &Io::default())?;
             let state = fold_checked(&target, &parent, None)?;
             let snapshot = target.snapshot(&parent)?;
             let seed = delegate(
