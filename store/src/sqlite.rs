@@ -1700,17 +1700,30 @@ fn sqlite_error<'a>(
     operation: &'static str,
     path: &'a Path,
 ) -> impl Fn(rusqlite::Error) -> StoreError + 'a {
-    move |source| match source.sqlite_error_code() {
-        // The file is damaged (SQLite found a page or header it cannot
-        // read as a database): corruption, never an I/O error.
-        Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase) => {
-            damaged(path, format!("{operation}: {source}"))
-        }
-        _ => StoreError::Sqlite {
+    move |source| match is_damage(&source) {
+        true => damaged(path, format!("{operation}: {source}")),
+        false => StoreError::Sqlite {
             operation,
             path: path.to_owned(),
             source,
         },
+    }
+}
+
+/// Whether a SQLite error can only come from a damaged file: SQLite found a
+/// page or header it cannot read as a database, or a value of our own
+/// tables is not what the schema stores there (text that is not UTF-8, a
+/// number where text belongs): corruption, never an I/O error.
+fn is_damage(error: &rusqlite::Error) -> bool {
+    match error {
+        rusqlite::Error::FromSqlConversionFailure(..)
+        | rusqlite::Error::InvalidColumnType(..)
+        | rusqlite::Error::IntegralValueOutOfRange(..)
+        | rusqlite::Error::Utf8Error(..) => true,
+        _ => matches!(
+            error.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+        ),
     }
 }
 

@@ -30,6 +30,10 @@
 //! - `import`: Codex CLI rollouts and Claude Code transcripts imported
 //!   (the fixtures of `tests/fixtures/import/`, one per tool version
 //!   family): counts, authority, `verify`, re-import, broken files.
+//! - `sqlite_damage`: a multi-session database damaged page by page at
+//!   random, put to verify, export and migrate; readers that change nothing
+//!   (another application's database, a newer schema, no write
+//!   permission); a write-ahead log removed under `append`, then SIGKILL.
 //! - `hostile`: arbitrary `append` lines and pending actions through the
 //!   binary (proptest), records above 16 MiB, hostile ids, planted symlinks.
 
@@ -47,4 +51,5 @@ mod import;
 mod people;
 mod power_loss;
 mod realistic;
+mod sqlite_damage;
 mod support;

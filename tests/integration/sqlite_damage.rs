@@ -1,0 +1,505 @@
+//! SQLite damage and access: a multi-session database damaged page by page
+//! at random (bytes changed, page headers, zeroed, swapped or truncated
+//! pages), each copy put to `sessionlog verify`, `export` and `migrate`;
+//! readers that write nothing (another application's database, a newer
+//! schema, a reader without write permission); and a write-ahead log
+//! removed under a live `append` killed with SIGKILL.
+//!
+//! The campaign's one requirement: no case where `verify` exits 0 while
+//! `export` (or a `migrate` that succeeded) lost or changed an event. CI
+//! runs a few hundred cases; `SESSIONLOG_LONG=1` runs thousands.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use sessionlog_schema::{SessionHeader, SessionId};
+use sessionlog_store::{Durability, NewEvent, SqliteStore, Store, WriterOptions};
+
+use crate::cli_support::{run, sessionlog};
+use crate::support::Rng;
+
+fn ok<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
+    result.unwrap_or_else(|error| panic!("unexpected error: {error}"))
+}
+
+fn text(path: &Path) -> String {
+    path.display().to_string()
+}
+
+fn id(name: &str) -> SessionId {
+    ok(SessionId::parse(name))
+}
+
+/// SQLite's page size for our databases (the default).
+const PAGE: usize = 4096;
+
+/// A database of `sessions` sessions with notes of varied sizes (some
+/// spanning overflow pages) and batches, closed cleanly (no `-wal` left).
+fn build_database(path: &Path, sessions: usize, rng: &mut Rng) {
+    let store = ok(SqliteStore::open(path));
+    for n in 0..sessions {
+        let session = id(&format!("session-{n}"));
+        let header = SessionHeader::root(session.clone(), 1_700_000_000_000, "/work".to_owned());
+        ok(store.create(&header, &[], Durability::Buffered));
+        let mut writer = ok(store.open_writer(
+            &session,
+            WriterOptions {
+                durability: Durability::Buffered,
+                keep_snapshot: false,
+            },
+        ));
+        let events = 10 + rng.below(60);
+        let mut written = 0;
+        while written < events {
+            let note = |rng: &mut Rng, k: usize| {
+                let size = *rng.pick(&[8usize, 40, 200, 900, 5000]);
+                let body: String = (0..size)
+                    .map(|i| char::from(b'a' + ((i + k) % 26) as u8))
+                    .collect();
+                NewEvent {
+                    event_type: "note/test".to_owned(),
+                    data: serde_json::json!({ "n": k, "text": body }).to_string(),
+                    ts: Some(1_700_000_000_000 + k as u64),
+                }
+            };
+            if rng.chance(20) {
+                let size = 2 + rng.below(4);
+                let batch = (0..size).map(|k| note(rng, written + k)).collect();
+                ok(writer.append_batch(batch, None));
+                written += size;
+            } else {
+                ok(writer.append(note(rng, written), None));
+                written += 1;
+            }
+        }
+    }
+}
+
+/// What `export` prints for each session, by id.
+fn exports(database: &Path, ids: &[String]) -> BTreeMap<String, String> {
+    ids.iter()
+        .map(|session| {
+            let export = run(["export", &text(database), "--session", session]);
+            assert_eq!(export.code, 0, "export {session}: {}", export.stderr);
+            (session.clone(), export.stdout)
+        })
+        .collect()
+}
+
+/// The sessions `verify --json` reported, and its exit code.
+fn verify(database: &Path) -> (i32, Vec<String>, String) {
+    let verified = run(["verify", &text(database), "--json", "--quiet"]);
+    let sessions = verified
+        .stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|verdict| verdict["session"].as_str().map(str::to_owned))
+        .collect();
+    (verified.code, sessions, verified.stderr)
+}
+
+/// One kind of damage, applied to a copy of the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Damage {
+    /// 1 to 4 bytes anywhere in one page set to random values.
+    Bytes,
+    /// One byte of a page's b-tree header (type, free block, cell count,
+    /// cell content start) changed.
+    PageHeader,
+    /// A run of 16 to 256 random bytes in one page.
+    Run,
+    /// One page zeroed.
+    Zeroed,
+    /// One page replaced by another page of the file.
+    Swapped,
+    /// The file cut at a random length.
+    Truncated,
+}
+
+const DAMAGES: [Damage; 6] = [
+    Damage::Bytes,
+    Damage::PageHeader,
+    Damage::Run,
+    Damage::Zeroed,
+    Damage::Swapped,
+    Damage::Truncated,
+];
+
+fn damage(bytes: &mut Vec<u8>, kind: Damage, rng: &mut Rng) -> String {
+    let pages = bytes.len() / PAGE;
+    let page = rng.below(pages);
+    let start = page * PAGE;
+    match kind {
+        Damage::Bytes => {
+            let count = 1 + rng.below(4);
+            for _ in 0..count {
+                let at = start + rng.below(PAGE);
+                bytes[at] = bytes[at].wrapping_add(1 + rng.below(255) as u8);
+            }
+            format!("{count} bytes of page {}", page + 1)
+        }
+        Damage::PageHeader => {
+            // Page 1 holds the 100-byte database header first.
+            let header = start + if page == 0 { 100 } else { 0 };
+            let at = header + rng.below(8);
+            bytes[at] = bytes[at].wrapping_add(1 + rng.below(255) as u8);
+            format!("b-tree header byte {} of page {}", at - header, page + 1)
+        }
+        Damage::Run => {
+            let length = 16 + rng.below(240);
+            let at = start + rng.below(PAGE - length);
+            for byte in &mut bytes[at..at + length] {
+                *byte = rng.below(256) as u8;
+            }
+            format!(
+                "{length} bytes at offset {} of page {}",
+                at - start,
+                page + 1
+            )
+        }
+        Damage::Zeroed => {
+            bytes[start..start + PAGE].fill(0);
+            format!("page {} zeroed", page + 1)
+        }
+        Damage::Swapped => {
+            let other = rng.below(pages);
+            let copy = bytes[other * PAGE..(other + 1) * PAGE].to_vec();
+            bytes[start..start + PAGE].copy_from_slice(&copy);
+            format!("page {} replaced by page {}", page + 1, other + 1)
+        }
+        Damage::Truncated => {
+            let length = rng.below(bytes.len());
+            bytes.truncate(length);
+            format!("cut to {length} bytes")
+        }
+    }
+}
+
+/// What the campaign saw, per kind of damage.
+#[derive(Debug, Default)]
+struct Figures {
+    cases: usize,
+    /// Exit codes of `verify`.
+    verify_codes: BTreeMap<i32, usize>,
+    /// `verify` exited 0 and every session exported as before (damage in
+    /// free space or in bytes no reader uses).
+    harmless: usize,
+    /// `migrate` succeeded (its copy is then compared with the original).
+    migrated: usize,
+    /// `verify` exited 0 but an event was lost or changed: must stay 0.
+    silent_losses: Vec<String>,
+}
+
+fn campaign(cases: usize, seed: u64) -> BTreeMap<Damage, Figures> {
+    let folder = ok(tempfile::tempdir());
+    let original = folder.path().join("original.db");
+    let mut rng = Rng::new(seed);
+    build_database(&original, 8, &mut rng);
+    let pristine = ok(std::fs::read(&original));
+    let ids: Vec<String> = (0..8).map(|n| format!("session-{n}")).collect();
+    let expected = exports(&original, &ids);
+    let (code, verified, stderr) = verify(&original);
+    assert_eq!(
+        (code, &verified),
+        (0, &ids),
+        "the original verifies: {stderr}"
+    );
+    let mut figures: BTreeMap<Damage, Figures> = BTreeMap::new();
+    for case in 0..cases {
+        let kind = DAMAGES[case % DAMAGES.len()];
+        let mut bytes = pristine.clone();
+        let what = damage(&mut bytes, kind, &mut rng);
+        let copy = folder.path().join(format!("case-{case}.db"));
+        ok(std::fs::write(&copy, &bytes));
+        let (code, verified, stderr) = verify(&copy);
+        let seen = figures.entry(kind).or_default();
+        seen.cases += 1;
+        *seen.verify_codes.entry(code).or_default() += 1;
+        assert!(
+            [0, 1, 2].contains(&code),
+            "case {case} ({what}): verify exited {code}: {stderr}"
+        );
+        if code == 1 {
+            // Only damage to the database header's schema version reads as
+            // another application's database or a newer schema.
+            assert!(
+                stderr.contains("not a sessionlog store") || stderr.contains("newer"),
+                "case {case} ({what}): verify exited 1: {stderr}"
+            );
+        }
+        if code == 0 {
+            let exported = exports(&copy, &verified);
+            if verified != ids || exported != expected {
+                seen.silent_losses.push(format!("case {case}: {what}"));
+            } else {
+                seen.harmless += 1;
+            }
+        }
+        let migrated = folder.path().join(format!("case-{case}-copy"));
+        if let Ok(report) = migrate_quietly(&copy, &migrated) {
+            seen.migrated += 1;
+            let copied = Store::open_read_only(&migrated).and_then(|store| store.ids());
+            let copied: Vec<String> = ok(copied).iter().map(ToString::to_string).collect();
+            let same = copied == ids && exports_of_folder(&migrated, &ids) == expected;
+            if !same {
+                seen.silent_losses.push(format!(
+                    "case {case}: {what}: migrate copied {} sessions and called the copy identical",
+                    report
+                ));
+            }
+            let _ = std::fs::remove_dir_all(&migrated);
+        }
+        let _ = std::fs::remove_file(&copy);
+    }
+    figures
+}
+
+/// Runs the library's migrate from `database` to a new folder of logs.
+fn migrate_quietly(database: &Path, folder: &Path) -> Result<usize, String> {
+    let source = Store::open_read_only(database).map_err(|error| error.to_string())?;
+    let destination = Store::create(folder).map_err(|error| error.to_string())?;
+    sessionlog_store::migrate(&source, &destination, &mut |_| {})
+        .map(|report| report.sessions)
+        .map_err(|error| error.to_string())
+}
+
+fn exports_of_folder(folder: &Path, ids: &[String]) -> BTreeMap<String, String> {
+    ids.iter()
+        .map(|session| {
+            let log: PathBuf = folder.join(format!("{session}.jsonl"));
+            let export = run(["export", &text(&log)]);
+            (session.clone(), export.stdout)
+        })
+        .collect()
+}
+
+fn print_figures(figures: &BTreeMap<Damage, Figures>) {
+    for (kind, seen) in figures {
+        println!(
+            "{kind:?}: {} cases, verify exits {:?}, harmless {}, migrated {}, silent losses {}",
+            seen.cases,
+            seen.verify_codes,
+            seen.harmless,
+            seen.migrated,
+            seen.silent_losses.len()
+        );
+    }
+}
+
+#[test]
+fn no_page_level_damage_verifies_clean_while_an_event_is_lost_or_changed() {
+    let long = std::env::var_os("SESSIONLOG_LONG").is_some();
+    let cases = if long { 6000 } else { 240 };
+    let figures = campaign(cases, 0x5eed_da7a);
+    print_figures(&figures);
+    let losses: Vec<&String> = figures
+        .values()
+        .flat_map(|seen| &seen.silent_losses)
+        .collect();
+    assert!(losses.is_empty(), "silent losses: {losses:#?}");
+    let corrupt: usize = figures
+        .values()
+        .map(|seen| seen.verify_codes.get(&2).copied().unwrap_or(0))
+        .sum();
+    assert!(corrupt > cases / 2, "most damage is found: {figures:#?}");
+}
+
+/// Every byte of every file in `folder`, by name.
+fn folder_bytes(folder: &Path) -> BTreeMap<String, Vec<u8>> {
+    ok(std::fs::read_dir(folder))
+        .map(|entry| {
+            let path = ok(entry).path();
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            (
+                name.unwrap_or_default(),
+                std::fs::read(&path).unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn readers_never_adopt_another_applications_database_nor_an_empty_file() {
+    let folder = ok(tempfile::tempdir());
+    let foreign = folder.path().join("other.db");
+    {
+        let connection = ok(rusqlite::Connection::open(&foreign));
+        ok(connection
+            .execute_batch("CREATE TABLE notes (text TEXT); INSERT INTO notes VALUES ('x');"));
+    }
+    let empty = folder.path().join("empty.db");
+    ok(std::fs::write(&empty, b""));
+    let before = folder_bytes(folder.path());
+    for database in [&foreign, &empty] {
+        for command in ["verify", "list", "stats", "export"] {
+            let reading = run([command, &text(database)]);
+            assert_eq!(reading.code, 1, "{command} {}: {reading:?}", text(database));
+            assert!(
+                reading.stderr.contains("not a sessionlog store"),
+                "{command}: {}",
+                reading.stderr
+            );
+        }
+    }
+    assert_eq!(folder_bytes(folder.path()), before, "not a byte changed");
+}
+
+#[test]
+fn a_newer_schema_is_refused_by_readers_and_writers_before_anything_changes() {
+    let folder = ok(tempfile::tempdir());
+    let database = folder.path().join("s.db");
+    run(["create", &text(&database), "--session", "a"]).expect_code(0);
+    ok(ok(rusqlite::Connection::open(&database)).pragma_update(None, "user_version", 99));
+    let before = folder_bytes(folder.path());
+    for arguments in [
+        vec!["verify", "s.db"],
+        vec!["list", "s.db"],
+        vec!["export", "s.db"],
+        vec!["append", "s.db", "--session", "a"],
+    ] {
+        let mut command = sessionlog(&arguments);
+        command.current_dir(folder.path());
+        let refused = crate::cli_support::run_command(command, Some(""));
+        assert_eq!(refused.code, 1, "{arguments:?}: {refused:?}");
+        assert!(refused.stderr.contains("99"), "{}", refused.stderr);
+    }
+    assert_eq!(folder_bytes(folder.path()), before, "not a byte changed");
+}
+
+/// Runs `command` without write permission on `folder`: as the `nobody`
+/// user when the tests run as root (whom permissions do not stop), else
+/// with the folder and its files made read-only.
+fn without_write_permission(folder: &Path, arguments: &[&str]) -> crate::cli_support::Run {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let set = |path: &Path, mode: u32| {
+        ok(std::fs::set_permissions(
+            path,
+            std::fs::Permissions::from_mode(mode),
+        ))
+    };
+    let root = running_as_root();
+    for entry in ok(std::fs::read_dir(folder)) {
+        let path = ok(entry).path();
+        if path.is_file() {
+            set(&path, 0o444);
+        }
+    }
+    set(folder, 0o555);
+    let mut command = sessionlog(arguments);
+    command.current_dir(folder);
+    if root {
+        if let Some(parent) = folder.parent() {
+            set(parent, 0o755);
+        }
+        command.uid(65_534).gid(65_534);
+    }
+    let result = crate::cli_support::run_command(command, None);
+    set(folder, 0o700);
+    result
+}
+
+fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|line| line.starts_with("Uid:"))
+                .map(|line| line.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_reader_without_write_permission_verifies_and_exports() {
+    let outer = ok(tempfile::tempdir());
+    let folder = outer.path().join("store");
+    ok(std::fs::create_dir(&folder));
+    let database = folder.join("s.db");
+    run(["create", &text(&database), "--session", "a"]).expect_code(0);
+    let appended = crate::cli_support::run_with_stdin(
+        ["append", &text(&database), "--session", "a"],
+        "{\"type\":\"note/x\",\"data\":{\"n\":1}}\n",
+    );
+    assert_eq!(appended.code, 0, "{appended:?}");
+    let before = ok(std::fs::read(&database));
+    let verified = without_write_permission(&folder, &["verify", "s.db"]);
+    assert_eq!(verified.code, 0, "{verified:?}");
+    assert!(verified.stdout.contains("1 events"), "{}", verified.stdout);
+    let exported = without_write_permission(&folder, &["export", "s.db", "--session", "a"]);
+    assert_eq!(exported.code, 0, "{exported:?}");
+    assert!(exported.stdout.contains("\"n\":1"), "{}", exported.stdout);
+    assert_eq!(ok(std::fs::read(&database)), before, "not a byte changed");
+}
+
+#[test]
+fn a_write_ahead_log_removed_under_a_live_append_loses_nothing_acknowledged_after_sigkill() {
+    let folder = ok(tempfile::tempdir());
+    let database = folder.path().join("s.db");
+    run(["create", &text(&database), "--session", "a"]).expect_code(0);
+    let mut child = ok(sessionlog(["append", &text(&database), "--session", "a"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn());
+    let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("a stdin pipe"));
+    let stdout = child
+        .stdout
+        .take()
+        .unwrap_or_else(|| panic!("a stdout pipe"));
+    let mut acks = BufReader::new(stdout).lines();
+    let mut acknowledged = Vec::new();
+    let mut send = |n: u64, acknowledged: &mut Vec<u64>| -> bool {
+        let line = format!("{{\"type\":\"note/x\",\"data\":{{\"n\":{n}}}}}\n");
+        if stdin
+            .write_all(line.as_bytes())
+            .and_then(|()| stdin.flush())
+            .is_err()
+        {
+            return false;
+        }
+        match acks.next() {
+            Some(Ok(ack)) => {
+                let value: serde_json::Value = ok(serde_json::from_str(&ack));
+                acknowledged.push(value["seq"].as_u64().unwrap_or(0));
+                true
+            }
+            _ => false,
+        }
+    };
+    assert!(
+        send(1, &mut acknowledged),
+        "the first append is acknowledged"
+    );
+    let mut wal = database.as_os_str().to_owned();
+    wal.push("-wal");
+    ok(std::fs::remove_file(PathBuf::from(wal)));
+    for n in 2..=4 {
+        if !send(n, &mut acknowledged) {
+            break;
+        }
+    }
+    ok(child.kill());
+    let _ = child.wait();
+    assert_eq!(
+        acknowledged,
+        [1, 2],
+        "the append that found the log gone is saved and acknowledged, then the writer stops"
+    );
+    let exported = run(["export", &text(&database), "--session", "a"]);
+    assert_eq!(exported.code, 0, "{exported:?}");
+    let seqs: Vec<u64> = exported
+        .stdout
+        .lines()
+        .skip(1)
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|event| event["seq"].as_u64())
+        .collect();
+    assert_eq!(
+        seqs, acknowledged,
+        "every acknowledged append survives SIGKILL"
+    );
+}
