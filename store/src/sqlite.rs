@@ -1,7 +1,7 @@
 //! The SQLite backend: one database file holding many sessions, with the
 //! same API and the same records as the JSONL backend.
 //!
-//! # Schema (version 1, `PRAGMA user_version = 1`)
+//! # Schema (version 2, `PRAGMA user_version = 2`)
 //!
 //! ```sql
 //! CREATE TABLE sessions (
@@ -14,7 +14,8 @@
 //!     sandbox_mode     TEXT,
 //!     approval_policy  TEXT,
 //!     header_body      TEXT NOT NULL,   -- the header record up to ,"crc":
-//!     header_crc       INTEGER NOT NULL -- CRC-32 of id + header_body
+//!     header_crc       INTEGER NOT NULL,-- CRC-32 of id + header_body
+//!     last_seq         INTEGER NOT NULL DEFAULT 0 -- the last event's seq
 //! ) STRICT;
 //! CREATE TABLE events (
 //!     session_id TEXT NOT NULL REFERENCES sessions(id),
@@ -35,8 +36,18 @@
 //! checks that the columns agree with them. A stored CRC that does not match
 //! its body, a body that does not decode, columns that disagree with it, a
 //! seq gap, an unfinished batch or a `seedLength` above the number of events
-//! is corruption, reported with the session and seq. Integers are SQLite's
-//! signed 64 bits: a time or count above 2^63 - 1 is refused on write.
+//! is corruption, reported with the session and seq; so are rows that end
+//! before, or run past, the `last_seq` of their session row, which every
+//! append moves in its own transaction (the checks live in `sql_checks`).
+//! A session row whose id is invalid, events without a session row, and
+//! whatever SQLite reports of a damaged file are corruption of the database
+//! as a whole ([`SqliteStore::audit`]). Integers are SQLite's signed 64
+//! bits: a time or count above 2^63 - 1 is refused on write.
+//!
+//! [`SqliteStore::open_read_only`] is how reading commands open a database:
+//! no WAL switch, no schema step, no write, so a store on a read-only
+//! medium or readable only can be verified; another application's database
+//! is never adopted.
 //!
 //! The database runs in WAL mode; a newer `user_version` is refused, an
 //! older one is brought forward by the steps of `MIGRATION_STEPS`, all in
@@ -63,6 +74,10 @@
 //! back and apply the group again with a savepoint per request, so that it
 //! is rolled back alone. Savepoints cost a parse and two statements per
 //! request, which the common case does without.
+//!
+//! After each commit, before anyone is answered, the committer checks that
+//! the `-wal` file is still in place (`WalGuard`); when it was removed, it
+//! checkpoints what the removed file holds into the database and stops.
 //!
 //! The WAL is checkpointed every 8192 pages (32 MiB) rather than SQLite's
 //! default 1000: with many sessions appending, each group dirties one page

@@ -503,3 +503,51 @@ fn a_write_ahead_log_removed_under_a_live_append_loses_nothing_acknowledged_afte
         "every acknowledged append survives SIGKILL"
     );
 }
+
+#[test]
+fn verify_reports_damage_per_session_and_goes_on_to_the_others() {
+    let folder = ok(tempfile::tempdir());
+    let database = folder.path().join("s.db");
+    for session in ["a", "b", "c"] {
+        run(["create", &text(&database), "--session", session]).expect_code(0);
+        let lines = "{\"type\":\"note/x\",\"data\":{}}\n".repeat(3);
+        crate::cli_support::run_with_stdin(
+            ["append", &text(&database), "--session", session],
+            &lines,
+        )
+        .expect_code(0);
+    }
+    {
+        let connection = ok(rusqlite::Connection::open(&database));
+        ok(connection.execute_batch(
+            "DELETE FROM events WHERE session_id = 'b' AND seq = 3;
+             UPDATE sessions SET id = 'c/x' WHERE id = 'c';",
+        ));
+    }
+    let verified = run(["verify", &text(&database), "--json"]);
+    assert_eq!(verified.code, 2, "{verified:?}");
+    let verdicts: Vec<(Option<String>, String)> = verified
+        .stdout
+        .lines()
+        .map(|line| {
+            let verdict: serde_json::Value = ok(serde_json::from_str(line));
+            (
+                verdict["session"].as_str().map(str::to_owned),
+                verdict["status"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let expected = [
+        (None, "corrupt"),
+        (None, "corrupt"),
+        (Some("a"), "ok"),
+        (Some("b"), "corrupt"),
+    ]
+    .map(|(session, status)| (session.map(str::to_owned), status.to_owned()));
+    assert_eq!(verdicts, expected, "{}", verified.stdout);
+    assert!(verified.stdout.contains("\\\"c/x\\\""), "{}", verified.stdout);
+    assert!(verified.stdout.contains("no session row"), "{}", verified.stdout);
+    for command in ["list", "stats"] {
+        assert_eq!(run([command, &text(&database)]).code, 2, "{command}");
+    }
+}
