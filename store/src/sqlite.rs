@@ -2388,12 +2388,7 @@ mod tests {
         let store = store_with_events(folder.path(), 3);
         ok(raw(store.path()).execute("DELETE FROM events WHERE seq = 3", []));
         assert_corrupt_at(store.snapshot(&id("a")), 3, "are missing");
-        let streamed: Vec<Result<EventRecord, StoreError>> = ok(store.events(&id("a"))).collect();
-        assert_eq!(streamed.len(), 3, "two events, then the error");
-        assert!(
-            matches!(streamed.last(), Some(Err(StoreError::Corrupt { .. }))),
-            "{streamed:?}"
-        );
+        assert_eq!(streamed_until_corruption(&store), 2);
     }
 
     #[test]
@@ -2402,11 +2397,7 @@ mod tests {
         let store = store_with_events(folder.path(), 3);
         ok(raw(store.path()).execute("UPDATE sessions SET last_seq = 2", []));
         assert_corrupt_at(store.snapshot(&id("a")), 3, "rows run to seq 3");
-        let streamed: Vec<Result<EventRecord, StoreError>> = ok(store.events(&id("a"))).collect();
-        assert!(
-            matches!(streamed.last(), Some(Err(StoreError::Corrupt { .. }))),
-            "{streamed:?}"
-        );
+        streamed_until_corruption(&store);
     }
 
     #[test]
@@ -2536,6 +2527,17 @@ mod tests {
         store
     }
 
+    /// Streams session `a` and checks that the stream ends with
+    /// corruption; returns how many events came before it.
+    fn streamed_until_corruption(store: &SqliteStore) -> usize {
+        let streamed: Vec<Result<EventRecord, StoreError>> = ok(store.events(&id("a"))).collect();
+        assert!(
+            matches!(streamed.last(), Some(Err(StoreError::Corrupt { .. }))),
+            "{streamed:?}"
+        );
+        streamed.len() - 1
+    }
+
     fn assert_corrupt_at(result: Result<Snapshot, StoreError>, seq: u64, reason: &str) {
         let Err(StoreError::Corrupt { corruption, .. }) = &result else {
             panic!("expected corruption, got {result:?}");
@@ -2557,11 +2559,7 @@ mod tests {
             [],
         ));
         assert_corrupt_at(store.snapshot(&id("a")), 2, "CRC mismatch");
-        let streamed: Vec<Result<EventRecord, StoreError>> = ok(store.events(&id("a"))).collect();
-        assert!(matches!(
-            streamed.last(),
-            Some(Err(StoreError::Corrupt { .. }))
-        ));
+        assert_eq!(streamed_until_corruption(&store), 1);
         let writer = store.open_writer(&id("a"), WriterOptions::default());
         assert!(
             matches!(writer, Err(StoreError::Corrupt { .. })),

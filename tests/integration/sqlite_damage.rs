@@ -251,7 +251,11 @@ fn campaign(cases: usize, seed: u64) -> BTreeMap<Damage, Figures> {
             }
             let _ = std::fs::remove_dir_all(&migrated);
         }
-        let _ = std::fs::remove_file(&copy);
+        for suffix in ["", "-wal", "-shm"] {
+            let mut file = copy.as_os_str().to_owned();
+            file.push(suffix);
+            let _ = std::fs::remove_file(PathBuf::from(file));
+        }
     }
     figures
 }
@@ -545,8 +549,16 @@ fn verify_reports_damage_per_session_and_goes_on_to_the_others() {
     ]
     .map(|(session, status)| (session.map(str::to_owned), status.to_owned()));
     assert_eq!(verdicts, expected, "{}", verified.stdout);
-    assert!(verified.stdout.contains("\\\"c/x\\\""), "{}", verified.stdout);
-    assert!(verified.stdout.contains("no session row"), "{}", verified.stdout);
+    assert!(
+        verified.stdout.contains("\\\"c/x\\\""),
+        "{}",
+        verified.stdout
+    );
+    assert!(
+        verified.stdout.contains("no session row"),
+        "{}",
+        verified.stdout
+    );
     for command in ["list", "stats"] {
         assert_eq!(run([command, &text(&database)]).code, 2, "{command}");
     }
