@@ -116,7 +116,10 @@ function defaultsOf(options) {
   }
 }
 
-/** An event `{type, data, ts?}` as the addon takes it: `data` as JSON text. */
+/**
+ * An event `{type, data, ts?}` as the addon takes it: the JSON text
+ * `[type, ts|null, data]`, `data` written once by JSON.stringify.
+ */
 function encodeEvent(event, index) {
   const where = `event ${index}`
   if (event === null || typeof event !== 'object' || Array.isArray(event)) {
@@ -135,7 +138,7 @@ function encodeEvent(event, index) {
     throw new SessionlogError('INVALID_EVENT', `${where} (${event.type}): data must be a JSON value, not ${describe(event.data)}`)
   }
   const ts = checkInteger(event.ts, `${where} (${event.type}): ts`)
-  return ts === undefined ? { type: event.type, data } : { type: event.type, data, ts }
+  return `[${JSON.stringify(event.type)},${ts === undefined ? 'null' : ts},${data}]`
 }
 
 /** A JSON value given as an object, or as its JSON text passed through. */
@@ -322,12 +325,14 @@ class Writer {
     let batch
     try {
       this.#checkOpen()
-      batch = { events: events.map(encodeEvent), expectSeq: checkInteger(options.expectSeq, 'expectSeq', 1) }
+      const expectSeq = checkInteger(options.expectSeq, 'expectSeq', 1)
+      const encoded = single ? encodeEvent(events[0], 0) : events.map(encodeEvent).join(',')
+      batch = `[${expectSeq === undefined ? 'null' : expectSeq},[${encoded}]]`
     } catch (error) {
       return Promise.reject(error)
     }
     return new Promise((resolve, reject) => {
-      this.#queue.push({ batch, single, resolve, reject })
+      this.#queue.push({ batch, count: events.length, single, resolve, reject })
       this.#pump()
     })
   }
@@ -359,15 +364,22 @@ class Writer {
     let count = 0
     while (count < this.#queue.length && !this.#queue[count].run) count += 1
     const group = this.#queue.splice(0, count)
-    settle(() => this.#native.appendGroup(group.map((entry) => entry.batch)))
+    let text = '['
+    for (let index = 0; index < group.length; index += 1) text += (index > 0 ? ',' : '') + group[index].batch
+    text += ']'
+    settle(() => this.#native.appendGroup(text))
       .then(
         (outcomes) => {
-          // In call order, which is seq order.
-          outcomes.forEach((outcome, index) => {
+          // In call order, which is seq order: the seq of a batch's first
+          // event (null for an empty batch), or its failure.
+          const parsed = JSON.parse(outcomes)
+          for (let index = 0; index < group.length; index += 1) {
+            const outcome = parsed[index]
             const entry = group[index]
-            if (outcome.error) entry.reject(errorOf(JSON.parse(outcome.error)))
-            else entry.resolve(entry.single ? outcome.seqs[0] : outcome.seqs)
-          })
+            if (outcome !== null && typeof outcome === 'object') entry.reject(errorOf(outcome))
+            else if (entry.single) entry.resolve(outcome)
+            else entry.resolve(Array.from({ length: entry.count }, (_, offset) => outcome + offset))
+          }
         },
         (error) => group.forEach((entry) => entry.reject(error)),
       )

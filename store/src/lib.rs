@@ -28,7 +28,8 @@ pub use migrate::{
     diff, migrate, Difference, MigratePhase, MigrateProgress, MigrateReport, MigrateWarning,
 };
 pub use reader::{
-    fold_through, read_snapshot_from, FoldedEvent, Line, LineReader, LogReader, SessionStream, Snapshot,
+    fold_through, read_snapshot_from, FoldedEvent, Line, LineReader, LogReader, SessionStream,
+    Snapshot,
 };
 pub use sqlite::{SqliteEvents, SqliteStore, SCHEMA_VERSION};
 pub use store::{Backend, EventStream, Store};

@@ -234,6 +234,15 @@ impl SessionWriter {
         events: Vec<NewEvent>,
         expected_seq: Option<u64>,
     ) -> Result<Vec<u64>, StoreError> {
+        if events.len() == 1 {
+            // No batch member and nothing to roll back: checked in place,
+            // without the trial copy of the state a batch needs.
+            let event = events
+                .into_iter()
+                .next()
+                .map(|event| self.stage(event, expected_seq));
+            return event.into_iter().collect();
+        }
         self.check_usable(expected_seq)?;
         if events.is_empty() {
             return Ok(Vec::new());

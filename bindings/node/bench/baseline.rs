@@ -33,7 +33,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let snapshot = store.snapshot(&id)?;
             (started.elapsed().as_secs_f64(), snapshot.events.len())
         }
-        _ => return Err("usage: baseline append STORE COUNT fsync|buffered | snapshot STORE ID".into()),
+        _ => {
+            return Err(
+                "usage: baseline append STORE COUNT fsync|buffered | snapshot STORE ID".into(),
+            )
+        }
     };
     println!("{{\"seconds\":{seconds},\"count\":{count}}}");
     Ok(())
@@ -48,7 +52,11 @@ fn append(
 ) -> Result<(f64, usize), Box<dyn std::error::Error>> {
     let store = Store::create(&location)?;
     let id = SessionId::parse("bench")?;
-    store.create_session(&SessionHeader::root(id.clone(), now_ms(), "/bench".into()), &[], durability)?;
+    store.create_session(
+        &SessionHeader::root(id.clone(), now_ms(), "/bench".into()),
+        &[],
+        durability,
+    )?;
     let mut writer = store.open_writer(
         &id,
         WriterOptions {
@@ -65,5 +73,7 @@ fn append(
 
 /// The data of the n-th event: the same text `bench.js` appends.
 fn note(n: usize) -> String {
-    format!(r#"{{"n":{n},"text":"a note of about one hundred bytes, as a small runtime event carries"}}"#)
+    format!(
+        r#"{{"n":{n},"text":"a note of about one hundred bytes, as a small runtime event carries"}}"#
+    )
 }

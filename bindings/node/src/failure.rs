@@ -79,7 +79,10 @@ impl Failure {
         let text = serde_json::to_string(&self).unwrap_or_else(|_| {
             // Serialising strings and integers cannot fail; keep the code
             // even if it somehow did.
-            format!(r#"{{"sessionlog":true,"code":"{}","message":""}}"#, self.code)
+            format!(
+                r#"{{"sessionlog":true,"code":"{}","message":""}}"#,
+                self.code
+            )
         });
         napi::Error::new(napi::Status::GenericFailure, text)
     }
@@ -94,9 +97,7 @@ impl From<StoreError> for Failure {
             | StoreError::NewerSchema { path, .. } => Failure::new("IO", message).at_path(path),
             StoreError::InvalidId(_) => Failure::new("INVALID_ID", message),
             StoreError::NotFound { path, .. } => Failure::new("NOT_FOUND", message).at_path(path),
-            StoreError::AlreadyExists { path, .. } => {
-                Failure::new("EXISTS", message).at_path(path)
-            }
+            StoreError::AlreadyExists { path, .. } => Failure::new("EXISTS", message).at_path(path),
             StoreError::Corrupt { path, corruption } => Failure {
                 line: Some(corruption.position.line),
                 offset: Some(corruption.position.offset),

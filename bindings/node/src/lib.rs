@@ -26,9 +26,7 @@ use napi::bindgen_prelude::AsyncTask;
 use napi_derive::napi;
 use sessionlog_projections::{parse_review_result, Defaults};
 use sessionlog_schema::{ApprovalPolicy, SandboxMode, SessionHeader, SessionId};
-use sessionlog_store::{
-    fold_through, now_ms, AsyncStore, Durability, Store, WriterOptions,
-};
+use sessionlog_store::{fold_through, now_ms, AsyncStore, Durability, Store, WriterOptions};
 
 use crate::failure::{Failure, Outcome};
 use crate::follow::NativeFollow;

@@ -49,9 +49,10 @@ where
     type JsValue = T;
 
     fn compute(&mut self) -> napi::Result<T> {
-        let work = self.work.take().ok_or_else(|| {
-            Failure::panic(Box::new("a blocking task ran twice")).into_napi()
-        })?;
+        let work = self
+            .work
+            .take()
+            .ok_or_else(|| Failure::panic(Box::new("a blocking task ran twice")).into_napi())?;
         guarded(work)
     }
 

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use napi::bindgen_prelude::AsyncTask;
 use napi_derive::napi;
+use serde::{Deserialize, Serialize};
 use sessionlog_projections::parse_pending_action;
 use sessionlog_store::{NewEvent, SessionWriter};
 
@@ -17,41 +18,27 @@ use crate::failure::{Failure, Outcome};
 use crate::json;
 use crate::task::{blocking, Blocking};
 
-/// One event to append: its type, its `data` as JSON text (what
-/// `JSON.stringify` gave), and its time in unix milliseconds (now when
-/// absent).
-#[napi(object)]
-#[derive(Debug)]
-pub struct EventInput {
-    /// The event type, e.g. `turn/start`.
-    #[napi(js_name = "type")]
-    pub event_type: String,
-    /// `data` as JSON text.
-    pub data: String,
-    /// Unix milliseconds.
-    pub ts: Option<f64>,
-}
+/// A group of appends as `index.js` encodes it, one JSON array for all:
+/// `[[expectSeq|null, [[type, ts|null, data], ...]], ...]`, each `data` the
+/// JSON text `JSON.stringify` gave, kept as it is (it is compacted once,
+/// when its record is built).
+#[derive(Debug, Deserialize)]
+struct Batch<'text>(Option<u64>, #[serde(borrow)] Vec<EventInput<'text>>);
 
-/// One caller's append: its events (one atomic batch) and the seq the first
-/// must get.
-#[napi(object)]
-#[derive(Debug)]
-pub struct BatchInput {
-    /// The events, appended all or none.
-    pub events: Vec<EventInput>,
-    /// The seq the first event must get (`CONFLICT` otherwise).
-    pub expect_seq: Option<f64>,
-}
+#[derive(Debug, Deserialize)]
+struct EventInput<'text>(
+    String,
+    Option<u64>,
+    #[serde(borrow)] &'text serde_json::value::RawValue,
+);
 
-/// One caller's outcome: the seqs of its events, or the JSON text of its
-/// failure.
-#[napi(object)]
-#[derive(Debug)]
-pub struct BatchOutcome {
-    /// The acknowledged seqs.
-    pub seqs: Option<Vec<f64>>,
-    /// The failure (see `Failure`).
-    pub error: Option<String>,
+/// One append's outcome: the seq of its first event (its events have the
+/// seqs from there on; null for an empty batch), or its failure.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum BatchOutcome {
+    Appended(Option<u64>),
+    Failed(Failure),
 }
 
 /// The writer of one session (see the module docs).
@@ -99,33 +86,41 @@ impl NativeWriter {
         self.id.clone()
     }
 
-    /// Appends every batch of `group` in order, each atomic with its own
-    /// expected seq, and syncs once for all; resolves with each batch's
-    /// outcome, in order.
+    /// Appends every batch of `group` (see `Batch`) in order, each atomic
+    /// with its own expected seq, and syncs once for all; resolves with the
+    /// JSON text of each batch's outcome, in order (see `BatchOutcome`).
     #[napi]
-    pub fn append_group(&self, group: Vec<BatchInput>) -> AsyncTask<Blocking<Vec<BatchOutcome>>> {
+    pub fn append_group(&self, group: String) -> AsyncTask<Blocking<String>> {
         self.with_writer(move |writer| {
+            let group: Vec<Batch> = serde_json::from_str(&group).map_err(|error| {
+                Failure::new(
+                    "INVALID_EVENT",
+                    format!("a group of appends is not readable: {error}"),
+                )
+            })?;
             let batches = group
                 .into_iter()
-                .map(|batch| {
-                    let events = batch.events.into_iter().map(new_event).collect();
-                    (events, batch.expect_seq.map(|seq| seq as u64))
+                .map(|Batch(expected_seq, events)| {
+                    let events = events
+                        .into_iter()
+                        .map(|EventInput(event_type, ts, data)| NewEvent {
+                            event_type,
+                            data: data.get().to_owned(),
+                            ts,
+                        })
+                        .collect();
+                    (events, expected_seq)
                 })
                 .collect();
-            Ok(writer
+            let outcomes: Vec<BatchOutcome> = writer
                 .append_group(batches)
                 .into_iter()
                 .map(|outcome| match outcome {
-                    Ok(seqs) => BatchOutcome {
-                        seqs: Some(seqs.into_iter().map(|seq| seq.get() as f64).collect()),
-                        error: None,
-                    },
-                    Err(error) => BatchOutcome {
-                        seqs: None,
-                        error: Some(json::to_json(&Failure::from(error))),
-                    },
+                    Ok(seqs) => BatchOutcome::Appended(seqs.first().map(|seq| seq.get())),
+                    Err(error) => BatchOutcome::Failed(error.into()),
                 })
-                .collect())
+                .collect();
+            Ok(json::to_json(&outcomes))
         })
     }
 
@@ -148,13 +143,5 @@ impl NativeWriter {
             drop(open);
             Ok(())
         })
-    }
-}
-
-fn new_event(event: EventInput) -> NewEvent {
-    NewEvent {
-        event_type: event.event_type,
-        data: event.data,
-        ts: event.ts.map(|ts| ts as u64),
     }
 }

@@ -147,7 +147,7 @@ test('the reviewer result is parsed strictly', () => {
   }
 })
 
-test('follow: stored events, then new ones as they are appended, until the signal aborts', async (t) => {
+test('follow: stored events, then new ones as they are appended, until the signal aborts', { timeout: 60_000 }, async (t) => {
   const store = await Store.open(path.join(tempDir(t), 'sessions.db'), { create: true })
   await store.createSession({ id: 's1', cwd: '/w' })
   const writer = await store.openWriter('s1')

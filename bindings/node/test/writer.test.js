@@ -43,6 +43,7 @@ for (const [backend, location] of backends) {
       { type: 'x-test/note', data: note },
     ])
     assert.deepEqual(seqs, [2, 3])
+    assert.deepEqual(await writer.appendBatch([]), [])
     await writer.close()
 
     const snap = await store.snapshot('s1')
@@ -207,7 +208,7 @@ test('a refused append in a group of concurrent appends leaves the others', asyn
   await writer.close()
 })
 
-test('LOCKED across two Node processes', async (t) => {
+test('LOCKED across two Node processes', { timeout: 60_000 }, async (t) => {
   const location = path.join(tempDir(t), 'sessions')
   const store = await Store.open(location, { create: true })
   await store.createSession({ id: 's1', cwd: '/w' })
