@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use sessionlog_schema::SessionId;
 use sessionlog_store::{
-    open_log_writer, EventStream, Io, LogReader, SessionStream, SessionWriter, Snapshot, Store,
-    StoreError, WriterOptions,
+    open_log_writer, Io, LogReader, SessionStream, SessionWriter, Snapshot, Store, WriterOptions,
 };
 
 use crate::UsageError;

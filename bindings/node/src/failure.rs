@@ -17,6 +17,13 @@ pub struct Failure {
     sessionlog: bool,
     code: &'static str,
     message: String,
+    #[serde(flatten)]
+    context: Box<Context>,
+}
+
+/// Where a failure happened, as far as it applies.
+#[derive(Debug, Default, Serialize)]
+struct Context {
     #[serde(skip_serializing_if = "Option::is_none")]
     seq: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -41,12 +48,7 @@ impl Failure {
             sessionlog: true,
             code,
             message: message.into(),
-            seq: None,
-            path: None,
-            line: None,
-            offset: None,
-            expected: None,
-            actual: None,
+            context: Box::default(),
         }
     }
 
@@ -69,8 +71,12 @@ impl Failure {
         )
     }
 
-    fn at_path(mut self, path: &std::path::Path) -> Failure {
-        self.path = Some(path.display().to_string());
+    fn at_path(self, path: &std::path::Path) -> Failure {
+        self.with(|context| context.path = Some(path.display().to_string()))
+    }
+
+    fn with(mut self, set: impl FnOnce(&mut Context)) -> Failure {
+        set(&mut self.context);
         self
     }
 
@@ -98,28 +104,26 @@ impl From<StoreError> for Failure {
             StoreError::InvalidId(_) => Failure::new("INVALID_ID", message),
             StoreError::NotFound { path, .. } => Failure::new("NOT_FOUND", message).at_path(path),
             StoreError::AlreadyExists { path, .. } => Failure::new("EXISTS", message).at_path(path),
-            StoreError::Corrupt { path, corruption } => Failure {
-                line: Some(corruption.position.line),
-                offset: Some(corruption.position.offset),
-                ..Failure::new("CORRUPT", message).at_path(path)
-            },
-            StoreError::HeaderVocabulary { path, .. } => Failure {
-                seq: Some(0),
-                ..Failure::new("RULE", message).at_path(path)
-            },
-            StoreError::Rule { path, violation } => Failure {
-                seq: Some(violation.seq),
-                ..Failure::new("RULE", message).at_path(path)
-            },
+            StoreError::Corrupt { path, corruption } => Failure::new("CORRUPT", message)
+                .at_path(path)
+                .with(|context| {
+                    context.line = Some(corruption.position.line);
+                    context.offset = Some(corruption.position.offset);
+                }),
+            StoreError::HeaderVocabulary { path, .. } => Failure::new("RULE", message)
+                .at_path(path)
+                .with(|context| context.seq = Some(0)),
+            StoreError::Rule { path, violation } => Failure::new("RULE", message)
+                .at_path(path)
+                .with(|context| context.seq = Some(violation.seq)),
             StoreError::Locked { path, .. } => Failure::new("LOCKED", message).at_path(path),
             StoreError::Conflict {
                 expected, actual, ..
-            } => Failure {
-                seq: Some(*actual),
-                expected: Some(*expected),
-                actual: Some(*actual),
-                ..Failure::new("CONFLICT", message)
-            },
+            } => Failure::new("CONFLICT", message).with(|context| {
+                context.seq = Some(*actual);
+                context.expected = Some(*expected);
+                context.actual = Some(*actual);
+            }),
             StoreError::Poisoned { .. } => Failure::new("POISONED", message),
             StoreError::InvalidEvent(_) => Failure::new("INVALID_EVENT", message),
             // What later versions of the store add is told by its class.

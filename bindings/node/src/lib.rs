@@ -94,6 +94,20 @@ pub fn parse_review_result_json(reply: String) -> napi::Result<String> {
     })
 }
 
+/// Panics on the JavaScript thread: with `panic_on_pool_for_tests`, it
+/// exists so that the tests can show that a panic of the addon reaches
+/// JavaScript as a `PANIC` error and the process lives on.
+#[napi]
+pub fn panic_for_tests() -> napi::Result<()> {
+    guarded(|| panic!("a panic on the JavaScript thread, for the tests"))
+}
+
+/// Panics in an `AsyncTask` on the thread pool (see `panic_for_tests`).
+#[napi]
+pub fn panic_on_pool_for_tests() -> AsyncTask<Blocking<()>> {
+    blocking(|| panic!("a panic on the thread pool, for the tests"))
+}
+
 #[napi]
 impl NativeStore {
     /// The folder or database the store is.

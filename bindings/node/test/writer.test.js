@@ -9,7 +9,7 @@ const fs = require('node:fs')
 const path = require('node:path')
 const { test } = require('node:test')
 
-const { Store, SessionlogError } = require('..')
+const { Store, SessionlogError, parseReviewResult } = require('..')
 const { tempDir, rejectsWith } = require('./support')
 
 const backends = [
@@ -247,4 +247,19 @@ test('SessionlogError is exported and is an Error', () => {
   assert.ok(error instanceof Error)
   assert.equal(error.code, 'IO')
   assert.equal(error.path, '/x')
+})
+
+test('a panic of the addon is an error, and the process lives on', async () => {
+  const addon = require('../sessionlog.node')
+  const failure = (error) => JSON.parse(error.message)
+  assert.throws(
+    () => addon.panicForTests(),
+    (error) => failure(error).code === 'PANIC' && /for the tests/.test(failure(error).message),
+  )
+  await assert.rejects(addon.panicOnPoolForTests(), (error) => failure(error).code === 'PANIC')
+  // Still alive, and still working.
+  assert.deepEqual(parseReviewResult({ blocks: [{ type: 'text', text: '{"risk":"low","decision":"allow"}' }], stop: 'stop' }), {
+    risk: 'low',
+    decision: 'allow',
+  })
 })
