@@ -11,7 +11,7 @@
 //! boundary as JSON text built from the records' stored bodies, so a
 //! payload is serialised once (by `JSON.stringify` on the way in) and
 //! parsed once (by `JSON.parse` on the way out). Errors cross as the JSON
-//! text of a [`failure::Failure`]; a panic becomes a `PANIC` failure.
+//! text of a `Failure` (see `failure.rs`); a panic becomes a `PANIC` failure.
 #![deny(missing_docs)]
 
 mod failure;
