@@ -282,11 +282,10 @@ impl AsyncStore {
         }
     }
 
-    /// Stages every append of `group` in order, each as its own batch, then
-    /// syncs once. Returns the writer unless it is poisoned, and each
-    /// append's outcome. A failed write or sync poisons the writer: every
-    /// later append of the group, and those staged before it, are refused
-    /// by it.
+    /// Opens the writer when it was dropped, then applies every append of
+    /// `group` in order with [`SessionWriter::append_group`] (each its own
+    /// batch, one sync for all). Returns the writer unless it is poisoned,
+    /// and each append's outcome.
     fn apply_group(
         &self,
         id: &SessionId,
@@ -294,34 +293,28 @@ impl AsyncStore {
         group: Vec<Waiting>,
     ) -> Applied {
         let mut outcomes = Vec::with_capacity(group.len());
-        let mut staged = Vec::new();
-        for (ticket, events, expected_seq) in group {
-            let open = match writer.take() {
-                Some(open) => open,
-                None => match self.store.open_writer(id, self.options) {
-                    Ok(open) => open,
-                    Err(error) => {
-                        outcomes.push((ticket, Err(error)));
-                        continue;
-                    }
-                },
-            };
-            match writer.insert(open).stage_batch(events, expected_seq) {
-                Ok(seqs) => staged.push((ticket, seqs)),
-                Err(error) => outcomes.push((ticket, Err(error))),
+        let mut group = group.into_iter().peekable();
+        // The writer was dropped (never opened, or poisoned): each append
+        // tries to open it until one succeeds; a failure is that append's.
+        let mut open = loop {
+            if let Some(open) = writer.take() {
+                break open;
             }
-        }
-        let Some(mut open) = writer else {
-            return (None, outcomes);
+            let Some((ticket, ..)) = group.peek() else {
+                return (None, outcomes);
+            };
+            match self.store.open_writer(id, self.options) {
+                Ok(open) => writer = Some(open),
+                Err(error) => {
+                    outcomes.push((*ticket, Err(error)));
+                    group.next();
+                }
+            }
         };
-        for (ticket, seqs) in staged {
-            // After a failure every sync says the writer is poisoned; the
-            // first to fail carries the failure itself.
-            let synced = open
-                .sync()
-                .map(|_| seqs.into_iter().map(AcknowledgedSeq).collect());
-            outcomes.push((ticket, synced));
-        }
+        let (tickets, batches): (Vec<u64>, Vec<_>) = group
+            .map(|(ticket, events, expected_seq)| (ticket, (events, expected_seq)))
+            .unzip();
+        outcomes.extend(tickets.into_iter().zip(open.append_group(batches)));
         ((!open.is_poisoned()).then_some(open), outcomes)
     }
 

@@ -747,6 +747,64 @@ mod tests {
         assert_eq!(snapshot.events[1].batch(), None);
     }
 
+    /// Counts fdatasyncs.
+    #[derive(Default)]
+    struct CountSyncs(std::sync::atomic::AtomicUsize);
+
+    impl FaultInjector for CountSyncs {
+        fn before(&self, point: FaultPoint, _path: &Path) -> std::io::Result<()> {
+            if point == FaultPoint::Fsync {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_group_shares_one_sync_and_a_refused_batch_leaves_the_others() {
+        let (_dir, store) = store();
+        let syncs = Arc::new(CountSyncs::default());
+        let store = store.with_io(Io::with_faults(syncs.clone()));
+        let session = created(&store, "group");
+        let mut writer = open_writer(&store, &session);
+        let before = syncs.0.load(Ordering::SeqCst);
+        let end = |n: u32| NewEvent::new("turn/end", format!(r#"{{"turnId":"t{n}"}}"#));
+        let outcomes = writer.append_group(vec![
+            (vec![turn(1)], Some(1)),
+            (vec![turn(2)], None),            // a second open turn: a rule
+            (vec![end(1), turn(3)], Some(2)), // a batch
+            (vec![end(3)], Some(2)),          // a conflict
+            (vec![end(3)], None),
+        ]);
+        let seqs: Vec<_> = outcomes
+            .iter()
+            .map(|outcome| match outcome {
+                Ok(seqs) => Ok(seqs.iter().map(|seq| seq.get()).collect::<Vec<_>>()),
+                Err(error) => Err(error.class()),
+            })
+            .collect();
+        assert_eq!(
+            seqs,
+            [
+                Ok(vec![1]),
+                Err(crate::ErrorClass::Rule),
+                Ok(vec![2, 3]),
+                Err(crate::ErrorClass::Contention),
+                Ok(vec![4]),
+            ]
+        );
+        assert_eq!(
+            syncs.0.load(Ordering::SeqCst) - before,
+            1,
+            "one sync for the group"
+        );
+        drop(writer);
+        let snapshot = store.snapshot(&session).unwrap_or_else(|e| panic!("{e}"));
+        let types: Vec<_> = snapshot.events.iter().map(|e| e.event_type()).collect();
+        assert_eq!(types, ["turn/start", "turn/end", "turn/start", "turn/end"]);
+        assert_eq!(snapshot.events[1].batch(), Some(2));
+    }
+
     #[test]
     fn moving_auto_to_full_access_writes_never_and_leaves_the_sandbox() {
         use sessionlog_projections::{Defaults, PresetView};

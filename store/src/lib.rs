@@ -31,7 +31,8 @@ pub use migrate::{
     diff, migrate, Difference, MigratePhase, MigrateProgress, MigrateReport, MigrateWarning,
 };
 pub use reader::{
-    read_snapshot_from, FoldedEvent, Line, LineReader, LogReader, SessionStream, Snapshot,
+    fold_through, read_snapshot_from, FoldedEvent, Line, LineReader, LogReader, SessionStream,
+    Snapshot,
 };
 pub use sql_checks::StoreAudit;
 pub use sqlite::{SqliteEvents, SqliteStore, SCHEMA_VERSION};

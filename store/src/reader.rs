@@ -457,6 +457,40 @@ pub fn read_snapshot_from<R: Read>(source: R, path: &Path) -> Result<Snapshot, S
     Snapshot::from_reader(reader)
 }
 
+/// Folds the session that `stream` reads through seq `at` (every event
+/// when `None`), then reads on to the end of its good prefix, so that
+/// corruption anywhere in it is refused too. A header value outside its
+/// vocabulary and the first rule violation are refused (`HeaderVocabulary`,
+/// `Rule`, naming `path`). Returns the state (whose seq is below `at` when
+/// the log ends first) and the torn tail after the good prefix, if any.
+pub fn fold_through(
+    mut stream: Box<dyn SessionStream>,
+    path: &Path,
+    at: Option<u64>,
+) -> Result<(SessionState, Option<TornTail>), StoreError> {
+    if let Some(error) = stream.header_vocabulary_errors().first() {
+        return Err(StoreError::HeaderVocabulary {
+            path: path.to_owned(),
+            error: error.clone(),
+        });
+    }
+    let mut state = SessionState::new(stream.header().clone());
+    // Seqs rise by one from 1, so the events through `at` are the first
+    // `at`: fold those while reading, then only read on to the end.
+    while at.is_none_or(|at| state.seq() < at) {
+        let Some(event) = stream.next_event_folded(&mut state)? else {
+            break;
+        };
+        event.folded.map_err(|violation| StoreError::Rule {
+            path: path.to_owned(),
+            violation,
+        })?;
+    }
+    while stream.next_event()?.is_some() {}
+    let torn_tail = stream.finish()?;
+    Ok((state, torn_tail))
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Cursor;

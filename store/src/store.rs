@@ -13,7 +13,9 @@
 use std::path::{Path, PathBuf};
 
 use sessionlog_projections::{delegate, fold, Defaults, DelegationError};
-use sessionlog_schema::{DecodedHeader, EventRecord, SessionHeader, SessionId};
+use sessionlog_schema::{
+    DecodedHeader, EventRecord, HeaderVocabularyError, SessionHeader, SessionId, TornTail,
+};
 
 use crate::jsonl::{JsonlStore, ListEntry};
 use crate::reader::{SessionStream, Snapshot};
@@ -57,6 +59,46 @@ impl Backend {
             return Backend::Sqlite;
         }
         Backend::Jsonl
+    }
+}
+
+/// The rows of a database session as a `SessionStream` (no torn tail: a
+/// transaction is whole or absent).
+struct RowStream {
+    decoded: DecodedHeader,
+    events: EventStream,
+}
+
+impl std::fmt::Debug for RowStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RowStream")
+            .field("session", &self.decoded.header.id)
+            .finish()
+    }
+}
+
+impl SessionStream for RowStream {
+    fn header(&self) -> &SessionHeader {
+        &self.decoded.header
+    }
+
+    fn header_vocabulary_errors(&self) -> &[HeaderVocabularyError] {
+        &self.decoded.vocabulary_errors
+    }
+
+    fn header_body(&self) -> &str {
+        &self.decoded.body
+    }
+
+    fn next_event(&mut self) -> Result<Option<EventRecord>, StoreError> {
+        self.events.next().transpose()
+    }
+
+    fn finish(self: Box<Self>) -> Result<Option<TornTail>, StoreError> {
+        for record in self.events {
+            record?;
+        }
+        Ok(None)
     }
 }
 
@@ -178,6 +220,21 @@ impl Store {
             }
             Store::Sqlite(store) => Ok((store.decoded_header(id)?, Box::new(store.events(id)?))),
         }
+    }
+
+    /// A streaming reader of session `id`: its header, its good prefix
+    /// event by event, then what was found at its end.
+    pub fn stream(&self, id: &SessionId) -> Result<Box<dyn SessionStream>, StoreError> {
+        Ok(match self {
+            Store::Jsonl(store) => Box::new(store.reader(id)?),
+            Store::Sqlite(store) => {
+                let decoded = store.decoded_header(id)?;
+                Box::new(RowStream {
+                    events: Box::new(store.events(id)?),
+                    decoded,
+                })
+            }
+        })
     }
 
     /// The header of session `id` and a stream of its events.

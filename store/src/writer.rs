@@ -235,6 +235,15 @@ impl SessionWriter {
         events: Vec<NewEvent>,
         expected_seq: Option<u64>,
     ) -> Result<Vec<u64>, StoreError> {
+        if events.len() == 1 {
+            // No batch member and nothing to roll back: checked in place,
+            // without the trial copy of the state a batch needs.
+            let event = events
+                .into_iter()
+                .next()
+                .map(|event| self.stage(event, expected_seq));
+            return event.into_iter().collect();
+        }
         self.check_usable(expected_seq)?;
         if events.is_empty() {
             return Ok(Vec::new());
@@ -262,6 +271,33 @@ impl SessionWriter {
         self.state = trial;
         self.absorb_fragments(&records);
         Ok(records.iter().map(EventRecord::seq).collect())
+    }
+
+    /// Appends several batches that share one sync (group commit): each is
+    /// validated and written as its own atomic batch, with its own expected
+    /// seq, in the order given, then one sync acknowledges them all. One
+    /// that is refused (a conflict, a rule) leaves the others alone. Returns
+    /// each batch's outcome, in the order given. A failed write or sync
+    /// poisons the writer: the batch it hit gets the failure itself, every
+    /// later one (and every one it left unsynced) gets `Poisoned`.
+    pub fn append_group(
+        &mut self,
+        batches: Vec<(Vec<NewEvent>, Option<u64>)>,
+    ) -> Vec<Result<Vec<AcknowledgedSeq>, StoreError>> {
+        let staged: Vec<_> = batches
+            .into_iter()
+            .map(|(events, expected_seq)| self.stage_batch(events, expected_seq))
+            .collect();
+        staged
+            .into_iter()
+            .map(|seqs| {
+                let seqs = seqs?;
+                // After a failure every sync says the writer is poisoned;
+                // the first to fail carries the failure itself.
+                self.sync()?;
+                Ok(seqs.into_iter().map(AcknowledgedSeq).collect())
+            })
+            .collect()
     }
 
     /// Switches the session's preset (SPEC §7, the preset writer): appends,

@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use sessionlog_schema::SessionId;
 use sessionlog_store::{
-    open_log_writer, EventStream, Io, LogReader, SessionStream, SessionWriter, Snapshot, Store,
-    StoreError, WriterOptions,
+    open_log_writer, Io, LogReader, SessionStream, SessionWriter, Snapshot, Store, WriterOptions,
 };
 
 use crate::UsageError;
@@ -140,17 +139,7 @@ impl Target {
     pub fn stream(&self, session: &SessionRef) -> Result<Box<dyn SessionStream>> {
         Ok(match self {
             Target::File(path) => Box::new(LogReader::open(path, None)?),
-            Target::Store(Store::Jsonl(store)) => Box::new(store.reader(&session.id)?),
-            Target::Store(Store::Sqlite(store)) => {
-                let decoded = store.decoded_header(&session.id)?;
-                let events = Box::new(store.events(&session.id)?);
-                Box::new(RowStream {
-                    header: decoded.header,
-                    vocabulary_errors: decoded.vocabulary_errors,
-                    header_body: decoded.body,
-                    events,
-                })
-            }
+            Target::Store(store) => store.stream(&session.id)?,
         })
     }
 
@@ -168,48 +157,6 @@ impl Target {
             Target::File(path) => open_log_writer(path, None, options, Io::default())?,
             Target::Store(store) => store.open_writer(&session.id, options)?,
         })
-    }
-}
-
-/// The rows of a database session as a `SessionStream` (no torn tail: a
-/// transaction is whole or absent).
-struct RowStream {
-    header: sessionlog_schema::SessionHeader,
-    vocabulary_errors: Vec<sessionlog_schema::HeaderVocabularyError>,
-    header_body: String,
-    events: EventStream,
-}
-
-impl std::fmt::Debug for RowStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RowStream")
-            .field("session", &self.header.id)
-            .finish()
-    }
-}
-
-impl SessionStream for RowStream {
-    fn header(&self) -> &sessionlog_schema::SessionHeader {
-        &self.header
-    }
-
-    fn header_vocabulary_errors(&self) -> &[sessionlog_schema::HeaderVocabularyError] {
-        &self.vocabulary_errors
-    }
-
-    fn header_body(&self) -> &str {
-        &self.header_body
-    }
-
-    fn next_event(&mut self) -> Result<Option<sessionlog_schema::EventRecord>, StoreError> {
-        self.events.next().transpose()
-    }
-
-    fn finish(self: Box<Self>) -> Result<Option<sessionlog_schema::TornTail>, StoreError> {
-        for record in self.events {
-            record?;
-        }
-        Ok(None)
     }
 }
 

@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Result};
 use sessionlog_projections::{Defaults, SessionState};
-use sessionlog_store::StoreError;
+use sessionlog_store::fold_through;
 
 use crate::cli::{DefaultArgs, SessionArgs};
 use crate::target::Target;
@@ -31,28 +31,12 @@ pub fn fold_checked(
     session: &crate::target::SessionRef,
     at: Option<u64>,
 ) -> Result<SessionState> {
-    let mut stream = target.stream(session)?;
-    if let Some(error) = stream.header_vocabulary_errors().first() {
-        return Err(StoreError::HeaderVocabulary {
-            path: session.label.clone().into(),
-            error: error.clone(),
-        }
-        .into());
-    }
-    let mut state = SessionState::new(stream.header().clone());
-    // Seqs rise by one from 1, so the events through `at` are the first
-    // `at`: fold those while reading, then only read on to the end.
-    while at.is_none_or(|at| state.seq() < at) {
-        let Some(event) = stream.next_event_folded(&mut state)? else {
-            break;
-        };
-        event.folded.map_err(|violation| StoreError::Rule {
-            path: session.label.clone().into(),
-            violation,
-        })?;
-    }
-    while stream.next_event()?.is_some() {}
-    if let Some(torn) = stream.finish()? {
+    let (state, torn_tail) = fold_through(
+        target.stream(session)?,
+        std::path::Path::new(&session.label),
+        at,
+    )?;
+    if let Some(torn) = torn_tail {
         warn(format!(
             "{}: ignoring a torn tail of {} bytes at line {} (byte offset {}): {}",
             session.label, torn.bytes, torn.position.line, torn.position.offset, torn.reason

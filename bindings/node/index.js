@@ -1,0 +1,409 @@
+// sessionlog for Node.js: the store, its validated writer, follow and the
+// Auto-review request, over the native addon `sessionlog.node` built from
+// this workspace (`npm install` builds it).
+//
+// This file gives the addon its documented API (index.d.ts): plain
+// JavaScript values in and out, every failure a SessionlogError with a
+// stable code, appends applied in the order they were called and resolved
+// in seq order, follow as an async iterator that an AbortSignal ends. Values
+// cross into the addon as one JSON string each (JSON.stringify) and come
+// back as one JSON text (JSON.parse), built from the records as stored.
+'use strict'
+
+const native = require('./sessionlog.node')
+
+/** The request size limit when none is given: 1 MiB. */
+const DEFAULT_MAX_REQUEST_BYTES = 1 << 20
+
+/** Every failure of this package. */
+class SessionlogError extends Error {
+  constructor(code, message, details = {}) {
+    super(message)
+    this.name = 'SessionlogError'
+    this.code = code
+    for (const key of ['seq', 'path', 'line', 'offset', 'expected', 'actual']) {
+      if (details[key] !== undefined) this[key] = details[key]
+    }
+  }
+}
+
+/** A failure as the addon sends it (the JSON text of its message), or null. */
+function decodeFailure(text) {
+  if (typeof text !== 'string' || !text.startsWith('{"sessionlog":true')) return null
+  try {
+    return JSON.parse(text)
+  } catch {
+    return null
+  }
+}
+
+function errorOf(failure) {
+  return new SessionlogError(failure.code, failure.message, failure)
+}
+
+/** Any error thrown by the addon, as a SessionlogError. */
+function fromNative(error) {
+  if (error instanceof SessionlogError) return error
+  const failure = decodeFailure(error && error.message)
+  if (failure) return errorOf(failure)
+  // napi's own refusals (an argument of the wrong type) are ours to
+  // prevent; should one get through, it is still a SessionlogError.
+  return new SessionlogError('INVALID_ARGUMENT', String(error && error.message ? error.message : error))
+}
+
+/** Awaits a promise of the addon, rethrowing its failure as a SessionlogError. */
+async function call(promise) {
+  try {
+    return await promise
+  } catch (error) {
+    throw fromNative(error)
+  }
+}
+
+/** Calls the addon, a synchronous refusal included, as a promise. */
+function settle(start) {
+  try {
+    return call(start())
+  } catch (error) {
+    return Promise.reject(fromNative(error))
+  }
+}
+
+function invalidArgument(message) {
+  return new SessionlogError('INVALID_ARGUMENT', message)
+}
+
+function checkId(id, what = 'session id') {
+  if (typeof id !== 'string') {
+    throw new SessionlogError('INVALID_ID', `${what} must be a string, not ${describe(id)}`)
+  }
+  return id
+}
+
+/** An optional non-negative integer option (a seq, a time, a size). */
+function checkInteger(value, name, minimum = 0) {
+  if (value === undefined || value === null) return undefined
+  if (!Number.isSafeInteger(value) || value < minimum) {
+    throw invalidArgument(`${name} must be an integer of at least ${minimum}, not ${describe(value)}`)
+  }
+  return value
+}
+
+function checkOptionalString(value, name) {
+  if (value === undefined || value === null) return undefined
+  if (typeof value !== 'string') throw invalidArgument(`${name} must be a string, not ${describe(value)}`)
+  return value
+}
+
+function isBuffered(durability = 'fsync') {
+  if (durability === 'fsync') return false
+  if (durability === 'buffered') return true
+  throw invalidArgument(`durability must be "fsync" or "buffered", not ${describe(durability)}`)
+}
+
+function describe(value) {
+  if (typeof value === 'string') return JSON.stringify(value)
+  if (value === null) return 'null'
+  if (Array.isArray(value)) return 'an array'
+  if (typeof value === 'number' || typeof value === 'boolean') return String(value)
+  return typeof value === 'object' ? 'an object' : `a ${typeof value}`
+}
+
+function defaultsOf(options) {
+  return {
+    defaultApproval: checkOptionalString(options.defaultApproval, 'defaultApproval'),
+    defaultSandbox: checkOptionalString(options.defaultSandbox, 'defaultSandbox'),
+  }
+}
+
+/**
+ * An event `{type, data, ts?}` as the addon takes it: the JSON text
+ * `[type, ts|null, data]`, `data` written once by JSON.stringify.
+ */
+function encodeEvent(event, index) {
+  const where = `event ${index}`
+  if (event === null || typeof event !== 'object' || Array.isArray(event)) {
+    throw new SessionlogError('INVALID_EVENT', `${where} must be an object {type, data, ts?}, not ${describe(event)}`)
+  }
+  if (typeof event.type !== 'string') {
+    throw new SessionlogError('INVALID_EVENT', `${where}: type must be a string, not ${describe(event.type)}`)
+  }
+  let data
+  try {
+    data = JSON.stringify(event.data)
+  } catch (error) {
+    throw new SessionlogError('INVALID_EVENT', `${where} (${event.type}): data cannot be written as JSON: ${error.message}`)
+  }
+  if (data === undefined) {
+    throw new SessionlogError('INVALID_EVENT', `${where} (${event.type}): data must be a JSON value, not ${describe(event.data)}`)
+  }
+  const ts = checkInteger(event.ts, `${where} (${event.type}): ts`)
+  return `[${JSON.stringify(event.type)},${ts === undefined ? 'null' : ts},${data}]`
+}
+
+/** A JSON value given as an object, or as its JSON text passed through. */
+function jsonText(value, what) {
+  if (typeof value === 'string') return value
+  const text = JSON.stringify(value)
+  if (text === undefined) throw invalidArgument(`${what} must be a JSON value, not ${describe(value)}`)
+  return text
+}
+
+const constructing = Symbol('sessionlog.constructing')
+
+/** A store of sessions: a folder of JSONL logs, a .db/.sqlite database. */
+class Store {
+  #native
+
+  constructor(token, handle) {
+    if (token !== constructing) throw new TypeError('use Store.open(location) to open a store')
+    this.#native = handle
+  }
+
+  /**
+   * Opens the store at `location`. A missing store is an IO error unless
+   * `create` is set, so that a mistyped path never becomes an empty store.
+   */
+  static async open(location, options = {}) {
+    if (typeof location !== 'string') throw invalidArgument(`location must be a string, not ${describe(location)}`)
+    const handle = await call(native.openStore(location, Boolean(options.create)))
+    return new Store(constructing, handle)
+  }
+
+  /** The folder or database file. */
+  get location() {
+    return this.#native.location
+  }
+
+  /** Creates a root session; resolves with its header. */
+  async createSession(session, options = {}) {
+    if (session === null || typeof session !== 'object') throw invalidArgument('createSession takes {id, cwd, ...}')
+    const input = {
+      id: checkId(session.id),
+      cwd: session.cwd === undefined ? process.cwd() : session.cwd,
+      createdAt: checkInteger(session.createdAt, 'createdAt'),
+      sandboxMode: checkOptionalString(session.sandboxMode, 'sandboxMode'),
+      approvalPolicy: checkOptionalString(session.approvalPolicy, 'approvalPolicy'),
+    }
+    if (typeof input.cwd !== 'string') throw invalidArgument(`cwd must be a string, not ${describe(input.cwd)}`)
+    return JSON.parse(await call(this.#native.createSession(input, isBuffered(options.durability))))
+  }
+
+  /**
+   * Opens the one writer of a session: LOCKED while another writer, in this
+   * process or another, holds it.
+   */
+  async openWriter(id, options = {}) {
+    const buffered = isBuffered(options.durability)
+    const keepSnapshot = options.keepSnapshot === undefined ? true : Boolean(options.keepSnapshot)
+    const handle = await call(this.#native.openWriter(checkId(id), buffered, keepSnapshot))
+    return new Writer(constructing, handle)
+  }
+
+  /** Creates `child` from `parent`'s good prefix; resolves with the child's header. */
+  async fork(parent, child, options = {}) {
+    const prompt = checkOptionalString(options.prompt, 'prompt')
+    const text = await call(
+      this.#native.fork(checkId(parent, 'parent id'), checkId(child, 'child id'), prompt, defaultsOf(options)),
+    )
+    return JSON.parse(text)
+  }
+
+  /** The good prefix of a session: `{header, events, tornTail}`. */
+  async snapshot(id) {
+    return JSON.parse(await call(this.#native.snapshot(checkId(id))))
+  }
+
+  /** The projections as of seq `at` (the last when absent), as `sessionlog project` prints them. */
+  async project(id, options = {}) {
+    const at = checkInteger(options.at, 'at')
+    return JSON.parse(await call(this.#native.project(checkId(id), at, defaultsOf(options))))
+  }
+
+  /** Every session's header (`{id, error}` for one whose header cannot be read). */
+  async list() {
+    const entries = JSON.parse(await call(this.#native.list()))
+    return entries.map((entry) => (entry.error ? { id: entry.id, error: errorOf(entry.error) } : entry))
+  }
+
+  /**
+   * The events of a session from `fromSeq` on: those stored, then each new
+   * one as it is appended, until `signal` aborts (or the loop breaks).
+   */
+  async *follow(id, options = {}) {
+    const fromSeq = checkInteger(options.fromSeq, 'fromSeq') ?? 1
+    const { signal } = options
+    let following
+    try {
+      following = this.#native.follow(checkId(id), fromSeq)
+    } catch (error) {
+      throw fromNative(error)
+    }
+    const stop = () => following.stop()
+    if (signal) {
+      if (signal.aborted) return following.stop()
+      signal.addEventListener('abort', stop, { once: true })
+    }
+    try {
+      for (;;) {
+        const text = await call(following.next())
+        if (text === null) return
+        for (const event of JSON.parse(text)) {
+          if (signal && signal.aborted) return
+          yield event
+        }
+      }
+    } finally {
+      if (signal) signal.removeEventListener('abort', stop)
+      following.stop()
+    }
+  }
+}
+
+/**
+ * The one writer of a session. Appends are applied in the order they were
+ * called; those that arrive while a sync is running share the next one.
+ */
+class Writer {
+  #native
+  #queue = []
+  #running = false
+  #closed = false
+
+  constructor(token, handle) {
+    if (token !== constructing) throw new TypeError('use store.openWriter(id) to open a writer')
+    this.#native = handle
+  }
+
+  /** The session's id. */
+  get id() {
+    return this.#native.id
+  }
+
+  /** Appends one event durably; resolves with its seq. */
+  append(event, options = {}) {
+    return this.#enqueueAppend([event], options, true)
+  }
+
+  /** Appends events as one atomic batch; resolves with their seqs. */
+  appendBatch(events, options = {}) {
+    if (!Array.isArray(events)) {
+      return Promise.reject(new SessionlogError('INVALID_EVENT', `appendBatch takes an array of events, not ${describe(events)}`))
+    }
+    return this.#enqueueAppend(events, options, false)
+  }
+
+  /** The Auto reviewer's request for a pending action, as an object. */
+  async reviewRequest(pending, options = {}) {
+    return JSON.parse(await this.reviewRequestText(pending, options))
+  }
+
+  /**
+   * The Auto reviewer's request as the exact compact JSON text the store
+   * built (what `sessionlog review-request` prints), for sending as it is.
+   */
+  reviewRequestText(pending, options = {}) {
+    let text
+    let maxBytes
+    try {
+      text = jsonText(pending, 'the pending action')
+      maxBytes = checkInteger(options.maxBytes, 'maxBytes', 1) ?? DEFAULT_MAX_REQUEST_BYTES
+    } catch (error) {
+      return Promise.reject(error)
+    }
+    return this.#enqueueCall(() => this.#native.reviewRequest(text, maxBytes))
+  }
+
+  /** Applies what was queued before, then releases the writer and its lock. */
+  close() {
+    if (this.#closed) return Promise.resolve()
+    this.#closed = true
+    return this.#enqueueCall(() => this.#native.close())
+  }
+
+  #enqueueAppend(events, options, single) {
+    let batch
+    try {
+      this.#checkOpen()
+      const expectSeq = checkInteger(options.expectSeq, 'expectSeq', 1)
+      const encoded = single ? encodeEvent(events[0], 0) : events.map(encodeEvent).join(',')
+      batch = `[${expectSeq === undefined ? 'null' : expectSeq},[${encoded}]]`
+    } catch (error) {
+      return Promise.reject(error)
+    }
+    return new Promise((resolve, reject) => {
+      this.#queue.push({ batch, count: events.length, single, resolve, reject })
+      this.#pump()
+    })
+  }
+
+  #enqueueCall(run) {
+    return new Promise((resolve, reject) => {
+      this.#queue.push({ run, resolve, reject })
+      this.#pump()
+    })
+  }
+
+  #checkOpen() {
+    if (this.#closed) throw new SessionlogError('CLOSED', `the writer of session ${this.id} is closed`)
+  }
+
+  /** Starts the next group (every append queued now) or call, if none is running. */
+  #pump() {
+    if (this.#running || this.#queue.length === 0) return
+    this.#running = true
+    const done = () => {
+      this.#running = false
+      this.#pump()
+    }
+    if (this.#queue[0].run) {
+      const entry = this.#queue.shift()
+      settle(entry.run).then(entry.resolve, entry.reject).then(done)
+      return
+    }
+    let count = 0
+    while (count < this.#queue.length && !this.#queue[count].run) count += 1
+    const group = this.#queue.splice(0, count)
+    let text = '['
+    for (let index = 0; index < group.length; index += 1) text += (index > 0 ? ',' : '') + group[index].batch
+    text += ']'
+    settle(() => this.#native.appendGroup(text))
+      .then(
+        (outcomes) => {
+          // In call order, which is seq order: the seq of a batch's first
+          // event (null for an empty batch), or its failure.
+          const parsed = JSON.parse(outcomes)
+          for (let index = 0; index < group.length; index += 1) {
+            const outcome = parsed[index]
+            const entry = group[index]
+            if (outcome !== null && typeof outcome === 'object') entry.reject(errorOf(outcome))
+            else if (entry.single) entry.resolve(outcome)
+            else entry.resolve(Array.from({ length: entry.count }, (_, offset) => outcome + offset))
+          }
+        },
+        (error) => group.forEach((entry) => entry.reject(error)),
+      )
+      .then(done)
+  }
+}
+
+/**
+ * Reads a reviewer's reply `{blocks, stop}` strictly (an object, or its JSON
+ * text passed through as it is); returns `{risk, decision, reason?}` or
+ * throws a SessionlogError with code AUTO_REVIEW_FAILED.
+ */
+function parseReviewResult(reply) {
+  let text
+  try {
+    text = jsonText(reply, 'the reply')
+  } catch {
+    throw new SessionlogError('AUTO_REVIEW_FAILED', `the reply must be a JSON value, not ${describe(reply)}`)
+  }
+  try {
+    return JSON.parse(native.parseReviewResultJson(text))
+  } catch (error) {
+    throw fromNative(error)
+  }
+}
+
+module.exports = { Store, Writer, SessionlogError, parseReviewResult, DEFAULT_MAX_REQUEST_BYTES }

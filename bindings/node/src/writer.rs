@@ -1,0 +1,147 @@
+//! `NativeWriter`: the one writer of a session, held by a JavaScript
+//! `Writer`. It takes appends a group at a time: `index.js` queues the
+//! appends of its callers in call order and hands over everything that
+//! queued while the previous group was being synced, so that they share
+//! one sync (`SessionWriter::append_group`, the store's group commit).
+//! Every call runs on the thread pool; the writer lock is released by
+//! `close` or when the object is collected.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use napi::bindgen_prelude::AsyncTask;
+use napi_derive::napi;
+use serde::{Deserialize, Serialize};
+use sessionlog_projections::parse_pending_action;
+use sessionlog_store::{NewEvent, SessionWriter};
+
+use crate::failure::{Failure, Outcome};
+use crate::json;
+use crate::task::{blocking, Blocking};
+
+/// A group of appends as `index.js` encodes it, one JSON array for all:
+/// `[[expectSeq|null, [[type, ts|null, data], ...]], ...]`, each `data` the
+/// JSON text `JSON.stringify` gave, kept as it is (it is compacted once,
+/// when its record is built).
+#[derive(Debug, Deserialize)]
+struct Batch<'text>(Option<u64>, #[serde(borrow)] Vec<EventInput<'text>>);
+
+#[derive(Debug, Deserialize)]
+struct EventInput<'text>(
+    String,
+    Option<u64>,
+    #[serde(borrow)] &'text serde_json::value::RawValue,
+);
+
+/// One append's outcome: the seq of its first event (its events have the
+/// seqs from there on; null for an empty batch), or its failure.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum BatchOutcome {
+    Appended(Option<u64>),
+    Failed(Failure),
+}
+
+/// The writer of one session (see the module docs).
+#[napi]
+#[derive(Debug)]
+pub struct NativeWriter {
+    writer: Arc<Mutex<Option<SessionWriter>>>,
+    id: String,
+}
+
+impl NativeWriter {
+    /// Wraps an open writer.
+    pub fn new(writer: SessionWriter) -> NativeWriter {
+        NativeWriter {
+            id: writer.id().as_str().to_owned(),
+            writer: Arc::new(Mutex::new(Some(writer))),
+        }
+    }
+
+    /// Runs `work` with the open writer on the thread pool.
+    fn with_writer<T>(
+        &self,
+        work: impl FnOnce(&mut SessionWriter) -> Outcome<T> + Send + 'static,
+    ) -> AsyncTask<Blocking<T>>
+    where
+        T: napi::bindgen_prelude::ToNapiValue + napi::bindgen_prelude::TypeName + Send + 'static,
+    {
+        let writer = Arc::clone(&self.writer);
+        let id = self.id.clone();
+        blocking(move || {
+            let mut slot = writer.lock().unwrap_or_else(PoisonError::into_inner);
+            let open = slot.as_mut().ok_or_else(|| {
+                Failure::new("CLOSED", format!("the writer of session {id} is closed"))
+            })?;
+            work(open)
+        })
+    }
+}
+
+#[napi]
+impl NativeWriter {
+    /// The session's id.
+    #[napi(getter)]
+    pub fn id(&self) -> String {
+        self.id.clone()
+    }
+
+    /// Appends every batch of `group` (see `Batch`) in order, each atomic
+    /// with its own expected seq, and syncs once for all; resolves with the
+    /// JSON text of each batch's outcome, in order (see `BatchOutcome`).
+    #[napi]
+    pub fn append_group(&self, group: String) -> AsyncTask<Blocking<String>> {
+        self.with_writer(move |writer| {
+            let group: Vec<Batch> = serde_json::from_str(&group).map_err(|error| {
+                Failure::new(
+                    "INVALID_EVENT",
+                    format!("a group of appends is not readable: {error}"),
+                )
+            })?;
+            let batches = group
+                .into_iter()
+                .map(|Batch(expected_seq, events)| {
+                    let events = events
+                        .into_iter()
+                        .map(|EventInput(event_type, ts, data)| NewEvent {
+                            event_type,
+                            data: data.get().to_owned(),
+                            ts,
+                        })
+                        .collect();
+                    (events, expected_seq)
+                })
+                .collect();
+            let outcomes: Vec<BatchOutcome> = writer
+                .append_group(batches)
+                .into_iter()
+                .map(|outcome| match outcome {
+                    Ok(seqs) => BatchOutcome::Appended(seqs.first().map(|seq| seq.get())),
+                    Err(error) => BatchOutcome::Failed(error.into()),
+                })
+                .collect();
+            Ok(json::to_json(&outcomes))
+        })
+    }
+
+    /// The Auto reviewer's request for the pending action (its JSON text),
+    /// from the snapshot this writer holds; the request's JSON text.
+    #[napi]
+    pub fn review_request(&self, pending: String, max_bytes: f64) -> AsyncTask<Blocking<String>> {
+        self.with_writer(move |writer| {
+            let action = parse_pending_action(pending.as_bytes())?;
+            Ok(writer.review_request(&action, max_bytes as usize)?)
+        })
+    }
+
+    /// Releases the writer and its lock. Closing twice does nothing.
+    #[napi]
+    pub fn close(&self) -> AsyncTask<Blocking<()>> {
+        let writer = Arc::clone(&self.writer);
+        blocking(move || {
+            let open = writer.lock().unwrap_or_else(PoisonError::into_inner).take();
+            drop(open);
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,265 @@
+// The store and its writer from Node: create, append, batch, conflict, rule
+// violations, the errors a program branches on, one writer per session, and
+// concurrent appends applied in call order.
+'use strict'
+
+const assert = require('node:assert/strict')
+const { spawn } = require('node:child_process')
+const fs = require('node:fs')
+const path = require('node:path')
+const { test } = require('node:test')
+
+const { Store, SessionlogError, parseReviewResult } = require('..')
+const { tempDir, rejectsWith } = require('./support')
+
+const backends = [
+  ['JSONL', (folder) => path.join(folder, 'sessions')],
+  ['SQLite', (folder) => path.join(folder, 'sessions.db')],
+]
+
+for (const [backend, location] of backends) {
+  test(`${backend}: create, append and batch, then read back as plain values`, async (t) => {
+    const store = await Store.open(location(tempDir(t)), { create: true })
+    const header = await store.createSession({ id: 's1', cwd: '/work/app', createdAt: 1700000000000 })
+    assert.deepEqual(header, {
+      kind: 'header',
+      formatVersion: 1,
+      id: 's1',
+      createdAt: 1700000000000,
+      cwd: '/work/app',
+      parentSession: null,
+      seedLength: 0,
+      delegationDepth: 0,
+      sandboxMode: null,
+      approvalPolicy: null,
+    })
+    const writer = await store.openWriter('s1', { durability: 'fsync', keepSnapshot: true })
+    assert.equal(writer.id, 's1')
+    assert.equal(await writer.append({ type: 'turn/start', data: { turnId: 't1' }, ts: 1700000000001 }, { expectSeq: 1 }), 1)
+    const data = { stepId: 'st1', turnId: 't1' }
+    const note = { text: 'ünïcödé ✓ "quoted"\n', nested: [1, -2.5, null, true, { deep: [] }] }
+    const seqs = await writer.appendBatch([
+      { type: 'step/start', data },
+      { type: 'x-test/note', data: note },
+    ])
+    assert.deepEqual(seqs, [2, 3])
+    assert.deepEqual(await writer.appendBatch([]), [])
+    await writer.close()
+
+    const snap = await store.snapshot('s1')
+    assert.deepEqual(snap.header, header)
+    assert.equal(snap.tornTail, null)
+    assert.deepEqual(
+      snap.events.map(({ seq, type, data, batch }) => ({ seq, type, data, batch })),
+      [
+        { seq: 1, type: 'turn/start', data: { turnId: 't1' }, batch: undefined },
+        { seq: 2, type: 'step/start', data, batch: 2 },
+        { seq: 3, type: 'x-test/note', data: note, batch: undefined },
+      ],
+    )
+    assert.equal(snap.events[0].ts, 1700000000001)
+    assert.ok(Number.isSafeInteger(snap.events[1].ts))
+
+    const list = await store.list()
+    assert.deepEqual(list, [header])
+  })
+
+  test(`${backend}: a conflict and a rule violation write nothing`, async (t) => {
+    const store = await Store.open(location(tempDir(t)), { create: true })
+    await store.createSession({ id: 's1', cwd: '/w' })
+    const writer = await store.openWriter('s1')
+    await writer.append({ type: 'turn/start', data: { turnId: 't1' } })
+
+    const conflict = await rejectsWith(writer.append({ type: 'turn/end', data: { turnId: 't1' } }, { expectSeq: 5 }), 'CONFLICT')
+    assert.equal(conflict.expected, 5)
+    assert.equal(conflict.actual, 2)
+    assert.equal(conflict.seq, 2)
+
+    // A step that is not open cannot end; a batch with one bad event is
+    // refused whole.
+    const rule = await rejectsWith(writer.append({ type: 'step/end', data: { stepId: 'nope' } }), 'RULE')
+    assert.equal(rule.seq, 2)
+    assert.match(rule.message, /step/)
+    assert.ok(rule.path.startsWith(store.location), rule.path)
+    const batch = await rejectsWith(
+      writer.appendBatch([
+        { type: 'step/start', data: { stepId: 'a', turnId: 't1' } },
+        { type: 'approval/policy', data: { policy: 'sometimes' } },
+      ]),
+      'RULE',
+    )
+    assert.equal(batch.seq, 3)
+    await rejectsWith(writer.append({ type: 'turn/start', data: 'not an object' }), 'RULE')
+
+    // The writer goes on from where it was.
+    assert.equal(await writer.append({ type: 'turn/end', data: { turnId: 't1' } }, { expectSeq: 2 }), 2)
+    await writer.close()
+    const snap = await store.snapshot('s1')
+    assert.deepEqual(
+      snap.events.map((e) => e.type),
+      ['turn/start', 'turn/end'],
+    )
+  })
+
+  test(`${backend}: a second writer of a session is LOCKED until the first closes`, async (t) => {
+    const store = await Store.open(location(tempDir(t)), { create: true })
+    await store.createSession({ id: 's1', cwd: '/w' })
+    const first = await store.openWriter('s1')
+    await rejectsWith(store.openWriter('s1'), 'LOCKED')
+    await first.close()
+    const second = await store.openWriter('s1')
+    await second.close()
+  })
+}
+
+test('the errors a program branches on carry their code, message and context', async (t) => {
+  const folder = tempDir(t)
+  await rejectsWith(Store.open(path.join(folder, 'missing')), 'IO')
+  const store = await Store.open(path.join(folder, 'sessions'), { create: true })
+  await store.createSession({ id: 's1', cwd: '/w' })
+
+  await rejectsWith(store.createSession({ id: 's1', cwd: '/w' }), 'EXISTS')
+  await rejectsWith(store.createSession({ id: '../escape', cwd: '/w' }), 'INVALID_ID')
+  await rejectsWith(store.openWriter('a/b'), 'INVALID_ID')
+  await rejectsWith(store.snapshot(42), 'INVALID_ID')
+  await rejectsWith(store.snapshot('nobody'), 'NOT_FOUND')
+  await rejectsWith(store.createSession({ id: 's2', cwd: '/w', sandboxMode: 'yolo' }), 'INVALID_ARGUMENT')
+  assert.equal(fs.existsSync(path.join(folder, 'sessions', 's2.jsonl')), false)
+
+  const writer = await store.openWriter('s1', { durability: 'buffered' })
+  await rejectsWith(writer.append({ type: 'turn/start', data: { turnId: 't1' } }, { expectSeq: 0 }), 'INVALID_ARGUMENT')
+  await rejectsWith(writer.append({ type: 'x', data: undefined }), 'INVALID_EVENT')
+  await rejectsWith(writer.append({ type: 'x', data: { big: 10n } }), 'INVALID_EVENT')
+  await rejectsWith(writer.append({ data: {} }), 'INVALID_EVENT')
+  await rejectsWith(writer.append({ type: 'x-big', data: 'a'.repeat(17 * 1024 * 1024) }), 'INVALID_EVENT')
+  await rejectsWith(store.openWriter('s1', { durability: 'sometimes' }), 'INVALID_ARGUMENT')
+  await writer.close()
+  await rejectsWith(writer.append({ type: 'turn/start', data: { turnId: 't1' } }), 'CLOSED')
+  assert.deepEqual((await store.snapshot('s1')).events, [])
+  await rejectsWith(store.project('s1', { at: 3 }), 'INVALID_ARGUMENT')
+
+  // Corruption is refused with its line and byte offset, never skipped.
+  const log = path.join(folder, 'sessions', 's1.jsonl')
+  const w2 = await store.openWriter('s1')
+  await w2.appendBatch([
+    { type: 'x-a', data: {} },
+    { type: 'x-b', data: {} },
+  ])
+  await w2.append({ type: 'x-c', data: {} })
+  await w2.close()
+  const lines = fs.readFileSync(log, 'utf8').split('\n')
+  const offset = Buffer.byteLength(lines.slice(0, 2).join('\n') + '\n')
+  lines[2] = lines[2].replace('"x-b"', '"x-B"')
+  fs.writeFileSync(log, lines.join('\n'))
+  const corrupt = await rejectsWith(store.snapshot('s1'), 'CORRUPT')
+  assert.equal(corrupt.line, 3)
+  assert.equal(corrupt.offset, offset)
+  assert.equal(corrupt.path, log)
+  await rejectsWith(store.openWriter('s1'), 'CORRUPT')
+  assert.ok(corrupt instanceof Error)
+  assert.equal(corrupt.name, 'SessionlogError')
+})
+
+test('1,000 concurrent appends are applied in call order and resolve in seq order', async (t) => {
+  const store = await Store.open(path.join(tempDir(t), 'sessions'), { create: true })
+  await store.createSession({ id: 's1', cwd: '/w' })
+  const writer = await store.openWriter('s1')
+  // 500 turns: a turn/start that overtook the turn/end before it would
+  // break a rule; the seqs must follow the calls exactly.
+  const resolved = []
+  const appends = []
+  for (let n = 0; n < 1000; n += 1) {
+    const turnId = `t${Math.floor(n / 2)}`
+    const type = n % 2 === 0 ? 'turn/start' : 'turn/end'
+    const expectSeq = n % 7 === 0 ? n + 1 : undefined
+    appends.push(
+      writer.append({ type, data: { turnId } }, { expectSeq }).then((seq) => {
+        resolved.push(seq)
+        return seq
+      }),
+    )
+  }
+  const seqs = await Promise.all(appends)
+  assert.deepEqual(seqs, Array.from({ length: 1000 }, (_, n) => n + 1), 'the n-th call gets seq n')
+  assert.deepEqual(resolved, seqs, 'promises resolve in seq order')
+  await writer.close()
+  const snap = await store.snapshot('s1')
+  assert.equal(snap.events.length, 1000)
+  snap.events.forEach((event, n) => {
+    assert.equal(event.type, n % 2 === 0 ? 'turn/start' : 'turn/end')
+    assert.deepEqual(event.data, { turnId: `t${Math.floor(n / 2)}` })
+  })
+})
+
+test('a refused append in a group of concurrent appends leaves the others', async (t) => {
+  const store = await Store.open(path.join(tempDir(t), 'sessions'), { create: true })
+  await store.createSession({ id: 's1', cwd: '/w' })
+  const writer = await store.openWriter('s1')
+  const outcomes = await Promise.allSettled([
+    writer.append({ type: 'turn/start', data: { turnId: 't1' } }),
+    writer.append({ type: 'turn/start', data: { turnId: 't2' } }), // a second open turn
+    writer.append({ type: 'turn/end', data: { turnId: 't1' } }, { expectSeq: 2 }),
+    writer.append({ type: 'turn/end', data: { turnId: 't1' } }, { expectSeq: 3 }), // no turn open
+  ])
+  assert.deepEqual(
+    outcomes.map((o) => (o.status === 'fulfilled' ? o.value : o.reason.code)),
+    [1, 'RULE', 2, 'RULE'],
+  )
+  await writer.close()
+})
+
+test('LOCKED across two Node processes', { timeout: 60_000 }, async (t) => {
+  const location = path.join(tempDir(t), 'sessions')
+  const store = await Store.open(location, { create: true })
+  await store.createSession({ id: 's1', cwd: '/w' })
+  const holder = spawn(
+    process.execPath,
+    [
+      '-e',
+      `const { Store } = require(${JSON.stringify(path.resolve(__dirname, '..'))});
+       (async () => {
+         const store = await Store.open(${JSON.stringify(location)});
+         const writer = await store.openWriter('s1');
+         await writer.append({ type: 'turn/start', data: { turnId: 't1' } });
+         process.stdout.write('holding\\n');
+         process.stdin.once('data', async () => { await writer.close(); process.exit(0) });
+       })().catch((error) => { console.error(error); process.exit(1) });`,
+    ],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  )
+  t.after(() => holder.kill())
+  await new Promise((resolve, reject) => {
+    holder.stdout.once('data', resolve)
+    holder.once('exit', (code) => reject(new Error(`the holder exited with ${code}`)))
+  })
+  const locked = await rejectsWith(store.openWriter('s1'), 'LOCKED')
+  assert.match(locked.message, /s1/)
+  holder.stdin.write('release\n')
+  const code = await new Promise((resolve) => holder.once('exit', resolve))
+  assert.equal(code, 0)
+  const writer = await store.openWriter('s1')
+  assert.equal(await writer.append({ type: 'turn/end', data: { turnId: 't1' } }), 2)
+  await writer.close()
+})
+
+test('SessionlogError is exported and is an Error', () => {
+  const error = new SessionlogError('IO', 'boom', { path: '/x' })
+  assert.ok(error instanceof Error)
+  assert.equal(error.code, 'IO')
+  assert.equal(error.path, '/x')
+})
+
+test('a panic of the addon is an error, and the process lives on', async () => {
+  const addon = require('../sessionlog.node')
+  const failure = (error) => JSON.parse(error.message)
+  assert.throws(
+    () => addon.panicForTests(),
+    (error) => failure(error).code === 'PANIC' && /for the tests/.test(failure(error).message),
+  )
+  await assert.rejects(addon.panicOnPoolForTests(), (error) => failure(error).code === 'PANIC')
+  // Still alive, and still working.
+  assert.deepEqual(parseReviewResult({ blocks: [{ type: 'text', text: '{"risk":"low","decision":"allow"}' }], stop: 'stop' }), {
+    risk: 'low',
+    decision: 'allow',
+  })
+})
