@@ -122,7 +122,7 @@ impl ReviewFailure {
         AUTO_REVIEW_FAILED
     }
 
-    fn new(message: impl Into<String>) -> Self {
+    pub(super) fn new(message: impl Into<String>) -> Self {
         ReviewFailure {
             message: message.into(),
         }
@@ -221,7 +221,7 @@ fn settle_data(call_id: &str, error: SettleError<'_>) -> String {
 
 /// Lists the members of the object `json`, failing on anything but one
 /// object without repeated members. `what` names it in messages.
-fn members_of<'a>(json: &'a str, what: &str) -> Result<Members<'a>, ReviewFailure> {
+pub(super) fn members_of<'a>(json: &'a str, what: &str) -> Result<Members<'a>, ReviewFailure> {
     let members = object_members(json).map_err(|error| match error {
         ObjectError::NotObject => ReviewFailure::new(format!("{what} is not a JSON object")),
         ObjectError::NotJson(detail) => {
