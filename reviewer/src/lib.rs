@@ -136,6 +136,30 @@ impl HttpReviewer {
         Ok(ReviewerResponse { status, body })
     }
 
+    /// `body` with every occurrence of the key replaced: a server that
+    /// echoes the key (in an error, in a reason) must not get it printed
+    /// or recorded.
+    fn scrub_bytes(&self, body: Vec<u8>) -> Vec<u8> {
+        let Some(key) = self.key.as_deref().map(str::as_bytes) else {
+            return body;
+        };
+        if !body.windows(key.len()).any(|window| window == key) {
+            return body;
+        }
+        let mut scrubbed = Vec::with_capacity(body.len());
+        let mut rest = body.as_slice();
+        while !rest.is_empty() {
+            if rest.starts_with(key) {
+                scrubbed.extend_from_slice(b"(redacted)");
+                rest = &rest[key.len()..];
+            } else {
+                scrubbed.push(rest[0]);
+                rest = &rest[1..];
+            }
+        }
+        scrubbed
+    }
+
     /// `message` with every occurrence of the key replaced.
     fn scrub(&self, message: String) -> String {
         match &self.key {
@@ -147,9 +171,15 @@ impl HttpReviewer {
 
 impl Reviewer for HttpReviewer {
     fn send(&self, body: &str) -> Result<ReviewerResponse, ReviewerError> {
-        self.exchange(body).map_err(|error| ReviewerError {
-            message: self.scrub(describe(&error, &self.url)),
-        })
+        match self.exchange(body) {
+            Ok(response) => Ok(ReviewerResponse {
+                status: response.status,
+                body: self.scrub_bytes(response.body),
+            }),
+            Err(error) => Err(ReviewerError {
+                message: self.scrub(describe(&error, &self.url)),
+            }),
+        }
     }
 }
 
@@ -209,6 +239,11 @@ mod tests {
             reviewer.scrub("echo sk-secret-1234 back".to_owned()),
             "echo (redacted) back"
         );
+        assert_eq!(
+            reviewer.scrub_bytes(b"{\"e\":\"Bearer sk-secret-1234sk-secret-1234\"}".to_vec()),
+            b"{\"e\":\"Bearer (redacted)(redacted)\"}"
+        );
+        assert_eq!(reviewer.scrub_bytes(b"sk-secret".to_vec()), b"sk-secret");
     }
 
     #[test]

@@ -207,7 +207,8 @@ impl AsyncStore {
     ) -> Result<Reviewed, ReviewCallError> {
         let pending = Arc::new(pending);
         let this = self.clone();
-        let (building, session, max_bytes) = (Arc::clone(&pending), id.clone(), options.max_request_bytes);
+        let (building, session, max_bytes) =
+            (Arc::clone(&pending), id.clone(), options.max_request_bytes);
         let built = blocking(move || {
             this.with_snapshot_writer(&session, |writer| {
                 writer
@@ -218,7 +219,8 @@ impl AsyncStore {
         .await?;
         let (request, next_seq) = built?;
         let model = options.model.clone();
-        let verdict = blocking(move || Ok(ask_reviewer(&*reviewer, &request, model.as_deref()))).await?;
+        let verdict =
+            blocking(move || Ok(ask_reviewer(&*reviewer, &request, model.as_deref()))).await?;
         let recorded = if options.record {
             self.append(id, verdict_events(&pending, &verdict), Some(next_seq))
                 .await?

@@ -36,8 +36,8 @@ pub use reader::{
     Snapshot,
 };
 pub use review::{
-    ask_reviewer, verdict_events, ReviewCallError, ReviewOptions, Reviewed, Reviewer, ReviewerError,
-    ReviewerResponse, Verdict,
+    ask_reviewer, verdict_events, ReviewCallError, ReviewOptions, Reviewed, Reviewer,
+    ReviewerError, ReviewerResponse, Verdict,
 };
 pub use sql_checks::StoreAudit;
 pub use sqlite::{SqliteEvents, SqliteStore, SCHEMA_VERSION};

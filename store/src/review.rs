@@ -201,7 +201,11 @@ fn failure(message: String) -> ReviewFailure {
 fn excerpt(body: &[u8]) -> String {
     const LIMIT: usize = 200;
     let text = String::from_utf8_lossy(body);
-    let mut out: String = text.chars().take(LIMIT).flat_map(char::escape_default).collect();
+    let mut out: String = text
+        .chars()
+        .take(LIMIT)
+        .flat_map(char::escape_default)
+        .collect();
     if text.chars().count() > LIMIT {
         out.push_str("...");
     }
@@ -261,7 +265,11 @@ mod tests {
 
     impl Reviewer for Racing {
         fn send(&self, _body: &str) -> Result<ReviewerResponse, ReviewerError> {
-            let appended = self.runtime.block_on(self.store.append(id("a"), vec![event("note/x", "{}", 6)], None));
+            let appended = self.runtime.block_on(self.store.append(
+                id("a"),
+                vec![event("note/x", "{}", 6)],
+                None,
+            ));
             ok(appended);
             says(r#"{"risk":"low","decision":"allow"}"#)
         }
@@ -323,14 +331,22 @@ mod tests {
         let reviewer = Scripted::answering(vec![
             says(r#"{"risk":"low","decision":"allow"}"#),
             says(r#"{"risk":"high","decision":"deny","reason":"line one\nline \"two\""}"#),
-            Err(ReviewerError { message: "connection refused".to_owned() }),
+            Err(ReviewerError {
+                message: "connection refused".to_owned(),
+            }),
             says(r#"{"risk":"low","decision":"allow"}"#),
         ]);
-        let record = ReviewOptions { record: true, ..ReviewOptions::default() };
+        let record = ReviewOptions {
+            record: true,
+            ..ReviewOptions::default()
+        };
 
         let allowed = ok(writer.review(&pending("c1"), &record, &reviewer));
         assert!(allowed.verdict.allows());
-        assert_eq!(allowed.recorded.iter().map(|s| s.get()).collect::<Vec<_>>(), [7]);
+        assert_eq!(
+            allowed.recorded.iter().map(|s| s.get()).collect::<Vec<_>>(),
+            [7]
+        );
         let request = ok(writer.review_request(&pending("c2"), DEFAULT_MAX_REQUEST_BYTES));
         let denied = ok(writer.review(&pending("c2"), &record, &reviewer));
         assert_eq!(
@@ -341,7 +357,10 @@ mod tests {
                 reason: Some("line one\nline \"two\"".to_owned())
             })
         );
-        assert_eq!(denied.recorded.iter().map(|s| s.get()).collect::<Vec<_>>(), [8, 9]);
+        assert_eq!(
+            denied.recorded.iter().map(|s| s.get()).collect::<Vec<_>>(),
+            [8, 9]
+        );
         let failed = ok(writer.review(&pending("c3"), &record, &reviewer));
         assert_eq!(
             failed.verdict,
@@ -389,19 +408,30 @@ mod tests {
     fn every_way_of_not_answering_is_a_failure() {
         let cases: Vec<(Result<ReviewerResponse, ReviewerError>, &str)> = vec![
             (
-                Ok(ReviewerResponse { status: 503, body: b"overloaded\n".to_vec() }),
+                Ok(ReviewerResponse {
+                    status: 503,
+                    body: b"overloaded\n".to_vec(),
+                }),
                 "the reviewer answered HTTP 503: overloaded\\n",
             ),
             (
-                Ok(ReviewerResponse { status: 500, body: Vec::new() }),
+                Ok(ReviewerResponse {
+                    status: 500,
+                    body: Vec::new(),
+                }),
                 "the reviewer answered HTTP 500: (empty body)",
             ),
             (
-                Ok(ReviewerResponse { status: 200, body: b"<html>".to_vec() }),
+                Ok(ReviewerResponse {
+                    status: 200,
+                    body: b"<html>".to_vec(),
+                }),
                 "the reviewer's answer is not exactly one JSON object: expected value",
             ),
             (
-                Err(ReviewerError { message: "no complete answer within the timeout".to_owned() }),
+                Err(ReviewerError {
+                    message: "no complete answer within the timeout".to_owned(),
+                }),
                 "the reviewer could not be reached: no complete answer within the timeout",
             ),
         ];
@@ -410,7 +440,9 @@ mod tests {
             let reviewer = Scripted::answering(vec![answer]);
             assert_eq!(
                 ask_reviewer(&reviewer, request, None),
-                Verdict::Failed(ReviewFailure { message: expected.to_owned() })
+                Verdict::Failed(ReviewFailure {
+                    message: expected.to_owned()
+                })
             );
         }
     }
@@ -420,22 +452,42 @@ mod tests {
         let folder = ok(tempfile::tempdir());
         let store = jsonl_store(folder.path());
         auto_session(&store, "a");
-        let runtime = ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build());
+        let runtime = ok(tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build());
         let store = AsyncStore::new(store);
         runtime.block_on(async {
             let reviewer = Arc::new(Scripted::answering(vec![
                 says(r#"{"risk":"medium","decision":"deny","reason":"no"}"#),
                 says(r#"{"risk":"low","decision":"allow"}"#),
             ]));
-            let record = ReviewOptions { record: true, ..ReviewOptions::default() };
+            let record = ReviewOptions {
+                record: true,
+                ..ReviewOptions::default()
+            };
             // The async writer was opened without a snapshot: review reopens it with one.
-            ok(store.append(id("a"), vec![event("note/x", "{}", 3)], Some(7)).await);
-            let denied = ok(store.review(id("a"), pending("c1"), record.clone(), reviewer.clone()).await);
-            assert_eq!(denied.recorded.iter().map(|s| s.get()).collect::<Vec<_>>(), [8, 9]);
-            let seqs = ok(store.append(id("a"), vec![event("note/x", "{}", 4)], Some(10)).await);
+            ok(store
+                .append(id("a"), vec![event("note/x", "{}", 3)], Some(7))
+                .await);
+            let denied = ok(store
+                .review(id("a"), pending("c1"), record.clone(), reviewer.clone())
+                .await);
+            assert_eq!(
+                denied.recorded.iter().map(|s| s.get()).collect::<Vec<_>>(),
+                [8, 9]
+            );
+            let seqs = ok(store
+                .append(id("a"), vec![event("note/x", "{}", 4)], Some(10))
+                .await);
             assert_eq!(seqs.iter().map(|s| s.get()).collect::<Vec<_>>(), [10]);
-            let allowed = ok(store.review(id("a"), pending("c2"), record, reviewer.clone()).await);
-            assert_eq!(allowed.recorded.iter().map(|s| s.get()).collect::<Vec<_>>(), [11]);
+            let allowed = ok(store
+                .review(id("a"), pending("c2"), record, reviewer.clone())
+                .await);
+            assert_eq!(
+                allowed.recorded.iter().map(|s| s.get()).collect::<Vec<_>>(),
+                [11]
+            );
             store.close(&id("a"));
         });
         // An append that lands while the reviewer thinks makes the verdict
@@ -445,14 +497,28 @@ mod tests {
                 store: store.clone(),
                 runtime: tokio::runtime::Handle::current(),
             });
-            let record = ReviewOptions { record: true, ..ReviewOptions::default() };
+            let record = ReviewOptions {
+                record: true,
+                ..ReviewOptions::default()
+            };
             let late = store.review(id("a"), pending("c3"), record, reviewer).await;
             assert!(
-                matches!(late, Err(ReviewCallError::Store(StoreError::Conflict { expected: 12, actual: 13, .. }))),
+                matches!(
+                    late,
+                    Err(ReviewCallError::Store(StoreError::Conflict {
+                        expected: 12,
+                        actual: 13,
+                        ..
+                    }))
+                ),
                 "{late:?}"
             );
             let events = ok(store.snapshot(id("a")).await).events;
-            assert_eq!(events.len(), 12, "the racing append is in, the verdict is not");
+            assert_eq!(
+                events.len(),
+                12,
+                "the racing append is in, the verdict is not"
+            );
         });
     }
 }

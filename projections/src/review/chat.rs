@@ -345,7 +345,11 @@ mod tests {
     #[test]
     fn whitespace_in_the_request_does_not_change_the_body() {
         let spaced = REQUEST
-            .replacen(r#"{"cwd":"/home/dev/p"}"#, "{ \"cwd\" :\n \"/home/dev/p\" }", 1)
+            .replacen(
+                r#"{"cwd":"/home/dev/p"}"#,
+                "{ \"cwd\" :\n \"/home/dev/p\" }",
+                1,
+            )
             .replacen(r#"[{"source""#, "[ {\"source\"", 1);
         assert_ne!(spaced, REQUEST);
         assert_eq!(
@@ -358,7 +362,10 @@ mod tests {
     fn what_is_not_a_request_is_refused() {
         let cases: &[(&str, &str)] = &[
             ("[]", "the request is not a JSON object"),
-            ("{} x", "the request is not exactly one JSON object: trailing characters"),
+            (
+                "{} x",
+                "the request is not exactly one JSON object: trailing characters",
+            ),
             (
                 r#"{"partitions":{},"model":{}}"#,
                 r#"the request has the members ["partitions", "model"], expected ["model", "partitions"] in that order"#,
@@ -437,15 +444,20 @@ mod tests {
             (b"{\"choices\":\xff}".to_vec(), "the reviewer's answer is not UTF-8 (invalid byte at offset 11)"),
         ];
         for (response, expected) in cases {
-            assert_eq!(failure(&response), expected, "for {}", String::from_utf8_lossy(&response));
+            assert_eq!(
+                failure(&response),
+                expected,
+                "for {}",
+                String::from_utf8_lossy(&response)
+            );
         }
     }
 
     #[test]
     fn the_strict_parser_judges_what_the_answer_says() {
         let reply = |content: &str, finish: &str| {
-            let reply = chat_completions_reply(&answer(message(json!(content), finish)))
-                .expect("a reply");
+            let reply =
+                chat_completions_reply(&answer(message(json!(content), finish))).expect("a reply");
             parse_review_result(reply.as_bytes()).map_err(|failure| failure.message)
         };
         assert_eq!(
@@ -486,8 +498,21 @@ mod tests {
     fn word() -> impl Strategy<Value = String> {
         prop_oneof![
             prop::sample::select(vec![
-                "choices", "message", "content", "reasoning_content", "finish_reason", "stop",
-                "length", "risk", "decision", "reason", "low", "medium", "high", "allow", "deny",
+                "choices",
+                "message",
+                "content",
+                "reasoning_content",
+                "finish_reason",
+                "stop",
+                "length",
+                "risk",
+                "decision",
+                "reason",
+                "low",
+                "medium",
+                "high",
+                "allow",
+                "deny",
             ])
             .prop_map(str::to_owned),
             "[a-z]{0,5}",
@@ -512,13 +537,12 @@ mod tests {
     }
 
     fn chat_answer() -> impl Strategy<Value = Vec<u8>> {
-        let content = prop_oneof![decision_text().prop_map(serde_json::Value::from), json_value()];
-        let reasoning = prop::option::of(json_value());
-        let finish = prop_oneof![
-            Just(json!("stop")),
-            Just(json!("length")),
+        let content = prop_oneof![
+            decision_text().prop_map(serde_json::Value::from),
             json_value()
         ];
+        let reasoning = prop::option::of(json_value());
+        let finish = prop_oneof![Just(json!("stop")), Just(json!("length")), json_value()];
         (content, reasoning, finish, json_value()).prop_map(|(content, reasoning, finish, extra)| {
             let mut message = json!({"role": "assistant", "content": content});
             if let Some(reasoning) = reasoning {
