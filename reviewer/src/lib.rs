@@ -32,6 +32,22 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(90);
 const MAX_ANSWER_BYTES: u64 = 16 << 20;
 
 /// A reviewer model behind an OpenAI-compatible Chat Completions endpoint.
+///
+/// ```no_run
+/// use sessionlog_reviewer::{HttpReviewer, HttpReviewerOptions, DEFAULT_TIMEOUT};
+/// use sessionlog_store::Reviewer;
+///
+/// let reviewer = HttpReviewer::new(HttpReviewerOptions {
+///     endpoint: "http://127.0.0.1:8080/v1".to_owned(),
+///     key: std::env::var("SESSIONLOG_REVIEWER_KEY").ok(),
+///     timeout: DEFAULT_TIMEOUT,
+/// })?;
+/// // Usually `SessionWriter::review` sends the body that
+/// // `chat_completions_body` made of a reviewer's request.
+/// let answer = reviewer.send(r#"{"model":"m","messages":[],"temperature":0,"stream":false}"#)?;
+/// println!("HTTP {}", answer.status);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct HttpReviewer {
     url: String,
     key: Option<String>,

@@ -121,6 +121,53 @@ impl SessionWriter {
     ///
     /// Needs a writer opened with `keep_snapshot`; the request fails closed
     /// like [`SessionWriter::review_request`].
+    ///
+    /// ```
+    /// use sessionlog_projections::{parse_pending_action, Defaults};
+    /// use sessionlog_schema::{ApprovalPolicy, Preset, SessionHeader, SessionId};
+    /// use sessionlog_store::{
+    ///     now_ms, Durability, NewEvent, ReviewOptions, Reviewer, ReviewerError,
+    ///     ReviewerResponse, Store, WriterOptions,
+    /// };
+    ///
+    /// /// A reviewer that allows everything (a real one is `HttpReviewer`).
+    /// #[derive(Debug)]
+    /// struct Allows;
+    ///
+    /// impl Reviewer for Allows {
+    ///     fn send(&self, _body: &str) -> Result<ReviewerResponse, ReviewerError> {
+    ///         let answer = r#"{"choices":[{"message":{"content":"{\"risk\":\"low\",\"decision\":\"allow\"}"},"finish_reason":"stop"}]}"#;
+    ///         Ok(ReviewerResponse { status: 200, body: answer.into() })
+    ///     }
+    /// }
+    ///
+    /// let folder = tempfile::tempdir()?;
+    /// let store = Store::create(&folder.path().join("logs"))?;
+    /// let id = SessionId::parse("s1")?;
+    /// let header = SessionHeader::root(id.clone(), now_ms(), "/work".into());
+    /// store.create_session(&header, &[], Durability::Fsync)?;
+    /// let mut writer = store.open_writer(&id, WriterOptions::default())?;
+    /// writer.switch_preset(Preset::Auto, Some(ApprovalPolicy::Never), &Defaults::default(), None)?;
+    /// writer.append(NewEvent::new("turn/start", r#"{"turnId":"t1"}"#), None)?;
+    /// writer.append(NewEvent::new("step/start", r#"{"stepId":"s1","turnId":"t1"}"#), None)?;
+    /// writer.append(
+    ///     NewEvent::new(
+    ///         "request/header",
+    ///         r#"{"provider":"p","model":"m","approvalPolicy":"never","sandboxMode":"danger-full-access",
+    ///             "tools":[{"name":"shell","description":"Runs a command","parameters":{}}]}"#,
+    ///     ),
+    ///     None,
+    /// )?;
+    ///
+    /// let pending = parse_pending_action(
+    ///     br#"{"callId":"c1","stepId":"s1","name":"shell","arguments":{"command":"ls"}}"#,
+    /// )?;
+    /// let options = ReviewOptions { record: true, ..ReviewOptions::default() };
+    /// let reviewed = writer.review(&pending, &options, &Allows)?;
+    /// assert!(reviewed.verdict.allows());
+    /// assert_eq!(reviewed.recorded.len(), 1, "an allowed call is recorded started");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn review(
         &mut self,
         pending: &PendingAction,

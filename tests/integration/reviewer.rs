@@ -268,12 +268,23 @@ fn the_call_is_the_request_as_chat_completions_with_the_key_in_a_header() {
 fn without_a_model_the_request_names_it_and_without_a_key_none_is_sent() {
     let (_folder, log) = open_step_session();
     let server = Server::saying(r#"{"risk":"low","decision":"allow"}"#);
-    let mut command = sessionlog(["review"]);
-    command
-        .arg(&log)
-        .args(["--pending", "-", "--endpoint", &server.endpoint])
-        .env_remove("SESSIONLOG_REVIEWER_KEY");
-    run_command(command, Some(PENDING)).expect_code(0);
+    // The pending action from standard input, the key from `variable`.
+    let review_stdin = |key_env: &[&str], variable: &str, key: Option<&str>| {
+        let mut command = sessionlog(["review"]);
+        command
+            .arg(&log)
+            .args(["--pending", "-", "--endpoint", &server.endpoint])
+            .args(key_env)
+            .env_remove("SESSIONLOG_REVIEWER_KEY");
+        match key {
+            Some(key) => command.env(variable, key),
+            None => command.env_remove(variable),
+        };
+        let run = run_command(command, Some(PENDING));
+        assert_key_hidden(&run);
+        run
+    };
+    review_stdin(&[], "SESSIONLOG_REVIEWER_KEY", None).expect_code(0);
     let call = &server.received()[0];
     assert_eq!(call.header("authorization"), None);
     let body: Value = serde_json::from_str(&call.body).expect("JSON");
@@ -281,39 +292,22 @@ fn without_a_model_the_request_names_it_and_without_a_key_none_is_sent() {
     assert_eq!(body["temperature"], 0);
     assert_eq!(body["stream"], false);
 
-    let mut command = sessionlog(["review"]);
-    command
-        .arg(&log)
-        .args([
-            "--pending",
-            "-",
-            "--endpoint",
-            &server.endpoint,
-            "--api-key-env",
-            "MY_REVIEWER_KEY",
-        ])
-        .env("MY_REVIEWER_KEY", KEY);
-    let run = run_command(command, Some(PENDING));
-    run.expect_code(0);
-    assert_key_hidden(&run);
+    review_stdin(
+        &["--api-key-env", "MY_REVIEWER_KEY"],
+        "MY_REVIEWER_KEY",
+        Some(KEY),
+    )
+    .expect_code(0);
     assert_eq!(
         server.received()[1].header("authorization"),
         Some(format!("Bearer {KEY}").as_str())
     );
 
-    let mut command = sessionlog(["review"]);
-    command
-        .arg(&log)
-        .args([
-            "--pending",
-            "-",
-            "--endpoint",
-            &server.endpoint,
-            "--api-key-env",
-            "UNSET_REVIEWER_KEY",
-        ])
-        .env_remove("UNSET_REVIEWER_KEY");
-    let run = run_command(command, Some(PENDING));
+    let run = review_stdin(
+        &["--api-key-env", "UNSET_REVIEWER_KEY"],
+        "UNSET_REVIEWER_KEY",
+        None,
+    );
     run.expect_code(1);
     assert!(run.stderr.contains("UNSET_REVIEWER_KEY"), "{}", run.stderr);
     assert_eq!(

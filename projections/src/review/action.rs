@@ -13,10 +13,7 @@ use serde_json::value::RawValue;
 use sessionlog_schema::ToolStart;
 
 use super::error::{ReviewError, ReviewErrorCode};
-use super::strict::{
-    as_string, find_nested_duplicate, first_duplicate, is_null, object_members, Members,
-    ObjectError,
-};
+use super::strict::{as_string, find_nested_duplicate, is_null, unique_members, Members};
 
 /// A tool call waiting for review.
 #[derive(Debug, Clone)]
@@ -156,15 +153,7 @@ fn strict_members<'a>(
     what: &str,
     allowed: &[&str],
 ) -> Result<Members<'a>, ReviewError> {
-    let members = object_members(json).map_err(|error| match error {
-        ObjectError::NotObject => invalid(format!("{what} is not a JSON object")),
-        ObjectError::NotJson(detail) => {
-            invalid(format!("{what} is not exactly one JSON object: {detail}"))
-        }
-    })?;
-    if let Some(name) = first_duplicate(&members) {
-        return Err(invalid(format!("duplicate member {name} in {what}")));
-    }
+    let members = unique_members(json, what).map_err(invalid)?;
     if let Some((name, _)) = members.iter().find(|(name, _)| !allowed.contains(&&**name)) {
         return Err(invalid(format!("unexpected member {name} in {what}")));
     }

@@ -28,7 +28,7 @@ use serde_json::value::RawValue;
 use sessionlog_schema::compact_json;
 
 use super::result::{members_of, ReviewFailure};
-use super::strict::{as_string, first_duplicate, object_members, Members, ObjectError};
+use super::strict::{as_string, unique_members, Members};
 
 /// The five partitions of a request, in the order they are built.
 const PARTITIONS: [&str; 5] = [
@@ -227,15 +227,7 @@ fn request_members<'a>(
     what: &str,
     names: &[&str],
 ) -> Result<Members<'a>, ChatRequestError> {
-    let members = object_members(json).map_err(|error| match error {
-        ObjectError::NotObject => request_error(format!("{what} is not a JSON object")),
-        ObjectError::NotJson(detail) => {
-            request_error(format!("{what} is not exactly one JSON object: {detail}"))
-        }
-    })?;
-    if let Some(name) = first_duplicate(&members) {
-        return Err(request_error(format!("duplicate member {name} in {what}")));
-    }
+    let members = unique_members(json, what).map_err(request_error)?;
     let found: Vec<&str> = members.iter().map(|(name, _)| name.as_str()).collect();
     if found != names {
         return Err(request_error(format!(
@@ -479,20 +471,7 @@ mod tests {
     }
 
     fn json_value() -> impl Strategy<Value = serde_json::Value> {
-        let leaf = prop_oneof![
-            Just(serde_json::Value::Null),
-            any::<bool>().prop_map(serde_json::Value::from),
-            any::<i64>().prop_map(serde_json::Value::from),
-            word().prop_map(serde_json::Value::from),
-            decision_text().prop_map(serde_json::Value::from),
-        ];
-        leaf.prop_recursive(3, 24, 5, |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
-                prop::collection::vec((word(), inner), 0..4)
-                    .prop_map(|members| serde_json::Value::Object(members.into_iter().collect())),
-            ]
-        })
+        super::super::arbitrary::json_value(word().boxed(), decision_text().boxed())
     }
 
     fn word() -> impl Strategy<Value = String> {

@@ -12,6 +12,8 @@
 //! or read leniently.
 
 mod action;
+#[cfg(test)]
+mod arbitrary;
 mod chat;
 mod error;
 mod fragments;

@@ -186,24 +186,17 @@ fn request_from_snapshot(
 /// INVALID_LOG with exit 2, a rule violation with exit 4; anything else
 /// (I/O, `Locked`) is an error of its own class.
 fn invalid_log(error: anyhow::Error) -> Result<u8> {
-    match error.downcast::<StoreError>() {
-        Ok(store_error) if store_error.class() == ErrorClass::Corrupt => {
-            print_error(
-                ReviewErrorCode::InvalidLog.as_str(),
-                store_error.to_string(),
-            )?;
-            Ok(exit::CORRUPT)
-        }
-        Ok(store_error) if store_error.class() == ErrorClass::Rule => {
-            print_error(
-                ReviewErrorCode::InvalidLog.as_str(),
-                store_error.to_string(),
-            )?;
-            Ok(exit::RULE)
-        }
-        Ok(store_error) => Err(store_error.into()),
-        Err(other) => Err(other),
-    }
+    let store_error = error.downcast::<StoreError>()?;
+    let code = match store_error.class() {
+        ErrorClass::Corrupt => exit::CORRUPT,
+        ErrorClass::Rule => exit::RULE,
+        _ => return Err(store_error.into()),
+    };
+    print_error(
+        ReviewErrorCode::InvalidLog.as_str(),
+        store_error.to_string(),
+    )?;
+    Ok(code)
 }
 
 /// Runs `review-result`.
