@@ -710,3 +710,20 @@ fn an_audit_that_agrees_exits_0_and_one_without_any_decision_exits_5() {
     );
     assert!(lines[2].contains("2 calls asked, 2 agree"), "{}", lines[2]);
 }
+
+#[test]
+fn a_session_without_calls_under_auto_asks_nothing() {
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let log = folder.path().join("approval.jsonl");
+    std::fs::copy(
+        workspace_root().join("examples/sessions/approval.jsonl"),
+        &log,
+    )
+    .expect("copy the example");
+    let server = Server::saying(r#"{"risk":"low","decision":"allow"}"#);
+    let (run, printed) = audit(&server, &log);
+    run.expect_code(0);
+    assert_eq!(printed["rows"], json!([]));
+    assert_eq!(printed["summary"]["calls"], 0);
+    assert!(server.received().is_empty());
+}
