@@ -13,6 +13,12 @@
 //! writer that fails is dropped after reporting its error, so the next
 //! append reopens the session and re-verifies it, as a poisoned writer
 //! requires.
+//! `review` asks the Auto reviewer about a pending call of a session
+//! through that same writer, reopened once with its snapshot kept if it
+//! was opened without: the request is built while the writer is held, the
+//! reviewer is called with the writer free for other appends, and the
+//! verdict is recorded (when asked) as an append expecting the seq the
+//! request was built at.
 //! `follow` polls the store every `FOLLOW_POLL_INTERVAL` for new events: a
 //! JSONL log through a [`LogFollower`], which reads only what was appended
 //! since the last poll (nothing at all when the file did not change); a
@@ -22,12 +28,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use sessionlog_projections::Defaults;
+use sessionlog_projections::{Defaults, PendingAction};
 use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
 use tokio::sync::mpsc;
 
 use crate::follow::LogFollower;
 use crate::reader::Snapshot;
+use crate::review::{
+    ask_reviewer, verdict_events, ReviewCallError, ReviewOptions, Reviewed, Reviewer,
+};
 use crate::store::Store;
 use crate::writer::{AcknowledgedSeq, Durability, NewEvent, SessionWriter, WriterOptions};
 use crate::StoreError;
@@ -183,6 +192,44 @@ impl AsyncStore {
         blocking(move || this.append_blocking(&id, events, expected_seq)).await
     }
 
+    /// Asks `reviewer` about `pending` in session `id` and, with
+    /// `options.record`, records the verdict (see
+    /// [`SessionWriter::review`]). The request fails closed exactly as
+    /// there; while the reviewer thinks, other appends to the session go
+    /// on, and if one lands first the recording is refused as a
+    /// `Conflict` (the verdict was about an older snapshot).
+    pub async fn review(
+        &self,
+        id: SessionId,
+        pending: PendingAction,
+        options: ReviewOptions,
+        reviewer: Arc<dyn Reviewer>,
+    ) -> Result<Reviewed, ReviewCallError> {
+        let pending = Arc::new(pending);
+        let this = self.clone();
+        let (building, session, max_bytes) =
+            (Arc::clone(&pending), id.clone(), options.max_request_bytes);
+        let built = blocking(move || {
+            this.with_snapshot_writer(&session, |writer| {
+                writer
+                    .review_request(&building, max_bytes)
+                    .map(|request| (request, writer.next_seq()))
+            })
+        })
+        .await?;
+        let (request, next_seq) = built?;
+        let model = options.model.clone();
+        let verdict =
+            blocking(move || Ok(ask_reviewer(&*reviewer, &request, model.as_deref()))).await?;
+        let recorded = if options.record {
+            self.append(id, verdict_events(&pending, &verdict), Some(next_seq))
+                .await?
+        } else {
+            Vec::new()
+        };
+        Ok(Reviewed { verdict, recorded })
+    }
+
     /// Releases the writer of session `id` (and its lock), if one is open.
     pub fn close(&self, id: &SessionId) {
         self.writer_table().remove(id);
@@ -316,6 +363,53 @@ impl AsyncStore {
             .unzip();
         outcomes.extend(tickets.into_iter().zip(open.append_group(batches)));
         ((!open.is_poisoned()).then_some(open), outcomes)
+    }
+
+    /// Runs `work` on session `id`'s writer, holding it alone (appends
+    /// wait), after reopening it with its snapshot kept when it was opened
+    /// without one.
+    fn with_snapshot_writer<T>(
+        &self,
+        id: &SessionId,
+        work: impl FnOnce(&mut SessionWriter) -> T,
+    ) -> Result<T, StoreError> {
+        let slot = Arc::clone(self.writer_table().entry(id.clone()).or_default());
+        let mut state = slot.lock();
+        while state.busy {
+            state = slot
+                .done
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        state.busy = true;
+        let writer = state.writer.take();
+        drop(state);
+        let mut guard = GroupGuard {
+            slot: &slot,
+            tickets: Vec::new(),
+            result: None,
+        };
+        let mut writer = match writer {
+            Some(writer) if writer.events().is_some() => writer,
+            other => {
+                // The old writer holds the session's lock: release it first.
+                drop(other);
+                let options = WriterOptions {
+                    keep_snapshot: true,
+                    ..self.options
+                };
+                match self.store.open_writer(id, options) {
+                    Ok(writer) => writer,
+                    Err(error) => {
+                        guard.result = Some((None, Vec::new()));
+                        return Err(error);
+                    }
+                }
+            }
+        };
+        let output = work(&mut writer);
+        guard.result = Some(((!writer.is_poisoned()).then_some(writer), Vec::new()));
+        Ok(output)
     }
 
     fn writer_table(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, WriterSlot>> {

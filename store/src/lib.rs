@@ -14,6 +14,7 @@ mod jsonl;
 mod leftovers;
 mod migrate;
 mod reader;
+mod review;
 mod sql_checks;
 mod sqlite;
 mod store;
@@ -33,6 +34,10 @@ pub use migrate::{
 pub use reader::{
     fold_through, read_snapshot_from, FoldedEvent, Line, LineReader, LogReader, SessionStream,
     Snapshot,
+};
+pub use review::{
+    ask_reviewer, verdict_events, ReviewCallError, ReviewOptions, Reviewed, Reviewer,
+    ReviewerError, ReviewerResponse, Verdict,
 };
 pub use sql_checks::StoreAudit;
 pub use sqlite::{SqliteEvents, SqliteStore, SCHEMA_VERSION};

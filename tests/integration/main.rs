@@ -34,6 +34,9 @@
 //!   random, put to verify, export and migrate; readers that change nothing
 //!   (another application's database, a newer schema, no write
 //!   permission); a write-ahead log removed under `append`, then SIGKILL.
+//! - `reviewer`: `review` and `review-audit` against a loopback HTTP server
+//!   playing the reviewer model: the bytes sent, every kind of answer, what
+//!   `--record` leaves, the key never shown, audits that agree or differ.
 //! - `hostile`: arbitrary `append` lines and pending actions through the
 //!   binary (proptest), records above 16 MiB, hostile ids, planted symlinks.
 
@@ -51,5 +54,6 @@ mod import;
 mod people;
 mod power_loss;
 mod realistic;
+mod reviewer;
 mod sqlite_damage;
 mod support;

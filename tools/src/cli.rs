@@ -13,7 +13,8 @@ use sessionlog_schema::{ApprovalPolicy, SandboxMode};
 /// or a `.db`/`.sqlite` database; `--session ID` picks one session in a store.
 ///
 /// Exit codes: 0 ok, 1 usage or I/O error, 2 corruption, 3 only a torn tail
-/// (verify), 4 rule violations, 5 fail-closed review error, 6 Locked or Conflict.
+/// (verify), 4 rule violations, 5 fail-closed review error or reviewer
+/// failure, 6 Locked or Conflict, 8 review-audit found a decision that differs.
 #[derive(Debug, Parser)]
 #[command(name = "sessionlog", version, propagate_version = true)]
 pub struct Cli {
@@ -45,6 +46,26 @@ pub struct DefaultArgs {
     /// The configured default sandbox mode (read-only | workspace-write | danger-full-access).
     #[arg(long, default_value = "workspace-write", value_parser = parse_sandbox)]
     pub default_sandbox: SandboxMode,
+}
+
+/// Where and how to call the reviewer model.
+#[derive(Debug, Clone, Args)]
+pub struct ReviewerArgs {
+    /// The base URL of an OpenAI-compatible Chat Completions API, e.g.
+    /// `https://api.deepseek.com/v1` or `http://127.0.0.1:8080/v1`.
+    #[arg(long, value_name = "URL")]
+    pub endpoint: String,
+    /// The model to ask (default: the model of the session's latest
+    /// request/header).
+    #[arg(long, value_name = "M")]
+    pub model: Option<String>,
+    /// The environment variable that holds the API key (default
+    /// SESSIONLOG_REVIEWER_KEY; without it, no key is sent).
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// Give up on an answer not complete after this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 90.0, value_parser = parse_timeout)]
+    pub timeout: f64,
 }
 
 /// The commands.
@@ -138,6 +159,57 @@ pub enum Command {
         /// The request size limit in bytes.
         #[arg(long, default_value_t = sessionlog_projections::DEFAULT_MAX_REQUEST_BYTES)]
         max_bytes: usize,
+    },
+    /// Ask the reviewer model about a pending tool call, and optionally
+    /// record its decision.
+    ///
+    /// Builds the request exactly as review-request (failing closed before
+    /// anything is sent), POSTs it to ENDPOINT/chat/completions, reads the
+    /// answer strictly and prints `{risk, decision, reason?}` (exit 0 for
+    /// allow and deny) or `{"error": "AUTO_REVIEW_FAILED", "message"}` (exit
+    /// 5). With --record, appends the call's tool/start and, for a denial or
+    /// a failure, its settle, as one atomic batch. The key is read from the
+    /// environment and never printed. Proxies come from HTTPS_PROXY,
+    /// HTTP_PROXY, ALL_PROXY and NO_PROXY; SSL_CERT_FILE replaces the
+    /// built-in certificate roots.
+    #[command(after_help = "Example:
+  SESSIONLOG_REVIEWER_KEY=sk-... sessionlog review ./sessions --session s1 \\
+      --pending pending.json --endpoint https://api.deepseek.com/v1 --model deepseek-chat --record")]
+    Review {
+        #[command(flatten)]
+        target: SessionArgs,
+        /// The pending action `{callId, stepId, name, arguments,
+        /// parentCallId?, schema?}`; `-` reads standard input.
+        #[arg(long, value_name = "FILE")]
+        pending: PathBuf,
+        #[command(flatten)]
+        reviewer: ReviewerArgs,
+        /// The request size limit in bytes.
+        #[arg(long, default_value_t = sessionlog_projections::DEFAULT_MAX_REQUEST_BYTES)]
+        max_bytes: usize,
+        /// Append the call's tool/start and, when it must not run, its settle.
+        #[arg(long)]
+        record: bool,
+    },
+    /// Ask the reviewer again about every call a session made under Auto,
+    /// and show where today's answer differs from the recorded one.
+    ///
+    /// Each own tool/start made while the preset was auto is rebuilt as a
+    /// pending action against the snapshot just before it, sent, and
+    /// compared with what the log recorded (denied, failed, or allowed).
+    /// Nothing is written. Exit 0 when every decision agrees, 8 when one
+    /// differs, 5 when the reviewer gave no decision at all.
+    #[command(after_help = "Example:
+  sessionlog review-audit examples/sessions/auto-review.jsonl --endpoint http://127.0.0.1:8080/v1 --model new-reviewer --json > audit.json
+  sessionlog report examples/sessions/auto-review.jsonl --html report.html --audit audit.json")]
+    ReviewAudit {
+        #[command(flatten)]
+        target: SessionArgs,
+        #[command(flatten)]
+        reviewer: ReviewerArgs,
+        /// Print one JSON object `{session, model, rows, summary}`.
+        #[arg(long)]
+        json: bool,
     },
     /// Parse a reviewer's reply `{blocks, stop}` strictly into its decision.
     #[command(after_help = "Example:\n  sessionlog review-result reply.json")]
@@ -280,6 +352,10 @@ pub enum Command {
         /// The HTML file to write (replaced if it exists).
         #[arg(long, value_name = "OUT")]
         html: PathBuf,
+        /// Show a review-audit (the JSON `review-audit --json` printed)
+        /// next to the calls it asked about.
+        #[arg(long, value_name = "FILE")]
+        audit: Option<PathBuf>,
         #[command(flatten)]
         defaults: DefaultArgs,
     },
@@ -371,6 +447,16 @@ pub enum ColorChoice {
 /// Parses an approval policy for clap.
 pub fn parse_approval(text: &str) -> Result<ApprovalPolicy, String> {
     text.parse()
+}
+
+/// Parses a timeout in seconds (fractions allowed) for clap.
+pub fn parse_timeout(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) if seconds > 0.0 && seconds.is_finite() && seconds <= 86_400.0 => Ok(seconds),
+        _ => Err(format!(
+            "{text:?} is not a number of seconds above 0 and at most 86400"
+        )),
+    }
 }
 
 /// Parses a sandbox mode for clap.

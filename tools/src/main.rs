@@ -34,6 +34,8 @@ pub mod exit {
     pub const REVIEW: u8 = 5;
     /// `Locked` or `Conflict`.
     pub const CONTENTION: u8 = 6;
+    /// `review-audit` found a decision that differs from the recorded one.
+    pub const AUDIT_DIFFERS: u8 = 8;
 }
 
 /// A usage error: bad arguments or input that is not what a command reads.
@@ -106,6 +108,18 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             pending,
             max_bytes,
         } => commands::review::request(&target, &pending, max_bytes),
+        Command::Review {
+            target,
+            pending,
+            reviewer,
+            max_bytes,
+            record,
+        } => commands::review::call(&target, &pending, &reviewer, max_bytes, record),
+        Command::ReviewAudit {
+            target,
+            reviewer,
+            json,
+        } => commands::audit::run(&target, &reviewer, json, quiet),
         Command::ReviewResult { file } => commands::review::result(file.as_deref()),
         Command::Migrate { from, to, json } => commands::migrate::migrate(&from, &to, json, quiet),
         Command::Diff { a, b, json } => commands::migrate::diff(&a, &b, json),
@@ -143,8 +157,9 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Report {
             target,
             html,
+            audit,
             defaults,
-        } => commands::report::run(&target, &html, &defaults, quiet),
+        } => commands::report::run(&target, &html, audit.as_deref(), &defaults, quiet),
         Command::Clean {
             store,
             older_than,
@@ -201,6 +216,9 @@ fn init_tracing(quiet: bool) {
         .with_target(false)
         .without_time()
         .init();
+    // ureq logs the wire at trace level without redacting headers (the
+    // reviewer's key among them): no `log` record above debug is emitted.
+    log::set_max_level(log::max_level().min(log::LevelFilter::Debug));
 }
 
 static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

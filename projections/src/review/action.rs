@@ -8,13 +8,12 @@
 //! a tool and its reviewer must never read two different values out of one
 //! ambiguous object.
 
+use serde::Serialize;
 use serde_json::value::RawValue;
+use sessionlog_schema::ToolStart;
 
 use super::error::{ReviewError, ReviewErrorCode};
-use super::strict::{
-    as_string, find_nested_duplicate, first_duplicate, is_null, object_members, Members,
-    ObjectError,
-};
+use super::strict::{as_string, find_nested_duplicate, is_null, unique_members, Members};
 
 /// A tool call waiting for review.
 #[derive(Debug, Clone)]
@@ -41,6 +40,17 @@ pub struct ToolSchema {
     pub description: String,
     /// Its parameter schema, raw JSON (never `null`).
     pub parameters: Box<RawValue>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolStartData<'a> {
+    call_id: &'a str,
+    step_id: &'a str,
+    name: &'a str,
+    arguments: &'a RawValue,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parent_call_id: Option<&'a str>,
 }
 
 const ACTION: &str = "the pending action";
@@ -82,6 +92,35 @@ pub fn parse_pending_action(json: &[u8]) -> Result<PendingAction, ReviewError> {
 }
 
 impl PendingAction {
+    /// The `data` of the `tool/start` that starts this call: compact JSON
+    /// `{callId, stepId, name, arguments, parentCallId?}`, arguments as the
+    /// runtime wrote them. An inner call's frozen schema is not logged.
+    pub fn tool_start_data(&self) -> String {
+        let data = ToolStartData {
+            call_id: &self.call_id,
+            step_id: &self.step_id,
+            name: &self.name,
+            arguments: &self.arguments,
+            parent_call_id: self.parent_call_id.as_deref(),
+        };
+        // Strings and raw JSON always serialize.
+        serde_json::to_string(&data).unwrap_or_else(|error| unreachable!("{error}"))
+    }
+
+    /// The pending action a logged `tool/start` was before it started. It
+    /// brings no schema: the log keeps none, so an inner call rebuilt this
+    /// way fails closed with `MISSING_SCHEMA`.
+    pub fn from_tool_start(start: &ToolStart) -> PendingAction {
+        PendingAction {
+            call_id: start.call_id.clone(),
+            step_id: start.step_id.clone(),
+            name: start.name.clone(),
+            arguments: start.arguments.clone(),
+            parent_call_id: start.parent_call_id.clone(),
+            schema: None,
+        }
+    }
+
     /// Checks what a hand-built action could get wrong and a parsed one
     /// cannot: raw values that are `null` or repeat a member.
     pub(super) fn check_raw_values(&self) -> Result<(), ReviewError> {
@@ -114,15 +153,7 @@ fn strict_members<'a>(
     what: &str,
     allowed: &[&str],
 ) -> Result<Members<'a>, ReviewError> {
-    let members = object_members(json).map_err(|error| match error {
-        ObjectError::NotObject => invalid(format!("{what} is not a JSON object")),
-        ObjectError::NotJson(detail) => {
-            invalid(format!("{what} is not exactly one JSON object: {detail}"))
-        }
-    })?;
-    if let Some(name) = first_duplicate(&members) {
-        return Err(invalid(format!("duplicate member {name} in {what}")));
-    }
+    let members = unique_members(json, what).map_err(invalid)?;
     if let Some((name, _)) = members.iter().find(|(name, _)| !allowed.contains(&&**name)) {
         return Err(invalid(format!("unexpected member {name} in {what}")));
     }
@@ -211,6 +242,27 @@ mod tests {
         let schema = inner.schema.expect("schema kept");
         assert_eq!(schema.description, "Reads");
         assert_eq!(schema.parameters.get(), r#"{"type":"object"}"#);
+    }
+
+    #[test]
+    fn an_action_starts_as_the_tool_start_it_becomes() {
+        let inner = parse_pending_action(
+            br#"{"name":"tools.read","callId":"c2","arguments":{"path":"a b"},"stepId":"s1","parentCallId":"c1","schema":{"description":"Reads","parameters":{}}}"#,
+        )
+        .expect("a valid inner action");
+        let data = inner.tool_start_data();
+        assert_eq!(
+            data,
+            r#"{"callId":"c2","stepId":"s1","name":"tools.read","arguments":{"path":"a b"},"parentCallId":"c1"}"#
+        );
+        let sessionlog_schema::Event::ToolStart(start) =
+            sessionlog_schema::Event::parse("tool/start", &data).expect("a valid tool/start")
+        else {
+            panic!("not a tool/start");
+        };
+        let again = PendingAction::from_tool_start(&start);
+        assert_eq!(again.tool_start_data(), data);
+        assert!(again.schema.is_none());
     }
 
     #[test]

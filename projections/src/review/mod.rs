@@ -5,11 +5,16 @@
 //! it. This module owns what that model is shown (`build_review_request`: the
 //! fixed [`REVIEW_POLICY`], the working directory, project instructions, the
 //! filtered history and the pending action) and what its answer may be
-//! (`parse_review_result`), plus the records a denial or failure leaves.
+//! (`parse_review_result`), plus the records a denial or failure leaves,
+//! and how both travel as one Chat Completions call
+//! (`chat_completions_body`, `chat_completions_reply`).
 //! Everything fails closed with a stable code; nothing is truncated, guessed
 //! or read leniently.
 
 mod action;
+#[cfg(test)]
+mod arbitrary;
+mod chat;
 mod error;
 mod fragments;
 mod policy;
@@ -20,6 +25,7 @@ mod result;
 mod strict;
 
 pub use action::{parse_pending_action, PendingAction, ToolSchema};
+pub use chat::{chat_completions_body, chat_completions_reply, ChatRequestError};
 pub use error::{ReviewError, ReviewErrorCode, DEFAULT_MAX_REQUEST_BYTES};
 pub use fragments::ReviewFragments;
 pub use policy::REVIEW_POLICY;

@@ -11,7 +11,7 @@
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use super::strict::{as_string, first_duplicate, object_members, Members, ObjectError};
+use super::strict::{as_string, unique_members, Members};
 
 /// The stable code of a reviewer failure.
 pub const AUTO_REVIEW_FAILED: &str = "AUTO_REVIEW_FAILED";
@@ -122,7 +122,7 @@ impl ReviewFailure {
         AUTO_REVIEW_FAILED
     }
 
-    fn new(message: impl Into<String>) -> Self {
+    pub(super) fn new(message: impl Into<String>) -> Self {
         ReviewFailure {
             message: message.into(),
         }
@@ -221,19 +221,8 @@ fn settle_data(call_id: &str, error: SettleError<'_>) -> String {
 
 /// Lists the members of the object `json`, failing on anything but one
 /// object without repeated members. `what` names it in messages.
-fn members_of<'a>(json: &'a str, what: &str) -> Result<Members<'a>, ReviewFailure> {
-    let members = object_members(json).map_err(|error| match error {
-        ObjectError::NotObject => ReviewFailure::new(format!("{what} is not a JSON object")),
-        ObjectError::NotJson(detail) => {
-            ReviewFailure::new(format!("{what} is not exactly one JSON object: {detail}"))
-        }
-    })?;
-    if let Some(name) = first_duplicate(&members) {
-        return Err(ReviewFailure::new(format!(
-            "duplicate member {name} in {what}"
-        )));
-    }
-    Ok(members)
+pub(super) fn members_of<'a>(json: &'a str, what: &str) -> Result<Members<'a>, ReviewFailure> {
+    unique_members(json, what).map_err(ReviewFailure::new)
 }
 
 fn is_one_of(name: &str, names: &[&str]) -> bool {
@@ -593,20 +582,7 @@ mod tests {
     }
 
     fn json_value() -> impl Strategy<Value = serde_json::Value> {
-        let leaf = prop_oneof![
-            Just(serde_json::Value::Null),
-            any::<bool>().prop_map(serde_json::Value::from),
-            any::<i64>().prop_map(serde_json::Value::from),
-            word().prop_map(serde_json::Value::from),
-            any::<String>().prop_map(serde_json::Value::from),
-        ];
-        leaf.prop_recursive(4, 32, 6, |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..5).prop_map(serde_json::Value::from),
-                prop::collection::vec((word(), inner), 0..5)
-                    .prop_map(|members| serde_json::Value::Object(members.into_iter().collect())),
-            ]
-        })
+        super::super::arbitrary::json_value(word().boxed(), any::<String>().boxed())
     }
 
     /// Words that come close to the valid vocabulary.

@@ -41,8 +41,23 @@ pub(super) fn object_members(json: &str) -> Result<Members<'_>, ObjectError> {
     Ok(members)
 }
 
+/// Reads `json` as exactly one JSON object without a repeated member; the
+/// error is the message that says what is wrong with `what`.
+pub(super) fn unique_members<'a>(json: &'a str, what: &str) -> Result<Members<'a>, String> {
+    let members = object_members(json).map_err(|error| match error {
+        ObjectError::NotObject => format!("{what} is not a JSON object"),
+        ObjectError::NotJson(detail) => {
+            format!("{what} is not exactly one JSON object: {detail}")
+        }
+    })?;
+    match first_duplicate(&members) {
+        Some(name) => Err(format!("duplicate member {name} in {what}")),
+        None => Ok(members),
+    }
+}
+
 /// The name of the first member that appears twice, if any.
-pub(super) fn first_duplicate<'m>(members: &'m Members<'_>) -> Option<&'m str> {
+fn first_duplicate<'m>(members: &'m Members<'_>) -> Option<&'m str> {
     let mut seen = HashSet::new();
     members
         .iter()

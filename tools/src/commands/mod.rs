@@ -1,6 +1,7 @@
 //! One module per command; each returns its exit code.
 
 pub mod append;
+pub mod audit;
 pub mod clean;
 pub mod completions;
 pub mod create;

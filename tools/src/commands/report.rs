@@ -2,7 +2,9 @@
 //! auditors. Every session of the store (or `--session`) gets its timeline
 //! (the entries `replay` prints), the projections whenever they change,
 //! approvals, denials and violations highlighted, and links between parents
-//! and children inside the page.
+//! and children inside the page. Given `--audit FILE` (what `review-audit
+//! --json` printed), the audited session's calls carry what the log
+//! recorded and what the reviewer answers now, disagreements highlighted.
 //!
 //! The page loads nothing: its CSS and its small script are inline, and a
 //! Content-Security-Policy forbids every network fetch. A log is hostile
@@ -20,6 +22,7 @@ use sessionlog_schema::{SessionHeader, SessionId};
 use sessionlog_store::{ErrorClass, StoreError};
 
 use crate::cli::{DefaultArgs, SessionArgs};
+use crate::commands::audit::{describe_now, Audit, Row};
 use crate::commands::replay::{self, Entry, EntryKind, Timeline, View, Window};
 use crate::target::Target;
 use crate::{exit, progress, warn};
@@ -36,7 +39,14 @@ enum Section {
 }
 
 /// Runs `report`.
-pub fn run(args: &SessionArgs, out: &Path, defaults: &DefaultArgs, quiet: bool) -> Result<u8> {
+pub fn run(
+    args: &SessionArgs,
+    out: &Path,
+    audit: Option<&Path>,
+    defaults: &DefaultArgs,
+    quiet: bool,
+) -> Result<u8> {
+    let audit = audit.map(read_audit).transpose()?;
     let target = Target::open(&args.store)?;
     let sessions = target.sessions(args.session.as_deref())?;
     let defaults = Defaults {
@@ -87,7 +97,18 @@ pub fn run(args: &SessionArgs, out: &Path, defaults: &DefaultArgs, quiet: bool) 
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let html = render(&args.store.display().to_string(), &sections);
+    if let Some(audit) = &audit {
+        let shown = sections.iter().any(|section| {
+            matches!(section, Section::Shown { timeline, .. } if timeline.header.id.as_str() == audit.session)
+        });
+        if !shown {
+            warn(format!(
+                "the audit is of session {}, which this report does not show",
+                replay::display(&audit.session)
+            ));
+        }
+    }
+    let html = render(&args.store.display().to_string(), &sections, audit.as_ref());
     write_private(out, html.as_bytes()).with_context(|| format!("write {}", out.display()))?;
     let corrupt = sections
         .iter()
@@ -109,6 +130,18 @@ pub fn run(args: &SessionArgs, out: &Path, defaults: &DefaultArgs, quiet: bool) 
         return Ok(exit::CORRUPT);
     }
     Ok(if violations > 0 { exit::RULE } else { exit::OK })
+}
+
+/// Reads what `review-audit --json` printed.
+fn read_audit(path: &Path) -> Result<Audit> {
+    let bytes = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
+    serde_json::from_slice(&bytes).map_err(|error| {
+        crate::UsageError(format!(
+            "{}: not the JSON that `sessionlog review-audit --json` prints: {error}",
+            path.display()
+        ))
+        .into()
+    })
 }
 
 fn corruption(error: &anyhow::Error) -> Option<String> {
@@ -135,7 +168,7 @@ pub fn escape(text: &str) -> String {
     escaped
 }
 
-fn render(store: &str, sections: &[Section]) -> String {
+fn render(store: &str, sections: &[Section], audit: Option<&Audit>) -> String {
     let headers: BTreeMap<&str, &SessionHeader> = sections
         .iter()
         .filter_map(|section| match section {
@@ -175,7 +208,15 @@ fn render(store: &str, sections: &[Section]) -> String {
     for section in sections {
         match section {
             Section::Shown { timeline, torn } => {
-                render_session(&mut html, timeline, torn.as_deref(), &known, &children)
+                let audit = audit.filter(|audit| audit.session == timeline.header.id.as_str());
+                render_session(
+                    &mut html,
+                    timeline,
+                    torn.as_deref(),
+                    audit,
+                    &known,
+                    &children,
+                )
             }
             Section::Corrupt { id, message } => {
                 let _ = writeln!(
@@ -223,6 +264,7 @@ fn render_session(
     html: &mut String,
     timeline: &Timeline,
     torn: Option<&str>,
+    audit: Option<&Audit>,
     known: &BTreeSet<&str>,
     children: &BTreeMap<&str, Vec<&str>>,
 ) {
@@ -270,10 +312,35 @@ fn render_session(
             if timeline.violations == 1 { "" } else { "s" }
         );
     }
+    let audited: BTreeMap<u64, &Row> = audit
+        .map(|audit| audit.rows.iter().map(|row| (row.seq, row)).collect())
+        .unwrap_or_default();
+    if let Some(audit) = audit {
+        let summary = &audit.summary;
+        let _ = writeln!(
+            html,
+            "<p class=\"audit{}\">Review audit{}: {} call{} asked again, {} agree, {} allowed then denied now, {} denied then allowed now, {} without a decision now.</p>",
+            if summary.disagreements > 0 { " audit-differs" } else { "" },
+            audit.model.as_ref().map_or(String::new(), |model| format!(" against model <code>{}</code>", escape(&replay::display(model)))),
+            summary.calls,
+            plural(summary.calls),
+            summary.agreements,
+            summary.allowed_then_denied_now,
+            summary.denied_then_allowed_now,
+            summary.failures,
+        );
+    }
     html.push_str("<table class=\"timeline\">\n<thead><tr><th>time (UTC)</th><th>seq</th><th>type</th><th>authority</th><th>what happened</th><th>projections (when they change)</th></tr></thead>\n<tbody>\n");
     let mut previous: Option<&View> = None;
     for entry in &timeline.entries {
-        render_entry(html, id, entry, previous, known);
+        render_entry(
+            html,
+            id,
+            entry,
+            previous,
+            audited.get(&entry.seq).copied(),
+            known,
+        );
         if let Some(view) = &entry.projection {
             previous = Some(view);
         }
@@ -286,11 +353,12 @@ fn render_entry(
     session: &SessionId,
     entry: &Entry,
     previous: Option<&View>,
+    audited: Option<&Row>,
     known: &BTreeSet<&str>,
 ) {
     let kind = kind_class(entry.kind);
     let mut classes = format!("entry kind-{kind}");
-    if is_highlight(entry) {
+    if is_highlight(entry) || audited.is_some_and(|row| !row.agree) {
         classes.push_str(" highlight");
     }
     if entry.violation.is_some() {
@@ -312,6 +380,19 @@ fn render_entry(
         summary.push_str(&format!(
             "<div class=\"violation-note\">✗ {}</div>",
             escape(violation)
+        ));
+    }
+    if let Some(row) = audited {
+        summary.push_str(&format!(
+            "<div class=\"audit-note{}\">{} review audit: recorded {}, now {}</div>",
+            if row.agree { "" } else { " audit-differs" },
+            if row.agree {
+                "✓ agrees:"
+            } else {
+                "✗ differs:"
+            },
+            row.recorded.as_str(),
+            escape(&replay::display(&describe_now(&row.now))),
         ));
     }
     let projection = entry.projection.as_ref().map_or(String::new(), |view| {
@@ -410,6 +491,8 @@ tr.kind-checkpoint, tr.kind-child { background: #f1e8fb; }
 tr.kind-unknown, tr.kind-structure, tr.kind-request { color: #666; }
 tr.violation { outline: 2px solid #d70022; outline-offset: -2px; }
 .violation-note, .violations, .refused { color: #d70022; font-weight: 600; }
+.audit-note, .audit { color: #1a6e2e; }
+.audit-differs { color: #d70022; font-weight: 600; }
 .torn { color: #8a5a00; }
 .authority { border-radius: 3px; padding: 0 .35em; font-size: 12px; background: #e8eef9; }
 .authority-excluded { background: #eee; color: #666; }

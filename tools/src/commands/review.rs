@@ -1,20 +1,30 @@
-//! `sessionlog review-request` and `review-result`: the Auto reviewer's
-//! request from a full snapshot, and the strict reading of its reply. Both
-//! fail closed, printing `{"error": CODE, "message": ...}`.
+//! `sessionlog review-request`, `review` and `review-result`: the Auto
+//! reviewer's request from a full snapshot, the call to the reviewer model
+//! (with its decision optionally recorded), and the strict reading of a
+//! reply. All fail closed, printing `{"error": CODE, "message": ...}`.
 
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::Result;
 use serde::Serialize;
 use sessionlog_projections::{
-    build_review_request, parse_pending_action, parse_review_result, ReviewErrorCode,
+    build_review_request, parse_pending_action, parse_review_result, ReviewError, ReviewErrorCode,
     AUTO_REVIEW_FAILED,
 };
-use sessionlog_store::{ErrorClass, StoreError};
+use sessionlog_reviewer::{HttpReviewer, HttpReviewerOptions};
+use sessionlog_store::{
+    ask_reviewer, Durability, ErrorClass, ReviewCallError, ReviewOptions, StoreError, Verdict,
+    WriterOptions,
+};
 
-use crate::cli::SessionArgs;
+use crate::cli::{ReviewerArgs, SessionArgs};
 use crate::exit;
 use crate::target::{read_input, Target};
+use crate::UsageError;
+
+/// The key's environment variable when `--api-key-env` names none.
+pub const DEFAULT_KEY_VARIABLE: &str = "SESSIONLOG_REVIEWER_KEY";
 
 #[derive(Serialize)]
 struct ErrorReply<'a> {
@@ -36,11 +46,114 @@ fn print_error(code: &str, message: String) -> Result<()> {
 /// Runs `review-request`.
 pub fn request(args: &SessionArgs, pending: &Path, max_bytes: usize) -> Result<u8> {
     let pending = read_input(Some(pending))?;
+    match request_from_snapshot(args, &pending, max_bytes)? {
+        Ok(request) => {
+            println!("{request}");
+            Ok(exit::OK)
+        }
+        Err(code) => Ok(code),
+    }
+}
+
+/// Runs `review`: the request as `review-request` builds it, sent to the
+/// reviewer; with `record`, the verdict appended through the writer.
+pub fn call(
+    args: &SessionArgs,
+    pending: &Path,
+    reviewer_args: &ReviewerArgs,
+    max_bytes: usize,
+    record: bool,
+) -> Result<u8> {
+    let reviewer = reviewer(reviewer_args)?;
+    let pending = read_input((pending != Path::new("-")).then_some(pending))?;
+    let model = reviewer_args.model.as_deref();
+    if !record {
+        return match request_from_snapshot(args, &pending, max_bytes)? {
+            Ok(request) => print_verdict(&ask_reviewer(&reviewer, &request, model)),
+            Err(code) => Ok(code),
+        };
+    }
+    let target = Target::open(&args.store)?;
+    let session = target.session(args.session.as_deref())?;
+    let options = WriterOptions {
+        durability: Durability::Fsync,
+        keep_snapshot: true,
+    };
+    let mut writer = match target.writer(&session, options) {
+        Ok(writer) => writer,
+        Err(error) => return invalid_log(error),
+    };
+    let action = match parse_pending_action(&pending) {
+        Ok(action) => action,
+        Err(error) => return refused(&error),
+    };
+    let options = ReviewOptions {
+        model: model.map(str::to_owned),
+        max_request_bytes: max_bytes,
+        record: true,
+    };
+    match writer.review(&action, &options, &reviewer) {
+        Ok(reviewed) => print_verdict(&reviewed.verdict),
+        Err(ReviewCallError::Refused(error)) => refused(&error),
+        Err(ReviewCallError::Store(error)) => Err(error.into()),
+        Err(other) => Err(other.into()),
+    }
+}
+
+/// The reviewer `args` describe, its key read from the environment.
+pub fn reviewer(args: &ReviewerArgs) -> Result<HttpReviewer> {
+    let key = match &args.api_key_env {
+        Some(variable) => Some(std::env::var(variable).map_err(|_| {
+            UsageError(format!(
+                "--api-key-env {variable}: that environment variable is not set (or not UTF-8)"
+            ))
+        })?),
+        None => std::env::var(DEFAULT_KEY_VARIABLE).ok(),
+    };
+    HttpReviewer::new(HttpReviewerOptions {
+        endpoint: args.endpoint.clone(),
+        key,
+        timeout: Duration::from_secs_f64(args.timeout),
+    })
+    .map_err(|error| UsageError(error.to_string()).into())
+}
+
+/// Prints a verdict: the decision (exit 0) or the failure (exit 5).
+fn print_verdict(verdict: &Verdict) -> Result<u8> {
+    match verdict {
+        Verdict::Decided(decision) => {
+            println!("{}", serde_json::to_string(decision)?);
+            Ok(exit::OK)
+        }
+        Verdict::Failed(failure) => {
+            print_error(AUTO_REVIEW_FAILED, failure.message.clone())?;
+            Ok(exit::REVIEW)
+        }
+    }
+}
+
+/// Prints a request that failed closed; exit 4 for INVALID_LOG, else 5.
+fn refused(error: &ReviewError) -> Result<u8> {
+    print_error(error.code.as_str(), error.message.clone())?;
+    Ok(if error.code == ReviewErrorCode::InvalidLog {
+        exit::RULE
+    } else {
+        exit::REVIEW
+    })
+}
+
+/// The request for the pending action `pending` from a snapshot of the
+/// session, or the exit code of its refusal (already printed).
+fn request_from_snapshot(
+    args: &SessionArgs,
+    pending: &[u8],
+    max_bytes: usize,
+) -> Result<Result<String, u8>> {
     let target = Target::open(&args.store)?;
     let session = target.session(args.session.as_deref())?;
     let snapshot = match target.snapshot(&session) {
         Ok(snapshot) => snapshot,
-        Err(error) => return invalid_log(error),
+        Err(error) => return invalid_log(error).map(Err),
     };
     if let Some(torn) = &snapshot.torn_tail {
         crate::warn(format!(
@@ -50,51 +163,40 @@ pub fn request(args: &SessionArgs, pending: &Path, max_bytes: usize) -> Result<u
     }
     if let Some(error) = snapshot.header_vocabulary_errors.first() {
         print_error(ReviewErrorCode::InvalidLog.as_str(), error.to_string())?;
-        return Ok(exit::RULE);
+        return Ok(Err(exit::RULE));
     }
-    // INVALID_LOG is checked before the pending action (SPEC §8 order).
+    // INVALID_LOG is checked before the pending action (the order of the
+    // fail-closed codes).
     let (_, violations) = sessionlog_projections::fold(snapshot.header.clone(), &snapshot.events);
     if let Some(violation) = violations.first() {
         print_error(ReviewErrorCode::InvalidLog.as_str(), violation.to_string())?;
-        return Ok(exit::RULE);
+        return Ok(Err(exit::RULE));
     }
-    let action = match parse_pending_action(&pending) {
+    let action = match parse_pending_action(pending) {
         Ok(action) => action,
-        Err(error) => {
-            print_error(error.code.as_str(), error.message)?;
-            return Ok(exit::REVIEW);
-        }
+        Err(error) => return refused(&error).map(Err),
     };
     match build_review_request(&snapshot.header, &snapshot.events, &action, max_bytes) {
-        Ok(request) => {
-            println!("{request}");
-            Ok(exit::OK)
-        }
-        Err(error) => {
-            print_error(error.code.as_str(), error.message)?;
-            Ok(if error.code == ReviewErrorCode::InvalidLog {
-                exit::RULE
-            } else {
-                exit::REVIEW
-            })
-        }
+        Ok(request) => Ok(Ok(request)),
+        Err(error) => refused(&error).map(Err),
     }
 }
 
-/// A snapshot that cannot be read: corruption fails closed as INVALID_LOG
-/// with exit 2; anything else is an I/O error.
+/// A snapshot or writer that cannot be had: corruption fails closed as
+/// INVALID_LOG with exit 2, a rule violation with exit 4; anything else
+/// (I/O, `Locked`) is an error of its own class.
 fn invalid_log(error: anyhow::Error) -> Result<u8> {
-    match error.downcast::<StoreError>() {
-        Ok(store_error) if store_error.class() == ErrorClass::Corrupt => {
-            print_error(
-                ReviewErrorCode::InvalidLog.as_str(),
-                store_error.to_string(),
-            )?;
-            Ok(exit::CORRUPT)
-        }
-        Ok(store_error) => Err(store_error.into()),
-        Err(other) => Err(other),
-    }
+    let store_error = error.downcast::<StoreError>()?;
+    let code = match store_error.class() {
+        ErrorClass::Corrupt => exit::CORRUPT,
+        ErrorClass::Rule => exit::RULE,
+        _ => return Err(store_error.into()),
+    };
+    print_error(
+        ReviewErrorCode::InvalidLog.as_str(),
+        store_error.to_string(),
+    )?;
+    Ok(code)
 }
 
 /// Runs `review-result`.
