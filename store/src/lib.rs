@@ -19,10 +19,12 @@ mod store;
 mod writer;
 
 pub use asynchronous::{AsyncStore, FOLLOW_POLL_INTERVAL};
-pub use error::{ErrorClass, StoreError};
+pub use error::{ErrorClass, Refusal, StoreError};
 pub use follow::LogFollower;
 pub use io::{FaultInjector, FaultPoint, Io};
-pub use jsonl::{create_log_file, open_log_writer, read_header, JsonlStore, ListEntry};
+pub use jsonl::{
+    create_log_file, open_log_writer, read_header, read_header_as_is, JsonlStore, ListEntry,
+};
 pub use leftovers::Leftover;
 pub use migrate::{
     diff, migrate, Difference, MigratePhase, MigrateProgress, MigrateReport, MigrateWarning,

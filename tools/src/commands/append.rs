@@ -43,7 +43,7 @@ pub fn run(args: &SessionArgs, expect_seq: Option<u64>) -> Result<u8> {
     // Our own large buffer over stdin, so lines that arrived together are
     // visible in it (std's inner buffer is bypassed by reads this large).
     let mut input = std::io::BufReader::with_capacity(1 << 20, std::io::stdin());
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::terminal::stdout(crate::terminal::Mode::Json);
     let mut expected = expect_seq;
     let mut staged: Vec<u64> = Vec::new();
     let mut line = Vec::new();

@@ -23,9 +23,9 @@ pub fn run(store: &Path, session: &str, cwd: Option<String>, json: bool) -> Resu
         Store::create(store)?.create_session(&header, &[], Durability::Fsync)?;
     }
     if json {
-        println!("{}", header_json(&header));
+        crate::terminal::print_json_line(&header_json(&header))?;
     } else {
-        println!("created session {} in {}", header.id, store.display());
+        crate::outln!("created session {} in {}", header.id, store.display())?;
     }
     Ok(exit::OK)
 }

@@ -36,15 +36,15 @@ pub fn migrate(from: &Path, to: &Path, json: bool, quiet: bool) -> Result<u8> {
             "warnings": warnings,
             "identical": true,
         });
-        println!("{json}");
+        crate::terminal::print_json_line(&json.to_string())?;
     } else {
-        println!(
+        crate::outln!(
             "migrated {} sessions ({} events) from {} to {}; the copy is identical",
             report.sessions,
             report.events,
             from.display(),
             to.display()
-        );
+        )?;
     }
     Ok(exit::OK)
 }
@@ -56,9 +56,9 @@ pub fn diff(a: &Path, b: &Path, json: bool) -> Result<u8> {
     match diff_stores(&left, &right)? {
         None => {
             if json {
-                println!("{{\"identical\":true}}");
+                crate::terminal::print_json_line(r#"{"identical":true}"#)?;
             } else {
-                println!("identical");
+                crate::outln!("identical")?;
             }
             Ok(exit::OK)
         }
@@ -73,9 +73,9 @@ pub fn diff(a: &Path, b: &Path, json: bool) -> Result<u8> {
                     "right": difference.right,
                     "message": difference.to_string(),
                 });
-                println!("{json}");
+                crate::terminal::print_json_line(&json.to_string())?;
             } else {
-                println!("{difference}");
+                crate::outln!("{difference}")?;
             }
             Ok(exit::USAGE)
         }

@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Result};
 use sessionlog_projections::{Defaults, SessionState};
-use sessionlog_store::StoreError;
+use sessionlog_store::{Refusal, StoreError};
 
 use crate::cli::{DefaultArgs, SessionArgs};
 use crate::target::Target;
@@ -17,27 +17,25 @@ pub fn run(args: &SessionArgs, at: Option<u64>, defaults: &DefaultArgs) -> Resul
         approval: defaults.default_approval,
         sandbox: defaults.default_sandbox,
     };
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&state.projection(&defaults))?
-    );
+    crate::terminal::print_json_line(&serde_json::to_string_pretty(&state.projection(&defaults))?)?;
     Ok(exit::OK)
 }
 
 /// Folds a session through `at` (all when `None`), refusing corruption (2)
-/// and rule violations (4), warning about a torn tail.
+/// and rule violations (4), warning about a torn tail. A violation does not
+/// stop the read: corruption after it still wins.
 pub fn fold_checked(
     target: &Target,
     session: &crate::target::SessionRef,
     at: Option<u64>,
 ) -> Result<SessionState> {
     let mut stream = target.stream(session)?;
+    let mut refusal = Refusal::default();
     if let Some(error) = stream.header_vocabulary_errors().first() {
-        return Err(StoreError::HeaderVocabulary {
+        refusal.note(StoreError::HeaderVocabulary {
             path: session.label.clone().into(),
             error: error.clone(),
-        }
-        .into());
+        });
     }
     let mut state = SessionState::new(stream.header().clone());
     // Seqs rise by one from 1, so the events through `at` are the first
@@ -46,13 +44,17 @@ pub fn fold_checked(
         let Some(event) = stream.next_event_folded(&mut state)? else {
             break;
         };
-        event.folded.map_err(|violation| StoreError::Rule {
-            path: session.label.clone().into(),
-            violation,
-        })?;
+        if let Err(violation) = event.folded {
+            refusal.note(StoreError::Rule {
+                path: session.label.clone().into(),
+                violation,
+            });
+        }
     }
     while stream.next_event()?.is_some() {}
-    if let Some(torn) = stream.finish()? {
+    let torn = stream.finish()?;
+    refusal.into_result()?;
+    if let Some(torn) = torn {
         warn(format!(
             "{}: ignoring a torn tail of {} bytes at line {} (byte offset {}): {}",
             session.label, torn.bytes, torn.position.line, torn.position.offset, torn.reason

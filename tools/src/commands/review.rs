@@ -23,13 +23,10 @@ struct ErrorReply<'a> {
 }
 
 fn print_error(code: &str, message: String) -> Result<()> {
-    println!(
-        "{}",
-        serde_json::to_string(&ErrorReply {
-            error: code,
-            message
-        })?
-    );
+    crate::terminal::print_json_line(&serde_json::to_string(&ErrorReply {
+        error: code,
+        message,
+    })?)?;
     Ok(())
 }
 
@@ -67,7 +64,7 @@ pub fn request(args: &SessionArgs, pending: &Path, max_bytes: usize) -> Result<u
     };
     match build_review_request(&snapshot.header, &snapshot.events, &action, max_bytes) {
         Ok(request) => {
-            println!("{request}");
+            crate::terminal::print_json_line(&request)?;
             Ok(exit::OK)
         }
         Err(error) => {
@@ -102,7 +99,7 @@ pub fn result(file: Option<&Path>) -> Result<u8> {
     let reply = read_input(file)?;
     match parse_review_result(&reply) {
         Ok(decision) => {
-            println!("{}", serde_json::to_string(&decision)?);
+            crate::terminal::print_json_line(&serde_json::to_string(&decision)?)?;
             Ok(exit::OK)
         }
         Err(failure) => {

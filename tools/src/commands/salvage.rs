@@ -101,9 +101,9 @@ pub fn run(file: &Path, out: &Path, json: bool, quiet: bool) -> Result<u8> {
         left_behind,
     };
     if json {
-        println!("{}", serde_json::to_string(&report)?);
+        crate::terminal::print_json_line(&serde_json::to_string(&report)?)?;
     } else {
-        print_human(&report);
+        print_human(&report)?;
     }
     Ok(exit::OK)
 }
@@ -295,8 +295,8 @@ fn scan(file: &Path, file_len: u64, quiet: bool) -> Result<Scan> {
     })
 }
 
-fn print_human(report: &SalvageReport) {
-    println!(
+fn print_human(report: &SalvageReport) -> std::io::Result<()> {
+    crate::outln!(
         "salvaged {} event{} (last seq {}) of session {} from {} into {}",
         report.events,
         if report.events == 1 { "" } else { "s" },
@@ -304,12 +304,16 @@ fn print_human(report: &SalvageReport) {
         report.session,
         report.file,
         report.out
-    );
+    )?;
     match &report.left_behind {
-        None => println!("nothing was left behind: {} has no damage", report.file),
-        Some(left) => println!(
+        None => crate::outln!("nothing was left behind: {} has no damage", report.file),
+        Some(left) => crate::outln!(
             "left behind: {} bytes from line {} (byte offset {}), {}: {}",
-            left.bytes, left.line, left.offset, left.cause, left.reason
+            left.bytes,
+            left.line,
+            left.offset,
+            left.cause,
+            left.reason
         ),
     }
 }
