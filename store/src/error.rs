@@ -117,6 +117,16 @@ pub enum StoreError {
         /// The failure that poisoned it.
         cause: String,
     },
+    /// A log being followed no longer holds what was read from it: another
+    /// session's log was put in its place, or its earlier records were
+    /// rewritten or removed. Nothing read after the change is delivered.
+    #[error("{path}: the log changed under the reader: {reason}; what was read from it no longer stands")]
+    HistoryChanged {
+        /// The log.
+        path: PathBuf,
+        /// What differs.
+        reason: String,
+    },
     /// An event's `data` is not JSON, or a record would exceed the size limit.
     #[error("invalid event: {0}")]
     InvalidEvent(String),
@@ -181,7 +191,7 @@ impl StoreError {
     /// The exit class of this error.
     pub fn class(&self) -> ErrorClass {
         match self {
-            StoreError::Corrupt { .. } => ErrorClass::Corrupt,
+            StoreError::Corrupt { .. } | StoreError::HistoryChanged { .. } => ErrorClass::Corrupt,
             StoreError::HeaderVocabulary { .. } | StoreError::Rule { .. } => ErrorClass::Rule,
             StoreError::Locked { .. } | StoreError::Conflict { .. } => ErrorClass::Contention,
             StoreError::Io { .. }

@@ -62,7 +62,13 @@ pub fn run(args: &SessionArgs, expect_seq: Option<u64>) -> Result<u8> {
         match outcome {
             Ok(seq) => staged.push(seq),
             Err(error) => {
-                acknowledge(&mut writer, &mut staged, &mut stdout)?;
+                // What was staged before a refused line is acknowledged; a
+                // failed write poisoned the writer instead, and the failure
+                // itself (not "poisoned by an earlier failure") is the
+                // error to report: nothing staged was acknowledged.
+                if !writer.is_poisoned() {
+                    acknowledge(&mut writer, &mut staged, &mut stdout)?;
+                }
                 return Err(error);
             }
         }

@@ -155,7 +155,7 @@ fn choose_prefix(scan: &Scan, file_len: u64, file: &Path) -> Result<(usize, Opti
                 reason: format!(
                     "{violation}{}",
                     match &scan.damage {
-                        Some(Damage::Corrupt(c)) => format!("; further on, {}", plain(c)),
+                        Some(Damage::Corrupt(c)) => format!("; further on, {}", c),
                         Some(Damage::Torn(t)) => format!("; further on, a torn tail: {}", t.reason),
                         None => String::new(),
                     }
@@ -184,7 +184,7 @@ fn choose_prefix(scan: &Scan, file_len: u64, file: &Path) -> Result<(usize, Opti
             offset: scan.good_end,
             bytes: file_len - scan.good_end,
             cause: "corrupt",
-            reason: plain(corruption),
+            reason: corruption.to_string(),
         }),
     };
     Ok((records.len(), left_behind))
@@ -203,15 +203,6 @@ fn batch_start(records: &[EventRecord], index: usize) -> usize {
         remaining -= 1;
     }
     start
-}
-
-/// A corruption's message without the advice to run salvage.
-fn plain(corruption: &Corruption) -> String {
-    let text = corruption.to_string();
-    match text.find("; run `sessionlog salvage`") {
-        Some(index) => text[..index].to_owned(),
-        None => text,
-    }
 }
 
 fn scan(file: &Path, file_len: u64, quiet: bool) -> Result<Scan> {
