@@ -27,7 +27,8 @@ pub use jsonl::{
 };
 pub use leftovers::Leftover;
 pub use migrate::{
-    diff, migrate, Difference, MigratePhase, MigrateProgress, MigrateReport, MigrateWarning,
+    diff, migrate, migrate_log, Difference, MigratePhase, MigrateProgress, MigrateReport,
+    MigrateWarning,
 };
 pub use reader::{
     read_snapshot_from, FoldedEvent, Line, LineReader, LogReader, SessionStream, Snapshot,

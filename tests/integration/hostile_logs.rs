@@ -10,8 +10,8 @@
 //! - An empty type, or one with a control character, is a violation.
 //! - `tail -f` reports a log replaced by another session's.
 //! - Messages: no ANSI code on a pipe, the salvage advice once, `create`
-//!   names the session a file holds, a non-UTF-8 cwd needs `--cwd`, a
-//!   pending action is read up to a bound.
+//!   names the session a file holds, `migrate` takes a lone log, a
+//!   non-UTF-8 cwd needs `--cwd`, a pending action is read up to a bound.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -300,6 +300,16 @@ fn messages_name_what_happened() {
         "{}",
         created.stderr
     );
+
+    // `migrate` takes a lone log as a source of one session.
+    for destination in ["copy.db", "copy"] {
+        let destination = folder.path().join(destination);
+        let destination = destination.display().to_string();
+        run(["migrate", &path, &destination]).expect_code(0);
+        let copied = run(["export", &destination]);
+        copied.expect_code(0);
+        assert_eq!(copied.stdout, run(["export", &path]).stdout);
+    }
 
     // A working directory that is not UTF-8 is not stored changed.
     use std::os::unix::ffi::OsStrExt;
