@@ -93,7 +93,10 @@ fn may_hold_unprintable(bytes: &[u8]) -> bool {
 
 impl<W: Write> Write for Escaping<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if self.mode == Mode::Raw || (self.pending.is_empty() && !may_hold_unprintable(buf)) {
+        let plain = self.pending.is_empty()
+            && !may_hold_unprintable(buf)
+            && std::str::from_utf8(buf).is_ok();
+        if self.mode == Mode::Raw || plain {
             self.inner.write_all(buf)?;
             return Ok(buf.len());
         }
