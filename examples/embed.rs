@@ -6,6 +6,9 @@
 //! ```text
 //! cargo run -p sessionlog --example embed
 //! ```
+// An example program of its own, not the command line: it prints its
+// own text, and `tools/clippy.toml`'s printing rule is for `sessionlog`.
+#![allow(clippy::disallowed_macros)]
 
 use sessionlog_projections::{
     build_review_request, parse_pending_action, Defaults, DEFAULT_MAX_REQUEST_BYTES,

@@ -16,6 +16,9 @@
 //!   checkpoint and an event type this version does not know;
 //! - `lead` and its delegated child `lead-tests` (a fork), whose own work
 //!   ends with a checkpoint.
+// An example program of its own, not the command line: it prints its
+// own text, and `tools/clippy.toml`'s printing rule is for `sessionlog`.
+#![allow(clippy::disallowed_macros)]
 
 use std::error::Error;
 use std::path::{Path, PathBuf};

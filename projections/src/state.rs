@@ -15,11 +15,12 @@ use std::hash::BuildHasher;
 use hashbrown::HashTable;
 
 use sessionlog_schema::{
-    ApprovalPolicy, Event, EventRecord, EventView, Preset, SandboxMode, SessionHeader, ShapeError,
+    event_type_error, ApprovalPolicy, Event, EventRecord, EventView, Preset, SandboxMode,
+    SessionHeader, ShapeError,
 };
 
 use crate::authority::may_be_shown;
-use crate::Violation;
+use crate::{Violation, ViolationKind};
 
 /// The configured defaults a session falls back on when neither its own
 /// switches nor its header set a value.
@@ -377,11 +378,20 @@ impl SessionState {
         self.approval_switch.map(|(seq, _)| seq)
     }
 
-    /// The record must carry the next seq (`self.seq() + 1`).
+    /// The record must carry the next seq (`self.seq() + 1`) and a type
+    /// spelled in the allowed characters.
     fn check_next_seq(&self, record: &EventRecord) -> Result<(), Violation> {
         let expected = self.seq.saturating_add(1);
         if record.seq() == expected {
-            return Ok(());
+            return match event_type_error(record.event_type()) {
+                None => Ok(()),
+                Some(message) => Err(Violation {
+                    seq: record.seq(),
+                    event_type: record.event_type().to_owned(),
+                    kind: ViolationKind::Shape,
+                    message: format!("type: {message}"),
+                }),
+            };
         }
         Err(Violation::rule(
             record.seq(),

@@ -8,6 +8,7 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::forms::check_forms;
 use crate::{
     ApprovalOutcome, ApprovalPolicy, ChildMode, MessageRole, Preset, SandboxMode, SettleStatus,
 };
@@ -111,6 +112,30 @@ impl EventType {
             _ => return None,
         })
     }
+}
+
+/// Why `text` cannot be an event type, if it cannot: a type is at least one
+/// character and holds no control character (`\n`, ESC, DEL, C1) and no
+/// bidirectional formatting character (U+202E and its kin), so that every
+/// type can be shown on one line as it is. Unknown types are open, but
+/// spelled within these characters.
+pub fn event_type_error(text: &str) -> Option<String> {
+    if text.is_empty() {
+        return Some("the event type is empty".to_owned());
+    }
+    let bad = text.chars().find(|c| is_unprintable(*c))?;
+    Some(format!(
+        "the event type {:?} holds the character U+{:04X}, which no type may hold (control and bidirectional formatting characters)",
+        text,
+        u32::from(bad)
+    ))
+}
+
+/// A control character (C0, DEL, C1) or a bidirectional formatting
+/// character: what can move a terminal's cursor or reorder what it shows.
+pub fn is_unprintable(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
 }
 
 /// A parsed event. `Unknown` keeps the door open for later vocabularies.
@@ -504,6 +529,9 @@ impl Message {
 }
 
 fn typed<'de, T: Deserialize<'de>>(known: EventType, data: &'de str) -> Result<T, ShapeError> {
+    // serde would read an object from an array of its fields, and take
+    // `null` for an absent optional member: the forms refuse both first.
+    check_forms(known, data)?;
     // Almost every event is well formed: parse it directly, and only when
     // that fails parse it again tracking the path, to name the field.
     if let Ok(value) = T::deserialize(&mut serde_json::Deserializer::from_str(data)) {

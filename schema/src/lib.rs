@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 mod event;
+mod forms;
 mod id;
 mod record;
 mod scan;
@@ -15,10 +16,10 @@ mod view_scanner;
 mod vocab;
 
 pub use event::{
-    ApprovalAsked, ApprovalDecided, ApprovalPolicyChange, Checkpoint, ChildCreated, ContentPart,
-    Event, EventType, Message, MessageSource, PresetChange, RequestHeader, SandboxModeChange,
-    ShapeError, StepEnd, StepStart, ToolDefinition, ToolError, ToolSettle, ToolStart, TurnEnd,
-    TurnStart,
+    event_type_error, is_unprintable, ApprovalAsked, ApprovalDecided, ApprovalPolicyChange,
+    Checkpoint, ChildCreated, ContentPart, Event, EventType, Message, MessageSource, PresetChange,
+    RequestHeader, SandboxModeChange, ShapeError, StepEnd, StepStart, ToolDefinition, ToolError,
+    ToolSettle, ToolStart, TurnEnd, TurnStart,
 };
 pub use id::{InvalidSessionId, SessionId, MAX_SESSION_ID_LEN};
 pub use record::{

@@ -210,8 +210,7 @@ impl LogScanner {
                 return Err(Corruption {
                     position: *first,
                     reason: format!(
-                        "{reason}, and an intact record follows at line {} (byte offset {offset}); \
-                         run `sessionlog salvage` to copy the good prefix to a new file",
+                        "{reason}, and an intact record follows at line {} (byte offset {offset})",
                         position.line
                     ),
                 });

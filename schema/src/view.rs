@@ -22,6 +22,7 @@ use serde::de::{self, IgnoredAny};
 use serde::Deserialize;
 
 use crate::event::present;
+use crate::forms::check_forms;
 use crate::view_scanner::scan_view;
 use crate::{
     ApprovalOutcome, ApprovalPolicy, ChildMode, Event, EventType, MessageRole, Preset, SandboxMode,
@@ -276,32 +277,32 @@ impl<'a> EventView<'a> {
         }
         let view = match known {
             EventType::RequestHeader => {
-                let header: RequestHeaderShape = mirror(data)?;
+                let header: RequestHeaderShape = mirror(known, data)?;
                 EventView::RequestHeader {
                     approval_policy: header.approval_policy,
                 }
             }
             EventType::TurnStart => EventView::TurnStart {
-                turn_id: mirror::<TurnShape>(data)?.turn_id,
+                turn_id: mirror::<TurnShape>(known, data)?.turn_id,
             },
             EventType::TurnEnd => EventView::TurnEnd {
-                turn_id: mirror::<TurnShape>(data)?.turn_id,
+                turn_id: mirror::<TurnShape>(known, data)?.turn_id,
             },
             EventType::StepStart => {
-                let start: StepStartShape = mirror(data)?;
+                let start: StepStartShape = mirror(known, data)?;
                 EventView::StepStart {
                     step_id: start.step_id,
                     turn_id: start.turn_id,
                 }
             }
             EventType::StepEnd => EventView::StepEnd {
-                step_id: mirror::<StepEndShape>(data)?.step_id,
+                step_id: mirror::<StepEndShape>(known, data)?.step_id,
             },
             EventType::Message => EventView::Message {
-                source_kind: mirror::<MessageShape>(data)?.source.kind,
+                source_kind: mirror::<MessageShape>(known, data)?.source.kind,
             },
             EventType::ToolStart => {
-                let start: ToolStartShape = mirror(data)?;
+                let start: ToolStartShape = mirror(known, data)?;
                 EventView::ToolStart {
                     call_id: start.call_id,
                     step_id: start.step_id,
@@ -309,33 +310,33 @@ impl<'a> EventView<'a> {
                 }
             }
             EventType::ToolSettle => EventView::ToolSettle {
-                call_id: mirror::<ToolSettleShape>(data)?.call_id,
+                call_id: mirror::<ToolSettleShape>(known, data)?.call_id,
             },
             EventType::ApprovalPolicy => EventView::ApprovalPolicy {
-                policy: mirror::<ApprovalPolicyShape>(data)?.policy,
+                policy: mirror::<ApprovalPolicyShape>(known, data)?.policy,
             },
             EventType::SandboxMode => EventView::SandboxMode {
-                mode: mirror::<SandboxModeShape>(data)?.mode,
+                mode: mirror::<SandboxModeShape>(known, data)?.mode,
             },
             EventType::PermissionPreset => EventView::PermissionPreset {
-                preset: mirror::<PresetShape>(data)?.preset,
+                preset: mirror::<PresetShape>(known, data)?.preset,
             },
             EventType::ApprovalAsked => {
-                let asked: ApprovalAskedShape = mirror(data)?;
+                let asked: ApprovalAskedShape = mirror(known, data)?;
                 EventView::ApprovalAsked {
                     request_id: asked.request_id,
                     turn_id: asked.turn_id,
                 }
             }
             EventType::ApprovalDecided => EventView::ApprovalDecided {
-                request_id: mirror::<ApprovalDecidedShape>(data)?.request_id,
+                request_id: mirror::<ApprovalDecidedShape>(known, data)?.request_id,
             },
             EventType::Checkpoint => {
-                let _: CheckpointShape = mirror(data)?;
+                let _: CheckpointShape = mirror(known, data)?;
                 EventView::Checkpoint
             }
             EventType::ChildCreated => {
-                let _: ChildCreatedShape = mirror(data)?;
+                let _: ChildCreatedShape = mirror(known, data)?;
                 EventView::ChildCreated
             }
         };
@@ -343,10 +344,12 @@ impl<'a> EventView<'a> {
     }
 }
 
-/// Parses a mirror the way `typed` parses its owned struct, and refuses
+/// Parses a mirror the way `typed` parses its owned struct (its forms
+/// checked first, as there), and refuses
 /// text after the value (which `typed` never meets: the data it is given is
 /// one JSON value), so that an accepted `data` is proven to be JSON.
-fn mirror<'a, T: Deserialize<'a>>(data: &'a str) -> Option<T> {
+fn mirror<'a, T: Deserialize<'a>>(known: EventType, data: &'a str) -> Option<T> {
+    check_forms(known, data).ok()?;
     let mut deserializer = serde_json::Deserializer::from_str(data);
     let value = T::deserialize(&mut deserializer).ok()?;
     deserializer.end().ok()?;
@@ -810,6 +813,18 @@ mod tests {
         (
             "child/created",
             r#"{"childSessionId":"k","mode":"forever"}"#,
+        ),
+        (
+            "message",
+            r#"{"role":"user","source":["user"],"content":[]}"#,
+        ),
+        (
+            "tool/settle",
+            r#"{"callId":"c","status":"error","error":["E","C"]}"#,
+        ),
+        (
+            "tool/settle",
+            r#"{"callId":"c","status":"ok","result":[null]}"#,
         ),
         ("future/thing", "[1,2]"),
     ];

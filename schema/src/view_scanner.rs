@@ -512,7 +512,9 @@ impl<'a> Scanner<'a> {
         self.object(|scanner, key| match key {
             b"callId" => fill(&mut call_id, scanner.id()?),
             b"status" => fill(&mut status, scanner.word(SettleStatus::parse)?),
-            // `Option<RawValue>`: null or any value.
+            // Any value but null (an optional member is never null; the
+            // forms refuse it, with their message).
+            b"result" if scanner.peek()? == b'n' => None,
             b"result" => fill(&mut result, scanner.skip_value(1)?),
             b"error" => fill(&mut error, scanner.tool_error()?),
             _ => scanner.skip_value(1),
@@ -692,7 +694,7 @@ mod tests {
             ),
             (
                 "tool/settle",
-                r#"{"callId":"c","status":"error","result":null,"error":{"name":"E","code":"C","message":"m","reason":"r"}}"#,
+                r#"{"callId":"c","status":"error","result":[null],"error":{"name":"E","code":"C","message":"m","reason":"r"}}"#,
             ),
             (
                 "request/header",

@@ -137,6 +137,16 @@ pub enum StoreError {
         /// The failure that poisoned it.
         cause: String,
     },
+    /// A log being followed no longer holds what was read from it: another
+    /// session's log was put in its place, or its earlier records were
+    /// rewritten or removed. Nothing read after the change is delivered.
+    #[error("{path}: the log changed under the reader: {reason}; what was read from it no longer stands")]
+    HistoryChanged {
+        /// The log.
+        path: PathBuf,
+        /// What differs.
+        reason: String,
+    },
     /// An event's `data` is not JSON, or a record would exceed the size limit.
     #[error("invalid event: {0}")]
     InvalidEvent(String),
@@ -155,11 +165,54 @@ pub enum ErrorClass {
     Contention,
 }
 
+impl ErrorClass {
+    /// How strongly this class claims a command's exit when several
+    /// apply: corruption over rule violations (SPEC's "2 wins over 4"; a
+    /// seal failure, when it comes, ranks between them). Usage, I/O and
+    /// contention end a command where they happen and rank lowest.
+    pub fn precedence(self) -> u8 {
+        match self {
+            ErrorClass::Corrupt => 3,
+            ErrorClass::Rule => 1,
+            ErrorClass::Io | ErrorClass::Contention => 0,
+        }
+    }
+}
+
+/// The refusal a reader reports after reading on past the first one: a
+/// rule violation does not stop a command that must still find corruption
+/// later in the log, which wins over it ([`ErrorClass::precedence`]; the
+/// first of equals is kept).
+#[derive(Debug, Default)]
+pub struct Refusal(Option<StoreError>);
+
+impl Refusal {
+    /// Notes `error`, keeping whichever of it and the one held ranks higher.
+    pub fn note(&mut self, error: StoreError) {
+        let outranks = self
+            .0
+            .as_ref()
+            .is_none_or(|held| error.class().precedence() > held.class().precedence());
+        if outranks {
+            self.0 = Some(error);
+        }
+    }
+
+    /// `Err` with the refusal held, if any.
+    pub fn into_result(self) -> Result<(), StoreError> {
+        match self.0 {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+}
+
 impl StoreError {
     /// The exit class of this error.
     pub fn class(&self) -> ErrorClass {
         match self {
-            StoreError::Corrupt { .. } | StoreError::DamagedDatabase { .. } => ErrorClass::Corrupt,
+            StoreError::Corrupt { .. } | StoreError::DamagedDatabase { .. }
+            | StoreError::HistoryChanged { .. } => ErrorClass::Corrupt,
             StoreError::HeaderVocabulary { .. } | StoreError::Rule { .. } => ErrorClass::Rule,
             StoreError::Locked { .. } | StoreError::Conflict { .. } => ErrorClass::Contention,
             StoreError::Io { .. }

@@ -16,7 +16,11 @@
 //! - anything else (another file under the name, a file shorter than what
 //!   was read, an anchor rewritten): the log is read again from its start,
 //!   and events below the next seq to deliver are skipped, so no event is
-//!   delivered twice or skipped.
+//!   delivered twice or skipped. What is read again must be what was read
+//!   before: the same header and the same records (a digest of their
+//!   bodies, kept as they are read). A log of another session put in its
+//!   place, or one whose earlier records were rewritten or removed, is
+//!   `HistoryChanged`, never spliced onto what was delivered.
 //!
 //! What follows the good prefix (a line still being written, an unfinished
 //! batch, damage no intact record follows yet) is not delivered and is read
@@ -32,7 +36,9 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use sessionlog_schema::{EventRecord, LogScanner, SessionId};
+use std::hash::Hasher;
+
+use sessionlog_schema::{EventRecord, LogScanner, SessionHeader, SessionId};
 
 use crate::reader::{open_log_for_reading, Line, LineReader};
 use crate::StoreError;
@@ -53,6 +59,26 @@ pub struct LogFollower {
     read: Option<ReadState>,
     /// Bytes read from the log so far, anchors included.
     bytes_read: u64,
+    /// The header and the records of the good prefix last read, which a
+    /// read from the start must find again.
+    known: Option<(SessionHeader, Chain)>,
+}
+
+/// A digest of the bodies of records 1..=`seq`, chained in seq order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Chain {
+    seq: u64,
+    digest: u64,
+}
+
+impl Chain {
+    fn add(&mut self, record: &EventRecord) {
+        let mut hasher = std::hash::DefaultHasher::new();
+        hasher.write_u64(self.digest);
+        hasher.write(record.body().as_bytes());
+        self.digest = hasher.finish();
+        self.seq = record.seq();
+    }
 }
 
 /// How far a follower read, and what it needs to check before going on.
@@ -64,6 +90,11 @@ struct ReadState {
     scanner: LogScanner,
     /// The line that ends the good prefix read, with its `\n`.
     anchor: Vec<u8>,
+    /// The records of the good prefix read.
+    chain: Chain,
+    /// For a read from the start that replaces an earlier one: what that
+    /// one had read, which this one must find again.
+    must_match: Option<(SessionHeader, Chain)>,
     /// The file's length and modification time when a read last reached
     /// its end; `None` while more is left to read.
     caught_up: Option<(u64, Option<SystemTime>)>,
@@ -75,6 +106,8 @@ impl ReadState {
             file,
             scanner: LogScanner::new(expected_id),
             anchor: Vec::new(),
+            chain: Chain::default(),
+            must_match: None,
             caught_up: None,
         }
     }
@@ -104,6 +137,7 @@ impl LogFollower {
             queue: VecDeque::new(),
             read: None,
             bytes_read: 0,
+            known: None,
         }
     }
 
@@ -168,14 +202,70 @@ impl LogFollower {
                 if holds {
                     state
                 } else {
-                    ReadState::fresh(identity, self.expected_id.clone())
+                    self.fresh_read(identity)
                 }
             }
-            _ => ReadState::fresh(identity, self.expected_id.clone()),
+            _ => self.fresh_read(identity),
         };
         let outcome = self.read_from(file, &mut state, max, stamp);
+        if outcome.is_ok() {
+            if let Some(header) = state.scanner.header() {
+                self.known = Some((header.clone(), state.chain));
+            }
+        }
         self.read = Some(state);
         outcome
+    }
+
+    /// A read from the start of the file `identity`, which must find again
+    /// what was read before, if anything was.
+    fn fresh_read(&self, identity: (u64, u64)) -> ReadState {
+        let mut state = ReadState::fresh(identity, self.expected_id.clone());
+        state.must_match = self.known.clone();
+        state
+    }
+
+    fn history_changed(&self, reason: String) -> StoreError {
+        StoreError::HistoryChanged {
+            path: self.path.clone(),
+            reason,
+        }
+    }
+
+    /// Checks a read from the start against what was read before: the same
+    /// header, and the same records up to the last one read before (`at_end`:
+    /// the read reached the end of the file, which must hold them all).
+    fn check_history(
+        &self,
+        must_match: Option<&(SessionHeader, Chain)>,
+        found: Option<&SessionHeader>,
+        chain: Chain,
+        at_end: bool,
+    ) -> Result<(), StoreError> {
+        let Some((header, known)) = must_match else {
+            return Ok(());
+        };
+        if let Some(found) = found {
+            if found != header {
+                return Err(self.history_changed(format!(
+                    "the file now holds another header (session {}, created at {}) than the one read (session {}, created at {})",
+                    found.id, found.created_at, header.id, header.created_at
+                )));
+            }
+        }
+        if chain.seq == known.seq && chain.digest != known.digest {
+            return Err(self.history_changed(format!(
+                "the records up to seq {} differ from those read before: earlier records were rewritten",
+                known.seq
+            )));
+        }
+        if at_end && chain.seq < known.seq {
+            return Err(self.history_changed(format!(
+                "the file now ends at seq {} but seq {} was read from it: records were removed",
+                chain.seq, known.seq
+            )));
+        }
+        Ok(())
     }
 
     /// Reads lines from the end of `state`'s good prefix until the end of
@@ -194,6 +284,7 @@ impl LogFollower {
         let mut lines =
             LineReader::starting_at(BufReader::with_capacity(READ_BUFFER_BYTES, file), start);
         let mut scanner = state.scanner.clone();
+        let mut chain = state.chain;
         // The line that now ends the good prefix, once one read does.
         let mut anchor: Option<Vec<u8>> = None;
         let mut ready = Vec::new();
@@ -230,7 +321,11 @@ impl LogFollower {
                 anchor.extend_from_slice(lines.line());
                 anchor.push(b'\n');
             }
+            let must_match = state.must_match.as_ref();
+            self.check_history(must_match, scanner.header(), chain, false)?;
             for record in ready.drain(..) {
+                chain.add(&record);
+                self.check_history(must_match, None, chain, false)?;
                 if record.seq() >= self.next_seq {
                     self.next_seq = record.seq() + 1;
                     self.queue.push_back(record);
@@ -253,6 +348,15 @@ impl LogFollower {
             };
         }
         state.scanner = scanner.at_good_prefix_end();
+        self.check_history(state.must_match.as_ref(), None, chain, reached_end)?;
+        state.chain = chain;
+        if state
+            .must_match
+            .as_ref()
+            .is_some_and(|(_, known)| chain.seq >= known.seq)
+        {
+            state.must_match = None;
+        }
         if let Some(anchor) = anchor {
             state.anchor = anchor;
         }
@@ -415,12 +519,40 @@ mod tests {
         assert_eq!(last.len(), changed.len());
         text.replace_range(text.len() - last.len().., &changed);
         text.push_str(&line("a", &note(6)));
-        let before = follower.bytes_read();
         ok(std::fs::write(&path, &text));
-        assert_eq!(seqs(&ok(follower.poll(100))), [6]);
+        let rewritten = follower.poll(100);
         assert!(
-            follower.bytes_read() - before >= text.len() as u64,
-            "the whole log was read again"
+            matches!(&rewritten, Err(StoreError::HistoryChanged { reason, .. }) if reason.contains("seq 5")),
+            "a rewritten record is reported, not spliced: {rewritten:?}"
+        );
+    }
+
+    #[test]
+    fn a_log_of_another_session_or_with_fewer_records_put_in_place_is_reported() {
+        let (folder, path) = setup(3);
+        let mut follower = LogFollower::new(&path, None, 1);
+        assert_eq!(seqs(&ok(follower.poll(100))), [1, 2, 3]);
+        let mut other = header_line("b");
+        for seq in 1..=5 {
+            other.push_str(&line("b", &note(seq)));
+        }
+        let replacement = folder.path().join(".a.jsonl.new");
+        ok(std::fs::write(&replacement, other));
+        ok(std::fs::rename(&replacement, &path));
+        let replaced = follower.poll(100);
+        assert!(
+            matches!(&replaced, Err(StoreError::HistoryChanged { reason, .. }) if reason.contains("another header")),
+            "{replaced:?}"
+        );
+
+        let (_folder, path) = setup(3);
+        let mut follower = LogFollower::new(&path, None, 1);
+        assert_eq!(seqs(&ok(follower.poll(100))), [1, 2, 3]);
+        ok(std::fs::write(&path, log(2)));
+        let shorter = follower.poll(100);
+        assert!(
+            matches!(&shorter, Err(StoreError::HistoryChanged { reason, .. }) if reason.contains("removed")),
+            "{shorter:?}"
         );
     }
 

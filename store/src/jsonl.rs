@@ -13,12 +13,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sessionlog_projections::fold;
-use sessionlog_schema::{decode_header, EventRecord, SessionHeader, SessionId, MAX_RECORD_BYTES};
+use sessionlog_schema::{
+    decode_header, DecodedHeader, EventRecord, SessionHeader, SessionId, MAX_RECORD_BYTES,
+};
 
+use crate::error::Refusal;
 use crate::follow::LogFollower;
 use crate::io::Io;
 use crate::leftovers::{self, Leftover};
-use crate::reader::{open_log_for_reading, FoldedEvent, LogReader, Snapshot};
+use crate::reader::{ensure_regular_file, open_log_for_reading, FoldedEvent, LogReader, Snapshot};
 use crate::writer::{Durability, LogSink, SessionWriter, WriterOptions};
 use crate::StoreError;
 
@@ -34,7 +37,9 @@ pub struct JsonlStore {
 pub struct ListEntry {
     /// The session id (from the file name, or the database key).
     pub id: SessionId,
-    /// Its header, or why it could not be read.
+    /// Its header as it is (a value out of its vocabulary is read as
+    /// absent, not refused: `verify` reports it), or why it could not be
+    /// read.
     pub header: Result<SessionHeader, StoreError>,
 }
 
@@ -192,7 +197,8 @@ impl JsonlStore {
         Ok(ids
             .into_iter()
             .map(|id| {
-                let header = read_header(&self.log_path(&id), Some(&id));
+                let header =
+                    read_header_as_is(&self.log_path(&id), Some(&id)).map(|read| read.header);
                 ListEntry { id, header }
             })
             .collect())
@@ -282,11 +288,29 @@ fn write_and_publish(
     Ok(())
 }
 
-/// Reads and decodes only the header line of the log at `path`.
+/// Reads and decodes only the header line of the log at `path`, refusing a
+/// header with a value out of its vocabulary.
 pub fn read_header(
     path: &Path,
     expected_id: Option<&SessionId>,
 ) -> Result<SessionHeader, StoreError> {
+    let decoded = read_header_as_is(path, expected_id)?;
+    if let Some(error) = decoded.vocabulary_errors.into_iter().next() {
+        return Err(StoreError::HeaderVocabulary {
+            path: path.to_owned(),
+            error,
+        });
+    }
+    Ok(decoded.header)
+}
+
+/// Reads and decodes only the header line of the log at `path`, as it is:
+/// a value out of its vocabulary is returned beside the header (what
+/// `list` shows, where `verify` reports it).
+pub fn read_header_as_is(
+    path: &Path,
+    expected_id: Option<&SessionId>,
+) -> Result<DecodedHeader, StoreError> {
     let file = open_log_for_reading(path)?;
     let mut reader = BufReader::with_capacity(4096, file.take(MAX_RECORD_BYTES as u64 + 1));
     let mut line = Vec::new();
@@ -318,13 +342,7 @@ pub fn read_header(
             reason: error.to_string(),
         })
     })?;
-    if let Some(error) = decoded.vocabulary_errors.into_iter().next() {
-        return Err(StoreError::HeaderVocabulary {
-            path: path.to_owned(),
-            error,
-        });
-    }
-    Ok(decoded.header)
+    Ok(decoded)
 }
 
 /// Opens the single writer of the log at `path`: takes the exclusive lock
@@ -341,9 +359,10 @@ pub fn open_log_writer(
     let file = std::fs::OpenOptions::new()
         .read(true)
         .append(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)
         .map_err(|source| StoreError::io("open", path, source))?;
+    ensure_regular_file(&file, path)?;
     match lock_exclusive(&file) {
         Ok(true) => {}
         Ok(false) => {
@@ -370,11 +389,16 @@ pub fn open_log_writer(
     let mut events = options.keep_snapshot.then(Vec::new);
     let mut state = sessionlog_projections::SessionState::new(header.clone());
     let mut reader = reader;
+    // A violation refuses the log, but reading goes on: corruption later
+    // in it wins (and the `?`s below return it at once).
+    let mut refusal = Refusal::default();
     while let Some(FoldedEvent { record, folded }) = reader.next_event_folded(&mut state)? {
-        folded.map_err(|violation| StoreError::Rule {
-            path: path.to_owned(),
-            violation,
-        })?;
+        if let Err(violation) = folded {
+            refusal.note(StoreError::Rule {
+                path: path.to_owned(),
+                violation,
+            });
+        }
         if let Some(events) = &mut events {
             events.push(record);
         }
@@ -386,6 +410,7 @@ pub fn open_log_writer(
             error,
         });
     }
+    refusal.into_result()?;
     if let Some(torn) = &summary.torn_tail {
         tracing::warn!(
             path = %path.display(),

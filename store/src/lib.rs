@@ -21,15 +21,17 @@ mod store;
 mod writer;
 
 pub use asynchronous::{AsyncStore, FOLLOW_POLL_INTERVAL};
-pub use error::{ErrorClass, StoreError};
+pub use error::{ErrorClass, Refusal, StoreError};
 pub use follow::LogFollower;
 pub use io::{FaultInjector, FaultPoint, Io};
 pub use jsonl::{
-    create_log_file, open_log_writer, read_header, sync_log_file, JsonlStore, ListEntry,
+    create_log_file, open_log_writer, read_header, read_header_as_is, sync_log_file, JsonlStore,
+    ListEntry,
 };
 pub use leftovers::Leftover;
 pub use migrate::{
-    diff, migrate, Difference, MigratePhase, MigrateProgress, MigrateReport, MigrateWarning,
+    diff, migrate, migrate_log, Difference, MigratePhase, MigrateProgress, MigrateReport,
+    MigrateWarning,
 };
 pub use reader::{
     fold_through, read_snapshot_from, FoldedEvent, Line, LineReader, LogReader, SessionStream,

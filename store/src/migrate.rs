@@ -20,6 +20,9 @@
 //! seq and a CRC-32 over every record body); a mismatch is named by a full
 //! comparison of that session, and fails the run.
 //!
+//! A lone log file is a source of one session (`migrate_log`), read as a
+//! store's log is.
+//!
 //! `diff` compares two stores session by session in bounded memory:
 //! missing sessions, header fields, then the events in lockstep (seq, ts,
 //! batch, type, data, and the record bytes), naming the first difference.
@@ -28,19 +31,21 @@
 use std::fmt;
 use std::fs::File;
 use std::io::BufRead;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use sessionlog_projections::{fold, SessionState, Violation};
-use sessionlog_schema::{encode_line, EventRecord, SessionHeader, SessionId, TornTail};
+use sessionlog_schema::{
+    encode_line, DecodedHeader, EventRecord, SessionHeader, SessionId, TornTail,
+};
 
-use crate::jsonl::JsonlStore;
+use crate::jsonl::{read_header_as_is, JsonlStore};
 use crate::leftovers;
-use crate::reader::{LogReader, Snapshot};
+use crate::reader::{LogReader, SessionStream, Snapshot};
 use crate::sqlite::SqliteBulkCreate;
 use crate::store::Store;
 use crate::writer::Durability;
-use crate::StoreError;
+use crate::{EventStream, StoreError};
 
 /// Where a migration is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,7 +143,65 @@ pub fn migrate(
     to: &Store,
     progress: &mut dyn FnMut(MigrateProgress),
 ) -> Result<MigrateReport, StoreError> {
-    let ids = whole_store_ids(from)?;
+    migrate_from(&Source::Store(from), to, progress)
+}
+
+/// Copies the lone log at `path` (a `.jsonl` file of any name) into `to`
+/// as [`migrate`] copies a store of one session: verified whole, staged,
+/// published, read back and compared.
+pub fn migrate_log(
+    path: &Path,
+    to: &Store,
+    progress: &mut dyn FnMut(MigrateProgress),
+) -> Result<MigrateReport, StoreError> {
+    migrate_from(&Source::Log(path), to, progress)
+}
+
+/// Where the sessions of a migration come from.
+enum Source<'a> {
+    /// Every session of a store.
+    Store(&'a Store),
+    /// The one session of a lone log file.
+    Log(&'a Path),
+}
+
+impl Source<'_> {
+    fn ids(&self) -> Result<Vec<SessionId>, StoreError> {
+        match self {
+            Source::Store(store) => whole_store_ids(store),
+            Source::Log(path) => Ok(vec![read_header_as_is(path, None)?.header.id]),
+        }
+    }
+
+    fn session_path(&self, id: &SessionId) -> PathBuf {
+        match self {
+            Source::Store(store) => store.session_path(id),
+            Source::Log(path) => path.to_path_buf(),
+        }
+    }
+
+    fn records(&self, id: &SessionId) -> Result<(DecodedHeader, EventStream), StoreError> {
+        match self {
+            Source::Store(store) => store.records(id),
+            Source::Log(path) => {
+                let reader = LogReader::open(path, Some(id.clone()))?;
+                let header = DecodedHeader {
+                    header: reader.header().clone(),
+                    vocabulary_errors: reader.header_vocabulary_errors().to_vec(),
+                    body: reader.header_body().to_owned(),
+                };
+                Ok((header, Box::new(reader)))
+            }
+        }
+    }
+}
+
+fn migrate_from(
+    from: &Source<'_>,
+    to: &Store,
+    progress: &mut dyn FnMut(MigrateProgress),
+) -> Result<MigrateReport, StoreError> {
+    let ids = from.ids()?;
     let total = ids.len();
     for id in &ids {
         if to.contains(id)? {
@@ -209,7 +272,7 @@ pub fn diff(left: &Store, right: &Store) -> Result<Option<Difference>, StoreErro
     if let Some(extra) = right_iter.next() {
         return Ok(Some(missing_session(extra, "missing", "present")));
     }
-    diff_sessions(left, right, &left_ids, &mut |_, _| {})
+    diff_sessions(&Source::Store(left), right, &left_ids, &mut |_, _| {})
 }
 
 /// The sessions of `store` once it passed its whole-store check (SQLite's
@@ -226,11 +289,12 @@ fn whole_store_ids(store: &Store) -> Result<Vec<SessionId>, StoreError> {
 /// Reads session `id` whole and folds it, refusing corruption and rule
 /// violations with the session named. Its torn tail, if any, stays in the
 /// snapshot.
-fn read_source_session(from: &Store, id: &SessionId) -> Result<Snapshot, StoreError> {
+fn read_source_session(from: &Source<'_>, id: &SessionId) -> Result<Snapshot, StoreError> {
     let (snapshot, first_violation) = match from {
         // A log is folded as it is read: each line's data is scanned once.
-        Store::Jsonl(store) => read_folded(store.reader(id)?)?,
-        Store::Sqlite(_) => {
+        Source::Store(Store::Jsonl(store)) => read_folded(store.reader(id)?)?,
+        Source::Log(path) => read_folded(LogReader::open(path, Some(id.clone()))?)?,
+        Source::Store(from @ Store::Sqlite(_)) => {
             let snapshot = from.snapshot(id)?;
             let (_, violations) = fold(snapshot.header.clone(), &snapshot.events);
             (snapshot, violations.into_iter().next())
@@ -349,7 +413,7 @@ impl fmt::Display for EventsSummary {
 /// another thread (reading back is decoding, and the two halves do not
 /// share it), reporting each session compared in order.
 fn compare_copies(
-    from: &Store,
+    from: &Source<'_>,
     to: &Store,
     ids: &[SessionId],
     digests: &[SessionDigest],
@@ -403,7 +467,7 @@ fn compare_copies(
 /// compares it with the source's digest. A mismatch is named by comparing
 /// the session with the source record by record.
 fn compare_copy(
-    from: &Store,
+    from: &Source<'_>,
     to: &Store,
     id: &SessionId,
     digest: &SessionDigest,
@@ -588,7 +652,7 @@ impl Drop for JsonlStaging<'_> {
 
 /// Compares the sessions `ids` (present on both sides).
 fn diff_sessions(
-    left: &Store,
+    left: &Source<'_>,
     right: &Store,
     ids: &[SessionId],
     done: &mut dyn FnMut(usize, &SessionId),
@@ -603,7 +667,7 @@ fn diff_sessions(
 }
 
 fn diff_session(
-    left: &Store,
+    left: &Source<'_>,
     right: &Store,
     id: &SessionId,
 ) -> Result<Option<Difference>, StoreError> {

@@ -436,14 +436,55 @@ impl Snapshot {
     }
 }
 
-/// Opens a log read-only, refusing to follow a symlink in its place.
+/// Opens a log read-only, refusing to follow a symlink in its place and
+/// refusing anything but a regular file (see [`ensure_regular_file`]).
 pub(crate) fn open_log_for_reading(path: &Path) -> Result<File, StoreError> {
     use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
+    let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)
-        .map_err(|source| StoreError::io("open", path, source))
+        .map_err(|source| StoreError::io("open", path, source))?;
+    ensure_regular_file(&file, path)?;
+    Ok(file)
+}
+
+/// Refuses an opened log that is not a regular file. A FIFO named
+/// `<id>.jsonl` would block a reader forever and a character device would
+/// feed it without end, so every log is opened with `O_NONBLOCK` (which
+/// makes opening a FIFO return at once and changes nothing for a regular
+/// file) and its type is checked on the open file, where no rename can
+/// swap it after the check.
+pub(crate) fn ensure_regular_file(file: &File, path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::FileTypeExt;
+    let file_type = file
+        .metadata()
+        .map_err(|source| StoreError::io("stat", path, source))?
+        .file_type();
+    if file_type.is_file() {
+        return Ok(());
+    }
+    let kind = if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_char_device() {
+        "a character device"
+    } else if file_type.is_block_device() {
+        "a block device"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_dir() {
+        "a folder"
+    } else {
+        "not a regular file"
+    };
+    Err(StoreError::io(
+        "open",
+        path,
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{kind}, not a regular file; a log is only ever a regular file"),
+        ),
+    ))
 }
 
 /// Reads `source` from its start through the end (a convenience for
@@ -468,8 +509,11 @@ pub fn fold_through(
     path: &Path,
     at: Option<u64>,
 ) -> Result<(SessionState, Option<TornTail>), StoreError> {
+    // A rule violation does not stop the read: corruption further on
+    // outranks it, and `Refusal` keeps whichever ranks highest.
+    let mut refusal = Refusal::default();
     if let Some(error) = stream.header_vocabulary_errors().first() {
-        return Err(StoreError::HeaderVocabulary {
+        refusal.note(StoreError::HeaderVocabulary {
             path: path.to_owned(),
             error: error.clone(),
         });
@@ -481,13 +525,16 @@ pub fn fold_through(
         let Some(event) = stream.next_event_folded(&mut state)? else {
             break;
         };
-        event.folded.map_err(|violation| StoreError::Rule {
-            path: path.to_owned(),
-            violation,
-        })?;
+        if let Err(violation) = event.folded {
+            refusal.note(StoreError::Rule {
+                path: path.to_owned(),
+                violation,
+            });
+        }
     }
     while stream.next_event()?.is_some() {}
     let torn_tail = stream.finish()?;
+    refusal.into_result()?;
     Ok((state, torn_tail))
 }
 

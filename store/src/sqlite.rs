@@ -683,16 +683,22 @@ impl SqliteStore {
         }
         let mut state = SessionState::new(header);
         let mut events = options.keep_snapshot.then(Vec::new);
+        // A violation refuses the session, but reading goes on: damage
+        // later in it wins (the `?` returns it at once).
+        let mut refusal = crate::error::Refusal::default();
         for record in self.events(id)? {
             let record = record?;
-            state.apply(&record).map_err(|violation| StoreError::Rule {
-                path: self.shared.session_path(id),
-                violation,
-            })?;
+            if let Err(violation) = state.apply(&record) {
+                refusal.note(StoreError::Rule {
+                    path: self.shared.session_path(id),
+                    violation,
+                });
+            }
             if let Some(events) = &mut events {
                 events.push(record);
             }
         }
+        refusal.into_result()?;
         let sink = SqliteSink {
             shared: Arc::clone(&self.shared),
             id: id.clone(),

@@ -118,7 +118,23 @@ impl Store {
             ));
         }
         match Backend::of_path(path) {
-            Backend::Sqlite => SqliteStore::open(path).map(Store::Sqlite),
+            Backend::Sqlite => {
+                // A FIFO or a device named `.db` is no database; SQLite
+                // would block or spin on it.
+                let metadata = std::fs::metadata(path)
+                    .map_err(|source| StoreError::io("open store", path, source))?;
+                if !metadata.is_file() {
+                    return Err(StoreError::io(
+                        "open store",
+                        path,
+                        std::io::Error::new(
+                            std::io::ErrorKind::InvalidInput,
+                            "not a regular file; a database is only ever a regular file",
+                        ),
+                    ));
+                }
+                SqliteStore::open(path).map(Store::Sqlite)
+            }
             Backend::Jsonl => JsonlStore::open(path).map(Store::Jsonl),
         }
     }

@@ -39,6 +39,9 @@
 //!   `--record` leaves, the key never shown, audits that agree or differ.
 //! - `hostile`: arbitrary `append` lines and pending actions through the
 //!   binary (proptest), records above 16 MiB, hostile ids, planted symlinks.
+//! - `hostile_logs`: terminal escapes in log text, FIFOs in place of logs,
+//!   exit precedence, event type spelling, `tail -f` on a replaced log, and
+//!   the messages of these cases.
 
 mod cli_e2e;
 mod cli_support;
@@ -50,6 +53,7 @@ mod docs;
 mod faults;
 mod format;
 mod hostile;
+mod hostile_logs;
 mod import;
 mod people;
 mod power_loss;

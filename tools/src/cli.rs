@@ -218,9 +218,11 @@ pub enum Command {
         file: Option<PathBuf>,
     },
     /// Copy every session between backends, then prove the copy identical.
-    #[command(after_help = "Example:\n  sessionlog migrate ./sessions ./sessions.db")]
+    #[command(
+        after_help = "Examples:\n  sessionlog migrate ./sessions ./sessions.db\n  sessionlog migrate one.jsonl ./sessions.db"
+    )]
     Migrate {
-        /// The source store.
+        /// The source store, or a lone `.jsonl` log (one session).
         from: PathBuf,
         /// The destination store (created when missing).
         to: PathBuf,

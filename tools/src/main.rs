@@ -10,6 +10,7 @@ mod commands;
 mod import;
 mod progress;
 mod target;
+mod terminal;
 
 use std::process::ExitCode;
 
@@ -36,6 +37,27 @@ pub mod exit {
     pub const CONTENTION: u8 = 6;
     /// `review-audit` found a decision that differs from the recorded one.
     pub const AUDIT_DIFFERS: u8 = 8;
+
+    /// The codes that outrank one another when several apply, strongest
+    /// first (SPEC: 2 wins over 4, 4 over 3; a seal failure ranks between
+    /// 2 and 4). The store ranks its refusals the same way
+    /// (`ErrorClass::precedence`).
+    pub const PRECEDENCE: [u8; 3] = [CORRUPT, RULE, TORN];
+
+    /// Combines two exit codes by [`PRECEDENCE`]; `a` when neither ranks.
+    pub fn worst(a: u8, b: u8) -> u8 {
+        let rank = |code: u8| {
+            PRECEDENCE
+                .iter()
+                .position(|ranked| *ranked == code)
+                .map_or(0, |index| PRECEDENCE.len() - index)
+        };
+        if rank(b) > rank(a) {
+            b
+        } else {
+            a
+        }
+    }
 }
 
 /// A usage error: bad arguments or input that is not what a command reads.
@@ -74,7 +96,7 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
             let code = exit_code(&error);
-            eprintln!("sessionlog: {}", render(&error));
+            crate::errln!("sessionlog: {}", render(&error));
             ExitCode::from(code)
         }
     }
@@ -210,9 +232,12 @@ fn init_tracing(quiet: bool) {
     let level = if quiet { "error" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("SESSIONLOG_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    // Through the escaping writer, and without colour: a warning may quote
+    // log text, and one written to a file or a pipe must hold no ANSI code.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(terminal::TracingStderr)
+        .with_ansi(false)
         .with_target(false)
         .without_time()
         .init();
@@ -231,6 +256,6 @@ pub fn quiet() -> bool {
 /// Prints a warning on stderr unless `--quiet`.
 pub fn warn(message: impl std::fmt::Display) {
     if !quiet() {
-        eprintln!("sessionlog: warning: {message}");
+        crate::errln!("sessionlog: warning: {message}");
     }
 }

@@ -29,7 +29,7 @@ pub fn update(bar: &ProgressBar, done: u64, total: u64) {
 
 fn styled(quiet: bool, what: &str, template: &str) -> ProgressBar {
     let bar = ProgressBar::hidden();
-    if quiet || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+    if quiet || !crate::terminal::stderr_is_terminal() {
         return bar;
     }
     bar.set_draw_target(ProgressDrawTarget::stderr());

@@ -166,17 +166,35 @@ pub fn is_lone_log(path: &Path) -> bool {
     path.extension().is_some_and(|ext| ext == "jsonl") && !path.is_dir()
 }
 
-/// Reads a whole file or stdin, naming the file on error.
+/// The most a command reads of an input of its own (a pending action, a
+/// reviewer's reply): far above any real one, and a bound on what
+/// `/dev/zero` or an endless pipe can make it hold.
+pub const MAX_INPUT_BYTES: u64 = 16 << 20;
+
+/// Reads a whole file or stdin, naming the file on error, refusing more
+/// than [`MAX_INPUT_BYTES`].
 pub fn read_input(file: Option<&Path>) -> Result<Vec<u8>> {
     use std::io::Read;
-    match file {
-        Some(path) => std::fs::read(path).with_context(|| format!("read {}", path.display())),
+    let mut bytes = Vec::new();
+    let name = match file {
+        Some(path) => {
+            std::fs::File::open(path)
+                .and_then(|file| file.take(MAX_INPUT_BYTES + 1).read_to_end(&mut bytes))
+                .with_context(|| format!("read {}", path.display()))?;
+            path.display().to_string()
+        }
         None => {
-            let mut bytes = Vec::new();
             std::io::stdin()
+                .take(MAX_INPUT_BYTES + 1)
                 .read_to_end(&mut bytes)
                 .context("read standard input")?;
-            Ok(bytes)
+            "standard input".to_owned()
         }
+    };
+    if bytes.len() as u64 > MAX_INPUT_BYTES {
+        bail!(UsageError(format!(
+            "{name} holds more than {MAX_INPUT_BYTES} bytes; an input this large is no pending action or reply"
+        )));
     }
+    Ok(bytes)
 }

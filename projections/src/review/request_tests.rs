@@ -726,3 +726,171 @@ fn a_source_kind_spelled_with_escapes_keeps_its_authority() {
         "#]],
     );
 }
+
+mod accepted_logs_are_reviewable {
+    //! Whatever the fold accepts (what `verify` accepts), the reviewer's
+    //! request is built from: the request never answers `INVALID_LOG` for
+    //! a log with no violation. The events mix the forms writers use with
+    //! the hostile ones (objects as arrays, optional members as `null`,
+    //! unknown members, parts out of order), which the fold must refuse
+    //! whenever the request could not read them.
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn source() -> impl Strategy<Value = &'static str> {
+        pick(
+            vec![
+                r#"{"kind":"user"}"#,
+                r#"{"kind":"instructions","name":"AGENTS.md"}"#,
+                r#"{"kind":"agent-message","senderSessionId":"p"}"#,
+                r#"{"kind":"context","name":"plugin"}"#,
+                r#"{"kind":"assistant","other":[1,{"x":null}]}"#,
+                r#"{"name":"n","kind":"user"}"#,
+            ],
+            vec![
+                r#"["user"]"#,
+                r#"["agent-message","p"]"#,
+                r#"{"kind":"user","name":null}"#,
+                r#"{"kind":"context","name":["x"]}"#,
+                r#"{"kind":"user","kind":"user"}"#,
+            ],
+        )
+    }
+
+    fn part() -> impl Strategy<Value = &'static str> {
+        pick(
+            vec![
+                r#"{"type":"text","text":"a"}"#,
+                r#"{"text":"out of order","type":"text"}"#,
+                r#"{"type":"image","mediaType":"image/png","name":"s.png","size":3,"data":"AAA"}"#,
+                r#"{"type":"attachment","name":"f","mediaType":"text/plain","data":"AA"}"#,
+                r#"{"type":"text","text":"a","extra":[1]}"#,
+            ],
+            vec![
+                r#"["text","a"]"#,
+                r#"["image","image/png"]"#,
+                r#"{"type":"image","mediaType":"x","name":null}"#,
+                r#"{"type":"attachment","name":"f","size":null}"#,
+                r#"{"type":"text","text":null}"#,
+                r#""text""#,
+            ],
+        )
+    }
+
+    fn tool() -> impl Strategy<Value = &'static str> {
+        pick(
+            vec![
+                r#"{"name":"shell","description":"Runs a command.","parameters":{"type":"object"}}"#,
+                r#"{"description":"d","parameters":[],"name":"shell","x":null}"#,
+            ],
+            vec![
+                r#"["shell","d",{}]"#,
+                r#"{"name":"shell","description":"d","parameters":null}"#,
+                r#"{"name":"shell","description":null,"parameters":{}}"#,
+            ],
+        )
+    }
+
+    fn arguments() -> impl Strategy<Value = &'static str> {
+        // Any JSON is an argument.
+        prop::sample::select(vec![
+            r#"{"cmd":"ls"}"#,
+            "[1,2]",
+            "null",
+            r#""text""#,
+            r#"{"a":{"b":[1,{"c":null}]}}"#,
+        ])
+    }
+
+    fn settle_tail() -> impl Strategy<Value = &'static str> {
+        pick(
+            vec![
+                "",
+                r#","result":{"out":"x"}"#,
+                r#","result":[null]"#,
+                r#","result":null"#,
+                r#","error":{"name":"E","code":"C","message":"m","reason":"r"}"#,
+            ],
+            vec![
+                r#","error":["E","C"]"#,
+                r#","error":{"name":"E","code":"C","message":null}"#,
+                r#","error":null"#,
+            ],
+        )
+    }
+
+    /// Mostly one of the forms writers use, sometimes a hostile one.
+    fn pick(
+        valid: Vec<&'static str>,
+        hostile: Vec<&'static str>,
+    ) -> impl Strategy<Value = &'static str> {
+        prop_oneof![
+            6 => prop::sample::select(valid),
+            1 => prop::sample::select(hostile),
+        ]
+    }
+
+    fn message(source: &str, parts: &[&str]) -> String {
+        format!(
+            r#"{{"role":"user","source":{source},"content":[{}]}}"#,
+            parts.join(",")
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn a_log_the_fold_accepts_never_answers_invalid_log(
+            first_source in source(),
+            first_parts in prop::collection::vec(part(), 0..3),
+            tools in prop::collection::vec(tool(), 1..3),
+            arguments in arguments(),
+            settle_tail in settle_tail(),
+            last_source in source(),
+            last_parts in prop::collection::vec(part(), 0..3),
+            checkpoint in any::<bool>(),
+        ) {
+            let mut log = Log::root("root")
+                .raw("message", &message(first_source, &first_parts))
+                .raw(
+                    "request/header",
+                    &format!(
+                        r#"{{"provider":"p","model":"m","approvalPolicy":"never","sandboxMode":"read-only","tools":[{}]}}"#,
+                        tools.join(",")
+                    ),
+                )
+                .turn_start("t1")
+                .step_start("s1", "t1")
+                .raw(
+                    "tool/start",
+                    &format!(r#"{{"callId":"c1","stepId":"s1","name":"shell","arguments":{arguments}}}"#),
+                )
+                .raw(
+                    "tool/settle",
+                    &format!(r#"{{"callId":"c1","status":"ok"{settle_tail}}}"#),
+                );
+            if checkpoint {
+                log = log.raw("checkpoint", r#"{"summary":"so far","throughSeq":6}"#);
+            }
+            log = log.raw("message", &message(last_source, &last_parts));
+            let (_, violations) = fold(log.header.clone(), &log.events);
+            let result = build_review_request(
+                &log.header,
+                &log.events,
+                &shell_call("c2", "ls"),
+                DEFAULT_MAX_REQUEST_BYTES,
+            );
+            match result {
+                Err(error) if violations.is_empty() => {
+                    prop_assert_ne!(error.code, ReviewErrorCode::InvalidLog, "{}", error.message);
+                }
+                // A log with a violation is refused, as `verify` refuses it.
+                Err(error) => prop_assert_eq!(error.code, ReviewErrorCode::InvalidLog),
+                Ok(_) => prop_assert!(violations.is_empty()),
+            }
+        }
+    }
+}

@@ -43,7 +43,7 @@ pub fn run(args: &SessionArgs, expect_seq: Option<u64>) -> Result<u8> {
     // Our own large buffer over stdin, so lines that arrived together are
     // visible in it (std's inner buffer is bypassed by reads this large).
     let mut input = std::io::BufReader::with_capacity(1 << 20, std::io::stdin());
-    let mut stdout = std::io::stdout().lock();
+    let mut stdout = crate::terminal::stdout(crate::terminal::Mode::Json);
     let mut expected = expect_seq;
     let mut staged: Vec<u64> = Vec::new();
     let mut line = Vec::new();
@@ -62,7 +62,13 @@ pub fn run(args: &SessionArgs, expect_seq: Option<u64>) -> Result<u8> {
         match outcome {
             Ok(seq) => staged.push(seq),
             Err(error) => {
-                acknowledge(&mut writer, &mut staged, &mut stdout)?;
+                // What was staged before a refused line is acknowledged; a
+                // failed write poisoned the writer instead, and the failure
+                // itself (not "poisoned by an earlier failure") is the
+                // error to report: nothing staged was acknowledged.
+                if !writer.is_poisoned() {
+                    acknowledge(&mut writer, &mut staged, &mut stdout)?;
+                }
                 return Err(error);
             }
         }

@@ -146,9 +146,9 @@ pub fn run(
         rows,
     };
     if json {
-        println!("{}", serde_json::to_string(&audit)?);
+        crate::terminal::print_json_line(&serde_json::to_string(&audit)?)?;
     } else {
-        print_text(&audit);
+        print_text(&audit)?;
     }
     Ok(exit_code(&audit))
 }
@@ -373,9 +373,9 @@ impl Recorded {
     }
 }
 
-fn print_text(audit: &Audit) {
+fn print_text(audit: &Audit) -> std::io::Result<()> {
     for row in &audit.rows {
-        println!(
+        crate::outln!(
             "seq {:>5}  {}  {}  recorded {}, now {}{}",
             row.seq,
             display(&row.call_id),
@@ -383,10 +383,10 @@ fn print_text(audit: &Audit) {
             row.recorded.as_str(),
             display(&describe_now(&row.now)),
             if row.agree { "" } else { "  DIFFERS" }
-        );
+        )?;
     }
     let summary = &audit.summary;
-    println!(
+    crate::outln!(
         "{}: {} call{} asked, {} agree, {} allowed then denied now, {} denied then allowed now, {} without a decision now",
         display(&audit.session),
         summary.calls,
@@ -395,5 +395,5 @@ fn print_text(audit: &Audit) {
         summary.allowed_then_denied_now,
         summary.denied_then_allowed_now,
         summary.failures
-    );
+    )
 }

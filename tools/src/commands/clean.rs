@@ -32,7 +32,7 @@ pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u
         Target::Store(Store::Jsonl(jsonl)) => jsonl,
         Target::Store(Store::Sqlite(_)) => {
             if !json {
-                println!("{}: a database keeps no temporary files", store.display());
+                crate::outln!("{}: a database keeps no temporary files", store.display())?;
             }
             return Ok(exit::OK);
         }
@@ -66,12 +66,15 @@ pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u
     }
     for entry in &entries {
         if json {
-            println!("{}", serde_json::to_string(entry)?);
+            crate::terminal::print_json_line(&serde_json::to_string(entry)?)?;
         } else {
-            println!(
+            crate::outln!(
                 "{}: {} ({} bytes, written {} s ago)",
-                entry.action, entry.path, entry.bytes, entry.age_seconds
-            );
+                entry.action,
+                entry.path,
+                entry.bytes,
+                entry.age_seconds
+            )?;
         }
     }
     if !json {
@@ -81,11 +84,11 @@ pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u
             ("removed", entries_with(&entries, "removed"))
         };
         let bytes: u64 = gone.iter().map(|entry| entry.bytes).sum();
-        println!(
+        crate::outln!(
             "{} temporary file(s) {verb} ({bytes} bytes), {} kept",
             gone.len(),
             entries.len() - gone.len()
-        );
+        )?;
     }
     Ok(exit::OK)
 }

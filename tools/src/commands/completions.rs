@@ -11,6 +11,11 @@ use crate::exit;
 pub fn run(shell: clap_complete::Shell) -> Result<u8> {
     let mut command = Cli::command();
     let name = command.get_name().to_owned();
-    clap_complete::generate(shell, &mut command, name, &mut std::io::stdout());
+    clap_complete::generate(
+        shell,
+        &mut command,
+        name,
+        &mut crate::terminal::stdout(crate::terminal::Mode::Raw),
+    );
     Ok(exit::OK)
 }

@@ -8,6 +8,7 @@ use anyhow::Result;
 
 use crate::cli::SessionArgs;
 use crate::target::Target;
+use crate::terminal::Mode;
 use crate::{exit, warn};
 
 /// Runs `export`.
@@ -23,8 +24,14 @@ pub fn run(args: &SessionArgs) -> Result<u8> {
             ));
         }
     }
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
+    // The records byte for byte; on a terminal, with the characters that
+    // could act on it escaped (`\u202e`: the same JSON value).
+    let mode = if crate::terminal::stdout_is_terminal() {
+        Mode::Json
+    } else {
+        Mode::Raw
+    };
+    let mut out = crate::terminal::stdout(mode);
     for session in &sessions {
         let mut stream = target.stream(session)?;
         writeln!(out, "{}}}", stream.header_body())?;

@@ -63,9 +63,9 @@ pub fn run(
         }
     };
     if json {
-        println!("{}", header_json(&header));
+        crate::terminal::print_json_line(&header_json(&header))?;
     } else {
-        println!(
+        crate::outln!(
             "created child {} of {} (seedLength {}, delegationDepth {}, sandboxMode {}, approvalPolicy {})",
             header.id,
             parent.id,
@@ -73,7 +73,7 @@ pub fn run(
             header.delegation_depth,
             header.sandbox_mode.map_or("null", |m| m.as_str()),
             header.approval_policy.map_or("null", |p| p.as_str()),
-        );
+        )?;
     }
     Ok(exit::OK)
 }

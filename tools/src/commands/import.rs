@@ -68,7 +68,7 @@ pub fn run(
             Err(error) => report.failed.push(error),
         }
         any_failed |= !report.failed.is_empty();
-        bar.suspend(|| print_report(source, &report, json));
+        bar.suspend(|| print_report(source, &report, json))?;
     }
     bar.finish_and_clear();
     Ok(if any_failed { exit::USAGE } else { exit::OK })
@@ -120,12 +120,12 @@ fn import_one(store: &Store, file: &Path, format: Format, report: &mut SourceRep
     }
 }
 
-fn print_report(source: &Path, report: &SourceReport, json: bool) {
+fn print_report(source: &Path, report: &SourceReport, json: bool) -> std::io::Result<()> {
     for error in &report.failed {
-        eprintln!("sessionlog: import failed: {}", display(&error.to_string()));
+        crate::errln!("sessionlog: import failed: {}", display(&error.to_string()));
     }
     for (file, reason) in &report.skipped {
-        eprintln!(
+        crate::errln!(
             "sessionlog: import skipped {}: {}",
             display(file),
             display(reason)
@@ -159,8 +159,7 @@ fn print_report(source: &Path, report: &SourceReport, json: bool) {
             "failed": failed,
             "imported": report.imported,
         });
-        println!("{line}");
-        return;
+        return crate::terminal::print_json_line(&line.to_string());
     }
     let mut summary = format!(
         "{}: {} sessions imported ({} events, {} unknown lines kept)",
@@ -181,5 +180,5 @@ fn print_report(source: &Path, report: &SourceReport, json: bool) {
     if !report.failed.is_empty() {
         summary.push_str(&format!(", {} failed", report.failed.len()));
     }
-    println!("{summary}");
+    crate::outln!("{summary}")
 }

@@ -10,6 +10,7 @@ use sessionlog_schema::SessionHeader;
 
 use crate::exit;
 use crate::target::Target;
+use crate::terminal::shown;
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -28,7 +29,7 @@ pub fn run(store: &Path, tree: bool, json: bool) -> Result<u8> {
     let target = Target::open(store)?;
     let entries: Vec<(String, Result<SessionHeader, String>)> = match &target {
         Target::File(path) => {
-            let header = sessionlog_store::read_header(path, None)?;
+            let header = sessionlog_store::read_header_as_is(path, None)?.header;
             vec![(header.id.to_string(), Ok(header))]
         }
         Target::Store(store) => store
@@ -68,30 +69,30 @@ pub fn run(store: &Path, tree: bool, json: bool) -> Result<u8> {
                     error: Some(error.clone()),
                 },
             };
-            println!("{}", serde_json::to_string(&listed)?);
+            crate::terminal::print_json_line(&serde_json::to_string(&listed)?)?;
         }
         return Ok(code);
     }
     if tree {
-        print_tree(&entries);
+        print_tree(&entries)?;
     } else {
         for (id, header) in &entries {
             match header {
-                Ok(h) => println!(
+                Ok(h) => crate::outln!(
                     "{id}\tdepth {}\tparent {}\tseed {}\t{}",
                     h.delegation_depth,
                     h.parent_session.as_ref().map_or("-", |p| p.as_str()),
                     h.seed_length,
-                    h.cwd
-                ),
-                Err(error) => println!("{id}\tunreadable: {error}"),
+                    shown(&h.cwd)
+                )?,
+                Err(error) => crate::outln!("{id}\tunreadable: {error}")?,
             }
         }
     }
     Ok(code)
 }
 
-fn print_tree(entries: &[(String, Result<SessionHeader, String>)]) {
+fn print_tree(entries: &[(String, Result<SessionHeader, String>)]) -> std::io::Result<()> {
     let known: std::collections::BTreeSet<&str> =
         entries.iter().map(|(id, _)| id.as_str()).collect();
     let mut children: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
@@ -117,8 +118,9 @@ fn print_tree(entries: &[(String, Result<SessionHeader, String>)]) {
     }
     let tree = Tree { children, notes };
     for root in roots {
-        tree.print(root, "", true, true);
+        tree.print(root, "", true, true)?;
     }
+    Ok(())
 }
 
 /// Children by parent, and what to say beside a session (an orphan, an
@@ -129,12 +131,12 @@ struct Tree<'a> {
 }
 
 impl Tree<'_> {
-    fn print(&self, id: &str, prefix: &str, last: bool, root: bool) {
+    fn print(&self, id: &str, prefix: &str, last: bool, root: bool) -> std::io::Result<()> {
         let note = self.notes.get(id).map_or("", String::as_str);
         if root {
-            println!("{id}{note}");
+            crate::outln!("{id}{note}")?;
         } else {
-            println!("{prefix}{}{id}{note}", if last { "└── " } else { "├── " });
+            crate::outln!("{prefix}{}{id}{note}", if last { "└── " } else { "├── " })?;
         }
         let next_prefix = if root {
             String::new()
@@ -143,8 +145,9 @@ impl Tree<'_> {
         };
         if let Some(kids) = self.children.get(id) {
             for (index, kid) in kids.iter().enumerate() {
-                self.print(kid, &next_prefix, index + 1 == kids.len(), false);
+                self.print(kid, &next_prefix, index + 1 == kids.len(), false)?;
             }
         }
+        Ok(())
     }
 }

@@ -3,16 +3,26 @@
 
 use std::path::Path;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use sessionlog_store::{
-    diff as diff_stores, migrate as migrate_stores, MigratePhase, MigrateProgress, Store,
+    diff as diff_stores, migrate as migrate_stores, migrate_log, MigratePhase, MigrateProgress,
+    Store,
 };
 
-use crate::{exit, warn};
+use crate::target::is_lone_log;
+use crate::{exit, warn, UsageError};
 
 /// Runs `migrate`.
 pub fn migrate(from: &Path, to: &Path, json: bool, quiet: bool) -> Result<u8> {
-    let source = Store::open_read_only(from)?;
+    // A lone log is a source of one session; a store is opened as such.
+    let source = if is_lone_log(from) {
+        None
+    } else {
+        Some(Store::open_read_only(from)?)
+    };
+    if source.is_none() && !from.exists() {
+        bail!(UsageError(format!("{}: no such file", from.display())));
+    }
     let destination = Store::create(to)?;
     let bar = crate::progress::bar(quiet, "migrate");
     let mut progress = |update: MigrateProgress| {
@@ -23,7 +33,10 @@ pub fn migrate(from: &Path, to: &Path, json: bool, quiet: bool) -> Result<u8> {
         });
         crate::progress::update(&bar, update.done as u64, update.total as u64)
     };
-    let report = migrate_stores(&source, &destination, &mut progress)?;
+    let report = match &source {
+        Some(source) => migrate_stores(source, &destination, &mut progress)?,
+        None => migrate_log(from, &destination, &mut progress)?,
+    };
     bar.finish_and_clear();
     for warning in &report.warnings {
         warn(warning);
@@ -36,15 +49,15 @@ pub fn migrate(from: &Path, to: &Path, json: bool, quiet: bool) -> Result<u8> {
             "warnings": warnings,
             "identical": true,
         });
-        println!("{json}");
+        crate::terminal::print_json_line(&json.to_string())?;
     } else {
-        println!(
+        crate::outln!(
             "migrated {} sessions ({} events) from {} to {}; the copy is identical",
             report.sessions,
             report.events,
             from.display(),
             to.display()
-        );
+        )?;
     }
     Ok(exit::OK)
 }
@@ -56,9 +69,9 @@ pub fn diff(a: &Path, b: &Path, json: bool) -> Result<u8> {
     match diff_stores(&left, &right)? {
         None => {
             if json {
-                println!("{{\"identical\":true}}");
+                crate::terminal::print_json_line(r#"{"identical":true}"#)?;
             } else {
-                println!("identical");
+                crate::outln!("identical")?;
             }
             Ok(exit::OK)
         }
@@ -73,9 +86,9 @@ pub fn diff(a: &Path, b: &Path, json: bool) -> Result<u8> {
                     "right": difference.right,
                     "message": difference.to_string(),
                 });
-                println!("{json}");
+                crate::terminal::print_json_line(&json.to_string())?;
             } else {
-                println!("{difference}");
+                crate::outln!("{difference}")?;
             }
             Ok(exit::USAGE)
         }

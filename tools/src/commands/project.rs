@@ -17,15 +17,13 @@ pub fn run(args: &SessionArgs, at: Option<u64>, defaults: &DefaultArgs) -> Resul
         approval: defaults.default_approval,
         sandbox: defaults.default_sandbox,
     };
-    println!(
-        "{}",
-        serde_json::to_string_pretty(&state.projection(&defaults))?
-    );
+    crate::terminal::print_json_line(&serde_json::to_string_pretty(&state.projection(&defaults))?)?;
     Ok(exit::OK)
 }
 
 /// Folds a session through `at` (all when `None`), refusing corruption (2)
-/// and rule violations (4), warning about a torn tail.
+/// and rule violations (4), warning about a torn tail. A violation does not
+/// stop the read: corruption after it still wins.
 pub fn fold_checked(
     target: &Target,
     session: &crate::target::SessionRef,

@@ -26,6 +26,7 @@ use sessionlog_schema::{
 
 use crate::cli::{ColorChoice, DefaultArgs, SessionArgs};
 use crate::target::Target;
+use crate::terminal::{Escaping, Mode};
 use crate::{exit, warn, UsageError};
 
 /// How long a piece of log text may be on one timeline line.
@@ -574,8 +575,7 @@ fn header_summary(header: &SessionHeader) -> String {
 }
 
 fn write_json(timeline: &Timeline) -> std::io::Result<()> {
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut out = crate::terminal::stdout(Mode::Json);
     for entry in &timeline.entries {
         serde_json::to_writer(&mut out, entry)?;
         out.write_all(b"\n")?;
@@ -584,58 +584,58 @@ fn write_json(timeline: &Timeline) -> std::io::Result<()> {
 }
 
 fn write_text(timeline: &Timeline, painter: Painter) -> std::io::Result<()> {
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut out = crate::terminal::stdout(Mode::Text);
     let mut previous: Option<&View> = None;
     for entry in &timeline.entries {
-        writeln!(out, "{}", text_line(entry, painter))?;
+        write_line(&mut out, entry, painter)?;
         if let Some(violation) = &entry.violation {
-            writeln!(
-                out,
-                "{:>32}{}",
-                "",
-                painter.paint(Style::Violation, &format!("✗ {violation}"))
-            )?;
+            write!(out, "{:>32}", "")?;
+            painter.paint(&mut out, Style::Violation, &format!("✗ {violation}"))?;
+            writeln!(out)?;
         }
         if let Some(view) = &entry.projection {
             let changes = changed_fields(previous, view);
-            writeln!(
-                out,
-                "{:>32}{}",
-                "",
-                painter.paint(Style::Projection, &format!("⇒ {changes}"))
-            )?;
+            write!(out, "{:>32}", "")?;
+            painter.paint(&mut out, Style::Projection, &format!("⇒ {changes}"))?;
+            writeln!(out)?;
             previous = Some(view);
         }
     }
     if timeline.violations > 0 {
-        writeln!(
-            out,
-            "{}",
-            painter.paint(
-                Style::Violation,
-                &format!(
-                    "{} event{} break the rules (marked ✗ above)",
-                    timeline.violations,
-                    if timeline.violations == 1 { "" } else { "s" }
-                )
-            )
+        painter.paint(
+            &mut out,
+            Style::Violation,
+            &format!(
+                "{} event{} break the rules (marked ✗ above)",
+                timeline.violations,
+                if timeline.violations == 1 { "" } else { "s" }
+            ),
         )?;
+        writeln!(out)?;
     }
     out.flush()
 }
 
 /// One timeline line: time, seq, type, authority, summary.
-pub fn text_line(entry: &Entry, painter: Painter) -> String {
+fn write_line<W: Write>(
+    out: &mut Escaping<W>,
+    entry: &Entry,
+    painter: Painter,
+) -> std::io::Result<()> {
     let authority = entry.authority.map_or(String::new(), |a| format!("[{a}] "));
-    format!(
-        "{} {} {} {}{}",
-        painter.paint(Style::Dim, &entry.time),
-        painter.paint(Style::Bold, &format!("{:>5}", entry.seq)),
-        painter.paint(Style::of(entry.kind), &format!("{:<17}", entry.event_type)),
-        painter.paint(Style::Authority, &authority),
-        painter.paint(Style::summary_of(entry.kind), &entry.summary)
-    )
+    painter.paint(out, Style::Dim, &entry.time)?;
+    out.write_all(b" ")?;
+    painter.paint(out, Style::Bold, &format!("{:>5}", entry.seq))?;
+    out.write_all(b" ")?;
+    painter.paint(
+        out,
+        Style::of(entry.kind),
+        &format!("{:<17}", entry.event_type),
+    )?;
+    out.write_all(b" ")?;
+    painter.paint(out, Style::Authority, &authority)?;
+    painter.paint(out, Style::summary_of(entry.kind), &entry.summary)?;
+    writeln!(out)
 }
 
 /// The fields that differ from `previous` (all of them the first time).
@@ -751,37 +751,29 @@ impl Painter {
             ColorChoice::Never => false,
             ColorChoice::Auto => {
                 std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty())
-                    && std::io::IsTerminal::is_terminal(&std::io::stdout())
+                    && crate::terminal::stdout_is_terminal()
             }
         };
         Painter { enabled }
     }
 
-    /// `text` in `style`.
-    pub fn paint(self, style: Style, text: &str) -> String {
-        if !self.enabled || style == Style::Plain || text.is_empty() {
-            return text.to_owned();
-        }
-        format!("\x1b[{}m{text}\x1b[0m", style.code())
+    /// Writes `text` in `style` to `out`: the text escaped there, the
+    /// colour codes beside it.
+    pub fn paint<W: Write>(
+        self,
+        out: &mut Escaping<W>,
+        style: Style,
+        text: &str,
+    ) -> std::io::Result<()> {
+        out.paint(self.enabled, style.code(), text)
     }
 }
 
 /// `text` with control characters and bidirectional overrides escaped, so
-/// that log text can neither move the cursor nor reorder what is shown.
+/// that log text can neither move the cursor nor reorder what is shown, nor
+/// break a line ([`shown`](crate::terminal::shown)).
 pub fn display(text: &str) -> String {
-    let mut shown = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\n' => shown.push_str("\\n"),
-            '\r' => shown.push_str("\\r"),
-            '\t' => shown.push_str("\\t"),
-            c if c.is_control() || is_bidi_control(c) => {
-                shown.push_str(&format!("\\u{{{:x}}}", u32::from(c)))
-            }
-            c => shown.push(c),
-        }
-    }
-    shown
+    crate::terminal::shown(text).into_owned()
 }
 
 /// [`display`], clipped to `max_chars` with an ellipsis.
@@ -793,10 +785,6 @@ pub fn clip(text: &str, max_chars: usize) -> String {
     let mut clipped: String = shown.chars().take(max_chars.saturating_sub(1)).collect();
     clipped.push('…');
     clipped
-}
-
-fn is_bidi_control(c: char) -> bool {
-    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
 }
 
 /// Unix milliseconds as ISO-8601 UTC (`2024-05-01T12:00:00.000Z`).
@@ -852,9 +840,19 @@ mod tests {
 
     #[test]
     fn painting_is_off_when_disabled() {
-        let off = Painter { enabled: false };
-        let on = Painter { enabled: true };
-        assert_eq!(off.paint(Style::Alarm, "x"), "x");
-        assert_eq!(on.paint(Style::Alarm, "x"), "\x1b[1;31mx\x1b[0m");
+        let painted = |enabled: bool, text: &str| {
+            let mut bytes = Vec::new();
+            {
+                let mut out = Escaping::new(&mut bytes, Mode::Text);
+                Painter { enabled }
+                    .paint(&mut out, Style::Alarm, text)
+                    .unwrap_or_else(|e| panic!("{e}"));
+            }
+            String::from_utf8(bytes).unwrap_or_else(|e| panic!("{e}"))
+        };
+        assert_eq!(painted(false, "x"), "x");
+        assert_eq!(painted(true, "x"), "\x1b[1;31mx\x1b[0m");
+        // The painted text is escaped, the painter's codes are not.
+        assert_eq!(painted(true, "\x1b[8m"), "\x1b[1;31m\\u{1b}[8m\x1b[0m");
     }
 }

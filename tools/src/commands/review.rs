@@ -33,13 +33,10 @@ struct ErrorReply<'a> {
 }
 
 fn print_error(code: &str, message: String) -> Result<()> {
-    println!(
-        "{}",
-        serde_json::to_string(&ErrorReply {
-            error: code,
-            message
-        })?
-    );
+    crate::terminal::print_json_line(&serde_json::to_string(&ErrorReply {
+        error: code,
+        message,
+    })?)?;
     Ok(())
 }
 
@@ -48,7 +45,7 @@ pub fn request(args: &SessionArgs, pending: &Path, max_bytes: usize) -> Result<u
     let pending = read_input(Some(pending))?;
     match request_from_snapshot(args, &pending, max_bytes)? {
         Ok(request) => {
-            println!("{request}");
+            crate::terminal::print_json_line(&request)?;
             Ok(exit::OK)
         }
         Err(code) => Ok(code),
@@ -122,7 +119,7 @@ pub fn reviewer(args: &ReviewerArgs) -> Result<HttpReviewer> {
 fn print_verdict(verdict: &Verdict) -> Result<u8> {
     match verdict {
         Verdict::Decided(decision) => {
-            println!("{}", serde_json::to_string(decision)?);
+            crate::terminal::print_json_line(&serde_json::to_string(decision)?)?;
             Ok(exit::OK)
         }
         Verdict::Failed(failure) => {
@@ -204,7 +201,7 @@ pub fn result(file: Option<&Path>) -> Result<u8> {
     let reply = read_input(file)?;
     match parse_review_result(&reply) {
         Ok(decision) => {
-            println!("{}", serde_json::to_string(&decision)?);
+            crate::terminal::print_json_line(&serde_json::to_string(&decision)?)?;
             Ok(exit::OK)
         }
         Err(failure) => {

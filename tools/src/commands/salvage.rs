@@ -101,9 +101,9 @@ pub fn run(file: &Path, out: &Path, json: bool, quiet: bool) -> Result<u8> {
         left_behind,
     };
     if json {
-        println!("{}", serde_json::to_string(&report)?);
+        crate::terminal::print_json_line(&serde_json::to_string(&report)?)?;
     } else {
-        print_human(&report);
+        print_human(&report)?;
     }
     Ok(exit::OK)
 }
@@ -155,7 +155,7 @@ fn choose_prefix(scan: &Scan, file_len: u64, file: &Path) -> Result<(usize, Opti
                 reason: format!(
                     "{violation}{}",
                     match &scan.damage {
-                        Some(Damage::Corrupt(c)) => format!("; further on, {}", plain(c)),
+                        Some(Damage::Corrupt(c)) => format!("; further on, {}", c),
                         Some(Damage::Torn(t)) => format!("; further on, a torn tail: {}", t.reason),
                         None => String::new(),
                     }
@@ -184,7 +184,7 @@ fn choose_prefix(scan: &Scan, file_len: u64, file: &Path) -> Result<(usize, Opti
             offset: scan.good_end,
             bytes: file_len - scan.good_end,
             cause: "corrupt",
-            reason: plain(corruption),
+            reason: corruption.to_string(),
         }),
     };
     Ok((records.len(), left_behind))
@@ -203,15 +203,6 @@ fn batch_start(records: &[EventRecord], index: usize) -> usize {
         remaining -= 1;
     }
     start
-}
-
-/// A corruption's message without the advice to run salvage.
-fn plain(corruption: &Corruption) -> String {
-    let text = corruption.to_string();
-    match text.find("; run `sessionlog salvage`") {
-        Some(index) => text[..index].to_owned(),
-        None => text,
-    }
 }
 
 fn scan(file: &Path, file_len: u64, quiet: bool) -> Result<Scan> {
@@ -295,8 +286,8 @@ fn scan(file: &Path, file_len: u64, quiet: bool) -> Result<Scan> {
     })
 }
 
-fn print_human(report: &SalvageReport) {
-    println!(
+fn print_human(report: &SalvageReport) -> std::io::Result<()> {
+    crate::outln!(
         "salvaged {} event{} (last seq {}) of session {} from {} into {}",
         report.events,
         if report.events == 1 { "" } else { "s" },
@@ -304,12 +295,16 @@ fn print_human(report: &SalvageReport) {
         report.session,
         report.file,
         report.out
-    );
+    )?;
     match &report.left_behind {
-        None => println!("nothing was left behind: {} has no damage", report.file),
-        Some(left) => println!(
+        None => crate::outln!("nothing was left behind: {} has no damage", report.file),
+        Some(left) => crate::outln!(
             "left behind: {} bytes from line {} (byte offset {}), {}: {}",
-            left.bytes, left.line, left.offset, left.cause, left.reason
+            left.bytes,
+            left.line,
+            left.offset,
+            left.cause,
+            left.reason
         ),
     }
 }

@@ -68,9 +68,9 @@ pub fn run(args: &SessionArgs, json: bool, quiet: bool) -> Result<u8> {
     }
     bar.finish_and_clear();
     if json {
-        println!("{}", serde_json::to_string(&report)?);
+        crate::terminal::print_json_line(&serde_json::to_string(&report)?)?;
     } else {
-        print_human(&report);
+        print_human(&report)?;
     }
     Ok(if report.totals.corrupt > 0 {
         exit::CORRUPT
@@ -138,16 +138,18 @@ impl Totals {
     }
 }
 
-fn print_human(report: &Report) {
+fn print_human(report: &Report) -> std::io::Result<()> {
     let totals = &report.totals;
-    println!(
+    crate::outln!(
         "sessions  {} ({} with a torn tail, {} corrupt)",
-        totals.sessions, totals.torn_tails, totals.corrupt
-    );
-    println!("events    {}", totals.events);
-    println!("bytes     {}", totals.bytes);
+        totals.sessions,
+        totals.torn_tails,
+        totals.corrupt
+    )?;
+    crate::outln!("events    {}", totals.events)?;
+    crate::outln!("bytes     {}", totals.bytes)?;
     if !totals.events_by_type.is_empty() {
-        println!("events by type:");
+        crate::outln!("events by type:")?;
         let width = totals
             .events_by_type
             .keys()
@@ -159,15 +161,15 @@ fn print_human(report: &Report) {
             } else {
                 ""
             };
-            println!(
+            crate::outln!(
                 "  {:<width$}  {count:>8}{unknown}",
                 crate::commands::replay::display(name),
                 width = width.unwrap_or(0)
-            );
+            )?;
         }
     }
     if report.sessions.len() > 1 {
-        println!("per session:");
+        crate::outln!("per session:")?;
     }
     let id_width = report.sessions.iter().map(|s| s.session.len()).max();
     for stats in report.sessions.iter().filter(|_| report.sessions.len() > 1) {
@@ -185,11 +187,12 @@ fn print_human(report: &Report) {
         if let Some(message) = &stats.corrupt {
             line.push_str(&format!(", CORRUPT: {message}"));
         }
-        println!("{line}");
+        crate::outln!("{line}")?;
     }
     if report.sessions.len() == 1 {
         if let Some(message) = &report.sessions[0].corrupt {
-            println!("corrupt: {message}");
+            crate::outln!("corrupt: {message}")?;
         }
     }
+    Ok(())
 }

@@ -47,7 +47,7 @@ pub fn run(args: &SessionArgs, start: Start, follow: bool, json: bool) -> Result
         printed: 0,
         latest_seq_read: None,
         json,
-        out: std::io::BufWriter::new(std::io::stdout()),
+        out: crate::terminal::stdout(crate::terminal::Mode::Json),
     };
     match tail.run(start, follow, &session) {
         Ok(()) => Ok(exit::OK),

@@ -75,19 +75,19 @@ pub fn run(args: &SessionArgs, json: bool, quiet: bool) -> Result<u8> {
         let verdict = store_damage_verdict(&args.store, error);
         code = worst(code, verdict_code(&verdict));
         if json {
-            println!("{}", serde_json::to_string(&verdict)?);
+            crate::terminal::print_json_line(&serde_json::to_string(&verdict)?)?;
         } else {
             print_human(&verdict);
         }
     }
     for session in &sessions {
         let verdict = verify_session(&target, session)?;
-        code = worst(code, verdict_code(&verdict));
+        code = exit::worst(code, verdict_code(&verdict));
         bar.suspend(|| -> Result<()> {
             if json {
-                println!("{}", serde_json::to_string(&verdict)?);
+                crate::terminal::print_json_line(&serde_json::to_string(&verdict)?)?;
             } else {
-                print_human(&verdict);
+                print_human(&verdict)?;
             }
             Ok(())
         })?;
@@ -232,42 +232,28 @@ pub fn verdict_code(verdict: &Verdict) -> u8 {
     }
 }
 
-/// Combines exit codes: corruption wins over rule violations, which win
-/// over a torn tail.
-pub fn worst(a: u8, b: u8) -> u8 {
-    let rank = |code: u8| match code {
-        exit::CORRUPT => 3,
-        exit::RULE => 2,
-        exit::TORN => 1,
-        _ => 0,
-    };
-    if rank(b) > rank(a) {
-        b
-    } else {
-        a
-    }
-}
-
-fn print_human(verdict: &Verdict) {
+fn print_human(verdict: &Verdict) -> std::io::Result<()> {
     let name = &verdict.source;
     match verdict.status {
-        "ok" => println!(
+        "ok" => crate::outln!(
             "{name}: ok ({} events, last seq {})",
-            verdict.events, verdict.last_seq
-        ),
+            verdict.events,
+            verdict.last_seq
+        )?,
         _ => {
             if let Some(corruption) = &verdict.corruption {
-                println!("{name}: {}", corruption.message);
+                crate::outln!("{name}: {}", corruption.message)?;
             }
             for violation in &verdict.violations {
-                println!("{name}: rule violation: {}", violation.message);
+                crate::outln!("{name}: rule violation: {}", violation.message)?;
             }
             if let Some(torn) = &verdict.torn_tail {
-                println!(
+                crate::outln!(
                     "{name}: torn tail at line {} (byte offset {}): {} bytes, {}; the good prefix holds {} events (last seq {}); a writer truncates it on open",
                     torn.line, torn.offset, torn.bytes, torn.reason, verdict.events, verdict.last_seq
-                );
+                )?;
             }
         }
     }
+    Ok(())
 }

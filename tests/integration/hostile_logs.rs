@@ -1,0 +1,325 @@
+//! Logs and inputs crafted against the reader, through the real binary.
+//!
+//! - Terminal escapes (OSC window titles, clear-screen, U+202E) in a cwd,
+//!   an unknown type, a value serde quotes in its error: no byte of them
+//!   reaches standard output or standard error raw, in replay, list,
+//!   verify, project or fork.
+//! - A FIFO or a device named `<id>.jsonl` hangs no reader.
+//! - 2 wins over 4: a violation before a corruption still exits 2.
+//! - `list` reads a header out of vocabulary as it is.
+//! - An empty type, or one with a control character, is a violation.
+//! - `tail -f` reports a log replaced by another session's.
+//! - Messages: no ANSI code on a pipe, the salvage advice once, `create`
+//!   names the session a file holds, `migrate` takes a lone log, a
+//!   non-UTF-8 cwd needs `--cwd`, a pending action is read up to a bound.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::cli_support::{run, run_with_stdin, sessionlog};
+use crate::faults::ok;
+use crate::support::LogBuilder;
+
+/// Escapes a terminal would act on: an OSC window title (ended by BEL),
+/// a clear-screen, a C1 CSI, a right-to-left override.
+const HOSTILE: &str = "\u{1b}]0;owned\u{7}\u{1b}[2J\u{9b}31m\u{202e}desrever";
+
+/// The JSON string of `text`.
+fn json(text: &str) -> String {
+    ok(serde_json::to_string(text))
+}
+
+/// Panics if `output` holds a byte or character a terminal would act on
+/// (other than line breaks and tabs).
+#[track_caller]
+fn assert_inert(what: &str, output: &str) {
+    for c in output.chars() {
+        let unprintable = sessionlog_schema::is_unprintable(c) && c != '\n' && c != '\t';
+        assert!(
+            !unprintable,
+            "{what} printed U+{:04X} raw:\n{output}",
+            u32::from(c)
+        );
+    }
+}
+
+fn write_log(folder: &Path, name: &str, log: &LogBuilder) -> PathBuf {
+    let path = folder.join(name);
+    ok(std::fs::write(&path, log.build()));
+    path
+}
+
+#[test]
+fn log_text_never_reaches_the_terminal_raw() {
+    let folder = ok(tempfile::tempdir());
+    let store = folder.path().join("store");
+    ok(std::fs::create_dir(&store));
+    let policy = format!(r#"{{"policy":{}}}"#, json(HOSTILE));
+    let log = LogBuilder::new("s1")
+        .cwd(&format!("/work/{HOSTILE}"))
+        .event("turn/start", r#"{"turnId":"t1"}"#)
+        .event(&format!("x/{HOSTILE}"), "{}")
+        .event("approval/policy", &policy);
+    write_log(&store, "s1.jsonl", &log);
+    let store = store.display().to_string();
+    let runs = [
+        ("replay", run(["replay", &store])),
+        ("list", run(["list", &store])),
+        ("list --tree", run(["list", &store, "--tree"])),
+        ("verify", run(["verify", &store])),
+        ("verify --json", run(["verify", &store, "--json"])),
+        ("project", run(["project", &store])),
+        (
+            "fork",
+            run(["fork", &store, "--session", "s1", "--child", "k"]),
+        ),
+        ("stats", run(["stats", &store])),
+    ];
+    for (what, result) in &runs {
+        assert_inert(what, &result.stdout);
+        assert_inert(what, &result.stderr);
+    }
+    // The hostile text is shown, escaped, not dropped.
+    let (_, replay) = &runs[0];
+    assert!(
+        replay.stdout.contains("\\u{202e}desrever"),
+        "{}",
+        replay.stdout
+    );
+    let (_, project) = &runs[5];
+    assert_eq!(project.code, 4, "{}", project.stderr);
+    assert!(
+        project.stderr.contains("\\u{1b}]0;owned"),
+        "{}",
+        project.stderr
+    );
+}
+
+/// Runs `args` and waits at most `limit`; `None` when it had to be killed.
+fn run_within(args: &[&str], limit: Duration) -> Option<(i32, String)> {
+    let mut child: Child = ok(sessionlog(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn());
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = ok(child.try_wait()) {
+            let mut stderr = String::new();
+            if let Some(mut pipe) = child.stderr.take() {
+                ok(std::io::Read::read_to_string(&mut pipe, &mut stderr));
+            }
+            return Some((status.code().unwrap_or(-1), stderr));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_fifo_or_a_device_in_place_of_a_log_hangs_no_reader() {
+    let folder = ok(tempfile::tempdir());
+    let store = folder.path().join("store");
+    ok(std::fs::create_dir(&store));
+    let fifo = store.join("f.jsonl");
+    let made = ok(Command::new("mkfifo").arg(&fifo).status());
+    assert!(made.success(), "mkfifo failed");
+    let store = store.display().to_string();
+    let fifo = fifo.display().to_string();
+    for args in [
+        vec!["verify", store.as_str()],
+        vec!["list", store.as_str()],
+        vec!["stats", store.as_str()],
+        vec!["export", store.as_str()],
+        vec!["verify", fifo.as_str()],
+        vec!["tail", fifo.as_str()],
+    ] {
+        let Some((code, stderr)) = run_within(&args, Duration::from_secs(20)) else {
+            panic!("{args:?} still ran after 20 s on a FIFO");
+        };
+        // `list` shows the store's readable sessions (it may pass over a
+        // name that is no log); every other reader refuses it by name.
+        if args[0] != "list" {
+            assert_ne!(code, 0, "{args:?}: {stderr}");
+            assert!(stderr.contains("FIFO"), "{args:?}: {stderr}");
+        }
+    }
+    // A character device (no `.jsonl` can be one: a link would be refused)
+    // as a pending action is read up to a bound, not to the end of time.
+    let log = LogBuilder::new("p").event("turn/start", r#"{"turnId":"t1"}"#);
+    let path = write_log(folder.path(), "p.jsonl", &log);
+    let path = path.display().to_string();
+    let Some((code, stderr)) = run_within(
+        &["review-request", &path, "--pending", "/dev/zero"],
+        Duration::from_secs(60),
+    ) else {
+        panic!("review-request --pending /dev/zero still ran after 60 s");
+    };
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("more than"), "{stderr}");
+}
+
+/// A log whose seq 1 breaks a rule and whose line 3 is damage that an
+/// intact record follows.
+fn violation_then_corruption() -> LogBuilder {
+    LogBuilder::new("v")
+        .event("step/end", r#"{"stepId":"nowhere"}"#)
+        .event("turn/start", r#"{"turnId":"t1"}"#)
+        .raw(b"{\"seq\":3,\"ts\":1,\"type\":\"x\",\"data\":{},\"crc\":\"00000000\"}\n")
+        .next_seq(3)
+        .event("turn/end", r#"{"turnId":"t1"}"#)
+}
+
+#[test]
+fn corruption_after_a_violation_wins_in_project_fork_and_append() {
+    let folder = ok(tempfile::tempdir());
+    let path = write_log(folder.path(), "v.jsonl", &violation_then_corruption());
+    let path = path.display().to_string();
+    run(["verify", &path]).expect_code(2);
+    for (what, result) in [
+        ("project", run(["project", &path])),
+        ("fork", run(["fork", &path, "--child", "k"])),
+        (
+            "append",
+            run_with_stdin(["append", &path], "{\"type\":\"x/y\",\"data\":{}}\n"),
+        ),
+    ] {
+        assert_eq!(result.code, 2, "{what}: {}", result.stderr);
+        assert!(
+            result.stderr.contains("corrupt"),
+            "{what}: {}",
+            result.stderr
+        );
+        // The advice to salvage is given once.
+        assert_eq!(
+            result.stderr.matches("sessionlog salvage").count(),
+            1,
+            "{what}: {}",
+            result.stderr
+        );
+    }
+}
+
+#[test]
+fn list_reads_a_header_out_of_vocabulary_as_it_is() {
+    let folder = ok(tempfile::tempdir());
+    let store = folder.path().join("store");
+    ok(std::fs::create_dir(&store));
+    write_log(
+        &store,
+        "r.jsonl",
+        &LogBuilder::new("r").sandbox_mode("root"),
+    );
+    let store = store.display().to_string();
+    let listed = run(["list", &store]);
+    listed.expect_code(0);
+    assert!(listed.stdout.starts_with("r\t"), "{}", listed.stdout);
+    run(["list", &store, "--json"]).expect_code(0);
+    run(["verify", &store]).expect_code(4);
+}
+
+#[test]
+fn an_empty_type_or_one_with_a_control_character_is_a_violation() {
+    let folder = ok(tempfile::tempdir());
+    let path = folder.path().join("t.jsonl");
+    let path = path.display().to_string();
+    run(["create", &path, "--session", "t", "--cwd", "/w"]).expect_code(0);
+    for event_type in ["", "a\nb", "x\u{1b}[2J", "x\u{202e}"] {
+        let line = format!("{{\"type\":{},\"data\":{{}}}}\n", json(event_type));
+        let refused = run_with_stdin(["append", &path], &line);
+        refused.expect_code(4);
+        assert_inert("append", &refused.stderr);
+    }
+    run(["verify", &path]).expect_code(0);
+    let log = LogBuilder::new("u").event("", "{}");
+    let written = write_log(folder.path(), "u.jsonl", &log);
+    run(["verify", &written.display().to_string()]).expect_code(4);
+}
+
+#[test]
+fn tail_follow_reports_a_log_replaced_by_another_sessions() {
+    let folder = ok(tempfile::tempdir());
+    let log = LogBuilder::new("a").event("turn/start", r#"{"turnId":"t1"}"#);
+    let path = write_log(folder.path(), "a.jsonl", &log);
+    let mut child = ok(sessionlog(["tail", &path.display().to_string(), "-f"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn());
+    std::thread::sleep(Duration::from_millis(800));
+    let other = LogBuilder::new("b")
+        .event("turn/start", r#"{"turnId":"t1"}"#)
+        .event("turn/end", r#"{"turnId":"t1"}"#);
+    let replacement = folder.path().join(".a.new");
+    ok(std::fs::write(&replacement, other.build()));
+    ok(std::fs::rename(&replacement, &path));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = ok(child.try_wait()) {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("tail -f went on following a log of another session");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        ok(std::io::Read::read_to_string(&mut pipe, &mut stderr));
+    }
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("another header"), "{stderr}");
+}
+
+#[test]
+fn messages_name_what_happened() {
+    let folder = ok(tempfile::tempdir());
+    // A torn tail cut by the writer: its warning, on a pipe, has no colour.
+    let log = LogBuilder::new("w")
+        .event("turn/start", r#"{"turnId":"t1"}"#)
+        .raw(b"{\"seq\":2,\"ts");
+    let path = write_log(folder.path(), "w.jsonl", &log);
+    let path = path.display().to_string();
+    let appended = run_with_stdin(["append", &path], "{\"type\":\"x/y\",\"data\":{}}\n");
+    appended.expect_code(0);
+    assert!(appended.stderr.contains("torn tail"), "{}", appended.stderr);
+    assert!(!appended.stderr.contains('\u{1b}'), "{:?}", appended.stderr);
+
+    // `create` on an existing file names the session it holds.
+    let created = run(["create", &path, "--session", "other", "--cwd", "/w"]);
+    created.expect_code(1);
+    assert!(
+        created.stderr.contains("holds session w"),
+        "{}",
+        created.stderr
+    );
+
+    // `migrate` takes a lone log as a source of one session.
+    for destination in ["copy.db", "copy"] {
+        let destination = folder.path().join(destination);
+        let destination = destination.display().to_string();
+        run(["migrate", &path, &destination]).expect_code(0);
+        let copied = run(["export", &destination]);
+        copied.expect_code(0);
+        assert_eq!(copied.stdout, run(["export", &path]).stdout);
+    }
+
+    // A working directory that is not UTF-8 is not stored changed.
+    use std::os::unix::ffi::OsStrExt;
+    let odd = folder.path().join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+    ok(std::fs::create_dir(&odd));
+    let target = folder.path().join("n.jsonl");
+    let mut command = sessionlog(["create", &target.display().to_string(), "--session", "n"]);
+    command.current_dir(&odd);
+    let refused = crate::cli_support::run_command(command, None);
+    refused.expect_code(1);
+    assert!(refused.stderr.contains("--cwd"), "{}", refused.stderr);
+    assert!(!target.exists());
+}

@@ -1,0 +1,295 @@
+//! The one way out: everything the command line prints, on standard output
+//! or standard error, goes through [`Escaping`], which escapes every
+//! character that could act on a terminal instead of being shown.
+//!
+//! Log text is hostile. A cwd, an unknown event type, a message, or a
+//! serde error quoting a logged value can hold ESC sequences (a window
+//! title, a cleared screen), other control characters or bidirectional
+//! overrides (U+202E) that reorder what is shown. Escaping each string
+//! where it is formatted leaves the next printer to forget it; escaping
+//! the stream catches every string, error messages included. Text output
+//! shows such a character as `\u{1b}`; JSON output as `\u001b`, which
+//! keeps the JSON valid and its value unchanged. Only `\n` and `\t` pass
+//! as they are (our own line and column separators); colour is written
+//! beside the text ([`Escaping::paint`]), never inside it.
+//!
+//! `clippy.toml` forbids `println!`, `eprintln!`, `print!`, `eprint!` and
+//! `std::io::stdout`/`stderr` in this crate; this module alone holds them.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::io::{self, Write};
+
+use sessionlog_schema::is_unprintable;
+
+/// How an unprintable character is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `\u{1b}`, for people.
+    Text,
+    /// `\u001b`, inside the JSON strings (the only place such a character
+    /// can be in JSON that serde wrote).
+    Json,
+    /// As it is: the records of `export`, byte for byte, when standard
+    /// output is not a terminal.
+    Raw,
+}
+
+/// A writer that escapes what it is given (see the module docs).
+pub struct Escaping<W: Write> {
+    inner: W,
+    mode: Mode,
+    /// The start of a UTF-8 sequence cut at the end of the last write.
+    pending: Vec<u8>,
+}
+
+impl<W: Write> Escaping<W> {
+    /// Escapes what is written to `inner` as `mode` says.
+    pub fn new(inner: W, mode: Mode) -> Self {
+        Escaping {
+            inner,
+            mode,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Writes `text` in `style` (an SGR colour when `colour` is on), the
+    /// text escaped and the colour codes not.
+    pub fn paint(&mut self, colour: bool, sgr: &str, text: &str) -> io::Result<()> {
+        if !colour || sgr.is_empty() || text.is_empty() {
+            return self.write_all(text.as_bytes());
+        }
+        write!(self.inner, "\x1b[{sgr}m")?;
+        self.write_all(text.as_bytes())?;
+        self.inner.write_all(b"\x1b[0m")
+    }
+
+    fn write_escaped(&mut self, text: &str) -> io::Result<()> {
+        let mut plain = 0;
+        for (at, c) in text.char_indices() {
+            if c == '\n' || c == '\t' || !is_unprintable(c) {
+                continue;
+            }
+            self.inner.write_all(&text.as_bytes()[plain..at])?;
+            match self.mode {
+                Mode::Text => write!(self.inner, "\\u{{{:x}}}", u32::from(c))?,
+                Mode::Json => write!(self.inner, "\\u{:04x}", u32::from(c))?,
+                Mode::Raw => write!(self.inner, "{c}")?,
+            }
+            plain = at + c.len_utf8();
+        }
+        self.inner.write_all(&text.as_bytes()[plain..])
+    }
+}
+
+/// Whether `bytes` may hold an unprintable character: a C0 byte, DEL, or
+/// the lead byte of a C1 control (`C2`), of U+061C (`D8`) or of the
+/// bidirectional formatting characters around U+2000 (`E2`).
+fn may_hold_unprintable(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .any(|&byte| byte < 0x20 || matches!(byte, 0x7f | 0xc2 | 0xd8 | 0xe2))
+}
+
+impl<W: Write> Write for Escaping<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let plain = self.pending.is_empty()
+            && !may_hold_unprintable(buf)
+            && std::str::from_utf8(buf).is_ok();
+        if self.mode == Mode::Raw || plain {
+            self.inner.write_all(buf)?;
+            return Ok(buf.len());
+        }
+        let mut bytes = std::mem::take(&mut self.pending);
+        bytes.extend_from_slice(buf);
+        let mut rest = &bytes[..];
+        loop {
+            match std::str::from_utf8(rest) {
+                Ok(text) => {
+                    self.write_escaped(text)?;
+                    break;
+                }
+                Err(error) => {
+                    let (valid, after) = rest.split_at(error.valid_up_to());
+                    // Checked valid by from_utf8 just above.
+                    self.write_escaped(std::str::from_utf8(valid).unwrap_or_default())?;
+                    match error.error_len() {
+                        // A sequence cut by the end of this write.
+                        None => {
+                            self.pending = after.to_vec();
+                            break;
+                        }
+                        Some(len) => {
+                            for byte in &after[..len] {
+                                write!(self.inner, "\\x{{{byte:02x}}}")?;
+                            }
+                            rest = &after[len..];
+                        }
+                    }
+                }
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if !self.pending.is_empty() {
+            let pending = std::mem::take(&mut self.pending);
+            for byte in pending {
+                write!(self.inner, "\\x{{{byte:02x}}}")?;
+            }
+        }
+        self.inner.flush()
+    }
+}
+
+impl<W: Write> Drop for Escaping<W> {
+    fn drop(&mut self) {
+        let _ = self.flush();
+    }
+}
+
+/// Standard output, buffered and escaped as `mode` says.
+#[allow(clippy::disallowed_methods)]
+pub fn stdout(mode: Mode) -> Escaping<io::BufWriter<io::StdoutLock<'static>>> {
+    Escaping::new(io::BufWriter::new(io::stdout().lock()), mode)
+}
+
+/// Standard error, escaped as text.
+#[allow(clippy::disallowed_methods)]
+pub fn stderr() -> Escaping<io::StderrLock<'static>> {
+    Escaping::new(io::stderr().lock(), Mode::Text)
+}
+
+/// A writer of standard error for `tracing`, escaped as text.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TracingStderr;
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for TracingStderr {
+    type Writer = Escaping<io::StderrLock<'static>>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        stderr()
+    }
+}
+
+/// Whether standard output is a terminal.
+#[allow(clippy::disallowed_methods)]
+pub fn stdout_is_terminal() -> bool {
+    io::IsTerminal::is_terminal(&io::stdout())
+}
+
+/// Whether standard error is a terminal.
+#[allow(clippy::disallowed_methods)]
+pub fn stderr_is_terminal() -> bool {
+    io::IsTerminal::is_terminal(&io::stderr())
+}
+
+/// Prints one line of text on standard output.
+pub fn print_line(args: fmt::Arguments<'_>) -> io::Result<()> {
+    let mut out = stdout(Mode::Text);
+    out.write_fmt(args)?;
+    out.write_all(b"\n")?;
+    out.flush()
+}
+
+/// Prints one line of JSON on standard output.
+pub fn print_json_line(json: &str) -> io::Result<()> {
+    let mut out = stdout(Mode::Json);
+    out.write_all(json.as_bytes())?;
+    out.write_all(b"\n")?;
+    out.flush()
+}
+
+/// Prints one line on standard error (a failure to print there has
+/// nowhere left to be reported).
+pub fn eprint_line(args: fmt::Arguments<'_>) {
+    let mut err = stderr();
+    let _ = err.write_fmt(args);
+    let _ = err.write_all(b"\n");
+    let _ = err.flush();
+}
+
+/// `text` with every unprintable character escaped, `\n` and `\t`
+/// included: for a value shown inside one line or one column.
+pub fn shown(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_unprintable) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if is_unprintable(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `println!` through [`Escaping`]: an `io::Result`.
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::terminal::print_line(format_args!($($arg)*))
+    };
+}
+
+/// `eprintln!` through [`Escaping`].
+#[macro_export]
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::terminal::eprint_line(format_args!($($arg)*))
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn escaped(mode: Mode, pieces: &[&[u8]]) -> String {
+        let mut out = Vec::new();
+        {
+            let mut writer = Escaping::new(&mut out, mode);
+            for piece in pieces {
+                writer.write_all(piece).unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+        String::from_utf8(out).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn terminal_controls_are_escaped_and_lines_and_columns_kept() {
+        let hostile = "a\tb\x1b]0;owned\x07\x1b[2J\u{202e}cba\u{9b}31m\x7f\r\nnext";
+        assert_eq!(
+            escaped(Mode::Text, &[hostile.as_bytes()]),
+            "a\tb\\u{1b}]0;owned\\u{7}\\u{1b}[2J\\u{202e}cba\\u{9b}31m\\u{7f}\\u{d}\nnext"
+        );
+        assert_eq!(
+            escaped(Mode::Json, &["{\"t\":\"\u{202e}x\"}".as_bytes()]),
+            r#"{"t":"\u202ex"}"#
+        );
+        assert_eq!(escaped(Mode::Raw, &[b"\x1b[2J"]), "\x1b[2J");
+    }
+
+    #[test]
+    fn a_character_cut_between_writes_is_escaped_whole() {
+        let bidi = "\u{202e}".as_bytes();
+        assert_eq!(
+            escaped(Mode::Text, &[b"x", &bidi[..1], &bidi[1..], b"y"]),
+            "x\\u{202e}y"
+        );
+        assert_eq!(
+            escaped(Mode::Text, &[b"caf\xc3", b"\xa9 \xff"]),
+            "café \\x{ff}"
+        );
+    }
+
+    #[test]
+    fn shown_escapes_line_breaks_too() {
+        assert_eq!(shown("plain"), "plain");
+        assert_eq!(shown("a\nb\u{202e}"), "a\\nb\\u{202e}");
+    }
+}
