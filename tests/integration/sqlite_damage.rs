@@ -524,7 +524,8 @@ fn verify_reports_damage_per_session_and_goes_on_to_the_others() {
     {
         let connection = ok(rusqlite::Connection::open(&database));
         ok(connection.execute_batch(
-            "DELETE FROM events WHERE session_id = 'b' AND seq = 3;
+            "PRAGMA foreign_keys = OFF;
+             DELETE FROM events WHERE session_id = 'b' AND seq = 3;
              UPDATE sessions SET id = 'c/x' WHERE id = 'c';",
         ));
     }
