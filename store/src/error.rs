@@ -211,7 +211,8 @@ impl StoreError {
     /// The exit class of this error.
     pub fn class(&self) -> ErrorClass {
         match self {
-            StoreError::Corrupt { .. } | StoreError::DamagedDatabase { .. }
+            StoreError::Corrupt { .. }
+            | StoreError::DamagedDatabase { .. }
             | StoreError::HistoryChanged { .. } => ErrorClass::Corrupt,
             StoreError::HeaderVocabulary { .. } | StoreError::Rule { .. } => ErrorClass::Rule,
             StoreError::Locked { .. } | StoreError::Conflict { .. } => ErrorClass::Contention,

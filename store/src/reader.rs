@@ -17,7 +17,7 @@ use sessionlog_schema::{
     SessionHeader, SessionId, TornTail, MAX_RECORD_BYTES,
 };
 
-use crate::StoreError;
+use crate::{Refusal, StoreError};
 
 const READ_BUFFER_BYTES: usize = 256 * 1024;
 

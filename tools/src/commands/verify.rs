@@ -73,11 +73,11 @@ pub fn run(args: &SessionArgs, json: bool, quiet: bool) -> Result<u8> {
     let mut code = exit::OK;
     for error in &damage {
         let verdict = store_damage_verdict(&args.store, error);
-        code = worst(code, verdict_code(&verdict));
+        code = exit::worst(code, verdict_code(&verdict));
         if json {
             crate::terminal::print_json_line(&serde_json::to_string(&verdict)?)?;
         } else {
-            print_human(&verdict);
+            print_human(&verdict)?;
         }
     }
     for session in &sessions {
