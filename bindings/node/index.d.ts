@@ -220,5 +220,11 @@ export class Writer {
 /** Reads a reviewer's reply strictly; throws `AUTO_REVIEW_FAILED` naming what is wrong. */
 export function parseReviewResult(reply: ReviewReply | string): ReviewDecision
 
+/** The Chat Completions body (JSON text) asking the reviewer about a request's exact text (`reviewRequestText`); `model` replaces the request's own. */
+export function chatCompletionsBody(requestText: string, model?: string): string
+
+/** Reads a Chat Completions answer body into the reply `{blocks, stop}` for `parseReviewResult`; throws `AUTO_REVIEW_FAILED` naming what is wrong. */
+export function chatCompletionsReply(responseText: string): ReviewReply
+
 /** The request size limit when none is given: 1 MiB. */
 export const DEFAULT_MAX_REQUEST_BYTES: number

@@ -406,4 +406,44 @@ function parseReviewResult(reply) {
   }
 }
 
-module.exports = { Store, Writer, SessionlogError, parseReviewResult, DEFAULT_MAX_REQUEST_BYTES }
+/**
+ * The Chat Completions body (a JSON string) that asks the reviewer about a
+ * request, byte for byte as `sessionlog review` sends it: pass the exact
+ * text from `writer.reviewRequestText`. `model` replaces the request's own.
+ */
+function chatCompletionsBody(requestText, model) {
+  if (typeof requestText !== 'string') {
+    throw new SessionlogError('INVALID_ARGUMENT', `the request must be its JSON text, not ${describe(requestText)}`)
+  }
+  try {
+    return native.chatCompletionsBodyJson(requestText, model ?? null)
+  } catch (error) {
+    throw fromNative(error)
+  }
+}
+
+/**
+ * Reads a Chat Completions answer body (text) into the reviewer's reply
+ * `{blocks, stop}`, ready for `parseReviewResult`; throws AUTO_REVIEW_FAILED
+ * naming what is wrong with the answer.
+ */
+function chatCompletionsReply(responseText) {
+  if (typeof responseText !== 'string') {
+    throw new SessionlogError('AUTO_REVIEW_FAILED', `the answer must be its body text, not ${describe(responseText)}`)
+  }
+  try {
+    return JSON.parse(native.chatCompletionsReplyJson(responseText))
+  } catch (error) {
+    throw fromNative(error)
+  }
+}
+
+module.exports = {
+  Store,
+  Writer,
+  SessionlogError,
+  parseReviewResult,
+  chatCompletionsBody,
+  chatCompletionsReply,
+  DEFAULT_MAX_REQUEST_BYTES,
+}

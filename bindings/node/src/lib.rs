@@ -24,7 +24,9 @@ use std::path::PathBuf;
 
 use napi::bindgen_prelude::AsyncTask;
 use napi_derive::napi;
-use sessionlog_projections::{parse_review_result, Defaults};
+use sessionlog_projections::{
+    chat_completions_body, chat_completions_reply, parse_review_result, Defaults,
+};
 use sessionlog_schema::{ApprovalPolicy, SandboxMode, SessionHeader, SessionId};
 use sessionlog_store::{fold_through, now_ms, AsyncStore, Durability, Store, WriterOptions};
 
@@ -92,6 +94,26 @@ pub fn parse_review_result_json(reply: String) -> napi::Result<String> {
         let decision = parse_review_result(reply.as_bytes())?;
         Ok(json::to_json(&decision))
     })
+}
+
+/// The Chat Completions body that asks the reviewer about `request` (the
+/// exact text of a reviewer's request): compact JSON, members in the order
+/// `model`, `messages`, `temperature`, `stream`, so that a runtime can send
+/// it with its own HTTP client. `model` replaces the request's own model.
+#[napi]
+pub fn chat_completions_body_json(request: String, model: Option<String>) -> napi::Result<String> {
+    guarded(|| {
+        chat_completions_body(&request, model.as_deref())
+            .map_err(|error| Failure::invalid_argument(error.message))
+    })
+}
+
+/// The `{blocks, stop}` reply (JSON text) read from a Chat Completions
+/// answer body, for `parse_review_result_json`; an `AUTO_REVIEW_FAILED`
+/// failure naming what was wrong with the answer.
+#[napi]
+pub fn chat_completions_reply_json(response: String) -> napi::Result<String> {
+    guarded(|| Ok(chat_completions_reply(response.as_bytes())?))
 }
 
 /// Panics on the JavaScript thread: with `panic_on_pool_for_tests`, it

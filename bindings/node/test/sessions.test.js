@@ -9,7 +9,7 @@ const fs = require('node:fs')
 const path = require('node:path')
 const { test } = require('node:test')
 
-const { Store, parseReviewResult } = require('..')
+const { Store, parseReviewResult, chatCompletionsBody, chatCompletionsReply } = require('..')
 const { tempDir, cli, rejectsWith, autoSessionEvents, pendingAction } = require('./support')
 
 /** A store holding the Auto session `s1` of `autoSessionEvents`, its writer still open. */
@@ -246,4 +246,36 @@ test('a log written by the command line reads back in Node', async (t) => {
   assert.equal(await writer.append({ type: 'turn/end', data: { turnId: 't1' } }, { expectSeq: 4 }), 4)
   await writer.close()
   assert.equal(cli(['verify', location]).status, 0)
+})
+
+test('the Chat Completions mapping: the body carries the request, an answer becomes a decision', async (t) => {
+  const folder = tempDir(t)
+  const { writer } = await autoSession(path.join(folder, 'sessions'))
+  const requestText = await writer.reviewRequestText(pendingAction)
+  const request = JSON.parse(requestText)
+
+  const body = chatCompletionsBody(requestText)
+  const parsed = JSON.parse(body)
+  assert.deepEqual(Object.keys(parsed), ['model', 'messages', 'temperature', 'stream'])
+  assert.equal(parsed.model, request.model.model)
+  assert.equal(parsed.temperature, 0)
+  assert.equal(parsed.stream, false)
+  assert.deepEqual(parsed.messages.map((message) => message.role), ['system', 'user'])
+  assert.equal(parsed.messages[0].content, request.partitions.REVIEW_POLICY)
+  const { REVIEW_POLICY, ...others } = request.partitions
+  assert.equal(parsed.messages[1].content, JSON.stringify(others))
+  assert.equal(JSON.parse(chatCompletionsBody(requestText, 'other-model')).model, 'other-model')
+  assert.throws(() => chatCompletionsBody('{"not":"a request"}'), (error) => error.code === 'INVALID_ARGUMENT')
+
+  const answer = (content, finish) =>
+    JSON.stringify({ choices: [{ message: { role: 'assistant', content, reasoning_content: 'thinking' }, finish_reason: finish }] })
+  const reply = chatCompletionsReply(answer('{"risk":"high","decision":"deny","reason":"exfiltration"}', 'stop'))
+  assert.deepEqual(reply.blocks.map((block) => block.type), ['reasoning', 'text'])
+  assert.deepEqual(parseReviewResult(reply), { risk: 'high', decision: 'deny', reason: 'exfiltration' })
+  assert.throws(
+    () => parseReviewResult(chatCompletionsReply(answer('{"risk":"low","decision":"allow"}', 'length'))),
+    (error) => error.code === 'AUTO_REVIEW_FAILED',
+  )
+  assert.throws(() => chatCompletionsReply('not json'), (error) => error.code === 'AUTO_REVIEW_FAILED')
+  await writer.close()
 })
