@@ -207,7 +207,7 @@ impl AsyncStore {
                         return;
                     }
                 },
-                Store::Sqlite(_) => Following::Query {
+                Store::Sqlite(_) | Store::Postgres(_) => Following::Query {
                     next_seq: from_seq.max(1),
                 },
             };

@@ -33,6 +33,39 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
+    /// A PostgreSQL operation failed: the connection, authentication, a
+    /// statement (a timeout included) or the server going away.
+    #[error("PostgreSQL {operation} on {store}: {detail}")]
+    Postgres {
+        /// What was being done.
+        operation: &'static str,
+        /// The store's URL, without its password.
+        store: PathBuf,
+        /// The server's message, or what failed on the way to it.
+        detail: String,
+        /// The SQLSTATE, when the server sent one.
+        code: Option<String>,
+        /// The client's error.
+        #[source]
+        source: postgres::Error,
+    },
+    /// A database that holds no sessionlog store.
+    #[error("{store} is not a sessionlog store: {reason}")]
+    NotAStore {
+        /// The database (for PostgreSQL, its URL without the password).
+        store: PathBuf,
+        /// What is missing.
+        reason: String,
+    },
+    /// A STORE argument that names no usable store, or a store that
+    /// answered in a way it never should.
+    #[error("{store}: {reason}")]
+    InvalidStore {
+        /// The store as given (without any password).
+        store: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// The database was written by a newer sessionlog.
     #[error("{path}: database schema version {found} is newer than this build's {supported}; upgrade sessionlog to open it")]
     NewerSchema {
@@ -144,6 +177,9 @@ impl StoreError {
             StoreError::Locked { .. } | StoreError::Conflict { .. } => ErrorClass::Contention,
             StoreError::Io { .. }
             | StoreError::Sqlite { .. }
+            | StoreError::Postgres { .. }
+            | StoreError::NotAStore { .. }
+            | StoreError::InvalidStore { .. }
             | StoreError::NewerSchema { .. }
             | StoreError::InvalidId(_)
             | StoreError::NotFound { .. }

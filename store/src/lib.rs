@@ -1,5 +1,6 @@
-//! Durable storage of sessionlog: the JSONL backend (a folder of logs) and
-//! the SQLite backend (one database for many sessions), their shared
+//! Durable storage of sessionlog: the JSONL backend (a folder of logs), the
+//! SQLite backend (one database file for many sessions) and the PostgreSQL
+//! backend (one database for many sessions on many machines), their shared
 //! validated writer, streaming reads, creation and fork.
 //!
 //! This crate is the only one that opens files. Every change of durable state
@@ -14,6 +15,7 @@ mod jsonl;
 mod leftovers;
 mod migrate;
 mod reader;
+mod sql;
 mod sqlite;
 mod store;
 mod writer;
@@ -29,6 +31,10 @@ pub use migrate::{
 };
 pub use reader::{
     read_snapshot_from, FoldedEvent, Line, LineReader, LogReader, SessionStream, Snapshot,
+};
+pub use sql::postgres::{
+    is_postgres_url, PostgresEvents, PostgresListener, PostgresStore, DEFAULT_SCHEMA,
+    POSTGRES_SCHEMA_VERSION,
 };
 pub use sqlite::{SqliteEvents, SqliteStore, SCHEMA_VERSION};
 pub use store::{Backend, EventStream, Store};

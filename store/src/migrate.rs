@@ -37,6 +37,7 @@ use sessionlog_schema::{encode_line, EventRecord, SessionHeader, SessionId, Torn
 use crate::jsonl::JsonlStore;
 use crate::leftovers;
 use crate::reader::{LogReader, Snapshot};
+use crate::sql::postgres::PostgresBulkCreate;
 use crate::sqlite::SqliteBulkCreate;
 use crate::store::Store;
 use crate::writer::Durability;
@@ -219,7 +220,7 @@ fn read_source_session(from: &Store, id: &SessionId) -> Result<Snapshot, StoreEr
     let (snapshot, first_violation) = match from {
         // A log is folded as it is read: each line's data is scanned once.
         Store::Jsonl(store) => read_folded(store.reader(id)?)?,
-        Store::Sqlite(_) => {
+        Store::Sqlite(_) | Store::Postgres(_) => {
             let snapshot = from.snapshot(id)?;
             let (_, violations) = fold(snapshot.header.clone(), &snapshot.events);
             (snapshot, violations.into_iter().next())
@@ -427,6 +428,7 @@ fn compare_copy(
 /// verified.
 enum Staging<'s> {
     Sqlite(SqliteBulkCreate),
+    Postgres(PostgresBulkCreate),
     Jsonl(JsonlStaging<'s>),
 }
 
@@ -446,6 +448,7 @@ impl<'s> Staging<'s> {
     fn begin(to: &'s Store) -> Result<Staging<'s>, StoreError> {
         Ok(match to {
             Store::Sqlite(store) => Staging::Sqlite(store.bulk_create(Durability::Fsync)?),
+            Store::Postgres(store) => Staging::Postgres(store.bulk_create()?),
             Store::Jsonl(store) => Staging::Jsonl(JsonlStaging::begin(store)?),
         })
     }
@@ -460,6 +463,7 @@ impl<'s> Staging<'s> {
     ) -> Result<(), StoreError> {
         match self {
             Staging::Sqlite(bulk) => bulk.add(header, header_body.to_owned(), events),
+            Staging::Postgres(bulk) => bulk.add(header, header_body.to_owned(), events),
             Staging::Jsonl(staging) => staging.add(&header, header_body, &events),
         }
     }
@@ -481,6 +485,11 @@ impl<'s> Staging<'s> {
         };
         match self {
             Staging::Sqlite(bulk) => {
+                bulk.commit()?;
+                (0..total).for_each(published);
+                Ok(())
+            }
+            Staging::Postgres(bulk) => {
                 bulk.commit()?;
                 (0..total).for_each(published);
                 Ok(())

@@ -1,7 +1,7 @@
-//! `Store`: one API over both backends, chosen by path, and `fork`, written
-//! once for both.
+//! `Store`: one API over every backend, chosen by path or URL, and `fork`,
+//! written once for all.
 //!
-//! `Store` is an enum, not a trait object. There are exactly two backends
+//! `Store` is an enum, not a trait object. There are exactly three backends
 //! and both live in this crate, so an enum keeps every call a plain match
 //! the compiler checks for exhaustiveness, lets each backend keep its own
 //! concrete types (`LogReader`, `SqliteEvents`, `Snapshot`) without
@@ -17,21 +17,25 @@ use sessionlog_schema::{DecodedHeader, EventRecord, SessionHeader, SessionId};
 
 use crate::jsonl::{JsonlStore, ListEntry};
 use crate::reader::{SessionStream, Snapshot};
+use crate::sql::postgres::{is_postgres_url, PostgresStore};
 use crate::sqlite::SqliteStore;
 use crate::writer::{now_ms, Durability, SessionWriter, WriterOptions};
 use crate::StoreError;
 
 /// The events of one session, in order: the good prefix of a JSONL log, or
-/// the rows of a SQLite session, read in bounded memory.
+/// the rows of a database session, read in bounded memory.
 pub type EventStream = Box<dyn Iterator<Item = Result<EventRecord, StoreError>> + Send>;
 
-/// A store of sessions: a folder of JSONL logs or a SQLite database.
+/// A store of sessions: a folder of JSONL logs, a SQLite database or a
+/// PostgreSQL database.
 #[derive(Debug, Clone)]
 pub enum Store {
     /// A folder of `<id>.jsonl` logs.
     Jsonl(JsonlStore),
     /// A SQLite database.
     Sqlite(SqliteStore),
+    /// A schema of a PostgreSQL database.
+    Postgres(PostgresStore),
 }
 
 /// Which backend a path names.
@@ -41,13 +45,19 @@ pub enum Backend {
     Jsonl,
     /// A SQLite database file.
     Sqlite,
+    /// A PostgreSQL database (`postgres://` or `postgresql://`).
+    Postgres,
 }
 
 impl Backend {
-    /// The backend `path` names: `.db` and `.sqlite` files, and existing
-    /// files that start with SQLite's magic bytes, are SQLite; anything
-    /// else is a JSONL folder.
+    /// The backend `path` names: a `postgres://` or `postgresql://` URL is
+    /// PostgreSQL; `.db` and `.sqlite` files, and existing files that start
+    /// with SQLite's magic bytes, are SQLite; anything else is a JSONL
+    /// folder.
     pub fn of_path(path: &Path) -> Backend {
+        if path.to_str().is_some_and(is_postgres_url) {
+            return Backend::Postgres;
+        }
         let extension = path.extension().and_then(|e| e.to_str());
         if matches!(extension, Some("db" | "sqlite")) {
             return Backend::Sqlite;
@@ -60,10 +70,14 @@ impl Backend {
 }
 
 impl Store {
-    /// Opens an existing store: a SQLite database (`.db`, `.sqlite`) or a
-    /// folder of JSONL logs. A missing path is an error (use
-    /// [`Store::create`]), so a mistyped path never becomes an empty store.
+    /// Opens an existing store: a PostgreSQL URL, a SQLite database (`.db`,
+    /// `.sqlite`) or a folder of JSONL logs. A missing path, or a database
+    /// without a sessionlog schema, is an error (use [`Store::create`]), so
+    /// a mistyped path never becomes an empty store.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        if Backend::of_path(path) == Backend::Postgres {
+            return PostgresStore::open(path).map(Store::Postgres);
+        }
         if !path.exists() {
             return Err(StoreError::io(
                 "open store",
@@ -75,15 +89,18 @@ impl Store {
             ));
         }
         match Backend::of_path(path) {
+            Backend::Postgres => PostgresStore::open(path).map(Store::Postgres),
             Backend::Sqlite => SqliteStore::open(path).map(Store::Sqlite),
             Backend::Jsonl => JsonlStore::open(path).map(Store::Jsonl),
         }
     }
 
-    /// Opens the store at `path`, creating it when missing: a database for
-    /// `.db` and `.sqlite`, otherwise a folder (0700).
+    /// Opens the store at `path`, creating it when missing: the schema of a
+    /// PostgreSQL URL, a database for `.db` and `.sqlite`, otherwise a
+    /// folder (0700).
     pub fn create(path: &Path) -> Result<Store, StoreError> {
         match Backend::of_path(path) {
+            Backend::Postgres => PostgresStore::create(path).map(Store::Postgres),
             Backend::Sqlite => SqliteStore::open(path).map(Store::Sqlite),
             Backend::Jsonl => JsonlStore::create_folder(path).map(Store::Jsonl),
         }
@@ -94,14 +111,17 @@ impl Store {
         match self {
             Store::Jsonl(_) => Backend::Jsonl,
             Store::Sqlite(_) => Backend::Sqlite,
+            Store::Postgres(_) => Backend::Postgres,
         }
     }
 
-    /// The folder or database file.
+    /// The folder, the database file, or the database URL (without its
+    /// password).
     pub fn path(&self) -> &Path {
         match self {
             Store::Jsonl(store) => store.folder(),
             Store::Sqlite(store) => store.path(),
+            Store::Postgres(store) => store.path(),
         }
     }
 
@@ -111,6 +131,7 @@ impl Store {
         match self {
             Store::Jsonl(store) => store.log_path(id),
             Store::Sqlite(store) => crate::sqlite::session_locator(store.path(), id),
+            Store::Postgres(store) => crate::sql::session_locator(store.path(), id),
         }
     }
 
@@ -119,6 +140,7 @@ impl Store {
         match self {
             Store::Jsonl(store) => Ok(store.contains(id)),
             Store::Sqlite(store) => store.contains(id),
+            Store::Postgres(store) => store.contains(id),
         }
     }
 
@@ -133,6 +155,7 @@ impl Store {
         match self {
             Store::Jsonl(store) => store.create(header, events, durability),
             Store::Sqlite(store) => store.create(header, events, durability),
+            Store::Postgres(store) => store.create_session(header, events, durability),
         }
     }
 
@@ -141,6 +164,7 @@ impl Store {
         match self {
             Store::Jsonl(store) => store.snapshot(id),
             Store::Sqlite(store) => store.snapshot(id),
+            Store::Postgres(store) => store.snapshot(id),
         }
     }
 
@@ -158,6 +182,7 @@ impl Store {
                 Ok((header, Box::new(reader)))
             }
             Store::Sqlite(store) => Ok((store.decoded_header(id)?, Box::new(store.events(id)?))),
+            Store::Postgres(store) => Ok((store.decoded_header(id)?, Box::new(store.events(id)?))),
         }
     }
 
@@ -167,7 +192,7 @@ impl Store {
         Ok((decoded.header, events))
     }
 
-    /// The events of session `id` from `from_seq` on. SQLite starts there;
+    /// The events of session `id` from `from_seq` on. A database starts there;
     /// JSONL reads from the top and skips the earlier ones.
     pub fn events_from(&self, id: &SessionId, from_seq: u64) -> Result<EventStream, StoreError> {
         match self {
@@ -180,6 +205,7 @@ impl Store {
                 })))
             }
             Store::Sqlite(store) => Ok(Box::new(store.events_from(id, from_seq)?)),
+            Store::Postgres(store) => Ok(Box::new(store.events_from(id, from_seq)?)),
         }
     }
 
@@ -188,6 +214,7 @@ impl Store {
         match self {
             Store::Jsonl(store) => store.ids(),
             Store::Sqlite(store) => store.ids(),
+            Store::Postgres(store) => store.ids(),
         }
     }
 
@@ -196,6 +223,7 @@ impl Store {
         match self {
             Store::Jsonl(store) => store.list(),
             Store::Sqlite(store) => store.list(),
+            Store::Postgres(store) => store.list(),
         }
     }
 
@@ -209,6 +237,7 @@ impl Store {
         match self {
             Store::Jsonl(store) => store.open_writer(id, options),
             Store::Sqlite(store) => store.open_writer(id, options),
+            Store::Postgres(store) => store.open_writer(id, options),
         }
     }
 
