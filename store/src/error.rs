@@ -35,7 +35,7 @@ pub enum StoreError {
     },
     /// A PostgreSQL operation failed: the connection, authentication, a
     /// statement (a timeout included) or the server going away.
-    #[error("PostgreSQL {operation} on {store}: {detail}")]
+    #[error("{store}: PostgreSQL {operation} failed: {detail}")]
     Postgres {
         /// What was being done.
         operation: &'static str,

@@ -304,7 +304,7 @@ fn starts_with_sqlite_magic(path: &Path) -> bool {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    //! The conformance suite, written once and run against both backends,
+    //! The conformance suite, written once and run against every backend,
     //! and the helpers the other test modules of this crate share.
 
     use std::path::Path;
@@ -356,6 +356,50 @@ pub(crate) mod tests {
         ok(Store::create(&folder.join("sessions.db")))
     }
 
+    /// A store in a schema of its own on the test server named by
+    /// `SESSIONLOG_TEST_PG`, dropped with its schema. `None`, with a note,
+    /// when the variable is unset; a failure under `CI`, where the server
+    /// must be there.
+    pub(crate) fn postgres_store() -> Option<PostgresSchema> {
+        let Some(url) = std::env::var_os("SESSIONLOG_TEST_PG") else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "SESSIONLOG_TEST_PG is unset under CI: .ci/run starts the test server"
+            );
+            eprintln!("note: SESSIONLOG_TEST_PG is unset; skipping the PostgreSQL case (tools/pg-test-server.sh start)");
+            return None;
+        };
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let schema = format!(
+            "t_{}_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            now_ms() % 1_000_000
+        );
+        let url = format!("{}?schema={schema}", url.to_string_lossy());
+        let store = ok(Store::create(Path::new(&url)));
+        Some(PostgresSchema { url, schema, store })
+    }
+
+    /// A test's PostgreSQL store; its schema is dropped with it.
+    #[derive(Debug)]
+    pub(crate) struct PostgresSchema {
+        pub(crate) url: String,
+        pub(crate) schema: String,
+        pub(crate) store: Store,
+    }
+
+    impl Drop for PostgresSchema {
+        fn drop(&mut self) {
+            if let Store::Postgres(store) = &self.store {
+                if let Ok(mut client) = store.connect() {
+                    let _ = client
+                        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema));
+                }
+            }
+        }
+    }
+
     pub(crate) fn buffered() -> WriterOptions {
         WriterOptions {
             durability: Durability::Buffered,
@@ -387,6 +431,14 @@ pub(crate) mod tests {
                 fn $case() {
                     let folder = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
                     super::$case(&super::sqlite_store(folder.path()));
+                })*
+            }
+            mod postgres_backend {
+                $(#[test]
+                fn $case() {
+                    if let Some(postgres) = super::postgres_store() {
+                        super::$case(&postgres.store);
+                    }
                 })*
             }
         };
@@ -687,21 +739,28 @@ pub(crate) mod tests {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
         #[test]
-        fn both_backends_export_the_same_bytes_for_any_operations(
+        fn every_backend_exports_the_same_bytes_for_any_operations(
             operations in prop::collection::vec(operation(), 1..12)
         ) {
             let folder = ok(tempfile::tempdir());
             let jsonl = jsonl_store(folder.path());
-            let sqlite = sqlite_store(folder.path());
+            let postgres = postgres_store();
+            let mut others = vec![sqlite_store(folder.path())];
+            others.extend(postgres.as_ref().map(|postgres| postgres.store.clone()));
             for operation in &operations {
-                prop_assert_eq!(apply(&jsonl, operation), apply(&sqlite, operation), "{:?}", operation);
+                let expected = apply(&jsonl, operation);
+                for other in &others {
+                    prop_assert_eq!(&expected, &apply(other, operation), "{:?} on {:?}", operation, other.backend());
+                }
             }
             let ids = ok(jsonl.ids());
-            prop_assert_eq!(&ids, &ok(sqlite.ids()));
-            for session in &ids {
-                prop_assert_eq!(export(&jsonl, session), export(&sqlite, session));
+            for other in &others {
+                prop_assert_eq!(&ids, &ok(other.ids()));
+                for session in &ids {
+                    prop_assert_eq!(export(&jsonl, session), export(other, session));
+                }
+                prop_assert_eq!(ok(crate::diff(&jsonl, other)), None);
             }
-            prop_assert_eq!(ok(crate::diff(&jsonl, &sqlite)), None);
         }
     }
 }

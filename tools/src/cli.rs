@@ -10,7 +10,10 @@ use sessionlog_schema::{ApprovalPolicy, SandboxMode};
 /// replay, project, fork, migrate and review session logs.
 ///
 /// A STORE is a `.jsonl` file (one session), a folder of `<id>.jsonl` logs,
-/// or a `.db`/`.sqlite` database; `--session ID` picks one session in a store.
+/// a `.db`/`.sqlite` database, or a PostgreSQL URL
+/// (`postgres://user@host:5432/dbname`, `?schema=NAME` for a schema other
+/// than `sessionlog`; the `PG*` variables fill what the URL leaves out);
+/// `--session ID` picks one session in a store.
 ///
 /// Exit codes: 0 ok, 1 usage or I/O error, 2 corruption, 3 only a torn tail
 /// (verify), 4 rule violations, 5 fail-closed review error, 6 Locked or Conflict.
@@ -29,7 +32,8 @@ pub struct Cli {
 /// Picks one session of a store.
 #[derive(Debug, Clone, Args)]
 pub struct SessionArgs {
-    /// A `.jsonl` file, a folder of logs, or a `.db`/`.sqlite` database.
+    /// A `.jsonl` file, a folder of logs, a `.db`/`.sqlite` database or a
+    /// `postgres://` URL.
     pub store: PathBuf,
     /// The session, when the store holds more than one.
     #[arg(long)]
@@ -69,7 +73,8 @@ pub enum Command {
         after_help = "Example:\n  sessionlog create ./sessions --session s1 --cwd /work/project"
     )]
     Create {
-        /// A folder (created if missing), a `.db`/`.sqlite` database or a new `.jsonl` file.
+        /// A folder (created if missing), a `.db`/`.sqlite` database, a
+        /// `postgres://` URL (its schema created if missing) or a new `.jsonl` file.
         store: PathBuf,
         /// The new session's id.
         #[arg(long)]

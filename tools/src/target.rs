@@ -1,12 +1,13 @@
 //! What a STORE argument names: a lone `.jsonl` log, or a store (a folder of
-//! logs or a SQLite database) in which `--session` picks one session.
+//! logs, a SQLite database or a PostgreSQL URL) in which `--session` picks
+//! one session.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use sessionlog_schema::SessionId;
 use sessionlog_store::{
-    open_log_writer, EventStream, Io, LogReader, SessionStream, SessionWriter, Snapshot, Store,
+    open_log_writer, Backend, EventStream, Io, LogReader, SessionStream, SessionWriter, Snapshot, Store,
     StoreError, WriterOptions,
 };
 
@@ -33,6 +34,9 @@ pub struct SessionRef {
 impl Target {
     /// Opens an existing target.
     pub fn open(path: &Path) -> Result<Target> {
+        if Backend::of_path(path) == Backend::Postgres {
+            return Ok(Target::Store(Store::open(path)?));
+        }
         if is_lone_log(path) {
             if !path.exists() {
                 bail!(UsageError(format!("{}: no such file", path.display())));
@@ -108,9 +112,8 @@ impl Target {
         Ok(match self {
             Target::File(path) => Box::new(LogReader::open(path, None)?),
             Target::Store(Store::Jsonl(store)) => Box::new(store.reader(&session.id)?),
-            Target::Store(Store::Sqlite(store)) => {
-                let decoded = store.decoded_header(&session.id)?;
-                let events = Box::new(store.events(&session.id)?);
+            Target::Store(store) => {
+                let (decoded, events) = store.records(&session.id)?;
                 Box::new(RowStream {
                     header: decoded.header,
                     vocabulary_errors: decoded.vocabulary_errors,

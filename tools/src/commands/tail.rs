@@ -9,7 +9,8 @@
 //! again from the start, printing only the events above the last one
 //! printed; so a writer restart, the cut of a torn tail, or a log replaced
 //! by a new file can neither repeat an event nor skip one. A SQLite session
-//! is polled with `Store::events_from`.
+//! is polled with `Store::events_from`; a PostgreSQL session is read the same
+//! way, woken early by a notification of each append.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -65,7 +66,7 @@ enum Source<'a> {
         /// The session its header must name (none for a lone file).
         expected_id: Option<SessionId>,
     },
-    /// A SQLite session, queried from the next seq.
+    /// A database session, queried from the next seq.
     Database { store: &'a Store },
 }
 
@@ -136,8 +137,23 @@ impl<W: Write> Tail<'_, W> {
             )),
             Source::Database { .. } => None,
         };
+        // A PostgreSQL session wakes the loop on its notifications; it
+        // still reads by seq, and polls when none come.
+        let mut listener = match &self.source {
+            Source::Database {
+                store: Store::Postgres(store),
+            } => store.listener(&session.id).ok(),
+            _ => None,
+        };
         loop {
-            std::thread::sleep(POLL_INTERVAL);
+            let woken = listener
+                .as_mut()
+                .map(|listener| listener.wait(POLL_INTERVAL));
+            match woken {
+                Some(Ok(_)) => {}
+                Some(Err(_)) => listener = None,
+                None => std::thread::sleep(POLL_INTERVAL),
+            }
             let records = match &mut follower {
                 Some(follower) => follower.poll(usize::MAX)?,
                 None => self.read_new(session, self.printed + 1)?,
