@@ -384,6 +384,8 @@ pub(crate) mod tests {
     /// A test's PostgreSQL store; its schema is dropped with it.
     #[derive(Debug)]
     pub(crate) struct PostgresSchema {
+        /// The store's URL, with its `schema` parameter.
+        #[allow(dead_code)]
         pub(crate) url: String,
         pub(crate) schema: String,
         pub(crate) store: Store,

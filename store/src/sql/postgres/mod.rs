@@ -1156,3 +1156,6 @@ fn postgres_error<'a>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
