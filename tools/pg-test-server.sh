@@ -3,8 +3,10 @@
 # private cluster in a temporary folder, listening on a free loopback port and
 # on a unix socket in that folder, trusted for local connections only.
 #
-#   tools/pg-test-server.sh start [DIR]   start one; prints its URL
+#   tools/pg-test-server.sh start [DIR]   start one (or start DIR's again); prints its URL
 #   tools/pg-test-server.sh env   [DIR]   prints `export SESSIONLOG_TEST_PG=URL`
+#   tools/pg-test-server.sh crash [DIR]   stops it as a crash would
+#                                         (`pg_ctl stop -m immediate`), keeping DIR
 #   tools/pg-test-server.sh stop  [DIR]   stops it and removes DIR
 #
 # DIR defaults to $SESSIONLOG_PG_DIR, else /tmp/sessionlog-pg. Run as root, the
@@ -65,18 +67,20 @@ start)
         url
         exit 0
     fi
-    mkdir -p "$dir"
-    if [ "$(id -u)" -eq 0 ]; then
-        chown postgres "$dir"
+    if [ ! -f "$dir/port" ]; then
+        mkdir -p "$dir"
+        if [ "$(id -u)" -eq 0 ]; then
+            chown postgres "$dir"
+        fi
+        chmod 0700 "$dir"
+        as_postgres "$bin/initdb" -D "$dir/data" -U postgres --auth=trust \
+            --encoding=UTF8 --locale=C >"$dir/initdb.log" 2>&1 || {
+            cat "$dir/initdb.log" >&2
+            exit 1
+        }
+        free_port >"$dir/port"
     fi
-    chmod 0700 "$dir"
-    as_postgres "$bin/initdb" -D "$dir/data" -U postgres --auth=trust \
-        --encoding=UTF8 --locale=C >"$dir/initdb.log" 2>&1 || {
-        cat "$dir/initdb.log" >&2
-        exit 1
-    }
-    port=$(free_port)
-    echo "$port" >"$dir/port"
+    port=$(cat "$dir/port")
     as_postgres "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
         -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 \
             -c fsync=on -c synchronous_commit=on -c commit_delay=0 \
@@ -85,6 +89,9 @@ start)
         exit 1
     }
     url
+    ;;
+crash)
+    as_postgres "$bin/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null
     ;;
 env)
     echo "export SESSIONLOG_TEST_PG=$(url)"

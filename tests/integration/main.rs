@@ -30,6 +30,10 @@
 //! - `import`: Codex CLI rollouts and Claude Code transcripts imported
 //!   (the fixtures of `tests/fixtures/import/`, one per tool version
 //!   family): counts, authority, `verify`, re-import, broken files.
+//! - `postgres`: the PostgreSQL store on a real server: one table of
+//!   commands over all three backends, JSONL → PostgreSQL → SQLite → JSONL,
+//!   two writers from two processes, `kill -9` of `append`, and the server
+//!   stopped with `pg_ctl stop -m immediate` mid-append.
 //! - `hostile`: arbitrary `append` lines and pending actions through the
 //!   binary (proptest), records above 16 MiB, hostile ids, planted symlinks.
 
@@ -45,6 +49,7 @@ mod format;
 mod hostile;
 mod import;
 mod people;
+mod postgres;
 mod power_loss;
 mod realistic;
 mod support;
