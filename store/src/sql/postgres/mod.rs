@@ -882,7 +882,7 @@ impl Drop for Notifier {
 }
 
 /// The notifier's loop: takes every append waiting, keeps the last seq of
-/// each session, and notifies once per session.
+/// each session, and notifies once per session, all in one statement.
 fn run_notifier(location: &Location, appended: &mpsc::Receiver<(SessionId, u64)>) {
     let mut client: Option<Client> = None;
     let channel = location.schema.clone();
@@ -900,12 +900,12 @@ fn run_notifier(location: &Location, appended: &mpsc::Receiver<(SessionId, u64)>
             tracing::warn!(store = %location.display.display(), "no connection to notify followers; they will poll");
             continue;
         };
-        for (id, seq) in latest {
-            let payload = format!("{{\"session\":\"{id}\",\"seq\":{seq}}}");
-            if let Err(error) = connected.execute(sql::NOTIFY, &[&channel, &payload]) {
-                tracing::warn!(store = %location.display.display(), %error, "notification not sent; followers will poll");
-                break;
-            }
+        let payloads: Vec<String> = latest
+            .iter()
+            .map(|(id, seq)| format!("{{\"session\":\"{id}\",\"seq\":{seq}}}"))
+            .collect();
+        if let Err(error) = connected.execute(sql::NOTIFY, &[&channel, &payloads]) {
+            tracing::warn!(store = %location.display.display(), %error, "notifications not sent; followers will poll");
         }
     }
 }

@@ -119,9 +119,10 @@ pub(super) const READ_LAST_SEQ: &str = "SELECT last_seq FROM sessions WHERE id =
 /// (a session-level advisory lock; false when another connection holds it).
 pub(super) const TRY_LOCK_SESSION: &str = "SELECT pg_try_advisory_lock($1)";
 
-/// Wakes the followers of a session, after its append committed: payload
-/// `{"session":…,"seq":…}` on the channel named after the schema.
-pub(super) const NOTIFY: &str = "SELECT pg_notify($1, $2)";
+/// Wakes the followers of sessions, after their appends committed: one
+/// payload `{"session":…,"seq":…}` per session, on the channel named after
+/// the schema, in one statement (and one transaction that writes no WAL).
+pub(super) const NOTIFY: &str = "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload";
 
 /// Subscribes a follower's connection to the schema's channel (`$channel`
 /// is replaced by the quoted channel name).
