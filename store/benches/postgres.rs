@@ -152,7 +152,9 @@ fn append(store: &PostgresStore) -> BenchResult<()> {
 /// The server's WAL flushes so far (`pg_stat_wal.wal_sync`).
 fn wal_syncs(client: &mut postgres::Client) -> BenchResult<i64> {
     client.batch_execute("SELECT pg_stat_clear_snapshot()")?;
-    Ok(client.query_one("SELECT wal_sync FROM pg_stat_wal", &[])?.try_get(0)?)
+    Ok(client
+        .query_one("SELECT wal_sync FROM pg_stat_wal", &[])?
+        .try_get(0)?)
 }
 
 /// `threads` writers on sessions of their own for `RUN_FOR`: appends per
@@ -241,7 +243,13 @@ fn export(store: &PostgresStore, events: u64) -> BenchResult<()> {
     let records: Vec<EventRecord> = (1..=events)
         .map(|seq| {
             let event = note(seq);
-            EventRecord::new(seq, 1_700_000_000_000 + seq, None, &event.event_type, &event.data)
+            EventRecord::new(
+                seq,
+                1_700_000_000_000 + seq,
+                None,
+                &event.event_type,
+                &event.data,
+            )
         })
         .collect();
     store.create_session(&header, &records, Durability::Buffered)?;
@@ -269,7 +277,9 @@ fn export(store: &PostgresStore, events: u64) -> BenchResult<()> {
         let started = Instant::now();
         let mut out = Vec::with_capacity(64 << 20);
         client
-            .copy_out("COPY (SELECT body FROM events WHERE session_id = 'export' ORDER BY seq) TO STDOUT")?
+            .copy_out(
+                "COPY (SELECT body FROM events WHERE session_id = 'export' ORDER BY seq) TO STDOUT",
+            )?
             .read_to_end(&mut out)?;
         theirs += started.elapsed();
         bytes.1 = out.len();

@@ -395,8 +395,10 @@ pub(crate) mod tests {
         fn drop(&mut self) {
             if let Store::Postgres(store) = &self.store {
                 if let Ok(mut client) = store.connect() {
-                    let _ = client
-                        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema));
+                    let _ = client.batch_execute(&format!(
+                        "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
+                        self.schema
+                    ));
                 }
             }
         }

@@ -77,7 +77,8 @@ impl Drop for Schema {
     fn drop(&mut self) {
         if let Ok(Store::Postgres(store)) = Store::create(Path::new(&self.server)) {
             if let Ok(mut client) = store.connect() {
-                let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+                let _ =
+                    client.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
             }
         }
     }
@@ -97,17 +98,54 @@ const CASES: &[(&[&str], Option<&str>)] = &[
     (&["list", "STORE", "--json"], None),
     (&["export", "STORE", "--session", "lead"], None),
     (&["export", "STORE", "--session", "auto-review"], None),
-    (&["replay", "STORE", "--session", "auto-review", "--color", "never"], None),
-    (&["replay", "STORE", "--session", "approval", "--json"], None),
+    (
+        &[
+            "replay",
+            "STORE",
+            "--session",
+            "auto-review",
+            "--color",
+            "never",
+        ],
+        None,
+    ),
+    (
+        &["replay", "STORE", "--session", "approval", "--json"],
+        None,
+    ),
     (&["stats", "STORE"], None),
     (&["stats", "STORE", "--json"], None),
     (&["project", "STORE", "--session", "lead"], None),
-    (&["project", "STORE", "--session", "lead", "--at", "3"], None),
-    (&["project", "STORE", "--session", "lead", "--at", "100000"], None),
-    (&["tail", "STORE", "--session", "lead", "-n", "3"], None),
-    (&["tail", "STORE", "--session", "lead", "--from", "2", "--json"], None),
     (
-        &["append", "STORE", "--session", "approval", "--expect-seq", "1"],
+        &["project", "STORE", "--session", "lead", "--at", "3"],
+        None,
+    ),
+    (
+        &["project", "STORE", "--session", "lead", "--at", "100000"],
+        None,
+    ),
+    (&["tail", "STORE", "--session", "lead", "-n", "3"], None),
+    (
+        &[
+            "tail",
+            "STORE",
+            "--session",
+            "lead",
+            "--from",
+            "2",
+            "--json",
+        ],
+        None,
+    ),
+    (
+        &[
+            "append",
+            "STORE",
+            "--session",
+            "approval",
+            "--expect-seq",
+            "1",
+        ],
         Some("{\"type\":\"x-test/probe\",\"data\":{}}\n"),
     ),
     (
@@ -246,7 +284,10 @@ fn two_writers_from_two_processes_exactly_one_holds_the_session() {
     ok(input.flush());
     let mut ack = String::new();
     ok(acks.read_line(&mut ack));
-    assert_eq!(ack.trim(), r#"{"seq": 1}"#.replace(' ', "").replace(':', ": "));
+    assert_eq!(
+        ack.trim(),
+        r#"{"seq": 1}"#.replace(' ', "").replace(':', ": ")
+    );
     let second = run_with_stdin(
         ["append", &schema.url, "--session", "a"],
         "{\"type\":\"x-test/probe\",\"data\":{\"n\":2}}\n",
@@ -293,11 +334,11 @@ fn kill_9_during_postgres_appends_never_loses_an_acknowledged_event() {
 
 /// `tools/pg-test-server.sh` with `arguments`; its standard output.
 fn server_script(arguments: &[&str]) -> String {
-    let output = ok(std::process::Command::new(
-        workspace_root().join("tools/pg-test-server.sh"),
-    )
-    .args(arguments)
-    .output());
+    let output = ok(
+        std::process::Command::new(workspace_root().join("tools/pg-test-server.sh"))
+            .args(arguments)
+            .output(),
+    );
     assert!(
         output.status.success(),
         "pg-test-server.sh {arguments:?}: {}",
@@ -343,7 +384,10 @@ fn the_server_stopped_immediately_mid_append_loses_nothing_acknowledged() {
             }
         }
     });
-    let stdout = appender.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+    let stdout = appender
+        .stdout
+        .take()
+        .unwrap_or_else(|| panic!("no stdout"));
     let reader = std::thread::spawn(move || {
         let mut last = 0u64;
         for line in BufReader::new(stdout).lines() {
@@ -358,8 +402,15 @@ fn the_server_stopped_immediately_mid_append_loses_nothing_acknowledged() {
     let status = ok(appender.wait());
     let acknowledged = reader.join().unwrap_or_else(|_| panic!("reader panicked"));
     drop(feeder.join());
-    assert_eq!(status.code(), Some(1), "append fails when its server goes away");
-    assert!(acknowledged > 0, "appends were acknowledged before the stop");
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "append fails when its server goes away"
+    );
+    assert!(
+        acknowledged > 0,
+        "appends were acknowledged before the stop"
+    );
     server_script(&["start", &dir]);
     run(["verify", &url]).expect_code(0);
     let store = ok(Store::open(Path::new(&url)));

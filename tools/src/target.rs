@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use sessionlog_schema::SessionId;
 use sessionlog_store::{
-    open_log_writer, Backend, EventStream, Io, LogReader, SessionStream, SessionWriter, Snapshot, Store,
-    StoreError, WriterOptions,
+    open_log_writer, Backend, EventStream, Io, LogReader, SessionStream, SessionWriter, Snapshot,
+    Store, StoreError, WriterOptions,
 };
 
 use crate::UsageError;

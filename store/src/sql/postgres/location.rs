@@ -245,8 +245,14 @@ mod tests {
     fn a_bad_url_or_schema_is_refused_without_its_password() {
         for (url, expected) in [
             ("postgres://bob:hunter2@h/db?schema=Bad-Name", "schema"),
-            ("postgres://bob:hunter2@h:notaport/db", "not a PostgreSQL URL"),
-            ("postgres://bob@h/db?password=hunter2&bogus=1", "not a PostgreSQL URL"),
+            (
+                "postgres://bob:hunter2@h:notaport/db",
+                "not a PostgreSQL URL",
+            ),
+            (
+                "postgres://bob@h/db?password=hunter2&bogus=1",
+                "not a PostgreSQL URL",
+            ),
         ] {
             let Err(error) = Location::parse(Path::new(url)) else {
                 panic!("{url} was accepted");

@@ -235,11 +235,12 @@ impl PostgresStore {
 
     /// Whether session `id` exists.
     pub fn contains(&self, id: &SessionId) -> Result<bool, StoreError> {
-        self.shared.with_connection("look up a session", |connection| {
-            let statement = connection.prepared(sql::SESSION_EXISTS)?;
-            let row = connection.client.query_one(&statement, &[&id.as_str()])?;
-            row.try_get(0)
-        })
+        self.shared
+            .with_connection("look up a session", |connection| {
+                let statement = connection.prepared(sql::SESSION_EXISTS)?;
+                let row = connection.client.query_one(&statement, &[&id.as_str()])?;
+                row.try_get(0)
+            })
     }
 
     /// Creates a session atomically: its header row and `events` in one
@@ -263,7 +264,7 @@ impl PostgresStore {
                 connection.run(
                     location,
                     "set synchronous_commit",
-                    "SET LOCAL synchronous_commit TO off",
+                    sql::SYNCHRONOUS_COMMIT_OFF_HERE,
                 )?;
             }
             insert_session(connection, location, header, &header.to_body(), events)?;
@@ -316,11 +317,7 @@ impl PostgresStore {
 
     /// The events of session `id` from `from_seq` on, streamed page by
     /// page, through the last seq its row records now.
-    pub fn events_from(
-        &self,
-        id: &SessionId,
-        from_seq: u64,
-    ) -> Result<PostgresEvents, StoreError> {
+    pub fn events_from(&self, id: &SessionId, from_seq: u64) -> Result<PostgresEvents, StoreError> {
         let row = self.shared.read_header_row(id)?;
         let decoded = decode_header_row(self.path(), id, &row)?;
         Ok(PostgresEvents {
@@ -338,24 +335,26 @@ impl PostgresStore {
     /// PostgreSQL session never has a torn tail: its transactions are
     /// atomic.
     pub fn snapshot(&self, id: &SessionId) -> Result<Snapshot, StoreError> {
-        let (row, rows) = self.shared.with_connection("read a session", |connection| {
-            connection.client.batch_execute(sql::BEGIN_READ)?;
-            let read = (|| {
-                let statement = connection.prepared(sql::READ_HEADER)?;
-                let header = connection.client.query_opt(&statement, &[&id.as_str()])?;
-                let Some(header) = header.map(|row| header_row(&row)).transpose()? else {
-                    return Ok((None, Vec::new()));
-                };
-                let statement = connection.prepared(sql::READ_EVENTS)?;
-                let rows = connection.client.query(
-                    &statement,
-                    &[&id.as_str(), &1_i64, &header.last_seq, &i64::MAX],
-                )?;
-                Ok((Some(header), rows))
-            })();
-            let _ = connection.client.batch_execute(sql::ROLLBACK);
-            read
-        })?;
+        let (row, rows) = self
+            .shared
+            .with_connection("read a session", |connection| {
+                connection.client.batch_execute(sql::BEGIN_READ)?;
+                let read = (|| {
+                    let statement = connection.prepared(sql::READ_HEADER)?;
+                    let header = connection.client.query_opt(&statement, &[&id.as_str()])?;
+                    let Some(header) = header.map(|row| header_row(&row)).transpose()? else {
+                        return Ok((None, Vec::new()));
+                    };
+                    let statement = connection.prepared(sql::READ_EVENTS)?;
+                    let rows = connection.client.query(
+                        &statement,
+                        &[&id.as_str(), &1_i64, &header.last_seq, &i64::MAX],
+                    )?;
+                    Ok((Some(header), rows))
+                })();
+                let _ = connection.client.batch_execute(sql::ROLLBACK);
+                read
+            })?;
         let Some(row) = row else {
             return Err(self.shared.not_found(id));
         };
@@ -845,12 +844,18 @@ impl Connection {
                     .and_then(|row| row.try_get::<_, String>(0))
                     .map_err(postgres_error("read synchronous_commit", location))?;
                 if matches!(shown.as_str(), "off" | "local") {
-                    self.run(location, "set synchronous_commit", sql::SYNCHRONOUS_COMMIT_ON)?;
+                    self.run(
+                        location,
+                        "set synchronous_commit",
+                        sql::SYNCHRONOUS_COMMIT_ON,
+                    )?;
                 }
             }
-            Durability::Buffered => {
-                self.run(location, "set synchronous_commit", sql::SYNCHRONOUS_COMMIT_OFF)?
-            }
+            Durability::Buffered => self.run(
+                location,
+                "set synchronous_commit",
+                sql::SYNCHRONOUS_COMMIT_OFF,
+            )?,
         }
         self.durability = durability;
         Ok(())
@@ -1133,7 +1138,12 @@ fn postgres_error<'a>(
     move |source| {
         let code = source.code().map(|code| code.code().to_owned());
         let detail = match source.as_db_error() {
-            Some(db) => format!("{}: {} (SQLSTATE {})", db.severity(), db.message(), db.code().code()),
+            Some(db) => format!(
+                "{}: {} (SQLSTATE {})",
+                db.severity(),
+                db.message(),
+                db.code().code()
+            ),
             None => {
                 let mut text = source.to_string();
                 let mut cause = std::error::Error::source(&source);

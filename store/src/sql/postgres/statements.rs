@@ -47,8 +47,7 @@ pub(super) const LOCK_SCHEMA_UPGRADE: &str = "SELECT pg_advisory_xact_lock($1)";
 
 /// Whether the schema holds a sessionlog store: its version table resolves
 /// through `search_path` (only our schema and `pg_catalog`).
-pub(super) const HAS_VERSION_TABLE: &str =
-    "SELECT to_regclass('schema_version') IS NOT NULL";
+pub(super) const HAS_VERSION_TABLE: &str = "SELECT to_regclass('schema_version') IS NOT NULL";
 
 /// The recorded schema version.
 pub(super) const READ_VERSION: &str = "SELECT version FROM schema_version";
@@ -66,6 +65,10 @@ pub(super) const SYNCHRONOUS_COMMIT_ON: &str = "SET synchronous_commit TO on";
 
 /// Lets a `Durability::Buffered` writer's commits return before the flush.
 pub(super) const SYNCHRONOUS_COMMIT_OFF: &str = "SET synchronous_commit TO off";
+
+/// Lets one `Durability::Buffered` creation's commit return before the
+/// flush (its transaction only).
+pub(super) const SYNCHRONOUS_COMMIT_OFF_HERE: &str = "SET LOCAL synchronous_commit TO off";
 
 /// Whether a session exists.
 pub(super) const SESSION_EXISTS: &str = "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1)";
@@ -90,7 +93,8 @@ pub(super) const INSERT_SESSION: &str = "INSERT INTO sessions (id, created_at, c
 
 /// Inserts a new session's first events (parallel arrays of seq, ts,
 /// type, batch, body, crc), in the transaction of its header row.
-pub(super) const INSERT_EVENTS: &str = "INSERT INTO events (session_id, seq, ts, type, batch, body, crc)
+pub(super) const INSERT_EVENTS: &str =
+    "INSERT INTO events (session_id, seq, ts, type, batch, body, crc)
      SELECT $1, seq, ts, type, batch, body, crc
      FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[], $6::text[], $7::bigint[])
        AS new (seq, ts, type, batch, body, crc)";

@@ -123,7 +123,8 @@ fn an_empty_schema_is_created_at_the_current_version_and_newer_is_refused() {
         POSTGRES_SCHEMA_VERSION
     );
     let mut client = ok(engine(&schema).connect());
-    let version: i32 = ok(ok(client.query_one("SELECT version FROM schema_version", &[])).try_get(0));
+    let version: i32 =
+        ok(ok(client.query_one("SELECT version FROM schema_version", &[])).try_get(0));
     assert_eq!(i64::from(version), POSTGRES_SCHEMA_VERSION);
     execute(&schema, "UPDATE schema_version SET version = 99");
     for opened in [
@@ -157,7 +158,9 @@ fn reading_a_database_without_our_schema_creates_nothing() {
     let Some(schema) = postgres_store() else {
         return;
     };
-    let missing = schema.url.replace(&schema.schema, &format!("{}_absent", schema.schema));
+    let missing = schema
+        .url
+        .replace(&schema.schema, &format!("{}_absent", schema.schema));
     let refused = Store::open(Path::new(&missing));
     assert!(
         matches!(refused, Err(StoreError::NotAStore { .. })),
@@ -415,9 +418,7 @@ fn a_statement_timeout_poisons_the_writer_and_acknowledges_nothing() {
     ok(writer.append(note("kept"), Some(1)));
     // Another session holds the session row: the append waits, and times out.
     let mut blocker = ok(store.connect());
-    ok(blocker.batch_execute(
-        "BEGIN; SELECT * FROM sessions WHERE id = 'a' FOR UPDATE",
-    ));
+    ok(blocker.batch_execute("BEGIN; SELECT * FROM sessions WHERE id = 'a' FOR UPDATE"));
     let failed = writer.append(note("lost"), Some(2));
     let Err(error) = failed else {
         panic!("the append went through a locked row");
