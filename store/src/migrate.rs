@@ -428,7 +428,8 @@ fn compare_copy(
 /// verified.
 enum Staging<'s> {
     Sqlite(SqliteBulkCreate),
-    Postgres(PostgresBulkCreate),
+    /// Boxed: a connection with its statement cache is large.
+    Postgres(Box<PostgresBulkCreate>),
     Jsonl(JsonlStaging<'s>),
 }
 
@@ -448,7 +449,7 @@ impl<'s> Staging<'s> {
     fn begin(to: &'s Store) -> Result<Staging<'s>, StoreError> {
         Ok(match to {
             Store::Sqlite(store) => Staging::Sqlite(store.bulk_create(Durability::Fsync)?),
-            Store::Postgres(store) => Staging::Postgres(store.bulk_create()?),
+            Store::Postgres(store) => Staging::Postgres(Box::new(store.bulk_create()?)),
             Store::Jsonl(store) => Staging::Jsonl(JsonlStaging::begin(store)?),
         })
     }
