@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::{
-    ApprovalOutcome, ApprovalPolicy, ChildMode, MessageRole, Preset, SandboxMode, SettleStatus,
+    Seal, ApprovalOutcome, ApprovalPolicy, ChildMode, MessageRole, Preset, SandboxMode, SettleStatus,
 };
 
 /// A known event type, by its log spelling.
@@ -45,6 +45,8 @@ pub enum EventType {
     Checkpoint,
     /// `child/created`
     ChildCreated,
+    /// `seal` (vocabulary 1.1)
+    Seal,
 }
 
 impl EventType {
@@ -65,6 +67,7 @@ impl EventType {
         EventType::ApprovalDecided,
         EventType::Checkpoint,
         EventType::ChildCreated,
+        EventType::Seal,
     ];
 
     /// The type as spelled in the log.
@@ -85,6 +88,7 @@ impl EventType {
             EventType::ApprovalDecided => "approval/decided",
             EventType::Checkpoint => "checkpoint",
             EventType::ChildCreated => "child/created",
+            EventType::Seal => "seal",
         }
     }
 
@@ -108,6 +112,7 @@ impl EventType {
             "approval/decided" => EventType::ApprovalDecided,
             "checkpoint" => EventType::Checkpoint,
             "child/created" => EventType::ChildCreated,
+            "seal" => EventType::Seal,
             _ => return None,
         })
     }
@@ -146,6 +151,8 @@ pub enum Event {
     Checkpoint(Checkpoint),
     /// A child session was created.
     ChildCreated(ChildCreated),
+    /// A seal: the chain value through the previous seq, maybe signed.
+    Seal(Seal),
     /// A type this version does not know; kept and ignored by projections.
     Unknown,
 }
@@ -461,6 +468,7 @@ impl Event {
             EventType::ApprovalDecided => Event::ApprovalDecided(typed(known, data)?),
             EventType::Checkpoint => Event::Checkpoint(typed(known, data)?),
             EventType::ChildCreated => Event::ChildCreated(typed(known, data)?),
+            EventType::Seal => Event::Seal(typed(known, data)?),
         };
         Ok(event)
     }
@@ -483,6 +491,7 @@ impl Event {
             Event::ApprovalDecided(_) => EventType::ApprovalDecided,
             Event::Checkpoint(_) => EventType::Checkpoint,
             Event::ChildCreated(_) => EventType::ChildCreated,
+            Event::Seal(_) => EventType::Seal,
             Event::Unknown => return None,
         })
     }
