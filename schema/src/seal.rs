@@ -47,7 +47,7 @@ pub struct ChainValue([u8; 32]);
 pub struct SealPublicKey([u8; 32]);
 
 /// A key that signs seals. Its secret never appears in `Debug` output.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct SealSecretKey(SigningKey);
 
 /// The `key` and `sig` members of a signed seal, which come together.

@@ -131,6 +131,7 @@ impl AsyncStore {
             options: WriterOptions {
                 durability: Durability::Fsync,
                 keep_snapshot: false,
+                ..WriterOptions::default()
             },
         }
     }
@@ -298,7 +299,7 @@ impl AsyncStore {
         for (ticket, events, expected_seq) in group {
             let open = match writer.take() {
                 Some(open) => open,
-                None => match self.store.open_writer(id, self.options) {
+                None => match self.store.open_writer(id, self.options.clone()) {
                     Ok(open) => open,
                     Err(error) => {
                         outcomes.push((ticket, Err(error)));

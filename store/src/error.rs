@@ -4,7 +4,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use sessionlog_projections::Violation;
+use sessionlog_projections::{Violation, ViolationKind};
 use sessionlog_schema::{Corruption, HeaderVocabularyError, InvalidSessionId, SessionId};
 
 /// Errors of every store operation.
@@ -131,6 +131,9 @@ pub enum ErrorClass {
     Corrupt,
     /// Rule violations (exit 4).
     Rule,
+    /// A seal that does not hold (exit 7): the log was changed after it
+    /// was sealed.
+    Seal,
     /// `Locked` or `Conflict` (exit 6).
     Contention,
 }
@@ -140,6 +143,9 @@ impl StoreError {
     pub fn class(&self) -> ErrorClass {
         match self {
             StoreError::Corrupt { .. } => ErrorClass::Corrupt,
+            StoreError::Rule { violation, .. } if violation.kind == ViolationKind::Seal => {
+                ErrorClass::Seal
+            }
             StoreError::HeaderVocabulary { .. } | StoreError::Rule { .. } => ErrorClass::Rule,
             StoreError::Locked { .. } | StoreError::Conflict { .. } => ErrorClass::Contention,
             StoreError::Io { .. }

@@ -32,4 +32,6 @@ pub use reader::{
 };
 pub use sqlite::{SqliteEvents, SqliteStore, SCHEMA_VERSION};
 pub use store::{Backend, EventStream, Store};
-pub use writer::{now_ms, AcknowledgedSeq, Durability, NewEvent, SessionWriter, WriterOptions};
+pub use writer::{
+    now_ms, AcknowledgedSeq, Durability, NewEvent, SealTurns, SessionWriter, WriterOptions,
+};

@@ -246,7 +246,7 @@ fn read_folded<R: BufRead>(
 ) -> Result<(Snapshot, Option<Violation>), StoreError> {
     let header = reader.header().clone();
     let header_body = reader.header_body().to_owned();
-    let mut state = SessionState::new(header.clone());
+    let mut state = SessionState::with_header_body(header.clone(), &header_body);
     let mut events = Vec::new();
     let mut first_violation = None;
     while let Some(event) = reader.next_event_folded(&mut state)? {

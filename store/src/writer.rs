@@ -5,6 +5,11 @@
 //!
 //! A failed write or sync poisons the writer: every later append is refused
 //! until the session is reopened, and so re-verified.
+//!
+//! The writer's state keeps the session's running chain value, so a seal
+//! ([`SessionWriter::seal`], or one after every `turn/end` with
+//! [`WriterOptions::seal_turns`]) costs one hash per record and one
+//! signature per seal, never a re-read of the log.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -14,7 +19,8 @@ use sessionlog_projections::{
     ReviewErrorCode, ReviewFragments, SessionState,
 };
 use sessionlog_schema::{
-    compact_json, ApprovalPolicy, EventRecord, Preset, SessionHeader, SessionId, MAX_RECORD_BYTES,
+    compact_json, ApprovalPolicy, EventRecord, EventType, Preset, Seal, SealSecretKey,
+    SessionHeader, SessionId, MAX_RECORD_BYTES,
 };
 
 use crate::StoreError;
@@ -32,8 +38,20 @@ pub enum Durability {
     Buffered,
 }
 
+/// Whether a writer seals every turn by itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum SealTurns {
+    /// No seal but the ones asked for with [`SessionWriter::seal`].
+    #[default]
+    Off,
+    /// An unsigned seal after every `turn/end`.
+    Unsigned,
+    /// A seal signed by this key after every `turn/end`.
+    Signed(SealSecretKey),
+}
+
 /// How to open a writer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriterOptions {
     /// See [`Durability`].
     pub durability: Durability,
@@ -42,6 +60,9 @@ pub struct WriterOptions {
     /// about twice the bytes of the calls and shown messages on top of the
     /// events). Off for plain appenders that never build requests.
     pub keep_snapshot: bool,
+    /// Append a seal (signed when given a key) right after every
+    /// `turn/end`, written and synced together with it.
+    pub seal_turns: SealTurns,
 }
 
 impl Default for WriterOptions {
@@ -49,6 +70,7 @@ impl Default for WriterOptions {
         WriterOptions {
             durability: Durability::Fsync,
             keep_snapshot: true,
+            seal_turns: SealTurns::Off,
         }
     }
 }
@@ -199,14 +221,31 @@ impl SessionWriter {
         self.poisoned.is_some()
     }
 
-    /// Appends one event durably: validated, written, synced.
+    /// Appends one event durably: validated, written, synced. Returns the
+    /// event's seq (a seal the writer appends after a `turn/end` by
+    /// [`WriterOptions::seal_turns`] takes the next one, and is synced
+    /// with it).
     pub fn append(
         &mut self,
         event: NewEvent,
         expected_seq: Option<u64>,
     ) -> Result<AcknowledgedSeq, StoreError> {
-        self.stage(event, expected_seq)?;
-        self.sync()
+        let seq = self.stage(event, expected_seq)?;
+        self.sync()?;
+        Ok(AcknowledgedSeq(seq))
+    }
+
+    /// Appends a seal durably: `{throughSeq, chain}` of every record written
+    /// so far, signed by `key` when one is given. Returns the seal's seq.
+    pub fn seal(
+        &mut self,
+        key: Option<&SealSecretKey>,
+        expected_seq: Option<u64>,
+    ) -> Result<AcknowledgedSeq, StoreError> {
+        self.check_usable(expected_seq)?;
+        let seq = self.stage_seal(key)?;
+        self.sync()?;
+        Ok(AcknowledgedSeq(seq))
     }
 
     /// Appends events as one atomic batch: all are validated first (nothing
@@ -254,6 +293,9 @@ impl SessionWriter {
         self.write(&records)?;
         self.state = trial;
         self.absorb_fragments(&records);
+        if records.iter().any(closes_turn) {
+            self.stage_turn_seal()?;
+        }
         Ok(records.iter().map(EventRecord::seq).collect())
     }
 
@@ -289,6 +331,40 @@ impl SessionWriter {
     pub fn stage(&mut self, event: NewEvent, expected_seq: Option<u64>) -> Result<u64, StoreError> {
         self.check_usable(expected_seq)?;
         let record = build_record(self.written_seq + 1, None, event)?;
+        let event = self
+            .state
+            .check(&record)
+            .map_err(|violation| StoreError::Rule {
+                path: self.path.clone(),
+                violation,
+            })?;
+        self.write(std::slice::from_ref(&record))?;
+        self.state.apply_checked(&record, event);
+        self.absorb_fragments(std::slice::from_ref(&record));
+        if closes_turn(&record) {
+            self.stage_turn_seal()?;
+        }
+        Ok(record.seq())
+    }
+
+    /// Stages the seal [`WriterOptions::seal_turns`] asks for after a
+    /// `turn/end`, if any.
+    fn stage_turn_seal(&mut self) -> Result<(), StoreError> {
+        let key = match &self.options.seal_turns {
+            SealTurns::Off => return Ok(()),
+            SealTurns::Unsigned => None,
+            SealTurns::Signed(key) => Some(key.clone()),
+        };
+        self.stage_seal(key.as_ref()).map(|_| ())
+    }
+
+    /// Stages a seal of every record written so far, from the chain value
+    /// the state keeps; checked like any other event before it is written.
+    fn stage_seal(&mut self, key: Option<&SealSecretKey>) -> Result<u64, StoreError> {
+        let through_seq = self.written_seq;
+        let seal = Seal::new(self.id(), through_seq, self.state.chain(), key);
+        let event = NewEvent::new(EventType::Seal.as_str(), seal.to_data_json());
+        let record = build_record(through_seq + 1, None, event)?;
         let event = self
             .state
             .check(&record)
@@ -360,6 +436,11 @@ impl SessionWriter {
             cause,
         }
     }
+}
+
+/// Whether `record` is a `turn/end`, after which a sealing writer seals.
+fn closes_turn(record: &EventRecord) -> bool {
+    record.event_type() == EventType::TurnEnd.as_str()
 }
 
 /// Builds the record an event becomes at `seq`, compacting its data.

@@ -34,6 +34,36 @@ pub mod exit {
     pub const REVIEW: u8 = 5;
     /// `Locked` or `Conflict`.
     pub const CONTENTION: u8 = 6;
+    /// A seal check failed: the log was changed after it was sealed or
+    /// anchored.
+    pub const SEAL: u8 = 7;
+
+    /// The code that wins when a session shows several kinds of damage:
+    /// corruption (2) over a seal failure (7) over rule violations (4) over
+    /// a torn tail (3). This is the one place that order lives.
+    pub fn worst(a: u8, b: u8) -> u8 {
+        let rank = |code: u8| match code {
+            CORRUPT => 4,
+            SEAL => 3,
+            RULE => 2,
+            TORN => 1,
+            _ => 0,
+        };
+        if rank(b) > rank(a) {
+            b
+        } else {
+            a
+        }
+    }
+
+    /// The exit code of what a check found: the worst of the findings that
+    /// apply.
+    pub fn of_findings(corrupt: bool, seal: bool, rule: bool, torn: bool) -> u8 {
+        [(corrupt, CORRUPT), (seal, SEAL), (rule, RULE), (torn, TORN)]
+            .into_iter()
+            .filter(|(found, _)| *found)
+            .fold(OK, |code, (_, found)| worst(code, found))
+    }
 }
 
 /// A usage error: bad arguments or input that is not what a command reads.
@@ -81,14 +111,32 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<u8> {
     let quiet = cli.quiet;
     match cli.command {
-        Command::Verify { target, json } => commands::verify::run(&target, json, quiet),
+        Command::Verify {
+            target,
+            json,
+            trust,
+            require_sealed,
+            anchor,
+        } => commands::verify::run(
+            &target,
+            json,
+            quiet,
+            &commands::verify::SealPolicy::read(&trust, require_sealed, anchor.as_deref())?,
+        ),
+        Command::Keygen { file, json } => commands::seal::keygen(&file, json),
+        Command::Seal { target, key, json } => commands::seal::seal(&target, key.as_deref(), json),
+        Command::Head { target } => commands::seal::head(&target),
         Command::Create {
             store,
             session,
             cwd,
             json,
         } => commands::create::run(&store, &session, cwd, json),
-        Command::Append { target, expect_seq } => commands::append::run(&target, expect_seq),
+        Command::Append {
+            target,
+            expect_seq,
+            seal_key,
+        } => commands::append::run(&target, expect_seq, seal_key.as_deref()),
         Command::Project {
             target,
             at,
@@ -144,7 +192,14 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             target,
             html,
             defaults,
-        } => commands::report::run(&target, &html, &defaults, quiet),
+            trust,
+        } => commands::report::run(
+            &target,
+            &html,
+            &defaults,
+            commands::verify::read_trust_files(&trust)?.as_deref(),
+            quiet,
+        ),
         Command::Clean {
             store,
             older_than,
@@ -172,6 +227,7 @@ pub fn exit_code(error: &anyhow::Error) -> u8 {
                 ErrorClass::Io => exit::USAGE,
                 ErrorClass::Corrupt => exit::CORRUPT,
                 ErrorClass::Rule => exit::RULE,
+                ErrorClass::Seal => exit::SEAL,
                 ErrorClass::Contention => exit::CONTENTION,
             };
         }

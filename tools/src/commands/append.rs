@@ -3,14 +3,17 @@
 //! Lines that arrive together (already in the input buffer) are staged and
 //! share one fsync; `{"seq": N}` is printed for each only once it is durable.
 //! A rule violation stops with exit 4 and writes nothing for that line; what
-//! was acknowledged before it stays.
+//! was acknowledged before it stays. With `--seal-key`, every `turn/end` is
+//! followed by a signed seal written and synced with it, and its line says
+//! so: `{"seq": N, "seal": N+1}`.
 
 use std::io::{BufRead, Write};
+use std::path::Path;
 
 use anyhow::{Context, Result};
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use sessionlog_store::{NewEvent, SessionWriter, StoreError, WriterOptions};
+use sessionlog_store::{NewEvent, SealTurns, SessionWriter, StoreError, WriterOptions};
 
 use crate::cli::SessionArgs;
 use crate::target::Target;
@@ -32,11 +35,16 @@ fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u
 }
 
 /// Runs `append`.
-pub fn run(args: &SessionArgs, expect_seq: Option<u64>) -> Result<u8> {
+pub fn run(args: &SessionArgs, expect_seq: Option<u64>, seal_key: Option<&Path>) -> Result<u8> {
+    let seal_turns = match seal_key {
+        Some(file) => SealTurns::Signed(crate::commands::seal::read_secret_key(file)?),
+        None => SealTurns::Off,
+    };
     let target = Target::open(&args.store)?;
     let session = target.session(args.session.as_deref())?;
     let options = WriterOptions {
         keep_snapshot: false,
+        seal_turns,
         ..WriterOptions::default()
     };
     let mut writer = target.writer(&session, options)?;
@@ -45,7 +53,7 @@ pub fn run(args: &SessionArgs, expect_seq: Option<u64>) -> Result<u8> {
     let mut input = std::io::BufReader::with_capacity(1 << 20, std::io::stdin());
     let mut stdout = std::io::stdout().lock();
     let mut expected = expect_seq;
-    let mut staged: Vec<u64> = Vec::new();
+    let mut staged: Vec<Staged> = Vec::new();
     let mut line = Vec::new();
     let mut line_number = 0u64;
     loop {
@@ -98,24 +106,37 @@ fn parse_line(line: &[u8], line_number: u64) -> Result<NewEvent> {
     })
 }
 
-fn stage(writer: &mut SessionWriter, event: NewEvent, expected: Option<u64>) -> Result<u64> {
-    writer
-        .stage(event, expected)
-        .map_err(|error: StoreError| error.into())
+/// One staged input line: its event's seq, and the seal the writer staged
+/// after it, if any.
+struct Staged {
+    seq: u64,
+    seal: Option<u64>,
 }
 
-/// Syncs what is staged and prints one `{"seq": N}` line for each.
+fn stage(writer: &mut SessionWriter, event: NewEvent, expected: Option<u64>) -> Result<Staged> {
+    let seq = writer
+        .stage(event, expected)
+        .map_err(|error: StoreError| anyhow::Error::from(error))?;
+    let seal = (writer.next_seq() > seq + 1).then_some(seq + 1);
+    Ok(Staged { seq, seal })
+}
+
+/// Syncs what is staged and prints one `{"seq": N}` line for each (with
+/// `"seal": M` when a seal followed it).
 fn acknowledge(
     writer: &mut SessionWriter,
-    staged: &mut Vec<u64>,
+    staged: &mut Vec<Staged>,
     stdout: &mut impl Write,
 ) -> Result<()> {
     if staged.is_empty() {
         return Ok(());
     }
     writer.sync()?;
-    for seq in staged.drain(..) {
-        writeln!(stdout, "{{\"seq\": {seq}}}")?;
+    for Staged { seq, seal } in staged.drain(..) {
+        match seal {
+            Some(seal) => writeln!(stdout, "{{\"seq\": {seq}, \"seal\": {seal}}}")?,
+            None => writeln!(stdout, "{{\"seq\": {seq}}}")?,
+        }
     }
     stdout.flush()?;
     Ok(())

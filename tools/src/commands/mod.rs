@@ -14,6 +14,7 @@ pub mod replay;
 pub mod report;
 pub mod review;
 pub mod salvage;
+pub mod seal;
 pub mod stats;
 pub mod tail;
 pub mod verify;

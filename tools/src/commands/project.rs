@@ -24,8 +24,9 @@ pub fn run(args: &SessionArgs, at: Option<u64>, defaults: &DefaultArgs) -> Resul
     Ok(exit::OK)
 }
 
-/// Folds a session through `at` (all when `None`), refusing corruption (2)
-/// and rule violations (4), warning about a torn tail.
+/// Folds a session through `at` (all when `None`), refusing corruption (2),
+/// the first seal that does not hold (7) or rule violation (4), warning
+/// about a torn tail.
 pub fn fold_checked(
     target: &Target,
     session: &crate::target::SessionRef,
@@ -39,7 +40,7 @@ pub fn fold_checked(
         }
         .into());
     }
-    let mut state = SessionState::new(stream.header().clone());
+    let mut state = SessionState::with_header_body(stream.header().clone(), stream.header_body());
     // Seqs rise by one from 1, so the events through `at` are the first
     // `at`: fold those while reading, then only read on to the end.
     while at.is_none_or(|at| state.seq() < at) {

@@ -2,7 +2,9 @@
 //! auditors. Every session of the store (or `--session`) gets its timeline
 //! (the entries `replay` prints), the projections whenever they change,
 //! approvals, denials and violations highlighted, and links between parents
-//! and children inside the page.
+//! and children inside the page. Each session says whether it is sealed,
+//! through which seq, by which key, and whether its seals were checked
+//! against a trust file; a seal that fails is marked in red.
 //!
 //! The page loads nothing: its CSS and its small script are inline, and a
 //! Content-Security-Policy forbids every network fetch. A log is hostile
@@ -15,8 +17,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use sessionlog_projections::Defaults;
-use sessionlog_schema::{SessionHeader, SessionId};
+use sessionlog_projections::{check_trusted, Defaults};
+use sessionlog_schema::{SealPublicKey, SessionHeader, SessionId};
 use sessionlog_store::{ErrorClass, StoreError};
 
 use crate::cli::{DefaultArgs, SessionArgs};
@@ -30,13 +32,90 @@ enum Section {
     Shown {
         timeline: Box<Timeline>,
         torn: Option<String>,
+        /// What the page says of its seals, and whether a check failed.
+        seals: SealStatus,
     },
     /// A corrupt session: refused, named, not shown.
     Corrupt { id: SessionId, message: String },
 }
 
+/// A session's seals as the report states them.
+struct SealStatus {
+    text: String,
+    failed: bool,
+}
+
+impl SealStatus {
+    /// Whether and how `timeline`'s session is sealed, checked against
+    /// `trusted` when given.
+    fn of(timeline: &Timeline, trusted: Option<&[SealPublicKey]>) -> SealStatus {
+        let own: Vec<_> = timeline.seals.iter().filter(|seal| seal.own).collect();
+        let mut failed = timeline.seal_failures > 0;
+        let mut text = match own.last() {
+            None => "not sealed".to_owned(),
+            Some(last) => {
+                let key = last
+                    .key
+                    .map_or("unsigned".to_owned(), |key| format!("signed by {key}"));
+                let after = timeline.last_seq - last.seq;
+                format!(
+                    "sealed through seq {} ({} seal{} of its own), the last {key}{}",
+                    last.through_seq,
+                    own.len(),
+                    plural(own.len()),
+                    if after > 0 {
+                        format!("; {after} event{} after it", plural(after as usize))
+                    } else {
+                        String::new()
+                    }
+                )
+            }
+        };
+        if let Some(inherited) = timeline.seals.iter().rfind(|seal| !seal.own) {
+            text.push_str(&format!(
+                "; inherits the parent's seal through seq {} (checked for shape only)",
+                inherited.through_seq
+            ));
+        }
+        if timeline.seal_failures > 0 {
+            text.push_str(&format!(
+                "; {} SEAL FAILURE{}: the log was changed after it was sealed",
+                timeline.seal_failures,
+                if timeline.seal_failures == 1 { "" } else { "S" }
+            ));
+        }
+        match trusted {
+            None if !own.is_empty() => text.push_str("; not checked against a trust file"),
+            None => {}
+            Some(trusted) => {
+                let untrusted: Vec<String> = own
+                    .iter()
+                    .filter_map(|seal| check_trusted(seal, trusted).err())
+                    .collect();
+                if untrusted.is_empty() && !own.is_empty() {
+                    text.push_str("; every seal is signed by a key of the trust file");
+                } else if let Some(first) = untrusted.first() {
+                    failed = true;
+                    text.push_str(&format!(
+                        "; FAILS THE TRUST FILE ({} seal{}): {first}",
+                        untrusted.len(),
+                        plural(untrusted.len())
+                    ));
+                }
+            }
+        }
+        SealStatus { text, failed }
+    }
+}
+
 /// Runs `report`.
-pub fn run(args: &SessionArgs, out: &Path, defaults: &DefaultArgs, quiet: bool) -> Result<u8> {
+pub fn run(
+    args: &SessionArgs,
+    out: &Path,
+    defaults: &DefaultArgs,
+    trusted: Option<&[SealPublicKey]>,
+    quiet: bool,
+) -> Result<u8> {
     let target = Target::open(&args.store)?;
     let sessions = target.sessions(args.session.as_deref())?;
     let defaults = Defaults {
@@ -75,14 +154,17 @@ pub fn run(args: &SessionArgs, out: &Path, defaults: &DefaultArgs, quiet: bool) 
         });
         let timeline = replay::timeline(
             &snapshot.header,
+            &snapshot.header_body,
             &snapshot.header_vocabulary_errors,
             &snapshot.events,
             Window::default(),
             &defaults,
         );
+        let seals = SealStatus::of(&timeline, trusted);
         sections.push(Section::Shown {
             timeline: Box::new(timeline),
             torn,
+            seals,
         });
         bar.inc(1);
     }
@@ -93,13 +175,18 @@ pub fn run(args: &SessionArgs, out: &Path, defaults: &DefaultArgs, quiet: bool) 
         .iter()
         .filter(|s| matches!(s, Section::Corrupt { .. }))
         .count();
-    let violations: usize = sections
+    let code = sections
         .iter()
         .map(|section| match section {
-            Section::Shown { timeline, .. } => timeline.violations,
-            Section::Corrupt { .. } => 0,
+            Section::Shown {
+                timeline, seals, ..
+            } => exit::worst(
+                timeline.exit_code(),
+                if seals.failed { exit::SEAL } else { exit::OK },
+            ),
+            Section::Corrupt { .. } => exit::CORRUPT,
         })
-        .sum();
+        .fold(exit::OK, exit::worst);
     if corrupt > 0 {
         warn(format!(
             "{corrupt} corrupt session{} named but not shown in {}",
@@ -108,7 +195,7 @@ pub fn run(args: &SessionArgs, out: &Path, defaults: &DefaultArgs, quiet: bool) 
         ));
         return Ok(exit::CORRUPT);
     }
-    Ok(if violations > 0 { exit::RULE } else { exit::OK })
+    Ok(code)
 }
 
 fn corruption(error: &anyhow::Error) -> Option<String> {
@@ -174,8 +261,12 @@ fn render(store: &str, sections: &[Section]) -> String {
     html.push_str("</header>\n<main>\n");
     for section in sections {
         match section {
-            Section::Shown { timeline, torn } => {
-                render_session(&mut html, timeline, torn.as_deref(), &known, &children)
+            Section::Shown {
+                timeline,
+                torn,
+                seals,
+            } => {
+                render_session(&mut html, timeline, torn.as_deref(), seals, &known, &children)
             }
             Section::Corrupt { id, message } => {
                 let _ = writeln!(
@@ -223,6 +314,7 @@ fn render_session(
     html: &mut String,
     timeline: &Timeline,
     torn: Option<&str>,
+    seals: &SealStatus,
     known: &BTreeSet<&str>,
     children: &BTreeMap<&str, Vec<&str>>,
 ) {
@@ -258,6 +350,12 @@ fn render_session(
             links.join(", ")
         );
     }
+    let _ = writeln!(
+        html,
+        "<dt>seals</dt><dd class=\"{}\">{}</dd>",
+        if seals.failed { "seal-status seal-failed" } else { "seal-status" },
+        escape(&seals.text)
+    );
     html.push_str("</dl>\n");
     if let Some(torn) = torn {
         let _ = writeln!(html, "<p class=\"torn\">{}</p>", escape(torn));
@@ -346,6 +444,7 @@ fn is_highlight(entry: &Entry) -> bool {
                 | EntryKind::ApprovalAsked
                 | EntryKind::ApprovalAllowed
                 | EntryKind::ApprovalRefused
+                | EntryKind::SealFailed
         )
 }
 
@@ -365,6 +464,8 @@ fn kind_class(kind: EntryKind) -> &'static str {
         EntryKind::ApprovalRefused => "approval-refused",
         EntryKind::Checkpoint => "checkpoint",
         EntryKind::Child => "child",
+        EntryKind::Seal => "seal",
+        EntryKind::SealFailed => "seal-failed",
         EntryKind::Unknown => "unknown",
         EntryKind::Malformed => "malformed",
     }
@@ -416,6 +517,9 @@ tr.violation { outline: 2px solid #d70022; outline-offset: -2px; }
 .authority-user { background: #dcebff; }
 .authority-direct-parent { background: #e2f3ff; }
 .authority-constraint { background: #fff0d6; }
+.seal-failed { color: #fff; background: #b00020; font-weight: bold; }
+tr.seal-failed td { background: #b00020; color: #fff; }
+.seal-status { font-weight: 600; }
 ";
 
 const SCRIPT: &str = "
