@@ -646,6 +646,7 @@ fn durable_append(table: &mut Table, folder: &Path, count: usize) -> BenchResult
             WriterOptions {
                 durability: Durability::Fsync,
                 keep_snapshot: false,
+                ..WriterOptions::default()
             },
         )?;
         for (index, (event_type, data)) in events.iter().enumerate() {

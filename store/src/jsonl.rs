@@ -892,7 +892,7 @@ mod tests {
             let (_dir, store) = store();
             let session = created(&store, "model");
             let mut writer = store
-                .open_writer(&session, WriterOptions { durability: Durability::Buffered, keep_snapshot: true })
+                .open_writer(&session, WriterOptions { durability: Durability::Buffered, keep_snapshot: true, ..WriterOptions::default() })
                 .unwrap_or_else(|e| panic!("{e}"));
             let mut accepted = 0usize;
             for (events, as_batch) in steps {

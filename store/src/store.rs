@@ -331,6 +331,7 @@ pub(crate) mod tests {
         WriterOptions {
             durability: Durability::Buffered,
             keep_snapshot: false,
+            ..WriterOptions::default()
         }
     }
 

@@ -32,6 +32,8 @@
 //!   family): counts, authority, `verify`, re-import, broken files.
 //! - `hostile`: arbitrary `append` lines and pending actions through the
 //!   binary (proptest), records above 16 MiB, hostile ids, planted symlinks.
+//! - `seals`: the attacks seals, trust files and anchors catch, forks, both
+//!   backends, exit 7 and its precedence, and the chain property (proptest).
 
 mod cli_e2e;
 mod cli_support;
@@ -47,4 +49,5 @@ mod import;
 mod people;
 mod power_loss;
 mod realistic;
+mod seals;
 mod support;
