@@ -104,8 +104,8 @@ pub fn parse_anchor_file(text: &str) -> Result<Vec<Anchor>, AnchorError> {
                 "expected {{\"session\", \"seq\", \"chain\"}} as `sessionlog head` prints it: {error}"
             ))
         })?;
-        let session = SessionId::parse(&read.session)
-            .map_err(|error| refuse(format!("session: {error}")))?;
+        let session =
+            SessionId::parse(&read.session).map_err(|error| refuse(format!("session: {error}")))?;
         anchors.push(Anchor {
             session,
             seq: read.seq,

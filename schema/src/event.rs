@@ -9,7 +9,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::{
-    Seal, ApprovalOutcome, ApprovalPolicy, ChildMode, MessageRole, Preset, SandboxMode, SettleStatus,
+    ApprovalOutcome, ApprovalPolicy, ChildMode, MessageRole, Preset, SandboxMode, Seal,
+    SettleStatus,
 };
 
 /// A known event type, by its log spelling.

@@ -28,12 +28,12 @@ pub use record::{
     record_crc, split_crc, DecodeError, DecodedHeader, EventRecord, HeaderVocabularyError,
     SessionHeader, ViewedEvent, CRC_SUFFIX_LEN, FORMAT_VERSION, MAX_RECORD_BYTES,
 };
+pub use scan::{Corruption, LogScanner, Position, ScanSummary, TornTail, MAX_BATCH_RECORDS};
 pub use seal::{
     parse_trust_file, seal_message, ChainValue, KeyTextError, Seal, SealPublicKey, SealSecretKey,
     SealSignature, CHAIN_DOMAIN, CHAIN_PREFIX, PUBLIC_KEY_PREFIX, SEAL_MESSAGE_DOMAIN,
     SECRET_KEY_PREFIX,
 };
-pub use scan::{Corruption, LogScanner, Position, ScanSummary, TornTail, MAX_BATCH_RECORDS};
 pub use view::EventView;
 pub use vocab::{
     ApprovalOutcome, ApprovalPolicy, ChildMode, MessageRole, Preset, SandboxMode, SettleStatus,

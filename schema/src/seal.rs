@@ -135,7 +135,9 @@ impl SealPublicKey {
     /// Reads `ed25519:` + standard base64 (with padding) of 32 bytes.
     pub fn parse(text: &str) -> Result<SealPublicKey, String> {
         let Some(encoded) = text.strip_prefix(PUBLIC_KEY_PREFIX) else {
-            return Err(format!("{text:?} does not start with {PUBLIC_KEY_PREFIX:?}"));
+            return Err(format!(
+                "{text:?} does not start with {PUBLIC_KEY_PREFIX:?}"
+            ));
         };
         decode_exact::<32>(encoded, "public key").map(SealPublicKey)
     }
@@ -254,7 +256,10 @@ impl Seal {
 /// The exact text a seal's signature covers:
 /// `"sessionlog-seal-v1\n" + id + "\n" + throughSeq + "\n" + chain + "\n"`.
 pub fn seal_message(id: &SessionId, through_seq: u64, chain: &ChainValue) -> String {
-    format!("{SEAL_MESSAGE_DOMAIN}\n{}\n{through_seq}\n{chain}\n", id.as_str())
+    format!(
+        "{SEAL_MESSAGE_DOMAIN}\n{}\n{through_seq}\n{chain}\n",
+        id.as_str()
+    )
 }
 
 /// Reads a trust file's text: one public key (`ed25519:` + base64) a line.
@@ -387,9 +392,9 @@ impl TryFrom<SealWire> for Seal {
 
 /// Decodes standard base64 with padding into exactly `N` bytes.
 fn decode_exact<const N: usize>(encoded: &str, what: &str) -> Result<[u8; N], String> {
-    let bytes = BASE64
-        .decode(encoded)
-        .map_err(|error| format!("{what} {encoded:?} is not standard base64 with padding: {error}"))?;
+    let bytes = BASE64.decode(encoded).map_err(|error| {
+        format!("{what} {encoded:?} is not standard base64 with padding: {error}")
+    })?;
     <[u8; N]>::try_from(bytes.as_slice()).map_err(|_| {
         format!(
             "{what} {encoded:?} decodes to {} bytes, expected {N}",
@@ -427,7 +432,10 @@ mod tests {
         second.update(c0);
         second.update(b"{\"seq\":1");
         let c1: [u8; 32] = second.finalize().into();
-        assert_eq!(ChainValue::genesis(header).next("{\"seq\":1").as_bytes(), &c1);
+        assert_eq!(
+            ChainValue::genesis(header).next("{\"seq\":1").as_bytes(),
+            &c1
+        );
     }
 
     #[test]
@@ -453,7 +461,10 @@ mod tests {
             panic!("a seal made with a key is signed");
         };
         assert_eq!(signature.key, key.public_key());
-        assert_eq!(signature.verify(seal_message(&id("s"), 0, &chain).as_bytes()), Ok(()));
+        assert_eq!(
+            signature.verify(seal_message(&id("s"), 0, &chain).as_bytes()),
+            Ok(())
+        );
         assert!(signature
             .verify(seal_message(&id("t"), 0, &chain).as_bytes())
             .is_err());

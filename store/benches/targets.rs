@@ -527,7 +527,7 @@ fn streaming_read(path: &Path, id: &SessionId) -> BenchResult<u64> {
 fn verify(path: &Path, id: Option<SessionId>) -> BenchResult<(u64, Vec<Violation>)> {
     let mut stream: Box<dyn SessionStream> = Box::new(LogReader::open(path, id)?);
     let mut violations = Vec::new();
-    let mut state = SessionState::new(stream.header().clone());
+    let mut state = SessionState::with_header_body(stream.header().clone(), stream.header_body());
     let mut count = 0;
     while let Some(event) = stream.next_event_folded(&mut state)? {
         std::hint::black_box(&event.record);

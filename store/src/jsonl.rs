@@ -359,8 +359,10 @@ pub fn open_log_writer(
     )?;
     let header = reader.header().clone();
     let mut events = options.keep_snapshot.then(Vec::new);
-    let mut state =
-        sessionlog_projections::SessionState::with_header_body(header.clone(), reader.header_body());
+    let mut state = sessionlog_projections::SessionState::with_header_body(
+        header.clone(),
+        reader.header_body(),
+    );
     let mut reader = reader;
     while let Some(FoldedEvent { record, folded }) = reader.next_event_folded(&mut state)? {
         folded.map_err(|violation| StoreError::Rule {

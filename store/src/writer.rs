@@ -293,8 +293,8 @@ impl SessionWriter {
         self.write(&records)?;
         self.state = trial;
         self.absorb_fragments(&records);
-        if records.iter().any(closes_turn) {
-            self.stage_turn_seal()?;
+        if let Some(turn_end) = records.iter().rev().find(|record| closes_turn(record)) {
+            self.stage_turn_seal(turn_end.ts())?;
         }
         Ok(records.iter().map(EventRecord::seq).collect())
     }
@@ -338,44 +338,78 @@ impl SessionWriter {
                 path: self.path.clone(),
                 violation,
             })?;
-        self.write(std::slice::from_ref(&record))?;
-        self.state.apply_checked(&record, event);
-        self.absorb_fragments(std::slice::from_ref(&record));
-        if closes_turn(&record) {
-            self.stage_turn_seal()?;
+        if closes_turn(&record) && self.options.seal_turns != SealTurns::Off {
+            // The turn's seal goes out in the same write as its turn/end.
+            let ts = record.ts();
+            self.state.apply_checked(&record, event);
+            let seal = self.seal_record(ts, self.turn_seal_key().as_ref())?;
+            self.write(&[record.clone(), seal.0.clone()])?;
+            self.state.apply_checked(&seal.0, seal.1);
+            self.absorb_fragments(&[record.clone(), seal.0]);
+            return Ok(record.seq());
         }
-        Ok(record.seq())
-    }
-
-    /// Stages the seal [`WriterOptions::seal_turns`] asks for after a
-    /// `turn/end`, if any.
-    fn stage_turn_seal(&mut self) -> Result<(), StoreError> {
-        let key = match &self.options.seal_turns {
-            SealTurns::Off => return Ok(()),
-            SealTurns::Unsigned => None,
-            SealTurns::Signed(key) => Some(key.clone()),
-        };
-        self.stage_seal(key.as_ref()).map(|_| ())
-    }
-
-    /// Stages a seal of every record written so far, from the chain value
-    /// the state keeps; checked like any other event before it is written.
-    fn stage_seal(&mut self, key: Option<&SealSecretKey>) -> Result<u64, StoreError> {
-        let through_seq = self.written_seq;
-        let seal = Seal::new(self.id(), through_seq, self.state.chain(), key);
-        let event = NewEvent::new(EventType::Seal.as_str(), seal.to_data_json());
-        let record = build_record(through_seq + 1, None, event)?;
-        let event = self
-            .state
-            .check(&record)
-            .map_err(|violation| StoreError::Rule {
-                path: self.path.clone(),
-                violation,
-            })?;
         self.write(std::slice::from_ref(&record))?;
         self.state.apply_checked(&record, event);
         self.absorb_fragments(std::slice::from_ref(&record));
         Ok(record.seq())
+    }
+
+    /// The key of the seals [`WriterOptions::seal_turns`] asks for.
+    fn turn_seal_key(&self) -> Option<SealSecretKey> {
+        match &self.options.seal_turns {
+            SealTurns::Off | SealTurns::Unsigned => None,
+            SealTurns::Signed(key) => Some(key.clone()),
+        }
+    }
+
+    /// Stages the seal [`WriterOptions::seal_turns`] asks for after a batch
+    /// that ends a turn, if any.
+    fn stage_turn_seal(&mut self, ts: u64) -> Result<(), StoreError> {
+        if self.options.seal_turns == SealTurns::Off {
+            return Ok(());
+        }
+        let (record, event) = self.seal_record(ts, self.turn_seal_key().as_ref())?;
+        self.write(std::slice::from_ref(&record))?;
+        self.state.apply_checked(&record, event);
+        self.absorb_fragments(std::slice::from_ref(&record));
+        Ok(())
+    }
+
+    /// Stages a seal of every record written so far, now.
+    fn stage_seal(&mut self, key: Option<&SealSecretKey>) -> Result<u64, StoreError> {
+        let (record, event) = self.seal_record(now_ms(), key)?;
+        self.write(std::slice::from_ref(&record))?;
+        self.state.apply_checked(&record, event);
+        self.absorb_fragments(std::slice::from_ref(&record));
+        Ok(record.seq())
+    }
+
+    /// The seal record of every record the state folded, from the chain
+    /// value it keeps, checked like any other event. A seal of our own
+    /// that does not hold is a broken invariant: it poisons the writer.
+    fn seal_record(
+        &mut self,
+        ts: u64,
+        key: Option<&SealSecretKey>,
+    ) -> Result<(EventRecord, sessionlog_schema::Event), StoreError> {
+        let through_seq = self.state.seq();
+        let seal = Seal::new(self.id(), through_seq, self.state.chain(), key);
+        let event = NewEvent {
+            event_type: EventType::Seal.as_str().to_owned(),
+            data: seal.to_data_json(),
+            ts: Some(ts),
+        };
+        let record = build_record(through_seq + 1, None, event)?;
+        match self.state.check(&record) {
+            Ok(event) => Ok((record, event)),
+            Err(violation) => {
+                self.poisoned = Some(format!("the writer's own seal does not hold: {violation}"));
+                Err(StoreError::Rule {
+                    path: self.path.clone(),
+                    violation,
+                })
+            }
+        }
     }
 
     /// Makes every staged event durable and acknowledges them: returns the

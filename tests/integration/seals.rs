@@ -33,7 +33,8 @@ fn turn(turn_id: &str) -> String {
 }
 
 fn path_str(path: &Path) -> &str {
-    path.to_str().unwrap_or_else(|| panic!("{path:?} is not UTF-8"))
+    path.to_str()
+        .unwrap_or_else(|| panic!("{path:?} is not UTF-8"))
 }
 
 /// A folder store with session `s`: three turns appended with
@@ -56,7 +57,11 @@ fn signed_store(dir: &Path) -> (PathBuf, PathBuf) {
         &input,
     );
     appended.expect_code(0);
-    assert!(appended.stdout.contains(r#"{"seq": 3, "seal": 4}"#), "{}", appended.stdout);
+    assert!(
+        appended.stdout.contains(r#"{"seq": 3, "seal": 4}"#),
+        "{}",
+        appended.stdout
+    );
     (store, key)
 }
 
@@ -66,8 +71,11 @@ fn unsigned_store(dir: &Path) -> PathBuf {
     let store = dir.join("store");
     run(["create", path_str(&store), "--session", "s", "--cwd", "/w"]).expect_code(0);
     for turn_id in ["t1", "t2", "t3"] {
-        run_with_stdin(["append", path_str(&store), "--session", "s"], &turn(turn_id))
-            .expect_code(0);
+        run_with_stdin(
+            ["append", path_str(&store), "--session", "s"],
+            &turn(turn_id),
+        )
+        .expect_code(0);
         run(["seal", path_str(&store), "--session", "s"]).expect_code(0);
     }
     store
@@ -254,12 +262,8 @@ fn a_log_resigned_with_another_key_passes_alone_and_fails_the_trust_file() {
             "sha256:{}",
             hex(&value[index - 1])
         )));
-        let seal = sessionlog_schema::Seal::new(
-            &session,
-            index as u64 - 1,
-            chain_value,
-            Some(&forger),
-        );
+        let seal =
+            sessionlog_schema::Seal::new(&session, index as u64 - 1, chain_value, Some(&forger));
         let data_at = bodies[index]
             .find(",\"data\":")
             .unwrap_or_else(|| panic!("a record has data"));
@@ -301,7 +305,11 @@ fn the_last_seal_and_later_records_cut_off_fail_the_anchor_and_require_sealed() 
     assert!(anchored.stdout.contains("shorter"), "{}", anchored.stdout);
     let sealed = verify(&store, &["--require-sealed"]);
     sealed.expect_code(7);
-    assert!(sealed.stdout.contains("after its last seal"), "{}", sealed.stdout);
+    assert!(
+        sealed.stdout.contains("after its last seal"),
+        "{}",
+        sealed.stdout
+    );
     // A whole session deleted is caught by the anchor too.
     ok(std::fs::remove_file(&log));
     run(["create", path_str(&store), "--session", "other"]).expect_code(0);
@@ -326,7 +334,11 @@ fn seal_failures_rank_below_corruption_and_above_rule_violations() {
     write_bodies(&log, "s", &bodies);
     let both = verify(&store, &["--json"]);
     both.expect_code(7);
-    assert!(both.stdout.contains("\"sealFailures\":[{"), "{}", both.stdout);
+    assert!(
+        both.stdout.contains("\"sealFailures\":[{"),
+        "{}",
+        both.stdout
+    );
     assert!(both.stdout.contains("\"violations\":[{"), "{}", both.stdout);
     // Damage followed by an intact record is corruption: 2 wins over 7.
     let mut text = ok(std::fs::read_to_string(&log));
@@ -357,7 +369,11 @@ fn a_child_inherits_seals_for_shape_and_seals_its_own_chain_from_its_header() {
     verify(&store, &["--session", "kid", "--trust", &public]).expect_code(0);
     let unsealed = verify(&store, &["--session", "kid", "--require-sealed"]);
     unsealed.expect_code(7);
-    assert!(unsealed.stdout.contains("no seal of its own"), "{}", unsealed.stdout);
+    assert!(
+        unsealed.stdout.contains("no seal of its own"),
+        "{}",
+        unsealed.stdout
+    );
     // An inherited seal whose shape breaks the rules is still a violation
     // (before the child seals: its own seal would cover the edit).
     let kid_log = store.join("kid.jsonl");
@@ -391,7 +407,10 @@ fn a_child_inherits_seals_for_shape_and_seals_its_own_chain_from_its_header() {
     let values = chain(&bodies[..bodies.len() - 1]);
     let last = bodies.last().map_or("", String::as_str);
     assert!(
-        last.contains(&format!("\"chain\":\"sha256:{}\"", hex(&values[values.len() - 1]))),
+        last.contains(&format!(
+            "\"chain\":\"sha256:{}\"",
+            hex(&values[values.len() - 1])
+        )),
         "{last}"
     );
 }
@@ -410,7 +429,11 @@ fn both_backends_give_the_same_head_and_catch_an_edited_sqlite_row() {
     assert_eq!(jsonl_head.stdout, sqlite_head.stdout);
     let anchor = dir.path().join("anchor.jsonl");
     ok(std::fs::write(&anchor, &jsonl_head.stdout));
-    verify(&database, &["--trust", &public, "--anchor", path_str(&anchor)]).expect_code(0);
+    verify(
+        &database,
+        &["--trust", &public, "--anchor", path_str(&anchor)],
+    )
+    .expect_code(0);
     // Someone with write access to the database edits a message and
     // recomputes the row's CRC.
     let connection = ok(rusqlite::Connection::open(&database));
@@ -439,7 +462,9 @@ fn replay_and_report_show_seals_and_mark_a_failed_one() {
     let replay = run(["replay", path_str(&store), "--session", "s"]);
     replay.expect_code(0);
     assert!(
-        replay.stdout.contains("sealed through seq 3, signed by ed25519:"),
+        replay
+            .stdout
+            .contains("sealed through seq 3, signed by ed25519:"),
         "{}",
         replay.stdout
     );
@@ -547,4 +572,133 @@ proptest! {
         let code = run(["verify", path_str(&log)]).code;
         prop_assert!(code == 2 || code == 4 || code == 7, "verify exited {} after byte {} of line {} changed", code, at, line);
     }
+}
+
+/// The log of docs/seal-test-vector.md, written by the library's writer
+/// from fixed inputs (Ed25519 signatures are deterministic).
+fn vector_log(dir: &Path) -> String {
+    let store = ok(JsonlStore::open(dir));
+    let header = SessionHeader::root(id("vector-1"), 1_767_225_600_000, "/work/demo".to_owned());
+    ok(store.create(&header, &[], Durability::Buffered));
+    let key = SealSecretKey::from_seed(vector_seed());
+    let store = Store::Jsonl(store);
+    let options = |seal_turns| WriterOptions {
+        durability: Durability::Buffered,
+        keep_snapshot: false,
+        seal_turns,
+    };
+    let mut writer = ok(store.open_writer(&id("vector-1"), options(SealTurns::Signed(key))));
+    let mut ts = 1_767_225_600_000;
+    let mut event = |writer: &mut sessionlog_store::SessionWriter, event_type: &str, data: &str| {
+        ts += 1_000;
+        ok(writer.append(
+            sessionlog_store::NewEvent {
+                event_type: event_type.to_owned(),
+                data: data.to_owned(),
+                ts: Some(ts),
+            },
+            None,
+        ));
+    };
+    event(&mut writer, "turn/start", r#"{"turnId":"t1"}"#);
+    event(
+        &mut writer,
+        "message",
+        r#"{"role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"Hello"}]}"#,
+    );
+    event(&mut writer, "turn/end", r#"{"turnId":"t1"}"#);
+    drop(writer);
+    // The second turn is sealed unsigned.
+    let mut writer = ok(store.open_writer(&id("vector-1"), options(SealTurns::Unsigned)));
+    event(&mut writer, "turn/start", r#"{"turnId":"t2"}"#);
+    event(&mut writer, "turn/end", r#"{"turnId":"t2"}"#);
+    drop(writer);
+    ok(std::fs::read_to_string(dir.join("vector-1.jsonl")))
+}
+
+/// The test vector's key seed: the bytes 0, 1, …, 31.
+fn vector_seed() -> [u8; 32] {
+    std::array::from_fn(|index| index as u8)
+}
+
+#[test]
+fn the_seal_test_vector_in_docs_is_what_the_writer_writes_and_checks_out() {
+    let dir = ok(tempfile::tempdir());
+    let log = vector_log(dir.path());
+    let bodies: Vec<String> = log
+        .lines()
+        .map(|line| line[..line.rfind(",\"crc\":").unwrap_or(line.len())].to_owned())
+        .collect();
+    let values = chain(&bodies);
+    let key = SealSecretKey::from_seed(vector_seed());
+    let mut text = String::new();
+    text.push_str("# Seal test vector\n\n");
+    text.push_str(
+        "A small sealed log for another implementation of seals to check itself\n\
+         against (the rules are in docs/FORMAT.md, \"Seals\"). Everything here is\n\
+         recomputed by a test (`tests/integration/seals.rs`), so it stays true.\n\n",
+    );
+    text.push_str("## Key\n\n");
+    text.push_str("- seed: the 32 bytes 0x00, 0x01, …, 0x1f\n");
+    text.push_str(&format!(
+        "- secret key file (`sessionlog keygen`): `{}`\n",
+        key.to_file_text().trim_end()
+    ));
+    text.push_str(&format!(
+        "- public key (a trust file line): `{}`\n\n",
+        key.public_key()
+    ));
+    text.push_str("## The log (`vector-1.jsonl`)\n\n```\n");
+    text.push_str(&log);
+    text.push_str("```\n\n## Chain values\n\n| seq | record | chain |\n|---:|---|---|\n");
+    for (seq, (body, value)) in bodies.iter().zip(&values).enumerate() {
+        let kind = if seq == 0 {
+            "header".to_owned()
+        } else {
+            let value: serde_json::Value = ok(serde_json::from_str(&format!("{body}}}")));
+            value["type"].as_str().unwrap_or_default().to_owned()
+        };
+        text.push_str(&format!("| {seq} | {kind} | `sha256:{}` |\n", hex(value)));
+    }
+    text.push_str("\n## Seals\n\n");
+    for (seq, body) in bodies.iter().enumerate().skip(1) {
+        if !body.contains(r#""type":"seal""#) {
+            continue;
+        }
+        let through = seq - 1;
+        let message = format!(
+            "sessionlog-seal-v1\nvector-1\n{through}\nsha256:{}\n",
+            hex(&values[through])
+        );
+        let signed = if body.contains("\"sig\":") {
+            "signed by the key above"
+        } else {
+            "unsigned"
+        };
+        text.push_str(&format!(
+            "- seq {seq}, {signed}, covers seq 0–{through}; the signed message (UTF-8, `\\n` = 0x0a) is `{}`\n",
+            message.replace('\n', "\\n")
+        ));
+        // Each seal carries the chain recomputed here, and a signed one
+        // verifies over exactly this message.
+        assert!(body.contains(&format!("\"chain\":\"sha256:{}\"", hex(&values[through]))));
+        if let Some(at) = body.find("\"sig\":\"") {
+            let sig_text = &body[at + 7..body.len() - 2];
+            let data: serde_json::Value = ok(serde_json::from_str(&format!("{body}}}")));
+            let seal: sessionlog_schema::Seal = ok(serde_json::from_value(data["data"].clone()));
+            let signature = seal
+                .signature
+                .unwrap_or_else(|| panic!("{sig_text} is a signature"));
+            assert_eq!(signature.key, key.public_key());
+            assert_eq!(signature.verify(message.as_bytes()), Ok(()));
+        }
+    }
+    expect_test::expect_file!["../../docs/seal-test-vector.md"].assert_eq(&text);
+    let copy = dir.path().join("copy.jsonl");
+    ok(std::fs::write(&copy, &log));
+    let public = dir.path().join("vector.pub");
+    ok(std::fs::write(&public, format!("{}\n", key.public_key())));
+    // The second turn's seal is unsigned: the trust file refuses it.
+    run(["verify", path_str(&copy), "--trust", path_str(&public)]).expect_code(7);
+    run(["verify", path_str(&copy), "--require-sealed"]).expect_code(0);
 }

@@ -18,7 +18,7 @@ use sessionlog_store::{ErrorClass, StoreError};
 
 use crate::cli::{Cli, Command};
 
-/// Exit codes of SPEC §9.
+// Exit codes of SPEC §9 (7: a seal check failed).
 pub mod exit {
     /// Success.
     pub const OK: u8 = 0;

@@ -17,8 +17,7 @@ use anyhow::{bail, Result};
 use serde::Serialize;
 use sessionlog_projections::{
     message_authority, Authority, Defaults, PresetView, SealInfo, SessionState, Setting,
-    ViolationKind,
-    AUTO_REVIEW_DENIED, AUTO_REVIEW_FAILED,
+    ViolationKind, AUTO_REVIEW_DENIED, AUTO_REVIEW_FAILED,
 };
 use sessionlog_schema::{
     ApprovalOutcome, ApprovalPolicy, ContentPart, Event, EventRecord, HeaderVocabularyError,

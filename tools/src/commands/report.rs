@@ -265,9 +265,14 @@ fn render(store: &str, sections: &[Section]) -> String {
                 timeline,
                 torn,
                 seals,
-            } => {
-                render_session(&mut html, timeline, torn.as_deref(), seals, &known, &children)
-            }
+            } => render_session(
+                &mut html,
+                timeline,
+                torn.as_deref(),
+                seals,
+                &known,
+                &children,
+            ),
             Section::Corrupt { id, message } => {
                 let _ = writeln!(
                     html,
@@ -353,7 +358,11 @@ fn render_session(
     let _ = writeln!(
         html,
         "<dt>seals</dt><dd class=\"{}\">{}</dd>",
-        if seals.failed { "seal-status seal-failed" } else { "seal-status" },
+        if seals.failed {
+            "seal-status seal-failed"
+        } else {
+            "seal-status"
+        },
         escape(&seals.text)
     );
     html.push_str("</dl>\n");

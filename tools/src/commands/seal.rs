@@ -138,8 +138,12 @@ fn head_of(target: &Target, session: &crate::target::SessionRef) -> Result<Ancho
 /// Reads a secret key file written by `keygen`.
 pub fn read_secret_key(path: &Path) -> Result<SealSecretKey> {
     let bytes = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
-    let text = String::from_utf8(bytes)
-        .map_err(|_| UsageError(format!("{}: a secret key file is UTF-8 text", path.display())))?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        UsageError(format!(
+            "{}: a secret key file is UTF-8 text",
+            path.display()
+        ))
+    })?;
     SealSecretKey::parse_file(&text)
         .map_err(|error| UsageError(format!("{}: {error}", path.display())).into())
 }

@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::Serialize;
 use sessionlog_projections::{
-    check_sealed, check_trusted, parse_anchor_file, Anchor, SessionState, Violation,
-    ViolationKind,
+    check_sealed, check_trusted, parse_anchor_file, Anchor, SessionState, Violation, ViolationKind,
 };
 use sessionlog_schema::{parse_trust_file, SealPublicKey};
 use sessionlog_store::{FoldedEvent, StoreError};
@@ -235,7 +234,11 @@ fn missing_anchored_sessions(
     anchors
         .keys()
         .filter(|id| !present.contains(id.as_str()))
-        .filter(|id| args.session.as_deref().is_none_or(|wanted| wanted == id.as_str()))
+        .filter(|id| {
+            args.session
+                .as_deref()
+                .is_none_or(|wanted| wanted == id.as_str())
+        })
         .map(|id| {
             let mut verdict = Verdict::empty(id.clone(), args.store.display().to_string());
             verdict.status = "seal-failure";
@@ -271,11 +274,7 @@ impl Verdict {
 
 /// Verifies one session (its records, rules and own seals), then holds it
 /// to `policy`.
-fn verify_session(
-    target: &Target,
-    session: &SessionRef,
-    policy: &SealPolicy,
-) -> Result<Verdict> {
+fn verify_session(target: &Target, session: &SessionRef, policy: &SealPolicy) -> Result<Verdict> {
     let mut verdict = Verdict {
         session: session.id.to_string(),
         source: session.label.clone(),
@@ -351,8 +350,10 @@ fn scan(
         .and_then(|anchors| anchors.get(session.id.as_str()))
         .map_or(&[], Vec::as_slice);
     // The chain value at each anchor's seq, met as the fold passes it.
-    let mut anchored: Vec<Option<sessionlog_schema::ChainValue>> =
-        anchors.iter().map(|anchor| (anchor.seq == 0).then(|| state.chain())).collect();
+    let mut anchored: Vec<Option<sessionlog_schema::ChainValue>> = anchors
+        .iter()
+        .map(|anchor| (anchor.seq == 0).then(|| state.chain()))
+        .collect();
     while let Some(FoldedEvent { record, folded }) = stream.next_event_folded(&mut state)? {
         verdict.events += 1;
         verdict.last_seq = record.seq();
@@ -391,7 +392,9 @@ fn scan(
     }
     for (anchor, chain) in anchors.iter().zip(anchored) {
         if let Err(message) = anchor.check(state.seq(), chain) {
-            verdict.seal_failures.push(SealFailureReport { seq: None, message });
+            verdict
+                .seal_failures
+                .push(SealFailureReport { seq: None, message });
         }
     }
     if policy.require_sealed {
@@ -429,7 +432,11 @@ fn print_human(verdict: &Verdict) {
         None => String::new(),
         Some(seal) => format!(
             "; {} through seq {}{}",
-            if seal.own { "sealed" } else { "inherits a seal" },
+            if seal.own {
+                "sealed"
+            } else {
+                "inherits a seal"
+            },
             seal.through_seq,
             seal.key
                 .as_deref()

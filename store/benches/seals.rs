@@ -1,0 +1,326 @@
+//! What seals cost, as ratios against a baseline measured in the same run.
+//!
+//! 1. **Verify.** The code path of `sessionlog verify` (stream, fold, every
+//!    own seal checked against the running chain, its signature verified)
+//!    over a 400k-event log sealed (signed) every 1,000 events, against the
+//!    same events unsealed: target ≤ 1.5×. Both are also put against the
+//!    naive limit of the first targets (read, check each CRC, parse each
+//!    line into a `serde_json::Value`): target ≤ 1.0×.
+//! 2. **Durable appends.** Turns of eight events, each appended durably
+//!    (`Durability::Fsync`, one fsync each), by a writer that seals every
+//!    turn with a signed seal (`SealTurns::Signed`, the seal written and
+//!    synced with the `turn/end`) against one that does not: the events
+//!    per second of the sealing writer may be at most 5% lower (≥ 0.95×).
+//!    The two alternate turn by turn, so a disk whose speed drifts weighs
+//!    on both alike.
+//!
+//! `cargo bench -p sessionlog-store --bench seals`; `SESSIONLOG_BENCH_SCALE=0.1`
+//! for a quick run; `SESSIONLOG_BENCH_ONLY=verify` or `append` for one
+//! section; `SESSIONLOG_BENCH_DIR` picks the disk of the append section.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use sessionlog_projections::SessionState;
+use sessionlog_schema::{split_crc, SealSecretKey, SessionHeader, SessionId};
+use sessionlog_store::{
+    Durability, JsonlStore, LogReader, NewEvent, SealTurns, SessionStream, Store, WriterOptions,
+};
+
+type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+const VERIFY_EVENTS: f64 = 400_000.0;
+const SEAL_EVERY: usize = 1_000;
+const APPEND_TURNS: f64 = 150.0;
+const ROUNDS: usize = 4;
+
+fn main() -> BenchResult<()> {
+    let scale: f64 = match std::env::var("SESSIONLOG_BENCH_SCALE") {
+        Ok(text) => text.parse()?,
+        Err(_) => 1.0,
+    };
+    let only = std::env::var("SESSIONLOG_BENCH_ONLY").unwrap_or_default();
+    if only.is_empty() || only == "verify" {
+        verify_section(((VERIFY_EVENTS * scale) as usize).max(SEAL_EVERY))?;
+    }
+    if only.is_empty() || only == "append" {
+        append_section(((APPEND_TURNS * scale) as usize).max(10))?;
+    }
+    Ok(())
+}
+
+/// The events of one turn: eight, as a coding agent's turn with one call
+/// logs them.
+fn turn_events(turn: usize) -> Vec<(&'static str, String)> {
+    let text = "Run the tests of the parser and tell me which ones fail; then fix the first one.";
+    vec![
+        ("turn/start", format!(r#"{{"turnId":"t{turn}"}}"#)),
+        (
+            "message",
+            format!(
+                r#"{{"role":"user","source":{{"kind":"user"}},"content":[{{"type":"text","text":"{text}"}}]}}"#
+            ),
+        ),
+        (
+            "step/start",
+            format!(r#"{{"stepId":"s{turn}","turnId":"t{turn}"}}"#),
+        ),
+        (
+            "tool/start",
+            format!(
+                r#"{{"callId":"c{turn}","stepId":"s{turn}","name":"shell","arguments":{{"command":"cargo test -p parser"}}}}"#
+            ),
+        ),
+        (
+            "tool/settle",
+            format!(
+                r#"{{"callId":"c{turn}","status":"ok","result":{{"exitCode":0,"stdout":"test result: ok. 41 passed"}}}}"#
+            ),
+        ),
+        ("step/end", format!(r#"{{"stepId":"s{turn}"}}"#)),
+        (
+            "message",
+            format!(
+                r#"{{"role":"assistant","source":{{"kind":"assistant"}},"content":[{{"type":"text","text":"All 41 tests pass."}}]}}"#
+            ),
+        ),
+        ("turn/end", format!(r#"{{"turnId":"t{turn}"}}"#)),
+    ]
+}
+
+fn id(text: &str) -> BenchResult<SessionId> {
+    Ok(SessionId::parse(text)?)
+}
+
+/// Writes `events` events (whole turns) to session `name` of `folder`, with
+/// a signed seal after every `seal_every` events when given.
+fn write_log(
+    folder: &Path,
+    name: &str,
+    events: usize,
+    seal_every: Option<usize>,
+) -> BenchResult<std::path::PathBuf> {
+    let store = JsonlStore::open(folder)?;
+    let session = id(name)?;
+    store.create(
+        &SessionHeader::root(session.clone(), 1, "/work".to_owned()),
+        &[],
+        Durability::Buffered,
+    )?;
+    let options = WriterOptions {
+        durability: Durability::Buffered,
+        keep_snapshot: false,
+        seal_turns: SealTurns::Off,
+    };
+    let mut writer = Store::Jsonl(store).open_writer(&session, options)?;
+    let key = SealSecretKey::from_seed([11; 32]);
+    let mut written = 0;
+    let mut turn = 0;
+    while written < events {
+        for (event_type, data) in turn_events(turn) {
+            if written == events {
+                break;
+            }
+            writer.stage(
+                NewEvent {
+                    event_type: event_type.to_owned(),
+                    data,
+                    ts: Some(1_700_000_000_000 + written as u64),
+                },
+                None,
+            )?;
+            written += 1;
+            if seal_every.is_some_and(|every| written % every == 0) {
+                writer.seal(Some(&key), None)?;
+            }
+        }
+        turn += 1;
+    }
+    writer.sync()?;
+    Ok(folder.join(format!("{name}.jsonl")))
+}
+
+/// What `sessionlog verify` does: stream, fold (own seals checked against
+/// the chain), collect violations. Returns the events and own seals met.
+fn verify(path: &Path) -> BenchResult<(u64, u64)> {
+    let mut stream: Box<dyn SessionStream> = Box::new(LogReader::open(path, None)?);
+    let mut state = SessionState::with_header_body(stream.header().clone(), stream.header_body());
+    let mut count = 0;
+    let mut seals = 0;
+    while let Some(event) = stream.next_event_folded(&mut state)? {
+        count += 1;
+        if let Err(violation) = event.folded {
+            return Err(format!("the bench log breaks a rule: {violation}").into());
+        }
+        if state
+            .last_seal()
+            .is_some_and(|seal| seal.seq == event.record.seq())
+        {
+            seals += 1;
+        }
+    }
+    stream.finish()?;
+    Ok((count, seals))
+}
+
+/// The naive limit: read the file, check each line's CRC, parse each line
+/// into a `serde_json::Value`.
+fn naive_read(path: &Path, id: &str) -> BenchResult<u64> {
+    let mut reader = BufReader::with_capacity(256 * 1024, File::open(path)?);
+    let mut line = Vec::new();
+    let mut lines = 0;
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        line.pop();
+        let Some((body, stored)) = split_crc(&line) else {
+            return Err("naive read: no CRC suffix".into());
+        };
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(id.as_bytes());
+        hasher.update(body);
+        if hasher.finalize() != stored {
+            return Err("naive read: CRC mismatch".into());
+        }
+        let value: serde_json::Value = serde_json::from_slice(&line)?;
+        std::hint::black_box(&value);
+        lines += 1;
+    }
+    Ok(lines)
+}
+
+/// Runs each closure `rounds` times, interleaved; the best time of each.
+fn best_of<const N: usize>(
+    rounds: usize,
+    mut runs: [&mut dyn FnMut() -> BenchResult<()>; N],
+) -> BenchResult<[Duration; N]> {
+    let mut best = [Duration::MAX; N];
+    for _ in 0..rounds {
+        for (index, run) in runs.iter_mut().enumerate() {
+            let start = Instant::now();
+            run()?;
+            best[index] = best[index].min(start.elapsed());
+        }
+    }
+    Ok(best)
+}
+
+fn ms(duration: Duration) -> String {
+    format!("{:.1} ms", duration.as_secs_f64() * 1e3)
+}
+
+fn verdict(pass: bool) -> &'static str {
+    if pass {
+        "pass"
+    } else {
+        "FAIL"
+    }
+}
+
+fn verify_section(events: usize) -> BenchResult<()> {
+    let dir = tempfile::tempdir()?;
+    let plain = write_log(dir.path(), "plain", events, None)?;
+    let sealed = write_log(dir.path(), "sealed", events, Some(SEAL_EVERY))?;
+    let (plain_events, _) = verify(&plain)?;
+    let (sealed_events, seals) = verify(&sealed)?;
+    println!(
+        "verify: {plain_events} events unsealed ({} MB); {sealed_events} records with {seals} signed seals ({} MB)",
+        std::fs::metadata(&plain)?.len() / 1_000_000,
+        std::fs::metadata(&sealed)?.len() / 1_000_000
+    );
+    let [plain_time, sealed_time, naive_time] = best_of(
+        5,
+        [
+            &mut || verify(&plain).map(|_| ()),
+            &mut || verify(&sealed).map(|_| ()),
+            &mut || naive_read(&sealed, "sealed").map(|_| ()),
+        ],
+    )?;
+    let ratio = sealed_time.as_secs_f64() / plain_time.as_secs_f64();
+    let naive_ratio = sealed_time.as_secs_f64() / naive_time.as_secs_f64();
+    println!("| figure | measured | baseline | ratio | target | |");
+    println!("|---|---:|---:|---:|---|---|");
+    println!(
+        "| verify, sealed every {SEAL_EVERY} / unsealed | {} | {} | {ratio:.3} | ≤ 1.5 | {} |",
+        ms(sealed_time),
+        ms(plain_time),
+        verdict(ratio <= 1.5)
+    );
+    println!(
+        "| verify, sealed / naive limit | {} | {} | {naive_ratio:.3} | ≤ 1.0 | {} |",
+        ms(sealed_time),
+        ms(naive_time),
+        verdict(naive_ratio <= 1.0)
+    );
+    Ok(())
+}
+
+fn append_section(turns: usize) -> BenchResult<()> {
+    let dir = match std::env::var_os("SESSIONLOG_BENCH_DIR") {
+        Some(parent) => tempfile::tempdir_in(parent)?,
+        None => tempfile::tempdir()?,
+    };
+    let store = JsonlStore::open(dir.path())?;
+    let key = SealSecretKey::from_seed([12; 32]);
+    let mut round = 0;
+    let mut open = |seal_turns: SealTurns| -> BenchResult<sessionlog_store::SessionWriter> {
+        round += 1;
+        let session = id(&format!("append-{round}"))?;
+        store.create(
+            &SessionHeader::root(session.clone(), 1, "/work".to_owned()),
+            &[],
+            Durability::Fsync,
+        )?;
+        let options = WriterOptions {
+            durability: Durability::Fsync,
+            keep_snapshot: false,
+            seal_turns,
+        };
+        Ok(Store::Jsonl(store.clone()).open_writer(&session, options)?)
+    };
+    let append_turn =
+        |writer: &mut sessionlog_store::SessionWriter, turn: usize| -> BenchResult<Duration> {
+            let start = Instant::now();
+            for (event_type, data) in turn_events(turn) {
+                writer.append(NewEvent::new(event_type, data), None)?;
+            }
+            Ok(start.elapsed())
+        };
+    let events = (turns * turn_events(0).len()) as f64;
+    let mut plain_total = Duration::ZERO;
+    let mut sealed_total = Duration::ZERO;
+    for _ in 0..ROUNDS {
+        // Two sessions side by side, one turn of each in turn: a drift of
+        // the disk's fsync cost weighs on both alike.
+        let mut plain = open(SealTurns::Off)?;
+        let mut sealed = open(SealTurns::Signed(key.clone()))?;
+        append_turn(&mut plain, 0)?;
+        append_turn(&mut sealed, 0)?;
+        for turn in 1..=turns {
+            if turn % 2 == 0 {
+                plain_total += append_turn(&mut plain, turn)?;
+                sealed_total += append_turn(&mut sealed, turn)?;
+            } else {
+                sealed_total += append_turn(&mut sealed, turn)?;
+                plain_total += append_turn(&mut plain, turn)?;
+            }
+        }
+    }
+    let plain_rate = events * ROUNDS as f64 / plain_total.as_secs_f64();
+    let sealed_rate = events * ROUNDS as f64 / sealed_total.as_secs_f64();
+    let ratio = sealed_rate / plain_rate;
+    println!(
+        "durable appends: {turns} turns of 8 events, one fsync per append, {ROUNDS} rounds of two sessions taking turns"
+    );
+    println!("| figure | measured | baseline | ratio | target | |");
+    println!("|---|---:|---:|---:|---|---|");
+    println!(
+        "| durable appends, signed seal per turn / no seal | {sealed_rate:.0} ev/s | {plain_rate:.0} ev/s | {ratio:.3} | ≥ 0.95 | {} |",
+        verdict(ratio >= 0.95)
+    );
+    Ok(())
+}
