@@ -82,9 +82,8 @@ fn turn_events(turn: usize) -> Vec<(&'static str, String)> {
         ("step/end", format!(r#"{{"stepId":"s{turn}"}}"#)),
         (
             "message",
-            format!(
-                r#"{{"role":"assistant","source":{{"kind":"assistant"}},"content":[{{"type":"text","text":"All 41 tests pass."}}]}}"#
-            ),
+            r#"{"role":"assistant","source":{"kind":"assistant"},"content":[{"type":"text","text":"All 41 tests pass."}]}"#
+                .to_owned(),
         ),
         ("turn/end", format!(r#"{{"turnId":"t{turn}"}}"#)),
     ]

@@ -39,6 +39,9 @@ pub enum Durability {
 }
 
 /// Whether a writer seals every turn by itself.
+// One value per open writer: its size does not matter, and boxing the key
+// would only make every caller write `Box::new`.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum SealTurns {
     /// No seal but the ones asked for with [`SessionWriter::seal`].
