@@ -255,6 +255,7 @@ fn missing_anchored_sessions(
 }
 
 impl Verdict {
+    /// A verdict of nothing found yet.
     fn empty(session: String, source: String) -> Verdict {
         Verdict {
             session,
@@ -275,19 +276,7 @@ impl Verdict {
 /// Verifies one session (its records, rules and own seals), then holds it
 /// to `policy`.
 fn verify_session(target: &Target, session: &SessionRef, policy: &SealPolicy) -> Result<Verdict> {
-    let mut verdict = Verdict {
-        session: session.id.to_string(),
-        source: session.label.clone(),
-        status: "ok",
-        events: 0,
-        last_seq: 0,
-        torn_tail: None,
-        corruption: None,
-        violations: Vec::new(),
-        seal_failures: Vec::new(),
-        own_seals: 0,
-        last_seal: None,
-    };
+    let mut verdict = Verdict::empty(session.id.to_string(), session.label.clone());
     match scan(target, session, policy, &mut verdict) {
         Ok(()) => {}
         Err(StoreError::Corrupt { corruption, .. }) => {
