@@ -30,6 +30,8 @@
 //! - `import`: Codex CLI rollouts and Claude Code transcripts imported
 //!   (the fixtures of `tests/fixtures/import/`, one per tool version
 //!   family): counts, authority, `verify`, re-import, broken files.
+//! - `manners`: every command at its edges: a closed pipe, an empty
+//!   store, warnings, exit codes.
 //! - `hostile`: arbitrary `append` lines and pending actions through the
 //!   binary (proptest), records above 16 MiB, hostile ids, planted symlinks.
 
@@ -44,6 +46,7 @@ mod faults;
 mod format;
 mod hostile;
 mod import;
+mod manners;
 mod people;
 mod power_loss;
 mod realistic;

@@ -8,6 +8,7 @@
 mod cli;
 mod commands;
 mod import;
+mod output;
 mod progress;
 mod target;
 
@@ -34,6 +35,9 @@ pub mod exit {
     pub const REVIEW: u8 = 5;
     /// `Locked` or `Conflict`.
     pub const CONTENTION: u8 = 6;
+    /// Standard output was closed before the command finished (its reader,
+    /// such as `head`, went away): 128 + SIGPIPE, printed nothing more.
+    pub const READER_GONE: u8 = crate::output::READER_GONE;
 }
 
 /// A usage error: bad arguments or input that is not what a command reads.
@@ -57,7 +61,11 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {
-            let _ = error.print();
+            if let Err(printing) = error.print() {
+                if printing.kind() == std::io::ErrorKind::BrokenPipe {
+                    return ExitCode::from(exit::READER_GONE);
+                }
+            }
             return ExitCode::from(if error.use_stderr() {
                 exit::USAGE
             } else {
@@ -70,9 +78,10 @@ fn main() -> ExitCode {
     let result = run(cli);
     match result {
         Ok(code) => ExitCode::from(code),
+        Err(error) if output::is_broken_pipe(&error) => ExitCode::from(exit::READER_GONE),
         Err(error) => {
             let code = exit_code(&error);
-            eprintln!("sessionlog: {}", render(&error));
+            output::error_line(format_args!("sessionlog: {}", render(&error)));
             ExitCode::from(code)
         }
     }
@@ -213,6 +222,6 @@ pub fn quiet() -> bool {
 /// Prints a warning on stderr unless `--quiet`.
 pub fn warn(message: impl std::fmt::Display) {
     if !quiet() {
-        eprintln!("sessionlog: warning: {message}");
+        output::error_line(format_args!("sessionlog: warning: {message}"));
     }
 }

@@ -14,6 +14,7 @@ use sessionlog_store::{Leftover, Store};
 use crate::exit;
 use crate::target::Target;
 use crate::UsageError;
+use crate::output::outln;
 
 /// One temporary file as reported.
 #[derive(Debug, Serialize)]
@@ -32,7 +33,7 @@ pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u
         Target::Store(Store::Jsonl(jsonl)) => jsonl,
         Target::Store(Store::Sqlite(_)) => {
             if !json {
-                println!("{}: a database keeps no temporary files", store.display());
+                outln!("{}: a database keeps no temporary files", store.display());
             }
             return Ok(exit::OK);
         }
@@ -66,9 +67,9 @@ pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u
     }
     for entry in &entries {
         if json {
-            println!("{}", serde_json::to_string(entry)?);
+            outln!("{}", serde_json::to_string(entry)?);
         } else {
-            println!(
+            outln!(
                 "{}: {} ({} bytes, written {} s ago)",
                 entry.action, entry.path, entry.bytes, entry.age_seconds
             );
@@ -81,7 +82,7 @@ pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u
             ("removed", entries_with(&entries, "removed"))
         };
         let bytes: u64 = gone.iter().map(|entry| entry.bytes).sum();
-        println!(
+        outln!(
             "{} temporary file(s) {verb} ({bytes} bytes), {} kept",
             gone.len(),
             entries.len() - gone.len()

@@ -5,12 +5,16 @@ use anyhow::Result;
 use clap::CommandFactory;
 
 use crate::cli::Cli;
-use crate::exit;
+use crate::{exit, output};
 
 /// Runs `completions`.
 pub fn run(shell: clap_complete::Shell) -> Result<u8> {
     let mut command = Cli::command();
     let name = command.get_name().to_owned();
-    clap_complete::generate(shell, &mut command, name, &mut std::io::stdout());
+    // Generated into memory first: clap_complete panics when its writer
+    // fails, and a closed pipe must stop us quietly instead.
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, name, &mut script);
+    output::bytes(&script);
     Ok(exit::OK)
 }

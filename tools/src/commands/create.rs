@@ -8,6 +8,7 @@ use sessionlog_store::{create_log_file, now_ms, Durability, Io, Store};
 
 use crate::target::is_lone_log;
 use crate::{exit, UsageError};
+use crate::output::outln;
 
 /// Runs `create`.
 pub fn run(store: &Path, session: &str, cwd: Option<String>, json: bool) -> Result<u8> {
@@ -23,9 +24,9 @@ pub fn run(store: &Path, session: &str, cwd: Option<String>, json: bool) -> Resu
         Store::create(store)?.create_session(&header, &[], Durability::Fsync)?;
     }
     if json {
-        println!("{}", header_json(&header));
+        outln!("{}", header_json(&header));
     } else {
-        println!("created session {} in {}", header.id, store.display());
+        outln!("created session {} in {}", header.id, store.display());
     }
     Ok(exit::OK)
 }

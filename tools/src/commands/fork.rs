@@ -11,6 +11,7 @@ use crate::commands::create::header_json;
 use crate::commands::project::fold_checked;
 use crate::target::Target;
 use crate::{exit, UsageError};
+use crate::output::outln;
 
 /// Runs `fork`.
 pub fn run(
@@ -61,9 +62,9 @@ pub fn run(
         }
     };
     if json {
-        println!("{}", header_json(&header));
+        outln!("{}", header_json(&header));
     } else {
-        println!(
+        outln!(
             "created child {} of {} (seedLength {}, delegationDepth {}, sandboxMode {}, approvalPolicy {})",
             header.id,
             parent.id,

@@ -10,6 +10,7 @@ use sessionlog_schema::SessionHeader;
 
 use crate::exit;
 use crate::target::Target;
+use crate::output::outln;
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -68,7 +69,7 @@ pub fn run(store: &Path, tree: bool, json: bool) -> Result<u8> {
                     error: Some(error.clone()),
                 },
             };
-            println!("{}", serde_json::to_string(&listed)?);
+            outln!("{}", serde_json::to_string(&listed)?);
         }
         return Ok(code);
     }
@@ -77,14 +78,14 @@ pub fn run(store: &Path, tree: bool, json: bool) -> Result<u8> {
     } else {
         for (id, header) in &entries {
             match header {
-                Ok(h) => println!(
+                Ok(h) => outln!(
                     "{id}\tdepth {}\tparent {}\tseed {}\t{}",
                     h.delegation_depth,
                     h.parent_session.as_ref().map_or("-", |p| p.as_str()),
                     h.seed_length,
                     h.cwd
                 ),
-                Err(error) => println!("{id}\tunreadable: {error}"),
+                Err(error) => outln!("{id}\tunreadable: {error}"),
             }
         }
     }
@@ -132,9 +133,9 @@ impl Tree<'_> {
     fn print(&self, id: &str, prefix: &str, last: bool, root: bool) {
         let note = self.notes.get(id).map_or("", String::as_str);
         if root {
-            println!("{id}{note}");
+            outln!("{id}{note}");
         } else {
-            println!("{prefix}{}{id}{note}", if last { "└── " } else { "├── " });
+            outln!("{prefix}{}{id}{note}", if last { "└── " } else { "├── " });
         }
         let next_prefix = if root {
             String::new()

@@ -9,6 +9,7 @@ use sessionlog_store::{
 };
 
 use crate::{exit, warn};
+use crate::output::outln;
 
 /// Runs `migrate`.
 pub fn migrate(from: &Path, to: &Path, json: bool, quiet: bool) -> Result<u8> {
@@ -36,9 +37,9 @@ pub fn migrate(from: &Path, to: &Path, json: bool, quiet: bool) -> Result<u8> {
             "warnings": warnings,
             "identical": true,
         });
-        println!("{json}");
+        outln!("{json}");
     } else {
-        println!(
+        outln!(
             "migrated {} sessions ({} events) from {} to {}; the copy is identical",
             report.sessions,
             report.events,
@@ -56,9 +57,9 @@ pub fn diff(a: &Path, b: &Path, json: bool) -> Result<u8> {
     match diff_stores(&left, &right)? {
         None => {
             if json {
-                println!("{{\"identical\":true}}");
+                outln!("{{\"identical\":true}}");
             } else {
-                println!("identical");
+                outln!("identical");
             }
             Ok(exit::OK)
         }
@@ -73,9 +74,9 @@ pub fn diff(a: &Path, b: &Path, json: bool) -> Result<u8> {
                     "right": difference.right,
                     "message": difference.to_string(),
                 });
-                println!("{json}");
+                outln!("{json}");
             } else {
-                println!("{difference}");
+                outln!("{difference}");
             }
             Ok(exit::USAGE)
         }

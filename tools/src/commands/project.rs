@@ -7,6 +7,7 @@ use sessionlog_store::StoreError;
 use crate::cli::{DefaultArgs, SessionArgs};
 use crate::target::Target;
 use crate::{exit, warn, UsageError};
+use crate::output::outln;
 
 /// Runs `project`.
 pub fn run(args: &SessionArgs, at: Option<u64>, defaults: &DefaultArgs) -> Result<u8> {
@@ -17,7 +18,7 @@ pub fn run(args: &SessionArgs, at: Option<u64>, defaults: &DefaultArgs) -> Resul
         approval: defaults.default_approval,
         sandbox: defaults.default_sandbox,
     };
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(&state.projection(&defaults))?
     );

@@ -15,6 +15,7 @@ use sessionlog_store::{ErrorClass, StoreError};
 use crate::cli::SessionArgs;
 use crate::exit;
 use crate::target::{read_input, Target};
+use crate::output::outln;
 
 #[derive(Serialize)]
 struct ErrorReply<'a> {
@@ -23,7 +24,7 @@ struct ErrorReply<'a> {
 }
 
 fn print_error(code: &str, message: String) -> Result<()> {
-    println!(
+    outln!(
         "{}",
         serde_json::to_string(&ErrorReply {
             error: code,
@@ -67,7 +68,7 @@ pub fn request(args: &SessionArgs, pending: &Path, max_bytes: usize) -> Result<u
     };
     match build_review_request(&snapshot.header, &snapshot.events, &action, max_bytes) {
         Ok(request) => {
-            println!("{request}");
+            outln!("{request}");
             Ok(exit::OK)
         }
         Err(error) => {
@@ -102,7 +103,7 @@ pub fn result(file: Option<&Path>) -> Result<u8> {
     let reply = read_input(file)?;
     match parse_review_result(&reply) {
         Ok(decision) => {
-            println!("{}", serde_json::to_string(&decision)?);
+            outln!("{}", serde_json::to_string(&decision)?);
             Ok(exit::OK)
         }
         Err(failure) => {

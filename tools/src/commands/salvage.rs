@@ -19,6 +19,7 @@ use sessionlog_schema::{Corruption, EventRecord, LogScanner, TornTail};
 use sessionlog_store::{create_log_file, Durability, Io, Line, LineReader};
 
 use crate::{exit, progress, Exit, UsageError};
+use crate::output::outln;
 
 /// What salvage did, as printed.
 #[derive(Debug, Serialize)]
@@ -101,7 +102,7 @@ pub fn run(file: &Path, out: &Path, json: bool, quiet: bool) -> Result<u8> {
         left_behind,
     };
     if json {
-        println!("{}", serde_json::to_string(&report)?);
+        outln!("{}", serde_json::to_string(&report)?);
     } else {
         print_human(&report);
     }
@@ -296,7 +297,7 @@ fn scan(file: &Path, file_len: u64, quiet: bool) -> Result<Scan> {
 }
 
 fn print_human(report: &SalvageReport) {
-    println!(
+    outln!(
         "salvaged {} event{} (last seq {}) of session {} from {} into {}",
         report.events,
         if report.events == 1 { "" } else { "s" },
@@ -306,8 +307,8 @@ fn print_human(report: &SalvageReport) {
         report.out
     );
     match &report.left_behind {
-        None => println!("nothing was left behind: {} has no damage", report.file),
-        Some(left) => println!(
+        None => outln!("nothing was left behind: {} has no damage", report.file),
+        Some(left) => outln!(
             "left behind: {} bytes from line {} (byte offset {}), {}: {}",
             left.bytes, left.line, left.offset, left.cause, left.reason
         ),

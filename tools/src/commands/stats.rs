@@ -13,6 +13,7 @@ use sessionlog_store::{ErrorClass, StoreError};
 use crate::cli::SessionArgs;
 use crate::target::{SessionRef, Target};
 use crate::{exit, progress};
+use crate::output::outln;
 
 /// The counts of one session.
 #[derive(Debug, Default, Serialize)]
@@ -68,7 +69,7 @@ pub fn run(args: &SessionArgs, json: bool, quiet: bool) -> Result<u8> {
     }
     bar.finish_and_clear();
     if json {
-        println!("{}", serde_json::to_string(&report)?);
+        outln!("{}", serde_json::to_string(&report)?);
     } else {
         print_human(&report);
     }
@@ -140,14 +141,14 @@ impl Totals {
 
 fn print_human(report: &Report) {
     let totals = &report.totals;
-    println!(
+    outln!(
         "sessions  {} ({} with a torn tail, {} corrupt)",
         totals.sessions, totals.torn_tails, totals.corrupt
     );
-    println!("events    {}", totals.events);
-    println!("bytes     {}", totals.bytes);
+    outln!("events    {}", totals.events);
+    outln!("bytes     {}", totals.bytes);
     if !totals.events_by_type.is_empty() {
-        println!("events by type:");
+        outln!("events by type:");
         let width = totals
             .events_by_type
             .keys()
@@ -159,7 +160,7 @@ fn print_human(report: &Report) {
             } else {
                 ""
             };
-            println!(
+            outln!(
                 "  {:<width$}  {count:>8}{unknown}",
                 crate::commands::replay::display(name),
                 width = width.unwrap_or(0)
@@ -167,7 +168,7 @@ fn print_human(report: &Report) {
         }
     }
     if report.sessions.len() > 1 {
-        println!("per session:");
+        outln!("per session:");
     }
     let id_width = report.sessions.iter().map(|s| s.session.len()).max();
     for stats in report.sessions.iter().filter(|_| report.sessions.len() > 1) {
@@ -185,11 +186,11 @@ fn print_human(report: &Report) {
         if let Some(message) = &stats.corrupt {
             line.push_str(&format!(", CORRUPT: {message}"));
         }
-        println!("{line}");
+        outln!("{line}");
     }
     if report.sessions.len() == 1 {
         if let Some(message) = &report.sessions[0].corrupt {
-            println!("corrupt: {message}");
+            outln!("corrupt: {message}");
         }
     }
 }

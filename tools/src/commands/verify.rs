@@ -9,6 +9,7 @@ use sessionlog_store::{FoldedEvent, StoreError};
 use crate::cli::SessionArgs;
 use crate::exit;
 use crate::target::{SessionRef, Target};
+use crate::output::outln;
 
 /// What verify found in one session.
 #[derive(Debug, Serialize)]
@@ -75,7 +76,7 @@ pub fn run(args: &SessionArgs, json: bool, quiet: bool) -> Result<u8> {
         code = worst(code, verdict_code(&verdict));
         bar.suspend(|| -> Result<()> {
             if json {
-                println!("{}", serde_json::to_string(&verdict)?);
+                outln!("{}", serde_json::to_string(&verdict)?);
             } else {
                 print_human(&verdict);
             }
@@ -223,19 +224,19 @@ pub fn worst(a: u8, b: u8) -> u8 {
 fn print_human(verdict: &Verdict) {
     let name = &verdict.source;
     match verdict.status {
-        "ok" => println!(
+        "ok" => outln!(
             "{name}: ok ({} events, last seq {})",
             verdict.events, verdict.last_seq
         ),
         _ => {
             if let Some(corruption) = &verdict.corruption {
-                println!("{name}: {}", corruption.message);
+                outln!("{name}: {}", corruption.message);
             }
             for violation in &verdict.violations {
-                println!("{name}: rule violation: {}", violation.message);
+                outln!("{name}: rule violation: {}", violation.message);
             }
             if let Some(torn) = &verdict.torn_tail {
-                println!(
+                outln!(
                     "{name}: torn tail at line {} (byte offset {}): {} bytes, {}; the good prefix holds {} events (last seq {}); a writer truncates it on open",
                     torn.line, torn.offset, torn.bytes, torn.reason, verdict.events, verdict.last_seq
                 );
