@@ -42,9 +42,7 @@ pub fn bytes(bytes: &[u8]) {
 /// say it.
 pub fn error_line(arguments: std::fmt::Arguments<'_>) {
     let mut err = std::io::stderr().lock();
-    let written = err
-        .write_fmt(arguments)
-        .and_then(|()| err.write_all(b"\n"));
+    let written = err.write_fmt(arguments).and_then(|()| err.write_all(b"\n"));
     if let Err(error) = written {
         if error.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(i32::from(READER_GONE));

@@ -12,9 +12,9 @@ use serde::Serialize;
 use sessionlog_store::{Leftover, Store};
 
 use crate::exit;
+use crate::output::outln;
 use crate::target::Target;
 use crate::UsageError;
-use crate::output::outln;
 
 /// One temporary file as reported.
 #[derive(Debug, Serialize)]
@@ -71,7 +71,10 @@ pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u
         } else {
             outln!(
                 "{}: {} ({} bytes, written {} s ago)",
-                entry.action, entry.path, entry.bytes, entry.age_seconds
+                entry.action,
+                entry.path,
+                entry.bytes,
+                entry.age_seconds
             );
         }
     }

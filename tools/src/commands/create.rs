@@ -6,9 +6,9 @@ use anyhow::Result;
 use sessionlog_schema::{SessionHeader, SessionId};
 use sessionlog_store::{create_log_file, now_ms, Durability, Io, Store};
 
+use crate::output::outln;
 use crate::target::is_lone_log;
 use crate::{exit, UsageError};
-use crate::output::outln;
 
 /// Runs `create`.
 pub fn run(store: &Path, session: &str, cwd: Option<String>, json: bool) -> Result<u8> {

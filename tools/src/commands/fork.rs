@@ -9,9 +9,9 @@ use sessionlog_store::{create_log_file, now_ms, Durability, Io, StoreError};
 use crate::cli::{DefaultArgs, SessionArgs};
 use crate::commands::create::header_json;
 use crate::commands::project::fold_checked;
+use crate::output::outln;
 use crate::target::Target;
 use crate::{exit, UsageError};
-use crate::output::outln;
 
 /// Runs `fork`.
 pub fn run(

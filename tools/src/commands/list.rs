@@ -9,8 +9,8 @@ use serde::Serialize;
 use sessionlog_schema::SessionHeader;
 
 use crate::exit;
-use crate::target::Target;
 use crate::output::outln;
+use crate::target::Target;
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -8,12 +8,14 @@ use sessionlog_store::{
     diff as diff_stores, migrate as migrate_stores, MigratePhase, MigrateProgress, Store,
 };
 
-use crate::{exit, warn};
 use crate::output::outln;
+use crate::target::require_sessions;
+use crate::{exit, warn};
 
 /// Runs `migrate`.
-pub fn migrate(from: &Path, to: &Path, json: bool, quiet: bool) -> Result<u8> {
+pub fn migrate(from: &Path, to: &Path, json: bool, allow_empty: bool, quiet: bool) -> Result<u8> {
     let source = Store::open(from)?;
+    require_sessions(&source.ids()?, from, allow_empty)?;
     let destination = Store::create(to)?;
     let bar = crate::progress::bar(quiet, "migrate");
     let mut progress = |update: MigrateProgress| {

@@ -5,9 +5,9 @@ use sessionlog_projections::{Defaults, SessionState};
 use sessionlog_store::StoreError;
 
 use crate::cli::{DefaultArgs, SessionArgs};
+use crate::output::outln;
 use crate::target::Target;
 use crate::{exit, warn, UsageError};
-use crate::output::outln;
 
 /// Runs `project`.
 pub fn run(args: &SessionArgs, at: Option<u64>, defaults: &DefaultArgs) -> Result<u8> {

@@ -14,8 +14,8 @@ use sessionlog_store::{ErrorClass, StoreError};
 
 use crate::cli::SessionArgs;
 use crate::exit;
-use crate::target::{read_input, Target};
 use crate::output::outln;
+use crate::target::{read_input, Target};
 
 #[derive(Serialize)]
 struct ErrorReply<'a> {

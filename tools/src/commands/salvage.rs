@@ -18,8 +18,8 @@ use sessionlog_projections::fold;
 use sessionlog_schema::{Corruption, EventRecord, LogScanner, TornTail};
 use sessionlog_store::{create_log_file, Durability, Io, Line, LineReader};
 
-use crate::{exit, progress, Exit, UsageError};
 use crate::output::outln;
+use crate::{exit, progress, Exit, UsageError};
 
 /// What salvage did, as printed.
 #[derive(Debug, Serialize)]
@@ -310,7 +310,11 @@ fn print_human(report: &SalvageReport) {
         None => outln!("nothing was left behind: {} has no damage", report.file),
         Some(left) => outln!(
             "left behind: {} bytes from line {} (byte offset {}), {}: {}",
-            left.bytes, left.line, left.offset, left.cause, left.reason
+            left.bytes,
+            left.line,
+            left.offset,
+            left.cause,
+            left.reason
         ),
     }
 }

@@ -11,9 +11,9 @@ use sessionlog_schema::{EventType, CRC_SUFFIX_LEN};
 use sessionlog_store::{ErrorClass, StoreError};
 
 use crate::cli::SessionArgs;
+use crate::output::outln;
 use crate::target::{SessionRef, Target};
 use crate::{exit, progress};
-use crate::output::outln;
 
 /// The counts of one session.
 #[derive(Debug, Default, Serialize)]
@@ -143,7 +143,9 @@ fn print_human(report: &Report) {
     let totals = &report.totals;
     outln!(
         "sessions  {} ({} with a torn tail, {} corrupt)",
-        totals.sessions, totals.torn_tails, totals.corrupt
+        totals.sessions,
+        totals.torn_tails,
+        totals.corrupt
     );
     outln!("events    {}", totals.events);
     outln!("bytes     {}", totals.bytes);

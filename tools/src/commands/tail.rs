@@ -216,4 +216,3 @@ impl<W: Write> Tail<'_, W> {
         Ok(())
     }
 }
-

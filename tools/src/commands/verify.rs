@@ -8,8 +8,8 @@ use sessionlog_store::{FoldedEvent, StoreError};
 
 use crate::cli::SessionArgs;
 use crate::exit;
-use crate::target::{SessionRef, Target};
 use crate::output::outln;
+use crate::target::{require_sessions, SessionRef, Target};
 
 /// What verify found in one session.
 #[derive(Debug, Serialize)]
@@ -65,9 +65,10 @@ impl From<&Violation> for ViolationReport {
 }
 
 /// Runs `verify`.
-pub fn run(args: &SessionArgs, json: bool, quiet: bool) -> Result<u8> {
+pub fn run(args: &SessionArgs, json: bool, allow_empty: bool, quiet: bool) -> Result<u8> {
     let target = Target::open(&args.store)?;
     let sessions = target.sessions(args.session.as_deref())?;
+    require_sessions(&sessions, &args.store, allow_empty)?;
     let bar = crate::progress::bar(quiet, "verify");
     bar.set_length(sessions.len() as u64);
     let mut code = exit::OK;
@@ -226,7 +227,8 @@ fn print_human(verdict: &Verdict) {
     match verdict.status {
         "ok" => outln!(
             "{name}: ok ({} events, last seq {})",
-            verdict.events, verdict.last_seq
+            verdict.events,
+            verdict.last_seq
         ),
         _ => {
             if let Some(corruption) = &verdict.corruption {
