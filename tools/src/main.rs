@@ -11,6 +11,7 @@ mod import;
 mod output;
 mod progress;
 mod target;
+mod warnings;
 
 use std::process::ExitCode;
 
@@ -73,7 +74,7 @@ fn main() -> ExitCode {
             });
         }
     };
-    init_tracing(cli.quiet);
+    warnings::init_tracing();
     QUIET.store(cli.quiet, std::sync::atomic::Ordering::Relaxed);
     let result = run(cli);
     match result {
@@ -101,7 +102,35 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             cwd,
             json,
         } => commands::create::run(&store, &session, cwd, json),
-        Command::Append { target, expect_seq } => commands::append::run(&target, expect_seq),
+        Command::Append {
+            target,
+            expect_seq,
+            strict,
+        } => {
+            let unknown = if strict {
+                commands::append::UnknownTypes::Refuse
+            } else {
+                commands::append::UnknownTypes::Warn
+            };
+            commands::append::run(&target, expect_seq, unknown)
+        }
+        Command::Preset {
+            target,
+            preset,
+            approval,
+            expect_seq,
+            defaults,
+            json,
+        } => commands::preset::run(
+            &target,
+            &commands::preset::PresetSwitch {
+                preset,
+                approval,
+                expect_seq,
+            },
+            &defaults,
+            json,
+        ),
         Command::Project {
             target,
             at,
@@ -209,18 +238,6 @@ fn render(error: &anyhow::Error) -> String {
     text
 }
 
-fn init_tracing(quiet: bool) {
-    let level = if quiet { "error" } else { "warn" };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SESSIONLOG_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .without_time()
-        .init();
-}
-
 static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Whether `--quiet` was given.
@@ -228,9 +245,4 @@ pub fn quiet() -> bool {
     QUIET.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Prints a warning on stderr unless `--quiet`.
-pub fn warn(message: impl std::fmt::Display) {
-    if !quiet() {
-        output::error_line(format_args!("sessionlog: warning: {message}"));
-    }
-}
+pub use warnings::warn;
