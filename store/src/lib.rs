@@ -25,7 +25,8 @@ pub use io::{FaultInjector, FaultPoint, Io};
 pub use jsonl::{create_log_file, open_log_writer, read_header, JsonlStore, ListEntry};
 pub use leftovers::Leftover;
 pub use migrate::{
-    diff, migrate, Difference, MigratePhase, MigrateProgress, MigrateReport, MigrateWarning,
+    diff, migrate, migrate_with, Difference, MigrateOptions, MigratePhase, MigrateProgress,
+    MigrateReport, MigrateWarning,
 };
 pub use reader::{
     read_snapshot_from, FoldedEvent, Line, LineReader, LogReader, SessionStream, Snapshot,

@@ -18,7 +18,10 @@
 //! the destination's own reader, and compared with a digest of the source
 //! taken during the single read (the header, the number of events, the last
 //! seq and a CRC-32 over every record body); a mismatch is named by a full
-//! comparison of that session, and fails the run.
+//! comparison of that session, and fails the run. A run interrupted while
+//! publishing is finished by [`migrate_with`] under `resume`, which proves
+//! each session already in the destination identical (as `diff` does) and
+//! skips it.
 //!
 //! `diff` compares two stores session by session in bounded memory:
 //! missing sessions, header fields, then the events in lockstep (seq, ts,
@@ -85,6 +88,9 @@ pub struct MigrateReport {
     pub events: u64,
     /// Torn tails dropped.
     pub warnings: Vec<MigrateWarning>,
+    /// Sessions a resumed run found already copied, proved identical and
+    /// skipped (not counted in `sessions`).
+    pub skipped: usize,
 }
 
 /// The first place where two stores differ.
@@ -131,6 +137,16 @@ impl fmt::Display for MigrateWarning {
     }
 }
 
+/// How a migration treats sessions the destination already holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MigrateOptions {
+    /// Resume an interrupted run: a session the destination already holds is
+    /// compared with the source (as `diff` does) and skipped when identical;
+    /// one that differs still refuses the run. Without it any such session
+    /// refuses the run before anything is read.
+    pub resume: bool,
+}
+
 /// Copies every session of `from` into `to`, then proves the copy identical.
 /// See the module docs for the phases and what refuses a run.
 pub fn migrate(
@@ -138,16 +154,48 @@ pub fn migrate(
     to: &Store,
     progress: &mut dyn FnMut(MigrateProgress),
 ) -> Result<MigrateReport, StoreError> {
-    let ids = from.ids()?;
-    let total = ids.len();
+    migrate_with(from, to, MigrateOptions::default(), progress)
+}
+
+/// [`migrate`] under `options`. With `resume`, the report counts the
+/// sessions found already copied in `skipped`.
+pub fn migrate_with(
+    from: &Store,
+    to: &Store,
+    options: MigrateOptions,
+    progress: &mut dyn FnMut(MigrateProgress),
+) -> Result<MigrateReport, StoreError> {
+    let mut ids = from.ids()?;
+    let mut skipped = 0usize;
+    let mut present = Vec::new();
     for id in &ids {
         if to.contains(id)? {
-            return Err(StoreError::AlreadyExists {
-                id: id.clone(),
-                path: to.path().to_owned(),
-            });
+            if !options.resume {
+                return Err(StoreError::AlreadyExists {
+                    id: id.clone(),
+                    path: to.path().to_owned(),
+                });
+            }
+            present.push(id.clone());
         }
     }
+    for id in &present {
+        if let Some(difference) = diff_session(from, to, id)? {
+            return Err(StoreError::io(
+                "resume the migration",
+                to.path(),
+                std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    format!(
+                        "session {id} is already in the destination but is not the source's copy ({difference}); nothing was written"
+                    ),
+                ),
+            ));
+        }
+        skipped += 1;
+    }
+    ids.retain(|id| !present.contains(id));
+    let total = ids.len();
     let mut staging = Staging::begin(to)?;
     let mut digests = Vec::with_capacity(total);
     let mut warnings = Vec::new();
@@ -189,6 +237,7 @@ pub fn migrate(
         sessions: total,
         events,
         warnings,
+        skipped,
     })
 }
 

@@ -198,7 +198,15 @@ pub enum Command {
         file: Option<PathBuf>,
     },
     /// Copy every session between backends, then prove the copy identical.
-    #[command(after_help = "Example:\n  sessionlog migrate ./sessions ./sessions.db")]
+    ///
+    /// Every source session is read and checked, and staged in the
+    /// destination unseen, before any is published; an interrupted run
+    /// (Ctrl-C during publishing) is finished by running it again with
+    /// --resume, which proves and skips what is already there. A source and
+    /// destination that are the same store are refused.
+    #[command(
+        after_help = "Examples:\n  sessionlog migrate ./sessions ./sessions.db\n  sessionlog migrate ./sessions ./sessions.db --resume"
+    )]
     Migrate {
         /// The source store.
         from: PathBuf,
@@ -211,6 +219,11 @@ pub enum Command {
         /// 0); without it, "no sessions found" is exit 1.
         #[arg(long)]
         allow_empty: bool,
+        /// Resume an interrupted migration: a session the destination
+        /// already holds is compared with its source and skipped when
+        /// identical (one that differs still refuses the run).
+        #[arg(long)]
+        resume: bool,
     },
     /// Exit 0 when two stores hold identical sessions, 1 otherwise.
     #[command(after_help = "Example:\n  sessionlog diff ./sessions ./sessions.db")]
