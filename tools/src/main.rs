@@ -36,6 +36,9 @@ pub mod exit {
     pub const REVIEW: u8 = 5;
     /// `Locked` or `Conflict`.
     pub const CONTENTION: u8 = 6;
+    /// `diff` only: the stores could not be compared (a usage or I/O
+    /// error), kept apart from 1, which `diff` answers for "different".
+    pub const DIFF_TROUBLE: u8 = 9;
     /// Standard output was closed before the command finished (its reader,
     /// such as `head`, went away): 128 + SIGPIPE, printed nothing more.
     pub const READER_GONE: u8 = crate::output::READER_GONE;
@@ -68,7 +71,7 @@ fn main() -> ExitCode {
                 }
             }
             return ExitCode::from(if error.use_stderr() {
-                exit::USAGE
+                usage_code_of_command()
             } else {
                 exit::OK
             });
@@ -165,7 +168,16 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             json,
             quiet,
         ),
-        Command::Diff { a, b, json } => commands::migrate::diff(&a, &b, json),
+        Command::Diff { a, b, json } => commands::migrate::diff(&a, &b, json).map_err(|error| {
+            if exit_code(&error) == exit::USAGE {
+                error.context(Exit {
+                    code: exit::DIFF_TROUBLE,
+                    message: "cannot compare the stores".into(),
+                })
+            } else {
+                error
+            }
+        }),
         Command::Export { target } => commands::export::run(&target),
         Command::List { store, tree, json } => commands::list::run(&store, tree, json),
         Command::Replay {
@@ -218,8 +230,24 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     }
 }
 
+/// The exit code of a usage error clap found: 1, but for `diff`, whose 1
+/// means "different".
+fn usage_code_of_command() -> u8 {
+    let command = std::env::args().skip(1).find(|arg| !arg.starts_with('-'));
+    if command.as_deref() == Some("diff") {
+        exit::DIFF_TROUBLE
+    } else {
+        exit::USAGE
+    }
+}
+
 /// The exit code an error stands for.
 pub fn exit_code(error: &anyhow::Error) -> u8 {
+    // An `Exit` given as context is found by anyhow's own downcast; the
+    // chain shows only its message.
+    if let Some(exit) = error.downcast_ref::<Exit>() {
+        return exit.code;
+    }
     for cause in error.chain() {
         if let Some(exit) = cause.downcast_ref::<Exit>() {
             return exit.code;
