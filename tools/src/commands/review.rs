@@ -36,7 +36,12 @@ fn print_error(code: &str, message: String) -> Result<()> {
 
 /// Runs `review-request`.
 pub fn request(args: &SessionArgs, pending: &Path, max_bytes: usize) -> Result<u8> {
-    let pending = read_input(Some(pending))?;
+    // `-` is standard input, so a runtime can pipe the action in.
+    let pending = if pending == Path::new("-") {
+        read_input(None)?
+    } else {
+        read_input(Some(pending))?
+    };
     let target = Target::open(&args.store)?;
     let session = target.session(args.session.as_deref())?;
     let snapshot = match target.snapshot(&session) {
@@ -72,7 +77,15 @@ pub fn request(args: &SessionArgs, pending: &Path, max_bytes: usize) -> Result<u
             Ok(exit::OK)
         }
         Err(error) => {
-            print_error(error.code.as_str(), error.message)?;
+            let message = if error.code == ReviewErrorCode::RequestTooLarge {
+                format!(
+                    "{}; what helps: a checkpoint event, after which the reviewer sees only the history from it on, or a larger limit with --max-bytes",
+                    error.message
+                )
+            } else {
+                error.message
+            };
+            print_error(error.code.as_str(), message)?;
             Ok(if error.code == ReviewErrorCode::InvalidLog {
                 exit::RULE
             } else {
