@@ -14,6 +14,7 @@ use sessionlog_store::Store;
 
 use crate::commands::replay::display;
 use crate::import::{self, Format, ImportError, SessionOutcome};
+use crate::output::outln;
 use crate::target::is_lone_log;
 use crate::{exit, progress, UsageError};
 
@@ -122,14 +123,17 @@ fn import_one(store: &Store, file: &Path, format: Format, report: &mut SourceRep
 
 fn print_report(source: &Path, report: &SourceReport, json: bool) {
     for error in &report.failed {
-        eprintln!("sessionlog: import failed: {}", display(&error.to_string()));
+        crate::output::error_line(format_args!(
+            "sessionlog: import failed: {}",
+            display(&error.to_string())
+        ));
     }
     for (file, reason) in &report.skipped {
-        eprintln!(
-            "sessionlog: import skipped {}: {}",
+        crate::warn(format!(
+            "import skipped {}: {}",
             display(file),
             display(reason)
-        );
+        ));
     }
     if json {
         let failed: Vec<_> = report
@@ -159,7 +163,7 @@ fn print_report(source: &Path, report: &SourceReport, json: bool) {
             "failed": failed,
             "imported": report.imported,
         });
-        println!("{line}");
+        outln!("{line}");
         return;
     }
     let mut summary = format!(
@@ -181,5 +185,5 @@ fn print_report(source: &Path, report: &SourceReport, json: bool) {
     if !report.failed.is_empty() {
         summary.push_str(&format!(", {} failed", report.failed.len()));
     }
-    println!("{summary}");
+    outln!("{summary}");
 }
