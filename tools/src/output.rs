@@ -5,7 +5,7 @@
 //! nothing more (no error, no panic) and exits with [`READER_GONE`], the
 //! status a shell reports for a program that a broken pipe stopped
 //! (128 + SIGPIPE), so `set -o pipefail` still sees that the command did not
-//! finish. Every line a command prints goes through [`line`] (the `outln!`
+//! finish. Every line a command prints goes through [`line()`] (the `outln!`
 //! macro), and `main` maps a broken pipe that a buffered writer returned to
 //! the same status.
 
@@ -28,7 +28,7 @@ pub fn line(arguments: std::fmt::Arguments<'_>) {
 }
 
 /// Writes `bytes` to standard output as they are, under the same rule as
-/// [`line`].
+/// [`line()`].
 pub fn bytes(bytes: &[u8]) {
     let mut out = std::io::stdout().lock();
     if let Err(error) = out.write_all(bytes).and_then(|()| out.flush()) {
@@ -71,7 +71,7 @@ fn stop(error: &std::io::Error) -> ! {
 }
 
 /// `println!` for commands: one line on standard output through
-/// [`line`], so a closed pipe stops the command quietly.
+/// [`line()`], so a closed pipe stops the command quietly.
 macro_rules! outln {
     ($($argument:tt)*) => {
         $crate::output::line(format_args!($($argument)*))
