@@ -13,7 +13,9 @@ use serde_json::value::RawValue;
 use sessionlog_schema::ToolStart;
 
 use super::error::{ReviewError, ReviewErrorCode};
-use super::strict::{as_string, find_nested_duplicate, is_null, unique_members, Members};
+use super::strict::{
+    as_string, find_nested_duplicate, is_null, unique_members, utf8_text, Members,
+};
 
 /// A tool call waiting for review.
 #[derive(Debug, Clone)]
@@ -68,12 +70,7 @@ const SCHEMA_MEMBERS: &[&str] = &["description", "parameters"];
 /// Reads a pending action strictly; any deviation is `INVALID_ACTION` naming
 /// the member.
 pub fn parse_pending_action(json: &[u8]) -> Result<PendingAction, ReviewError> {
-    let text = std::str::from_utf8(json).map_err(|error| {
-        invalid(format!(
-            "{ACTION} is not UTF-8 (invalid byte at offset {})",
-            error.valid_up_to()
-        ))
-    })?;
+    let text = utf8_text(json, ACTION).map_err(invalid)?;
     let members = strict_members(text, ACTION, ACTION_MEMBERS)?;
     let action = PendingAction {
         call_id: required_string(&members, "callId", ACTION)?,

@@ -28,7 +28,7 @@ use serde_json::value::RawValue;
 use sessionlog_schema::compact_json;
 
 use super::result::{members_of, ReviewFailure};
-use super::strict::{as_string, unique_members, Members};
+use super::strict::{as_string, unique_members, utf8_text, Members};
 
 /// The five partitions of a request, in the order they are built.
 const PARTITIONS: [&str; 5] = [
@@ -127,12 +127,7 @@ pub fn chat_completions_body(
 /// assert_eq!(parse_review_result(reply.as_bytes()).unwrap().decision, Decision::Allow);
 /// ```
 pub fn chat_completions_reply(response: &[u8]) -> Result<String, ReviewFailure> {
-    let text = std::str::from_utf8(response).map_err(|error| {
-        ReviewFailure::new(format!(
-            "the reviewer's answer is not UTF-8 (invalid byte at offset {})",
-            error.valid_up_to()
-        ))
-    })?;
+    let text = utf8_text(response, "the reviewer's answer").map_err(ReviewFailure::new)?;
     let top = members_of(text, "the reviewer's answer")?;
     let choices = member(&top, "choices", "the reviewer's answer")?;
     let choices: Vec<&RawValue> = serde_json::from_str(choices.get()).map_err(|_| {

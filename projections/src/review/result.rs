@@ -11,7 +11,7 @@
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use super::strict::{as_string, unique_members, Members};
+use super::strict::{as_string, unique_members, utf8_text, Members};
 
 /// The stable code of a reviewer failure.
 pub const AUTO_REVIEW_FAILED: &str = "AUTO_REVIEW_FAILED";
@@ -131,12 +131,7 @@ impl ReviewFailure {
 
 /// Reads a reviewer reply `{blocks, stop}` strictly (see the module docs).
 pub fn parse_review_result(reply_json: &[u8]) -> Result<ReviewDecision, ReviewFailure> {
-    let text = std::str::from_utf8(reply_json).map_err(|error| {
-        ReviewFailure::new(format!(
-            "the reply is not UTF-8 (invalid byte at offset {})",
-            error.valid_up_to()
-        ))
-    })?;
+    let text = utf8_text(reply_json, "the reply").map_err(ReviewFailure::new)?;
     let members = members_of(text, "the reply")?;
     let blocks = required(&members, "blocks", "the reply", &["blocks", "stop"])?;
     let stop = required(&members, "stop", "the reply", &["blocks", "stop"])?;

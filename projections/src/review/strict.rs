@@ -41,6 +41,17 @@ pub(super) fn object_members(json: &str) -> Result<Members<'_>, ObjectError> {
     Ok(members)
 }
 
+/// `bytes` as UTF-8 text; the error is the message that says where `what`
+/// stops being UTF-8.
+pub(super) fn utf8_text<'a>(bytes: &'a [u8], what: &str) -> Result<&'a str, String> {
+    std::str::from_utf8(bytes).map_err(|error| {
+        format!(
+            "{what} is not UTF-8 (invalid byte at offset {})",
+            error.valid_up_to()
+        )
+    })
+}
+
 /// Reads `json` as exactly one JSON object without a repeated member; the
 /// error is the message that says what is wrong with `what`.
 pub(super) fn unique_members<'a>(json: &'a str, what: &str) -> Result<Members<'a>, String> {
