@@ -261,13 +261,25 @@ class Store {
 }
 
 /**
+ * The most appends one group hands over while an earlier group is still
+ * being written: a bulk import issued in one synchronous loop gets its
+ * encoding overlapped with the store's work, a group at a time, instead of
+ * waiting for the loop to end. Appends that queue while a group is running
+ * share its successor's sync in any case.
+ */
+const EAGER_GROUP = 1024
+
+/**
  * The one writer of a session. Appends are applied in the order they were
  * called; those that arrive while a sync is running share the next one.
  */
 class Writer {
   #native
   #queue = []
-  #running = false
+  /** Groups and calls handed to the native writer and not yet settled. */
+  #inflight = 0
+  /** Calls (not appends) in `#queue`. */
+  #callsQueued = 0
   #closed = false
 
   constructor(token, handle) {
@@ -333,13 +345,20 @@ class Writer {
     }
     return new Promise((resolve, reject) => {
       this.#queue.push({ batch, count: events.length, single, resolve, reject })
-      this.#pump()
+      if (this.#inflight > 0 && this.#callsQueued === 0 && this.#queue.length >= EAGER_GROUP) {
+        // The native writer runs what it is handed in the order handed, so
+        // this group waits for the running one there, not here.
+        this.#sendGroup(this.#queue.length)
+      } else {
+        this.#pump()
+      }
     })
   }
 
   #enqueueCall(run) {
     return new Promise((resolve, reject) => {
       this.#queue.push({ run, resolve, reject })
+      this.#callsQueued += 1
       this.#pump()
     })
   }
@@ -348,25 +367,30 @@ class Writer {
     if (this.#closed) throw new SessionlogError('CLOSED', `the writer of session ${this.id} is closed`)
   }
 
-  /** Starts the next group (every append queued now) or call, if none is running. */
+  /** Starts the next group (every append queued now) or call, if nothing is running. */
   #pump() {
-    if (this.#running || this.#queue.length === 0) return
-    this.#running = true
-    const done = () => {
-      this.#running = false
-      this.#pump()
-    }
+    if (this.#inflight > 0 || this.#queue.length === 0) return
     if (this.#queue[0].run) {
       const entry = this.#queue.shift()
-      settle(entry.run).then(entry.resolve, entry.reject).then(done)
+      this.#callsQueued -= 1
+      this.#inflight += 1
+      settle(entry.run)
+        .then(entry.resolve, entry.reject)
+        .then(() => this.#settled())
       return
     }
     let count = 0
     while (count < this.#queue.length && !this.#queue[count].run) count += 1
+    this.#sendGroup(count)
+  }
+
+  /** Hands the first `count` queued appends (no call among them) over as one group. */
+  #sendGroup(count) {
     const group = this.#queue.splice(0, count)
     let text = '['
     for (let index = 0; index < group.length; index += 1) text += (index > 0 ? ',' : '') + group[index].batch
     text += ']'
+    this.#inflight += 1
     settle(() => this.#native.appendGroup(text))
       .then(
         (outcomes) => {
@@ -383,7 +407,12 @@ class Writer {
         },
         (error) => group.forEach((entry) => entry.reject(error)),
       )
-      .then(done)
+      .then(() => this.#settled())
+  }
+
+  #settled() {
+    this.#inflight -= 1
+    this.#pump()
   }
 }
 

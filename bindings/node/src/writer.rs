@@ -3,10 +3,12 @@
 //! appends of its callers in call order and hands over everything that
 //! queued while the previous group was being synced, so that they share
 //! one sync (`SessionWriter::append_group`, the store's group commit).
-//! Every call runs on the thread pool; the writer lock is released by
-//! `close` or when the object is collected.
+//! Every call runs on the thread pool, in the order JavaScript made it (see
+//! `Turns`); the writer lock is released by `close` or when the object is
+//! collected.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use napi::bindgen_prelude::AsyncTask;
 use napi_derive::napi;
@@ -46,7 +48,60 @@ enum BatchOutcome {
 #[derive(Debug)]
 pub struct NativeWriter {
     writer: Arc<Mutex<Option<SessionWriter>>>,
+    turns: Arc<Turns>,
     id: String,
+}
+
+/// Runs the calls made on one writer in the order they were made. A call
+/// takes a ticket on the JavaScript thread, when it is made; on the thread
+/// pool it waits until every earlier ticket has been served. `index.js`
+/// may so hand over a group of appends while an earlier one is still being
+/// written (a bulk import overlaps its encoding with the store's work), and
+/// a lock would not keep that order: `Mutex` is not first come, first
+/// served. libuv takes work first in, first out, so the call a waiting one
+/// needs is always already running.
+#[derive(Debug, Default)]
+struct Turns {
+    issued: AtomicU64,
+    served: Mutex<u64>,
+    next: Condvar,
+}
+
+impl Turns {
+    /// A ticket for a call made now.
+    fn take(&self) -> u64 {
+        self.issued.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Waits for `ticket`'s turn; the turn passes on when the guard drops,
+    /// whatever the call's outcome (a panic included).
+    fn wait(&self, ticket: u64) -> Turn<'_> {
+        let mut served = self.served.lock().unwrap_or_else(PoisonError::into_inner);
+        while *served != ticket {
+            served = self
+                .next
+                .wait(served)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        Turn { turns: self }
+    }
+}
+
+/// The turn of one call (see `Turns::wait`).
+struct Turn<'a> {
+    turns: &'a Turns,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let mut served = self
+            .turns
+            .served
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *served += 1;
+        self.turns.next.notify_all();
+    }
 }
 
 impl NativeWriter {
@@ -55,6 +110,7 @@ impl NativeWriter {
         NativeWriter {
             id: writer.id().as_str().to_owned(),
             writer: Arc::new(Mutex::new(Some(writer))),
+            turns: Arc::default(),
         }
     }
 
@@ -67,8 +123,11 @@ impl NativeWriter {
         T: napi::bindgen_prelude::ToNapiValue + napi::bindgen_prelude::TypeName + Send + 'static,
     {
         let writer = Arc::clone(&self.writer);
+        let turns = Arc::clone(&self.turns);
+        let ticket = turns.take();
         let id = self.id.clone();
         blocking(move || {
+            let _turn = turns.wait(ticket);
             let mut slot = writer.lock().unwrap_or_else(PoisonError::into_inner);
             let open = slot.as_mut().ok_or_else(|| {
                 Failure::new("CLOSED", format!("the writer of session {id} is closed"))
@@ -138,7 +197,10 @@ impl NativeWriter {
     #[napi]
     pub fn close(&self) -> AsyncTask<Blocking<()>> {
         let writer = Arc::clone(&self.writer);
+        let turns = Arc::clone(&self.turns);
+        let ticket = turns.take();
         blocking(move || {
+            let _turn = turns.wait(ticket);
             let open = writer.lock().unwrap_or_else(PoisonError::into_inner).take();
             drop(open);
             Ok(())

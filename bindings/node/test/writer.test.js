@@ -191,6 +191,44 @@ test('1,000 concurrent appends are applied in call order and resolve in seq orde
   })
 })
 
+test('a bulk of 6,000 appends issued in one loop, handed over in several groups, keeps call order', async (t) => {
+  const store = await Store.open(path.join(tempDir(t), 'sessions'), { create: true })
+  await store.createSession({ id: 's1', cwd: '/w' })
+  const writer = await store.openWriter('s1')
+  // More appends than one group takes while another runs: the writer hands
+  // several groups over before the first is done; the store must still
+  // apply them in call order (a turn/start overtaking its turn/end breaks a
+  // rule), with a refused append in the middle leaving the rest alone and
+  // the close queued last running after every append. Durable, so that
+  // the first group's fsync is still running when the next ones arrive.
+  const settledOrder = []
+  const appends = []
+  let refused = null
+  for (let n = 0; n < 6000; n += 1) {
+    if (n === 2500) {
+      refused = writer.append({ type: 'x-test/note', data: {} }, { expectSeq: 1 })
+      refused.catch(() => settledOrder.push('refused'))
+    }
+    const type = n % 2 === 0 ? 'turn/start' : 'turn/end'
+    appends.push(
+      writer.append({ type, data: { turnId: `t${Math.floor(n / 2)}` } }).then((seq) => {
+        settledOrder.push(seq)
+        return seq
+      }),
+    )
+  }
+  const closed = writer.close().then(() => settledOrder.push('closed'))
+  const seqs = await Promise.all(appends)
+  await rejectsWith(refused, 'CONFLICT')
+  await closed
+  assert.deepEqual(seqs, Array.from({ length: 6000 }, (_, n) => n + 1), 'the n-th call gets seq n')
+  const expected = [...seqs.slice(0, 2500), 'refused', ...seqs.slice(2500), 'closed']
+  assert.deepEqual(settledOrder, expected, 'promises settle in call order, the close last')
+  const snap = await store.snapshot('s1')
+  assert.equal(snap.events.length, 6000)
+  snap.events.forEach((event, n) => assert.equal(event.type, n % 2 === 0 ? 'turn/start' : 'turn/end'))
+})
+
 test('a refused append in a group of concurrent appends leaves the others', async (t) => {
   const store = await Store.open(path.join(tempDir(t), 'sessions'), { create: true })
   await store.createSession({ id: 's1', cwd: '/w' })
