@@ -121,24 +121,26 @@ function defaultsOf(options) {
  * `[type, ts|null, data]`, `data` written once by JSON.stringify.
  */
 function encodeEvent(event, index) {
-  const where = `event ${index}`
+  // The messages are built only on failure: this runs once per append.
   if (event === null || typeof event !== 'object' || Array.isArray(event)) {
-    throw new SessionlogError('INVALID_EVENT', `${where} must be an object {type, data, ts?}, not ${describe(event)}`)
+    throw new SessionlogError('INVALID_EVENT', `event ${index} must be an object {type, data, ts?}, not ${describe(event)}`)
   }
-  if (typeof event.type !== 'string') {
-    throw new SessionlogError('INVALID_EVENT', `${where}: type must be a string, not ${describe(event.type)}`)
+  const type = event.type
+  if (typeof type !== 'string') {
+    throw new SessionlogError('INVALID_EVENT', `event ${index}: type must be a string, not ${describe(type)}`)
   }
   let data
   try {
     data = JSON.stringify(event.data)
   } catch (error) {
-    throw new SessionlogError('INVALID_EVENT', `${where} (${event.type}): data cannot be written as JSON: ${error.message}`)
+    throw new SessionlogError('INVALID_EVENT', `event ${index} (${type}): data cannot be written as JSON: ${error.message}`)
   }
   if (data === undefined) {
-    throw new SessionlogError('INVALID_EVENT', `${where} (${event.type}): data must be a JSON value, not ${describe(event.data)}`)
+    throw new SessionlogError('INVALID_EVENT', `event ${index} (${type}): data must be a JSON value, not ${describe(event.data)}`)
   }
-  const ts = checkInteger(event.ts, `${where} (${event.type}): ts`)
-  return `[${JSON.stringify(event.type)},${ts === undefined ? 'null' : ts},${data}]`
+  const ts = event.ts
+  if (ts !== undefined && ts !== null) checkInteger(ts, `event ${index} (${type}): ts`)
+  return `[${JSON.stringify(type)},${ts === undefined || ts === null ? 'null' : ts},${data}]`
 }
 
 /** A JSON value given as an object, or as its JSON text passed through. */
