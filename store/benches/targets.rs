@@ -26,7 +26,8 @@ use sessionlog_projections::{
 };
 use sessionlog_schema::{split_crc, EventRecord, SessionHeader, SessionId};
 use sessionlog_store::{
-    migrate, Durability, JsonlStore, LogReader, NewEvent, SessionStream, Store, WriterOptions,
+    fold_through, migrate, Durability, JsonlStore, LogReader, NewEvent, SessionStream, Store,
+    WriterOptions,
 };
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
@@ -92,6 +93,15 @@ fn main() -> BenchResult<()> {
     }
     if runs("follow") {
         follow(&mut table, folder.path(), sized(REVIEW_EVENTS))?;
+    }
+    if runs("reads") {
+        partial_reads(
+            &mut table,
+            folder.path(),
+            &verify_log,
+            events,
+            sized(REVIEW_EVENTS),
+        )?;
     }
     if runs("migration") {
         migration(
@@ -203,6 +213,10 @@ fn ratio_text(ratio: f64) -> String {
     } else {
         format!("{ratio:.2e}")
     }
+}
+
+fn micros(duration: Duration) -> String {
+    format!("{:.0} µs", duration.as_secs_f64() * 1e6)
 }
 
 fn ms(duration: Duration) -> String {
@@ -776,6 +790,79 @@ fn review(table: &mut Table, folder: &Path, events: usize) -> BenchResult<()> {
         ms(cold_verify),
         build.as_secs_f64() / cold_verify.as_secs_f64(),
         Target::AtMost(0.05),
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Reads that need not cost the whole log
+
+/// `project --at 10` of the long log against the same of a 10-event log
+/// (target: at most 5×), and `tail -n 10` of a long database session
+/// against the same of a 10-event one (the command's two reads: the
+/// session row's last seq, then the rows from there).
+fn partial_reads(
+    table: &mut Table,
+    folder: &Path,
+    long_log: &Path,
+    long_events: usize,
+    database_events: usize,
+) -> BenchResult<()> {
+    let short_log = folder.join("short.jsonl");
+    write_log(&short_log, "short", 10)?;
+    let project_at_10 = |path: &Path| -> BenchResult<()> {
+        let stream = Box::new(LogReader::open(path, None)?);
+        let (state, _) = fold_through(stream, path, Some(10))?;
+        if state.seq() != 10 {
+            return Err(format!("project --at 10 folded through seq {}", state.seq()).into());
+        }
+        Ok(())
+    };
+    let mut long = || project_at_10(long_log);
+    let mut short = || project_at_10(&short_log);
+    let [long, short] = best_of(9, [&mut long, &mut short])?;
+    table.add(
+        &format!(
+            "project --at 10, {}k-event log / 10-event log",
+            long_events / 1000
+        ),
+        micros(long),
+        micros(short),
+        long.as_secs_f64() / short.as_secs_f64(),
+        Target::AtMost(5.0),
+    );
+
+    let database = Store::create(&folder.join("reads.db"))?;
+    for (name, count) in [("long", database_events), ("short", 10)] {
+        let events = Session::generate(count, 0x5eed_0000 + count as u64);
+        let records: Vec<EventRecord> = records(&events).collect();
+        database.create_session(&header(name)?, &records, Durability::Buffered)?;
+    }
+    let tail_10 = |name: &str| -> BenchResult<()> {
+        let id = id(name)?;
+        let last = database
+            .recorded_last_seq(&id)?
+            .ok_or("a database records its last seq")?;
+        let shown = database
+            .events_from(&id, (last + 1).saturating_sub(10).max(1))?
+            .collect::<Result<Vec<_>, _>>()?;
+        if shown.len() != 10 {
+            return Err(format!("tail -n 10 read {} events", shown.len()).into());
+        }
+        Ok(())
+    };
+    let mut long = || tail_10("long");
+    let mut short = || tail_10("short");
+    let [long, short] = best_of(9, [&mut long, &mut short])?;
+    table.add(
+        &format!(
+            "tail -n 10, {}k-event SQLite session / 10-event session",
+            database_events / 1000
+        ),
+        micros(long),
+        micros(short),
+        long.as_secs_f64() / short.as_secs_f64(),
+        Target::AtMost(5.0),
     );
     Ok(())
 }

@@ -498,12 +498,16 @@ pub fn read_snapshot_from<R: Read>(source: R, path: &Path) -> Result<Snapshot, S
     Snapshot::from_reader(reader)
 }
 
-/// Folds the session that `stream` reads through seq `at` (every event
-/// when `None`), then reads on to the end of its good prefix, so that
-/// corruption anywhere in it is refused too. A header value outside its
-/// vocabulary and the first rule violation are refused (`HeaderVocabulary`,
-/// `Rule`, naming `path`). Returns the state (whose seq is below `at` when
-/// the log ends first) and the torn tail after the good prefix, if any.
+/// Folds the session that `stream` reads through seq `at`, reading nothing
+/// after it (the events of a batch that `at` falls in are read whole, as a
+/// batch is taken only with all its records); with `at` `None`, folds every
+/// event and reads to the end of the good prefix, so that corruption
+/// anywhere in it is refused too. Either way a rule violation does not stop
+/// the read: corruption further on, in what is read, outranks it. A header
+/// value outside its vocabulary and the first rule violation are refused
+/// (`HeaderVocabulary`, `Rule`, naming `path`). Returns the state (whose
+/// seq is below `at` when the log ends first) and the torn tail after the
+/// good prefix, when the read got there.
 pub fn fold_through(
     mut stream: Box<dyn SessionStream>,
     path: &Path,
@@ -531,6 +535,12 @@ pub fn fold_through(
                 violation,
             });
         }
+    }
+    if at.is_some_and(|at| state.seq() >= at) {
+        // Through `at` only: what comes after it is not read, so damage
+        // there is left for `verify` (and a torn tail is not looked for).
+        refusal.into_result()?;
+        return Ok((state, None));
     }
     while stream.next_event()?.is_some() {}
     let torn_tail = stream.finish()?;

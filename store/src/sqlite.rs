@@ -553,6 +553,13 @@ impl SqliteStore {
         })
     }
 
+    /// The last seq session `id`'s row records (0: no events): where a read
+    /// of its last events starts, without reading the others.
+    pub fn last_seq(&self, id: &SessionId) -> Result<u64, StoreError> {
+        let reader = self.shared.reader();
+        Ok(self.shared.read_session_row(&reader, id)?.1)
+    }
+
     /// The whole session `id`, read in one read transaction. A SQLite
     /// session never has a torn tail: its transactions are atomic.
     pub fn snapshot(&self, id: &SessionId) -> Result<Snapshot, StoreError> {

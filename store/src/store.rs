@@ -275,6 +275,16 @@ impl Store {
         }
     }
 
+    /// The last seq of session `id` as its database records it, so that a
+    /// read of its last events can start there ([`Store::events_from`]);
+    /// `None` for a log file, whose end is known only by reading it.
+    pub fn recorded_last_seq(&self, id: &SessionId) -> Result<Option<u64>, StoreError> {
+        match self {
+            Store::Jsonl(_) => Ok(None),
+            Store::Sqlite(store) => store.last_seq(id).map(Some),
+        }
+    }
+
     /// The ids of every session, sorted.
     pub fn ids(&self) -> Result<Vec<SessionId>, StoreError> {
         match self {

@@ -16,6 +16,8 @@
 //! - `people`: the command line as auditors and runtime authors use it:
 //!   examples, replay, tail -f, salvage, stats, the HTML report in headless
 //!   Chromium, help, completions, the README.
+//! - `partial_reads`: `project --at K` reads through K, `tail -n N` of a
+//!   database reads its last N rows; damage beyond is left to `verify`.
 //! - `faults`: the fault-seam campaign (every `Io` operation of a scripted
 //!   workload failed in turn, both backends) and the workload and recovery
 //!   model the other reliability campaigns share.
@@ -55,6 +57,7 @@ mod format;
 mod hostile;
 mod hostile_logs;
 mod import;
+mod partial_reads;
 mod people;
 mod power_loss;
 mod realistic;

@@ -121,7 +121,8 @@ pub enum Command {
     Project {
         #[command(flatten)]
         target: SessionArgs,
-        /// Fold only the first SEQ events.
+        /// Fold only the first SEQ events. The log is read through SEQ and
+        /// no further: damage after it is left for `verify`.
         #[arg(long)]
         at: Option<u64>,
         #[command(flatten)]

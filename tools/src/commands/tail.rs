@@ -9,7 +9,8 @@
 //! again from the start, printing only the events above the last one
 //! printed; so a writer restart, the cut of a torn tail, or a log replaced
 //! by a new file can neither repeat an event nor skip one. A SQLite session
-//! is polled with `Store::events_from`.
+//! is polled with `Store::events_from`; `-n N` reads only its last N rows,
+//! from the last seq its session row records.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -100,7 +101,7 @@ impl<'a> Source<'a> {
 
 impl<W: Write> Tail<'_, W> {
     fn run(&mut self, start: Start, follow: bool, session: &SessionRef) -> Result<()> {
-        let first = self.read_new(session, 1)?;
+        let first = self.read_new(session, self.first_seq(start, session)?)?;
         let shown: Vec<EventRecord> = match start {
             Start::From(from) => first.into_iter().filter(|r| r.seq() >= from).collect(),
             Start::Last(count) => {
@@ -144,6 +145,19 @@ impl<W: Write> Tail<'_, W> {
             };
             self.print(&records)?;
         }
+    }
+
+    /// The seq the first read starts at: a database reads only the last
+    /// `count` events (an index range from the seq its session row
+    /// records); a log file is read from the top.
+    fn first_seq(&self, start: Start, session: &SessionRef) -> Result<u64> {
+        let (Source::Database { store }, Start::Last(count)) = (&self.source, start) else {
+            return Ok(1);
+        };
+        Ok(match store.recorded_last_seq(&session.id)? {
+            Some(last) => (last + 1).saturating_sub(count).max(1),
+            None => 1,
+        })
     }
 
     /// Events with seq ≥ `from` read now: a log's whole good prefix (read

@@ -1,0 +1,102 @@
+//! Reads that need not cost the whole log: `project --at K` reads through
+//! seq K and no further, and `tail -n N` of a database reads only its last
+//! N rows. Each reports damage only in what it read; `verify` still finds
+//! the rest.
+
+use std::path::Path;
+
+use crate::cli_support::{run, run_with_stdin, Run};
+
+fn ok<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
+    result.unwrap_or_else(|error| panic!("{error}"))
+}
+
+fn text(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// `count` notes `{"n": 1..=count}` appended to a new session `s` of `store`.
+fn notes(store: &Path, count: u64) {
+    run(["create", &text(store), "--session", "s"]).expect_code(0);
+    let lines: String = (1..=count)
+        .map(|n| format!("{{\"type\":\"x-test/note\",\"data\":{{\"n\":{n}}}}}\n"))
+        .collect();
+    run_with_stdin(["append", &text(store), "--session", "s"], &lines).expect_code(0);
+}
+
+/// The `n` of every event `tail` printed, in order.
+fn printed_notes(tail: &Run) -> Vec<u64> {
+    tail.stdout
+        .lines()
+        .map(|line| {
+            let record: serde_json::Value = ok(serde_json::from_str(line));
+            record["data"]["n"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no data.n in {line}"))
+        })
+        .collect()
+}
+
+#[test]
+fn project_at_reads_through_its_seq_and_leaves_later_damage_to_verify() {
+    let folder = ok(tempfile::tempdir());
+    let store = folder.path().join("logs");
+    notes(&store, 6);
+    let log = store.join("s.jsonl");
+    // One byte of seq 4's data changed: its CRC no longer matches, and
+    // intact records follow, so the log is corrupt from line 5 on.
+    let bytes = ok(std::fs::read_to_string(&log));
+    let damaged = bytes.replacen("{\"n\":4}", "{\"n\":7}", 1);
+    assert_ne!(damaged, bytes, "seq 4 carries n 4");
+    ok(std::fs::write(&log, damaged));
+
+    let through_3 = run(["project", &text(&store), "--session", "s", "--at", "3"]);
+    through_3.expect_code(0);
+    let projection: serde_json::Value = ok(serde_json::from_str(&through_3.stdout));
+    assert_eq!(projection["seq"], 3, "{}", through_3.stdout);
+    assert!(through_3.stderr.is_empty(), "{}", through_3.stderr);
+
+    for whole in [
+        run(["project", &text(&store), "--session", "s", "--at", "4"]),
+        run(["project", &text(&store), "--session", "s"]),
+        run(["verify", &text(&store)]),
+    ] {
+        whole.expect_code(2);
+        let said = format!("{}{}", whole.stdout, whole.stderr);
+        assert!(said.contains("corrupt at line 5"), "{said}");
+    }
+}
+
+#[test]
+fn tail_of_a_database_reads_only_its_last_rows() {
+    let folder = ok(tempfile::tempdir());
+    let database = folder.path().join("s.db");
+    notes(&database, 10);
+    {
+        // Seq 2's body no longer matches its CRC.
+        let connection = ok(rusqlite::Connection::open(&database));
+        let changed = ok(connection.execute(
+            "UPDATE events SET body = replace(body, '\"n\":2', '\"n\":9') WHERE seq = 2",
+            [],
+        ));
+        assert_eq!(changed, 1);
+    }
+    let last_3 = run(["tail", &text(&database), "--session", "s", "-n", "3"]);
+    last_3.expect_code(0);
+    assert_eq!(printed_notes(&last_3), [8, 9, 10]);
+    let last_8 = run(["tail", &text(&database), "--session", "s", "-n", "8"]);
+    last_8.expect_code(0);
+    assert_eq!(printed_notes(&last_8), (3..=10).collect::<Vec<_>>());
+    for reaching_seq_2 in [
+        run(["tail", &text(&database), "--session", "s", "-n", "9"]),
+        run(["tail", &text(&database), "--session", "s", "-n", "100"]),
+        run(["verify", &text(&database)]),
+    ] {
+        reaching_seq_2.expect_code(2);
+        let said = format!("{}{}", reaching_seq_2.stdout, reaching_seq_2.stderr);
+        assert!(said.contains("seq 2: CRC mismatch"), "{said}");
+    }
+    let none = run(["tail", &text(&database), "--session", "s", "-n", "0"]);
+    none.expect_code(0);
+    assert!(none.stdout.is_empty(), "{}", none.stdout);
+}
