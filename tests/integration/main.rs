@@ -39,6 +39,8 @@
 //! - `reviewer`: `review` and `review-audit` against a loopback HTTP server
 //!   playing the reviewer model: the bytes sent, every kind of answer, what
 //!   `--record` leaves, the key never shown, audits that agree or differ.
+//! - `manners`: every command at its edges: a closed pipe, an empty
+//!   store, warnings, exit codes.
 //! - `hostile`: arbitrary `append` lines and pending actions through the
 //!   binary (proptest), records above 16 MiB, hostile ids, planted symlinks.
 //! - `hostile_logs`: terminal escapes in log text, FIFOs in place of logs,
@@ -57,6 +59,7 @@ mod format;
 mod hostile;
 mod hostile_logs;
 mod import;
+mod manners;
 mod partial_reads;
 mod people;
 mod power_loss;

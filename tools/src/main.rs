@@ -58,6 +58,10 @@ pub mod exit {
             a
         }
     }
+
+    /// Standard output was closed before the command finished (its reader,
+    /// such as `head`, went away): 128 + SIGPIPE, printed nothing more.
+    pub const READER_GONE: u8 = crate::terminal::READER_GONE;
 }
 
 /// A usage error: bad arguments or input that is not what a command reads.
@@ -81,7 +85,11 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {
-            let _ = error.print();
+            if let Err(printing) = error.print() {
+                if printing.kind() == std::io::ErrorKind::BrokenPipe {
+                    return ExitCode::from(exit::READER_GONE);
+                }
+            }
             return ExitCode::from(if error.use_stderr() {
                 exit::USAGE
             } else {
@@ -94,6 +102,7 @@ fn main() -> ExitCode {
     let result = run(cli);
     match result {
         Ok(code) => ExitCode::from(code),
+        Err(error) if terminal::is_broken_pipe(&error) => ExitCode::from(exit::READER_GONE),
         Err(error) => {
             let code = exit_code(&error);
             crate::errln!("sessionlog: {}", render(&error));

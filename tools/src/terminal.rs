@@ -149,6 +149,26 @@ impl<W: Write> Drop for Escaping<W> {
     }
 }
 
+/// The exit status of a command whose reader went away (`sessionlog verify
+/// STORE | head -1`): 128 + SIGPIPE, the status a shell reports for a
+/// program a broken pipe stopped, so `set -o pipefail` still sees that the
+/// command did not finish. Every write here returns its error, and `main`
+/// turns a broken pipe anywhere in an error's chain into this status and
+/// prints nothing more.
+pub const READER_GONE: u8 = 141;
+
+/// Whether `error` (anywhere in its chain) is a write to a closed pipe.
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<io::Error>()
+            .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
+            || cause
+                .downcast_ref::<serde_json::Error>()
+                .is_some_and(|json| json.io_error_kind() == Some(io::ErrorKind::BrokenPipe))
+    })
+}
+
 /// Standard output, buffered and escaped as `mode` says.
 #[allow(clippy::disallowed_methods)]
 pub fn stdout(mode: Mode) -> Escaping<io::BufWriter<io::StdoutLock<'static>>> {

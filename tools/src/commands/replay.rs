@@ -184,11 +184,7 @@ pub fn run(
     } else {
         write_text(&timeline, painter)
     };
-    match written {
-        Ok(()) => {}
-        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => return Ok(exit::OK),
-        Err(error) => return Err(error.into()),
-    }
+    written?;
     Ok(if timeline.violations > 0 {
         exit::RULE
     } else {

@@ -50,11 +50,8 @@ pub fn run(args: &SessionArgs, start: Start, follow: bool, json: bool) -> Result
         json,
         out: crate::terminal::stdout(crate::terminal::Mode::Json),
     };
-    match tail.run(start, follow, &session) {
-        Ok(()) => Ok(exit::OK),
-        Err(error) if is_broken_pipe(&error) => Ok(exit::OK),
-        Err(error) => Err(error),
-    }
+    tail.run(start, follow, &session)?;
+    Ok(exit::OK)
 }
 
 /// Where the events come from.
@@ -234,13 +231,3 @@ impl<W: Write> Tail<'_, W> {
     }
 }
 
-fn is_broken_pipe(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            || cause
-                .downcast_ref::<serde_json::Error>()
-                .is_some_and(|json| json.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe))
-    })
-}
