@@ -1,11 +1,13 @@
 //! Running the real `sessionlog` binary from tests.
 //!
-//! The binary is the one cargo built beside this test executable:
-//! `…/target/<profile>/deps/integration-xxxx` → `…/target/<profile>/sessionlog`
-//! (`cargo test --workspace` builds it). When it is missing (a run of
-//! `cargo test -p sessionlog-tests` alone), it is built once per test run
-//! into a target folder of its own, since the `cargo test` that started us
-//! still holds the lock on ours.
+//! The binary is the one Cargo built beside this test executable:
+//! `…/target/<profile>/deps/integration-xxxx` → `…/target/<profile>/sessionlog`.
+//! `cargo test --workspace` builds it (the `sessionlog` package has an
+//! integration test of its own, and Cargo builds a package's binaries for
+//! those). Nothing here builds it a second time: a binary that is missing,
+//! or older than any source it is built from (a run of `cargo test -p
+//! sessionlog-tests` alone after an edit), stops the run with the command
+//! that builds it, so no test ever runs a stale binary.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -23,10 +25,11 @@ pub struct Run {
     pub stderr: String,
 }
 
-/// The path of the `sessionlog` binary, built on first use if missing.
+/// The path of the `sessionlog` binary Cargo built, checked to be no older
+/// than its sources.
 pub fn sessionlog_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(locate_or_build)
+    BINARY.get_or_init(locate_current_binary)
 }
 
 /// A `Command` for the binary with `args`, with colour and terminal
@@ -128,45 +131,68 @@ pub fn workspace_root() -> PathBuf {
         .to_owned()
 }
 
-fn locate_or_build() -> PathBuf {
+fn locate_current_binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_else(|error| panic!("current_exe: {error}"));
     // …/target/<profile>/deps/integration-xxxx
     let profile_dir = exe
         .parent()
         .and_then(Path::parent)
-        .unwrap_or_else(|| panic!("unexpected test executable path {}", exe.display()))
-        .to_owned();
-    let beside = profile_dir.join("sessionlog");
-    if beside.is_file() {
-        return beside;
-    }
+        .unwrap_or_else(|| panic!("unexpected test executable path {}", exe.display()));
+    let binary = profile_dir.join("sessionlog");
     let release = profile_dir
         .file_name()
         .is_some_and(|name| name == "release");
-    let own_target = profile_dir
-        .parent()
-        .unwrap_or_else(|| panic!("no target folder above {}", profile_dir.display()))
-        .join("sessionlog-cli");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let mut build = Command::new(cargo);
-    build
-        .current_dir(workspace_root())
-        .args(["build", "-p", "sessionlog"])
-        .env("CARGO_TARGET_DIR", &own_target);
-    if release {
-        build.arg("--release");
+    let build = if release {
+        "cargo build --release -p sessionlog"
+    } else {
+        "cargo build -p sessionlog"
+    };
+    let built = std::fs::metadata(&binary)
+        .and_then(|metadata| metadata.modified())
+        .unwrap_or_else(|error| {
+            panic!(
+                "{} is missing ({error}): run `{build}`, or run every test with `cargo test --workspace`, which builds it",
+                binary.display()
+            )
+        });
+    if let Some(newer) = newest_source_after(built) {
+        panic!(
+            "{} is older than {}: run `{build}`, or run every test with `cargo test --workspace`, which rebuilds it",
+            binary.display(),
+            newer.display()
+        );
     }
-    let status = build
-        .status()
-        .unwrap_or_else(|error| panic!("run {build:?}: {error}"));
-    assert!(status.success(), "{build:?} failed: {status}");
-    let built = own_target
-        .join(if release { "release" } else { "debug" })
-        .join("sessionlog");
-    assert!(
-        built.is_file(),
-        "{build:?} did not produce {}",
-        built.display()
-    );
-    built
+    binary
+}
+
+/// A source file of the binary modified after `built`, if any.
+fn newest_source_after(built: std::time::SystemTime) -> Option<PathBuf> {
+    let root = workspace_root();
+    let mut pending: Vec<PathBuf> = ["Cargo.toml", "Cargo.lock"]
+        .iter()
+        .map(|file| root.join(file))
+        .collect();
+    let mut folders: Vec<PathBuf> = ["schema", "projections", "store", "reviewer", "tools"]
+        .iter()
+        .map(|crate_dir| root.join(crate_dir))
+        .collect();
+    while let Some(folder) = folders.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let is_dir = entry.file_type().is_ok_and(|kind| kind.is_dir());
+            if is_dir && path.file_name().is_some_and(|name| name != "benches" && name != "tests") {
+                folders.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs" || ext == "toml") {
+                pending.push(path);
+            }
+        }
+    }
+    pending.into_iter().find(|path| {
+        std::fs::metadata(path)
+            .and_then(|metadata| metadata.modified())
+            .is_ok_and(|modified| modified > built)
+    })
 }
