@@ -183,9 +183,16 @@ fn newest_source_after(built: std::time::SystemTime) -> Option<PathBuf> {
         for entry in entries.flatten() {
             let path = entry.path();
             let is_dir = entry.file_type().is_ok_and(|kind| kind.is_dir());
-            if is_dir && path.file_name().is_some_and(|name| name != "benches" && name != "tests") {
+            if is_dir
+                && path
+                    .file_name()
+                    .is_some_and(|name| name != "benches" && name != "tests")
+            {
                 folders.push(path);
-            } else if path.extension().is_some_and(|ext| ext == "rs" || ext == "toml") {
+            } else if path
+                .extension()
+                .is_some_and(|ext| ext == "rs" || ext == "toml")
+            {
                 pending.push(path);
             }
         }

@@ -70,3 +70,34 @@ fn every_command_stops_quietly_with_141_when_its_reader_goes_away() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------
+// A folder that holds no sessions
+// ---------------------------------------------------------------------------
+
+#[test]
+fn verify_and_migrate_of_a_folder_without_sessions_say_so_and_exit_1() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let empty = dir.path().join("not-a-store");
+    std::fs::create_dir(&empty).unwrap_or_else(|error| panic!("mkdir: {error}"));
+    std::fs::write(empty.join("notes.txt"), "not a log\n")
+        .unwrap_or_else(|error| panic!("write: {error}"));
+    let expected = format!("no sessions found in {}", empty.display());
+
+    let verified = run(["verify", &arg(&empty)]);
+    verified.expect_code(1);
+    assert!(verified.stderr.contains(&expected), "{}", verified.stderr);
+    assert!(
+        verified.stderr.contains("--allow-empty"),
+        "{}",
+        verified.stderr
+    );
+    run(["verify", &arg(&empty), "--allow-empty"]).expect_code(0);
+
+    let destination = dir.path().join("copy.db");
+    let migrated = run(["migrate", &arg(&empty), &arg(&destination)]);
+    migrated.expect_code(1);
+    assert!(migrated.stderr.contains(&expected), "{}", migrated.stderr);
+    assert!(!destination.exists(), "a refused migration creates nothing");
+    run(["migrate", &arg(&empty), &arg(&destination), "--allow-empty"]).expect_code(0);
+}

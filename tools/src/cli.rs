@@ -74,7 +74,8 @@ pub enum Command {
     /// Check CRCs, seqs, the header, vocabularies, shapes and every rule.
     ///
     /// Exit 0 when clean, 2 on corruption, 4 on rule violations, 3 when the
-    /// only damage is a torn tail.
+    /// only damage is a torn tail; 1 when the store holds no session at all
+    /// (unless --allow-empty).
     #[command(
         after_help = "Examples:\n  sessionlog verify examples/sessions/\n  sessionlog verify examples/sessions/auto-review.jsonl --json"
     )]
@@ -84,6 +85,11 @@ pub enum Command {
         /// One JSON object per session on stdout.
         #[arg(long)]
         json: bool,
+        /// Accept a store that holds no session (exit 0); without it, "no
+        /// sessions found" is exit 1, since a mistyped path or a folder that
+        /// is not a store also holds none.
+        #[arg(long)]
+        allow_empty: bool,
     },
     /// Create a root session.
     #[command(
@@ -230,6 +236,10 @@ pub enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Accept a source that holds no session (nothing is copied, exit
+        /// 0); without it, "no sessions found" is exit 1.
+        #[arg(long)]
+        allow_empty: bool,
     },
     /// Exit 0 when two stores hold identical sessions, 1 otherwise.
     #[command(after_help = "Example:\n  sessionlog diff ./sessions ./sessions.db")]

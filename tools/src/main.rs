@@ -114,7 +114,11 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<u8> {
     let quiet = cli.quiet;
     match cli.command {
-        Command::Verify { target, json } => commands::verify::run(&target, json, quiet),
+        Command::Verify {
+            target,
+            json,
+            allow_empty,
+        } => commands::verify::run(&target, json, allow_empty, quiet),
         Command::Create {
             store,
             session,
@@ -152,7 +156,12 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             json,
         } => commands::audit::run(&target, &reviewer, json, quiet),
         Command::ReviewResult { file } => commands::review::result(file.as_deref()),
-        Command::Migrate { from, to, json } => commands::migrate::migrate(&from, &to, json, quiet),
+        Command::Migrate {
+            from,
+            to,
+            json,
+            allow_empty,
+        } => commands::migrate::migrate(&from, &to, json, allow_empty, quiet),
         Command::Diff { a, b, json } => commands::migrate::diff(&a, &b, json),
         Command::Export { target } => commands::export::run(&target),
         Command::List { store, tree, json } => commands::list::run(&store, tree, json),

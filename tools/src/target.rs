@@ -21,6 +21,19 @@ pub enum Target {
     Store(Store),
 }
 
+/// Refuses an empty list of sessions unless `allow_empty`: a folder that is
+/// not a store (`$HOME`, `/etc`, a mistyped path that happens to exist) holds
+/// no session either, and saying nothing would pass it as a clean store.
+pub fn require_sessions<T>(sessions: &[T], store: &Path, allow_empty: bool) -> Result<()> {
+    if sessions.is_empty() && !allow_empty {
+        bail!(UsageError(format!(
+            "no sessions found in {} (a store holds <id>.jsonl logs or is a .db/.sqlite database); pass --allow-empty to accept an empty store",
+            store.display()
+        )));
+    }
+    Ok(())
+}
+
 /// One session of a target.
 #[derive(Debug, Clone)]
 pub struct SessionRef {

@@ -15,7 +15,11 @@ fn the_built_binary_reports_this_package_version() {
         .arg("--version")
         .output()
         .unwrap_or_else(|error| panic!("run {binary} --version: {error}"));
-    assert!(output.status.success(), "{binary} --version: {}", output.status);
+    assert!(
+        output.status.success(),
+        "{binary} --version: {}",
+        output.status
+    );
     assert_eq!(
         String::from_utf8_lossy(&output.stdout),
         format!("sessionlog {}\n", env!("CARGO_PKG_VERSION"))

@@ -9,11 +9,11 @@ use sessionlog_store::{
     Store,
 };
 
-use crate::target::is_lone_log;
+use crate::target::{is_lone_log, require_sessions};
 use crate::{exit, warn, UsageError};
 
 /// Runs `migrate`.
-pub fn migrate(from: &Path, to: &Path, json: bool, quiet: bool) -> Result<u8> {
+pub fn migrate(from: &Path, to: &Path, json: bool, allow_empty: bool, quiet: bool) -> Result<u8> {
     // A lone log is a source of one session; a store is opened as such.
     let source = if is_lone_log(from) {
         None
@@ -22,6 +22,9 @@ pub fn migrate(from: &Path, to: &Path, json: bool, quiet: bool) -> Result<u8> {
     };
     if source.is_none() && !from.exists() {
         bail!(UsageError(format!("{}: no such file", from.display())));
+    }
+    if let Some(source) = &source {
+        require_sessions(&source.ids()?, from, allow_empty)?;
     }
     let destination = Store::create(to)?;
     let bar = crate::progress::bar(quiet, "migrate");

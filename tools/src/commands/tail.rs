@@ -230,4 +230,3 @@ impl<W: Write> Tail<'_, W> {
         Ok(())
     }
 }
-

@@ -8,7 +8,7 @@ use sessionlog_store::{FoldedEvent, StoreError};
 
 use crate::cli::SessionArgs;
 use crate::exit;
-use crate::target::{SessionRef, Target};
+use crate::target::{require_sessions, SessionRef, Target};
 
 /// What verify found in one session.
 #[derive(Debug, Serialize)]
@@ -65,9 +65,12 @@ impl From<&Violation> for ViolationReport {
 }
 
 /// Runs `verify`.
-pub fn run(args: &SessionArgs, json: bool, quiet: bool) -> Result<u8> {
+pub fn run(args: &SessionArgs, json: bool, allow_empty: bool, quiet: bool) -> Result<u8> {
     let target = Target::open(&args.store)?;
     let (sessions, damage) = target.audit(args.session.as_deref())?;
+    if damage.is_empty() {
+        require_sessions(&sessions, &args.store, allow_empty)?;
+    }
     let bar = crate::progress::bar(quiet, "verify");
     bar.set_length(sessions.len() as u64);
     let mut code = exit::OK;
