@@ -348,6 +348,16 @@ impl Store {
         }
         let snapshot = self.snapshot(parent)?;
         let parent_path = self.session_path(parent);
+        if let Some(torn) = &snapshot.torn_tail {
+            tracing::warn!(
+                path = %parent_path.display(),
+                "forking from the good prefix; ignoring a torn tail of {} bytes at line {} (byte offset {}): {}",
+                torn.bytes,
+                torn.position.line,
+                torn.position.offset,
+                torn.reason
+            );
+        }
         if let Some(error) = snapshot.header_vocabulary_errors.into_iter().next() {
             return Err(StoreError::HeaderVocabulary {
                 path: parent_path,

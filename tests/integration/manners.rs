@@ -101,3 +101,261 @@ fn verify_and_migrate_of_a_folder_without_sessions_say_so_and_exit_1() {
     assert!(!destination.exists(), "a refused migration creates nothing");
     run(["migrate", &arg(&empty), &arg(&destination), "--allow-empty"]).expect_code(0);
 }
+
+// ---------------------------------------------------------------------------
+// Warnings: one style, on stderr
+// ---------------------------------------------------------------------------
+
+/// A store with session `s1` created by the binary.
+fn store_with_session(dir: &Path) -> String {
+    let store = arg(&dir.join("store"));
+    run(["create", &store, "--session", "s1", "--cwd", "/w"]).expect_code(0);
+    store
+}
+
+/// Every line of `stderr` is one `sessionlog: warning: ` line without a
+/// terminal escape, and at least one says `expected`.
+#[track_caller]
+fn assert_warned(stderr: &str, expected: &str) {
+    assert!(!stderr.is_empty(), "a warning on stderr");
+    for line in stderr.lines() {
+        assert!(
+            line.starts_with("sessionlog: warning: ") && !line.contains('\u{1b}'),
+            "one warning style, no colour codes: {line:?}"
+        );
+    }
+    assert!(stderr.contains(expected), "{expected:?} in {stderr}");
+}
+
+#[test]
+fn a_torn_tail_is_warned_of_in_one_style_by_append_fork_and_stats() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let store = store_with_session(dir.path());
+    let turn = r#"{"type":"turn/start","data":{"turnId":"t1"}}"#;
+    crate::cli_support::run_with_stdin(["append", &store, "--session", "s1"], &format!("{turn}\n"))
+        .expect_code(0);
+    let log = dir.path().join("store").join("s1.jsonl");
+    let tear = || {
+        let mut bytes = std::fs::read(&log).unwrap_or_else(|error| panic!("read: {error}"));
+        bytes.extend_from_slice(br#"{"seq":9,"ts":1,"ty"#);
+        std::fs::write(&log, bytes).unwrap_or_else(|error| panic!("write: {error}"));
+    };
+
+    tear();
+    let stats = run(["stats", &store]);
+    stats.expect_code(0);
+    assert_warned(&stats.stderr, "a torn tail of 19 bytes after seq 1");
+
+    let forked = run(["fork", &store, "--session", "s1", "--child", "c1"]);
+    forked.expect_code(0);
+    assert_warned(&forked.stderr, "ignoring a torn tail of 19 bytes at line 3");
+
+    let appended = crate::cli_support::run_with_stdin(
+        ["append", &store, "--session", "s1"],
+        "{\"type\":\"turn/end\",\"data\":{\"turnId\":\"t1\"}}\n",
+    );
+    appended.expect_code(0);
+    assert_warned(
+        &appended.stderr,
+        "s1.jsonl: truncating a torn tail of 19 bytes at line 3",
+    );
+}
+
+#[test]
+fn stats_counts_and_report_names_rule_violations_on_stderr() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let store = store_with_session(dir.path());
+    // Appended as written by hand: a turn/end that no turn/start opened.
+    let log = dir.path().join("store").join("s1.jsonl");
+    let header = std::fs::read_to_string(&log).unwrap_or_else(|error| panic!("read: {error}"));
+    let id = sessionlog_schema::SessionId::parse("s1").unwrap_or_else(|error| panic!("{error}"));
+    let body = r#"{"seq":1,"ts":1,"type":"turn/end","data":{"turnId":"t1"}"#;
+    let crc = sessionlog_schema::record_crc(&id, body.as_bytes());
+    std::fs::write(&log, format!("{header}{body},\"crc\":\"{crc:08x}\"}}\n"))
+        .unwrap_or_else(|error| panic!("write: {error}"));
+    run(["verify", &store]).expect_code(4);
+
+    let stats = run(["stats", &store, "--json"]);
+    stats.expect_code(0);
+    assert_warned(&stats.stderr, "1 event break the rules");
+    let report: serde_json::Value =
+        serde_json::from_str(&stats.stdout).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(report["totals"]["violations"], 1);
+
+    let html = dir.path().join("report.html");
+    let reported = run(["report", &store, "--html", &arg(&html)]);
+    reported.expect_code(4);
+    assert_warned(
+        &reported.stderr,
+        "1 event break the rules; each is marked in",
+    );
+}
+
+// ---------------------------------------------------------------------------
+// append: unknown types, batches, and the preset writer
+// ---------------------------------------------------------------------------
+
+#[test]
+fn append_warns_of_an_unknown_type_with_the_closest_known_and_strict_refuses_it() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let store = store_with_session(dir.path());
+    let append = |extra: &[&str], input: &str| {
+        let mut args = vec!["append", store.as_str(), "--session", "s1"];
+        args.extend_from_slice(extra);
+        crate::cli_support::run_with_stdin(args, input)
+    };
+
+    let typo = append(&[], "{\"type\":\"Message\",\"data\":{}}\n");
+    typo.expect_code(0);
+    assert_eq!(
+        typo.stdout, "{\"seq\": 1}\n",
+        "an unknown type is still kept"
+    );
+    assert_warned(
+        &typo.stderr,
+        "unknown event type \"Message\" (did you mean \"message\"?)",
+    );
+
+    let namespace = append(&[], "{\"type\":\"turn/begin\",\"data\":{}}\n");
+    assert_warned(
+        &namespace.stderr,
+        "(did you mean one of \"turn/start\", \"turn/end\"?)",
+    );
+
+    let own = append(
+        &["--strict"],
+        "{\"type\":\"x-runtime/usage\",\"data\":{}}\n",
+    );
+    own.expect_code(0);
+    assert!(
+        own.stderr.is_empty(),
+        "an x- type is no typo: {}",
+        own.stderr
+    );
+
+    let refused = append(&["--strict"], "{\"type\":\"tool/begin\",\"data\":{}}\n");
+    refused.expect_code(4);
+    assert!(refused.stdout.is_empty());
+    assert!(
+        refused.stderr.contains("--strict refuses it"),
+        "{}",
+        refused.stderr
+    );
+    append(&["--expect-seq", "4"], "{\"type\":\"x-a/b\",\"data\":{}}\n").expect_code(0);
+}
+
+#[test]
+fn append_takes_a_json_array_line_as_one_atomic_batch() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let store = store_with_session(dir.path());
+    let batch = r#"[{"type":"turn/start","data":{"turnId":"t1"}},{"type":"turn/end","data":{"turnId":"t1"}}]"#;
+    let appended = crate::cli_support::run_with_stdin(
+        ["append", &store, "--session", "s1"],
+        &format!("{batch}\n"),
+    );
+    appended.expect_code(0);
+    assert_eq!(appended.stdout, "{\"seq\": 1}\n{\"seq\": 2}\n");
+    let exported = run(["export", &store]);
+    assert!(exported.stdout.contains(r#"{"seq":1,"ts":"#));
+    assert!(
+        exported
+            .stdout
+            .contains(r#","batch":2,"type":"turn/start""#),
+        "the first record carries the batch size: {}",
+        exported.stdout
+    );
+
+    // A batch whose second event breaks a rule writes none of it.
+    let broken = r#"[{"type":"turn/start","data":{"turnId":"t2"}},{"type":"turn/end","data":{"turnId":"t9"}}]"#;
+    crate::cli_support::run_with_stdin(
+        ["append", &store, "--session", "s1"],
+        &format!("{broken}\n"),
+    )
+    .expect_code(4);
+    let tail = run(["tail", &store, "-n", "1", "--json"]);
+    assert!(tail.stdout.contains("\"seq\":2"), "{}", tail.stdout);
+    let empty = crate::cli_support::run_with_stdin(["append", &store, "--session", "s1"], "[]\n");
+    empty.expect_code(1);
+    assert!(
+        empty.stderr.contains("the array holds no event"),
+        "{}",
+        empty.stderr
+    );
+}
+
+#[test]
+fn preset_switches_a_session_in_one_batch_that_the_projection_follows() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let store = store_with_session(dir.path());
+    run(["preset", &store, "--session", "s1", "auto"]).expect_code(1);
+    run([
+        "preset",
+        &store,
+        "--session",
+        "s1",
+        "read-only",
+        "--approval",
+        "ask",
+    ])
+    .expect_code(1);
+
+    let switched = run([
+        "preset",
+        &store,
+        "--session",
+        "s1",
+        "auto",
+        "--approval",
+        "never",
+        "--json",
+    ]);
+    switched.expect_code(0);
+    let report: serde_json::Value =
+        serde_json::from_str(&switched.stdout).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(report["seqs"], serde_json::json!([1, 2, 3]));
+    let projected = run(["project", &store, "--session", "s1"]);
+    let projection: serde_json::Value =
+        serde_json::from_str(&projected.stdout).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(projection["preset"], "auto");
+    assert_eq!(projection["approvalPolicy"]["effective"], "never");
+    assert_eq!(projection["sandboxMode"]["effective"], "danger-full-access");
+    assert!(run(["export", &store]).stdout.contains("\"batch\":3"));
+
+    run([
+        "preset",
+        &store,
+        "--session",
+        "s1",
+        "full-access",
+        "--expect-seq",
+        "9",
+    ])
+    .expect_code(6);
+    let full = run(["preset", &store, "--session", "s1", "full-access", "--json"]);
+    full.expect_code(0);
+    let report: serde_json::Value =
+        serde_json::from_str(&full.stdout).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(
+        report["seqs"],
+        serde_json::json!([4]),
+        "only the preset event: sandbox and approval already fit"
+    );
+}
+
+#[test]
+fn append_help_says_what_an_interruption_leaves_and_how_to_resume() {
+    let help = run(["append", "--help"]);
+    help.expect_code(0);
+    for needed in [
+        "more events",
+        "than were acknowledged",
+        "--expect-seq",
+        "-n 1",
+    ] {
+        assert!(
+            help.stdout.contains(needed),
+            "{needed:?} in {}",
+            help.stdout
+        );
+    }
+}

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use sessionlog_schema::{ApprovalPolicy, SandboxMode};
+use sessionlog_schema::{ApprovalPolicy, Preset, SandboxMode};
 
 /// An event-sourced session store for AI coding-agent runtimes: verify,
 /// replay, project, fork, migrate and review session logs.
@@ -110,8 +110,21 @@ pub enum Command {
     },
     /// Append events read from stdin, one `{"type", "data", "ts"?}` object a
     /// line; prints `{"seq": N}` for each once it is durable.
+    ///
+    /// A line holding a JSON array of such objects is one atomic batch (all
+    /// of it or none of it survives a crash). An unknown type outside an
+    /// `x-` namespace is kept with a warning naming the closest known type
+    /// (refused with --strict).
+    ///
+    /// Interrupted (Ctrl-C, a killed process), the log may hold more events
+    /// than were acknowledged: events written but not yet synced can still
+    /// reach the disk. Only a printed `{"seq": N}` is a promise. To resume,
+    /// ask the log where it stands (`sessionlog tail STORE --session ID -n 1
+    /// --json`) and send what follows, with `--expect-seq` set to the next
+    /// seq so a second writer or a stale view is refused (exit 6) instead of
+    /// appending twice.
     #[command(
-        after_help = "Example:\n  echo '{\"type\":\"turn/start\",\"data\":{\"turnId\":\"t1\"}}' | sessionlog append ./sessions --session s1"
+        after_help = "Examples:\n  echo '{\"type\":\"turn/start\",\"data\":{\"turnId\":\"t1\"}}' | sessionlog append ./sessions --session s1\n  echo '[{\"type\":\"turn/start\",\"data\":{\"turnId\":\"t2\"}},{\"type\":\"turn/end\",\"data\":{\"turnId\":\"t2\"}}]' | sessionlog append ./sessions --session s1 --expect-seq 2"
     )]
     Append {
         #[command(flatten)]
@@ -119,6 +132,39 @@ pub enum Command {
         /// The seq the first event must get (else Conflict, exit 6).
         #[arg(long)]
         expect_seq: Option<u64>,
+        /// Refuse (exit 4) an event type the format does not know, unless it
+        /// is in an `x-` namespace (`x-myruntime/usage`); without it such a
+        /// type is kept with a warning naming the closest known type.
+        #[arg(long)]
+        strict: bool,
+    },
+    /// Switch a session's permission preset (the preset writer).
+    ///
+    /// Appends, as one atomic batch, the `sandbox/mode` and
+    /// `approval/policy` events whose effective value differs from the
+    /// preset's, then the `permission/preset` event. `auto` runs under the
+    /// approval policy given with --approval (required for it, refused for
+    /// the others) with the danger-full-access sandbox.
+    #[command(
+        after_help = "Examples:\n  sessionlog preset ./sessions --session s1 read-only\n  sessionlog preset ./sessions --session s1 auto --approval never --json"
+    )]
+    Preset {
+        #[command(flatten)]
+        target: SessionArgs,
+        /// The preset (read-only | workspace-write | full-access | auto).
+        #[arg(value_parser = parse_preset)]
+        preset: Preset,
+        /// The approval policy an `auto` session runs under (ask | never).
+        #[arg(long, value_parser = parse_approval)]
+        approval: Option<ApprovalPolicy>,
+        /// The seq the first event must get (else Conflict, exit 6).
+        #[arg(long)]
+        expect_seq: Option<u64>,
+        #[command(flatten)]
+        defaults: DefaultArgs,
+        /// Print what was appended as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Print the projections (policy, sandbox, preset, turn, step, approvals).
     #[command(
@@ -470,6 +516,11 @@ pub fn parse_timeout(text: &str) -> Result<f64, String> {
             "{text:?} is not a number of seconds above 0 and at most 86400"
         )),
     }
+}
+
+/// Parses a preset for clap.
+pub fn parse_preset(text: &str) -> Result<Preset, String> {
+    text.parse()
 }
 
 /// Parses a sandbox mode for clap.

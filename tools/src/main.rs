@@ -97,7 +97,7 @@ fn main() -> ExitCode {
             });
         }
     };
-    init_tracing(cli.quiet);
+    init_tracing();
     QUIET.store(cli.quiet, std::sync::atomic::Ordering::Relaxed);
     let result = run(cli);
     match result {
@@ -125,7 +125,35 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             cwd,
             json,
         } => commands::create::run(&store, &session, cwd, json),
-        Command::Append { target, expect_seq } => commands::append::run(&target, expect_seq),
+        Command::Append {
+            target,
+            expect_seq,
+            strict,
+        } => {
+            let unknown = if strict {
+                commands::append::UnknownTypes::Refuse
+            } else {
+                commands::append::UnknownTypes::Warn
+            };
+            commands::append::run(&target, expect_seq, unknown)
+        }
+        Command::Preset {
+            target,
+            preset,
+            approval,
+            expect_seq,
+            defaults,
+            json,
+        } => commands::preset::run(
+            &target,
+            &commands::preset::PresetSwitch {
+                preset,
+                approval,
+                expect_seq,
+            },
+            &defaults,
+            json,
+        ),
         Command::Project {
             target,
             at,
@@ -246,19 +274,8 @@ fn render(error: &anyhow::Error) -> String {
     text
 }
 
-fn init_tracing(quiet: bool) {
-    let level = if quiet { "error" } else { "warn" };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SESSIONLOG_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    // Through the escaping writer, and without colour: a warning may quote
-    // log text, and one written to a file or a pipe must hold no ANSI code.
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(terminal::TracingStderr)
-        .with_ansi(false)
-        .with_target(false)
-        .without_time()
-        .init();
+fn init_tracing() {
+    terminal::init_tracing();
     // ureq logs the wire at trace level without redacting headers (the
     // reviewer's key among them): no `log` record above debug is emitted.
     log::set_max_level(log::max_level().min(log::LevelFilter::Debug));
@@ -271,9 +288,4 @@ pub fn quiet() -> bool {
     QUIET.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Prints a warning on stderr unless `--quiet`.
-pub fn warn(message: impl std::fmt::Display) {
-    if !quiet() {
-        crate::errln!("sessionlog: warning: {message}");
-    }
-}
+pub use terminal::warn;

@@ -193,6 +193,89 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for TracingStderr {
     }
 }
 
+/// The one way a command warns: `sessionlog: warning: …`, one line on
+/// standard error (escaped like every line), nothing on standard output,
+/// silenced by `--quiet`.
+pub fn warn(message: impl fmt::Display) {
+    if !crate::quiet() {
+        eprint_line(format_args!("sessionlog: warning: {message}"));
+    }
+}
+
+/// Routes the libraries' `tracing` warnings (a writer truncating a torn
+/// tail) to [`warn`], so they read like every other warning and carry no
+/// colour code. `SESSIONLOG_LOG` (a `tracing` filter such as `debug`)
+/// switches to tracing's own lines under that filter instead, for
+/// debugging, still through the escaping writer and without colour.
+pub fn init_tracing() {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("SESSIONLOG_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(TracingStderr)
+            .with_ansi(false)
+            .with_target(false)
+            .without_time()
+            .init();
+        return;
+    }
+    tracing_subscriber::registry().with(WarningLayer).init();
+}
+
+/// A `tracing` layer that turns every event at `WARN` or above into one
+/// [`warn`] line: `path: message` when the event names a path.
+#[derive(Debug)]
+struct WarningLayer;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for WarningLayer {
+    fn on_event(
+        &self,
+        event: &tracing::Event<'_>,
+        _context: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if *event.metadata().level() > tracing::Level::WARN {
+            return;
+        }
+        let mut fields = WarningFields::default();
+        event.record(&mut fields);
+        match fields.path {
+            Some(path) => warn(format_args!("{path}: {}", fields.message)),
+            None => warn(fields.message),
+        }
+    }
+}
+
+/// The message and path of a warning event; its other fields repeat what
+/// the message says.
+#[derive(Debug, Default)]
+struct WarningFields {
+    message: String,
+    path: Option<String>,
+}
+
+impl tracing::field::Visit for WarningFields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
+        match field.name() {
+            "message" => {
+                use std::fmt::Write as _;
+                let _ = write!(self.message, "{value:?}");
+            }
+            "path" => self.path = Some(format!("{value:?}")),
+            _ => {}
+        }
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        match field.name() {
+            "message" => self.message.push_str(value),
+            "path" => self.path = Some(value.to_owned()),
+            _ => {}
+        }
+    }
+}
+
 /// Whether standard output is a terminal.
 #[allow(clippy::disallowed_methods)]
 pub fn stdout_is_terminal() -> bool {

@@ -2,14 +2,18 @@
 //!
 //! Lines that arrive together (already in the input buffer) are staged and
 //! share one fsync; `{"seq": N}` is printed for each only once it is durable.
-//! A rule violation stops with exit 4 and writes nothing for that line; what
-//! was acknowledged before it stays.
+//! A line holding a JSON array of events is one atomic batch. A rule
+//! violation stops with exit 4 and writes nothing for that line; what was
+//! acknowledged before it stays. An unknown type outside an `x-` namespace
+//! is kept with a warning that names the closest known type, or refused
+//! (exit 4) under `--strict`.
 
 use std::io::{BufRead, Write};
 
 use anyhow::{Context, Result};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use sessionlog_schema::EventType;
 use sessionlog_store::{NewEvent, SessionWriter, StoreError, WriterOptions};
 
 use crate::cli::SessionArgs;
@@ -31,8 +35,18 @@ fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u
     u64::deserialize(deserializer).map(Some)
 }
 
+/// How `append` treats an event type it does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownTypes {
+    /// Kept (the format keeps unknown types); warned of unless the type is
+    /// in an `x-` namespace.
+    Warn,
+    /// Refused (exit 4) unless the type is in an `x-` namespace.
+    Refuse,
+}
+
 /// Runs `append`.
-pub fn run(args: &SessionArgs, expect_seq: Option<u64>) -> Result<u8> {
+pub fn run(args: &SessionArgs, expect_seq: Option<u64>, unknown: UnknownTypes) -> Result<u8> {
     let target = Target::open_for_writing(&args.store)?;
     let session = target.session(args.session.as_deref())?;
     let options = WriterOptions {
@@ -58,9 +72,10 @@ pub fn run(args: &SessionArgs, expect_seq: Option<u64>) -> Result<u8> {
         }
         line_number += 1;
         let outcome = parse_line(&line, line_number)
-            .and_then(|event| stage(&mut writer, event, expected.take()));
+            .and_then(|events| check_types(&events, line_number, unknown).map(|()| events))
+            .and_then(|events| stage(&mut writer, events, expected.take()));
         match outcome {
-            Ok(seq) => staged.push(seq),
+            Ok(seqs) => staged.extend(seqs),
             Err(error) => {
                 // What was staged before a refused line is acknowledged; a
                 // failed write poisoned the writer instead, and the failure
@@ -80,23 +95,45 @@ pub fn run(args: &SessionArgs, expect_seq: Option<u64>) -> Result<u8> {
     Ok(exit::OK)
 }
 
-fn parse_line(line: &[u8], line_number: u64) -> Result<NewEvent> {
+/// The events of one input line: one object, or an array of objects that
+/// is one atomic batch.
+fn parse_line(line: &[u8], line_number: u64) -> Result<Vec<NewEvent>> {
     let text = line.strip_suffix(b"\n").unwrap_or(line);
     let refused = |reason: String| {
         Exit {
         code: exit::USAGE,
         message: format!(
-            "input line {line_number}: expected one JSON object {{\"type\", \"data\", \"ts\"?}}: {reason}"
+            "input line {line_number}: expected one JSON object {{\"type\", \"data\", \"ts\"?}} or an array of them (one atomic batch): {reason}"
         ),
     }
     };
-    // serde also reads a struct from an array of its fields in order
-    // (`["turn/start", {...}]`); only an object is an event.
-    if !text.trim_ascii_start().starts_with(b"{") {
-        return Err(refused("the line is not a JSON object".to_owned()).into());
+    let trimmed = text.trim_ascii_start();
+    if trimmed.starts_with(b"[") {
+        let items: Vec<Box<RawValue>> =
+            serde_json::from_slice(text).map_err(|error| refused(error.to_string()))?;
+        if items.is_empty() {
+            return Err(refused("the array holds no event".to_owned()).into());
+        }
+        return items
+            .iter()
+            .enumerate()
+            .map(|(index, item)| {
+                parse_object(item.get().as_bytes()).map_err(|reason| {
+                    refused(format!("element {} of the array: {reason}", index + 1)).into()
+                })
+            })
+            .collect();
     }
-    let input: InputLine =
-        serde_json::from_slice(text).map_err(|error| refused(error.to_string()))?;
+    Ok(vec![parse_object(text).map_err(refused)?])
+}
+
+/// One event object. serde also reads a struct from an array of its fields
+/// in order (`["turn/start", {...}]`); only an object is an event.
+fn parse_object(text: &[u8]) -> Result<NewEvent, String> {
+    if !text.trim_ascii_start().starts_with(b"{") {
+        return Err("not a JSON object".to_owned());
+    }
+    let input: InputLine = serde_json::from_slice(text).map_err(|error| error.to_string())?;
     Ok(NewEvent {
         event_type: input.event_type,
         data: input.data.get().to_owned(),
@@ -104,10 +141,98 @@ fn parse_line(line: &[u8], line_number: u64) -> Result<NewEvent> {
     })
 }
 
-fn stage(writer: &mut SessionWriter, event: NewEvent, expected: Option<u64>) -> Result<u64> {
-    writer
-        .stage(event, expected)
-        .map_err(|error: StoreError| error.into())
+/// Warns of (or refuses) each unknown type that is not in an `x-`
+/// namespace: most such types are typos (`turn/begin`, `Message`) that no
+/// projection would ever read.
+fn check_types(events: &[NewEvent], line_number: u64, unknown: UnknownTypes) -> Result<()> {
+    for event in events {
+        let name = event.event_type.as_str();
+        if EventType::parse(name).is_some() || name.starts_with("x-") {
+            continue;
+        }
+        let hint = match closest_known_types(name).as_slice() {
+            [] => String::new(),
+            [only] => format!(" (did you mean \"{}\"?)", only.as_str()),
+            several => format!(
+                " (did you mean one of {}?)",
+                several
+                    .iter()
+                    .map(|known| format!("\"{}\"", known.as_str()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        let shown = crate::commands::replay::display(name);
+        if unknown == UnknownTypes::Refuse {
+            return Err(Exit {
+                code: exit::RULE,
+                message: format!(
+                    "input line {line_number}: unknown event type \"{shown}\"{hint}; --strict refuses it (a type of your own goes in an x- namespace, such as x-myruntime/usage); nothing was written for this line"
+                ),
+            }
+            .into());
+        }
+        crate::warn(format!(
+            "input line {line_number}: unknown event type \"{shown}\"{hint}; it is kept, but no projection reads it (a type of your own goes in an x- namespace, such as x-myruntime/usage; --strict refuses unknown types)"
+        ));
+    }
+    Ok(())
+}
+
+/// The known types `name` was likely meant to be: those of its namespace
+/// when it names a known one (`turn/begin`: `turn/start`, `turn/end`), else
+/// the nearest by edit distance ignoring case (`Message`: `message`) when it
+/// is near enough to be a typo.
+pub fn closest_known_types(name: &str) -> Vec<EventType> {
+    let lowered = name.to_lowercase();
+    if let Some((namespace, _)) = lowered.split_once('/') {
+        let prefix = format!("{namespace}/");
+        let same_namespace: Vec<EventType> = EventType::ALL
+            .iter()
+            .copied()
+            .filter(|known| known.as_str().starts_with(&prefix))
+            .collect();
+        if !same_namespace.is_empty() {
+            return same_namespace;
+        }
+    }
+    EventType::ALL
+        .iter()
+        .map(|known| (edit_distance(&lowered, known.as_str()), *known))
+        .filter(|(distance, known)| *distance <= known.as_str().len().div_ceil(2))
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, known)| known)
+        .into_iter()
+        .collect()
+}
+
+/// Levenshtein distance over chars.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, a_char) in a.chars().enumerate() {
+        let mut current = vec![i + 1; b.len() + 1];
+        for (j, b_char) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(a_char != *b_char);
+            current[j + 1] = substitution.min(previous[j + 1] + 1).min(current[j] + 1);
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
+fn stage(
+    writer: &mut SessionWriter,
+    mut events: Vec<NewEvent>,
+    expected: Option<u64>,
+) -> Result<Vec<u64>> {
+    let staged = if events.len() == 1 {
+        let event = events.remove(0);
+        writer.stage(event, expected).map(|seq| vec![seq])
+    } else {
+        writer.stage_batch(events, expected)
+    };
+    staged.map_err(|error: StoreError| error.into())
 }
 
 /// Syncs what is staged and prints one `{"seq": N}` line for each.

@@ -34,6 +34,16 @@ pub fn run(
             sync_log_file(path, &Io::default())?;
             let state = fold_checked(&target, &parent, None)?;
             let snapshot = target.snapshot(&parent)?;
+            if let Some(torn) = &snapshot.torn_tail {
+                crate::warn(format!(
+                    "{}: forking from the good prefix; ignoring a torn tail of {} bytes at line {} (byte offset {}): {}",
+                    path.display(),
+                    torn.bytes,
+                    torn.position.line,
+                    torn.position.offset,
+                    torn.reason
+                ));
+            }
             let seed = delegate(
                 &state,
                 &snapshot.events,

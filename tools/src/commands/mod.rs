@@ -10,6 +10,7 @@ pub mod fork;
 pub mod import;
 pub mod list;
 pub mod migrate;
+pub mod preset;
 pub mod project;
 pub mod replay;
 pub mod report;

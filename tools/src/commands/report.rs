@@ -129,7 +129,15 @@ pub fn run(
         ));
         return Ok(exit::CORRUPT);
     }
-    Ok(if violations > 0 { exit::RULE } else { exit::OK })
+    if violations > 0 {
+        warn(format!(
+            "{violations} event{} break the rules; each is marked in {}",
+            if violations == 1 { "" } else { "s" },
+            out.display()
+        ));
+        return Ok(exit::RULE);
+    }
+    Ok(exit::OK)
 }
 
 /// Reads what `review-audit --json` printed.

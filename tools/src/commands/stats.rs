@@ -1,18 +1,20 @@
 //! `sessionlog stats`: how much a store holds. Sessions, events by type
 //! (unknown types counted under their own names), bytes as JSONL records,
-//! torn tails, corrupt sessions. It reads every log as it is: rules are not
-//! checked; a corrupt session is counted, named, and makes the exit code 2.
+//! torn tails, rule violations, corrupt sessions. It reads every log as it
+//! is: a rule violation or a torn tail is counted and warned of on stderr
+//! (exit 0); a corrupt session is counted, named, and makes the exit code 2.
 
 use std::collections::BTreeMap;
 
 use anyhow::Result;
 use serde::Serialize;
+use sessionlog_projections::SessionState;
 use sessionlog_schema::{EventType, CRC_SUFFIX_LEN};
-use sessionlog_store::{ErrorClass, StoreError};
+use sessionlog_store::{ErrorClass, FoldedEvent, StoreError};
 
 use crate::cli::SessionArgs;
 use crate::target::{SessionRef, Target};
-use crate::{exit, progress};
+use crate::{exit, progress, warn};
 
 /// The counts of one session.
 #[derive(Debug, Default, Serialize)]
@@ -27,6 +29,8 @@ struct SessionStats {
     torn_tail_bytes: Option<u64>,
     /// Why the session is corrupt, if it is.
     corrupt: Option<String>,
+    /// Events of the good prefix that break a rule (`verify` names them).
+    violations: u64,
     events_by_type: BTreeMap<String, u64>,
     unknown_types: BTreeMap<String, u64>,
 }
@@ -40,6 +44,7 @@ struct Totals {
     bytes: u64,
     torn_tails: u64,
     corrupt: u64,
+    violations: u64,
     events_by_type: BTreeMap<String, u64>,
     unknown_types: BTreeMap<String, u64>,
 }
@@ -62,6 +67,7 @@ pub fn run(args: &SessionArgs, json: bool, quiet: bool) -> Result<u8> {
     };
     for session in &sessions {
         let stats = count(&target, session)?;
+        warn_of(&session.label, &stats);
         report.totals.add(&stats);
         report.sessions.push(stats);
         bar.inc(1);
@@ -99,7 +105,10 @@ fn count(target: &Target, session: &SessionRef) -> Result<SessionStats> {
 fn read(target: &Target, session: &SessionRef, stats: &mut SessionStats) -> Result<()> {
     let mut stream = target.stream(session)?;
     stats.bytes = stream.header().encode().len() as u64;
-    while let Some(record) = stream.next_event()? {
+    stats.violations = stream.header_vocabulary_errors().len() as u64;
+    let mut state = SessionState::new(stream.header().clone());
+    while let Some(FoldedEvent { record, folded }) = stream.next_event_folded(&mut state)? {
+        stats.violations += u64::from(folded.is_err());
         stats.events += 1;
         stats.last_seq = record.seq();
         stats.bytes += (record.body().len() + CRC_SUFFIX_LEN + 1) as u64;
@@ -111,6 +120,24 @@ fn read(target: &Target, session: &SessionRef, stats: &mut SessionStats) -> Resu
     }
     stats.torn_tail_bytes = stream.finish()?.map(|torn| torn.bytes);
     Ok(())
+}
+
+/// Warns of what stats counts but does not refuse: a torn tail, rule
+/// violations.
+fn warn_of(label: &str, stats: &SessionStats) {
+    if let Some(bytes) = stats.torn_tail_bytes {
+        warn(format!(
+            "{label}: a torn tail of {bytes} bytes after seq {} (counted apart; `sessionlog verify` describes it)",
+            stats.last_seq
+        ));
+    }
+    if stats.violations > 0 {
+        warn(format!(
+            "{label}: {} event{} break the rules (`sessionlog verify` names them)",
+            stats.violations,
+            if stats.violations == 1 { "" } else { "s" }
+        ));
+    }
 }
 
 /// The message of a corruption error, `None` for any other error.
@@ -129,6 +156,7 @@ impl Totals {
         self.bytes += stats.bytes;
         self.torn_tails += u64::from(stats.torn_tail_bytes.is_some());
         self.corrupt += u64::from(stats.corrupt.is_some());
+        self.violations += stats.violations;
         for (name, count) in &stats.events_by_type {
             *self.events_by_type.entry(name.clone()).or_default() += count;
         }
@@ -146,6 +174,7 @@ fn print_human(report: &Report) -> std::io::Result<()> {
         totals.torn_tails,
         totals.corrupt
     )?;
+    crate::outln!("rule violations {}", totals.violations)?;
     crate::outln!("events    {}", totals.events)?;
     crate::outln!("bytes     {}", totals.bytes)?;
     if !totals.events_by_type.is_empty() {
