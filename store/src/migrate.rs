@@ -18,7 +18,10 @@
 //! the destination's own reader, and compared with a digest of the source
 //! taken during the single read (the header, the number of events, the last
 //! seq and a CRC-32 over every record body); a mismatch is named by a full
-//! comparison of that session, and fails the run.
+//! comparison of that session, and fails the run. A run interrupted while
+//! publishing is finished by [`migrate_with`] under `resume`, which proves
+//! each session already in the destination identical (as `diff` does) and
+//! skips it.
 //!
 //! A lone log file is a source of one session (`migrate_log`), read as a
 //! store's log is.
@@ -90,6 +93,9 @@ pub struct MigrateReport {
     pub events: u64,
     /// Torn tails dropped.
     pub warnings: Vec<MigrateWarning>,
+    /// Sessions a resumed run found already copied, proved identical and
+    /// skipped (not counted in `sessions`).
+    pub skipped: usize,
 }
 
 /// The first place where two stores differ.
@@ -136,6 +142,16 @@ impl fmt::Display for MigrateWarning {
     }
 }
 
+/// How a migration treats sessions the destination already holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MigrateOptions {
+    /// Resume an interrupted run: a session the destination already holds is
+    /// compared with the source (as `diff` does) and skipped when identical;
+    /// one that differs still refuses the run. Without it any such session
+    /// refuses the run before anything is read.
+    pub resume: bool,
+}
+
 /// Copies every session of `from` into `to`, then proves the copy identical.
 /// See the module docs for the phases and what refuses a run.
 pub fn migrate(
@@ -143,7 +159,18 @@ pub fn migrate(
     to: &Store,
     progress: &mut dyn FnMut(MigrateProgress),
 ) -> Result<MigrateReport, StoreError> {
-    migrate_from(&Source::Store(from), to, progress)
+    migrate_with(from, to, MigrateOptions::default(), progress)
+}
+
+/// [`migrate`] under `options`. With `resume`, the report counts the
+/// sessions found already copied in `skipped`.
+pub fn migrate_with(
+    from: &Store,
+    to: &Store,
+    options: MigrateOptions,
+    progress: &mut dyn FnMut(MigrateProgress),
+) -> Result<MigrateReport, StoreError> {
+    migrate_from(&Source::Store(from), to, options, progress)
 }
 
 /// Copies the lone log at `path` (a `.jsonl` file of any name) into `to`
@@ -152,9 +179,10 @@ pub fn migrate(
 pub fn migrate_log(
     path: &Path,
     to: &Store,
+    options: MigrateOptions,
     progress: &mut dyn FnMut(MigrateProgress),
 ) -> Result<MigrateReport, StoreError> {
-    migrate_from(&Source::Log(path), to, progress)
+    migrate_from(&Source::Log(path), to, options, progress)
 }
 
 /// Where the sessions of a migration come from.
@@ -199,18 +227,40 @@ impl Source<'_> {
 fn migrate_from(
     from: &Source<'_>,
     to: &Store,
+    options: MigrateOptions,
     progress: &mut dyn FnMut(MigrateProgress),
 ) -> Result<MigrateReport, StoreError> {
-    let ids = from.ids()?;
-    let total = ids.len();
+    let mut ids = from.ids()?;
+    let mut skipped = 0usize;
+    let mut present = Vec::new();
     for id in &ids {
         if to.contains(id)? {
-            return Err(StoreError::AlreadyExists {
-                id: id.clone(),
-                path: to.path().to_owned(),
-            });
+            if !options.resume {
+                return Err(StoreError::AlreadyExists {
+                    id: id.clone(),
+                    path: to.path().to_owned(),
+                });
+            }
+            present.push(id.clone());
         }
     }
+    for id in &present {
+        if let Some(difference) = diff_session(from, to, id)? {
+            return Err(StoreError::io(
+                "resume the migration",
+                to.path(),
+                std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    format!(
+                        "session {id} is already in the destination but is not the source's copy ({difference}); nothing was written"
+                    ),
+                ),
+            ));
+        }
+        skipped += 1;
+    }
+    ids.retain(|id| !present.contains(id));
+    let total = ids.len();
     let mut staging = Staging::begin(to)?;
     let mut digests = Vec::with_capacity(total);
     let mut warnings = Vec::new();
@@ -252,6 +302,7 @@ fn migrate_from(
         sessions: total,
         events,
         warnings,
+        skipped,
     })
 }
 

@@ -359,3 +359,69 @@ fn append_help_says_what_an_interruption_leaves_and_how_to_resume() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------
+// migrate: resuming an interrupted run, and a store onto itself
+// ---------------------------------------------------------------------------
+
+#[test]
+fn an_interrupted_migration_is_finished_by_resume_which_proves_what_is_there() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let source = arg(&examples());
+    let destination = dir.path().join("copy");
+    run(["migrate", &source, &arg(&destination)]).expect_code(0);
+    // As a Ctrl-C during publishing leaves it: some sessions published,
+    // the others not.
+    std::fs::remove_file(destination.join("lead.jsonl"))
+        .unwrap_or_else(|error| panic!("remove: {error}"));
+
+    let again = run(["migrate", &source, &arg(&destination)]);
+    again.expect_code(1);
+    assert!(again.stderr.contains("--resume"), "{}", again.stderr);
+
+    let resumed = run(["migrate", &source, &arg(&destination), "--resume", "--json"]);
+    resumed.expect_code(0);
+    let report: serde_json::Value =
+        serde_json::from_str(&resumed.stdout).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(report["sessions"], 1);
+    assert_eq!(report["skipped"], 3);
+    run(["diff", &source, &arg(&destination)]).expect_code(0);
+
+    // A session already there that is not the source's copy refuses the run.
+    let other = dir.path().join("other");
+    run([
+        "create",
+        &arg(&other),
+        "--session",
+        "lead",
+        "--cwd",
+        "/elsewhere",
+    ])
+    .expect_code(0);
+    let refused = run(["migrate", &source, &arg(&other), "--resume"]);
+    refused.expect_code(1);
+    assert!(
+        refused
+            .stderr
+            .contains("session lead is already in the destination but is not the source's copy"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        !other.join("auto-review.jsonl").exists(),
+        "nothing was written"
+    );
+}
+
+#[test]
+fn migrate_of_a_store_onto_itself_is_refused() {
+    let source = arg(&examples());
+    let same = format!("{source}/");
+    let refused = run(["migrate", &source, &same]);
+    refused.expect_code(1);
+    assert!(
+        refused.stderr.contains("are the same store"),
+        "{}",
+        refused.stderr
+    );
+}

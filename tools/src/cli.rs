@@ -271,8 +271,14 @@ pub enum Command {
         file: Option<PathBuf>,
     },
     /// Copy every session between backends, then prove the copy identical.
+    ///
+    /// Every source session is read and checked, and staged in the
+    /// destination unseen, before any is published; an interrupted run
+    /// (Ctrl-C during publishing) is finished by running it again with
+    /// --resume, which proves and skips what is already there. A source and
+    /// destination that are the same store are refused.
     #[command(
-        after_help = "Examples:\n  sessionlog migrate ./sessions ./sessions.db\n  sessionlog migrate one.jsonl ./sessions.db"
+        after_help = "Examples:\n  sessionlog migrate ./sessions ./sessions.db\n  sessionlog migrate ./sessions ./sessions.db --resume\n  sessionlog migrate one.jsonl ./sessions.db"
     )]
     Migrate {
         /// The source store, or a lone `.jsonl` log (one session).
@@ -286,6 +292,11 @@ pub enum Command {
         /// 0); without it, "no sessions found" is exit 1.
         #[arg(long)]
         allow_empty: bool,
+        /// Resume an interrupted migration: a session the destination
+        /// already holds is compared with its source and skipped when
+        /// identical (one that differs still refuses the run).
+        #[arg(long)]
+        resume: bool,
     },
     /// Exit 0 when two stores hold identical sessions, 1 otherwise.
     #[command(after_help = "Example:\n  sessionlog diff ./sessions ./sessions.db")]

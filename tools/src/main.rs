@@ -189,7 +189,17 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             to,
             json,
             allow_empty,
-        } => commands::migrate::migrate(&from, &to, json, allow_empty, quiet),
+            resume,
+        } => commands::migrate::migrate(
+            &from,
+            &to,
+            &commands::migrate::MigrateArgs {
+                allow_empty,
+                resume,
+            },
+            json,
+            quiet,
+        ),
         Command::Diff { a, b, json } => commands::migrate::diff(&a, &b, json),
         Command::Export { target } => commands::export::run(&target),
         Command::List { store, tree, json } => commands::list::run(&store, tree, json),

@@ -5,15 +5,32 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 use sessionlog_store::{
-    diff as diff_stores, migrate as migrate_stores, migrate_log, MigratePhase, MigrateProgress,
-    Store,
+    diff as diff_stores, migrate_log, migrate_with, MigrateOptions, MigratePhase,
+    MigrateProgress, Store, StoreError,
 };
 
 use crate::target::{is_lone_log, require_sessions};
 use crate::{exit, warn, UsageError};
 
+/// What `migrate` may accept besides a fresh copy.
+#[derive(Debug, Clone, Copy)]
+pub struct MigrateArgs {
+    /// Accept a source that holds no session.
+    pub allow_empty: bool,
+    /// Skip the sessions an interrupted run already copied, once proved
+    /// identical.
+    pub resume: bool,
+}
+
 /// Runs `migrate`.
-pub fn migrate(from: &Path, to: &Path, json: bool, allow_empty: bool, quiet: bool) -> Result<u8> {
+pub fn migrate(
+    from: &Path,
+    to: &Path,
+    options: &MigrateArgs,
+    json: bool,
+    quiet: bool,
+) -> Result<u8> {
+    refuse_same_store(from, to)?;
     // A lone log is a source of one session; a store is opened as such.
     let source = if is_lone_log(from) {
         None
@@ -24,7 +41,7 @@ pub fn migrate(from: &Path, to: &Path, json: bool, allow_empty: bool, quiet: boo
         bail!(UsageError(format!("{}: no such file", from.display())));
     }
     if let Some(source) = &source {
-        require_sessions(&source.ids()?, from, allow_empty)?;
+        require_sessions(&source.ids()?, from, options.allow_empty)?;
     }
     let destination = Store::create(to)?;
     let bar = crate::progress::bar(quiet, "migrate");
@@ -36,9 +53,24 @@ pub fn migrate(from: &Path, to: &Path, json: bool, allow_empty: bool, quiet: boo
         });
         crate::progress::update(&bar, update.done as u64, update.total as u64)
     };
-    let report = match &source {
-        Some(source) => migrate_stores(source, &destination, &mut progress)?,
-        None => migrate_log(from, &destination, &mut progress)?,
+    let migrate_options = MigrateOptions {
+        resume: options.resume,
+    };
+    let migrated = match &source {
+        Some(source) => migrate_with(source, &destination, migrate_options, &mut progress),
+        None => migrate_log(from, &destination, migrate_options, &mut progress),
+    };
+    let report = match migrated {
+        Ok(report) => report,
+        Err(error @ StoreError::AlreadyExists { .. }) => {
+            bar.finish_and_clear();
+            return Err(anyhow::Error::new(error).context(format!(
+                "nothing was written; if an interrupted migrate published it, `sessionlog migrate {} {} --resume` proves and skips the sessions already copied",
+                from.display(),
+                to.display()
+            )));
+        }
+        Err(error) => return Err(error.into()),
     };
     bar.finish_and_clear();
     for warning in &report.warnings {
@@ -48,6 +80,7 @@ pub fn migrate(from: &Path, to: &Path, json: bool, allow_empty: bool, quiet: boo
         let warnings: Vec<String> = report.warnings.iter().map(ToString::to_string).collect();
         let json = serde_json::json!({
             "sessions": report.sessions,
+            "skipped": report.skipped,
             "events": report.events,
             "warnings": warnings,
             "identical": true,
@@ -61,8 +94,32 @@ pub fn migrate(from: &Path, to: &Path, json: bool, allow_empty: bool, quiet: boo
             from.display(),
             to.display()
         )?;
+        if report.skipped > 0 {
+            crate::outln!(
+                "skipped {} sessions already in {}, each proved identical to its source",
+                report.skipped,
+                to.display()
+            )?;
+        }
     }
     Ok(exit::OK)
+}
+
+/// Refuses a migration whose destination is its source: copying a store
+/// onto itself would find every session already there.
+fn refuse_same_store(from: &Path, to: &Path) -> Result<()> {
+    let same = match (std::fs::canonicalize(from), std::fs::canonicalize(to)) {
+        (Ok(from), Ok(to)) => from == to,
+        _ => false,
+    };
+    if same {
+        bail!(UsageError(format!(
+            "{} and {} are the same store: migrate copies into another one",
+            from.display(),
+            to.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Runs `diff`.
