@@ -425,3 +425,73 @@ fn migrate_of_a_store_onto_itself_is_refused() {
         refused.stderr
     );
 }
+
+// ---------------------------------------------------------------------------
+// diff's exit codes, and messages that name what a path is
+// ---------------------------------------------------------------------------
+
+#[test]
+fn diff_keeps_1_for_different_and_9_for_what_it_cannot_compare() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let source = arg(&examples());
+    run(["diff", &source, &source]).expect_code(0);
+    let other = dir.path().join("other");
+    run([
+        "create",
+        &arg(&other),
+        "--session",
+        "lead",
+        "--cwd",
+        "/elsewhere",
+    ])
+    .expect_code(0);
+    let different = run(["diff", &source, &arg(&other), "--json"]);
+    different.expect_code(1);
+    let missing = run(["diff", &source, &arg(&dir.path().join("missing"))]);
+    missing.expect_code(9);
+    assert!(
+        missing.stderr.contains("cannot compare the stores"),
+        "{}",
+        missing.stderr
+    );
+    run(["diff", &source]).expect_code(9);
+
+    // Numbers stay numbers in --json.
+    let copy = dir.path().join("copy");
+    std::fs::create_dir(&copy).unwrap_or_else(|error| panic!("mkdir: {error}"));
+    let lead = examples().join("lead.jsonl");
+    let text = std::fs::read_to_string(&lead).unwrap_or_else(|error| panic!("read: {error}"));
+    let kept: Vec<&str> = text.lines().take(3).collect();
+    std::fs::write(copy.join("lead.jsonl"), format!("{}\n", kept.join("\n")))
+        .unwrap_or_else(|error| panic!("write: {error}"));
+    let only_lead = dir.path().join("only-lead");
+    std::fs::create_dir(&only_lead).unwrap_or_else(|error| panic!("mkdir: {error}"));
+    std::fs::copy(&lead, only_lead.join("lead.jsonl"))
+        .unwrap_or_else(|error| panic!("copy: {error}"));
+    let shorter = run(["diff", &arg(&only_lead), &arg(&copy), "--json"]);
+    shorter.expect_code(1);
+    let report: serde_json::Value =
+        serde_json::from_str(&shorter.stdout).unwrap_or_else(|error| panic!("{error}"));
+    assert!(
+        report["left"].is_u64() && report["right"].is_u64(),
+        "{report}"
+    );
+}
+
+#[test]
+fn salvage_of_a_folder_says_it_takes_one_log_file() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let refused = run([
+        "salvage",
+        &arg(&examples()),
+        &arg(&dir.path().join("out.jsonl")),
+    ]);
+    refused.expect_code(1);
+    assert!(
+        refused
+            .stderr
+            .contains("is a folder: salvage copies the good prefix of one log file"),
+        "{}",
+        refused.stderr
+    );
+}

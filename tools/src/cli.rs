@@ -299,6 +299,10 @@ pub enum Command {
         resume: bool,
     },
     /// Exit 0 when two stores hold identical sessions, 1 otherwise.
+    ///
+    /// Errors have codes of their own, never 1: 9 when the stores cannot be
+    /// compared (a usage or I/O error, a missing store), 2 when one is
+    /// corrupt. --json prints numbers (seq, ts, seedLength, ...) as numbers.
     #[command(after_help = "Example:\n  sessionlog diff ./sessions ./sessions.db")]
     Diff {
         /// One store.

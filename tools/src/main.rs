@@ -37,6 +37,9 @@ pub mod exit {
     pub const CONTENTION: u8 = 6;
     /// `review-audit` found a decision that differs from the recorded one.
     pub const AUDIT_DIFFERS: u8 = 8;
+    /// `diff` only: the stores could not be compared (a usage or I/O
+    /// error), kept apart from 1, which `diff` answers for "different".
+    pub const DIFF_TROUBLE: u8 = 9;
 
     /// The codes that outrank one another when several apply, strongest
     /// first (SPEC: 2 wins over 4, 4 over 3; a seal failure ranks between
@@ -91,7 +94,7 @@ fn main() -> ExitCode {
                 }
             }
             return ExitCode::from(if error.use_stderr() {
-                exit::USAGE
+                usage_code_of_command()
             } else {
                 exit::OK
             });
@@ -200,7 +203,16 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             json,
             quiet,
         ),
-        Command::Diff { a, b, json } => commands::migrate::diff(&a, &b, json),
+        Command::Diff { a, b, json } => commands::migrate::diff(&a, &b, json).map_err(|error| {
+            if exit_code(&error) == exit::USAGE {
+                error.context(Exit {
+                    code: exit::DIFF_TROUBLE,
+                    message: "cannot compare the stores".into(),
+                })
+            } else {
+                error
+            }
+        }),
         Command::Export { target } => commands::export::run(&target),
         Command::List { store, tree, json } => commands::list::run(&store, tree, json),
         Command::Replay {
@@ -254,8 +266,24 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     }
 }
 
+/// The exit code of a usage error clap found: 1, but for `diff`, whose 1
+/// means "different".
+fn usage_code_of_command() -> u8 {
+    let command = std::env::args().skip(1).find(|arg| !arg.starts_with('-'));
+    if command.as_deref() == Some("diff") {
+        exit::DIFF_TROUBLE
+    } else {
+        exit::USAGE
+    }
+}
+
 /// The exit code an error stands for.
 pub fn exit_code(error: &anyhow::Error) -> u8 {
+    // An `Exit` given as context is found by anyhow's own downcast; the
+    // chain shows only its message.
+    if let Some(exit) = error.downcast_ref::<Exit>() {
+        return exit.code;
+    }
     for cause in error.chain() {
         if let Some(exit) = cause.downcast_ref::<Exit>() {
             return exit.code;

@@ -122,6 +122,30 @@ fn refuse_same_store(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A side of a difference as JSON: a number for the members that are
+/// numbers (`ts`, `seedLength`, `event count`, ...), the text otherwise.
+fn difference_value(field: &str, value: &str) -> serde_json::Value {
+    const NUMERIC: &[&str] = &[
+        "createdAt",
+        "seedLength",
+        "delegationDepth",
+        "formatVersion",
+        "event count",
+        "ts",
+        "batch",
+        "seq",
+    ];
+    if NUMERIC.contains(&field) {
+        if let Ok(number) = value.parse::<u64>() {
+            return number.into();
+        }
+        if value == "null" || value == "none" {
+            return serde_json::Value::Null;
+        }
+    }
+    value.into()
+}
+
 /// Runs `diff`.
 pub fn diff(a: &Path, b: &Path, json: bool) -> Result<u8> {
     let left = Store::open_read_only(a)?;
@@ -142,8 +166,8 @@ pub fn diff(a: &Path, b: &Path, json: bool) -> Result<u8> {
                     "session": difference.session.as_ref().map(|s| s.as_str()),
                     "seq": difference.seq,
                     "field": difference.field,
-                    "left": difference.left,
-                    "right": difference.right,
+                    "left": difference_value(&difference.field, &difference.left),
+                    "right": difference_value(&difference.field, &difference.right),
                     "message": difference.to_string(),
                 });
                 crate::terminal::print_json_line(&json.to_string())?;

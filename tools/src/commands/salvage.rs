@@ -71,6 +71,13 @@ enum Damage {
 
 /// Runs `salvage`.
 pub fn run(file: &Path, out: &Path, json: bool, quiet: bool) -> Result<u8> {
+    if file.is_dir() {
+        bail!(UsageError(format!(
+            "{} is a folder: salvage copies the good prefix of one log file, such as {}",
+            file.display(),
+            file.join("SESSION.jsonl").display()
+        )));
+    }
     if !file.is_file() {
         bail!(UsageError(format!("{}: no such log file", file.display())));
     }
