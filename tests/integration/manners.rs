@@ -495,3 +495,62 @@ fn salvage_of_a_folder_says_it_takes_one_log_file() {
         refused.stderr
     );
 }
+
+// ---------------------------------------------------------------------------
+// review-request: the pending action on standard input, and what helps
+// ---------------------------------------------------------------------------
+
+#[test]
+fn review_request_reads_the_pending_action_from_stdin_and_says_what_helps_when_too_large() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let store = store_with_session(dir.path());
+    let events = [
+        r#"{"type":"turn/start","data":{"turnId":"t1"}}"#,
+        r#"{"type":"step/start","data":{"stepId":"s1","turnId":"t1"}}"#,
+        r#"{"type":"request/header","data":{"provider":"p","model":"m","approvalPolicy":"ask","sandboxMode":"workspace-write","tools":[{"name":"shell","description":"Run a command","parameters":{"type":"object"}}]}}"#,
+    ];
+    crate::cli_support::run_with_stdin(
+        ["append", &store, "--session", "s1"],
+        &format!("{}\n", events.join("\n")),
+    )
+    .expect_code(0);
+    let pending = r#"{"callId":"c1","stepId":"s1","name":"shell","arguments":{"command":"ls"}}"#;
+    let request = crate::cli_support::run_with_stdin(
+        [
+            "review-request",
+            &store,
+            "--session",
+            "s1",
+            "--pending",
+            "-",
+        ],
+        pending,
+    );
+    request.expect_code(0);
+    let built: serde_json::Value =
+        serde_json::from_str(&request.stdout).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(built["partitions"]["PENDING_ACTION"]["callId"], "c1");
+
+    let too_large = crate::cli_support::run_with_stdin(
+        [
+            "review-request",
+            &store,
+            "--session",
+            "s1",
+            "--pending",
+            "-",
+            "--max-bytes",
+            "100",
+        ],
+        pending,
+    );
+    too_large.expect_code(5);
+    let reply: serde_json::Value =
+        serde_json::from_str(&too_large.stdout).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(reply["error"], "REQUEST_TOO_LARGE");
+    let message = reply["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("checkpoint") && message.contains("--max-bytes"),
+        "{message}"
+    );
+}

@@ -201,12 +201,13 @@ pub enum Command {
     },
     /// Build the Auto reviewer's request for a pending tool call.
     #[command(
-        after_help = "Example:\n  sessionlog review-request examples/sessions/auto-review.jsonl --pending pending.json"
+        after_help = "Examples:\n  sessionlog review-request examples/sessions/auto-review.jsonl --pending pending.json\n  echo \"$PENDING_ACTION\" | sessionlog review-request ./sessions --session s1 --pending -"
     )]
     ReviewRequest {
         #[command(flatten)]
         target: SessionArgs,
-        /// The pending action: `{callId, stepId, name, arguments, parentCallId?, schema?}`.
+        /// The pending action: `{callId, stepId, name, arguments, parentCallId?, schema?}`,
+        /// in a file, or on standard input with `-`.
         #[arg(long)]
         pending: PathBuf,
         /// The request size limit in bytes.

@@ -42,7 +42,8 @@ fn print_error(code: &str, message: String) -> Result<()> {
 
 /// Runs `review-request`.
 pub fn request(args: &SessionArgs, pending: &Path, max_bytes: usize) -> Result<u8> {
-    let pending = read_input(Some(pending))?;
+    // `-` is standard input, so a runtime can pipe the action in.
+    let pending = read_input((pending != Path::new("-")).then_some(pending))?;
     match request_from_snapshot(args, &pending, max_bytes)? {
         Ok(request) => {
             crate::terminal::print_json_line(&request)?;
@@ -131,7 +132,15 @@ fn print_verdict(verdict: &Verdict) -> Result<u8> {
 
 /// Prints a request that failed closed; exit 4 for INVALID_LOG, else 5.
 fn refused(error: &ReviewError) -> Result<u8> {
-    print_error(error.code.as_str(), error.message.clone())?;
+    let message = if error.code == ReviewErrorCode::RequestTooLarge {
+        format!(
+            "{}; what helps: a checkpoint event, after which the reviewer sees only the history from it on, or a larger limit with --max-bytes",
+            error.message
+        )
+    } else {
+        error.message.clone()
+    };
+    print_error(error.code.as_str(), message)?;
     Ok(if error.code == ReviewErrorCode::InvalidLog {
         exit::RULE
     } else {
