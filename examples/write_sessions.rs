@@ -15,7 +15,10 @@
 //!   rejected), the user's switch to `never` and its notice, a compaction
 //!   checkpoint and an event type this version does not know;
 //! - `lead` and its delegated child `lead-tests` (a fork), whose own work
-//!   ends with a checkpoint.
+//!   ends with a checkpoint;
+//! - `pending-review`: an Auto session stopped inside an open step, where
+//!   the model has just proposed a call: `examples/pending-action.json` is
+//!   that call, what `sessionlog review-request` takes.
 // An example program of its own, not the command line: it prints its
 // own text, and `tools/clippy.toml`'s printing rule is for `sessionlog`.
 #![allow(clippy::disallowed_macros)]
@@ -49,6 +52,7 @@ pub fn write_example_sessions(folder: &Path) -> Result<(), Box<dyn Error>> {
     auto_review(&store)?;
     approval(&store)?;
     lead_and_child(&store)?;
+    pending_review(&store)?;
     Ok(())
 }
 
@@ -235,6 +239,50 @@ fn auto_review(store: &Store) -> Result<(), Box<dyn Error>> {
     )?;
     log.at(400, "step/end", json!({"stepId": "step-1"}))?;
     log.at(10, "turn/end", json!({"turnId": "turn-1"}))
+}
+
+/// An Auto session whose step is still open: the runtime is about to ask
+/// the reviewer about the call of `examples/pending-action.json`.
+fn pending_review(store: &Store) -> Result<(), Box<dyn Error>> {
+    let mut log = Log::create(
+        store,
+        "pending-review",
+        START_MS + 10_800_000,
+        "/home/dev/payments-service",
+    )?;
+    log.switch_preset(1_000, Preset::Auto, Some(ApprovalPolicy::Never))?;
+    log.at(3_000, "turn/start", json!({"turnId": "turn-1"}))?;
+    log.at(
+        10,
+        "message",
+        text(
+            "user",
+            json!({"kind": "user"}),
+            "Bump the serde dependency to the latest 1.x and make sure the tests still pass.",
+        ),
+    )?;
+    log.at(
+        5,
+        "step/start",
+        json!({"stepId": "step-1", "turnId": "turn-1"}),
+    )?;
+    log.at(
+        5,
+        "request/header",
+        request_header("never", "workspace-write"),
+    )?;
+    log.at(
+        1_900,
+        "tool/start",
+        json!({"callId": "call-1", "stepId": "step-1", "name": "read_file",
+               "arguments": {"path": "Cargo.toml"}}),
+    )?;
+    log.at(
+        40,
+        "tool/settle",
+        json!({"callId": "call-1", "status": "ok",
+               "result": {"content": "[dependencies]\nserde = \"1.0.190\""}}),
+    )
 }
 
 fn approval(store: &Store) -> Result<(), Box<dyn Error>> {

@@ -49,10 +49,17 @@ impl JsonlStore {
         let metadata = std::fs::metadata(folder)
             .map_err(|source| StoreError::io("open folder", folder, source))?;
         if !metadata.is_dir() {
+            // Name what the path is: "not a folder" about a file reads as
+            // if the file were missing.
+            let what = if metadata.is_file() {
+                "it is a file, not a store: a store is a folder of <id>.jsonl logs or a .db/.sqlite database, and a lone log is a file whose name ends in .jsonl"
+            } else {
+                "it is neither a folder of logs nor a .db/.sqlite database"
+            };
             return Err(StoreError::io(
-                "open folder",
+                "open the store",
                 folder,
-                std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a folder"),
+                std::io::Error::new(std::io::ErrorKind::NotADirectory, what),
             ));
         }
         Ok(JsonlStore {

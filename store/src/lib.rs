@@ -30,8 +30,8 @@ pub use jsonl::{
 };
 pub use leftovers::Leftover;
 pub use migrate::{
-    diff, migrate, migrate_log, migrate_with, Difference, MigrateOptions, MigratePhase,
-    MigrateProgress, MigrateReport, MigrateWarning,
+    diff, diff_sources, migrate, migrate_log, migrate_with, Difference, MigrateOptions,
+    MigratePhase, MigrateProgress, MigrateReport, MigrateWarning, SessionSource,
 };
 pub use reader::{
     fold_through, read_snapshot_from, FoldedEvent, Line, LineReader, LogReader, SessionStream,

@@ -170,7 +170,7 @@ pub fn migrate_with(
     options: MigrateOptions,
     progress: &mut dyn FnMut(MigrateProgress),
 ) -> Result<MigrateReport, StoreError> {
-    migrate_from(&Source::Store(from), to, options, progress)
+    migrate_from(&SessionSource::Store(from), to, options, progress)
 }
 
 /// Copies the lone log at `path` (a `.jsonl` file of any name) into `to`
@@ -182,36 +182,38 @@ pub fn migrate_log(
     options: MigrateOptions,
     progress: &mut dyn FnMut(MigrateProgress),
 ) -> Result<MigrateReport, StoreError> {
-    migrate_from(&Source::Log(path), to, options, progress)
+    migrate_from(&SessionSource::Log(path), to, options, progress)
 }
 
-/// Where the sessions of a migration come from.
-enum Source<'a> {
+/// Where the sessions of a migration or a diff come from: a store, or a
+/// lone log file, which is a store of one session.
+#[derive(Debug, Clone, Copy)]
+pub enum SessionSource<'a> {
     /// Every session of a store.
     Store(&'a Store),
     /// The one session of a lone log file.
     Log(&'a Path),
 }
 
-impl Source<'_> {
+impl SessionSource<'_> {
     fn ids(&self) -> Result<Vec<SessionId>, StoreError> {
         match self {
-            Source::Store(store) => whole_store_ids(store),
-            Source::Log(path) => Ok(vec![read_header_as_is(path, None)?.header.id]),
+            SessionSource::Store(store) => whole_store_ids(store),
+            SessionSource::Log(path) => Ok(vec![read_header_as_is(path, None)?.header.id]),
         }
     }
 
     fn session_path(&self, id: &SessionId) -> PathBuf {
         match self {
-            Source::Store(store) => store.session_path(id),
-            Source::Log(path) => path.to_path_buf(),
+            SessionSource::Store(store) => store.session_path(id),
+            SessionSource::Log(path) => path.to_path_buf(),
         }
     }
 
     fn records(&self, id: &SessionId) -> Result<(DecodedHeader, EventStream), StoreError> {
         match self {
-            Source::Store(store) => store.records(id),
-            Source::Log(path) => {
+            SessionSource::Store(store) => store.records(id),
+            SessionSource::Log(path) => {
                 let reader = LogReader::open(path, Some(id.clone()))?;
                 let header = DecodedHeader {
                     header: reader.header().clone(),
@@ -225,7 +227,7 @@ impl Source<'_> {
 }
 
 fn migrate_from(
-    from: &Source<'_>,
+    from: &SessionSource<'_>,
     to: &Store,
     options: MigrateOptions,
     progress: &mut dyn FnMut(MigrateProgress),
@@ -245,7 +247,7 @@ fn migrate_from(
         }
     }
     for id in &present {
-        if let Some(difference) = diff_session(from, to, id)? {
+        if let Some(difference) = diff_session(from, &SessionSource::Store(to), id)? {
             return Err(StoreError::io(
                 "resume the migration",
                 to.path(),
@@ -309,8 +311,16 @@ fn migrate_from(
 /// The first difference between the sessions of `left` and `right`, or
 /// `None` when they hold the same sessions with the same records.
 pub fn diff(left: &Store, right: &Store) -> Result<Option<Difference>, StoreError> {
-    let left_ids = whole_store_ids(left)?;
-    let right_ids = whole_store_ids(right)?;
+    diff_sources(&SessionSource::Store(left), &SessionSource::Store(right))
+}
+
+/// [`diff`] of two sources, either of which may be a lone log.
+pub fn diff_sources(
+    left: &SessionSource<'_>,
+    right: &SessionSource<'_>,
+) -> Result<Option<Difference>, StoreError> {
+    let left_ids = left.ids()?;
+    let right_ids = right.ids()?;
     let mut right_iter = right_ids.iter().peekable();
     for id in &left_ids {
         if let Some(extra) = right_iter.next_if(|other| *other < id) {
@@ -323,7 +333,7 @@ pub fn diff(left: &Store, right: &Store) -> Result<Option<Difference>, StoreErro
     if let Some(extra) = right_iter.next() {
         return Ok(Some(missing_session(extra, "missing", "present")));
     }
-    diff_sessions(&Source::Store(left), right, &left_ids, &mut |_, _| {})
+    diff_sessions(left, right, &left_ids, &mut |_, _| {})
 }
 
 /// The sessions of `store` once it passed its whole-store check (SQLite's
@@ -340,12 +350,12 @@ fn whole_store_ids(store: &Store) -> Result<Vec<SessionId>, StoreError> {
 /// Reads session `id` whole and folds it, refusing corruption and rule
 /// violations with the session named. Its torn tail, if any, stays in the
 /// snapshot.
-fn read_source_session(from: &Source<'_>, id: &SessionId) -> Result<Snapshot, StoreError> {
+fn read_source_session(from: &SessionSource<'_>, id: &SessionId) -> Result<Snapshot, StoreError> {
     let (snapshot, first_violation) = match from {
         // A log is folded as it is read: each line's data is scanned once.
-        Source::Store(Store::Jsonl(store)) => read_folded(store.reader(id)?)?,
-        Source::Log(path) => read_folded(LogReader::open(path, Some(id.clone()))?)?,
-        Source::Store(from @ Store::Sqlite(_)) => {
+        SessionSource::Store(Store::Jsonl(store)) => read_folded(store.reader(id)?)?,
+        SessionSource::Log(path) => read_folded(LogReader::open(path, Some(id.clone()))?)?,
+        SessionSource::Store(from @ Store::Sqlite(_)) => {
             let snapshot = from.snapshot(id)?;
             let (_, violations) = fold(snapshot.header.clone(), &snapshot.events);
             (snapshot, violations.into_iter().next())
@@ -464,7 +474,7 @@ impl fmt::Display for EventsSummary {
 /// another thread (reading back is decoding, and the two halves do not
 /// share it), reporting each session compared in order.
 fn compare_copies(
-    from: &Source<'_>,
+    from: &SessionSource<'_>,
     to: &Store,
     ids: &[SessionId],
     digests: &[SessionDigest],
@@ -518,7 +528,7 @@ fn compare_copies(
 /// compares it with the source's digest. A mismatch is named by comparing
 /// the session with the source record by record.
 fn compare_copy(
-    from: &Source<'_>,
+    from: &SessionSource<'_>,
     to: &Store,
     id: &SessionId,
     digest: &SessionDigest,
@@ -537,7 +547,7 @@ fn compare_copy(
     if copied == digest.summary {
         return Ok(None);
     }
-    if let Some(difference) = diff_session(from, to, id)? {
+    if let Some(difference) = diff_session(from, &SessionSource::Store(to), id)? {
         return Ok(Some(difference));
     }
     Ok(Some(Difference {
@@ -703,8 +713,8 @@ impl Drop for JsonlStaging<'_> {
 
 /// Compares the sessions `ids` (present on both sides).
 fn diff_sessions(
-    left: &Source<'_>,
-    right: &Store,
+    left: &SessionSource<'_>,
+    right: &SessionSource<'_>,
     ids: &[SessionId],
     done: &mut dyn FnMut(usize, &SessionId),
 ) -> Result<Option<Difference>, StoreError> {
@@ -718,8 +728,8 @@ fn diff_sessions(
 }
 
 fn diff_session(
-    left: &Source<'_>,
-    right: &Store,
+    left: &SessionSource<'_>,
+    right: &SessionSource<'_>,
     id: &SessionId,
 ) -> Result<Option<Difference>, StoreError> {
     let (left_header, mut left_events) = left.records(id)?;

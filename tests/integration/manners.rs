@@ -384,7 +384,7 @@ fn an_interrupted_migration_is_finished_by_resume_which_proves_what_is_there() {
     let report: serde_json::Value =
         serde_json::from_str(&resumed.stdout).unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(report["sessions"], 1);
-    assert_eq!(report["skipped"], 3);
+    assert_eq!(report["skipped"], 4, "the other example sessions");
     run(["diff", &source, &arg(&destination)]).expect_code(0);
 
     // A session already there that is not the source's copy refuses the run.
@@ -479,6 +479,67 @@ fn diff_keeps_1_for_different_and_9_for_what_it_cannot_compare() {
 }
 
 #[test]
+fn diff_and_migrate_take_a_lone_log_as_a_store_of_one_session() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let lead = examples().join("lead.jsonl");
+    let copy = dir.path().join("copy-of-lead.jsonl");
+    std::fs::copy(&lead, &copy).unwrap_or_else(|error| panic!("copy: {error}"));
+    run(["diff", &arg(&lead), &arg(&copy)]).expect_code(0);
+    let other = examples().join("approval.jsonl");
+    let different = run(["diff", &arg(&lead), &arg(&other), "--json"]);
+    different.expect_code(1);
+    let report: serde_json::Value =
+        serde_json::from_str(&different.stdout).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(report["identical"], false, "{report}");
+
+    // A lone log against the store it came from: one session is missing
+    // on the log's side, which diff names.
+    let against_store = run(["diff", &arg(&lead), &arg(&examples())]);
+    against_store.expect_code(1);
+
+    let database = dir.path().join("lead.db");
+    run(["migrate", &arg(&copy), &arg(&database)]).expect_code(0);
+    run(["diff", &arg(&lead), &arg(&database)]).expect_code(0);
+    run(["diff", &arg(&dir.path().join("missing.jsonl")), &arg(&lead)]).expect_code(9);
+}
+
+#[test]
+fn a_file_named_as_a_store_is_called_a_file_not_a_missing_folder() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let notes = dir.path().join("notes.txt");
+    std::fs::write(&notes, "not a log\n").unwrap_or_else(|error| panic!("write: {error}"));
+    for command in [
+        vec!["verify", notes.to_str().unwrap_or_default()],
+        vec!["stats", notes.to_str().unwrap_or_default()],
+        vec!["list", notes.to_str().unwrap_or_default()],
+    ] {
+        let refused = run(command.clone());
+        refused.expect_code(1);
+        assert!(
+            refused.stderr.contains("it is a file, not a store")
+                && refused.stderr.contains(".jsonl")
+                && !refused.stderr.contains("not a folder"),
+            "sessionlog {command:?}: {}",
+            refused.stderr
+        );
+    }
+}
+
+#[test]
+fn create_of_an_existing_lone_log_names_the_session_it_holds() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let one = dir.path().join("one.jsonl");
+    run(["create", &arg(&one), "--session", "first"]).expect_code(0);
+    let refused = run(["create", &arg(&one), "--session", "other"]);
+    refused.expect_code(1);
+    assert!(
+        refused.stderr.contains("it holds session first") && !refused.stderr.contains("other"),
+        "{}",
+        refused.stderr
+    );
+}
+
+#[test]
 fn salvage_of_a_folder_says_it_takes_one_log_file() {
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
     let refused = run([
@@ -499,6 +560,32 @@ fn salvage_of_a_folder_says_it_takes_one_log_file() {
 // ---------------------------------------------------------------------------
 // review-request: the pending action on standard input, and what helps
 // ---------------------------------------------------------------------------
+
+#[test]
+fn review_request_help_example_runs_on_the_shipped_example() {
+    let help = run(["review-request", "--help"]);
+    help.expect_code(0);
+    let example = help
+        .stdout
+        .lines()
+        .map(str::trim)
+        .find(|line| line.starts_with("sessionlog review-request examples/"))
+        .unwrap_or_else(|| panic!("no example on a shipped session in:\n{}", help.stdout));
+    let args: Vec<String> = example
+        .split_whitespace()
+        .skip(1)
+        .map(|word| match word.starts_with("examples/") {
+            true => arg(&workspace_root().join(word)),
+            false => word.to_owned(),
+        })
+        .collect();
+    let built = run(args.iter().map(String::as_str).collect::<Vec<_>>());
+    built.expect_code(0);
+    let request: serde_json::Value =
+        serde_json::from_str(&built.stdout).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(request["partitions"]["PENDING_ACTION"]["callId"], "call-2");
+    assert_eq!(request["partitions"]["PENDING_ACTION"]["name"], "shell");
+}
 
 #[test]
 fn review_request_reads_the_pending_action_from_stdin_and_says_what_helps_when_too_large() {

@@ -16,7 +16,13 @@ use crate::cli_support::{run, run_with_stdin, sessionlog, workspace_root, Run};
 #[path = "../../examples/write_sessions.rs"]
 mod write_sessions;
 
-const EXAMPLES: [&str; 4] = ["approval", "auto-review", "lead", "lead-tests"];
+const EXAMPLES: [&str; 5] = [
+    "approval",
+    "auto-review",
+    "lead",
+    "lead-tests",
+    "pending-review",
+];
 
 fn examples() -> PathBuf {
     workspace_root().join("examples/sessions")
@@ -624,14 +630,14 @@ fn stats_counts_sessions_events_types_bytes_and_torn_tails() {
     counted.expect_code(0);
     let report = json(&counted.stdout);
     let totals = &report["totals"];
-    assert_eq!(totals["sessions"], 4);
-    assert_eq!(totals["events"], 64);
+    assert_eq!(totals["sessions"], 5);
+    assert_eq!(totals["events"], 73);
     assert_eq!(totals["tornTails"], 0);
     assert_eq!(
         totals["unknownTypes"],
         serde_json::json!({"x-runtime/usage": 1})
     );
-    assert_eq!(totals["eventsByType"]["tool/start"], 7);
+    assert_eq!(totals["eventsByType"]["tool/start"], 8);
     assert_eq!(totals["eventsByType"]["child/created"], 1);
     let bytes: u64 = EXAMPLES
         .iter()

@@ -201,7 +201,7 @@ pub enum Command {
     },
     /// Build the Auto reviewer's request for a pending tool call.
     #[command(
-        after_help = "Examples:\n  sessionlog review-request examples/sessions/auto-review.jsonl --pending pending.json\n  echo \"$PENDING_ACTION\" | sessionlog review-request ./sessions --session s1 --pending -"
+        after_help = "Examples:\n  sessionlog review-request examples/sessions/pending-review.jsonl --pending examples/pending-action.json\n  echo \"$PENDING_ACTION\" | sessionlog review-request ./sessions --session s1 --pending -"
     )]
     ReviewRequest {
         #[command(flatten)]
@@ -226,7 +226,9 @@ pub enum Command {
     /// environment and never printed. Proxies come from HTTPS_PROXY,
     /// HTTP_PROXY, ALL_PROXY and NO_PROXY; SSL_CERT_FILE replaces the
     /// built-in certificate roots.
-    #[command(after_help = "Example:
+    #[command(after_help = "Examples:
+  SESSIONLOG_REVIEWER_KEY=sk-... sessionlog review examples/sessions/pending-review.jsonl \\
+      --pending examples/pending-action.json --endpoint https://api.deepseek.com/v1 --model deepseek-chat
   SESSIONLOG_REVIEWER_KEY=sk-... sessionlog review ./sessions --session s1 \\
       --pending pending.json --endpoint https://api.deepseek.com/v1 --model deepseek-chat --record")]
     Review {
@@ -304,11 +306,13 @@ pub enum Command {
     /// Errors have codes of their own, never 1: 9 when the stores cannot be
     /// compared (a usage or I/O error, a missing store), 2 when one is
     /// corrupt. --json prints numbers (seq, ts, seedLength, ...) as numbers.
-    #[command(after_help = "Example:\n  sessionlog diff ./sessions ./sessions.db")]
+    #[command(
+        after_help = "Examples:\n  sessionlog diff ./sessions ./sessions.db\n  sessionlog diff one.jsonl copy.jsonl"
+    )]
     Diff {
-        /// One store.
+        /// One store, or a lone `.jsonl` log (one session).
         a: PathBuf,
-        /// The other.
+        /// The other, likewise.
         b: PathBuf,
         /// Print the first difference as JSON.
         #[arg(long)]

@@ -5,8 +5,8 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 use sessionlog_store::{
-    diff as diff_stores, migrate_log, migrate_with, MigrateOptions, MigratePhase,
-    MigrateProgress, Store, StoreError,
+    diff_sources, migrate_log, migrate_with, MigrateOptions, MigratePhase,
+    MigrateProgress, SessionSource, Store, StoreError,
 };
 
 use crate::target::{is_lone_log, require_sessions};
@@ -105,6 +105,32 @@ pub fn migrate(
     Ok(exit::OK)
 }
 
+/// One side of a `diff`: a store opened read-only, or a lone log (a store
+/// of one session).
+enum Side<'a> {
+    Store(Store),
+    Log(&'a Path),
+}
+
+impl<'a> Side<'a> {
+    fn open(path: &'a Path) -> Result<Side<'a>> {
+        if !is_lone_log(path) {
+            return Ok(Side::Store(Store::open_read_only(path)?));
+        }
+        if !path.exists() {
+            bail!(UsageError(format!("{}: no such file", path.display())));
+        }
+        Ok(Side::Log(path))
+    }
+
+    fn source(&self) -> SessionSource<'_> {
+        match self {
+            Side::Store(store) => SessionSource::Store(store),
+            Side::Log(path) => SessionSource::Log(path),
+        }
+    }
+}
+
 /// Refuses a migration whose destination is its source: copying a store
 /// onto itself would find every session already there.
 fn refuse_same_store(from: &Path, to: &Path) -> Result<()> {
@@ -148,9 +174,9 @@ fn difference_value(field: &str, value: &str) -> serde_json::Value {
 
 /// Runs `diff`.
 pub fn diff(a: &Path, b: &Path, json: bool) -> Result<u8> {
-    let left = Store::open_read_only(a)?;
-    let right = Store::open_read_only(b)?;
-    match diff_stores(&left, &right)? {
+    let left = Side::open(a)?;
+    let right = Side::open(b)?;
+    match diff_sources(&left.source(), &right.source())? {
         None => {
             if json {
                 crate::terminal::print_json_line(r#"{"identical":true}"#)?;
