@@ -33,7 +33,8 @@ pub fn sessionlog_binary() -> &'static Path {
 }
 
 /// A `Command` for the binary with `args`, with colour and terminal
-/// detection out of the way (`NO_COLOR` set) and `SESSIONLOG_LOG` cleared.
+/// detection out of the way (`NO_COLOR` set, `COLUMNS` cleared, so that a
+/// timeline is laid out for 80 columns) and `SESSIONLOG_LOG` cleared.
 pub fn sessionlog<I, S>(args: I) -> Command
 where
     I: IntoIterator<Item = S>,
@@ -43,6 +44,7 @@ where
     command
         .args(args)
         .env("NO_COLOR", "1")
+        .env_remove("COLUMNS")
         .env_remove("SESSIONLOG_LOG");
     command
 }

@@ -143,8 +143,11 @@ fn list_tree_shows_the_child_under_its_parent() {
 // replay
 // ---------------------------------------------------------------------------
 
+/// Replays `name` whole on a terminal wide enough for no line to wrap.
 fn check_replay(name: &str, expect: &[&str]) {
-    let replayed = run(["replay", &example(name).display().to_string()]);
+    let mut command = sessionlog(["replay", &example(name).display().to_string(), "--full"]);
+    command.env("COLUMNS", "1000");
+    let replayed = crate::cli_support::run_command(command, None);
     replayed.expect_code(0);
     assert!(
         !replayed.stdout.contains('\x1b'),
@@ -165,7 +168,7 @@ fn replay_tells_the_story_of_each_example() {
     check_replay(
         "auto-review",
         &[
-            "2024-05-01T09:00:00.000Z     0 header            session auto-review — root session",
+            "── 2024-05-01 (UTC)\n09:00:00.000     0 header            session auto-review — root session",
             "⇒ preset auto",
             "[constraint] system via instructions (AGENTS.md)",
             "[user] user via user: \"The ledger test fails",
@@ -173,7 +176,8 @@ fn replay_tells_the_story_of_each_example() {
             "call call-1 shell({\"command\":\"cargo test -p ledger 2>&1 | tail -n 20\"}) in step step-1",
             "DENIED by Auto review: call call-2 (shell): \"Uploads the user's private SSH key",
             "the model saw: Auto review rejected tool \"shell\"; its body was not executed",
-            "@$HO…)",
+            "--data-binary @$HOME/.ssh/id_ed25519\"}) in step step-1",
+            "not needed for the task.\"; the model saw: Auto review rejected tool \"shell\"; its body was not executed",
         ],
     );
     check_replay(

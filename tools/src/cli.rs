@@ -342,9 +342,12 @@ pub enum Command {
     /// approvals, denials, checkpoints, children, unknown types. Rule
     /// violations are marked inline (exit 4 after the timeline); a corrupt
     /// log is refused (exit 2); a torn tail is ignored with a warning.
-    #[command(
-        after_help = "Examples:\n  sessionlog replay examples/sessions/auto-review.jsonl\n  sessionlog replay examples/sessions --session lead --from 5 --at 12\n  sessionlog replay examples/sessions/approval.jsonl --json | jq 'select(.projection)'"
-    )]
+    ///
+    /// The timeline fits the terminal: each summary is wrapped under the
+    /// text column (the width comes from COLUMNS, else the terminal, else
+    /// 80) and clipped to four lines with a note of what is left out;
+    /// --full shows every summary whole, and --json always carries it whole.
+    #[command(after_help = crate::commands::replay::help_after())]
     Replay {
         #[command(flatten)]
         target: SessionArgs,
@@ -356,9 +359,14 @@ pub enum Command {
         #[arg(long, value_name = "SEQ")]
         at: Option<u64>,
         /// One JSON object per event: {seq, ts, time, type, summary,
-        /// authority?, violation?, projection? (when it changed)}.
+        /// authority?, violation?, projection? (when it changed)}; the
+        /// summary is always whole.
         #[arg(long)]
         json: bool,
+        /// Show every summary whole on the terminal, wrapped, instead of
+        /// at most four lines of it.
+        #[arg(long)]
+        full: bool,
         /// When to colour the output.
         #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
         color: ColorChoice,

@@ -220,6 +220,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             from,
             at,
             json,
+            full,
             color,
             defaults,
         } => commands::replay::run(
@@ -227,6 +228,10 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             commands::replay::Window { from, at },
             json,
             color,
+            commands::replay::Layout {
+                width: terminal::output_columns(),
+                full,
+            },
             &defaults,
         ),
         Command::Tail {

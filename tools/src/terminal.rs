@@ -282,6 +282,25 @@ pub fn stdout_is_terminal() -> bool {
     io::IsTerminal::is_terminal(&io::stdout())
 }
 
+/// The columns a timeline printed on standard output should fit: `COLUMNS`
+/// when it holds a number (as shells export it, and as a script may set
+/// it), else the width of the terminal standard output is, else 80.
+pub fn output_columns() -> usize {
+    let from_environment = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|columns| columns.trim().parse::<usize>().ok())
+        .filter(|columns| *columns > 0);
+    if let Some(columns) = from_environment {
+        return columns;
+    }
+    if stdout_is_terminal() {
+        if let Some((_, columns)) = console::Term::stdout().size_checked() {
+            return usize::from(columns);
+        }
+    }
+    80
+}
+
 /// Whether standard error is a terminal.
 #[allow(clippy::disallowed_methods)]
 pub fn stderr_is_terminal() -> bool {

@@ -8,8 +8,12 @@
 //! projections, so the three never disagree about what an event means.
 //!
 //! Log text is hostile input: every summary has its control characters
-//! (terminal escapes included) and bidirectional overrides escaped, and
-//! long text is clipped for display with an ellipsis.
+//! (terminal escapes included) and bidirectional overrides escaped. A
+//! summary carries the whole text it quotes (a message, a call's
+//! arguments, a reviewer's reason): `--json`, `tail --json` and the report
+//! hold the evidence whole. Only the terminal fits it to its width
+//! ([`Layout`]): wrapped under the text column, and clipped to a few lines
+//! unless `--full`.
 
 use std::io::Write;
 
@@ -29,10 +33,80 @@ use crate::target::Target;
 use crate::terminal::{Escaping, Mode};
 use crate::{exit, warn, UsageError};
 
-/// How long a piece of log text may be on one timeline line.
-const TEXT_CHARS: usize = 100;
-/// How long a call's arguments may be on one timeline line.
-const ARGUMENT_CHARS: usize = 80;
+/// How many lines a summary may take on the terminal without `--full`.
+const SUMMARY_LINES: usize = 4;
+/// The narrowest text column the layout accepts: on a narrower terminal
+/// lines run past its edge rather than break after every word.
+const MIN_TEXT_COLUMNS: usize = 24;
+/// The width of the type column (the longest v1 type, `approval/decided`,
+/// and a space).
+const TYPE_COLUMNS: usize = 17;
+/// The width of the time column: `HH:MM:SS.mmm` (the date is printed on a
+/// line of its own when it changes).
+const TIME_COLUMNS: usize = 12;
+
+/// How the terminal timeline is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// The columns to fit: `COLUMNS`, else the terminal's width, else 80.
+    pub width: usize,
+    /// Show every summary whole instead of at most [`SUMMARY_LINES`] lines.
+    pub full: bool,
+}
+
+/// What each authority label of a message means: the one table behind
+/// `replay --help` and the report's legend.
+pub const AUTHORITY_LEGEND: [(Authority, &str); 5] = [
+    (
+        Authority::User,
+        "the user's own input (source user), whatever transport carried it: it directs the agent",
+    ),
+    (
+        Authority::DirectParent,
+        "a message this session's parent agent sent it (source agent-message from the header's parent): it directs a delegated session",
+    ),
+    (
+        Authority::Fact,
+        "information, not instructions: any other agent message (inherited or unverified), a checkpoint summary, an image or attachment",
+    ),
+    (
+        Authority::Constraint,
+        "project instructions (source instructions, such as AGENTS.md): they constrain what may be done, never ask for anything",
+    ),
+    (
+        Authority::Excluded,
+        "kept whole in the log, but never shown to the Auto reviewer: assistant text, injected context and every other source. Nothing is removed from the log",
+    ),
+];
+
+/// What each colour of the terminal timeline means (`--color`), and the
+/// marks beside it.
+pub const COLOUR_LEGEND: [(&str, &str); 9] = [
+    ("cyan", "a message (its authority label in bold cyan)"),
+    ("blue", "a tool call starting"),
+    ("green", "a call that settled ok, an approval allowed"),
+    ("yellow", "an approval asked, a policy, sandbox or preset switch"),
+    ("bold red", "a denial by Auto review, an approval refused, a call that failed"),
+    ("magenta", "a checkpoint, a child session created"),
+    ("dim", "the session's structure (turns, steps, model requests), unknown types"),
+    ("red ✗", "the rule an event breaks (exit 4)"),
+    ("dim green ⇒", "the projections that changed with this event"),
+];
+
+/// The text after `replay --help`: its examples, then the legends.
+pub fn help_after() -> String {
+    let mut text = String::from(
+        "Examples:\n  sessionlog replay examples/sessions/auto-review.jsonl\n  sessionlog replay examples/sessions/auto-review.jsonl --full\n  COLUMNS=120 sessionlog replay examples/sessions --session lead --from 5 --at 12\n  sessionlog replay examples/sessions/approval.jsonl --json | jq 'select(.projection)'\n\nAuthority labels ([label] before a message: how the Auto reviewer weighs it):\n",
+    );
+    for (authority, meaning) in AUTHORITY_LEGEND {
+        text.push_str(&format!("  {:<15} {meaning}\n", authority.to_string()));
+    }
+    text.push_str("\nColours (on a terminal, or with --color always):\n");
+    for (colour, meaning) in COLOUR_LEGEND {
+        text.push_str(&format!("  {colour:<15} {meaning}\n"));
+    }
+    text
+}
 
 /// What kind of thing an entry records: picks its colour and CSS class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,7 +177,8 @@ pub struct Entry {
     /// The type as logged (`header` for seq 0).
     #[serde(rename = "type")]
     pub event_type: String,
-    /// One line of essence, escaped and clipped for display.
+    /// One line of essence, escaped for display and whole: the text it
+    /// quotes is never clipped.
     pub summary: String,
     /// A message's authority.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -149,6 +224,7 @@ pub fn run(
     window: Window,
     json: bool,
     color: ColorChoice,
+    layout: Layout,
     defaults: &DefaultArgs,
 ) -> Result<u8> {
     let target = Target::open(&args.store)?;
@@ -182,7 +258,7 @@ pub fn run(
     let written = if json {
         write_json(&timeline)
     } else {
-        write_text(&timeline, painter)
+        write_text(&timeline, painter, layout)
     };
     written?;
     Ok(if timeline.violations > 0 {
@@ -287,7 +363,7 @@ pub fn describe(
             entry.summary = format!(
                 "malformed {}: {}",
                 display(&error.path),
-                clip(&error.message, TEXT_CHARS)
+                display(&error.message)
             );
             return entry;
         }
@@ -303,7 +379,7 @@ pub fn describe(
                     display(&request.model),
                     request.approval_policy,
                     request.sandbox_mode,
-                    clip(&tools.join(", "), TEXT_CHARS)
+                    display(&tools.join(", "))
                 ),
             )
         }
@@ -336,7 +412,7 @@ pub fn describe(
             if let Some(name) = &message.source.name {
                 from.push_str(&format!(" ({})", display(name)));
             }
-            let mut summary = format!("{from}: \"{}\"", clip(&message.text(), TEXT_CHARS));
+            let mut summary = format!("{from}: \"{}\"", display(&message.text()));
             for part in &message.content {
                 match part {
                     ContentPart::Text { .. } => {}
@@ -361,7 +437,7 @@ pub fn describe(
                 "call {} {}({}) in step {}",
                 display(&call.call_id),
                 display(&call.name),
-                clip(call.arguments.get(), ARGUMENT_CHARS),
+                display(call.arguments.get()),
                 display(&call.step_id)
             );
             if let Some(parent) = &call.parent_call_id {
@@ -381,7 +457,7 @@ pub fn describe(
                         .reason
                         .as_deref()
                         .map_or("no reason given".to_owned(), |r| {
-                            format!("\"{}\"", clip(r, TEXT_CHARS))
+                            format!("\"{}\"", display(r))
                         });
                     let notice = name.as_deref().map_or(String::new(), |name| {
                         format!(
@@ -398,7 +474,7 @@ pub fn describe(
                     EntryKind::Failed,
                     format!(
                         "Auto review FAILED (fail closed): call {call}{tool}: {}",
-                        clip(error.message.as_deref().unwrap_or(""), TEXT_CHARS)
+                        display(error.message.as_deref().unwrap_or(""))
                     ),
                 ),
                 (status, Some(error)) => (
@@ -410,7 +486,7 @@ pub fn describe(
                         error
                             .message
                             .as_deref()
-                            .map_or(String::new(), |m| format!(": {}", clip(m, TEXT_CHARS)))
+                            .map_or(String::new(), |m| format!(": {}", display(m)))
                     ),
                 ),
                 (SettleStatus::Ok, None) => (
@@ -422,7 +498,7 @@ pub fn describe(
                             .as_ref()
                             .map_or(String::new(), |result| format!(
                                 ": {}",
-                                clip(result.get(), ARGUMENT_CHARS)
+                                display(result.get())
                             ))
                     ),
                 ),
@@ -454,7 +530,7 @@ pub fn describe(
                 summary.push_str(&format!(" (call {})", display(call)));
             }
             if let Some(reason) = &asked.reason {
-                summary.push_str(&format!(": \"{}\"", clip(reason, TEXT_CHARS)));
+                summary.push_str(&format!(": \"{}\"", display(reason)));
             }
             (EntryKind::ApprovalAsked, summary)
         }
@@ -475,7 +551,7 @@ pub fn describe(
             format!(
                 "checkpoint through seq {}: \"{}\"",
                 checkpoint.through_seq,
-                clip(&checkpoint.summary, TEXT_CHARS)
+                display(&checkpoint.summary)
             ),
         ),
         Event::ChildCreated(child) => {
@@ -493,7 +569,7 @@ pub fn describe(
             EntryKind::Unknown,
             format!(
                 "unknown type, kept as is: {}",
-                clip(record.data(), ARGUMENT_CHARS)
+                display(record.data())
             ),
         ),
     };
@@ -566,7 +642,7 @@ fn header_summary(header: &SessionHeader) -> String {
     format!(
         "session {} — {origin}, cwd {}",
         header.id,
-        clip(&header.cwd, TEXT_CHARS)
+        display(&header.cwd)
     )
 }
 
@@ -579,21 +655,51 @@ fn write_json(timeline: &Timeline) -> std::io::Result<()> {
     out.flush()
 }
 
-fn write_text(timeline: &Timeline, painter: Painter) -> std::io::Result<()> {
+fn write_text(timeline: &Timeline, painter: Painter, layout: Layout) -> std::io::Result<()> {
     let mut out = crate::terminal::stdout(Mode::Text);
+    let seq_columns = timeline
+        .entries
+        .last()
+        .map_or(1, |entry| entry.seq.to_string().len())
+        .max(5);
+    let indent = TIME_COLUMNS + 1 + seq_columns + 1 + TYPE_COLUMNS + 1;
+    let columns = layout.width.saturating_sub(indent).max(MIN_TEXT_COLUMNS);
+    let margin = " ".repeat(indent);
     let mut previous: Option<&View> = None;
+    let mut day: Option<&str> = None;
     for entry in &timeline.entries {
-        write_line(&mut out, entry, painter)?;
-        if let Some(violation) = &entry.violation {
-            write!(out, "{:>32}", "")?;
-            painter.paint(&mut out, Style::Violation, &format!("✗ {violation}"))?;
+        let (date, time) = entry.time.split_once('T').unwrap_or(("", &entry.time));
+        if day != Some(date) {
+            painter.paint(&mut out, Style::Dim, &format!("── {date} (UTC)"))?;
             writeln!(out)?;
+            day = Some(date);
+        }
+        painter.paint(&mut out, Style::Dim, time.trim_end_matches('Z'))?;
+        out.write_all(b" ")?;
+        painter.paint(
+            &mut out,
+            Style::Bold,
+            &format!("{:>seq_columns$}", entry.seq),
+        )?;
+        out.write_all(b" ")?;
+        // A type longer than its column pushes the text to a line of its
+        // own, so the text column stays straight.
+        let event_type = format!("{:<TYPE_COLUMNS$}", entry.event_type);
+        painter.paint(&mut out, Style::of(entry.kind), &event_type)?;
+        if console::measure_text_width(&event_type) > TYPE_COLUMNS {
+            writeln!(out)?;
+            out.write_all(margin.as_bytes())?;
+        } else {
+            out.write_all(b" ")?;
+        }
+        write_summary(&mut out, entry, painter, layout, columns, &margin)?;
+        if let Some(violation) = &entry.violation {
+            let text = format!("✗ {violation}");
+            write_block(&mut out, &text, Style::Violation, painter, columns, &margin)?;
         }
         if let Some(view) = &entry.projection {
-            let changes = changed_fields(previous, view);
-            write!(out, "{:>32}", "")?;
-            painter.paint(&mut out, Style::Projection, &format!("⇒ {changes}"))?;
-            writeln!(out)?;
+            let text = format!("⇒ {}", changed_fields(previous, view));
+            write_block(&mut out, &text, Style::Projection, painter, columns, &margin)?;
             previous = Some(view);
         }
     }
@@ -612,26 +718,131 @@ fn write_text(timeline: &Timeline, painter: Painter) -> std::io::Result<()> {
     out.flush()
 }
 
-/// One timeline line: time, seq, type, authority, summary.
-fn write_line<W: Write>(
+/// An entry's authority and summary, wrapped to `columns` under the text
+/// column; without `--full`, clipped to [`SUMMARY_LINES`] lines with a
+/// note of how many characters are left out.
+fn write_summary<W: Write>(
     out: &mut Escaping<W>,
     entry: &Entry,
     painter: Painter,
+    layout: Layout,
+    columns: usize,
+    margin: &str,
 ) -> std::io::Result<()> {
-    let authority = entry.authority.map_or(String::new(), |a| format!("[{a}] "));
-    painter.paint(out, Style::Dim, &entry.time)?;
-    out.write_all(b" ")?;
-    painter.paint(out, Style::Bold, &format!("{:>5}", entry.seq))?;
-    out.write_all(b" ")?;
-    painter.paint(
-        out,
-        Style::of(entry.kind),
-        &format!("{:<17}", entry.event_type),
-    )?;
-    out.write_all(b" ")?;
-    painter.paint(out, Style::Authority, &authority)?;
-    painter.paint(out, Style::summary_of(entry.kind), &entry.summary)?;
-    writeln!(out)
+    let authority = entry.authority.map_or(String::new(), |a| format!("[{a}]"));
+    let text = match authority.is_empty() {
+        true => entry.summary.clone(),
+        false => format!("{authority} {}", entry.summary),
+    };
+    let mut lines: Vec<&str> = wrap(&text, columns)
+        .into_iter()
+        .map(|range| &text[range])
+        .collect();
+    let mut left_out = 0;
+    let clipped;
+    if !layout.full && lines.len() > SUMMARY_LINES {
+        let ranges = wrap(&text, columns);
+        let last = &ranges[SUMMARY_LINES - 1];
+        let (kept, _) = split_at_columns(&text[last.clone()], columns.saturating_sub(1));
+        left_out = text[last.start + kept.len()..].chars().count();
+        clipped = format!("{kept}…");
+        lines.truncate(SUMMARY_LINES);
+        lines[SUMMARY_LINES - 1] = &clipped;
+    }
+    for (index, line) in lines.iter().enumerate() {
+        if index > 0 {
+            out.write_all(margin.as_bytes())?;
+        }
+        let rest = match line.strip_prefix(authority.as_str()) {
+            Some(rest) if index == 0 && !authority.is_empty() => {
+                painter.paint(out, Style::Authority, &authority)?;
+                rest
+            }
+            _ => line,
+        };
+        painter.paint(out, Style::summary_of(entry.kind), rest)?;
+        writeln!(out)?;
+    }
+    if left_out > 0 {
+        out.write_all(margin.as_bytes())?;
+        painter.paint(out, Style::Dim, &format!("+{left_out} characters (--full)"))?;
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+/// `text` (a violation, the projections) wrapped under the text column,
+/// its continuation lines indented past its mark.
+fn write_block<W: Write>(
+    out: &mut Escaping<W>,
+    text: &str,
+    style: Style,
+    painter: Painter,
+    columns: usize,
+    margin: &str,
+) -> std::io::Result<()> {
+    for (index, range) in wrap(text, columns.saturating_sub(2)).into_iter().enumerate() {
+        out.write_all(margin.as_bytes())?;
+        if index > 0 {
+            out.write_all(b"  ")?;
+        }
+        painter.paint(out, style, &text[range])?;
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+/// `text` broken into lines of at most `columns` terminal columns, as
+/// byte ranges of `text`: at spaces where it can (the space at a break is
+/// dropped), inside a word longer than a line where it must. Widths are
+/// measured as a terminal shows them (a CJK character takes two columns).
+pub fn wrap(text: &str, columns: usize) -> Vec<std::ops::Range<usize>> {
+    let columns = columns.max(1);
+    let mut lines = Vec::new();
+    let mut start = 0;
+    let mut used = 0;
+    let mut started = false;
+    let mut word_start = 0;
+    for word in text.split(' ') {
+        let at = word_start;
+        word_start += word.len() + 1;
+        let width = console::measure_text_width(word);
+        if started && used + 1 + width <= columns {
+            used += 1 + width;
+            continue;
+        }
+        if started {
+            lines.push(start..at - 1);
+        }
+        started = true;
+        let mut rest = at..at + word.len();
+        while console::measure_text_width(&text[rest.clone()]) > columns {
+            let (head, _) = split_at_columns(&text[rest.clone()], columns);
+            lines.push(rest.start..rest.start + head.len());
+            rest.start += head.len();
+        }
+        start = rest.start;
+        used = console::measure_text_width(&text[rest]);
+    }
+    if started {
+        lines.push(start..text.len());
+    }
+    lines
+}
+
+/// `text` split after as many characters as fit in `columns` (at least
+/// one, so that a split always advances).
+fn split_at_columns(text: &str, columns: usize) -> (&str, &str) {
+    let mut used = 0;
+    let mut buffer = [0u8; 4];
+    for (at, c) in text.char_indices() {
+        let width = console::measure_text_width(c.encode_utf8(&mut buffer));
+        if used + width > columns && at > 0 {
+            return text.split_at(at);
+        }
+        used += width;
+    }
+    (text, "")
 }
 
 /// The fields that differ from `previous` (all of them the first time).
@@ -817,6 +1028,24 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn wrapped(text: &str, columns: usize) -> Vec<&str> {
+        wrap(text, columns).into_iter().map(|range| &text[range]).collect()
+    }
+
+    #[test]
+    fn wrapping_breaks_at_spaces_and_inside_only_an_overlong_word() {
+        assert_eq!(wrapped("one two three four", 9), ["one two", "three", "four"]);
+        assert_eq!(wrapped("abcdefghij k", 4), ["abcd", "efgh", "ij k"]);
+        assert_eq!(wrapped("", 10), [""]);
+        // Two columns a character: four characters fill eight columns.
+        assert_eq!(wrapped("日本語のテキスト", 8), ["日本語の", "テキスト"]);
+        for columns in 1..12 {
+            for line in wrapped("a long line: with words, of sizes; varied", columns) {
+                assert!(console::measure_text_width(line) <= columns, "{line:?} > {columns}");
+            }
+        }
+    }
 
     #[test]
     fn times_are_iso8601_utc() {
