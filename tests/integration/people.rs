@@ -819,6 +819,245 @@ fn report_renders_in_a_headless_browser() {
 }
 
 // ---------------------------------------------------------------------------
+// Full evidence, and a timeline that fits the terminal
+// ---------------------------------------------------------------------------
+
+/// Replays `name` laid out for `columns`, with `extra` arguments.
+fn replay_at(columns: usize, name: &str, extra: &[&str]) -> Run {
+    let path = example(name).display().to_string();
+    let mut args = vec!["replay", path.as_str()];
+    args.extend_from_slice(extra);
+    let mut command = sessionlog(args);
+    command.env("COLUMNS", columns.to_string());
+    crate::cli_support::run_command(command, None)
+}
+
+/// Whether `line` opens an entry: it starts with a time of day.
+fn opens_entry(line: &str) -> bool {
+    let bytes = line.as_bytes();
+    bytes.len() > 13
+        && bytes[2] == b':'
+        && bytes[5] == b':'
+        && bytes[8] == b'.'
+        && bytes[..12].iter().filter(|b| b.is_ascii_digit()).count() == 9
+}
+
+/// The text of each entry of a terminal timeline (its first line after the
+/// type column and its continuation lines), by the order of the entries.
+fn entry_texts(stdout: &str, indent: usize) -> Vec<Vec<String>> {
+    let mut entries: Vec<Vec<String>> = Vec::new();
+    for line in stdout.lines() {
+        if opens_entry(line) {
+            let text: String = line.chars().skip(indent).collect();
+            entries.push(vec![text]);
+            continue;
+        }
+        let Some(entry) = entries.last_mut() else {
+            continue;
+        };
+        let rest = line.trim_start();
+        let continuation = line.len() - rest.len() == indent
+            && !rest.starts_with('⇒')
+            && !rest.starts_with('✗')
+            && !(rest.starts_with('+') && rest.ends_with(" characters (--full)"));
+        if continuation {
+            entry.push(rest.to_owned());
+        }
+    }
+    entries
+}
+
+fn without_spaces(text: &str) -> String {
+    text.chars().filter(|c| *c != ' ').collect()
+}
+
+#[test]
+fn replay_fits_80_and_120_columns_wrapping_under_the_text_column() {
+    let json = run([
+        "replay",
+        &example("auto-review").display().to_string(),
+        "--json",
+    ]);
+    let summaries: Vec<String> = json_lines(&json.stdout)
+        .iter()
+        .map(|entry| match entry["authority"].as_str() {
+            Some(authority) => format!("[{authority}] {}", entry["summary"].as_str().unwrap_or("")),
+            None => entry["summary"].as_str().unwrap_or("").to_owned(),
+        })
+        .collect();
+    // time (12) + seq (5) + type (17) and a space after each.
+    let indent = 37;
+    for columns in [80, 120] {
+        for full in [true, false] {
+            let extra: &[&str] = if full { &["--full"] } else { &[] };
+            let replayed = replay_at(columns, "auto-review", extra);
+            replayed.expect_code(0);
+            for line in replayed.stdout.lines() {
+                assert!(
+                    line.chars().count() <= columns,
+                    "a line wider than {columns} columns: {line:?}"
+                );
+                assert!(
+                    opens_entry(line)
+                        || line.starts_with("── 2024-05-01 (UTC)")
+                        || line.starts_with(&" ".repeat(indent)),
+                    "a line that is neither an entry, a date nor indented under the text column: {line:?}"
+                );
+            }
+            let texts = entry_texts(&replayed.stdout, indent);
+            assert_eq!(texts.len(), summaries.len(), "{}", replayed.stdout);
+            for (lines, summary) in texts.iter().zip(&summaries) {
+                let shown = without_spaces(&lines.join(""));
+                if full || !shown.ends_with('…') {
+                    assert_eq!(shown, without_spaces(summary), "wrapping lost or changed text");
+                } else {
+                    assert_eq!(lines.len(), 4, "clipped to four lines: {lines:?}");
+                    let kept = shown.trim_end_matches('…');
+                    assert!(without_spaces(summary).starts_with(kept), "{lines:?}");
+                }
+            }
+            let evidence = "@$HOME/.ssh/id_ed25519\"})";
+            let whole = without_spaces(&replayed.stdout).contains(&without_spaces(evidence));
+            assert!(whole || !full, "--full shows the whole call at {columns} columns");
+        }
+    }
+    // At 80 columns the denial takes more than four lines.
+    let clipped = replay_at(80, "auto-review", &[]);
+    assert!(
+        clipped.stdout.contains(" characters (--full)"),
+        "a clipped summary says what --full adds:\n{}",
+        clipped.stdout
+    );
+}
+
+#[test]
+fn json_outputs_carry_the_whole_evidence() {
+    let path = example("auto-review").display().to_string();
+    let reason = "\"Uploads the user's private SSH key to an external paste site: data exfiltration, not needed for the task.\"";
+    let replayed = json_lines(&run(["replay", &path, "--json"]).expect_code(0).stdout);
+    let tailed = json_lines(&run(["tail", &path, "--json", "-n", "100"]).expect_code(0).stdout);
+    for entries in [&replayed, &tailed] {
+        let by_seq = |seq: u64| {
+            entries
+                .iter()
+                .find(|entry| entry["seq"] == seq)
+                .and_then(|entry| entry["summary"].as_str())
+                .unwrap_or_else(|| panic!("no entry {seq}"))
+                .to_owned()
+        };
+        assert!(by_seq(13).contains(
+            "--data-binary @$HOME/.ssh/id_ed25519\"}) in step step-1"
+        ));
+        assert!(by_seq(14).contains(reason), "{}", by_seq(14));
+        assert!(!entries.iter().any(|entry| entry["summary"]
+            .as_str()
+            .is_some_and(|summary| summary.contains('…'))));
+    }
+    // replay knows the call's tool, so it adds what the model was told.
+    let denial = replayed[14]["summary"].as_str().unwrap_or_default();
+    assert!(denial.ends_with("its body was not executed"), "{denial}");
+}
+
+#[test]
+fn replay_help_and_the_report_explain_the_authority_labels_and_colours() {
+    let help = run(["replay", "--help"]).expect_code(0).stdout.clone();
+    let dir = temp();
+    let html = report(&examples(), &dir.path().join("report.html"));
+    for label in ["user", "direct-parent", "fact", "constraint", "excluded"] {
+        assert!(
+            help.lines().any(|line| line.trim_start().starts_with(label)),
+            "replay --help explains {label}:\n{help}"
+        );
+        assert!(
+            html.contains(&format!(
+                "<dt><span class=\"authority authority-{label}\">{label}</span></dt><dd>"
+            )),
+            "the report's legend explains {label}"
+        );
+    }
+    assert!(help.contains("Nothing is removed from the log"));
+    for colour in ["cyan", "bold red", "yellow", "magenta"] {
+        assert!(help.contains(colour), "replay --help names {colour}");
+    }
+    assert!(html.contains("<details class=\"legend\" open><summary>Legend</summary>"));
+    assert!(html.contains("<tr class=\"entry kind-denial\"><td class=\"summary\">a call denied by Auto review"));
+}
+
+#[test]
+fn report_keeps_a_long_summary_whole_in_a_cell_that_opens() {
+    let dir = temp();
+    let store = dir.path().join("long");
+    run(["create", &store.display().to_string(), "--session", "s1"]).expect_code(0);
+    let long = format!("{} the end of the evidence", "word ".repeat(200));
+    let message = serde_json::json!({
+        "type": "message",
+        "data": {"role": "user", "source": {"kind": "user"}, "content": [{"type": "text", "text": long}]}
+    });
+    append(&store.display().to_string(), &format!("{message}\n"));
+    let html = report(&store, &dir.path().join("report.html"));
+    let cell = html
+        .split("<details class=\"whole\"><summary>")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no opening cell in the report"));
+    let (clipped, whole) = cell
+        .split_once("</summary><div class=\"whole-text\">")
+        .unwrap_or_else(|| panic!("the cell holds a clipped line and the whole text"));
+    assert!(clipped.ends_with('…') && !clipped.contains("the end of the evidence"));
+    assert!(whole.contains(&format!("{long}&quot;")), "the whole text is in the cell");
+}
+
+#[test]
+fn a_big_report_is_an_index_and_pages_that_link_each_other() {
+    let dir = temp();
+    let out = dir.path().join("audit.html");
+    run([
+        "report",
+        &examples().display().to_string(),
+        "--html",
+        &out.display().to_string(),
+        "--page-events",
+        "10",
+    ])
+    .expect_code(0);
+    let index = String::from_utf8(read(&out)).unwrap_or_else(|error| panic!("{error}"));
+    assert!(!index.contains("data-seq="), "the index holds no timeline rows");
+    let pages = dir.path().join("audit-pages");
+    for name in EXAMPLES {
+        let events = run(["verify", &example(name).display().to_string(), "--json"])
+            .expect_code(0)
+            .stdout
+            .clone();
+        let last_seq = json(&events)["lastSeq"].as_u64().unwrap_or(0);
+        let page_count = (last_seq as usize + 1).div_ceil(10);
+        assert!(index.contains(&format!("<a href=\"audit-pages/{name}-1.html\">{name}</a>")));
+        let mut seqs = Vec::new();
+        for number in 1..=page_count {
+            let path = pages.join(format!("{name}-{number}.html"));
+            let page = String::from_utf8(read(&path)).unwrap_or_else(|error| panic!("{error}"));
+            let mode = std::fs::metadata(&path).map(|m| m.permissions()).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600);
+            assert!(page.contains("<a href=\"../audit.html\">index</a>"));
+            assert!(page.contains("default-src 'none'"));
+            assert!(!page.contains("href=\"http") && !page.contains("src=\"http"));
+            assert_eq!(number > 1, page.contains(&format!("href=\"{name}-{}.html\">previous", number.max(2) - 1)));
+            assert_eq!(number < page_count, page.contains(&format!("href=\"{name}-{}.html\">next", number + 1)));
+            let rows: Vec<u64> = page
+                .split("data-seq=\"")
+                .skip(1)
+                .filter_map(|rest| rest.split('"').next()?.parse().ok())
+                .collect();
+            assert!(rows.len() <= 10, "page {number} of {name} holds {} rows", rows.len());
+            seqs.extend(rows);
+        }
+        assert_eq!(seqs, (0..=last_seq).collect::<Vec<_>>(), "{name}: every event once, in order");
+        assert!(!pages.join(format!("{name}-{}.html", page_count + 1)).exists());
+    }
+    let lead = String::from_utf8(read(&pages.join("lead-1.html"))).unwrap_or_default()
+        + &String::from_utf8(read(&pages.join("lead-2.html"))).unwrap_or_default();
+    assert!(lead.contains("<a class=\"child-link\" href=\"lead-tests-1.html\">"));
+}
+
+// ---------------------------------------------------------------------------
 // help, completions, README
 // ---------------------------------------------------------------------------
 

@@ -427,11 +427,15 @@ pub enum Command {
     },
     /// Write a self-contained HTML report of a store for auditors.
     ///
-    /// Every session's timeline (or --session's), projections over time,
-    /// approvals and denials highlighted, children linked within the page.
-    /// The file loads nothing from the network.
+    /// Every session's timeline (or --session's), each summary whole (a long
+    /// one in a cell that opens), projections over time, approvals and
+    /// denials highlighted, children linked, and a legend of the authority
+    /// labels and colours. A report of more than --page-events events is
+    /// paged: OUT is an index, and the folder beside it holds a page per
+    /// --page-events events of each session. Nothing loads from the
+    /// network; links are relative, so it works offline.
     #[command(
-        after_help = "Example:\n  sessionlog report examples/sessions --html report.html && xdg-open report.html"
+        after_help = "Examples:\n  sessionlog report examples/sessions --html report.html && xdg-open report.html\n  sessionlog report ./big.db --html audit.html --page-events 5000   # audit.html + audit-pages/"
     )]
     Report {
         #[command(flatten)]
@@ -443,6 +447,11 @@ pub enum Command {
         /// next to the calls it asked about.
         #[arg(long, value_name = "FILE")]
         audit: Option<PathBuf>,
+        /// Events a page holds: a bigger report is an index at OUT and
+        /// pages of this many events in the folder beside it
+        /// (report.html → report-pages/).
+        #[arg(long, value_name = "N", default_value_t = 2000)]
+        page_events: usize,
         #[command(flatten)]
         defaults: DefaultArgs,
     },

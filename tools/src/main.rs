@@ -253,8 +253,16 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             target,
             html,
             audit,
+            page_events,
             defaults,
-        } => commands::report::run(&target, &html, audit.as_deref(), &defaults, quiet),
+        } => commands::report::run(
+            &target,
+            &html,
+            audit.as_deref(),
+            page_events,
+            &defaults,
+            quiet,
+        ),
         Command::Clean {
             store,
             older_than,

@@ -1,16 +1,27 @@
-//! `sessionlog report --html OUT`: one self-contained HTML file for
+//! `sessionlog report --html OUT`: a self-contained HTML report for
 //! auditors. Every session of the store (or `--session`) gets its timeline
-//! (the entries `replay` prints), the projections whenever they change,
-//! approvals, denials and violations highlighted, and links between parents
-//! and children inside the page. Given `--audit FILE` (what `review-audit
-//! --json` printed), the audited session's calls carry what the log
-//! recorded and what the reviewer answers now, disagreements highlighted.
+//! (the entries `replay` prints, each summary whole: one longer than a
+//! line opens from a collapsed cell), the projections whenever they change,
+//! approvals, denials and violations highlighted, links between parents and
+//! children, and a legend of the authority labels and colours. Given
+//! `--audit FILE` (what `review-audit --json` printed), the audited
+//! session's calls carry what the log recorded and what the reviewer
+//! answers now, disagreements highlighted.
 //!
-//! The page loads nothing: its CSS and its small script are inline, and a
-//! Content-Security-Policy forbids every network fetch. A log is hostile
+//! A report of at most `--page-events` events (2,000 by default) is one
+//! page. A bigger one is paged, so that a browser never lays out more than
+//! one page of rows: OUT is an index (the legend, and each session with its
+//! counts and the links to its pages), and the folder beside it named
+//! after OUT (`report.html` → `report-pages/`) holds a page per
+//! `--page-events` events of each session, `<id>-<n>.html`, linked to the
+//! previous and next and to the index.
+//!
+//! No page loads anything: its CSS and its small script are inline, and a
+//! Content-Security-Policy forbids every network fetch; links are relative,
+//! so the report works offline and moved as a whole. A log is hostile
 //! input, so every piece of log text goes through [`escape`] before it
-//! reaches the page; only session ids, which `SessionId` restricts to
-//! `[A-Za-z0-9_-]`, are used in anchors.
+//! reaches a page; only session ids, which `SessionId` restricts to
+//! `[A-Za-z0-9_-]`, are used in anchors and file names.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -38,11 +49,54 @@ enum Section {
     Corrupt { id: SessionId, message: String },
 }
 
+impl Section {
+    /// The events it shows (its header not counted).
+    fn events(&self) -> usize {
+        match self {
+            Section::Shown { timeline, .. } => timeline.entries.len().saturating_sub(1),
+            Section::Corrupt { .. } => 0,
+        }
+    }
+}
+
+/// Where links to a session lead: inside the one page, or to the first of
+/// its pages (from the index, inside the pages' folder).
+#[derive(Debug, Clone, Copy)]
+enum Links<'a> {
+    /// Every session is a section of this page.
+    OnePage,
+    /// Each session has pages of its own in the folder `folder`; `from_index`
+    /// when the link is written on the index.
+    Paged { folder: &'a str, from_index: bool },
+}
+
+impl Links<'_> {
+    /// The address of session `id`'s first page (or section).
+    fn session(self, id: &str) -> String {
+        match self {
+            Links::OnePage => format!("#session-{id}"),
+            Links::Paged {
+                folder,
+                from_index: true,
+            } => format!("{folder}/{}", page_name(id, 1)),
+            Links::Paged {
+                from_index: false, ..
+            } => page_name(id, 1),
+        }
+    }
+}
+
+/// The file name of page `number` (from 1) of session `id`.
+fn page_name(id: &str, number: usize) -> String {
+    format!("{id}-{number}.html")
+}
+
 /// Runs `report`.
 pub fn run(
     args: &SessionArgs,
     out: &Path,
     audit: Option<&Path>,
+    page_events: usize,
     defaults: &DefaultArgs,
     quiet: bool,
 ) -> Result<u8> {
@@ -108,8 +162,14 @@ pub fn run(
             ));
         }
     }
-    let html = render(&args.store.display().to_string(), &sections, audit.as_ref());
-    write_private(out, html.as_bytes()).with_context(|| format!("write {}", out.display()))?;
+    let store = args.store.display().to_string();
+    let events: usize = sections.iter().map(Section::events).sum();
+    if events <= page_events {
+        let html = render(&store, &sections, audit.as_ref());
+        write_private(out, html.as_bytes()).with_context(|| format!("write {}", out.display()))?;
+    } else {
+        write_paged(out, &store, &sections, audit.as_ref(), page_events.max(1))?;
+    }
     let corrupt = sections
         .iter()
         .filter(|s| matches!(s, Section::Corrupt { .. }))
@@ -177,54 +237,29 @@ pub fn escape(text: &str) -> String {
 }
 
 fn render(store: &str, sections: &[Section], audit: Option<&Audit>) -> String {
-    let headers: BTreeMap<&str, &SessionHeader> = sections
-        .iter()
-        .filter_map(|section| match section {
-            Section::Shown { timeline, .. } => {
-                Some((timeline.header.id.as_str(), &timeline.header))
-            }
-            Section::Corrupt { .. } => None,
-        })
-        .collect();
-    let mut children: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for header in headers.values() {
-        if let Some(parent) = &header.parent_session {
-            children
-                .entry(parent.as_str())
-                .or_default()
-                .push(header.id.as_str());
-        }
-    }
-    let known: BTreeSet<&str> = headers.keys().copied().collect();
-    let mut html = String::new();
-    html.push_str(PAGE_START);
-    let _ = writeln!(
-        html,
-        "<title>sessionlog report: {}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<header>\n<h1>sessionlog report</h1>\n<p class=\"store\">Store <code>{}</code>: {} session{}.</p>",
-        escape(store),
-        escape(store),
-        sections.len(),
-        if sections.len() == 1 { "" } else { "s" }
-    );
-    html.push_str("<nav id=\"sessions\"><ul>\n");
-    for section in sections {
-        render_nav_item(&mut html, section);
-    }
-    html.push_str("</ul></nav>\n");
+    let family = Family::of(sections);
+    let mut html = page_start(&format!("sessionlog report: {}", escape(store)));
+    render_index_header(&mut html, store, sections, Links::OnePage);
     html.push_str(CONTROLS);
     html.push_str("</header>\n<main>\n");
     for section in sections {
         match section {
             Section::Shown { timeline, torn } => {
                 let audit = audit.filter(|audit| audit.session == timeline.header.id.as_str());
+                let shown = Shown {
+                    timeline,
+                    entries: &timeline.entries,
+                    previous: None,
+                };
                 render_session(
                     &mut html,
-                    timeline,
+                    &shown,
                     torn.as_deref(),
                     audit,
-                    &known,
-                    &children,
-                )
+                    &family,
+                    Links::OnePage,
+                );
+                html.push_str("</section>\n");
             }
             Section::Corrupt { id, message } => {
                 let _ = writeln!(
@@ -235,13 +270,270 @@ fn render(store: &str, sections: &[Section], audit: Option<&Audit>) -> String {
             }
         }
     }
-    html.push_str("</main>\n<script>");
-    html.push_str(SCRIPT);
-    html.push_str("</script>\n</body>\n</html>\n");
+    html.push_str("</main>\n");
+    page_end(&mut html);
     html
 }
 
-fn render_nav_item(html: &mut String, section: &Section) {
+/// The parents and children among the sessions a report shows.
+struct Family<'a> {
+    known: BTreeSet<&'a str>,
+    children: BTreeMap<&'a str, Vec<&'a str>>,
+}
+
+impl<'a> Family<'a> {
+    fn of(sections: &'a [Section]) -> Family<'a> {
+        let headers: Vec<&SessionHeader> = sections
+            .iter()
+            .filter_map(|section| match section {
+                Section::Shown { timeline, .. } => Some(&timeline.header),
+                Section::Corrupt { .. } => None,
+            })
+            .collect();
+        let mut children: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for header in &headers {
+            if let Some(parent) = &header.parent_session {
+                children
+                    .entry(parent.as_str())
+                    .or_default()
+                    .push(header.id.as_str());
+            }
+        }
+        Family {
+            known: headers.iter().map(|header| header.id.as_str()).collect(),
+            children,
+        }
+    }
+}
+
+/// The part of a session's timeline one page shows.
+struct Shown<'a> {
+    timeline: &'a Timeline,
+    entries: &'a [Entry],
+    /// The projections as they stood before the first entry shown.
+    previous: Option<&'a View>,
+}
+
+/// The title, the store, the legend and the list of sessions.
+fn render_index_header(html: &mut String, store: &str, sections: &[Section], links: Links<'_>) {
+    let _ = writeln!(
+        html,
+        "<header>\n<h1>sessionlog report</h1>\n<p class=\"store\">Store <code>{}</code>: {} session{}.</p>",
+        escape(store),
+        sections.len(),
+        plural(sections.len())
+    );
+    html.push_str(&legend());
+    html.push_str("<nav id=\"sessions\"><ul>\n");
+    for section in sections {
+        render_nav_item(html, section, links);
+    }
+    html.push_str("</ul></nav>\n");
+}
+
+/// The legend of the authority labels and the row colours.
+fn legend() -> String {
+    let mut html = String::from(
+        "<details class=\"legend\" open><summary>Legend</summary>\n<dl class=\"legend-authority\">\n",
+    );
+    for (authority, meaning) in replay::AUTHORITY_LEGEND {
+        let _ = writeln!(
+            html,
+            "<dt><span class=\"authority authority-{authority}\">{authority}</span></dt><dd>{}</dd>",
+            escape(meaning)
+        );
+    }
+    html.push_str("</dl>\n<table class=\"legend-rows\"><tbody>\n");
+    for (class, meaning) in ROW_LEGEND {
+        let _ = writeln!(
+            html,
+            "<tr class=\"entry {class}\"><td class=\"summary\">{}</td></tr>",
+            escape(meaning)
+        );
+    }
+    html.push_str("</tbody></table>\n</details>\n");
+    html
+}
+
+/// What each highlighted row means, by its CSS classes.
+const ROW_LEGEND: [(&str, &str); 8] = [
+    ("kind-denial", "a call denied by Auto review, with the reviewer's reason"),
+    ("kind-failed", "a call that failed or was cancelled, a review that failed closed"),
+    ("kind-approval-asked", "an approval asked of the user"),
+    ("kind-approval-allowed", "an approval allowed"),
+    ("kind-approval-refused", "an approval refused"),
+    ("kind-checkpoint", "a checkpoint, a child session created"),
+    ("kind-structure", "the session's structure (turns, steps, model requests), unknown types"),
+    ("violation", "an event that breaks a rule (the rule is named under it)"),
+];
+
+fn page_start(title: &str) -> String {
+    let mut html = String::from(PAGE_START);
+    let _ = writeln!(
+        html,
+        "<title>{title}</title>\n<style>{STYLE}</style>\n</head>\n<body>"
+    );
+    html
+}
+
+fn page_end(html: &mut String) {
+    html.push_str("<script>");
+    html.push_str(SCRIPT);
+    html.push_str("</script>\n</body>\n</html>\n");
+}
+
+/// Writes the index at `out` and the pages of every session in the folder
+/// beside it.
+fn write_paged(
+    out: &Path,
+    store: &str,
+    sections: &[Section],
+    audit: Option<&Audit>,
+    page_events: usize,
+) -> Result<()> {
+    let folder_name = pages_folder_name(out)?;
+    let index_name = out
+        .file_name()
+        .and_then(|name| name.to_str())
+        .unwrap_or_default()
+        .to_owned();
+    let folder = out.with_file_name(&folder_name);
+    create_private_folder(&folder)
+        .with_context(|| format!("create the pages' folder {}", folder.display()))?;
+    let family = Family::of(sections);
+    let index_links = Links::Paged {
+        folder: &folder_name,
+        from_index: true,
+    };
+    let page_links = Links::Paged {
+        folder: &folder_name,
+        from_index: false,
+    };
+    let mut index = page_start(&format!("sessionlog report: {}", escape(store)));
+    render_index_header(&mut index, store, sections, index_links);
+    let _ = writeln!(
+        index,
+        "<p class=\"paged\">The report is paged: each session's pages (at most {page_events} events each) are in <code>{folder_name}/</code>, beside this file.</p>\n</header>\n<main>"
+    );
+    for section in sections {
+        let Section::Shown { timeline, torn } = section else {
+            continue;
+        };
+        let id = timeline.header.id.as_str();
+        let audit = audit.filter(|audit| audit.session == id);
+        let entries = &timeline.entries;
+        let pages = entries.len().div_ceil(page_events).max(1);
+        let mut previous: Option<&View> = None;
+        for number in 1..=pages {
+            let first = (number - 1) * page_events;
+            let chunk = &entries[first..(first + page_events).min(entries.len())];
+            let mut html = page_start(&format!("sessionlog report: session {id}, page {number} of {pages}"));
+            let seqs = (
+                chunk.first().map_or(0, |entry| entry.seq),
+                chunk.last().map_or(0, |entry| entry.seq),
+            );
+            let pager = pager(&index_name, id, (number, pages), seqs);
+            html.push_str(&pager);
+            html.push_str(CONTROLS);
+            html.push_str("<main>\n");
+            let shown = Shown {
+                timeline,
+                entries: chunk,
+                previous,
+            };
+            render_session(
+                &mut html,
+                &shown,
+                torn.as_deref(),
+                audit,
+                &family,
+                page_links,
+            );
+            html.push_str("</section>\n</main>\n");
+            html.push_str(&pager);
+            page_end(&mut html);
+            let path = folder.join(page_name(id, number));
+            write_private(&path, html.as_bytes())
+                .with_context(|| format!("write {}", path.display()))?;
+            previous = chunk
+                .iter()
+                .rev()
+                .find_map(|entry| entry.projection.as_ref())
+                .or(previous);
+        }
+        let _ = writeln!(
+            index,
+            "<p class=\"pages\" id=\"session-{id}\">Session <a href=\"{}\">{id}</a>: {pages} page{}.</p>",
+            index_links.session(id),
+            plural(pages)
+        );
+    }
+    index.push_str("</main>\n");
+    page_end(&mut index);
+    write_private(out, index.as_bytes()).with_context(|| format!("write {}", out.display()))
+}
+
+/// The navigation of page `number` of `pages`: the index, the neighbours,
+/// and every page by the seqs it holds.
+fn pager(index: &str, id: &str, (number, pages): (usize, usize), seqs: (u64, u64)) -> String {
+    let mut html = format!(
+        "<nav class=\"pager\"><a href=\"../{}\">index</a> · session {id}, page {number} of {pages} (seq {} to {})",
+        escape(index),
+        seqs.0,
+        seqs.1
+    );
+    if number > 1 {
+        let _ = write!(html, " · <a rel=\"prev\" href=\"{}\">previous</a>", page_name(id, number - 1));
+    }
+    if number < pages {
+        let _ = write!(html, " · <a rel=\"next\" href=\"{}\">next</a>", page_name(id, number + 1));
+    }
+    html.push_str(" · pages:");
+    for other in 1..=pages {
+        if other == number {
+            let _ = write!(html, " <b>{other}</b>");
+        } else {
+            let _ = write!(html, " <a href=\"{}\">{other}</a>", page_name(id, other));
+        }
+    }
+    html.push_str("</nav>\n");
+    html
+}
+
+/// The name of the folder of pages beside `out`: its name with the
+/// extension replaced by `-pages`.
+fn pages_folder_name(out: &Path) -> Result<String> {
+    let stem = out
+        .file_stem()
+        .and_then(|stem| stem.to_str())
+        .filter(|stem| !stem.is_empty())
+        .ok_or_else(|| {
+            crate::UsageError(format!(
+                "{}: the report's name must be UTF-8 text, such as report.html",
+                out.display()
+            ))
+        })?;
+    Ok(format!("{stem}-pages"))
+}
+
+/// Creates `folder` (0700) or accepts it when it is a folder already,
+/// never a symlink planted at its name.
+fn create_private_folder(folder: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::symlink_metadata(folder) {
+        Ok(metadata) if metadata.is_dir() => Ok(()),
+        Ok(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "it exists and is not a folder",
+        )),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new().mode(0o700).create(folder)
+        }
+        Err(error) => Err(error),
+    }
+}
+
+fn render_nav_item(html: &mut String, section: &Section, links: Links<'_>) {
     match section {
         Section::Shown { timeline, .. } => {
             let id = &timeline.header.id;
@@ -250,7 +542,8 @@ fn render_nav_item(html: &mut String, section: &Section) {
             let events = timeline.entries.len().saturating_sub(1);
             let _ = writeln!(
                 html,
-                "<li><a href=\"#session-{id}\">{id}</a> <span class=\"counts\">{events} events, {} denial{}, {} approval{} asked, {} violation{}</span></li>",
+                "<li><a href=\"{}\">{id}</a> <span class=\"counts\">{events} events, {} denial{}, {} approval{} asked, {} violation{}</span></li>",
+                links.session(id.as_str()),
                 count(EntryKind::Denial),
                 plural(count(EntryKind::Denial)),
                 count(EntryKind::ApprovalAsked),
@@ -259,23 +552,28 @@ fn render_nav_item(html: &mut String, section: &Section) {
                 plural(timeline.violations),
             );
         }
-        Section::Corrupt { id, .. } => {
+        Section::Corrupt { id, message } => {
             let _ = writeln!(
                 html,
-                "<li><a href=\"#session-{id}\">{id}</a> <span class=\"counts refused\">corrupt</span></li>"
+                "<li>{id} <span class=\"counts refused\">corrupt: {}</span></li>",
+                escape(message)
             );
         }
     }
 }
 
+/// A session's header, notes and the rows of `shown`, in an open
+/// `<section>` the caller closes.
 fn render_session(
     html: &mut String,
-    timeline: &Timeline,
+    shown: &Shown<'_>,
     torn: Option<&str>,
     audit: Option<&Audit>,
-    known: &BTreeSet<&str>,
-    children: &BTreeMap<&str, Vec<&str>>,
+    family: &Family<'_>,
+    links: Links<'_>,
 ) {
+    let timeline = shown.timeline;
+    let known = &family.known;
     let header = &timeline.header;
     let id = &header.id;
     let _ = writeln!(
@@ -284,7 +582,7 @@ fn render_session(
     );
     let parent = match &header.parent_session {
         Some(parent) if known.contains(parent.as_str()) => {
-            format!("<a href=\"#session-{parent}\">{parent}</a>")
+            format!("<a href=\"{}\">{parent}</a>", links.session(parent.as_str()))
         }
         Some(parent) => format!("{parent} (not in this report)"),
         None => "none (a root session)".to_owned(),
@@ -297,15 +595,15 @@ fn render_session(
         header.seed_length,
         header.delegation_depth,
     );
-    if let Some(kids) = children.get(id.as_str()) {
-        let links: Vec<String> = kids
+    if let Some(kids) = family.children.get(id.as_str()) {
+        let kids: Vec<String> = kids
             .iter()
-            .map(|kid| format!("<a href=\"#session-{kid}\">{kid}</a>"))
+            .map(|kid| format!("<a href=\"{}\">{kid}</a>", links.session(kid)))
             .collect();
         let _ = writeln!(
             html,
             "<dt>children</dt><dd class=\"children\">{}</dd>",
-            links.join(", ")
+            kids.join(", ")
         );
     }
     html.push_str("</dl>\n");
@@ -339,31 +637,44 @@ fn render_session(
         );
     }
     html.push_str("<table class=\"timeline\">\n<thead><tr><th>time (UTC)</th><th>seq</th><th>type</th><th>authority</th><th>what happened</th><th>projections (when they change)</th></tr></thead>\n<tbody>\n");
-    let mut previous: Option<&View> = None;
-    for entry in &timeline.entries {
-        render_entry(
-            html,
-            id,
-            entry,
+    let mut previous = shown.previous;
+    for entry in shown.entries {
+        let row = RowContext {
             previous,
-            audited.get(&entry.seq).copied(),
+            audited: audited.get(&entry.seq).copied(),
             known,
-        );
+            links,
+        };
+        render_entry(html, id, entry, &row);
         if let Some(view) = &entry.projection {
             previous = Some(view);
         }
     }
-    html.push_str("</tbody>\n</table>\n</section>\n");
+    html.push_str("</tbody>\n</table>\n");
 }
 
-fn render_entry(
-    html: &mut String,
-    session: &SessionId,
-    entry: &Entry,
-    previous: Option<&View>,
-    audited: Option<&Row>,
-    known: &BTreeSet<&str>,
-) {
+/// What a row needs besides its entry.
+struct RowContext<'a> {
+    /// The projections before this entry.
+    previous: Option<&'a View>,
+    /// The audit of this call, if any.
+    audited: Option<&'a Row>,
+    /// The sessions the report shows.
+    known: &'a BTreeSet<&'a str>,
+    links: Links<'a>,
+}
+
+/// A summary longer than this many characters is shown clipped in a cell
+/// that opens on the whole text.
+const CELL_CHARS: usize = 240;
+
+fn render_entry(html: &mut String, session: &SessionId, entry: &Entry, row: &RowContext<'_>) {
+    let RowContext {
+        previous,
+        audited,
+        known,
+        links,
+    } = *row;
     let kind = kind_class(entry.kind);
     let mut classes = format!("entry kind-{kind}");
     if is_highlight(entry) || audited.is_some_and(|row| !row.agree) {
@@ -375,12 +686,20 @@ fn render_entry(
     let authority = entry.authority.map_or(String::new(), |authority| {
         format!("<span class=\"authority authority-{authority}\">{authority}</span>")
     });
-    let mut summary = escape(&entry.summary);
+    let mut summary = if entry.summary.chars().count() > CELL_CHARS {
+        format!(
+            "<details class=\"whole\"><summary>{}</summary><div class=\"whole-text\">{}</div></details>",
+            escape(&replay::clip(&entry.summary, CELL_CHARS / 2)),
+            escape(&entry.summary)
+        )
+    } else {
+        escape(&entry.summary)
+    };
     if let Some(child) = &entry.child {
         if known.contains(child.as_str()) {
             summary.push_str(&format!(
-                " <a class=\"child-link\" href=\"#session-{}\">open child session</a>",
-                escape(child)
+                " <a class=\"child-link\" href=\"{}\">open child session</a>",
+                escape(&links.session(child))
             ));
         }
     }
@@ -507,12 +826,24 @@ tr.violation { outline: 2px solid #d70022; outline-offset: -2px; }
 .authority-user { background: #dcebff; }
 .authority-direct-parent { background: #e2f3ff; }
 .authority-constraint { background: #fff0d6; }
+.authority-fact { background: #eef3e6; }
+details.legend { margin: .6em 0; }
+details.legend summary, details.whole summary { cursor: pointer; }
+dl.legend-authority { display: grid; grid-template-columns: max-content 1fr; gap: .2em 1em; }
+dl.legend-authority dd { margin: 0; }
+table.legend-rows td { padding: .15em .5em; }
+.whole-text { white-space: pre-wrap; }
+nav.pager { margin: .8em 0; }
 ";
 
 const SCRIPT: &str = "
 (function () {
   var filter = document.getElementById('filter');
   var only = document.getElementById('only-highlights');
+  if (!filter || !only) {
+    document.body.setAttribute('data-report', 'ready');
+    return;
+  }
   function apply() {
     var query = filter.value.toLowerCase();
     var rows = document.querySelectorAll('tr.entry');
