@@ -210,19 +210,62 @@ impl SessionSource<'_> {
         }
     }
 
+    /// The header and events of session `id`; a log's torn tail, once
+    /// its good prefix is read, is warned of through `tracing` (what is
+    /// compared is that prefix).
     fn records(&self, id: &SessionId) -> Result<(DecodedHeader, EventStream), StoreError> {
-        match self {
-            SessionSource::Store(store) => store.records(id),
-            SessionSource::Log(path) => {
-                let reader = LogReader::open(path, Some(id.clone()))?;
-                let header = DecodedHeader {
-                    header: reader.header().clone(),
-                    vocabulary_errors: reader.header_vocabulary_errors().to_vec(),
-                    body: reader.header_body().to_owned(),
-                };
-                Ok((header, Box::new(reader)))
+        let reader = match self {
+            SessionSource::Store(Store::Jsonl(store)) => store.reader(id)?,
+            SessionSource::Store(store) => return store.records(id),
+            SessionSource::Log(path) => LogReader::open(path, Some(id.clone()))?,
+        };
+        let header = DecodedHeader {
+            header: reader.header().clone(),
+            vocabulary_errors: reader.header_vocabulary_errors().to_vec(),
+            body: reader.header_body().to_owned(),
+        };
+        let events = WarnOfTornTail {
+            reader: Some(reader),
+            path: self.session_path(id),
+        };
+        Ok((header, Box::new(events)))
+    }
+}
+
+/// A log's events, then a `tracing` warning if it ends in a torn tail.
+struct WarnOfTornTail<R: BufRead> {
+    reader: Option<LogReader<R>>,
+    path: PathBuf,
+}
+
+impl<R: BufRead> Iterator for WarnOfTornTail<R> {
+    type Item = Result<EventRecord, StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let reader = self.reader.as_mut()?;
+        match reader.next_event() {
+            Ok(Some(record)) => return Some(Ok(record)),
+            Ok(None) => {}
+            Err(error) => {
+                self.reader = None;
+                return Some(Err(error));
             }
         }
+        let summary = match self.reader.take()?.finish() {
+            Ok(summary) => summary,
+            Err(error) => return Some(Err(error)),
+        };
+        if let Some(torn) = summary.torn_tail {
+            tracing::warn!(
+                path = %self.path.display(),
+                "comparing the good prefix; ignoring a torn tail of {} bytes at line {} (byte offset {}): {}",
+                torn.bytes,
+                torn.position.line,
+                torn.position.offset,
+                torn.reason
+            );
+        }
+        None
     }
 }
 

@@ -128,7 +128,7 @@ fn assert_warned(stderr: &str, expected: &str) {
 }
 
 #[test]
-fn a_torn_tail_is_warned_of_in_one_style_by_append_fork_and_stats() {
+fn a_torn_tail_is_warned_of_in_one_style_by_append_fork_diff_and_stats() {
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
     let store = store_with_session(dir.path());
     let turn = r#"{"type":"turn/start","data":{"turnId":"t1"}}"#;
@@ -149,6 +149,13 @@ fn a_torn_tail_is_warned_of_in_one_style_by_append_fork_and_stats() {
     let forked = run(["fork", &store, "--session", "s1", "--child", "c1"]);
     forked.expect_code(0);
     assert_warned(&forked.stderr, "ignoring a torn tail of 19 bytes at line 3");
+
+    let compared = run(["diff", &store, &store]);
+    compared.expect_code(0);
+    assert_warned(
+        &compared.stderr,
+        "s1.jsonl: comparing the good prefix; ignoring a torn tail of 19 bytes at line 3",
+    );
 
     let appended = crate::cli_support::run_with_stdin(
         ["append", &store, "--session", "s1"],
