@@ -856,10 +856,9 @@ fn entry_texts(stdout: &str, indent: usize) -> Vec<Vec<String>> {
             continue;
         };
         let rest = line.trim_start();
-        let continuation = line.len() - rest.len() == indent
-            && !rest.starts_with('⇒')
-            && !rest.starts_with('✗')
-            && !(rest.starts_with('+') && rest.ends_with(" characters (--full)"));
+        let note = rest.starts_with('+') && rest.ends_with(" characters (--full)");
+        let mark = rest.starts_with('⇒') || rest.starts_with('✗');
+        let continuation = line.len() - rest.len() == indent && !mark && !note;
         if continuation {
             entry.push(rest.to_owned());
         }
@@ -909,7 +908,11 @@ fn replay_fits_80_and_120_columns_wrapping_under_the_text_column() {
             for (lines, summary) in texts.iter().zip(&summaries) {
                 let shown = without_spaces(&lines.join(""));
                 if full || !shown.ends_with('…') {
-                    assert_eq!(shown, without_spaces(summary), "wrapping lost or changed text");
+                    assert_eq!(
+                        shown,
+                        without_spaces(summary),
+                        "wrapping lost or changed text"
+                    );
                 } else {
                     assert_eq!(lines.len(), 4, "clipped to four lines: {lines:?}");
                     let kept = shown.trim_end_matches('…');
@@ -918,7 +921,10 @@ fn replay_fits_80_and_120_columns_wrapping_under_the_text_column() {
             }
             let evidence = "@$HOME/.ssh/id_ed25519\"})";
             let whole = without_spaces(&replayed.stdout).contains(&without_spaces(evidence));
-            assert!(whole || !full, "--full shows the whole call at {columns} columns");
+            assert!(
+                whole || !full,
+                "--full shows the whole call at {columns} columns"
+            );
         }
     }
     // At 80 columns the denial takes more than four lines.
@@ -935,7 +941,11 @@ fn json_outputs_carry_the_whole_evidence() {
     let path = example("auto-review").display().to_string();
     let reason = "\"Uploads the user's private SSH key to an external paste site: data exfiltration, not needed for the task.\"";
     let replayed = json_lines(&run(["replay", &path, "--json"]).expect_code(0).stdout);
-    let tailed = json_lines(&run(["tail", &path, "--json", "-n", "100"]).expect_code(0).stdout);
+    let tailed = json_lines(
+        &run(["tail", &path, "--json", "-n", "100"])
+            .expect_code(0)
+            .stdout,
+    );
     for entries in [&replayed, &tailed] {
         let by_seq = |seq: u64| {
             entries
@@ -945,9 +955,7 @@ fn json_outputs_carry_the_whole_evidence() {
                 .unwrap_or_else(|| panic!("no entry {seq}"))
                 .to_owned()
         };
-        assert!(by_seq(13).contains(
-            "--data-binary @$HOME/.ssh/id_ed25519\"}) in step step-1"
-        ));
+        assert!(by_seq(13).contains("--data-binary @$HOME/.ssh/id_ed25519\"}) in step step-1"));
         assert!(by_seq(14).contains(reason), "{}", by_seq(14));
         assert!(!entries.iter().any(|entry| entry["summary"]
             .as_str()
@@ -965,7 +973,8 @@ fn replay_help_and_the_report_explain_the_authority_labels_and_colours() {
     let html = report(&examples(), &dir.path().join("report.html"));
     for label in ["user", "direct-parent", "fact", "constraint", "excluded"] {
         assert!(
-            help.lines().any(|line| line.trim_start().starts_with(label)),
+            help.lines()
+                .any(|line| line.trim_start().starts_with(label)),
             "replay --help explains {label}:\n{help}"
         );
         assert!(
@@ -980,7 +989,9 @@ fn replay_help_and_the_report_explain_the_authority_labels_and_colours() {
         assert!(help.contains(colour), "replay --help names {colour}");
     }
     assert!(html.contains("<details class=\"legend\" open><summary>Legend</summary>"));
-    assert!(html.contains("<tr class=\"entry kind-denial\"><td class=\"summary\">a call denied by Auto review"));
+    assert!(html.contains(
+        "<tr class=\"entry kind-denial\"><td class=\"summary\">a call denied by Auto review"
+    ));
 }
 
 #[test]
@@ -1003,7 +1014,10 @@ fn report_keeps_a_long_summary_whole_in_a_cell_that_opens() {
         .split_once("</summary><div class=\"whole-text\">")
         .unwrap_or_else(|| panic!("the cell holds a clipped line and the whole text"));
     assert!(clipped.ends_with('…') && !clipped.contains("the end of the evidence"));
-    assert!(whole.contains(&format!("{long}&quot;")), "the whole text is in the cell");
+    assert!(
+        whole.contains(&format!("{long}&quot;")),
+        "the whole text is in the cell"
+    );
 }
 
 #[test]
@@ -1020,7 +1034,10 @@ fn a_big_report_is_an_index_and_pages_that_link_each_other() {
     ])
     .expect_code(0);
     let index = String::from_utf8(read(&out)).unwrap_or_else(|error| panic!("{error}"));
-    assert!(!index.contains("data-seq="), "the index holds no timeline rows");
+    assert!(
+        !index.contains("data-seq="),
+        "the index holds no timeline rows"
+    );
     let pages = dir.path().join("audit-pages");
     for name in EXAMPLES {
         let events = run(["verify", &example(name).display().to_string(), "--json"])
@@ -1034,23 +1051,47 @@ fn a_big_report_is_an_index_and_pages_that_link_each_other() {
         for number in 1..=page_count {
             let path = pages.join(format!("{name}-{number}.html"));
             let page = String::from_utf8(read(&path)).unwrap_or_else(|error| panic!("{error}"));
-            let mode = std::fs::metadata(&path).map(|m| m.permissions()).unwrap_or_else(|e| panic!("{e}"));
-            assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600);
+            let mode = std::fs::metadata(&path)
+                .map(|m| m.permissions())
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(
+                std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+                0o600
+            );
             assert!(page.contains("<a href=\"../audit.html\">index</a>"));
             assert!(page.contains("default-src 'none'"));
             assert!(!page.contains("href=\"http") && !page.contains("src=\"http"));
-            assert_eq!(number > 1, page.contains(&format!("href=\"{name}-{}.html\">previous", number.max(2) - 1)));
-            assert_eq!(number < page_count, page.contains(&format!("href=\"{name}-{}.html\">next", number + 1)));
+            assert_eq!(
+                number > 1,
+                page.contains(&format!(
+                    "href=\"{name}-{}.html\">previous",
+                    number.max(2) - 1
+                ))
+            );
+            assert_eq!(
+                number < page_count,
+                page.contains(&format!("href=\"{name}-{}.html\">next", number + 1))
+            );
             let rows: Vec<u64> = page
                 .split("data-seq=\"")
                 .skip(1)
                 .filter_map(|rest| rest.split('"').next()?.parse().ok())
                 .collect();
-            assert!(rows.len() <= 10, "page {number} of {name} holds {} rows", rows.len());
+            assert!(
+                rows.len() <= 10,
+                "page {number} of {name} holds {} rows",
+                rows.len()
+            );
             seqs.extend(rows);
         }
-        assert_eq!(seqs, (0..=last_seq).collect::<Vec<_>>(), "{name}: every event once, in order");
-        assert!(!pages.join(format!("{name}-{}.html", page_count + 1)).exists());
+        assert_eq!(
+            seqs,
+            (0..=last_seq).collect::<Vec<_>>(),
+            "{name}: every event once, in order"
+        );
+        assert!(!pages
+            .join(format!("{name}-{}.html", page_count + 1))
+            .exists());
     }
     let lead = String::from_utf8(read(&pages.join("lead-1.html"))).unwrap_or_default()
         + &String::from_utf8(read(&pages.join("lead-2.html"))).unwrap_or_default();

@@ -5,8 +5,8 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 use sessionlog_store::{
-    diff_sources, migrate_log, migrate_with, MigrateOptions, MigratePhase,
-    MigrateProgress, SessionSource, Store, StoreError,
+    diff_sources, migrate_log, migrate_with, MigrateOptions, MigratePhase, MigrateProgress,
+    SessionSource, Store, StoreError,
 };
 
 use crate::target::{is_lone_log, require_sessions};

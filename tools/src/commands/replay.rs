@@ -85,12 +85,24 @@ pub const COLOUR_LEGEND: [(&str, &str); 9] = [
     ("cyan", "a message (its authority label in bold cyan)"),
     ("blue", "a tool call starting"),
     ("green", "a call that settled ok, an approval allowed"),
-    ("yellow", "an approval asked, a policy, sandbox or preset switch"),
-    ("bold red", "a denial by Auto review, an approval refused, a call that failed"),
+    (
+        "yellow",
+        "an approval asked, a policy, sandbox or preset switch",
+    ),
+    (
+        "bold red",
+        "a denial by Auto review, an approval refused, a call that failed",
+    ),
     ("magenta", "a checkpoint, a child session created"),
-    ("dim", "the session's structure (turns, steps, model requests), unknown types"),
+    (
+        "dim",
+        "the session's structure (turns, steps, model requests), unknown types",
+    ),
     ("red ✗", "the rule an event breaks (exit 4)"),
-    ("dim green ⇒", "the projections that changed with this event"),
+    (
+        "dim green ⇒",
+        "the projections that changed with this event",
+    ),
 ];
 
 /// The text after `replay --help`: its examples, then the legends.
@@ -567,10 +579,7 @@ pub fn describe(
         }
         Event::Unknown => (
             EntryKind::Unknown,
-            format!(
-                "unknown type, kept as is: {}",
-                display(record.data())
-            ),
+            format!("unknown type, kept as is: {}", display(record.data())),
         ),
     };
     entry.kind = kind;
@@ -699,7 +708,14 @@ fn write_text(timeline: &Timeline, painter: Painter, layout: Layout) -> std::io:
         }
         if let Some(view) = &entry.projection {
             let text = format!("⇒ {}", changed_fields(previous, view));
-            write_block(&mut out, &text, Style::Projection, painter, columns, &margin)?;
+            write_block(
+                &mut out,
+                &text,
+                Style::Projection,
+                painter,
+                columns,
+                &margin,
+            )?;
             previous = Some(view);
         }
     }
@@ -781,7 +797,10 @@ fn write_block<W: Write>(
     columns: usize,
     margin: &str,
 ) -> std::io::Result<()> {
-    for (index, range) in wrap(text, columns.saturating_sub(2)).into_iter().enumerate() {
+    for (index, range) in wrap(text, columns.saturating_sub(2))
+        .into_iter()
+        .enumerate()
+    {
         out.write_all(margin.as_bytes())?;
         if index > 0 {
             out.write_all(b"  ")?;
@@ -1030,19 +1049,28 @@ mod tests {
     use super::*;
 
     fn wrapped(text: &str, columns: usize) -> Vec<&str> {
-        wrap(text, columns).into_iter().map(|range| &text[range]).collect()
+        wrap(text, columns)
+            .into_iter()
+            .map(|range| &text[range])
+            .collect()
     }
 
     #[test]
     fn wrapping_breaks_at_spaces_and_inside_only_an_overlong_word() {
-        assert_eq!(wrapped("one two three four", 9), ["one two", "three", "four"]);
+        assert_eq!(
+            wrapped("one two three four", 9),
+            ["one two", "three", "four"]
+        );
         assert_eq!(wrapped("abcdefghij k", 4), ["abcd", "efgh", "ij k"]);
         assert_eq!(wrapped("", 10), [""]);
         // Two columns a character: four characters fill eight columns.
         assert_eq!(wrapped("日本語のテキスト", 8), ["日本語の", "テキスト"]);
         for columns in 1..12 {
             for line in wrapped("a long line: with words, of sizes; varied", columns) {
-                assert!(console::measure_text_width(line) <= columns, "{line:?} > {columns}");
+                assert!(
+                    console::measure_text_width(line) <= columns,
+                    "{line:?} > {columns}"
+                );
             }
         }
     }

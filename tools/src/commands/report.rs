@@ -357,14 +357,26 @@ fn legend() -> String {
 
 /// What each highlighted row means, by its CSS classes.
 const ROW_LEGEND: [(&str, &str); 8] = [
-    ("kind-denial", "a call denied by Auto review, with the reviewer's reason"),
-    ("kind-failed", "a call that failed or was cancelled, a review that failed closed"),
+    (
+        "kind-denial",
+        "a call denied by Auto review, with the reviewer's reason",
+    ),
+    (
+        "kind-failed",
+        "a call that failed or was cancelled, a review that failed closed",
+    ),
     ("kind-approval-asked", "an approval asked of the user"),
     ("kind-approval-allowed", "an approval allowed"),
     ("kind-approval-refused", "an approval refused"),
     ("kind-checkpoint", "a checkpoint, a child session created"),
-    ("kind-structure", "the session's structure (turns, steps, model requests), unknown types"),
-    ("violation", "an event that breaks a rule (the rule is named under it)"),
+    (
+        "kind-structure",
+        "the session's structure (turns, steps, model requests), unknown types",
+    ),
+    (
+        "violation",
+        "an event that breaks a rule (the rule is named under it)",
+    ),
 ];
 
 fn page_start(title: &str) -> String {
@@ -427,7 +439,9 @@ fn write_paged(
         for number in 1..=pages {
             let first = (number - 1) * page_events;
             let chunk = &entries[first..(first + page_events).min(entries.len())];
-            let mut html = page_start(&format!("sessionlog report: session {id}, page {number} of {pages}"));
+            let mut html = page_start(&format!(
+                "sessionlog report: session {id}, page {number} of {pages}"
+            ));
             let seqs = (
                 chunk.first().map_or(0, |entry| entry.seq),
                 chunk.last().map_or(0, |entry| entry.seq),
@@ -483,10 +497,18 @@ fn pager(index: &str, id: &str, (number, pages): (usize, usize), seqs: (u64, u64
         seqs.1
     );
     if number > 1 {
-        let _ = write!(html, " · <a rel=\"prev\" href=\"{}\">previous</a>", page_name(id, number - 1));
+        let _ = write!(
+            html,
+            " · <a rel=\"prev\" href=\"{}\">previous</a>",
+            page_name(id, number - 1)
+        );
     }
     if number < pages {
-        let _ = write!(html, " · <a rel=\"next\" href=\"{}\">next</a>", page_name(id, number + 1));
+        let _ = write!(
+            html,
+            " · <a rel=\"next\" href=\"{}\">next</a>",
+            page_name(id, number + 1)
+        );
     }
     html.push_str(" · pages:");
     for other in 1..=pages {
@@ -582,7 +604,10 @@ fn render_session(
     );
     let parent = match &header.parent_session {
         Some(parent) if known.contains(parent.as_str()) => {
-            format!("<a href=\"{}\">{parent}</a>", links.session(parent.as_str()))
+            format!(
+                "<a href=\"{}\">{parent}</a>",
+                links.session(parent.as_str())
+            )
         }
         Some(parent) => format!("{parent} (not in this report)"),
         None => "none (a root session)".to_owned(),
