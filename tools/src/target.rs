@@ -172,6 +172,17 @@ impl Target {
             Target::Store(store) => store.open_writer(&session.id, options)?,
         })
     }
+
+    /// The writer of `session` for the commands that append what they are
+    /// given (`append`, `preset`): it keeps no snapshot, since they build
+    /// no review request.
+    pub fn appender(&self, session: &SessionRef) -> Result<SessionWriter> {
+        let options = WriterOptions {
+            keep_snapshot: false,
+            ..WriterOptions::default()
+        };
+        self.writer(session, options)
+    }
 }
 
 /// Whether `path` names a lone log file rather than a store.

@@ -14,7 +14,7 @@ use anyhow::{Context, Result};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use sessionlog_schema::EventType;
-use sessionlog_store::{NewEvent, SessionWriter, StoreError, WriterOptions};
+use sessionlog_store::{NewEvent, SessionWriter, StoreError};
 
 use crate::cli::SessionArgs;
 use crate::target::Target;
@@ -49,11 +49,7 @@ pub enum UnknownTypes {
 pub fn run(args: &SessionArgs, expect_seq: Option<u64>, unknown: UnknownTypes) -> Result<u8> {
     let target = Target::open_for_writing(&args.store)?;
     let session = target.session(args.session.as_deref())?;
-    let options = WriterOptions {
-        keep_snapshot: false,
-        ..WriterOptions::default()
-    };
-    let mut writer = target.writer(&session, options)?;
+    let mut writer = target.appender(&session)?;
     // Our own large buffer over stdin, so lines that arrived together are
     // visible in it (std's inner buffer is bypassed by reads this large).
     let mut input = std::io::BufReader::with_capacity(1 << 20, std::io::stdin());

@@ -7,7 +7,6 @@
 use anyhow::Result;
 use sessionlog_projections::Defaults;
 use sessionlog_schema::{ApprovalPolicy, Preset};
-use sessionlog_store::WriterOptions;
 
 use crate::cli::{DefaultArgs, SessionArgs};
 use crate::target::Target;
@@ -49,11 +48,7 @@ pub fn run(
     }
     let target = Target::open_for_writing(&args.store)?;
     let session = target.session(args.session.as_deref())?;
-    let options = WriterOptions {
-        keep_snapshot: false,
-        ..WriterOptions::default()
-    };
-    let mut writer = target.writer(&session, options)?;
+    let mut writer = target.appender(&session)?;
     let defaults = Defaults {
         approval: defaults.default_approval,
         sandbox: defaults.default_sandbox,
