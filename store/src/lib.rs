@@ -18,6 +18,7 @@ mod review;
 mod sql_checks;
 mod sqlite;
 mod store;
+mod wake;
 mod writer;
 
 pub use asynchronous::{AsyncStore, FOLLOW_POLL_INTERVAL};
@@ -44,4 +45,5 @@ pub use review::{
 pub use sql_checks::StoreAudit;
 pub use sqlite::{SqliteEvents, SqliteStore, SCHEMA_VERSION};
 pub use store::{Backend, EventStream, Store};
+pub use wake::{Wake, POLL_ONLY_VARIABLE};
 pub use writer::{now_ms, AcknowledgedSeq, Durability, NewEvent, SessionWriter, WriterOptions};

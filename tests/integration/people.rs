@@ -2,7 +2,7 @@
 //! binary: the example sessions, replay, tail -f, salvage, stats, the HTML
 //! report (opened in headless Chromium), help, completions and the README.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::mpsc;
@@ -494,8 +494,15 @@ struct Follower {
 }
 
 impl Follower {
-    fn start(args: &[&str]) -> Follower {
+    /// Starts `sessionlog ARGS`, watching the store's folder or, with
+    /// `poll_only`, with the polling fallback alone.
+    fn start(args: &[&str], poll_only: bool) -> Follower {
         let mut command = sessionlog(args);
+        if poll_only {
+            command.env(sessionlog_store::POLL_ONLY_VARIABLE, "1");
+        } else {
+            command.env_remove(sessionlog_store::POLL_ONLY_VARIABLE);
+        }
         command
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -554,6 +561,12 @@ fn append(store: &str, lines: &str) {
 
 #[test]
 fn tail_follows_appends_by_other_processes_across_torn_tail_truncation() {
+    for poll_only in [false, true] {
+        tail_follows_across_torn_tail_truncation(poll_only);
+    }
+}
+
+fn tail_follows_across_torn_tail_truncation(poll_only: bool) {
     let dir = temp();
     let store = dir.path().join("store");
     let store_arg = store.display().to_string();
@@ -562,7 +575,7 @@ fn tail_follows_appends_by_other_processes_across_torn_tail_truncation() {
         &store_arg,
         "{\"type\":\"turn/start\",\"data\":{\"turnId\":\"t1\"}}\n",
     );
-    let follower = Follower::start(&["tail", &store_arg, "--session", "s1", "-f"]);
+    let follower = Follower::start(&["tail", &store_arg, "--session", "s1", "-f"], poll_only);
     assert_eq!(follower.next_seqs(1), vec![1]);
 
     append(
@@ -572,10 +585,16 @@ fn tail_follows_appends_by_other_processes_across_torn_tail_truncation() {
     assert_eq!(follower.next_seqs(2), vec![2, 3]);
 
     // A crash mid-append leaves half a record; tail must not print it.
+    // (Appended, as a writer leaves it: a rewrite of the whole file would
+    // show a watching follower an empty file for a moment.)
     let log = store.join("s1.jsonl");
-    let mut bytes = read(&log);
-    bytes.extend_from_slice(b"{\"seq\":4,\"ts\":1,\"type\":\"x/no");
-    write(&log, &bytes);
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log)
+        .unwrap_or_else(|error| panic!("open {}: {error}", log.display()));
+    file.write_all(b"{\"seq\":4,\"ts\":1,\"type\":\"x/no")
+        .unwrap_or_else(|error| panic!("append to {}: {error}", log.display()));
+    drop(file);
     follower.assert_quiet();
 
     // The next writer truncates the torn tail and appends seq 4 for real.
@@ -591,6 +610,12 @@ fn tail_follows_appends_by_other_processes_across_torn_tail_truncation() {
 
 #[test]
 fn tail_follows_a_sqlite_session() {
+    for poll_only in [false, true] {
+        tail_follows_a_database_session(poll_only);
+    }
+}
+
+fn tail_follows_a_database_session(poll_only: bool) {
     let dir = temp();
     let store_arg = dir.path().join("sessions.db").display().to_string();
     run(["create", &store_arg, "--session", "s1", "--cwd", "/w"]).expect_code(0);
@@ -598,7 +623,10 @@ fn tail_follows_a_sqlite_session() {
         &store_arg,
         "{\"type\":\"turn/start\",\"data\":{\"turnId\":\"t1\"}}\n",
     );
-    let follower = Follower::start(&["tail", &store_arg, "--session", "s1", "-f", "--from", "1"]);
+    let follower = Follower::start(
+        &["tail", &store_arg, "--session", "s1", "-f", "--from", "1"],
+        poll_only,
+    );
     assert_eq!(follower.next_seqs(1), vec![1]);
     append(
         &store_arg,

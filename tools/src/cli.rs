@@ -383,7 +383,8 @@ pub enum Command {
     Tail {
         #[command(flatten)]
         target: SessionArgs,
-        /// Keep following the log (poll every 100 ms) until interrupted.
+        /// Keep following the log until interrupted: it is read again as soon as
+        /// its folder changes, and at least every 100 ms.
         #[arg(long, short = 'f')]
         follow: bool,
         /// Start at this seq instead of the last events.

@@ -1,15 +1,16 @@
 //! `sessionlog tail`: the last events of a session, and with `-f` every new
 //! one as another process appends it.
 //!
-//! A JSONL log is followed with the store's `LogFollower` (polled every
-//! 100 ms): a poll that finds the file unchanged reads nothing, and one that
+//! A JSONL log is followed with the store's `LogFollower`, which looks
+//! whenever the log's folder changes (`Wake`: inotify) and at least every
+//! 100 ms: a look that finds the file unchanged reads nothing, and one that
 //! finds it grown reads only the new lines, after checking that the last
 //! line it read is still in place. Another file under the name, a file
 //! shorter than what was read or a rewritten last line make it read the log
 //! again from the start, printing only the events above the last one
 //! printed; so a writer restart, the cut of a torn tail, or a log replaced
 //! by a new file can neither repeat an event nor skip one. A SQLite session
-//! is polled with `Store::events_from`; `-n N` reads only its last N rows,
+//! is looked at the same way, with `Store::events_from`; `-n N` reads only its last N rows,
 //! from the last seq its session row records.
 
 use std::collections::VecDeque;
@@ -19,14 +20,15 @@ use std::time::Duration;
 
 use anyhow::Result;
 use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
-use sessionlog_store::{LogFollower, Store, StoreError};
+use sessionlog_store::{LogFollower, Store, StoreError, Wake};
 
 use crate::cli::SessionArgs;
 use crate::commands::replay::describe;
 use crate::target::{SessionRef, Target};
 use crate::{exit, warn};
 
-/// How often `-f` looks at the log.
+/// The longest `-f` waits before it looks at the log again; a change in
+/// the log's folder ends the wait earlier (`Wake`).
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// What to print first.
@@ -79,6 +81,15 @@ struct Tail<'a, W: Write> {
 }
 
 impl<'a> Source<'a> {
+    /// The file that changes when the session grows: the log, or the
+    /// database (its `-wal` beside it).
+    fn path(&self) -> &std::path::Path {
+        match self {
+            Source::File { path, .. } => path,
+            Source::Database { store } => store.path(),
+        }
+    }
+
     fn of(target: &'a Target, session: &SessionRef) -> Source<'a> {
         match target {
             Target::File(path) => Source::File {
@@ -98,6 +109,9 @@ impl<'a> Source<'a> {
 
 impl<W: Write> Tail<'_, W> {
     fn run(&mut self, start: Start, follow: bool, session: &SessionRef) -> Result<()> {
+        // Watching starts before the first read, so that nothing appended
+        // after it goes unnoticed.
+        let mut wake = follow.then(|| Wake::watching(self.source.path()));
         let first = self.read_new(session, self.first_seq(start, session)?)?;
         let shown: Vec<EventRecord> = match start {
             Start::From(from) => first.into_iter().filter(|r| r.seq() >= from).collect(),
@@ -121,9 +135,9 @@ impl<W: Write> Tail<'_, W> {
         if let Some(last) = self.latest_seq_read {
             self.printed = self.printed.max(last);
         }
-        if !follow {
+        let Some(wake) = &mut wake else {
             return Ok(());
-        }
+        };
         let mut follower = match &self.source {
             Source::File {
                 path, expected_id, ..
@@ -134,11 +148,22 @@ impl<W: Write> Tail<'_, W> {
             )),
             Source::Database { .. } => None,
         };
+        // After a wake that found nothing new yet (a database commit still
+        // in flight), the next looks come sooner: 1, 2, 4, … ms.
+        let mut soon: Option<Duration> = None;
         loop {
-            std::thread::sleep(POLL_INTERVAL);
+            let woken = wake.wait(soon.unwrap_or(POLL_INTERVAL));
             let records = match &mut follower {
                 Some(follower) => follower.poll(usize::MAX)?,
                 None => self.read_new(session, self.printed + 1)?,
+            };
+            soon = match (records.is_empty(), woken, soon) {
+                (false, ..) => None,
+                (true, true, _) => Some(Duration::from_millis(1)),
+                (true, false, Some(delay)) => {
+                    Some(delay * 2).filter(|delay| *delay < POLL_INTERVAL)
+                }
+                (true, false, None) => None,
             };
             self.print(&records)?;
         }
