@@ -6,6 +6,7 @@ export type SessionlogErrorCode =
   | 'LOCKED' // another writer holds the session
   | 'CONFLICT' // expectSeq is not the next seq; nothing was written
   | 'RULE' // an event (or a header value) breaks a rule of the format; nothing was written
+  | 'SEAL' // a seal does not hold: the log was changed after it was sealed (seq names the seal)
   | 'CORRUPT' // the log is corrupt (line, offset)
   | 'POISONED' // an earlier write or sync failed; reopen the writer
   | 'NOT_FOUND' // no such session
@@ -182,8 +183,15 @@ export class Store {
     session: { id: string; cwd?: string; createdAt?: number; sandboxMode?: SandboxMode; approvalPolicy?: ApprovalPolicy },
     options?: { durability?: Durability },
   ): Promise<SessionHeader>
-  /** Opens the one writer of a session; `LOCKED` while another writer holds it. */
-  openWriter(id: string, options?: { durability?: Durability; keepSnapshot?: boolean }): Promise<Writer>
+  /**
+   * Opens the one writer of a session; `LOCKED` while another writer holds
+   * it. `sealKey` (the text of a key file `sessionlog keygen` wrote) seals
+   * every turn: a signed seal after each `turn/end`, in the same write and
+   * sync.
+   */
+  openWriter(id: string, options?: { durability?: Durability; keepSnapshot?: boolean; sealKey?: string }): Promise<Writer>
+  /** The head of a session (an anchor for `sessionlog verify --anchor`): its last seq and the chain value there. */
+  head(id: string): Promise<Head>
   /** Creates `child` from `parent`'s good prefix; resolves with the child's header. Nothing is written to the parent. */
   fork(parent: string, child: string, options?: { prompt?: string } & Defaults): Promise<SessionHeader>
   /** The good prefix of a session. */
@@ -213,8 +221,19 @@ export class Writer {
   reviewRequest(pending: PendingAction | string, options?: { maxBytes?: number }): Promise<ReviewRequest>
   /** The same request as the exact compact JSON text the store built. */
   reviewRequestText(pending: PendingAction | string, options?: { maxBytes?: number }): Promise<string>
+  /** Appends a seal of every record before it, signed by `key` (the text of a key file) when given; resolves with its seq. */
+  seal(options?: { key?: string }): Promise<number>
   /** Applies what was queued before, then releases the writer and its lock. */
   close(): Promise<void>
+}
+
+/** What `sessionlog head` prints for a session. */
+export interface Head {
+  session: string
+  /** The last seq of the good prefix (0: the header alone). */
+  seq: number
+  /** The chain value there: `sha256:` + 64 lowercase hex digits. */
+  chain: string
 }
 
 /** Reads a reviewer's reply strictly; throws `AUTO_REVIEW_FAILED` naming what is wrong. */

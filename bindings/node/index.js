@@ -193,13 +193,25 @@ class Store {
 
   /**
    * Opens the one writer of a session: LOCKED while another writer, in this
-   * process or another, holds it.
+   * process or another, holds it. With `sealKey` (the text of a key file
+   * `sessionlog keygen` wrote), every `turn/end` is followed by a seal
+   * signed by it, written and synced with it.
    */
   async openWriter(id, options = {}) {
     const buffered = isBuffered(options.durability)
     const keepSnapshot = options.keepSnapshot === undefined ? true : Boolean(options.keepSnapshot)
-    const handle = await call(this.#native.openWriter(checkId(id), buffered, keepSnapshot))
+    const sealKey = checkOptionalString(options.sealKey, 'sealKey') ?? null
+    const handle = await call(this.#native.openWriter(checkId(id), buffered, keepSnapshot, sealKey))
     return new Writer(constructing, handle)
+  }
+
+  /**
+   * The head of a session, as `sessionlog head` prints it: `{session, seq,
+   * chain}` for the last record of its good prefix. Kept elsewhere, it is
+   * an anchor for `sessionlog verify --anchor`.
+   */
+  async head(id) {
+    return JSON.parse(await call(this.#native.head(checkId(id))))
   }
 
   /** Creates `child` from `parent`'s good prefix; resolves with the child's header. */
@@ -326,6 +338,22 @@ class Writer {
       return Promise.reject(error)
     }
     return this.#enqueueCall(() => this.#native.reviewRequest(text, maxBytes))
+  }
+
+  /**
+   * Appends a seal of every record before it, after what was queued
+   * before, signed by `key` (the text of a key file) when given; resolves
+   * with its seq.
+   */
+  seal(options = {}) {
+    let key
+    try {
+      this.#checkOpen()
+      key = checkOptionalString(options.key, 'key') ?? null
+    } catch (error) {
+      return Promise.reject(error)
+    }
+    return this.#enqueueCall(() => this.#native.seal(key))
   }
 
   /** Applies what was queued before, then releases the writer and its lock. */

@@ -13,6 +13,7 @@ mod authority;
 mod delegation;
 mod projection;
 mod review;
+mod seal;
 mod state;
 mod violation;
 
@@ -23,5 +24,6 @@ pub use authority::{message_authority, Authority};
 pub use delegation::{delegate, preset_switch, ChildSeed, DelegationError, PresetSwitchError};
 pub use projection::{PresetView, Projection, Setting, AUTO_REVIEW_INTEGRATION};
 pub use review::*;
-pub use state::{fold, CallState, Defaults, SessionState};
+pub use seal::{check_sealed, check_trusted, parse_anchor_file, Anchor, AnchorError, SealInfo};
+pub use state::{fold, fold_stored, CallState, Defaults, SessionState};
 pub use violation::{Violation, ViolationKind};

@@ -7,6 +7,10 @@
 //! settles and approvals look at own events only (seq > seedLength); shapes,
 //! vocabularies and the uniqueness of `callId` and `requestId` hold on the
 //! whole log, seeded prefix included.
+//!
+//! The state also keeps the session's hash chain: one SHA-256 per record
+//! folded, over its body, whatever the fold made of the event. An own
+//! `seal` is checked against the chain value through the seq before it.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -15,12 +19,13 @@ use std::hash::BuildHasher;
 use hashbrown::HashTable;
 
 use sessionlog_schema::{
-    event_type_error, ApprovalPolicy, Event, EventRecord, EventView, Preset, SandboxMode,
-    SessionHeader, ShapeError,
+    event_type_error, ApprovalPolicy, ChainValue, Event, EventRecord, EventView, Preset,
+    SandboxMode, SessionHeader, ShapeError,
 };
 
 use crate::authority::may_be_shown;
-use crate::{Violation, ViolationKind};
+use crate::seal::check_own_seal;
+use crate::{SealInfo, Violation, ViolationKind};
 
 /// The configured defaults a session falls back on when neither its own
 /// switches nor its header set a value.
@@ -83,6 +88,12 @@ pub struct SessionState {
     /// the reviewer may be shown, in log order.
     reviewed_seqs: Vec<u64>,
     violation_count: u64,
+    /// The chain value through `seq`.
+    chain: ChainValue,
+    /// The last seal folded (own or inherited).
+    last_seal: Option<SealInfo>,
+    /// The seq of the last own seal folded.
+    last_own_seal_seq: Option<u64>,
 }
 
 /// The ids a state keeps (of calls, requests, the open turn and step), one
@@ -153,11 +164,27 @@ trait Keyed {
 /// Pass the first k records (`records.iter().take(k)`) for the projection
 /// as of seq k. A record that breaks a rule is reported and skipped, and the
 /// fold goes on, so one pass reports every violation.
+///
+/// The chain starts from the header record writers emit
+/// ([`SessionHeader::to_body`]); a stored session is folded with
+/// [`fold_stored`], from the header body it holds.
 pub fn fold<'a>(
     header: SessionHeader,
     records: impl IntoIterator<Item = &'a EventRecord>,
 ) -> (SessionState, Vec<Violation>) {
-    let mut state = SessionState::new(header);
+    let body = header.to_body();
+    fold_stored(header, &body, records)
+}
+
+/// [`fold`] over a stored session, whose chain (and so every own seal)
+/// starts from `header_body`: its header record's body as stored, whatever
+/// its member order.
+pub fn fold_stored<'a>(
+    header: SessionHeader,
+    header_body: &str,
+    records: impl IntoIterator<Item = &'a EventRecord>,
+) -> (SessionState, Vec<Violation>) {
+    let mut state = SessionState::with_header_body(header, header_body);
     let mut violations = Vec::new();
     for record in records {
         if let Err(violation) = state.apply(record) {
@@ -178,8 +205,21 @@ impl Default for Defaults {
 }
 
 impl SessionState {
-    /// The state of a session holding only its header (seq 0).
+    /// The state of a session holding only its header (seq 0), whose
+    /// header record is the one writers emit ([`SessionHeader::to_body`]).
+    /// A stored session's header may have been written with its members
+    /// in another order: fold it from
+    /// [`with_header_body`](Self::with_header_body), so that its chain
+    /// starts from the bytes stored.
     pub fn new(header: SessionHeader) -> SessionState {
+        let body = header.to_body();
+        SessionState::with_header_body(header, &body)
+    }
+
+    /// The state of a stored session holding only its header (seq 0):
+    /// `header_body` is its header record's body as stored (the bytes
+    /// before `,"crc":`), where the chain starts.
+    pub fn with_header_body(header: SessionHeader, header_body: &str) -> SessionState {
         SessionState {
             header,
             seq: 0,
@@ -197,7 +237,26 @@ impl SessionState {
             last_checkpoint_seq: None,
             reviewed_seqs: Vec::new(),
             violation_count: 0,
+            chain: ChainValue::genesis(header_body),
+            last_seal: None,
+            last_own_seal_seq: None,
         }
+    }
+
+    /// The chain value through [`seq`](Self::seq): what an own seal
+    /// appended next must carry, and what `sessionlog head` prints.
+    pub fn chain(&self) -> ChainValue {
+        self.chain
+    }
+
+    /// The last seal folded, own or inherited.
+    pub fn last_seal(&self) -> Option<&SealInfo> {
+        self.last_seal.as_ref()
+    }
+
+    /// The seq of the last own seal folded.
+    pub fn last_own_seal_seq(&self) -> Option<u64> {
+        self.last_own_seal_seq
     }
 
     /// The session's header.
@@ -267,6 +326,7 @@ impl SessionState {
     ) -> Result<(), Violation> {
         let checked = self.check_parsed(record, parse);
         self.seq = self.seq.saturating_add(1);
+        self.chain = self.chain.next(record.body());
         match checked {
             Ok(view) => {
                 self.absorb(self.seq, view);
@@ -285,6 +345,7 @@ impl SessionState {
     pub fn apply_checked(&mut self, record: &EventRecord, event: Event) {
         debug_assert_eq!(record.seq(), self.seq.saturating_add(1));
         self.seq = self.seq.saturating_add(1);
+        self.chain = self.chain.next(record.body());
         self.absorb(self.seq, EventView::of(&event));
     }
 
@@ -427,6 +488,10 @@ impl SessionState {
         if self.is_own(seq) {
             self.check_own_rules(view)
                 .map_err(|message| Violation::rule(seq, event_type, message))?;
+            if let EventView::Seal(seal) = view {
+                check_own_seal(&self.header.id, seq, seal, &self.chain)
+                    .map_err(|message| Violation::seal(seq, event_type, message))?;
+            }
         }
         Ok(())
     }
@@ -463,6 +528,7 @@ impl SessionState {
             | EventView::ApprovalDecided { .. }
             | EventView::Checkpoint
             | EventView::ChildCreated
+            | EventView::Seal(_)
             | EventView::Unknown => Ok(()),
         }
     }
@@ -513,6 +579,8 @@ impl SessionState {
             | EventView::PermissionPreset { .. }
             | EventView::Checkpoint
             | EventView::ChildCreated
+            // An own seal is checked against the chain, apart (exit 7).
+            | EventView::Seal(_)
             | EventView::Unknown => Ok(()),
         }
     }
@@ -645,6 +713,18 @@ impl SessionState {
                     self.reviewed_seqs.push(seq);
                 }
             }
+            EventView::Seal(seal) => {
+                if own {
+                    self.last_own_seal_seq = Some(seq);
+                }
+                self.last_seal = Some(SealInfo {
+                    seq,
+                    through_seq: seal.through_seq,
+                    chain: seal.chain,
+                    key: seal.signature.as_ref().map(|signature| signature.key),
+                    own,
+                });
+            }
             EventView::ChildCreated | EventView::Unknown => {}
         }
     }
@@ -669,6 +749,9 @@ impl PartialEq for SessionState {
             last_checkpoint_seq,
             reviewed_seqs,
             violation_count,
+            chain,
+            last_seal,
+            last_own_seal_seq,
         } = self;
         let same_calls = calls.entries.len() == other.calls.entries.len()
             && calls.entries.iter().all(|call| {
@@ -705,6 +788,9 @@ impl PartialEq for SessionState {
             && *last_checkpoint_seq == other.last_checkpoint_seq
             && *reviewed_seqs == other.reviewed_seqs
             && *violation_count == other.violation_count
+            && *chain == other.chain
+            && *last_seal == other.last_seal
+            && *last_own_seal_seq == other.last_own_seal_seq
     }
 }
 

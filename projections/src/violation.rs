@@ -1,8 +1,9 @@
 //! `Violation`: an event that breaks the vocabulary, the shapes or a rule of
 //! SPEC §6, named by its seq and type.
 //!
-//! Every kind makes `verify` and the folding commands exit 4; the kind only
-//! tells the reader which part of the contract was broken.
+//! Every kind but `Seal` makes `verify` and the folding commands exit 4; a
+//! seal that does not hold exits 7. The kind tells the reader which part of
+//! the contract was broken.
 
 use sessionlog_schema::{HeaderVocabularyError, ShapeError};
 
@@ -17,6 +18,10 @@ pub enum ViolationKind {
     Shape,
     /// A rule of §6: turns, steps, calls, approvals, uniqueness, seq order.
     Rule,
+    /// An own seal that does not hold: its `throughSeq` is not the seq
+    /// before it, its chain differs from the recomputed one, or its
+    /// signature does not verify. The log was changed after it was sealed.
+    Seal,
 }
 
 /// One broken event: where it is and what is wrong with it.
@@ -40,6 +45,7 @@ impl ViolationKind {
             ViolationKind::Vocabulary => "vocabulary",
             ViolationKind::Shape => "shape",
             ViolationKind::Rule => "rule",
+            ViolationKind::Seal => "seal",
         }
     }
 }
@@ -58,6 +64,16 @@ impl Violation {
             event_type: event_type.to_owned(),
             kind: shape_error_kind(error),
             message: format!("{}: {}", error.path, error.message),
+        }
+    }
+
+    /// A seal at `seq` that does not hold.
+    pub fn seal(seq: u64, event_type: &str, message: String) -> Violation {
+        Violation {
+            seq,
+            event_type: event_type.to_owned(),
+            kind: ViolationKind::Seal,
+            message,
         }
     }
 

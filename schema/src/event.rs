@@ -10,7 +10,8 @@ use serde_json::value::RawValue;
 
 use crate::forms::check_forms;
 use crate::{
-    ApprovalOutcome, ApprovalPolicy, ChildMode, MessageRole, Preset, SandboxMode, SettleStatus,
+    ApprovalOutcome, ApprovalPolicy, ChildMode, MessageRole, Preset, SandboxMode, Seal,
+    SettleStatus,
 };
 
 /// A known event type, by its log spelling.
@@ -46,6 +47,8 @@ pub enum EventType {
     Checkpoint,
     /// `child/created`
     ChildCreated,
+    /// `seal` (vocabulary 1.1)
+    Seal,
 }
 
 impl EventType {
@@ -66,6 +69,7 @@ impl EventType {
         EventType::ApprovalDecided,
         EventType::Checkpoint,
         EventType::ChildCreated,
+        EventType::Seal,
     ];
 
     /// The type as spelled in the log.
@@ -86,6 +90,7 @@ impl EventType {
             EventType::ApprovalDecided => "approval/decided",
             EventType::Checkpoint => "checkpoint",
             EventType::ChildCreated => "child/created",
+            EventType::Seal => "seal",
         }
     }
 
@@ -109,6 +114,7 @@ impl EventType {
             "approval/decided" => EventType::ApprovalDecided,
             "checkpoint" => EventType::Checkpoint,
             "child/created" => EventType::ChildCreated,
+            "seal" => EventType::Seal,
             _ => return None,
         })
     }
@@ -171,6 +177,8 @@ pub enum Event {
     Checkpoint(Checkpoint),
     /// A child session was created.
     ChildCreated(ChildCreated),
+    /// A seal: the chain value through the previous seq, maybe signed.
+    Seal(Seal),
     /// A type this version does not know; kept and ignored by projections.
     Unknown,
 }
@@ -486,6 +494,7 @@ impl Event {
             EventType::ApprovalDecided => Event::ApprovalDecided(typed(known, data)?),
             EventType::Checkpoint => Event::Checkpoint(typed(known, data)?),
             EventType::ChildCreated => Event::ChildCreated(typed(known, data)?),
+            EventType::Seal => Event::Seal(typed(known, data)?),
         };
         Ok(event)
     }
@@ -508,6 +517,7 @@ impl Event {
             Event::ApprovalDecided(_) => EventType::ApprovalDecided,
             Event::Checkpoint(_) => EventType::Checkpoint,
             Event::ChildCreated(_) => EventType::ChildCreated,
+            Event::Seal(_) => EventType::Seal,
             Event::Unknown => return None,
         })
     }

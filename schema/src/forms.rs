@@ -126,6 +126,13 @@ const APPROVAL_ASKED: &[Member] = &[
     optional("callId", VALUE),
 ];
 
+const SEAL: &[Member] = &[
+    required("throughSeq", VALUE),
+    required("chain", VALUE),
+    optional("key", VALUE),
+    optional("sig", VALUE),
+];
+
 /// The members of `known`'s `data` that the table says more about than
 /// their Rust type does (`data` itself is always an object).
 pub(crate) fn forms_of(known: EventType) -> &'static [Member] {
@@ -135,6 +142,7 @@ pub(crate) fn forms_of(known: EventType) -> &'static [Member] {
         EventType::ToolStart => TOOL_START,
         EventType::ToolSettle => TOOL_SETTLE,
         EventType::ApprovalAsked => APPROVAL_ASKED,
+        EventType::Seal => SEAL,
         EventType::TurnStart
         | EventType::TurnEnd
         | EventType::StepStart

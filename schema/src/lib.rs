@@ -1,5 +1,6 @@
 //! The vocabulary of sessionlog: session ids, the header, event records, the
-//! closed vocabularies, the typed events of format v1, and the record codec.
+//! closed vocabularies, the typed events of format v1 (and the `seal` of
+//! v1.1, with its hash chain and keys), and the record codec.
 //!
 //! Nothing here performs I/O. This crate is the only one that knows the byte
 //! layout of a record (`record`) and how a sequence of lines splits into a good
@@ -11,6 +12,7 @@ mod forms;
 mod id;
 mod record;
 mod scan;
+mod seal;
 mod view;
 mod view_scanner;
 mod vocab;
@@ -28,6 +30,11 @@ pub use record::{
     SessionHeader, ViewedEvent, CRC_SUFFIX_LEN, FORMAT_VERSION, MAX_RECORD_BYTES,
 };
 pub use scan::{Corruption, LogScanner, Position, ScanSummary, TornTail, MAX_BATCH_RECORDS};
+pub use seal::{
+    parse_trust_file, seal_message, ChainValue, KeyTextError, Seal, SealPublicKey, SealSecretKey,
+    SealSignature, CHAIN_DOMAIN, CHAIN_PREFIX, PUBLIC_KEY_PREFIX, SEAL_MESSAGE_DOMAIN,
+    SECRET_KEY_PREFIX,
+};
 pub use view::EventView;
 pub use vocab::{
     ApprovalOutcome, ApprovalPolicy, ChildMode, MessageRole, Preset, SandboxMode, SettleStatus,

@@ -26,7 +26,7 @@ use crate::forms::check_forms;
 use crate::view_scanner::scan_view;
 use crate::{
     ApprovalOutcome, ApprovalPolicy, ChildMode, Event, EventType, MessageRole, Preset, SandboxMode,
-    SettleStatus, ShapeError,
+    Seal, SettleStatus, ShapeError,
 };
 
 /// The ids and values a fold reads of one event. Built by
@@ -112,6 +112,9 @@ pub enum EventView<'a> {
     Checkpoint,
     /// `child/created`.
     ChildCreated,
+    /// `seal`: all of its data (a few dozen bytes), boxed so that the
+    /// views of other events stay small.
+    Seal(Box<Seal>),
     /// A type this version does not know.
     Unknown,
 }
@@ -197,6 +200,7 @@ impl<'a> EventView<'a> {
             },
             Event::Checkpoint(_) => EventView::Checkpoint,
             Event::ChildCreated(_) => EventView::ChildCreated,
+            Event::Seal(seal) => EventView::Seal(Box::new(seal.clone())),
             Event::Unknown => EventView::Unknown,
         }
     }
@@ -251,6 +255,7 @@ impl<'a> EventView<'a> {
             },
             EventView::Checkpoint => EventView::Checkpoint,
             EventView::ChildCreated => EventView::ChildCreated,
+            EventView::Seal(seal) => EventView::Seal(seal),
             EventView::Unknown => EventView::Unknown,
         }
     }
@@ -339,6 +344,8 @@ impl<'a> EventView<'a> {
                 let _: ChildCreatedShape = mirror(known, data)?;
                 EventView::ChildCreated
             }
+            // The owned type is its own mirror: it keeps everything it reads.
+            EventType::Seal => EventView::Seal(Box::new(mirror::<Seal>(known, data)?)),
         };
         Some(view)
     }

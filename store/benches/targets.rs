@@ -16,6 +16,8 @@
 //! binary with `SESSIONLOG_BENCH_CHILD_VERIFY=<log>` to verify one log alone,
 //! e.g. under `valgrind --tool=callgrind`).
 
+mod common;
+
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -24,7 +26,7 @@ use std::time::{Duration, Instant};
 use sessionlog_projections::{
     build_review_request_for_state, parse_pending_action, SessionState, Violation,
 };
-use sessionlog_schema::{split_crc, EventRecord, SessionHeader, SessionId};
+use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
 use sessionlog_store::{
     fold_through, migrate, Durability, JsonlStore, LogReader, NewEvent, SessionStream, Store,
     WriterOptions,
@@ -493,36 +495,6 @@ fn write_log(path: &Path, name: &str, count: usize) -> BenchResult<u64> {
 // ---------------------------------------------------------------------------
 // 1 and 2: verify, read, fold
 
-/// The naive limit: read the file, check each line's CRC, parse each line
-/// into a `serde_json::Value`.
-fn naive_read(path: &Path, id: &SessionId) -> BenchResult<u64> {
-    let mut reader = BufReader::with_capacity(256 * 1024, File::open(path)?);
-    let mut line = Vec::new();
-    let mut lines = 0;
-    loop {
-        line.clear();
-        if reader.read_until(b'\n', &mut line)? == 0 {
-            break;
-        }
-        if line.last() == Some(&b'\n') {
-            line.pop();
-        }
-        let Some((body, stored)) = split_crc(&line) else {
-            return Err("naive read: no CRC suffix".into());
-        };
-        let mut hasher = crc32fast::Hasher::new();
-        hasher.update(id.as_str().as_bytes());
-        hasher.update(body);
-        if hasher.finalize() != stored && lines > 0 {
-            return Err("naive read: CRC mismatch".into());
-        }
-        let value: serde_json::Value = serde_json::from_slice(&line)?;
-        std::hint::black_box(&value);
-        lines += 1;
-    }
-    Ok(lines)
-}
-
 /// A plain streaming read: every line split, CRC-checked and decoded into
 /// an `EventRecord`, no fold.
 fn streaming_read(path: &Path, id: &SessionId) -> BenchResult<u64> {
@@ -541,7 +513,7 @@ fn streaming_read(path: &Path, id: &SessionId) -> BenchResult<u64> {
 fn verify(path: &Path, id: Option<SessionId>) -> BenchResult<(u64, Vec<Violation>)> {
     let mut stream: Box<dyn SessionStream> = Box::new(LogReader::open(path, id)?);
     let mut violations = Vec::new();
-    let mut state = SessionState::new(stream.header().clone());
+    let mut state = SessionState::with_header_body(stream.header().clone(), stream.header_body());
     let mut count = 0;
     while let Some(event) = stream.next_event_folded(&mut state)? {
         std::hint::black_box(&event.record);
@@ -592,7 +564,7 @@ fn verify_and_fold(table: &mut Table, path: &Path, events: usize) -> BenchResult
         )
         .into());
     }
-    let mut naive = || naive_read(path, &id).map(drop);
+    let mut naive = || common::naive_read(path, &id).map(drop);
     let mut read = || streaming_read(path, &id).map(drop);
     let mut fold = || verify(path, Some(id.clone())).map(drop);
     let [naive, read, fold] = best_of(3, [&mut naive, &mut read, &mut fold])?;
@@ -660,6 +632,7 @@ fn durable_append(table: &mut Table, folder: &Path, count: usize) -> BenchResult
             WriterOptions {
                 durability: Durability::Fsync,
                 keep_snapshot: false,
+                ..WriterOptions::default()
             },
         )?;
         for (index, (event_type, data)) in events.iter().enumerate() {

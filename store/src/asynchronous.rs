@@ -140,6 +140,7 @@ impl AsyncStore {
             options: WriterOptions {
                 durability: Durability::Fsync,
                 keep_snapshot: false,
+                ..WriterOptions::default()
             },
         }
     }
@@ -350,7 +351,7 @@ impl AsyncStore {
             let Some((ticket, ..)) = group.peek() else {
                 return (None, outcomes);
             };
-            match self.store.open_writer(id, self.options) {
+            match self.store.open_writer(id, self.options.clone()) {
                 Ok(open) => writer = Some(open),
                 Err(error) => {
                     outcomes.push((*ticket, Err(error)));
@@ -396,7 +397,7 @@ impl AsyncStore {
                 drop(other);
                 let options = WriterOptions {
                     keep_snapshot: true,
-                    ..self.options
+                    ..self.options.clone()
                 };
                 match self.store.open_writer(id, options) {
                     Ok(writer) => writer,

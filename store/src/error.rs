@@ -4,7 +4,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use sessionlog_projections::Violation;
+use sessionlog_projections::{Violation, ViolationKind};
 use sessionlog_schema::{Corruption, HeaderVocabularyError, InvalidSessionId, SessionId};
 
 /// Errors of every store operation.
@@ -161,18 +161,22 @@ pub enum ErrorClass {
     Corrupt,
     /// Rule violations (exit 4).
     Rule,
+    /// A seal that does not hold (exit 7): the log was changed after it
+    /// was sealed.
+    Seal,
     /// `Locked` or `Conflict` (exit 6).
     Contention,
 }
 
 impl ErrorClass {
     /// How strongly this class claims a command's exit when several
-    /// apply: corruption over rule violations (SPEC's "2 wins over 4"; a
-    /// seal failure, when it comes, ranks between them). Usage, I/O and
-    /// contention end a command where they happen and rank lowest.
+    /// apply: corruption over a seal that does not hold over rule
+    /// violations (exit 2 over 7 over 4). Usage, I/O and contention end a
+    /// command where they happen and rank lowest.
     pub fn precedence(self) -> u8 {
         match self {
             ErrorClass::Corrupt => 3,
+            ErrorClass::Seal => 2,
             ErrorClass::Rule => 1,
             ErrorClass::Io | ErrorClass::Contention => 0,
         }
@@ -214,6 +218,9 @@ impl StoreError {
             StoreError::Corrupt { .. }
             | StoreError::DamagedDatabase { .. }
             | StoreError::HistoryChanged { .. } => ErrorClass::Corrupt,
+            StoreError::Rule { violation, .. } if violation.kind == ViolationKind::Seal => {
+                ErrorClass::Seal
+            }
             StoreError::HeaderVocabulary { .. } | StoreError::Rule { .. } => ErrorClass::Rule,
             StoreError::Locked { .. } | StoreError::Conflict { .. } => ErrorClass::Contention,
             StoreError::Io { .. }

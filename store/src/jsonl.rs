@@ -394,7 +394,10 @@ pub fn open_log_writer(
     )?;
     let header = reader.header().clone();
     let mut events = options.keep_snapshot.then(Vec::new);
-    let mut state = sessionlog_projections::SessionState::new(header.clone());
+    let mut state = sessionlog_projections::SessionState::with_header_body(
+        header.clone(),
+        reader.header_body(),
+    );
     let mut reader = reader;
     // A violation refuses the log, but reading goes on: corruption later
     // in it wins (and the `?`s below return it at once).
@@ -1014,7 +1017,7 @@ mod tests {
             let (_dir, store) = store();
             let session = created(&store, "model");
             let mut writer = store
-                .open_writer(&session, WriterOptions { durability: Durability::Buffered, keep_snapshot: true })
+                .open_writer(&session, WriterOptions { durability: Durability::Buffered, keep_snapshot: true, ..WriterOptions::default() })
                 .unwrap_or_else(|e| panic!("{e}"));
             let mut accepted = 0usize;
             for (events, as_batch) in steps {
@@ -1035,7 +1038,7 @@ mod tests {
             let snapshot = store.snapshot(&session).unwrap_or_else(|e| panic!("{e}"));
             proptest::prop_assert!(snapshot.torn_tail.is_none());
             proptest::prop_assert_eq!(snapshot.events.len(), accepted);
-            let (_, violations) = fold(snapshot.header, &snapshot.events);
+            let (_, violations) = snapshot.fold();
             proptest::prop_assert!(violations.is_empty(), "{:?}", violations);
         }
     }

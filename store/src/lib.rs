@@ -35,8 +35,8 @@ pub use migrate::{
     MigratePhase, MigrateProgress, MigrateReport, MigrateWarning, SessionSource,
 };
 pub use reader::{
-    fold_through, read_snapshot_from, FoldedEvent, Line, LineReader, LogReader, SessionStream,
-    Snapshot,
+    chain_head, fold_through, read_snapshot_from, FoldedEvent, Line, LineReader, LogReader,
+    SessionStream, Snapshot,
 };
 pub use review::{
     ask_reviewer, verdict_events, ReviewCallError, ReviewOptions, Reviewed, Reviewer,
@@ -46,4 +46,6 @@ pub use sql_checks::StoreAudit;
 pub use sqlite::{SqliteEvents, SqliteStore, SCHEMA_VERSION};
 pub use store::{Backend, EventStream, Store};
 pub use wake::{Wake, POLL_ONLY_VARIABLE};
-pub use writer::{now_ms, AcknowledgedSeq, Durability, NewEvent, SessionWriter, WriterOptions};
+pub use writer::{
+    now_ms, AcknowledgedSeq, Durability, NewEvent, SealTurns, SessionWriter, WriterOptions,
+};

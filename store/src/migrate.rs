@@ -37,7 +37,7 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use sessionlog_projections::{fold, SessionState, Violation};
+use sessionlog_projections::{SessionState, Violation};
 use sessionlog_schema::{
     encode_line, DecodedHeader, EventRecord, SessionHeader, SessionId, TornTail,
 };
@@ -400,7 +400,7 @@ fn read_source_session(from: &SessionSource<'_>, id: &SessionId) -> Result<Snaps
         SessionSource::Log(path) => read_folded(LogReader::open(path, Some(id.clone()))?)?,
         SessionSource::Store(from @ Store::Sqlite(_)) => {
             let snapshot = from.snapshot(id)?;
-            let (_, violations) = fold(snapshot.header.clone(), &snapshot.events);
+            let (_, violations) = snapshot.fold();
             (snapshot, violations.into_iter().next())
         }
     };
@@ -425,7 +425,7 @@ fn read_folded<R: BufRead>(
 ) -> Result<(Snapshot, Option<Violation>), StoreError> {
     let header = reader.header().clone();
     let header_body = reader.header_body().to_owned();
-    let mut state = SessionState::new(header.clone());
+    let mut state = SessionState::with_header_body(header.clone(), &header_body);
     let mut events = Vec::new();
     let mut first_violation = None;
     while let Some(event) = reader.next_event_folded(&mut state)? {

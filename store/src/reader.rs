@@ -11,9 +11,9 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use sessionlog_projections::{SessionState, Violation};
+use sessionlog_projections::{Anchor, SessionState, Violation};
 use sessionlog_schema::{
-    Corruption, EventRecord, HeaderVocabularyError, LogScanner, Position, ScanSummary,
+    ChainValue, Corruption, EventRecord, HeaderVocabularyError, LogScanner, Position, ScanSummary,
     SessionHeader, SessionId, TornTail, MAX_RECORD_BYTES,
 };
 
@@ -411,6 +411,12 @@ impl<R: BufRead> Iterator for LogReader<R> {
 }
 
 impl Snapshot {
+    /// Folds the snapshot ([`fold_stored`](sessionlog_projections::fold_stored):
+    /// its chain from the header body it holds), collecting every violation.
+    pub fn fold(&self) -> (SessionState, Vec<Violation>) {
+        sessionlog_projections::fold_stored(self.header.clone(), &self.header_body, &self.events)
+    }
+
     /// Reads the whole good prefix of the log at `path`.
     pub fn read(path: &Path, expected_id: Option<SessionId>) -> Result<Snapshot, StoreError> {
         let reader = LogReader::open(path, expected_id)?;
@@ -522,7 +528,7 @@ pub fn fold_through(
             error: error.clone(),
         });
     }
-    let mut state = SessionState::new(stream.header().clone());
+    let mut state = SessionState::with_header_body(stream.header().clone(), stream.header_body());
     // Seqs rise by one from 1, so the events through `at` are the first
     // `at`: fold those while reading, then only read on to the end.
     while at.is_none_or(|at| state.seq() < at) {
@@ -546,6 +552,31 @@ pub fn fold_through(
     let torn_tail = stream.finish()?;
     refusal.into_result()?;
     Ok((state, torn_tail))
+}
+
+/// The head of a session (what `sessionlog head` prints, and what an
+/// anchor holds): the last seq of its good prefix and the chain value
+/// there, from the stored bodies alone (no fold: one hash per record), and
+/// the torn tail left out, if any. A corrupt log is refused.
+pub fn chain_head(
+    mut stream: Box<dyn SessionStream>,
+) -> Result<(Anchor, Option<TornTail>), StoreError> {
+    let mut chain = ChainValue::genesis(stream.header_body());
+    let mut seq = 0;
+    while let Some(record) = stream.next_event()? {
+        chain = chain.next(record.body());
+        seq = record.seq();
+    }
+    let session = stream.header().id.clone();
+    let torn_tail = stream.finish()?;
+    Ok((
+        Anchor {
+            session,
+            seq,
+            chain,
+        },
+        torn_tail,
+    ))
 }
 
 #[cfg(test)]

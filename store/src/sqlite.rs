@@ -681,14 +681,14 @@ impl SqliteStore {
             });
         }
         let lock = self.lock_session(id)?;
-        let (header, vocabulary_errors) = self.header(id)?;
-        if let Some(error) = vocabulary_errors.into_iter().next() {
+        let decoded = self.decoded_header(id)?;
+        if let Some(error) = decoded.vocabulary_errors.into_iter().next() {
             return Err(StoreError::HeaderVocabulary {
                 path: self.shared.session_path(id),
                 error,
             });
         }
-        let mut state = SessionState::new(header);
+        let mut state = SessionState::with_header_body(decoded.header, &decoded.body);
         let mut events = options.keep_snapshot.then(Vec::new);
         // A violation refuses the session, but reading goes on: damage
         // later in it wins (the `?` returns it at once).

@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use sessionlog_projections::{delegate, fold, Defaults, DelegationError};
+use sessionlog_projections::{delegate, Defaults, DelegationError};
 use sessionlog_schema::{
     DecodedHeader, EventRecord, HeaderVocabularyError, SessionHeader, SessionId, TornTail,
 };
@@ -358,13 +358,13 @@ impl Store {
                 torn.reason
             );
         }
-        if let Some(error) = snapshot.header_vocabulary_errors.into_iter().next() {
+        if let Some(error) = snapshot.header_vocabulary_errors.first().cloned() {
             return Err(StoreError::HeaderVocabulary {
                 path: parent_path,
                 error,
             });
         }
-        let (state, violations) = fold(snapshot.header, &snapshot.events);
+        let (state, violations) = snapshot.fold();
         if let Some(violation) = violations.into_iter().next() {
             return Err(StoreError::Rule {
                 path: parent_path,
@@ -464,6 +464,7 @@ pub(crate) mod tests {
         WriterOptions {
             durability: Durability::Buffered,
             keep_snapshot: false,
+            ..WriterOptions::default()
         }
     }
 

@@ -5,6 +5,11 @@
 //!
 //! A failed write or sync poisons the writer: every later append is refused
 //! until the session is reopened, and so re-verified.
+//!
+//! The writer's state keeps the session's running chain value, so a seal
+//! ([`SessionWriter::seal`], or one after every `turn/end` with
+//! [`WriterOptions::seal_turns`]) costs one hash per record and one
+//! signature per seal, never a re-read of the log.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -14,8 +19,8 @@ use sessionlog_projections::{
     ReviewErrorCode, ReviewFragments, SessionState,
 };
 use sessionlog_schema::{
-    compact_json, ApprovalPolicy, EventRecord, Preset, SessionHeader, SessionId, MAX_BATCH_RECORDS,
-    MAX_RECORD_BYTES,
+    compact_json, ApprovalPolicy, EventRecord, EventType, Preset, Seal, SealSecretKey,
+    SessionHeader, SessionId, MAX_BATCH_RECORDS, MAX_RECORD_BYTES,
 };
 
 use crate::StoreError;
@@ -33,8 +38,23 @@ pub enum Durability {
     Buffered,
 }
 
+/// Whether a writer seals every turn by itself.
+// One value per open writer: its size does not matter, and boxing the key
+// would only make every caller write `Box::new`.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum SealTurns {
+    /// No seal but the ones asked for with [`SessionWriter::seal`].
+    #[default]
+    Off,
+    /// An unsigned seal after every `turn/end`.
+    Unsigned,
+    /// A seal signed by this key after every `turn/end`.
+    Signed(SealSecretKey),
+}
+
 /// How to open a writer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriterOptions {
     /// See [`Durability`].
     pub durability: Durability,
@@ -43,6 +63,9 @@ pub struct WriterOptions {
     /// about twice the bytes of the calls and shown messages on top of the
     /// events). Off for plain appenders that never build requests.
     pub keep_snapshot: bool,
+    /// Append a seal (signed when given a key) right after every
+    /// `turn/end`, written and synced together with it.
+    pub seal_turns: SealTurns,
 }
 
 impl Default for WriterOptions {
@@ -50,6 +73,7 @@ impl Default for WriterOptions {
         WriterOptions {
             durability: Durability::Fsync,
             keep_snapshot: true,
+            seal_turns: SealTurns::Off,
         }
     }
 }
@@ -200,14 +224,31 @@ impl SessionWriter {
         self.poisoned.is_some()
     }
 
-    /// Appends one event durably: validated, written, synced.
+    /// Appends one event durably: validated, written, synced. Returns the
+    /// event's seq (a seal the writer appends after a `turn/end` by
+    /// [`WriterOptions::seal_turns`] takes the next one, and is synced
+    /// with it).
     pub fn append(
         &mut self,
         event: NewEvent,
         expected_seq: Option<u64>,
     ) -> Result<AcknowledgedSeq, StoreError> {
-        self.stage(event, expected_seq)?;
-        self.sync()
+        let seq = self.stage(event, expected_seq)?;
+        self.sync()?;
+        Ok(AcknowledgedSeq(seq))
+    }
+
+    /// Appends a seal durably: `{throughSeq, chain}` of every record written
+    /// so far, signed by `key` when one is given. Returns the seal's seq.
+    pub fn seal(
+        &mut self,
+        key: Option<&SealSecretKey>,
+        expected_seq: Option<u64>,
+    ) -> Result<AcknowledgedSeq, StoreError> {
+        self.check_usable(expected_seq)?;
+        let seq = self.stage_seal(key)?;
+        self.sync()?;
+        Ok(AcknowledgedSeq(seq))
     }
 
     /// Appends events as one atomic batch: all are validated first (nothing
@@ -267,10 +308,26 @@ impl SessionWriter {
             })?;
             records.push(record);
         }
-        self.write(&records)?;
+        let seqs = records.iter().map(EventRecord::seq).collect();
+        // A batch that ends a turn is followed by the turn's seal, outside
+        // the batch (its member counts the events) but in the same write.
+        let turn_end = records.iter().rev().find(|record| closes_turn(record));
+        let seal = match turn_end {
+            Some(turn_end) => turn_seal_record(&trial, &self.options.seal_turns, turn_end.ts())?,
+            None => None,
+        };
+        if let Some((seal, sealed)) = seal {
+            records.push(seal);
+            self.write(&records)?;
+            if let Some(seal) = records.last() {
+                trial.apply_checked(seal, sealed);
+            }
+        } else {
+            self.write(&records)?;
+        }
         self.state = trial;
         self.absorb_fragments(&records);
-        Ok(records.iter().map(EventRecord::seq).collect())
+        Ok(seqs)
     }
 
     /// Appends several batches that share one sync (group commit): each is
@@ -339,6 +396,31 @@ impl SessionWriter {
                 path: self.path.clone(),
                 violation,
             })?;
+        if closes_turn(&record) && self.options.seal_turns != SealTurns::Off {
+            // The turn's seal goes out in the same write as its turn/end.
+            let ts = record.ts();
+            self.state.apply_checked(&record, event);
+            let mut records = vec![record];
+            let seal = turn_seal_record(&self.state, &self.options.seal_turns, ts)?;
+            if let Some((seal, _)) = &seal {
+                records.push(seal.clone());
+            }
+            self.write(&records)?;
+            if let Some((seal, sealed)) = seal {
+                self.state.apply_checked(&seal, sealed);
+            }
+            self.absorb_fragments(&records);
+            return Ok(records[0].seq());
+        }
+        self.write(std::slice::from_ref(&record))?;
+        self.state.apply_checked(&record, event);
+        self.absorb_fragments(std::slice::from_ref(&record));
+        Ok(record.seq())
+    }
+
+    /// Stages a seal of every record written so far, now.
+    fn stage_seal(&mut self, key: Option<&SealSecretKey>) -> Result<u64, StoreError> {
+        let (record, event) = seal_record(&self.state, now_ms(), key)?;
         self.write(std::slice::from_ref(&record))?;
         self.state.apply_checked(&record, event);
         self.absorb_fragments(std::slice::from_ref(&record));
@@ -403,6 +485,50 @@ impl SessionWriter {
             cause,
         }
     }
+}
+
+/// The seal record of every record `state` folded, from the chain value it
+/// keeps (the running chain: no record is read or hashed again). It is
+/// made, not parsed: its data is written compact by [`Seal::to_data_json`]
+/// and its signature is the writer's own, so it is neither compacted nor
+/// verified again (a verification costs twice the signature). Readers
+/// check it like any other seal.
+fn seal_record(
+    state: &SessionState,
+    ts: u64,
+    key: Option<&SealSecretKey>,
+) -> Result<(EventRecord, sessionlog_schema::Event), StoreError> {
+    let through_seq = state.seq();
+    let seal = Seal::new(&state.header().id, through_seq, state.chain(), key);
+    let record = EventRecord::new(
+        through_seq + 1,
+        ts,
+        None,
+        EventType::Seal.as_str(),
+        &seal.to_data_json(),
+    );
+    check_storable_record(&record)?;
+    Ok((record, sessionlog_schema::Event::Seal(seal)))
+}
+
+/// The seal `seal_turns` asks for after a `turn/end` stamped `ts` that
+/// `state` folded last; none when sealing turns is off.
+fn turn_seal_record(
+    state: &SessionState,
+    seal_turns: &SealTurns,
+    ts: u64,
+) -> Result<Option<(EventRecord, sessionlog_schema::Event)>, StoreError> {
+    let key = match seal_turns {
+        SealTurns::Off => return Ok(None),
+        SealTurns::Unsigned => None,
+        SealTurns::Signed(key) => Some(key),
+    };
+    seal_record(state, ts, key).map(Some)
+}
+
+/// Whether `record` is a `turn/end`, after which a sealing writer seals.
+fn closes_turn(record: &EventRecord) -> bool {
+    record.event_type() == EventType::TurnEnd.as_str()
 }
 
 /// Builds the record an event becomes at `seq`, compacting its data.

@@ -30,6 +30,7 @@ fn buffered() -> WriterOptions {
     WriterOptions {
         durability: Durability::Buffered,
         keep_snapshot: true,
+        ..WriterOptions::default()
     }
 }
 

@@ -46,6 +46,8 @@
 //! - `hostile_logs`: terminal escapes in log text, FIFOs in place of logs,
 //!   exit precedence, event type spelling, `tail -f` on a replaced log, and
 //!   the messages of these cases.
+//! - `seals`: the attacks seals, trust files and anchors catch, forks, both
+//!   backends, exit 7 and its precedence, and the chain property (proptest).
 
 mod cli_e2e;
 mod cli_support;
@@ -65,5 +67,6 @@ mod people;
 mod power_loss;
 mod realistic;
 mod reviewer;
+mod seals;
 mod sqlite_damage;
 mod support;

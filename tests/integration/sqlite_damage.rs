@@ -48,6 +48,7 @@ fn build_database(path: &Path, sessions: usize, rng: &mut Rng) {
             WriterOptions {
                 durability: Durability::Buffered,
                 keep_snapshot: false,
+                ..WriterOptions::default()
             },
         ));
         let events = 10 + rng.below(60);

@@ -109,6 +109,7 @@ fn follow(
         WriterOptions {
             durability: Durability::Fsync,
             keep_snapshot: false,
+            ..WriterOptions::default()
         },
     )?;
     // The first event tells when the follower is following (printed

@@ -14,7 +14,9 @@ use sessionlog_schema::{ApprovalPolicy, Preset, SandboxMode};
 ///
 /// Exit codes: 0 ok, 1 usage or I/O error, 2 corruption, 3 only a torn tail
 /// (verify), 4 rule violations, 5 fail-closed review error or reviewer
-/// failure, 6 Locked or Conflict, 8 review-audit found a decision that differs.
+/// failure, 6 Locked or Conflict, 7 a seal check failed, 8 review-audit found
+/// a decision that differs. When several apply, 2 wins over 7, 7 over 4, 4
+/// over 3.
 #[derive(Debug, Parser)]
 #[command(name = "sessionlog", version, propagate_version = true)]
 pub struct Cli {
@@ -71,13 +73,16 @@ pub struct ReviewerArgs {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Check CRCs, seqs, the header, vocabularies, shapes and every rule.
+    /// Check CRCs, seqs, the header, vocabularies, shapes, every rule, and
+    /// every own seal against the recomputed hash chain.
     ///
-    /// Exit 0 when clean, 2 on corruption, 4 on rule violations, 3 when the
-    /// only damage is a torn tail; 1 when the store holds no session at all
+    /// Exit 0 when clean, 2 on corruption, 7 when a seal check fails (a
+    /// seal, `--trust`, `--require-sealed` or `--anchor`), 4 on rule
+    /// violations, 3 when the only damage is a torn tail; the first of these
+    /// that applies wins. Exit 1 when the store holds no session at all
     /// (unless --allow-empty).
     #[command(
-        after_help = "Examples:\n  sessionlog verify examples/sessions/\n  sessionlog verify examples/sessions/auto-review.jsonl --json"
+        after_help = "Examples:\n  sessionlog verify examples/sessions/\n  sessionlog verify examples/sessions/auto-review.jsonl --json\n  sessionlog verify ./sessions --trust auditors.pub --require-sealed --anchor anchors.jsonl"
     )]
     Verify {
         #[command(flatten)]
@@ -90,6 +95,55 @@ pub enum Command {
         /// is not a store also holds none.
         #[arg(long)]
         allow_empty: bool,
+        /// A trust file of public keys (`ed25519:...` a line); every own
+        /// seal must be signed by a key listed in one of them. Repeatable.
+        #[arg(long, value_name = "FILE")]
+        trust: Vec<PathBuf>,
+        /// Every session must have a seal of its own with no own event after
+        /// its last one.
+        #[arg(long)]
+        require_sealed: bool,
+        /// An anchor file (lines printed by `sessionlog head`): every session
+        /// it names must still exist and hold that chain value at that seq.
+        #[arg(long, value_name = "FILE")]
+        anchor: Option<PathBuf>,
+    },
+    /// Write a new Ed25519 seal key: FILE (mode 0600) holds the secret,
+    /// FILE.pub the public key (a line of a trust file).
+    #[command(
+        after_help = "Example:\n  sessionlog keygen runtime.key\n  sessionlog seal ./sessions --session s1 --key runtime.key\n  sessionlog verify ./sessions --trust runtime.key.pub"
+    )]
+    Keygen {
+        /// The secret key file to create (refused when it exists).
+        file: PathBuf,
+        /// Print `{"secretKeyFile", "publicKeyFile", "publicKey"}` as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Append a seal: the hash chain value of every record so far, signed
+    /// when given a key. Exit 6 while another writer holds the session.
+    #[command(
+        after_help = "Example:\n  sessionlog seal ./sessions --session s1 --key runtime.key"
+    )]
+    Seal {
+        #[command(flatten)]
+        target: SessionArgs,
+        /// The secret key file (from `sessionlog keygen`) that signs the seal.
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
+        /// Print the seal as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print `{"session", "seq", "chain"}` for the last record of each
+    /// session's good prefix: kept elsewhere, these lines are an anchor for
+    /// `verify --anchor`.
+    #[command(
+        after_help = "Example:\n  sessionlog head ./sessions > /safe/place/anchors.jsonl\n  sessionlog verify ./sessions --anchor /safe/place/anchors.jsonl"
+    )]
+    Head {
+        #[command(flatten)]
+        target: SessionArgs,
     },
     /// Create a root session.
     #[command(
@@ -132,6 +186,11 @@ pub enum Command {
         /// The seq the first event must get (else Conflict, exit 6).
         #[arg(long)]
         expect_seq: Option<u64>,
+        /// Seal each turn: after every `turn/end`, append a seal signed by
+        /// this secret key file, synced with it; that line prints
+        /// `{"seq": N, "seal": N+1}`.
+        #[arg(long, value_name = "FILE")]
+        seal_key: Option<PathBuf>,
         /// Refuse (exit 4) an event type the format does not know, unless it
         /// is in an `x-` namespace (`x-myruntime/usage`); without it such a
         /// type is kept with a warning naming the closest known type.
@@ -455,6 +514,10 @@ pub enum Command {
         page_events: usize,
         #[command(flatten)]
         defaults: DefaultArgs,
+        /// A trust file of public keys; each session's own seals are
+        /// checked against it and the page says so. Repeatable.
+        #[arg(long, value_name = "FILE")]
+        trust: Vec<PathBuf>,
     },
     /// Remove the temporary files a killed create, fork or migrate left in a
     /// folder of logs.

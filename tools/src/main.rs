@@ -35,6 +35,9 @@ pub mod exit {
     pub const REVIEW: u8 = 5;
     /// `Locked` or `Conflict`.
     pub const CONTENTION: u8 = 6;
+    /// A seal check failed: the log was changed after it was sealed or
+    /// anchored.
+    pub const SEAL: u8 = 7;
     /// `review-audit` found a decision that differs from the recorded one.
     pub const AUDIT_DIFFERS: u8 = 8;
     /// `diff` only: the stores could not be compared (a usage or I/O
@@ -42,10 +45,9 @@ pub mod exit {
     pub const DIFF_TROUBLE: u8 = 9;
 
     /// The codes that outrank one another when several apply, strongest
-    /// first (SPEC: 2 wins over 4, 4 over 3; a seal failure ranks between
-    /// 2 and 4). The store ranks its refusals the same way
-    /// (`ErrorClass::precedence`).
-    pub const PRECEDENCE: [u8; 3] = [CORRUPT, RULE, TORN];
+    /// first (SPEC: 2 wins over 7, 7 over 4, 4 over 3). The store ranks its
+    /// refusals the same way (`ErrorClass::precedence`).
+    pub const PRECEDENCE: [u8; 4] = [CORRUPT, SEAL, RULE, TORN];
 
     /// Combines two exit codes by [`PRECEDENCE`]; `a` when neither ranks.
     pub fn worst(a: u8, b: u8) -> u8 {
@@ -65,6 +67,14 @@ pub mod exit {
     /// Standard output was closed before the command finished (its reader,
     /// such as `head`, went away): 128 + SIGPIPE, printed nothing more.
     pub const READER_GONE: u8 = crate::terminal::READER_GONE;
+    /// The exit code of what a check found: the worst of the findings that
+    /// apply, by [`worst`].
+    pub fn of_findings(corrupt: bool, seal: bool, rule: bool, torn: bool) -> u8 {
+        [(corrupt, CORRUPT), (seal, SEAL), (rule, RULE), (torn, TORN)]
+            .into_iter()
+            .filter(|(found, _)| *found)
+            .fold(OK, |code, (_, found)| worst(code, found))
+    }
 }
 
 /// A usage error: bad arguments or input that is not what a command reads.
@@ -121,7 +131,19 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             target,
             json,
             allow_empty,
-        } => commands::verify::run(&target, json, allow_empty, quiet),
+            trust,
+            require_sealed,
+            anchor,
+        } => commands::verify::run(
+            &target,
+            json,
+            allow_empty,
+            quiet,
+            &commands::verify::SealPolicy::read(&trust, require_sealed, anchor.as_deref())?,
+        ),
+        Command::Keygen { file, json } => commands::seal::keygen(&file, json),
+        Command::Seal { target, key, json } => commands::seal::seal(&target, key.as_deref(), json),
+        Command::Head { target } => commands::seal::head(&target),
         Command::Create {
             store,
             session,
@@ -132,13 +154,14 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             target,
             expect_seq,
             strict,
+            seal_key,
         } => {
             let unknown = if strict {
                 commands::append::UnknownTypes::Refuse
             } else {
                 commands::append::UnknownTypes::Warn
             };
-            commands::append::run(&target, expect_seq, unknown)
+            commands::append::run(&target, expect_seq, unknown, seal_key.as_deref())
         }
         Command::Preset {
             target,
@@ -255,12 +278,14 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             audit,
             page_events,
             defaults,
+            trust,
         } => commands::report::run(
             &target,
             &html,
             audit.as_deref(),
             page_events,
             &defaults,
+            commands::verify::read_trust_files(&trust)?.as_deref(),
             quiet,
         ),
         Command::Clean {
@@ -306,6 +331,7 @@ pub fn exit_code(error: &anyhow::Error) -> u8 {
                 ErrorClass::Io => exit::USAGE,
                 ErrorClass::Corrupt => exit::CORRUPT,
                 ErrorClass::Rule => exit::RULE,
+                ErrorClass::Seal => exit::SEAL,
                 ErrorClass::Contention => exit::CONTENTION,
             };
         }

@@ -62,6 +62,7 @@ fn append(
         WriterOptions {
             durability,
             keep_snapshot: false,
+            ..WriterOptions::default()
         },
     )?;
     let started = Instant::now();

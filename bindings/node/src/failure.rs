@@ -113,9 +113,15 @@ impl From<StoreError> for Failure {
             StoreError::HeaderVocabulary { path, .. } => Failure::new("RULE", message)
                 .at_path(path)
                 .with(|context| context.seq = Some(0)),
-            StoreError::Rule { path, violation } => Failure::new("RULE", message)
-                .at_path(path)
-                .with(|context| context.seq = Some(violation.seq)),
+            StoreError::Rule { path, violation } => Failure::new(
+                match error.class() {
+                    ErrorClass::Seal => "SEAL",
+                    _ => "RULE",
+                },
+                message,
+            )
+            .at_path(path)
+            .with(|context| context.seq = Some(violation.seq)),
             StoreError::Locked { path, .. } => Failure::new("LOCKED", message).at_path(path),
             StoreError::Conflict {
                 expected, actual, ..
@@ -130,6 +136,7 @@ impl From<StoreError> for Failure {
             _ => match error.class() {
                 ErrorClass::Corrupt => Failure::new("CORRUPT", message),
                 ErrorClass::Rule => Failure::new("RULE", message),
+                ErrorClass::Seal => Failure::new("SEAL", message),
                 ErrorClass::Contention => Failure::new("LOCKED", message),
                 ErrorClass::Io => Failure::new("IO", message),
             },

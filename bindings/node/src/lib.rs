@@ -28,7 +28,9 @@ use sessionlog_projections::{
     chat_completions_body, chat_completions_reply, parse_review_result, Defaults,
 };
 use sessionlog_schema::{ApprovalPolicy, SandboxMode, SessionHeader, SessionId};
-use sessionlog_store::{fold_through, now_ms, AsyncStore, Durability, Store, WriterOptions};
+use sessionlog_store::{
+    chain_head, fold_through, now_ms, AsyncStore, Durability, SealTurns, Store, WriterOptions,
+};
 
 use crate::failure::{Failure, Outcome};
 use crate::follow::NativeFollow;
@@ -168,19 +170,27 @@ impl NativeStore {
     }
 
     /// Opens the one writer of session `id` (`LOCKED` while another writer,
-    /// in this process or another, holds it).
+    /// in this process or another, holds it). Given `seal_key` (the text
+    /// of a secret key file), it appends a seal signed by that key after
+    /// every `turn/end`, in the same write and sync.
     #[napi]
     pub fn open_writer(
         &self,
         id: String,
         buffered: bool,
         keep_snapshot: bool,
+        seal_key: Option<String>,
     ) -> AsyncTask<Blocking<NativeWriter>> {
         let store = self.store.clone();
         blocking(move || {
+            let seal_turns = match seal_key {
+                Some(text) => SealTurns::Signed(writer::secret_key(&text)?),
+                None => SealTurns::Off,
+            };
             let options = WriterOptions {
                 durability: durability(buffered),
                 keep_snapshot,
+                seal_turns,
             };
             let writer = store.store().open_writer(&session_id(&id)?, options)?;
             Ok(NativeWriter::new(writer))
@@ -242,6 +252,18 @@ impl NativeStore {
                 )));
             }
             Ok(json::to_json(&state.projection(&defaults)))
+        })
+    }
+
+    /// The head of session `id`, as `sessionlog head` prints it (an
+    /// anchor): `{session, seq, chain}` for the last record of its good
+    /// prefix, as JSON text.
+    #[napi]
+    pub fn head(&self, id: String) -> AsyncTask<Blocking<String>> {
+        let store = self.store.clone();
+        blocking(move || {
+            let (anchor, _torn_tail) = chain_head(store.store().stream(&session_id(&id)?)?)?;
+            Ok(anchor.to_json_line())
         })
     }
 

@@ -14,6 +14,7 @@ use napi::bindgen_prelude::AsyncTask;
 use napi_derive::napi;
 use serde::{Deserialize, Serialize};
 use sessionlog_projections::parse_pending_action;
+use sessionlog_schema::SealSecretKey;
 use sessionlog_store::{NewEvent, SessionWriter};
 
 use crate::failure::{Failure, Outcome};
@@ -193,6 +194,16 @@ impl NativeWriter {
         })
     }
 
+    /// Appends a seal of every record so far durably, signed by `key` (the
+    /// text of a secret key file) when given; resolves with its seq.
+    #[napi]
+    pub fn seal(&self, key: Option<String>) -> AsyncTask<Blocking<f64>> {
+        self.with_writer(move |writer| {
+            let key = key.as_deref().map(secret_key).transpose()?;
+            Ok(writer.seal(key.as_ref(), None)?.get() as f64)
+        })
+    }
+
     /// Releases the writer and its lock. Closing twice does nothing.
     #[napi]
     pub fn close(&self) -> AsyncTask<Blocking<()>> {
@@ -206,4 +217,11 @@ impl NativeWriter {
             Ok(())
         })
     }
+}
+
+/// Reads the text of a secret key file (what `sessionlog keygen` writes);
+/// `INVALID_ARGUMENT` without quoting it when it is not one.
+pub fn secret_key(text: &str) -> Outcome<SealSecretKey> {
+    SealSecretKey::parse_file(text)
+        .map_err(|error| Failure::invalid_argument(format!("sealKey: {error}")))
 }

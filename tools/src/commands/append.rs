@@ -6,15 +6,18 @@
 //! violation stops with exit 4 and writes nothing for that line; what was
 //! acknowledged before it stays. An unknown type outside an `x-` namespace
 //! is kept with a warning that names the closest known type, or refused
-//! (exit 4) under `--strict`.
+//! (exit 4) under `--strict`. With `--seal-key`, every `turn/end` is
+//! followed by a signed seal written and synced with it, and its line says
+//! so: `{"seq": N, "seal": N+1}`.
 
 use std::io::{BufRead, Write};
+use std::path::Path;
 
 use anyhow::{Context, Result};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use sessionlog_schema::EventType;
-use sessionlog_store::{NewEvent, SessionWriter, StoreError};
+use sessionlog_store::{NewEvent, SealTurns, SessionWriter, StoreError, WriterOptions};
 
 use crate::cli::SessionArgs;
 use crate::target::Target;
@@ -46,16 +49,30 @@ pub enum UnknownTypes {
 }
 
 /// Runs `append`.
-pub fn run(args: &SessionArgs, expect_seq: Option<u64>, unknown: UnknownTypes) -> Result<u8> {
+pub fn run(
+    args: &SessionArgs,
+    expect_seq: Option<u64>,
+    unknown: UnknownTypes,
+    seal_key: Option<&Path>,
+) -> Result<u8> {
+    let seal_turns = match seal_key {
+        Some(file) => SealTurns::Signed(crate::commands::seal::read_secret_key(file)?),
+        None => SealTurns::Off,
+    };
     let target = Target::open_for_writing(&args.store)?;
     let session = target.session(args.session.as_deref())?;
-    let mut writer = target.appender(&session)?;
+    let options = WriterOptions {
+        keep_snapshot: false,
+        seal_turns,
+        ..WriterOptions::default()
+    };
+    let mut writer = target.writer(&session, options)?;
     // Our own large buffer over stdin, so lines that arrived together are
     // visible in it (std's inner buffer is bypassed by reads this large).
     let mut input = std::io::BufReader::with_capacity(1 << 20, std::io::stdin());
     let mut stdout = crate::terminal::stdout(crate::terminal::Mode::Json);
     let mut expected = expect_seq;
-    let mut staged: Vec<u64> = Vec::new();
+    let mut staged: Vec<Staged> = Vec::new();
     let mut line = Vec::new();
     let mut line_number = 0u64;
     loop {
@@ -71,7 +88,7 @@ pub fn run(args: &SessionArgs, expect_seq: Option<u64>, unknown: UnknownTypes) -
             .and_then(|events| check_types(&events, line_number, unknown).map(|()| events))
             .and_then(|events| stage(&mut writer, events, expected.take()));
         match outcome {
-            Ok(seqs) => staged.extend(seqs),
+            Ok(line) => staged.push(line),
             Err(error) => {
                 // What was staged before a refused line is acknowledged; a
                 // failed write poisoned the writer instead, and the failure
@@ -217,32 +234,50 @@ fn edit_distance(a: &str, b: &str) -> usize {
     previous[b.len()]
 }
 
+/// One staged input line: the seqs of its events, and the seal the writer
+/// staged after them, if any.
+struct Staged {
+    seqs: Vec<u64>,
+    seal: Option<u64>,
+}
+
 fn stage(
     writer: &mut SessionWriter,
     mut events: Vec<NewEvent>,
     expected: Option<u64>,
-) -> Result<Vec<u64>> {
+) -> Result<Staged> {
     let staged = if events.len() == 1 {
         let event = events.remove(0);
         writer.stage(event, expected).map(|seq| vec![seq])
     } else {
         writer.stage_batch(events, expected)
     };
-    staged.map_err(|error: StoreError| error.into())
+    let seqs = staged.map_err(|error: StoreError| anyhow::Error::from(error))?;
+    let seal = seqs
+        .last()
+        .and_then(|last| (writer.next_seq() > last + 1).then_some(last + 1));
+    Ok(Staged { seqs, seal })
 }
 
-/// Syncs what is staged and prints one `{"seq": N}` line for each.
+/// Syncs what is staged and prints one `{"seq": N}` line for each (with
+/// `"seal": M` when a seal followed it).
 fn acknowledge(
     writer: &mut SessionWriter,
-    staged: &mut Vec<u64>,
+    staged: &mut Vec<Staged>,
     stdout: &mut impl Write,
 ) -> Result<()> {
     if staged.is_empty() {
         return Ok(());
     }
     writer.sync()?;
-    for seq in staged.drain(..) {
-        writeln!(stdout, "{{\"seq\": {seq}}}")?;
+    for Staged { seqs, seal } in staged.drain(..) {
+        let last = seqs.last().copied();
+        for seq in seqs {
+            match seal.filter(|_| Some(seq) == last) {
+                Some(seal) => writeln!(stdout, "{{\"seq\": {seq}, \"seal\": {seal}}}")?,
+                None => writeln!(stdout, "{{\"seq\": {seq}}}")?,
+            }
+        }
     }
     stdout.flush()?;
     Ok(())

@@ -17,11 +17,11 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use sessionlog_projections::{
     build_review_request_from_fragments, Decision, Defaults, PendingAction, PresetView,
-    ReviewError, ReviewFragments, SessionState, AUTO_REVIEW_DENIED, AUTO_REVIEW_FAILED,
-    DEFAULT_MAX_REQUEST_BYTES,
+    ReviewError, ReviewFragments, SessionState, Violation, ViolationKind, AUTO_REVIEW_DENIED,
+    AUTO_REVIEW_FAILED, DEFAULT_MAX_REQUEST_BYTES,
 };
-use sessionlog_schema::{Event, EventRecord, Preset};
-use sessionlog_store::{ask_reviewer, Reviewer, Verdict};
+use sessionlog_schema::{Event, Preset};
+use sessionlog_store::{ask_reviewer, Reviewer, Snapshot, Verdict};
 
 use crate::cli::{ReviewerArgs, SessionArgs};
 use crate::commands::replay::display;
@@ -121,18 +121,21 @@ pub fn run(
             message: format!("{}: {error}; run `sessionlog verify` on it", session.label),
         });
     }
-    let planned = plan(&snapshot.header, &snapshot.events).map_err(|message| Exit {
-        code: exit::RULE,
+    let planned = plan(&snapshot).map_err(|violation| Exit {
+        code: if violation.kind == ViolationKind::Seal {
+            exit::SEAL
+        } else {
+            exit::RULE
+        },
         message: format!(
-            "{}: {message}; run `sessionlog verify` on it",
+            "{}: {violation}; run `sessionlog verify` on it",
             session.label
         ),
     })?;
     let bar = progress::bar(quiet, "review-audit");
     bar.set_length(planned.len() as u64);
     let rows = ask_each(
-        &snapshot.header,
-        &snapshot.events,
+        &snapshot,
         &planned,
         &reviewer,
         reviewer_args.model.as_deref(),
@@ -164,20 +167,15 @@ fn exit_code(audit: &Audit) -> u8 {
     }
 }
 
-/// The calls to ask about and what was recorded of each; a rule violation
-/// is refused with its message.
-fn plan(
-    header: &sessionlog_schema::SessionHeader,
-    events: &[EventRecord],
-) -> Result<Vec<Planned>, String> {
-    let mut state = SessionState::new(header.clone());
+/// The calls to ask about and what was recorded of each; the first rule
+/// violation (or seal that does not hold) refuses the audit.
+fn plan(snapshot: &Snapshot) -> Result<Vec<Planned>, Violation> {
+    let mut state = SessionState::with_header_body(snapshot.header.clone(), &snapshot.header_body);
     let mut calls = Vec::new();
     let mut denied = HashSet::new();
     let mut failed = HashSet::new();
-    for record in events {
-        let event = state
-            .check(record)
-            .map_err(|violation| violation.to_string())?;
+    for record in &snapshot.events {
+        let event = state.check(record)?;
         match &event {
             Event::ToolStart(start) if is_audited(&state, record.seq()) => {
                 calls.push((record.seq(), start.call_id.clone()));
@@ -219,15 +217,15 @@ fn is_audited(state: &SessionState, seq: u64) -> bool {
 
 /// Folds `events` again, asking `reviewer` at each planned call.
 fn ask_each(
-    header: &sessionlog_schema::SessionHeader,
-    events: &[EventRecord],
+    snapshot: &Snapshot,
     planned: &[Planned],
     reviewer: &dyn Reviewer,
     model: Option<&str>,
     mut asked: impl FnMut(),
 ) -> Vec<Row> {
     let at: HashMap<u64, &Planned> = planned.iter().map(|call| (call.seq, call)).collect();
-    let mut state = SessionState::new(header.clone());
+    let events = &snapshot.events;
+    let mut state = SessionState::with_header_body(snapshot.header.clone(), &snapshot.header_body);
     let mut fragments = ReviewFragments::new();
     let mut rows = Vec::with_capacity(planned.len());
     for (index, record) in events.iter().enumerate() {

@@ -16,6 +16,7 @@ pub mod replay;
 pub mod report;
 pub mod review;
 pub mod salvage;
+pub mod seal;
 pub mod stats;
 pub mod tail;
 pub mod verify;

@@ -21,9 +21,10 @@ pub fn run(args: &SessionArgs, at: Option<u64>, defaults: &DefaultArgs) -> Resul
     Ok(exit::OK)
 }
 
-/// Folds a session through `at` (all when `None`), refusing corruption (2)
-/// and rule violations (4), warning about a torn tail. A violation does not
-/// stop the read: corruption after it still wins.
+/// Folds a session through `at` (all when `None`), refusing corruption (2),
+/// a seal that does not hold (7) and rule violations (4), warning about a
+/// torn tail. A violation does not stop the read: corruption after it still
+/// wins.
 pub fn fold_checked(
     target: &Target,
     session: &crate::target::SessionRef,

@@ -20,8 +20,8 @@ use std::io::Write;
 use anyhow::{bail, Result};
 use serde::Serialize;
 use sessionlog_projections::{
-    message_authority, Authority, Defaults, PresetView, SessionState, Setting, AUTO_REVIEW_DENIED,
-    AUTO_REVIEW_FAILED,
+    message_authority, Authority, Defaults, PresetView, SealInfo, SessionState, Setting,
+    ViolationKind, AUTO_REVIEW_DENIED, AUTO_REVIEW_FAILED,
 };
 use sessionlog_schema::{
     ApprovalOutcome, ApprovalPolicy, ContentPart, Event, EventRecord, HeaderVocabularyError,
@@ -151,6 +151,10 @@ pub enum EntryKind {
     Checkpoint,
     /// `child/created`.
     Child,
+    /// A `seal` that holds (or an inherited one, checked for shape only).
+    Seal,
+    /// An own `seal` that does not hold: the log was changed after it.
+    SealFailed,
     /// A type this version does not know.
     Unknown,
     /// A known type whose `data` does not parse.
@@ -217,8 +221,27 @@ pub struct Timeline {
     pub header: SessionHeader,
     /// The header entry, then one entry per event shown.
     pub entries: Vec<Entry>,
-    /// How many entries carry a violation.
+    /// How many entries carry a violation (seal failures included).
     pub violations: usize,
+    /// How many of those are seals that do not hold.
+    pub seal_failures: usize,
+    /// Every seal met (own or inherited), in log order.
+    pub seals: Vec<SealInfo>,
+    /// The last seq shown.
+    pub last_seq: u64,
+}
+
+impl Timeline {
+    /// The exit code of what the timeline marks: 7 for a seal that does
+    /// not hold, else 4 for a rule violation, else 0.
+    pub fn exit_code(&self) -> u8 {
+        exit::of_findings(
+            false,
+            self.seal_failures > 0,
+            self.violations > self.seal_failures,
+            false,
+        )
+    }
 }
 
 /// Which events a timeline shows.
@@ -261,6 +284,7 @@ pub fn run(
     };
     let timeline = timeline(
         &snapshot.header,
+        &snapshot.header_body,
         &snapshot.header_vocabulary_errors,
         &snapshot.events,
         window,
@@ -273,22 +297,19 @@ pub fn run(
         write_text(&timeline, painter, layout)
     };
     written?;
-    Ok(if timeline.violations > 0 {
-        exit::RULE
-    } else {
-        exit::OK
-    })
+    Ok(timeline.exit_code())
 }
 
 /// The timeline of a session's good prefix.
 pub fn timeline(
     header: &SessionHeader,
+    header_body: &str,
     header_vocabulary_errors: &[HeaderVocabularyError],
     events: &[EventRecord],
     window: Window,
     defaults: &Defaults,
 ) -> Timeline {
-    let mut state = SessionState::new(header.clone());
+    let mut state = SessionState::with_header_body(header.clone(), header_body);
     let mut view = View::of(&state, defaults);
     let header_violation = (!header_vocabulary_errors.is_empty()).then(|| {
         header_vocabulary_errors
@@ -303,6 +324,7 @@ pub fn timeline(
             .join("; ")
     });
     let from = window.from.unwrap_or(1);
+    let mut seals = Vec::new();
     // The header carries the projections at seq 0 when the timeline starts
     // there; otherwise the first event shown carries them whole.
     let mut first_shown = from > 1;
@@ -325,8 +347,17 @@ pub fn timeline(
         let mut entry = describe(header, record, |call_id| {
             state.call(call_id).map(|call| call.name.clone())
         });
-        entry.violation = state
-            .apply(record)
+        let applied = state.apply(record);
+        if let Some(seal) = state.last_seal().filter(|seal| seal.seq == record.seq()) {
+            seals.push(seal.clone());
+        }
+        if let Err(violation) = &applied {
+            if violation.kind == ViolationKind::Seal {
+                entry.kind = EntryKind::SealFailed;
+                entry.summary = format!("SEAL FAILED: {}", entry.summary);
+            }
+        }
+        entry.violation = applied
             .err()
             .map(|violation| format!("{} violation: {}", violation.kind, violation.message));
         let now = View::of(&state, defaults);
@@ -342,10 +373,17 @@ pub fn timeline(
         entries.push(entry);
     }
     let violations = entries.iter().filter(|e| e.violation.is_some()).count();
+    let seal_failures = entries
+        .iter()
+        .filter(|e| e.kind == EntryKind::SealFailed)
+        .count();
     Timeline {
         header: header.clone(),
         entries,
         violations,
+        seal_failures,
+        seals,
+        last_seq: state.seq(),
     }
 }
 
@@ -577,6 +615,26 @@ pub fn describe(
                 ),
             )
         }
+        Event::Seal(seal) => {
+            let signed = seal
+                .signature
+                .as_ref()
+                .map_or("unsigned".to_owned(), |signature| {
+                    format!("signed by {}", short_key(&signature.key.to_string()))
+                });
+            let inherited = if record.seq() <= header.seed_length {
+                " (inherited: it vouched for the parent)"
+            } else {
+                ""
+            };
+            (
+                EntryKind::Seal,
+                format!(
+                    "sealed through seq {}, {signed}{inherited}",
+                    seal.through_seq
+                ),
+            )
+        }
         Event::Unknown => (
             EntryKind::Unknown,
             format!("unknown type, kept as is: {}", display(record.data())),
@@ -585,6 +643,15 @@ pub fn describe(
     entry.kind = kind;
     entry.summary = summary;
     entry
+}
+
+/// A public key shortened for a timeline line: `ed25519:` and the first
+/// eight characters of its base64, then an ellipsis.
+pub fn short_key(key: &str) -> String {
+    match key.char_indices().nth(16) {
+        Some((end, _)) => format!("{}…", &key[..end]),
+        None => key.to_owned(),
+    }
 }
 
 impl View {
@@ -919,14 +986,18 @@ impl Style {
             EntryKind::Settled | EntryKind::ApprovalAllowed => Style::Green,
             EntryKind::Switch | EntryKind::ApprovalAsked => Style::Yellow,
             EntryKind::Checkpoint | EntryKind::Child => Style::Magenta,
-            EntryKind::Denial | EntryKind::ApprovalRefused | EntryKind::Failed => Style::Alarm,
+            EntryKind::Seal => Style::Green,
+            EntryKind::Denial
+            | EntryKind::ApprovalRefused
+            | EntryKind::Failed
+            | EntryKind::SealFailed => Style::Alarm,
             EntryKind::Unknown | EntryKind::Malformed => Style::Dim,
         }
     }
 
     fn summary_of(kind: EntryKind) -> Style {
         match kind {
-            EntryKind::Denial | EntryKind::ApprovalRefused => Style::Alarm,
+            EntryKind::Denial | EntryKind::ApprovalRefused | EntryKind::SealFailed => Style::Alarm,
             EntryKind::ApprovalAsked => Style::Yellow,
             EntryKind::Header => Style::Bold,
             EntryKind::Request
@@ -939,6 +1010,7 @@ impl Style {
             | EntryKind::ApprovalAllowed
             | EntryKind::Checkpoint
             | EntryKind::Child
+            | EntryKind::Seal
             | EntryKind::Unknown
             | EntryKind::Malformed => Style::Plain,
         }

@@ -6,7 +6,9 @@
 //! children, and a legend of the authority labels and colours. Given
 //! `--audit FILE` (what `review-audit --json` printed), the audited
 //! session's calls carry what the log recorded and what the reviewer
-//! answers now, disagreements highlighted.
+//! answers now, disagreements highlighted. Each session says whether it is
+//! sealed, through which seq, by which key, and whether its seals were
+//! checked against a trust file; a seal that fails is marked in red.
 //!
 //! A report of at most `--page-events` events (2,000 by default) is one
 //! page. A bigger one is paged, so that a browser never lays out more than
@@ -28,8 +30,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use sessionlog_projections::Defaults;
-use sessionlog_schema::{SessionHeader, SessionId};
+use sessionlog_projections::{check_trusted, Defaults};
+use sessionlog_schema::{SealPublicKey, SessionHeader, SessionId};
 use sessionlog_store::{ErrorClass, StoreError};
 
 use crate::cli::{DefaultArgs, SessionArgs};
@@ -44,6 +46,8 @@ enum Section {
     Shown {
         timeline: Box<Timeline>,
         torn: Option<String>,
+        /// What the page says of its seals, and whether a check failed.
+        seals: SealStatus,
     },
     /// A corrupt session: refused, named, not shown.
     Corrupt { id: SessionId, message: String },
@@ -91,6 +95,75 @@ fn page_name(id: &str, number: usize) -> String {
     format!("{id}-{number}.html")
 }
 
+/// A session's seals as the report states them.
+struct SealStatus {
+    text: String,
+    failed: bool,
+}
+
+impl SealStatus {
+    /// Whether and how `timeline`'s session is sealed, checked against
+    /// `trusted` when given.
+    fn of(timeline: &Timeline, trusted: Option<&[SealPublicKey]>) -> SealStatus {
+        let own: Vec<_> = timeline.seals.iter().filter(|seal| seal.own).collect();
+        let mut failed = timeline.seal_failures > 0;
+        let mut text = match own.last() {
+            None => "not sealed".to_owned(),
+            Some(last) => {
+                let key = last
+                    .key
+                    .map_or("unsigned".to_owned(), |key| format!("signed by {key}"));
+                let after = timeline.last_seq - last.seq;
+                format!(
+                    "sealed through seq {} ({} seal{} of its own), the last {key}{}",
+                    last.through_seq,
+                    own.len(),
+                    plural(own.len()),
+                    if after > 0 {
+                        format!("; {after} event{} after it", plural(after as usize))
+                    } else {
+                        String::new()
+                    }
+                )
+            }
+        };
+        if let Some(inherited) = timeline.seals.iter().rfind(|seal| !seal.own) {
+            text.push_str(&format!(
+                "; inherits the parent's seal through seq {} (checked for shape only)",
+                inherited.through_seq
+            ));
+        }
+        if timeline.seal_failures > 0 {
+            text.push_str(&format!(
+                "; {} SEAL FAILURE{}: the log was changed after it was sealed",
+                timeline.seal_failures,
+                if timeline.seal_failures == 1 { "" } else { "S" }
+            ));
+        }
+        match trusted {
+            None if !own.is_empty() => text.push_str("; not checked against a trust file"),
+            None => {}
+            Some(trusted) => {
+                let untrusted: Vec<String> = own
+                    .iter()
+                    .filter_map(|seal| check_trusted(seal, trusted).err())
+                    .collect();
+                if untrusted.is_empty() && !own.is_empty() {
+                    text.push_str("; every seal is signed by a key of the trust file");
+                } else if let Some(first) = untrusted.first() {
+                    failed = true;
+                    text.push_str(&format!(
+                        "; FAILS THE TRUST FILE ({} seal{}): {first}",
+                        untrusted.len(),
+                        plural(untrusted.len())
+                    ));
+                }
+            }
+        }
+        SealStatus { text, failed }
+    }
+}
+
 /// Runs `report`.
 pub fn run(
     args: &SessionArgs,
@@ -98,6 +171,7 @@ pub fn run(
     audit: Option<&Path>,
     page_events: usize,
     defaults: &DefaultArgs,
+    trusted: Option<&[SealPublicKey]>,
     quiet: bool,
 ) -> Result<u8> {
     let audit = audit.map(read_audit).transpose()?;
@@ -139,14 +213,17 @@ pub fn run(
         });
         let timeline = replay::timeline(
             &snapshot.header,
+            &snapshot.header_body,
             &snapshot.header_vocabulary_errors,
             &snapshot.events,
             Window::default(),
             &defaults,
         );
+        let seals = SealStatus::of(&timeline, trusted);
         sections.push(Section::Shown {
             timeline: Box::new(timeline),
             torn,
+            seals,
         });
         bar.inc(1);
     }
@@ -174,13 +251,18 @@ pub fn run(
         .iter()
         .filter(|s| matches!(s, Section::Corrupt { .. }))
         .count();
-    let violations: usize = sections
+    let code = sections
         .iter()
         .map(|section| match section {
-            Section::Shown { timeline, .. } => timeline.violations,
-            Section::Corrupt { .. } => 0,
+            Section::Shown {
+                timeline, seals, ..
+            } => exit::worst(
+                timeline.exit_code(),
+                if seals.failed { exit::SEAL } else { exit::OK },
+            ),
+            Section::Corrupt { .. } => exit::CORRUPT,
         })
-        .sum();
+        .fold(exit::OK, exit::worst);
     if corrupt > 0 {
         warn(format!(
             "{corrupt} corrupt session{} named but not shown in {}",
@@ -189,15 +271,21 @@ pub fn run(
         ));
         return Ok(exit::CORRUPT);
     }
+    let violations: usize = sections
+        .iter()
+        .map(|section| match section {
+            Section::Shown { timeline, .. } => timeline.violations,
+            Section::Corrupt { .. } => 0,
+        })
+        .sum();
     if violations > 0 {
         warn(format!(
             "{violations} event{} break the rules; each is marked in {}",
             if violations == 1 { "" } else { "s" },
             out.display()
         ));
-        return Ok(exit::RULE);
     }
-    Ok(exit::OK)
+    Ok(code)
 }
 
 /// Reads what `review-audit --json` printed.
@@ -244,7 +332,11 @@ fn render(store: &str, sections: &[Section], audit: Option<&Audit>) -> String {
     html.push_str("</header>\n<main>\n");
     for section in sections {
         match section {
-            Section::Shown { timeline, torn } => {
+            Section::Shown {
+                timeline,
+                torn,
+                seals,
+            } => {
                 let audit = audit.filter(|audit| audit.session == timeline.header.id.as_str());
                 let shown = Shown {
                     timeline,
@@ -255,6 +347,7 @@ fn render(store: &str, sections: &[Section], audit: Option<&Audit>) -> String {
                     &mut html,
                     &shown,
                     torn.as_deref(),
+                    seals,
                     audit,
                     &family,
                     Links::OnePage,
@@ -428,7 +521,12 @@ fn write_paged(
         "<p class=\"paged\">The report is paged: each session's pages (at most {page_events} events each) are in <code>{folder_name}/</code>, beside this file.</p>\n</header>\n<main>"
     );
     for section in sections {
-        let Section::Shown { timeline, torn } = section else {
+        let Section::Shown {
+            timeline,
+            torn,
+            seals,
+        } = section
+        else {
             continue;
         };
         let id = timeline.header.id.as_str();
@@ -459,6 +557,7 @@ fn write_paged(
                 &mut html,
                 &shown,
                 torn.as_deref(),
+                seals,
                 audit,
                 &family,
                 page_links,
@@ -590,6 +689,7 @@ fn render_session(
     html: &mut String,
     shown: &Shown<'_>,
     torn: Option<&str>,
+    seals: &SealStatus,
     audit: Option<&Audit>,
     family: &Family<'_>,
     links: Links<'_>,
@@ -631,6 +731,16 @@ fn render_session(
             kids.join(", ")
         );
     }
+    let _ = writeln!(
+        html,
+        "<dt>seals</dt><dd class=\"{}\">{}</dd>",
+        if seals.failed {
+            "seal-status seal-failed"
+        } else {
+            "seal-status"
+        },
+        escape(&seals.text)
+    );
     html.push_str("</dl>\n");
     if let Some(torn) = torn {
         let _ = writeln!(html, "<p class=\"torn\">{}</p>", escape(torn));
@@ -779,6 +889,7 @@ fn is_highlight(entry: &Entry) -> bool {
                 | EntryKind::ApprovalAsked
                 | EntryKind::ApprovalAllowed
                 | EntryKind::ApprovalRefused
+                | EntryKind::SealFailed
         )
 }
 
@@ -798,6 +909,8 @@ fn kind_class(kind: EntryKind) -> &'static str {
         EntryKind::ApprovalRefused => "approval-refused",
         EntryKind::Checkpoint => "checkpoint",
         EntryKind::Child => "child",
+        EntryKind::Seal => "seal",
+        EntryKind::SealFailed => "seal-failed",
         EntryKind::Unknown => "unknown",
         EntryKind::Malformed => "malformed",
     }
@@ -859,6 +972,9 @@ dl.legend-authority dd { margin: 0; }
 table.legend-rows td { padding: .15em .5em; }
 .whole-text { white-space: pre-wrap; }
 nav.pager { margin: .8em 0; }
+.seal-failed { color: #fff; background: #b00020; font-weight: bold; }
+tr.seal-failed td { background: #b00020; color: #fff; }
+.seal-status { font-weight: 600; }
 ";
 
 const SCRIPT: &str = "

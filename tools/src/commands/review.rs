@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::Result;
 use serde::Serialize;
 use sessionlog_projections::{
-    build_review_request, parse_pending_action, parse_review_result, ReviewError, ReviewErrorCode,
-    AUTO_REVIEW_FAILED,
+    build_review_request_for_state, parse_pending_action, parse_review_result, ReviewError,
+    ReviewErrorCode, ViolationKind, AUTO_REVIEW_FAILED,
 };
 use sessionlog_reviewer::{HttpReviewer, HttpReviewerOptions};
 use sessionlog_store::{
@@ -76,6 +76,7 @@ pub fn call(
     let options = WriterOptions {
         durability: Durability::Fsync,
         keep_snapshot: true,
+        ..WriterOptions::default()
     };
     let mut writer = match target.writer(&session, options) {
         Ok(writer) => writer,
@@ -173,16 +174,19 @@ fn request_from_snapshot(
     }
     // INVALID_LOG is checked before the pending action (the order of the
     // fail-closed codes).
-    let (_, violations) = sessionlog_projections::fold(snapshot.header.clone(), &snapshot.events);
+    let (state, violations) = snapshot.fold();
     if let Some(violation) = violations.first() {
         print_error(ReviewErrorCode::InvalidLog.as_str(), violation.to_string())?;
-        return Ok(Err(exit::RULE));
+        let seal_failed = violations
+            .iter()
+            .any(|violation| violation.kind == ViolationKind::Seal);
+        return Ok(Err(if seal_failed { exit::SEAL } else { exit::RULE }));
     }
     let action = match parse_pending_action(pending) {
         Ok(action) => action,
         Err(error) => return refused(&error).map(Err),
     };
-    match build_review_request(&snapshot.header, &snapshot.events, &action, max_bytes) {
+    match build_review_request_for_state(&state, &snapshot.events, &action, max_bytes) {
         Ok(request) => Ok(Ok(request)),
         Err(error) => refused(&error).map(Err),
     }
@@ -195,6 +199,7 @@ fn invalid_log(error: anyhow::Error) -> Result<u8> {
     let store_error = error.downcast::<StoreError>()?;
     let code = match store_error.class() {
         ErrorClass::Corrupt => exit::CORRUPT,
+        ErrorClass::Seal => exit::SEAL,
         ErrorClass::Rule => exit::RULE,
         _ => return Err(store_error.into()),
     };

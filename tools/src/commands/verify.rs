@@ -1,14 +1,89 @@
-//! `sessionlog verify`: CRCs, seqs, header, vocabularies, shapes and every
-//! rule of SPEC §6, streamed in constant memory.
+//! `sessionlog verify`: CRCs, seqs, header, vocabularies, shapes, every
+//! rule, and every own seal against the recomputed hash chain, streamed in
+//! constant memory; then the auditor's seal policy (`--trust`,
+//! `--require-sealed`, `--anchor`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use serde::Serialize;
-use sessionlog_projections::{SessionState, Violation};
+use sessionlog_projections::{
+    check_sealed, check_trusted, parse_anchor_file, Anchor, SessionState, Violation, ViolationKind,
+};
+use sessionlog_schema::{parse_trust_file, SealPublicKey};
 use sessionlog_store::{FoldedEvent, StoreError};
 
 use crate::cli::SessionArgs;
-use crate::exit;
-use crate::target::{require_sessions, SessionRef, Target};
+use crate::target::{read_input, require_sessions, SessionRef, Target};
+use crate::{exit, UsageError};
+
+/// What an auditor asks of seals beyond their own checks.
+#[derive(Debug, Default)]
+pub struct SealPolicy {
+    /// `--trust`: the keys every own seal must be signed by (`None`: any
+    /// key, or none).
+    trusted: Option<Vec<SealPublicKey>>,
+    /// `--require-sealed`.
+    require_sealed: bool,
+    /// `--anchor`: the anchors, by session.
+    anchors: Option<BTreeMap<String, Vec<Anchor>>>,
+    /// The anchor file, for messages.
+    anchor_file: Option<PathBuf>,
+}
+
+/// Reads `--trust` files: `None` when none is given, else every key they
+/// list; a line that is not a key is a usage error naming file and line.
+pub fn read_trust_files(files: &[PathBuf]) -> Result<Option<Vec<SealPublicKey>>> {
+    if files.is_empty() {
+        return Ok(None);
+    }
+    let mut keys = Vec::new();
+    for file in files {
+        let text = String::from_utf8(read_input(Some(file))?)
+            .map_err(|_| UsageError(format!("{}: a trust file is UTF-8 text", file.display())))?;
+        let read = parse_trust_file(&text)
+            .map_err(|error| UsageError(format!("{}: {error}", file.display())))?;
+        keys.extend(read);
+    }
+    Ok(Some(keys))
+}
+
+impl SealPolicy {
+    /// Reads the trust and anchor files; a line that is not a key or an
+    /// anchor is a usage error naming the file and line.
+    pub fn read(
+        trust_files: &[PathBuf],
+        require_sealed: bool,
+        anchor_file: Option<&Path>,
+    ) -> Result<SealPolicy> {
+        let trusted = read_trust_files(trust_files)?;
+        let anchors = match anchor_file {
+            None => None,
+            Some(file) => {
+                let text = String::from_utf8(read_input(Some(file))?).map_err(|_| {
+                    UsageError(format!("{}: an anchor file is UTF-8 text", file.display()))
+                })?;
+                let mut by_session: BTreeMap<String, Vec<Anchor>> = BTreeMap::new();
+                for anchor in parse_anchor_file(&text)
+                    .map_err(|error| UsageError(format!("{}: {error}", file.display())))?
+                {
+                    by_session
+                        .entry(anchor.session.to_string())
+                        .or_default()
+                        .push(anchor);
+                }
+                Some(by_session)
+            }
+        };
+        Ok(SealPolicy {
+            trusted,
+            require_sealed,
+            anchors,
+            anchor_file: anchor_file.map(Path::to_owned),
+        })
+    }
+}
 
 /// What verify found in one session.
 #[derive(Debug, Serialize)]
@@ -23,6 +98,31 @@ pub struct Verdict {
     torn_tail: Option<TornTailReport>,
     corruption: Option<CorruptionReport>,
     violations: Vec<ViolationReport>,
+    /// Seals that do not hold, and the seal policy's failures.
+    seal_failures: Vec<SealFailureReport>,
+    /// How many seals of its own the session holds.
+    own_seals: u64,
+    /// The last seal, own or inherited.
+    last_seal: Option<SealReport>,
+}
+
+/// A failed seal check: a seal (its seq) or a policy about the session
+/// (`seq` null).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SealFailureReport {
+    seq: Option<u64>,
+    message: String,
+}
+
+/// The last seal of a session.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SealReport {
+    seq: u64,
+    through_seq: u64,
+    key: Option<String>,
+    own: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -65,7 +165,13 @@ impl From<&Violation> for ViolationReport {
 }
 
 /// Runs `verify`.
-pub fn run(args: &SessionArgs, json: bool, allow_empty: bool, quiet: bool) -> Result<u8> {
+pub fn run(
+    args: &SessionArgs,
+    json: bool,
+    allow_empty: bool,
+    quiet: bool,
+    policy: &SealPolicy,
+) -> Result<u8> {
     let target = Target::open(&args.store)?;
     let (sessions, damage) = target.audit(args.session.as_deref())?;
     if damage.is_empty() {
@@ -74,29 +180,30 @@ pub fn run(args: &SessionArgs, json: bool, allow_empty: bool, quiet: bool) -> Re
     let bar = crate::progress::bar(quiet, "verify");
     bar.set_length(sessions.len() as u64);
     let mut code = exit::OK;
+    let print = |verdict: &Verdict| -> Result<()> {
+        if json {
+            crate::terminal::print_json_line(&serde_json::to_string(verdict)?)?;
+        } else {
+            print_human(verdict)?;
+        }
+        Ok(())
+    };
     for error in &damage {
         let verdict = store_damage_verdict(&args.store, error);
         code = exit::worst(code, verdict_code(&verdict));
-        if json {
-            crate::terminal::print_json_line(&serde_json::to_string(&verdict)?)?;
-        } else {
-            print_human(&verdict)?;
-        }
+        print(&verdict)?;
     }
     for session in &sessions {
-        let verdict = verify_session(&target, session)?;
+        let verdict = verify_session(&target, session, policy)?;
         code = exit::worst(code, verdict_code(&verdict));
-        bar.suspend(|| -> Result<()> {
-            if json {
-                crate::terminal::print_json_line(&serde_json::to_string(&verdict)?)?;
-            } else {
-                print_human(&verdict)?;
-            }
-            Ok(())
-        })?;
+        bar.suspend(|| print(&verdict))?;
         bar.inc(1);
     }
     bar.finish_and_clear();
+    for verdict in missing_anchored_sessions(args, &sessions, policy) {
+        code = exit::worst(code, verdict_code(&verdict));
+        print(&verdict)?;
+    }
     if let Target::Store(sessionlog_store::Store::Jsonl(store)) = &target {
         warn_of_leftovers(store)?;
     }
@@ -125,36 +232,79 @@ fn warn_of_leftovers(store: &sessionlog_store::JsonlStore) -> Result<()> {
 }
 
 /// The verdict on damage of a store as a whole (no session named).
-fn store_damage_verdict(store: &std::path::Path, error: &StoreError) -> Verdict {
-    Verdict {
-        session: None,
-        source: store.display().to_string(),
-        status: "corrupt",
-        events: 0,
-        last_seq: 0,
-        torn_tail: None,
-        corruption: Some(CorruptionReport {
-            line: None,
-            offset: None,
-            message: error.to_string(),
-        }),
-        violations: Vec::new(),
+fn store_damage_verdict(store: &Path, error: &StoreError) -> Verdict {
+    let mut verdict = Verdict::empty(None, store.display().to_string());
+    verdict.status = "corrupt";
+    verdict.corruption = Some(CorruptionReport {
+        line: None,
+        offset: None,
+        message: error.to_string(),
+    });
+    verdict
+}
+
+/// The sessions an anchor file names that the store no longer holds (all
+/// of them when no `--session` picks one), each a seal failure.
+fn missing_anchored_sessions(
+    args: &SessionArgs,
+    sessions: &[SessionRef],
+    policy: &SealPolicy,
+) -> Vec<Verdict> {
+    let Some(anchors) = &policy.anchors else {
+        return Vec::new();
+    };
+    let present: BTreeSet<&str> = sessions.iter().map(|session| session.id.as_str()).collect();
+    let anchor_file = policy
+        .anchor_file
+        .as_deref()
+        .map_or(String::new(), |file| file.display().to_string());
+    anchors
+        .keys()
+        .filter(|id| !present.contains(id.as_str()))
+        .filter(|id| {
+            args.session
+                .as_deref()
+                .is_none_or(|wanted| wanted == id.as_str())
+        })
+        .map(|id| {
+            let mut verdict = Verdict::empty(Some(id.clone()), args.store.display().to_string());
+            verdict.status = "seal-failure";
+            verdict.seal_failures.push(SealFailureReport {
+                seq: None,
+                message: format!(
+                    "session {id}, named in the anchor file {anchor_file}, is missing from {}",
+                    args.store.display()
+                ),
+            });
+            verdict
+        })
+        .collect()
+}
+
+impl Verdict {
+    /// A verdict of nothing found yet.
+    fn empty(session: Option<String>, source: String) -> Verdict {
+        Verdict {
+            session,
+            source,
+            status: "ok",
+            events: 0,
+            last_seq: 0,
+            torn_tail: None,
+            corruption: None,
+            violations: Vec::new(),
+            seal_failures: Vec::new(),
+            own_seals: 0,
+            last_seal: None,
+        }
     }
 }
 
-/// Verifies one session.
-pub fn verify_session(target: &Target, session: &SessionRef) -> Result<Verdict> {
-    let mut verdict = Verdict {
-        session: Some(session.id.to_string()),
-        source: session.label.clone(),
-        status: "ok",
-        events: 0,
-        last_seq: 0,
-        torn_tail: None,
-        corruption: None,
-        violations: Vec::new(),
-    };
-    match scan(target, session, &mut verdict) {
+/// Verifies one session (its records, rules and own seals), then holds it
+/// to `policy`.
+fn verify_session(target: &Target, session: &SessionRef, policy: &SealPolicy) -> Result<Verdict> {
+    let mut verdict = Verdict::empty(Some(session.id.to_string()), session.label.clone());
+    match scan(target, session, policy, &mut verdict) {
         Ok(()) => {}
         Err(StoreError::Corrupt { corruption, .. }) => {
             verdict.corruption = Some(CorruptionReport {
@@ -174,6 +324,8 @@ pub fn verify_session(target: &Target, session: &SessionRef) -> Result<Verdict> 
     }
     verdict.status = if verdict.corruption.is_some() {
         "corrupt"
+    } else if !verdict.seal_failures.is_empty() {
+        "seal-failure"
     } else if !verdict.violations.is_empty() {
         "violations"
     } else if verdict.torn_tail.is_some() {
@@ -184,7 +336,12 @@ pub fn verify_session(target: &Target, session: &SessionRef) -> Result<Verdict> 
     Ok(verdict)
 }
 
-fn scan(target: &Target, session: &SessionRef, verdict: &mut Verdict) -> Result<(), StoreError> {
+fn scan(
+    target: &Target,
+    session: &SessionRef,
+    policy: &SealPolicy,
+    verdict: &mut Verdict,
+) -> Result<(), StoreError> {
     let mut stream = match target.stream(session) {
         Ok(stream) => stream,
         Err(error) => match error.downcast::<StoreError>() {
@@ -202,12 +359,65 @@ fn scan(target: &Target, session: &SessionRef, verdict: &mut Verdict) -> Result<
             message: error.to_string(),
         });
     }
-    let mut state = SessionState::new(stream.header().clone());
+    let mut state = SessionState::with_header_body(stream.header().clone(), stream.header_body());
+    let anchors: &[Anchor] = policy
+        .anchors
+        .as_ref()
+        .and_then(|anchors| anchors.get(session.id.as_str()))
+        .map_or(&[], Vec::as_slice);
+    // The chain value at each anchor's seq, met as the fold passes it.
+    let mut anchored: Vec<Option<sessionlog_schema::ChainValue>> = anchors
+        .iter()
+        .map(|anchor| (anchor.seq == 0).then(|| state.chain()))
+        .collect();
     while let Some(FoldedEvent { record, folded }) = stream.next_event_folded(&mut state)? {
         verdict.events += 1;
         verdict.last_seq = record.seq();
-        if let Err(violation) = folded {
-            verdict.violations.push(ViolationReport::from(&violation));
+        match folded {
+            Err(violation) if violation.kind == ViolationKind::Seal => {
+                verdict.seal_failures.push(SealFailureReport {
+                    seq: Some(violation.seq),
+                    message: violation.to_string(),
+                });
+            }
+            Err(violation) => verdict.violations.push(ViolationReport::from(&violation)),
+            Ok(()) => {}
+        }
+        for (anchor, chain) in anchors.iter().zip(&mut anchored) {
+            if anchor.seq == record.seq() {
+                *chain = Some(state.chain());
+            }
+        }
+        if let Some(seal) = state.last_seal().filter(|seal| seal.seq == record.seq()) {
+            verdict.own_seals += u64::from(seal.own);
+            verdict.last_seal = Some(SealReport {
+                seq: seal.seq,
+                through_seq: seal.through_seq,
+                key: seal.key.map(|key| key.to_string()),
+                own: seal.own,
+            });
+            if let Some(trusted) = &policy.trusted {
+                if let Err(message) = check_trusted(seal, trusted) {
+                    verdict.seal_failures.push(SealFailureReport {
+                        seq: Some(seal.seq),
+                        message,
+                    });
+                }
+            }
+        }
+    }
+    for (anchor, chain) in anchors.iter().zip(anchored) {
+        if let Err(message) = anchor.check(state.seq(), chain) {
+            verdict
+                .seal_failures
+                .push(SealFailureReport { seq: None, message });
+        }
+    }
+    if policy.require_sealed {
+        if let Err(message) = check_sealed(&state) {
+            verdict
+                .seal_failures
+                .push(SealFailureReport { seq: None, message });
         }
     }
     if let Some(torn) = stream.finish()? {
@@ -224,28 +434,43 @@ fn scan(target: &Target, session: &SessionRef, verdict: &mut Verdict) -> Result<
 
 /// The exit code of one verdict.
 pub fn verdict_code(verdict: &Verdict) -> u8 {
-    if verdict.corruption.is_some() {
-        exit::CORRUPT
-    } else if !verdict.violations.is_empty() {
-        exit::RULE
-    } else if verdict.torn_tail.is_some() {
-        exit::TORN
-    } else {
-        exit::OK
-    }
+    exit::of_findings(
+        verdict.corruption.is_some(),
+        !verdict.seal_failures.is_empty(),
+        !verdict.violations.is_empty(),
+        verdict.torn_tail.is_some(),
+    )
 }
 
 fn print_human(verdict: &Verdict) -> std::io::Result<()> {
     let name = &verdict.source;
+    let sealed = match &verdict.last_seal {
+        None => String::new(),
+        Some(seal) => format!(
+            "; {} through seq {}{}",
+            if seal.own {
+                "sealed"
+            } else {
+                "inherits a seal"
+            },
+            seal.through_seq,
+            seal.key
+                .as_deref()
+                .map_or(" (unsigned)".to_owned(), |key| format!(", signed by {key}"))
+        ),
+    };
     match verdict.status {
         "ok" => crate::outln!(
-            "{name}: ok ({} events, last seq {})",
+            "{name}: ok ({} events, last seq {}{sealed})",
             verdict.events,
             verdict.last_seq
         )?,
         _ => {
             if let Some(corruption) = &verdict.corruption {
                 crate::outln!("{name}: {}", corruption.message)?;
+            }
+            for failure in &verdict.seal_failures {
+                crate::outln!("{name}: SEAL FAILURE: {}", failure.message)?;
             }
             for violation in &verdict.violations {
                 crate::outln!("{name}: rule violation: {}", violation.message)?;

@@ -177,3 +177,30 @@ fn a_claude_transcript_opening_with_an_unknown_line_is_still_recognised() {
         "x-claude/brand-new-first-line"
     );
 }
+
+#[test]
+fn a_transcript_line_that_looks_like_a_seal_is_never_imported_as_one() {
+    // A seal commits to the log it stands in; an import writes a new log,
+    // so whatever a transcript claims, no `seal` event comes out of it.
+    let seal = r#"{"throughSeq":0,"chain":"sha256:0000000000000000000000000000000000000000000000000000000000000000"}"#;
+    let codex = format!(
+        "{CODEX_META}\n{{\"type\":\"seal\",\"payload\":{seal}}}\n{{\"type\":\"event_msg\",\"payload\":{{\"type\":\"seal\",\"data\":{seal}}}}}\n"
+    );
+    let claude = format!(
+        "{}\n{{\"type\":\"seal\",\"data\":{seal},\"sessionId\":\"c-1\"}}\n",
+        CLAUDE_LINES[0]
+    );
+    for (format, text) in [(Format::Codex, codex), (Format::Claude, claude)] {
+        let sessions = check_all_valid(format, &text);
+        let types: Vec<&str> = sessions
+            .iter()
+            .flat_map(|session| &session.events)
+            .map(|draft| draft.event_type.as_str())
+            .collect();
+        assert!(
+            types.iter().any(|kind| kind.ends_with("/seal")),
+            "the seal-like line is kept as an x- event: {types:?}"
+        );
+        assert!(!types.contains(&"seal"), "{types:?}");
+    }
+}

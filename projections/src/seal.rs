@@ -1,0 +1,206 @@
+//! Seal checks: an own seal against the chain the fold recomputed, and the
+//! policies an auditor adds on top (trusted keys, a session sealed to its
+//! end, anchors kept elsewhere).
+//!
+//! The fold ([`SessionState`]) keeps the running chain value and checks
+//! every own seal as it meets it; a seal that does not hold is a
+//! [`ViolationKind::Seal`](crate::ViolationKind::Seal) violation. The
+//! policies below are pure functions of what the fold kept, called by
+//! whoever knows the trust file or the anchor.
+
+use serde::Deserialize;
+use sessionlog_schema::{seal_message, ChainValue, Seal, SealPublicKey, SessionId};
+
+use crate::SessionState;
+
+/// A seal the fold met (the last one is [`SessionState::last_seal`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealInfo {
+    /// The seal's seq.
+    pub seq: u64,
+    /// The last seq it covers.
+    pub through_seq: u64,
+    /// The chain value it carries.
+    pub chain: ChainValue,
+    /// The key that signed it, if signed.
+    pub key: Option<SealPublicKey>,
+    /// Whether it is the session's own (not in the seeded prefix). An own
+    /// seal was checked against the chain; an inherited one only for shape.
+    pub own: bool,
+}
+
+/// A session's chain value at one seq, as `sessionlog head` prints it and
+/// `verify --anchor` reads it back: `{"session","seq","chain"}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Anchor {
+    /// The session.
+    pub session: SessionId,
+    /// The seq (0 = the header alone).
+    pub seq: u64,
+    /// The chain value at that seq.
+    pub chain: ChainValue,
+}
+
+/// An anchor file line that is not an anchor.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {message}")]
+pub struct AnchorError {
+    /// The 1-based line.
+    pub line: usize,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl Anchor {
+    /// The compact JSON line `head` prints (without its newline).
+    pub fn to_json_line(&self) -> String {
+        format!(
+            "{{\"session\":{},\"seq\":{},\"chain\":\"{}\"}}",
+            serde_json::Value::from(self.session.as_str()),
+            self.seq,
+            self.chain
+        )
+    }
+
+    /// Whether a session whose good prefix ends at `last_seq`, and whose
+    /// chain value at this anchor's seq is `chain_there` (`None` when the
+    /// prefix is shorter), still holds this anchor; the reason when not.
+    pub fn check(&self, last_seq: u64, chain_there: Option<ChainValue>) -> Result<(), String> {
+        match chain_there {
+            None => Err(format!(
+                "session {} is shorter than its anchor: it ends at seq {last_seq}, the anchor holds seq {}",
+                self.session, self.seq
+            )),
+            Some(found) if found != self.chain => Err(format!(
+                "session {} was changed at or before seq {}: the anchor holds chain {}, the log gives {found}",
+                self.session, self.seq, self.chain
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+/// Reads an anchor file: one `{"session","seq","chain"}` object a line,
+/// as `head` prints them; blank lines are skipped.
+pub fn parse_anchor_file(text: &str) -> Result<Vec<Anchor>, AnchorError> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Line {
+        session: String,
+        seq: u64,
+        chain: ChainValue,
+    }
+    let mut anchors = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let refuse = |message: String| AnchorError {
+            line: index + 1,
+            message,
+        };
+        let read: Line = serde_json::from_str(line).map_err(|error| {
+            refuse(format!(
+                "expected {{\"session\", \"seq\", \"chain\"}} as `sessionlog head` prints it: {error}"
+            ))
+        })?;
+        let session =
+            SessionId::parse(&read.session).map_err(|error| refuse(format!("session: {error}")))?;
+        anchors.push(Anchor {
+            session,
+            seq: read.seq,
+            chain: read.chain,
+        });
+    }
+    Ok(anchors)
+}
+
+/// Whether an own seal at `seq` holds: it covers every record before it,
+/// its chain is `chain_before` (the chain recomputed through `seq - 1`),
+/// and its signature, if any, verifies.
+pub(crate) fn check_own_seal(
+    id: &SessionId,
+    seq: u64,
+    seal: &Seal,
+    chain_before: &ChainValue,
+) -> Result<(), String> {
+    let expected_through = seq.saturating_sub(1);
+    if seal.through_seq != expected_through {
+        return Err(format!(
+            "seal failure: throughSeq is {} but a seal at seq {seq} covers through seq {expected_through}",
+            seal.through_seq
+        ));
+    }
+    if seal.chain != *chain_before {
+        return Err(format!(
+            "seal failure: the log was changed at or before seq {expected_through}: \
+             the seal holds chain {}, the records recompute to {chain_before}",
+            seal.chain
+        ));
+    }
+    if let Some(signature) = &seal.signature {
+        let message = seal_message(id, seal.through_seq, &seal.chain);
+        signature
+            .verify(message.as_bytes())
+            .map_err(|reason| format!("seal failure: {reason}"))?;
+    }
+    Ok(())
+}
+
+/// `verify --trust`: an own seal must be signed by one of `trusted`.
+pub fn check_trusted(seal: &SealInfo, trusted: &[SealPublicKey]) -> Result<(), String> {
+    if !seal.own {
+        return Ok(());
+    }
+    match &seal.key {
+        None => Err(format!(
+            "seal at seq {} is not signed, and the trust file requires every own seal signed by a listed key",
+            seal.seq
+        )),
+        Some(key) if !trusted.contains(key) => Err(format!(
+            "seal at seq {} is signed by {key}, which is not in the trust file",
+            seal.seq
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// `verify --require-sealed`: the session has an own seal and no own event
+/// after its last one.
+pub fn check_sealed(state: &SessionState) -> Result<(), String> {
+    let id = &state.header().id;
+    match state.last_own_seal_seq() {
+        None => Err(format!(
+            "session {id} has no seal of its own{}",
+            if state.header().seed_length > 0 {
+                " (the seals it inherited vouch for its parent only)"
+            } else {
+                ""
+            }
+        )),
+        Some(seq) if seq < state.seq() => Err(format!(
+            "session {id} has {} event(s) after its last seal (seq {seq}, the log ends at seq {})",
+            state.seq() - seq,
+            state.seq()
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anchor_lines_read_back_as_head_prints_them() {
+        let anchor = Anchor {
+            session: SessionId::parse("s-1").unwrap_or_else(|e| panic!("{e}")),
+            seq: 12,
+            chain: ChainValue::genesis("h"),
+        };
+        let text = format!("{}\n\n{}\n", anchor.to_json_line(), anchor.to_json_line());
+        assert_eq!(parse_anchor_file(&text), Ok(vec![anchor.clone(), anchor]));
+        let error = parse_anchor_file("{\"session\":\"../x\",\"seq\":1,\"chain\":\"sha256:\"}");
+        assert!(matches!(error, Err(AnchorError { line: 1, .. })));
+    }
+}

@@ -1,0 +1,788 @@
+//! Seals end to end: the attacks a seal, a trust file or an anchor must
+//! catch, each through the real binary and its exit code; forks; both
+//! backends giving the same `head`; an edited SQLite row; the precedence
+//! 2 > 7 > 4 > 3; and the property that the writer's running chain is the
+//! chain recomputed from the file, and that any byte changed under a seal
+//! is caught.
+//!
+//! Chain values here are recomputed with `sha2` from the format's
+//! definition, never through the schema's own chain code.
+
+use std::path::{Path, PathBuf};
+
+use proptest::prelude::*;
+use sessionlog_schema::{SealSecretKey, SessionHeader};
+use sessionlog_store::{Durability, JsonlStore, SealTurns, Store, WriterOptions};
+use sha2::{Digest, Sha256};
+
+use crate::cli_support::{run, run_command, run_with_stdin, sessionlog, Run};
+use crate::faults::{id, ok};
+use crate::support::sign;
+
+/// One turn of a session, as `append` reads it.
+fn turn(turn_id: &str) -> String {
+    [
+        format!(r#"{{"type":"turn/start","data":{{"turnId":"{turn_id}"}}}}"#),
+        format!(
+            r#"{{"type":"message","data":{{"role":"user","source":{{"kind":"user"}},"content":[{{"type":"text","text":"do {turn_id}"}}]}}}}"#
+        ),
+        format!(r#"{{"type":"turn/end","data":{{"turnId":"{turn_id}"}}}}"#),
+    ]
+    .join("\n")
+        + "\n"
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str()
+        .unwrap_or_else(|| panic!("{path:?} is not UTF-8"))
+}
+
+/// A folder store with session `s`: three turns appended with
+/// `--seal-key` (a signed seal after each `turn/end`), and the key file.
+fn signed_store(dir: &Path) -> (PathBuf, PathBuf) {
+    let store = dir.join("store");
+    let key = dir.join("runtime.key");
+    run(["keygen", path_str(&key)]).expect_code(0);
+    run(["create", path_str(&store), "--session", "s", "--cwd", "/w"]).expect_code(0);
+    let input = turn("t1") + &turn("t2") + &turn("t3");
+    let appended = run_with_stdin(
+        [
+            "append",
+            path_str(&store),
+            "--session",
+            "s",
+            "--seal-key",
+            path_str(&key),
+        ],
+        &input,
+    );
+    appended.expect_code(0);
+    assert!(
+        appended.stdout.contains(r#"{"seq": 3, "seal": 4}"#),
+        "{}",
+        appended.stdout
+    );
+    (store, key)
+}
+
+/// A folder store with session `s`: three turns, each followed by an
+/// unsigned `sessionlog seal`.
+fn unsigned_store(dir: &Path) -> PathBuf {
+    let store = dir.join("store");
+    run(["create", path_str(&store), "--session", "s", "--cwd", "/w"]).expect_code(0);
+    for turn_id in ["t1", "t2", "t3"] {
+        run_with_stdin(
+            ["append", path_str(&store), "--session", "s"],
+            &turn(turn_id),
+        )
+        .expect_code(0);
+        run(["seal", path_str(&store), "--session", "s"]).expect_code(0);
+    }
+    store
+}
+
+fn log_path(store: &Path) -> PathBuf {
+    store.join("s.jsonl")
+}
+
+/// The bodies of a log's lines (header first).
+fn bodies(log: &Path) -> Vec<String> {
+    let text = ok(std::fs::read_to_string(log));
+    text.lines()
+        .map(|line| {
+            let cut = line
+                .rfind(",\"crc\":")
+                .unwrap_or_else(|| panic!("no CRC member in {line}"));
+            line[..cut].to_owned()
+        })
+        .collect()
+}
+
+/// Writes `bodies` back as session `session`'s log, every CRC recomputed.
+fn write_bodies(log: &Path, session: &str, bodies: &[String]) {
+    let text: String = bodies.iter().map(|body| sign(session, body)).collect();
+    ok(std::fs::write(log, text));
+}
+
+/// The chain values c0..cn of a log's bodies, by the format's definition.
+fn chain(bodies: &[String]) -> Vec<[u8; 32]> {
+    let mut values: Vec<[u8; 32]> = Vec::with_capacity(bodies.len());
+    for (index, body) in bodies.iter().enumerate() {
+        let mut hasher = Sha256::new();
+        match values.last() {
+            None => {
+                hasher.update(b"sessionlog-chain-v1\x00");
+            }
+            Some(previous) => {
+                hasher.update([1u8]);
+                hasher.update(previous);
+            }
+        }
+        hasher.update(body.as_bytes());
+        values.push(hasher.finalize().into());
+        debug_assert_eq!(values.len(), index + 1);
+    }
+    values
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Rewrites every seal's `chain` to the chain recomputed over the bodies
+/// before it, leaving its key and signature as they were (what someone
+/// who edits the log and wants the seals to match would do).
+fn rechain_seals(bodies: &mut [String]) {
+    for index in 1..bodies.len() {
+        if !bodies[index].contains(r#""type":"seal""#) {
+            continue;
+        }
+        let value = chain(&bodies[..index]);
+        let fresh = format!("sha256:{}", hex(&value[index - 1]));
+        let start = bodies[index]
+            .find("\"chain\":\"")
+            .unwrap_or_else(|| panic!("a seal has a chain"))
+            + "\"chain\":\"".len();
+        let end = start + "sha256:".len() + 64;
+        bodies[index].replace_range(start..end, &fresh);
+    }
+}
+
+fn verify(store: &Path, extra: &[&str]) -> Run {
+    let mut args = vec!["verify", path_str(store)];
+    args.extend_from_slice(extra);
+    run(args)
+}
+
+#[test]
+fn a_sealed_log_verifies_against_its_trust_file_and_as_sealed() {
+    let dir = ok(tempfile::tempdir());
+    let (store, key) = signed_store(dir.path());
+    let public = format!("{}.pub", path_str(&key));
+    verify(&store, &["--trust", &public]).expect_code(0);
+    // The writer sealed right after the last turn/end: nothing unsealed.
+    verify(&store, &["--require-sealed"]).expect_code(0);
+    let mode = std::os::unix::fs::PermissionsExt::mode(&ok(std::fs::metadata(&key)).permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    // The secret is never printed: keygen's output names the public key only.
+    let secret = ok(std::fs::read_to_string(&key));
+    let secret = secret.trim().trim_start_matches("ed25519-secret:");
+    let again = run(["keygen", path_str(&dir.path().join("other.key"))]);
+    assert!(!again.stdout.contains(secret) && !again.stderr.contains(secret));
+    // A key file is never replaced.
+    run(["keygen", path_str(&key)]).expect_code(1);
+}
+
+#[test]
+fn a_record_edited_before_a_seal_with_its_crc_recomputed_fails_the_seal() {
+    let dir = ok(tempfile::tempdir());
+    let (store, _) = signed_store(dir.path());
+    let log = log_path(&store);
+    let mut bodies = bodies(&log);
+    bodies[2] = bodies[2].replace("do t1", "do t9");
+    write_bodies(&log, "s", &bodies);
+    let verdict = verify(&store, &[]);
+    verdict.expect_code(7);
+    assert!(
+        verdict.stdout.contains("seq 4") && verdict.stdout.contains("recompute"),
+        "{}",
+        verdict.stdout
+    );
+}
+
+#[test]
+fn a_record_deleted_and_later_seqs_renumbered_fails_the_seal() {
+    let dir = ok(tempfile::tempdir());
+    let (store, _) = signed_store(dir.path());
+    let log = log_path(&store);
+    let mut bodies = bodies(&log);
+    // Delete the first turn's message (seq 2) and renumber what follows.
+    bodies.remove(2);
+    for (index, body) in bodies.iter_mut().enumerate().skip(2) {
+        let old = format!("{{\"seq\":{},", index + 1);
+        assert!(body.starts_with(&old), "{body}");
+        *body = body.replacen(&old, &format!("{{\"seq\":{index},"), 1);
+    }
+    write_bodies(&log, "s", &bodies);
+    verify(&store, &[]).expect_code(7);
+}
+
+#[test]
+fn an_unsigned_seal_rewritten_to_match_passes_alone_and_fails_an_older_anchor() {
+    let dir = ok(tempfile::tempdir());
+    let store = unsigned_store(dir.path());
+    let anchor = dir.path().join("anchor.jsonl");
+    let head = run(["head", path_str(&store)]);
+    head.expect_code(0);
+    ok(std::fs::write(&anchor, &head.stdout));
+    let log = log_path(&store);
+    let mut bodies = bodies(&log);
+    bodies[2] = bodies[2].replace("do t1", "do t9");
+    rechain_seals(&mut bodies);
+    write_bodies(&log, "s", &bodies);
+    // Nothing inside the log can tell: an unsigned seal vouches for nothing
+    // but the log's own consistency.
+    verify(&store, &[]).expect_code(0);
+    let anchored = verify(&store, &["--anchor", path_str(&anchor)]);
+    anchored.expect_code(7);
+    assert!(anchored.stdout.contains("anchor"), "{}", anchored.stdout);
+}
+
+#[test]
+fn a_signed_seal_rewritten_without_resigning_fails_its_signature() {
+    let dir = ok(tempfile::tempdir());
+    let (store, _) = signed_store(dir.path());
+    let log = log_path(&store);
+    let mut bodies = bodies(&log);
+    bodies[2] = bodies[2].replace("do t1", "do t9");
+    rechain_seals(&mut bodies);
+    write_bodies(&log, "s", &bodies);
+    let verdict = verify(&store, &[]);
+    verdict.expect_code(7);
+    assert!(verdict.stdout.contains("signature"), "{}", verdict.stdout);
+}
+
+#[test]
+fn a_log_resigned_with_another_key_passes_alone_and_fails_the_trust_file() {
+    let dir = ok(tempfile::tempdir());
+    let (store, key) = signed_store(dir.path());
+    let log = log_path(&store);
+    let mut bodies = bodies(&log);
+    bodies[2] = bodies[2].replace("do t1", "do t9");
+    // The forger rebuilds every seal from scratch and signs with a key of
+    // its own.
+    let forger = SealSecretKey::from_seed([42; 32]);
+    let session = id("s");
+    for index in 1..bodies.len() {
+        if !bodies[index].contains(r#""type":"seal""#) {
+            continue;
+        }
+        let value = chain(&bodies[..index]);
+        let chain_value = ok(sessionlog_schema::ChainValue::parse(&format!(
+            "sha256:{}",
+            hex(&value[index - 1])
+        )));
+        let seal =
+            sessionlog_schema::Seal::new(&session, index as u64 - 1, chain_value, Some(&forger));
+        let data_at = bodies[index]
+            .find(",\"data\":")
+            .unwrap_or_else(|| panic!("a record has data"));
+        bodies[index] = format!(
+            "{},\"data\":{}",
+            &bodies[index][..data_at],
+            seal.to_data_json()
+        );
+    }
+    write_bodies(&log, "s", &bodies);
+    verify(&store, &[]).expect_code(0);
+    let public = format!("{}.pub", path_str(&key));
+    let trusted = verify(&store, &["--trust", &public]);
+    trusted.expect_code(7);
+    assert!(
+        trusted.stdout.contains(&forger.public_key().to_string())
+            && trusted.stdout.contains("not in the trust file"),
+        "{}",
+        trusted.stdout
+    );
+}
+
+#[test]
+fn the_last_seal_and_later_records_cut_off_fail_the_anchor_and_require_sealed() {
+    let dir = ok(tempfile::tempdir());
+    let (store, _) = signed_store(dir.path());
+    let anchor = dir.path().join("anchor.jsonl");
+    let head = run(["head", path_str(&store)]);
+    ok(std::fs::write(&anchor, &head.stdout));
+    let log = log_path(&store);
+    let mut bodies = bodies(&log);
+    // Keep through the second seal (seq 8) and two events of the third
+    // turn: the third turn's end and its seal are gone.
+    bodies.truncate(1 + 10);
+    write_bodies(&log, "s", &bodies);
+    verify(&store, &[]).expect_code(0);
+    let anchored = verify(&store, &["--anchor", path_str(&anchor)]);
+    anchored.expect_code(7);
+    assert!(anchored.stdout.contains("shorter"), "{}", anchored.stdout);
+    let sealed = verify(&store, &["--require-sealed"]);
+    sealed.expect_code(7);
+    assert!(
+        sealed.stdout.contains("after its last seal"),
+        "{}",
+        sealed.stdout
+    );
+    // A whole session deleted is caught by the anchor too.
+    ok(std::fs::remove_file(&log));
+    run(["create", path_str(&store), "--session", "other"]).expect_code(0);
+    let missing = verify(&store, &["--anchor", path_str(&anchor)]);
+    missing.expect_code(7);
+    assert!(missing.stdout.contains("missing"), "{}", missing.stdout);
+}
+
+#[test]
+fn seal_failures_rank_below_corruption_and_above_rule_violations() {
+    let dir = ok(tempfile::tempdir());
+    let (store, _) = signed_store(dir.path());
+    let log = log_path(&store);
+    let mut bodies = bodies(&log);
+    // A seal failure (an edited message) and a rule violation (a turn/end
+    // naming no open turn, appended after the last seal): 7 wins over 4.
+    bodies[2] = bodies[2].replace("do t1", "do t9");
+    let next = bodies.len();
+    bodies.push(format!(
+        r#"{{"seq":{next},"ts":1,"type":"turn/end","data":{{"turnId":"none"}}"#
+    ));
+    write_bodies(&log, "s", &bodies);
+    let both = verify(&store, &["--json"]);
+    both.expect_code(7);
+    assert!(
+        both.stdout.contains("\"sealFailures\":[{"),
+        "{}",
+        both.stdout
+    );
+    assert!(both.stdout.contains("\"violations\":[{"), "{}", both.stdout);
+    // Damage followed by an intact record is corruption: 2 wins over 7.
+    let mut text = ok(std::fs::read_to_string(&log));
+    let second_line = text.find('\n').unwrap_or(0) + 1;
+    text.insert_str(second_line, "garbage\n");
+    ok(std::fs::write(&log, text));
+    verify(&store, &[]).expect_code(2);
+}
+
+#[test]
+fn a_child_inherits_seals_for_shape_and_seals_its_own_chain_from_its_header() {
+    let dir = ok(tempfile::tempdir());
+    let (store, key) = signed_store(dir.path());
+    let public = format!("{}.pub", path_str(&key));
+    run([
+        "fork",
+        path_str(&store),
+        "--session",
+        "s",
+        "--child",
+        "kid",
+        "--prompt",
+        "go",
+    ])
+    .expect_code(0);
+    // The inherited seals vouched for the parent's chain; the child's own
+    // chain starts from its own header, so they are checked for shape only.
+    verify(&store, &["--session", "kid", "--trust", &public]).expect_code(0);
+    let unsealed = verify(&store, &["--session", "kid", "--require-sealed"]);
+    unsealed.expect_code(7);
+    assert!(
+        unsealed.stdout.contains("no seal of its own"),
+        "{}",
+        unsealed.stdout
+    );
+    // An inherited seal whose shape breaks the rules is still a violation
+    // (before the child seals: its own seal would cover the edit).
+    let kid_log = store.join("kid.jsonl");
+    let original = bodies(&kid_log);
+    let mut kid = original.clone();
+    let inherited = kid
+        .iter()
+        .position(|body| body.contains(r#""type":"seal""#))
+        .unwrap_or_else(|| panic!("the child inherits seals"));
+    kid[inherited] = kid[inherited].replace("\"chain\":\"sha256:", "\"chain\":\"sha512:");
+    write_bodies(&kid_log, "kid", &kid);
+    verify(&store, &["--session", "kid"]).expect_code(4);
+    write_bodies(&kid_log, "kid", &original);
+    run([
+        "seal",
+        path_str(&store),
+        "--session",
+        "kid",
+        "--key",
+        path_str(&key),
+    ])
+    .expect_code(0);
+    verify(
+        &store,
+        &["--session", "kid", "--require-sealed", "--trust", &public],
+    )
+    .expect_code(0);
+    // The child's seal carries the chain of its own header and every event
+    // before it, seeded ones included.
+    let bodies = bodies(&store.join("kid.jsonl"));
+    let values = chain(&bodies[..bodies.len() - 1]);
+    let last = bodies.last().map_or("", String::as_str);
+    assert!(
+        last.contains(&format!(
+            "\"chain\":\"sha256:{}\"",
+            hex(&values[values.len() - 1])
+        )),
+        "{last}"
+    );
+}
+
+#[test]
+fn both_backends_give_the_same_head_and_catch_an_edited_sqlite_row() {
+    let dir = ok(tempfile::tempdir());
+    let (store, key) = signed_store(dir.path());
+    let public = format!("{}.pub", path_str(&key));
+    let database = dir.path().join("copy.db");
+    run(["migrate", path_str(&store), path_str(&database)]).expect_code(0);
+    let jsonl_head = run(["head", path_str(&store)]);
+    let sqlite_head = run(["head", path_str(&database)]);
+    jsonl_head.expect_code(0);
+    sqlite_head.expect_code(0);
+    assert_eq!(jsonl_head.stdout, sqlite_head.stdout);
+    let anchor = dir.path().join("anchor.jsonl");
+    ok(std::fs::write(&anchor, &jsonl_head.stdout));
+    verify(
+        &database,
+        &["--trust", &public, "--anchor", path_str(&anchor)],
+    )
+    .expect_code(0);
+    // Someone with write access to the database edits a message and
+    // recomputes the row's CRC.
+    let connection = ok(rusqlite::Connection::open(&database));
+    let body: String = ok(connection.query_row(
+        "SELECT body FROM events WHERE session_id = 's' AND seq = 2",
+        [],
+        |row| row.get(0),
+    ));
+    let edited = body.replace("do t1", "do t9");
+    let crc = crate::support::spec_crc("s", edited.as_bytes());
+    ok(connection.execute(
+        "UPDATE events SET body = ?1, crc = ?2 WHERE session_id = 's' AND seq = 2",
+        rusqlite::params![edited, i64::from(crc)],
+    ));
+    drop(connection);
+    let verdict = verify(&database, &[]);
+    verdict.expect_code(7);
+    assert!(verdict.stdout.contains("seq 4"), "{}", verdict.stdout);
+}
+
+/// `replay` of session `s` laid out for a terminal wide enough that no
+/// summary wraps.
+fn wide_replay(store: &Path) -> Run {
+    let mut command = sessionlog(["replay", path_str(store), "--session", "s"]);
+    command.env("COLUMNS", "400");
+    run_command(command, None)
+}
+
+#[test]
+fn replay_and_report_show_seals_and_mark_a_failed_one() {
+    let dir = ok(tempfile::tempdir());
+    let (store, key) = signed_store(dir.path());
+    let public = format!("{}.pub", path_str(&key));
+    let replay = wide_replay(&store);
+    replay.expect_code(0);
+    assert!(
+        replay
+            .stdout
+            .contains("sealed through seq 3, signed by ed25519:"),
+        "{}",
+        replay.stdout
+    );
+    let html = dir.path().join("report.html");
+    run([
+        "report",
+        path_str(&store),
+        "--html",
+        path_str(&html),
+        "--trust",
+        &public,
+    ])
+    .expect_code(0);
+    let page = ok(std::fs::read_to_string(&html));
+    assert!(page.contains("sealed through seq 11"), "no seal status");
+    assert!(page.contains("every seal is signed by a key of the trust file"));
+    let log = log_path(&store);
+    let mut bodies = bodies(&log);
+    bodies[2] = bodies[2].replace("do t1", "do t9");
+    write_bodies(&log, "s", &bodies);
+    let replay = wide_replay(&store);
+    replay.expect_code(7);
+    assert!(replay.stdout.contains("SEAL FAILED"), "{}", replay.stdout);
+    run(["report", path_str(&store), "--html", path_str(&html)]).expect_code(7);
+    let page = ok(std::fs::read_to_string(&html));
+    assert!(page.contains("SEAL FAILURE") && page.contains("seal-failed"));
+}
+
+/// Builds a log through the writer: `events` turns' worth of events, a
+/// seal (signed or not) after each event whose index is in `seal_after`.
+fn written_log(
+    dir: &Path,
+    turns: usize,
+    seal_after: &[usize],
+    signed: bool,
+) -> (PathBuf, sessionlog_schema::ChainValue) {
+    let store = ok(JsonlStore::open(dir));
+    let header = SessionHeader::root(id("p"), 1, "/w".to_owned());
+    ok(store.create(&header, &[], Durability::Buffered));
+    let options = WriterOptions {
+        durability: Durability::Buffered,
+        keep_snapshot: false,
+        seal_turns: SealTurns::Off,
+    };
+    let mut writer = ok(Store::Jsonl(store).open_writer(&id("p"), options));
+    let key = SealSecretKey::from_seed([5; 32]);
+    let mut index = 0;
+    for turn_index in 0..turns {
+        for line in turn(&format!("t{turn_index}")).lines() {
+            let value: serde_json::Value = ok(serde_json::from_str(line));
+            let event = sessionlog_store::NewEvent::new(
+                value["type"].as_str().unwrap_or_default(),
+                value["data"].to_string(),
+            );
+            ok(writer.append(event, None));
+            if seal_after.contains(&index) {
+                ok(writer.seal(signed.then_some(&key), None));
+            }
+            index += 1;
+        }
+    }
+    (dir.join("p.jsonl"), writer.state().chain())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn the_running_chain_is_the_recomputed_one_and_any_sealed_byte_changed_is_caught(
+        turns in 1usize..5,
+        seal_after in prop::collection::vec(0usize..15, 1..4),
+        signed in any::<bool>(),
+        pick in any::<u64>(),
+        replacement in 0x20u8..0x7f,
+    ) {
+        let dir = ok(tempfile::tempdir());
+        let (log, running) = written_log(dir.path(), turns, &seal_after, signed);
+        let bodies = bodies(&log);
+        let values = chain(&bodies);
+        prop_assert_eq!(running.as_bytes(), &values[values.len() - 1]);
+        // Every seal carries the recomputed chain through the seq before it.
+        let mut last_sealed = None;
+        for (index, body) in bodies.iter().enumerate().skip(1) {
+            if body.contains(r#""type":"seal""#) {
+                let expected = format!("\"chain\":\"sha256:{}\"", hex(&values[index - 1]));
+                prop_assert!(body.contains(&expected));
+                last_sealed = Some(index - 1);
+            }
+        }
+        let Some(last_sealed) = last_sealed else {
+            // No seal landed (every position was past the log's end).
+            return Ok(());
+        };
+        // Change one byte of one sealed body (header included), CRC
+        // recomputed: verify must not pass.
+        let line = (pick % (last_sealed as u64 + 1)) as usize;
+        let mut changed = bodies.clone();
+        let bytes = changed[line].as_bytes().to_vec();
+        let at = ((pick >> 8) % bytes.len() as u64) as usize;
+        prop_assume!(bytes[at] != replacement);
+        let mut bytes = bytes;
+        bytes[at] = replacement;
+        changed[line] = ok(String::from_utf8(bytes));
+        write_bodies(&log, "p", &changed);
+        let code = run(["verify", path_str(&log)]).code;
+        prop_assert!(code == 2 || code == 4 || code == 7, "verify exited {} after byte {} of line {} changed", code, at, line);
+    }
+}
+
+/// The log of docs/seal-test-vector.md, written by the library's writer
+/// from fixed inputs (Ed25519 signatures are deterministic).
+fn vector_log(dir: &Path) -> String {
+    let store = ok(JsonlStore::open(dir));
+    let header = SessionHeader::root(id("vector-1"), 1_767_225_600_000, "/work/demo".to_owned());
+    ok(store.create(&header, &[], Durability::Buffered));
+    let key = SealSecretKey::from_seed(vector_seed());
+    let store = Store::Jsonl(store);
+    let options = |seal_turns| WriterOptions {
+        durability: Durability::Buffered,
+        keep_snapshot: false,
+        seal_turns,
+    };
+    let mut writer = ok(store.open_writer(&id("vector-1"), options(SealTurns::Signed(key))));
+    let mut ts = 1_767_225_600_000;
+    let mut event = |writer: &mut sessionlog_store::SessionWriter, event_type: &str, data: &str| {
+        ts += 1_000;
+        ok(writer.append(
+            sessionlog_store::NewEvent {
+                event_type: event_type.to_owned(),
+                data: data.to_owned(),
+                ts: Some(ts),
+            },
+            None,
+        ));
+    };
+    event(&mut writer, "turn/start", r#"{"turnId":"t1"}"#);
+    event(
+        &mut writer,
+        "message",
+        r#"{"role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"Hello"}]}"#,
+    );
+    event(&mut writer, "turn/end", r#"{"turnId":"t1"}"#);
+    drop(writer);
+    // The second turn is sealed unsigned.
+    let mut writer = ok(store.open_writer(&id("vector-1"), options(SealTurns::Unsigned)));
+    event(&mut writer, "turn/start", r#"{"turnId":"t2"}"#);
+    event(&mut writer, "turn/end", r#"{"turnId":"t2"}"#);
+    drop(writer);
+    ok(std::fs::read_to_string(dir.join("vector-1.jsonl")))
+}
+
+/// The test vector's key seed: the bytes 0, 1, …, 31.
+fn vector_seed() -> [u8; 32] {
+    std::array::from_fn(|index| index as u8)
+}
+
+#[test]
+fn the_seal_test_vector_in_docs_is_what_the_writer_writes_and_checks_out() {
+    let dir = ok(tempfile::tempdir());
+    let log = vector_log(dir.path());
+    let bodies: Vec<String> = log
+        .lines()
+        .map(|line| line[..line.rfind(",\"crc\":").unwrap_or(line.len())].to_owned())
+        .collect();
+    let values = chain(&bodies);
+    let key = SealSecretKey::from_seed(vector_seed());
+    let mut text = String::new();
+    text.push_str("# Seal test vector\n\n");
+    text.push_str(
+        "A small sealed log for another implementation of seals to check itself\n\
+         against (the rules are in docs/FORMAT.md, \"Seals\"). Everything here is\n\
+         recomputed by a test (`tests/integration/seals.rs`), so it stays true.\n\n",
+    );
+    text.push_str("## Key\n\n");
+    text.push_str("- seed: the 32 bytes 0x00, 0x01, …, 0x1f\n");
+    text.push_str(&format!(
+        "- secret key file (`sessionlog keygen`): `{}`\n",
+        key.to_file_text().trim_end()
+    ));
+    text.push_str(&format!(
+        "- public key (a trust file line): `{}`\n\n",
+        key.public_key()
+    ));
+    text.push_str("## The log (`vector-1.jsonl`)\n\n```\n");
+    text.push_str(&log);
+    text.push_str("```\n\n## Chain values\n\n| seq | record | chain |\n|---:|---|---|\n");
+    for (seq, (body, value)) in bodies.iter().zip(&values).enumerate() {
+        let kind = if seq == 0 {
+            "header".to_owned()
+        } else {
+            let value: serde_json::Value = ok(serde_json::from_str(&format!("{body}}}")));
+            value["type"].as_str().unwrap_or_default().to_owned()
+        };
+        text.push_str(&format!("| {seq} | {kind} | `sha256:{}` |\n", hex(value)));
+    }
+    text.push_str("\n## Seals\n\n");
+    for (seq, body) in bodies.iter().enumerate().skip(1) {
+        if !body.contains(r#""type":"seal""#) {
+            continue;
+        }
+        let through = seq - 1;
+        let message = format!(
+            "sessionlog-seal-v1\nvector-1\n{through}\nsha256:{}\n",
+            hex(&values[through])
+        );
+        let signed = if body.contains("\"sig\":") {
+            "signed by the key above"
+        } else {
+            "unsigned"
+        };
+        text.push_str(&format!(
+            "- seq {seq}, {signed}, covers seq 0–{through}; the signed message (UTF-8, `\\n` = 0x0a) is `{}`\n",
+            message.replace('\n', "\\n")
+        ));
+        // Each seal carries the chain recomputed here, and a signed one
+        // verifies over exactly this message.
+        assert!(body.contains(&format!("\"chain\":\"sha256:{}\"", hex(&values[through]))));
+        if let Some(at) = body.find("\"sig\":\"") {
+            let sig_text = &body[at + 7..body.len() - 2];
+            let data: serde_json::Value = ok(serde_json::from_str(&format!("{body}}}")));
+            let seal: sessionlog_schema::Seal = ok(serde_json::from_value(data["data"].clone()));
+            let signature = seal
+                .signature
+                .unwrap_or_else(|| panic!("{sig_text} is a signature"));
+            assert_eq!(signature.key, key.public_key());
+            assert_eq!(signature.verify(message.as_bytes()), Ok(()));
+        }
+    }
+    expect_test::expect_file!["../../docs/seal-test-vector.md"].assert_eq(&text);
+    let copy = dir.path().join("copy.jsonl");
+    ok(std::fs::write(&copy, &log));
+    let public = dir.path().join("vector.pub");
+    ok(std::fs::write(&public, format!("{}\n", key.public_key())));
+    // The second turn's seal is unsigned: the trust file refuses it.
+    run(["verify", path_str(&copy), "--trust", path_str(&public)]).expect_code(7);
+    run(["verify", path_str(&copy), "--require-sealed"]).expect_code(0);
+}
+
+/// The first ten records of the example auto-review session (its step
+/// open, its request header written), in a folder of their own.
+fn open_step_log(dir: &Path) -> PathBuf {
+    let example = ok(std::fs::read_to_string(
+        crate::cli_support::workspace_root().join("examples/sessions/auto-review.jsonl"),
+    ));
+    let prefix: String = example.split_inclusive('\n').take(10).collect();
+    let log = dir.join("auto-review.jsonl");
+    ok(std::fs::write(&log, prefix));
+    log
+}
+
+#[test]
+fn a_sealed_log_still_reviews_and_a_tampered_one_is_refused_with_exit_7() {
+    const PENDING: &str =
+        r#"{"callId":"call-9","stepId":"step-1","name":"shell","arguments":{"command":"ls"}}"#;
+    let dir = ok(tempfile::tempdir());
+    let log = open_step_log(dir.path());
+    let pending = dir.path().join("pending.json");
+    ok(std::fs::write(&pending, PENDING));
+    let request = |log: &Path| {
+        run([
+            "review-request",
+            path_str(log),
+            "--pending",
+            path_str(&pending),
+        ])
+    };
+    let unsealed = request(&log);
+    unsealed.expect_code(0);
+    let key = dir.path().join("runtime.key");
+    run(["keygen", path_str(&key)]).expect_code(0);
+    run([
+        "seal",
+        path_str(&log),
+        "--session",
+        "auto-review",
+        "--key",
+        path_str(&key),
+    ])
+    .expect_code(0);
+    verify(&log, &["--require-sealed"]).expect_code(0);
+    // A seal changes no projection and is no message: the reviewer is
+    // asked exactly what it was asked before.
+    let sealed = request(&log);
+    sealed.expect_code(0);
+    assert_eq!(sealed.stdout, unsealed.stdout);
+
+    // The user's words edited under the seal, the CRC recomputed: the
+    // request is refused as an invalid log, with the seal's exit code,
+    // and so is an audit of past decisions (before any reviewer is asked).
+    let mut edited = bodies(&log);
+    edited[6] = edited[6].replace("find out why and fix it", "delete the ledger tests");
+    write_bodies(&log, "auto-review", &edited);
+    let refused = request(&log);
+    refused.expect_code(7);
+    assert!(refused.stdout.contains("INVALID_LOG"), "{}", refused.stdout);
+    assert!(
+        refused.stdout.contains("seq 10 (seal)"),
+        "{}",
+        refused.stdout
+    );
+    let mut audit = crate::cli_support::sessionlog(["review-audit"]);
+    audit
+        .arg(&log)
+        .args(["--endpoint", "http://127.0.0.1:9/v1"])
+        .env("SESSIONLOG_REVIEWER_KEY", "sk-test");
+    let audited = crate::cli_support::run_command(audit, None);
+    audited.expect_code(7);
+    assert!(
+        audited.stderr.contains("seq 10 (seal)"),
+        "{}",
+        audited.stderr
+    );
+}

@@ -1,0 +1,164 @@
+//! `sessionlog keygen`, `seal` and `head`: seal keys, seals, and the chain
+//! values an auditor keeps elsewhere as anchors.
+//!
+//! A secret key file is created with mode 0600 and its secret is never
+//! printed; only its public key is.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use sessionlog_projections::Anchor;
+use sessionlog_schema::SealSecretKey;
+use sessionlog_store::{chain_head, WriterOptions};
+
+use crate::cli::SessionArgs;
+use crate::target::Target;
+use crate::{exit, UsageError};
+
+/// Runs `keygen FILE`.
+pub fn keygen(file: &Path, json: bool) -> Result<u8> {
+    let public_file = public_key_path(file);
+    for path in [file, public_file.as_path()] {
+        if path.symlink_metadata().is_ok() {
+            return Err(UsageError(format!(
+                "{} exists; keygen never replaces a key file",
+                path.display()
+            ))
+            .into());
+        }
+    }
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed)
+        .map_err(|error| anyhow::anyhow!("no randomness for a new key: {error}"))?;
+    let key = SealSecretKey::from_seed(seed);
+    write_new_file(file, 0o600, key.to_file_text().as_bytes())?;
+    let public_key = key.public_key();
+    write_new_file(&public_file, 0o644, format!("{public_key}\n").as_bytes())?;
+    if json {
+        crate::terminal::print_json_line(
+            &serde_json::json!({
+                "secretKeyFile": file.display().to_string(),
+                "publicKeyFile": public_file.display().to_string(),
+                "publicKey": public_key.to_string(),
+            })
+            .to_string(),
+        )?;
+    } else {
+        crate::outln!(
+            "wrote the secret key to {} (mode 0600) and the public key {public_key} to {}",
+            file.display(),
+            public_file.display()
+        )?;
+    }
+    Ok(exit::OK)
+}
+
+/// Runs `seal STORE --session ID [--key FILE]`.
+pub fn seal(args: &SessionArgs, key_file: Option<&Path>, json: bool) -> Result<u8> {
+    let key = key_file.map(read_secret_key).transpose()?;
+    let target = Target::open_for_writing(&args.store)?;
+    let session = target.session(args.session.as_deref())?;
+    let options = WriterOptions {
+        keep_snapshot: false,
+        ..WriterOptions::default()
+    };
+    let mut writer = target.writer(&session, options)?;
+    let through_seq = writer.next_seq() - 1;
+    let chain = writer.state().chain();
+    let seq = writer.seal(key.as_ref(), None)?.get();
+    let public_key = key.as_ref().map(|key| key.public_key().to_string());
+    if json {
+        crate::terminal::print_json_line(
+            &serde_json::json!({
+                "session": session.id.as_str(),
+                "seq": seq,
+                "throughSeq": through_seq,
+                "chain": chain.to_string(),
+                "key": public_key,
+            })
+            .to_string(),
+        )?;
+    } else {
+        crate::outln!(
+            "{}: sealed through seq {through_seq} at seq {seq} ({chain}), {}",
+            session.label,
+            public_key.map_or("unsigned".to_owned(), |key| format!("signed by {key}"))
+        )?;
+    }
+    Ok(exit::OK)
+}
+
+/// Runs `head STORE [--session ID]`: one anchor line per session, for the
+/// last record of its good prefix.
+pub fn head(args: &SessionArgs) -> Result<u8> {
+    let target = Target::open(&args.store)?;
+    let sessions = target.sessions(args.session.as_deref())?;
+    let mut stdout = crate::terminal::stdout(crate::terminal::Mode::Json);
+    let mut code = exit::OK;
+    for session in &sessions {
+        match head_of(&target, session) {
+            Ok(anchor) => {
+                writeln!(stdout, "{}", anchor.to_json_line())?;
+                stdout.flush()?;
+            }
+            Err(error) => {
+                let error_code = crate::exit_code(&error);
+                crate::errln!("sessionlog: {}: {error:#}", session.label);
+                code = exit::worst(code, error_code);
+                if !matches!(error_code, exit::CORRUPT) {
+                    return Err(error);
+                }
+            }
+        }
+    }
+    Ok(code)
+}
+
+/// The chain value of a session's good prefix, read once.
+fn head_of(target: &Target, session: &crate::target::SessionRef) -> Result<Anchor> {
+    let (anchor, torn_tail) = chain_head(target.stream(session)?)?;
+    if let Some(torn) = torn_tail {
+        crate::warn(format!(
+            "{}: the head is the good prefix's; ignoring a torn tail of {} bytes at line {} (byte offset {}): {}",
+            session.label, torn.bytes, torn.position.line, torn.position.offset, torn.reason
+        ));
+    }
+    Ok(anchor)
+}
+
+/// Reads a secret key file written by `keygen`.
+pub fn read_secret_key(path: &Path) -> Result<SealSecretKey> {
+    let bytes = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        UsageError(format!(
+            "{}: a secret key file is UTF-8 text",
+            path.display()
+        ))
+    })?;
+    SealSecretKey::parse_file(&text)
+        .map_err(|error| UsageError(format!("{}: {error}", path.display())).into())
+}
+
+/// `FILE.pub` beside `FILE`.
+fn public_key_path(file: &Path) -> PathBuf {
+    let mut name = file.as_os_str().to_owned();
+    name.push(".pub");
+    PathBuf::from(name)
+}
+
+/// Creates `path` (never replacing a file or following a link) with `mode`
+/// and `contents`, synced.
+fn write_new_file(path: &Path, mode: u32, contents: &[u8]) -> Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .with_context(|| format!("create {}", path.display()))?;
+    file.write_all(contents)
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("write {}", path.display()))?;
+    Ok(())
+}
