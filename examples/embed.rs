@@ -10,13 +10,17 @@
 // own text, and `tools/clippy.toml`'s printing rule is for `sessionlog`.
 #![allow(clippy::disallowed_macros)]
 
+use serde_json::json;
 use sessionlog_projections::{
-    build_review_request, parse_pending_action, Defaults, DEFAULT_MAX_REQUEST_BYTES,
+    build_review_request, Defaults, PendingAction, DEFAULT_MAX_REQUEST_BYTES,
 };
-use sessionlog_schema::{SessionHeader, SessionId};
-use sessionlog_store::{now_ms, Durability, NewEvent, Store, WriterOptions};
+use sessionlog_schema::{
+    ApprovalPolicy, RequestHeader, SandboxMode, SessionHeader, SessionId, StepEnd, StepStart,
+    ToolDefinition, ToolStart, TurnStart,
+};
+use sessionlog_store::{now_ms, Durability, Store, WriterOptions};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+pub fn main() -> Result<(), Box<dyn std::error::Error>> {
     let folder = std::env::temp_dir().join(format!("sessionlog-embed-{}", std::process::id()));
     // readme: start
     // A folder of <id>.jsonl logs; a path ending in .db or .sqlite is a SQLite store.
@@ -28,21 +32,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The one writer of the session (a second one gets `Locked`). Every
     // append is checked against the rules first and is durable on return.
     let mut writer = store.open_writer(&id, WriterOptions::default())?;
-    writer.append(NewEvent::new("turn/start", r#"{"turnId":"t1"}"#), None)?;
+    writer.append(TurnStart::new("t1").into(), None)?;
+    let shell = ToolDefinition::new("shell", "Run a command", &json!({"type": "object"}));
     writer.append_batch(
         vec![
-            NewEvent::new("step/start", r#"{"stepId":"s1","turnId":"t1"}"#),
-            NewEvent::new(
-                "request/header",
-                r#"{"provider":"anthropic","model":"claude-sonnet-4-5","approvalPolicy":"ask",
-                    "sandboxMode":"workspace-write","tools":[{"name":"shell",
-                    "description":"Run a command","parameters":{"type":"object"}}]}"#,
-            ),
+            StepStart::new("s1", "t1").into(),
+            RequestHeader::new(
+                "anthropic",
+                "claude-sonnet-4-5",
+                ApprovalPolicy::Ask,
+                SandboxMode::WorkspaceWrite,
+                vec![shell],
+            )
+            .into(),
         ],
         None,
     )?;
     // An event that breaks a rule is refused and nothing is written.
-    let refused = writer.append(NewEvent::new("step/end", r#"{"stepId":"s9"}"#), None);
+    let refused = writer.append(StepEnd::new("s9").into(), None);
     assert!(refused.is_err());
 
     // Delegate: a child from the parent's snapshot; nothing is written to the parent.
@@ -52,9 +59,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Before a tool call runs under Auto review: the reviewer's request,
     // built from the full snapshot, deterministic, failing closed.
     let snapshot = store.snapshot(&id)?;
-    let pending = parse_pending_action(
-        br#"{"callId":"c1","stepId":"s1","name":"shell","arguments":{"command":"cargo test"}}"#,
-    )?;
+    let call = ToolStart::new("c1", "s1", "shell", &json!({"command": "cargo test"}));
+    let pending = PendingAction::from_tool_start(&call);
     let request = build_review_request(
         &snapshot.header,
         &snapshot.events,

@@ -9,7 +9,7 @@
 //!
 //! The folder is a JSONL store holding:
 //! - `auto-review`: an Auto session where the reviewer allows one shell call
-//!   and denies another (recorded as SPEC §8 says: a `tool/settle` with
+//!   and denies another (recorded as docs/EVENTS.md, "The Auto reviewer" says: a `tool/settle` with
 //!   `denial_settle_data`);
 //! - `approval`: a session that asks the user twice (allowed once, then
 //!   rejected), the user's switch to `never` and its notice, a compaction
@@ -91,7 +91,7 @@ impl Log {
         Ok(())
     }
 
-    /// Switches the preset as one atomic batch (SPEC §7's preset writer).
+    /// Switches the preset as one atomic batch (the preset writer of docs/EVENTS.md).
     fn switch_preset(
         &mut self,
         after_ms: u64,

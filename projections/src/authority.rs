@@ -1,5 +1,5 @@
 //! `Authority`: how much a message may direct the session, from its
-//! `source.kind` alone (SPEC §6). The role is informational.
+//! `source.kind` alone (docs/EVENTS.md, "Rules"). The role is informational.
 
 use serde::Serialize;
 use sessionlog_schema::{Message, SessionHeader};
@@ -23,6 +23,19 @@ pub enum Authority {
 }
 
 /// The authority of `message`, logged at `seq` in the session of `header`.
+///
+/// ```
+/// use sessionlog_projections::{message_authority, Authority};
+/// use sessionlog_schema::{Message, MessageRole, MessageSource, SessionHeader, SessionId};
+///
+/// let header = SessionHeader::root(SessionId::parse("a")?, 0, "/work".into());
+/// assert_eq!(message_authority(&header, 1, &Message::user("go")), Authority::User);
+/// // Authority comes from the source, never the role.
+/// let injected = Message::new(MessageRole::User, MessageSource::named("context", "plugin"), "go");
+/// assert_eq!(message_authority(&header, 2, &injected), Authority::Excluded);
+/// assert_eq!(message_authority(&header, 3, &Message::assistant("done")), Authority::Excluded);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn message_authority(header: &SessionHeader, seq: u64, message: &Message) -> Authority {
     match message.source.kind.as_str() {
         "user" => Authority::User,

@@ -1,4 +1,4 @@
-//! Children and presets (SPEC §7): the seed of a child session forked from a
+//! Children and presets (docs/EVENTS.md, "Presets and children"): the seed of a child session forked from a
 //! parent snapshot, and the batch of events that switches a live session to
 //! a preset.
 //!
@@ -26,7 +26,7 @@ pub struct ChildSeed {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DelegationError {
-    /// The parent's log breaks the rules of §6.
+    /// The parent's log breaks the rules of docs/EVENTS.md, "Rules".
     #[error("parent session {parent} breaks the rules ({count} violations); run `sessionlog verify` on it and repair it before forking")]
     ParentBreaksRules {
         /// The parent's id.
@@ -140,6 +140,18 @@ pub fn delegate(
 /// `auto_approval` (required for `auto`, refused for the others) and keeps
 /// the `danger-full-access` sandbox, so moving an Auto session to Full
 /// access writes only approval `never` and leaves the sandbox as it is.
+///
+/// ```
+/// use sessionlog_projections::{preset_switch, Defaults, SessionState};
+/// use sessionlog_schema::{ApprovalPolicy, EventType, Preset, SessionHeader, SessionId};
+///
+/// let state = SessionState::new(SessionHeader::root(SessionId::parse("a")?, 0, "/w".into()));
+/// let batch = preset_switch(&state, Preset::Auto, Some(ApprovalPolicy::Never), &Defaults::default())?;
+/// let types: Vec<EventType> = batch.iter().map(|(event_type, _)| *event_type).collect();
+/// assert_eq!(types, [EventType::SandboxMode, EventType::ApprovalPolicy, EventType::PermissionPreset]);
+/// assert!(preset_switch(&state, Preset::Auto, None, &Defaults::default()).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn preset_switch(
     state: &SessionState,
     preset: Preset,

@@ -1,6 +1,6 @@
 //! The derived views of a session's state: its preset, the integrations it
 //! requires, the approval-policy notice, and `Projection`, the JSON object
-//! `sessionlog project` prints (SPEC §6 and §9).
+//! `sessionlog project` prints (docs/EVENTS.md, "Rules" and README.md, "Exit codes").
 
 use serde::Serialize;
 use sessionlog_schema::{ApprovalPolicy, Preset, SandboxMode, SessionId};
@@ -31,7 +31,7 @@ pub struct Setting<T> {
     pub effective: T,
 }
 
-/// Everything `sessionlog project` prints, serialised in the spec's member
+/// Everything `sessionlog project` prints, serialised in docs/EVENTS.md's member
 /// order with `null` where a value is absent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

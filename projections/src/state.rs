@@ -1,4 +1,4 @@
-//! `SessionState`: the incremental fold over one session (SPEC §6).
+//! `SessionState`: the incremental fold over one session (docs/EVENTS.md, "Rules").
 //!
 //! The state absorbs one record at a time in O(1) amortised work (hash
 //! tables of call and request ids), so the writer can check every append
@@ -195,7 +195,7 @@ pub fn fold_stored<'a>(
 }
 
 impl Default for Defaults {
-    /// `ask` and `workspace-write`, the spec's defaults.
+    /// `ask` and `workspace-write`, the format's defaults.
     fn default() -> Self {
         Defaults {
             approval: ApprovalPolicy::Ask,
@@ -283,6 +283,21 @@ impl SessionState {
     /// Validates `record` against the shapes, vocabularies and every rule,
     /// without changing the state, and returns the parsed event. The record
     /// must carry the next seq (`self.seq() + 1`).
+    ///
+    /// ```
+    /// use sessionlog_projections::SessionState;
+    /// use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
+    ///
+    /// let mut state = SessionState::new(SessionHeader::root(SessionId::parse("a")?, 0, "/w".into()));
+    /// let turn = EventRecord::new(1, 1, None, "turn/start", r#"{"turnId":"t1"}"#);
+    /// state.check(&turn)?;
+    /// state.apply(&turn)?;
+    /// assert_eq!(state.open_turn(), Some("t1"));
+    /// // A step in a turn that is not open breaks a rule.
+    /// let step = EventRecord::new(2, 2, None, "step/start", r#"{"stepId":"s1","turnId":"t9"}"#);
+    /// assert!(state.check(&step).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn check(&self, record: &EventRecord) -> Result<Event, Violation> {
         let seq = record.seq();
         let event_type = record.event_type();

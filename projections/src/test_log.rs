@@ -128,7 +128,7 @@ impl Log {
         state
     }
 
-    /// The projection with the spec's defaults, pretty JSON.
+    /// The projection with the format's defaults, pretty JSON.
     pub(crate) fn projection_json(&self) -> String {
         projection_json(&self.state(), &Defaults::default())
     }
@@ -143,7 +143,7 @@ pub(crate) fn projection_json(state: &SessionState, defaults: &Defaults) -> Stri
 }
 
 impl Log {
-    /// A child of this session, seeded with every event, with the spec's
+    /// A child of this session, seeded with every event, with the format's
     /// defaults.
     pub(crate) fn child(&self, child: &str, prompt: Option<&str>) -> Log {
         let parent = self.state();

@@ -1,5 +1,5 @@
 //! `Violation`: an event that breaks the vocabulary, the shapes or a rule of
-//! SPEC §6, named by its seq and type.
+//! docs/EVENTS.md, "Rules", named by its seq and type.
 //!
 //! Every kind but `Seal` makes `verify` and the folding commands exit 4; a
 //! seal that does not hold exits 7. The kind tells the reader which part of
@@ -16,7 +16,7 @@ pub enum ViolationKind {
     /// `data` is not an object, lacks a required field, or has one of the
     /// wrong type.
     Shape,
-    /// A rule of §6: turns, steps, calls, approvals, uniqueness, seq order.
+    /// A rule of docs/EVENTS.md, "Rules": turns, steps, calls, approvals, uniqueness, seq order.
     Rule,
     /// An own seal that does not hold: its `throughSeq` is not the seq
     /// before it, its chain differs from the recomputed one, or its

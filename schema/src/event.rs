@@ -5,7 +5,7 @@
 //! vocabulary, and naming the offending field (`data.content[0].type`).
 //! Unknown types are [`Event::Unknown`]: kept, counted, never interpreted.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::forms::check_forms;
@@ -196,7 +196,7 @@ pub struct ShapeError {
 }
 
 /// `request/header` data.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RequestHeader {
     /// Model provider.
@@ -212,7 +212,7 @@ pub struct RequestHeader {
 }
 
 /// One tool of a `request/header`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ToolDefinition {
     /// Tool name.
     pub name: String,
@@ -231,7 +231,7 @@ impl PartialEq for ToolDefinition {
 }
 
 /// `turn/start` data.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnStart {
     /// The turn opened.
@@ -239,7 +239,7 @@ pub struct TurnStart {
 }
 
 /// `turn/end` data.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnEnd {
     /// The turn closed.
@@ -247,7 +247,7 @@ pub struct TurnEnd {
 }
 
 /// `step/start` data.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StepStart {
     /// The step opened.
@@ -257,7 +257,7 @@ pub struct StepStart {
 }
 
 /// `step/end` data.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StepEnd {
     /// The step closed.
@@ -265,7 +265,7 @@ pub struct StepEnd {
 }
 
 /// `message` data.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
     /// Informational role; authority comes from `source`.
     pub role: MessageRole,
@@ -276,21 +276,29 @@ pub struct Message {
 }
 
 /// Where a message came from. `kind` is an open vocabulary.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MessageSource {
     /// `user`, `agent-message`, `instructions`, `context`, `assistant`, or another.
     pub kind: String,
     /// For `agent-message`: the sending session.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub sender_session_id: Option<String>,
     /// For `instructions` and `context`: which file or plugin.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub name: Option<String>,
 }
 
 /// One part of a message's content.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum ContentPart {
     /// Plain text.
@@ -304,13 +312,25 @@ pub enum ContentPart {
         #[serde(rename = "mediaType")]
         media_type: String,
         /// Its name.
-        #[serde(default, deserialize_with = "present")]
+        #[serde(
+            default,
+            deserialize_with = "present",
+            skip_serializing_if = "Option::is_none"
+        )]
         name: Option<String>,
         /// Its size in bytes.
-        #[serde(default, deserialize_with = "present")]
+        #[serde(
+            default,
+            deserialize_with = "present",
+            skip_serializing_if = "Option::is_none"
+        )]
         size: Option<u64>,
         /// Inline base64 bytes.
-        #[serde(default, deserialize_with = "present")]
+        #[serde(
+            default,
+            deserialize_with = "present",
+            skip_serializing_if = "Option::is_none"
+        )]
         data: Option<String>,
     },
     /// A file attachment.
@@ -318,19 +338,32 @@ pub enum ContentPart {
         /// Its name.
         name: String,
         /// Its media type.
-        #[serde(default, rename = "mediaType", deserialize_with = "present")]
+        #[serde(
+            default,
+            rename = "mediaType",
+            deserialize_with = "present",
+            skip_serializing_if = "Option::is_none"
+        )]
         media_type: Option<String>,
         /// Its size in bytes.
-        #[serde(default, deserialize_with = "present")]
+        #[serde(
+            default,
+            deserialize_with = "present",
+            skip_serializing_if = "Option::is_none"
+        )]
         size: Option<u64>,
         /// Inline base64 bytes.
-        #[serde(default, deserialize_with = "present")]
+        #[serde(
+            default,
+            deserialize_with = "present",
+            skip_serializing_if = "Option::is_none"
+        )]
         data: Option<String>,
     },
 }
 
 /// `tool/start` data.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolStart {
     /// Unique over the whole log.
@@ -342,7 +375,11 @@ pub struct ToolStart {
     /// Its arguments, raw JSON.
     pub arguments: Box<RawValue>,
     /// Set for a call made from inside a program tool.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub parent_call_id: Option<String>,
 }
 
@@ -357,7 +394,7 @@ impl PartialEq for ToolStart {
 }
 
 /// `tool/settle` data.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolSettle {
     /// The call settled.
@@ -365,10 +402,14 @@ pub struct ToolSettle {
     /// How it ended.
     pub status: SettleStatus,
     /// Its result, raw JSON.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Box<RawValue>>,
     /// Its error.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub error: Option<ToolError>,
 }
 
@@ -382,43 +423,51 @@ impl PartialEq for ToolSettle {
 }
 
 /// The error of a settled call.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolError {
     /// Error class name.
     pub name: String,
     /// Stable code.
     pub code: String,
     /// Human message.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub message: Option<String>,
     /// Reason given (a reviewer's denial reason, kept whole).
-    #[serde(default, deserialize_with = "present")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub reason: Option<String>,
 }
 
 /// `approval/policy` data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalPolicyChange {
     /// The new policy.
     pub policy: ApprovalPolicy,
 }
 
 /// `sandbox/mode` data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxModeChange {
     /// The new mode.
     pub mode: SandboxMode,
 }
 
 /// `permission/preset` data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PresetChange {
     /// The preset chosen.
     pub preset: Preset,
 }
 
 /// `approval/asked` data.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalAsked {
     /// Unique over the whole log.
@@ -428,15 +477,23 @@ pub struct ApprovalAsked {
     /// The tool awaiting approval.
     pub tool: String,
     /// Why approval is asked.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub reason: Option<String>,
     /// The call awaiting approval.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub call_id: Option<String>,
 }
 
 /// `approval/decided` data.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalDecided {
     /// The request decided.
@@ -446,7 +503,7 @@ pub struct ApprovalDecided {
 }
 
 /// `checkpoint` data.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Checkpoint {
     /// The compaction summary.
@@ -456,7 +513,7 @@ pub struct Checkpoint {
 }
 
 /// `child/created` data.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChildCreated {
     /// The child's id.

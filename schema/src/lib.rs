@@ -7,6 +7,7 @@
 //! prefix, a torn tail or corruption (`scan`).
 #![deny(missing_docs)]
 
+mod build;
 mod event;
 mod forms;
 mod id;
@@ -17,6 +18,7 @@ mod view;
 mod view_scanner;
 mod vocab;
 
+pub use build::EventData;
 pub use event::{
     event_type_error, is_unprintable, ApprovalAsked, ApprovalDecided, ApprovalPolicyChange,
     Checkpoint, ChildCreated, ContentPart, Event, EventType, Message, MessageSource, PresetChange,

@@ -129,7 +129,7 @@ impl SessionHeader {
         }
     }
 
-    /// The header's body: compact JSON in the spec's member order, without
+    /// The header's body: compact JSON in docs/FORMAT.md's member order, without
     /// the CRC member and the closing brace.
     pub fn to_body(&self) -> String {
         let text = |s: &str| serde_json::Value::from(s).to_string();
@@ -356,7 +356,7 @@ pub fn decode_header(line: &[u8]) -> Result<DecodedHeader, DecodeError> {
 
 /// Decodes and checks an event line (without `\n`) of session `id`.
 ///
-/// A line in the layout writers emit (SPEC §2: compact, members in order)
+/// A line in the layout writers emit (docs/FORMAT.md: compact, members in order)
 /// is read by hand up to `data`, whose bytes are then scanned once to prove
 /// them JSON; any other line goes through the general JSON parse. Both
 /// accept the same lines with the same errors.

@@ -1,5 +1,5 @@
 //! `LogScanner`: the pure state machine that reads a log line by line and
-//! tells its good prefix, a torn tail and corruption apart (SPEC §2).
+//! tells its good prefix, a torn tail and corruption apart (docs/FORMAT.md).
 //!
 //! It does no I/O: the store feeds it lines with their byte offsets, so the
 //! same rules serve the streaming reader, the writer's recovery on open,

@@ -13,7 +13,7 @@ macro_rules! vocabulary {
         }
 
         impl $name {
-            /// Every value, in the order the spec lists them.
+            /// Every value, in the order docs/EVENTS.md lists them.
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
             /// What this vocabulary is called in messages.
             pub const WHAT: &'static str = $what;

@@ -13,23 +13,31 @@
 //! writer that fails is dropped after reporting its error, so the next
 //! append reopens the session and re-verifies it, as a poisoned writer
 //! requires.
+//! [`AsyncWriter`] is the handle of one session's writer, with the
+//! operations of [`SessionWriter`] (append, append_batch, review_request
+//! from the held snapshot, switch_preset, review); its appends join the
+//! same groups.
 //! `review` asks the Auto reviewer about a pending call of a session
 //! through that same writer, reopened once with its snapshot kept if it
 //! was opened without: the request is built while the writer is held, the
 //! reviewer is called with the writer free for other appends, and the
 //! verdict is recorded (when asked) as an append expecting the seq the
 //! request was built at.
-//! `follow` polls the store every `FOLLOW_POLL_INTERVAL` for new events: a
+//! `follow` returns a [`Follow`], a `futures_core::Stream` of records; it
+//! polls the store every `FOLLOW_POLL_INTERVAL` for new events: a
 //! JSONL log through a [`LogFollower`], which reads only what was appended
 //! since the last poll (nothing at all when the file did not change); a
 //! SQLite session with a query from the next seq.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures_core::Stream;
 use sessionlog_projections::{Defaults, PendingAction};
-use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
+use sessionlog_schema::{ApprovalPolicy, EventRecord, Preset, SessionHeader, SessionId};
 use tokio::sync::mpsc;
 
 use crate::follow::LogFollower;
@@ -38,7 +46,9 @@ use crate::review::{
     ask_reviewer, verdict_events, ReviewCallError, ReviewOptions, Reviewed, Reviewer,
 };
 use crate::store::Store;
-use crate::writer::{AcknowledgedSeq, Durability, NewEvent, SessionWriter, WriterOptions};
+use crate::writer::{
+    build_record, AcknowledgedSeq, Durability, NewEvent, SessionWriter, WriterOptions,
+};
 use crate::StoreError;
 
 /// How often `follow` looks for new events.
@@ -150,9 +160,31 @@ impl AsyncStore {
         &self.store
     }
 
-    /// Creates a session with its header and first events (see
-    /// [`Store::create_session`]).
+    /// Creates a session with its header and first events, atomically
+    /// (see [`Store::create_session`]): the events get seqs 1, 2, ... and
+    /// the current time when they carry none, and the session is refused
+    /// whole if one breaks a rule.
     pub async fn create(
+        &self,
+        header: SessionHeader,
+        events: Vec<NewEvent>,
+        durability: Durability,
+    ) -> Result<(), StoreError> {
+        let store = Arc::clone(&self.store);
+        blocking(move || {
+            let records = events
+                .into_iter()
+                .enumerate()
+                .map(|(index, event)| build_record(index as u64 + 1, None, event))
+                .collect::<Result<Vec<_>, _>>()?;
+            store.create_session(&header, &records, durability)
+        })
+        .await
+    }
+
+    /// Creates a session from records already built (a copy of another
+    /// session's, or seeded by a fork), as [`Store::create_session`].
+    pub async fn create_records(
         &self,
         header: SessionHeader,
         events: Vec<EventRecord>,
@@ -160,6 +192,47 @@ impl AsyncStore {
     ) -> Result<(), StoreError> {
         let store = Arc::clone(&self.store);
         blocking(move || store.create_session(&header, &events, durability)).await
+    }
+
+    /// The writer handle of session `id`: opens its writer (verifying the
+    /// log, taking its lock, keeping its snapshot for review requests) if
+    /// this store has none open yet. Handles of one session share that one
+    /// writer, and the appends of [`AsyncStore::append`] go through it too;
+    /// [`AsyncWriter::close`] (or [`AsyncStore::close`]) releases it.
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use sessionlog_schema::{Message, SessionHeader, SessionId, TurnStart};
+    /// use sessionlog_store::{AsyncStore, Durability, Store};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let folder = tempfile::tempdir()?;
+    /// let store = AsyncStore::new(Store::create(&folder.path().join("sessions"))?);
+    /// let id = SessionId::parse("a")?;
+    /// let header = SessionHeader::root(id.clone(), 0, "/work".into());
+    /// store.create(header, vec![TurnStart::new("t1").into()], Durability::Fsync).await?;
+    /// let writer = store.writer(id).await?;
+    /// let seq = writer.append(Message::user("hello").into(), Some(2)).await?;
+    /// assert_eq!(seq.get(), 2);
+    /// let mut followed = writer.follow(1);
+    /// let first = followed.next().await.transpose()?;
+    /// assert_eq!(first.map(|record| record.seq()), Some(1));
+    /// writer.close();
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn writer(&self, id: SessionId) -> Result<AsyncWriter, StoreError> {
+        let this = self.clone();
+        let session = id.clone();
+        let header =
+            blocking(move || this.with_writer(&session, true, |writer| writer.header().clone()))
+                .await?;
+        Ok(AsyncWriter {
+            store: self.clone(),
+            id,
+            header: Arc::new(header),
+        })
     }
 
     /// Forks `child` from `parent` (see [`Store::fork`]).
@@ -211,7 +284,7 @@ impl AsyncStore {
         let (building, session, max_bytes) =
             (Arc::clone(&pending), id.clone(), options.max_request_bytes);
         let built = blocking(move || {
-            this.with_snapshot_writer(&session, |writer| {
+            this.with_writer(&session, true, |writer| {
                 writer
                     .review_request(&building, max_bytes)
                     .map(|request| (request, writer.next_seq()))
@@ -238,12 +311,8 @@ impl AsyncStore {
 
     /// A stream of the events of session `id` from `from_seq` on: those
     /// already stored, then each new one as it is appended. It ends after
-    /// delivering an error, or when the receiver is dropped.
-    pub fn follow(
-        &self,
-        id: SessionId,
-        from_seq: u64,
-    ) -> mpsc::Receiver<Result<EventRecord, StoreError>> {
+    /// delivering an error; dropping it stops the polling.
+    pub fn follow(&self, id: SessionId, from_seq: u64) -> Follow {
         let (sender, receiver) = mpsc::channel(FOLLOW_CHANNEL_CAPACITY);
         let store = Arc::clone(&self.store);
         tokio::spawn(async move {
@@ -255,6 +324,7 @@ impl AsyncStore {
                         return;
                     }
                 },
+                #[cfg(feature = "sqlite")]
                 Store::Sqlite(_) => Following::Query {
                     next_seq: from_seq.max(1),
                 },
@@ -288,7 +358,7 @@ impl AsyncStore {
                 }
             }
         });
-        receiver
+        Follow { receiver }
     }
 
     fn append_blocking(
@@ -367,11 +437,12 @@ impl AsyncStore {
     }
 
     /// Runs `work` on session `id`'s writer, holding it alone (appends
-    /// wait), after reopening it with its snapshot kept when it was opened
-    /// without one.
-    fn with_snapshot_writer<T>(
+    /// wait), after opening it when none is open, and reopening it with its
+    /// snapshot kept when `snapshot` asks for one and it was opened without.
+    fn with_writer<T>(
         &self,
         id: &SessionId,
+        snapshot: bool,
         work: impl FnOnce(&mut SessionWriter) -> T,
     ) -> Result<T, StoreError> {
         let slot = Arc::clone(self.writer_table().entry(id.clone()).or_default());
@@ -391,12 +462,12 @@ impl AsyncStore {
             result: None,
         };
         let mut writer = match writer {
-            Some(writer) if writer.events().is_some() => writer,
+            Some(writer) if !snapshot || writer.events().is_some() => writer,
             other => {
                 // The old writer holds the session's lock: release it first.
                 drop(other);
                 let options = WriterOptions {
-                    keep_snapshot: true,
+                    keep_snapshot: snapshot || self.options.keep_snapshot,
                     ..self.options.clone()
                 };
                 match self.store.open_writer(id, options) {
@@ -415,6 +486,163 @@ impl AsyncStore {
 
     fn writer_table(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, WriterSlot>> {
         self.writers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The writer of one session for async code: the operations of
+/// [`SessionWriter`], each run on tokio's blocking pool. Made by
+/// [`AsyncStore::writer`]; cheap to clone, and every clone (and every
+/// [`AsyncStore::append`] to the session) goes through the same writer, so
+/// appends that wait together share one sync. Review requests are built
+/// from the snapshot the writer holds, never by reading the log again.
+#[derive(Debug, Clone)]
+pub struct AsyncWriter {
+    store: AsyncStore,
+    id: SessionId,
+    header: Arc<SessionHeader>,
+}
+
+impl AsyncWriter {
+    /// The session's id.
+    pub fn id(&self) -> &SessionId {
+        &self.id
+    }
+
+    /// The session's header.
+    pub fn header(&self) -> &SessionHeader {
+        &self.header
+    }
+
+    /// Appends one event durably (see [`SessionWriter::append`]); with
+    /// `expected_seq`, it must get that seq (`Conflict` otherwise).
+    pub async fn append(
+        &self,
+        event: NewEvent,
+        expected_seq: Option<u64>,
+    ) -> Result<AcknowledgedSeq, StoreError> {
+        let seqs = self.append_batch(vec![event], expected_seq).await?;
+        seqs.into_iter().next().ok_or_else(|| {
+            StoreError::InvalidEvent("an append of one event acknowledged none".to_owned())
+        })
+    }
+
+    /// Appends `events` as one atomic batch, durably (see
+    /// [`SessionWriter::append_batch`]).
+    pub async fn append_batch(
+        &self,
+        events: Vec<NewEvent>,
+        expected_seq: Option<u64>,
+    ) -> Result<Vec<AcknowledgedSeq>, StoreError> {
+        self.store
+            .append(self.id.clone(), events, expected_seq)
+            .await
+    }
+
+    /// The Auto reviewer's request for `pending` (see
+    /// [`SessionWriter::review_request`]), built from the snapshot the
+    /// writer holds, with the seq the next event will get: record a verdict
+    /// about it with that seq as `expected_seq`, so that it is refused if
+    /// anything landed in between.
+    pub async fn review_request(
+        &self,
+        pending: PendingAction,
+        max_bytes: usize,
+    ) -> Result<(String, u64), ReviewCallError> {
+        let this = self.store.clone();
+        let id = self.id.clone();
+        let built = blocking(move || {
+            this.with_writer(&id, true, |writer| {
+                writer
+                    .review_request(&pending, max_bytes)
+                    .map(|request| (request, writer.next_seq()))
+            })
+        })
+        .await?;
+        Ok(built?)
+    }
+
+    /// Asks `reviewer` about `pending` and, with `options.record`, records
+    /// the verdict (see [`AsyncStore::review`]).
+    pub async fn review(
+        &self,
+        pending: PendingAction,
+        options: ReviewOptions,
+        reviewer: Arc<dyn Reviewer>,
+    ) -> Result<Reviewed, ReviewCallError> {
+        self.store
+            .review(self.id.clone(), pending, options, reviewer)
+            .await
+    }
+
+    /// Switches the session's preset as one atomic batch (see
+    /// [`SessionWriter::switch_preset`]).
+    pub async fn switch_preset(
+        &self,
+        preset: Preset,
+        auto_approval: Option<ApprovalPolicy>,
+        defaults: Defaults,
+        expected_seq: Option<u64>,
+    ) -> Result<Vec<AcknowledgedSeq>, StoreError> {
+        let this = self.store.clone();
+        let id = self.id.clone();
+        blocking(move || {
+            this.with_writer(&id, false, |writer| {
+                writer.switch_preset(preset, auto_approval, &defaults, expected_seq)
+            })?
+        })
+        .await
+    }
+
+    /// The seq the next event will get.
+    pub async fn next_seq(&self) -> Result<u64, StoreError> {
+        let this = self.store.clone();
+        let id = self.id.clone();
+        blocking(move || this.with_writer(&id, false, |writer| writer.next_seq())).await
+    }
+
+    /// The session's events from `from_seq` on, then each new one (see
+    /// [`AsyncStore::follow`]).
+    pub fn follow(&self, from_seq: u64) -> Follow {
+        self.store.follow(self.id.clone(), from_seq)
+    }
+
+    /// Releases the session's writer and its lock (for every handle of it:
+    /// a later append opens it again).
+    pub fn close(self) {
+        self.store.close(&self.id);
+    }
+}
+
+/// The events of a followed session, as a [`Stream`] (see
+/// [`AsyncStore::follow`]). Dropping it stops the polling.
+#[derive(Debug)]
+pub struct Follow {
+    receiver: mpsc::Receiver<Result<EventRecord, StoreError>>,
+}
+
+impl Follow {
+    /// The next event, waiting for it; `None` once the stream ended.
+    pub async fn recv(&mut self) -> Option<Result<EventRecord, StoreError>> {
+        self.receiver.recv().await
+    }
+
+    /// The next event if one is already delivered, without waiting.
+    pub fn try_recv(&mut self) -> Option<Result<EventRecord, StoreError>> {
+        self.receiver.try_recv().ok()
+    }
+
+    /// Stops the polling; what was already delivered can still be
+    /// received.
+    pub fn close(&mut self) {
+        self.receiver.close();
+    }
+}
+
+impl Stream for Follow {
+    type Item = Result<EventRecord, StoreError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.receiver.poll_recv(context)
     }
 }
 
@@ -502,6 +730,126 @@ mod tests {
         assert_eq!(child.seed_length, 3);
     }
 
+    /// A session created from typed events, written through a writer
+    /// handle, followed as a `Stream`, switched to Auto and asked for a
+    /// review request, which must be the one a cold build gives.
+    async fn check_writer_handle(store: Store) {
+        use futures_util::StreamExt;
+        use sessionlog_projections::{
+            build_review_request, parse_pending_action, DEFAULT_MAX_REQUEST_BYTES,
+        };
+        use sessionlog_schema::{
+            Message, RequestHeader, SandboxMode, StepEnd, StepStart, ToolDefinition, ToolStart,
+            TurnStart,
+        };
+        let store = AsyncStore::new(store);
+        let refused = store
+            .create(
+                header("a"),
+                vec![StepEnd::new("s9").into()],
+                Durability::Fsync,
+            )
+            .await;
+        assert!(
+            matches!(refused, Err(StoreError::Rule { .. })),
+            "{refused:?}"
+        );
+        assert!(!ok(store.store().contains(&id("a"))), "nothing was created");
+        let shell = ToolDefinition::new("shell", "Runs a command.", &serde_json::json!({}));
+        let seed = vec![
+            NewEvent::of(&TurnStart::new("t1")),
+            NewEvent::of(&StepStart::new("s1", "t1")),
+            NewEvent::of(&RequestHeader::new(
+                "p",
+                "m",
+                ApprovalPolicy::Never,
+                SandboxMode::DangerFullAccess,
+                vec![shell],
+            )),
+        ];
+        ok(store.create(header("a"), seed, Durability::Fsync).await);
+
+        let writer = ok(store.writer(id("a")).await);
+        assert_eq!(writer.header(), &header("a"));
+        let second = store
+            .store()
+            .open_writer(&id("a"), WriterOptions::default());
+        assert!(
+            matches!(second, Err(StoreError::Locked { .. })),
+            "the handle holds the session's lock: {second:?}"
+        );
+        let mut followed = writer.follow(1);
+        let seq = ok(writer.append(Message::user("list").into(), Some(4)).await);
+        assert_eq!(seq.get(), 4);
+        let switched = ok(writer
+            .switch_preset(
+                Preset::Auto,
+                Some(ApprovalPolicy::Never),
+                Defaults::default(),
+                Some(5),
+            )
+            .await);
+        let last = ok(switched.last().map(|seq| seq.get()).ok_or("no seq"));
+        assert_eq!(ok(writer.next_seq().await), last + 1);
+        for expected in 1..=last {
+            let next = tokio::time::timeout(Duration::from_secs(5), followed.next()).await;
+            let record = ok(ok(ok(next).ok_or("the stream ended")));
+            assert_eq!(record.seq(), expected);
+        }
+
+        let pending = ok(parse_pending_action(
+            br#"{"callId":"c1","stepId":"s1","name":"shell","arguments":{"command":"ls"}}"#,
+        ));
+        let (request, at) = ok(writer
+            .review_request(pending.clone(), DEFAULT_MAX_REQUEST_BYTES)
+            .await);
+        assert_eq!(
+            at,
+            last + 1,
+            "the request is about the session through seq {last}"
+        );
+        let snapshot = ok(store.snapshot(id("a")).await);
+        let cold = ok(build_review_request(
+            &snapshot.header,
+            &snapshot.events,
+            &pending,
+            DEFAULT_MAX_REQUEST_BYTES,
+        ));
+        assert_eq!(
+            request, cold,
+            "the held snapshot gives the cold build's bytes"
+        );
+
+        let call = ToolStart::new("c1", "s1", "shell", &serde_json::json!({"command": "ls"}));
+        let batch = ok(writer
+            .clone()
+            .append_batch(vec![call.into()], Some(at))
+            .await);
+        assert_eq!(batch.iter().map(|s| s.get()).collect::<Vec<_>>(), [at]);
+        let stale = writer.append(Message::user("late").into(), Some(at)).await;
+        assert!(
+            matches!(stale, Err(StoreError::Conflict { .. })),
+            "{stale:?}"
+        );
+        writer.close();
+        assert!(store
+            .store()
+            .open_writer(&id("a"), WriterOptions::default())
+            .is_ok());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn jsonl_writer_handle_appends_reviews_and_switches() {
+        let folder = ok(tempfile::tempdir());
+        check_writer_handle(jsonl_store(folder.path())).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_writer_handle_appends_reviews_and_switches() {
+        let folder = ok(tempfile::tempdir());
+        check_writer_handle(sqlite_store(folder.path())).await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sqlite_appends_and_follows() {
         let folder = ok(tempfile::tempdir());
@@ -563,9 +911,13 @@ mod tests {
         }
     }
 
-    impl crate::FaultInjector for SlowFirstSync {
-        fn before(&self, point: crate::FaultPoint, _: &std::path::Path) -> std::io::Result<()> {
-            if point == crate::FaultPoint::Fsync {
+    impl crate::testing::FaultInjector for SlowFirstSync {
+        fn before(
+            &self,
+            point: crate::testing::FaultPoint,
+            _: &std::path::Path,
+        ) -> std::io::Result<()> {
+            if point == crate::testing::FaultPoint::Fsync {
                 let previous = self.syncs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 if previous == 1 && self.fail_second.load(std::sync::atomic::Ordering::SeqCst) {
                     return Err(std::io::Error::other(
@@ -591,7 +943,7 @@ mod tests {
     async fn held_jsonl(folder: &std::path::Path) -> (AsyncStore, Arc<SlowFirstSync>) {
         let faults = Arc::new(SlowFirstSync::default());
         let jsonl = ok(crate::JsonlStore::create_folder(&folder.join("logs")))
-            .with_io(crate::Io::with_faults(faults.clone()));
+            .with_io(crate::testing::Io::with_faults(faults.clone()));
         let store = AsyncStore::new(Store::Jsonl(jsonl));
         ok(store
             .create(header("a"), Vec::new(), Durability::Buffered)

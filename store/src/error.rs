@@ -23,6 +23,7 @@ pub enum StoreError {
         source: io::Error,
     },
     /// A SQLite operation failed.
+    #[cfg(feature = "sqlite")]
     #[error("SQLite {operation} on {path}: {source}")]
     Sqlite {
         /// What was being done.
@@ -152,7 +153,7 @@ pub enum StoreError {
     InvalidEvent(String),
 }
 
-/// How a command line should report an error: the exit classes of SPEC §9.
+/// How a command line should report an error: the exit classes of README.md, "Exit codes".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorClass {
     /// Usage or I/O (exit 1).
@@ -223,8 +224,9 @@ impl StoreError {
             }
             StoreError::HeaderVocabulary { .. } | StoreError::Rule { .. } => ErrorClass::Rule,
             StoreError::Locked { .. } | StoreError::Conflict { .. } => ErrorClass::Contention,
+            #[cfg(feature = "sqlite")]
+            StoreError::Sqlite { .. } => ErrorClass::Io,
             StoreError::Io { .. }
-            | StoreError::Sqlite { .. }
             | StoreError::NewerSchema { .. }
             | StoreError::NotAStore { .. }
             | StoreError::InvalidId(_)

@@ -163,6 +163,23 @@ impl LogFollower {
     /// good prefix checked before, meets it again: a writer cutting a torn
     /// tail and appending while a poll reads can show that poll a new line
     /// after the old damage.
+    ///
+    /// ```
+    /// use sessionlog_schema::{SessionHeader, SessionId, TurnStart};
+    /// use sessionlog_store::{Durability, JsonlStore, WriterOptions};
+    ///
+    /// let folder = tempfile::tempdir()?;
+    /// let store = JsonlStore::create_folder(folder.path())?;
+    /// let id = SessionId::parse("a")?;
+    /// store.create(&SessionHeader::root(id.clone(), 0, "/work".into()), &[], Durability::Fsync)?;
+    /// let mut follower = store.follower(&id, 1)?;
+    /// assert!(follower.poll(100)?.is_empty(), "nothing yet");
+    /// let mut writer = store.open_writer(&id, WriterOptions::default())?;
+    /// writer.append(TurnStart::new("t1").into(), None)?;
+    /// let new = follower.poll(100)?;
+    /// assert_eq!(new.iter().map(|record| record.seq()).collect::<Vec<_>>(), [1]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn poll(&mut self, max: usize) -> Result<Vec<EventRecord>, StoreError> {
         if self.queue.len() < max {
             match self.read_more(max) {

@@ -552,7 +552,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::{FaultInjector, FaultPoint, NewEvent};
+    use crate::testing::{FaultInjector, FaultPoint};
+    use crate::NewEvent;
 
     fn id(text: &str) -> SessionId {
         SessionId::parse(text).unwrap_or_else(|e| panic!("{e}"))

@@ -3,9 +3,78 @@
 //! validated writer, streaming reads, creation and fork.
 //!
 //! This crate is the only one that opens files. Every change of durable state
-//! goes through the `Io` seam, so tests can fail any single operation.
+//! goes through the [`testing::Io`] seam, so tests can fail any single
+//! operation. What each event means is docs/EVENTS.md; the bytes, docs/FORMAT.md.
+//!
+//! # A session, from creation to a review request
+//!
+//! [`Store::create`] opens a store (a folder of `<id>.jsonl` logs, or a
+//! database for a path ending in `.db` or `.sqlite`);
+//! [`Store::create_session`] creates a session; [`Store::open_writer`] gives
+//! its one [`SessionWriter`], whose appends are checked against every rule
+//! and durable on return; [`Store::fork`] delegates to a child; and
+//! [`SessionWriter::review_request`] builds the Auto reviewer's request for
+//! a pending call from the snapshot the writer holds.
+//!
+//! ```
+//! use serde_json::json;
+//! use sessionlog_projections::{Defaults, PendingAction, DEFAULT_MAX_REQUEST_BYTES};
+//! use sessionlog_schema::{
+//!     ApprovalPolicy, Message, Preset, RequestHeader, SandboxMode, SessionHeader, SessionId,
+//!     StepStart, ToolDefinition, ToolStart, TurnStart,
+//! };
+//! use sessionlog_store::{now_ms, Durability, NewEvent, Store, StoreError, WriterOptions};
+//!
+//! let folder = tempfile::tempdir()?;
+//! // Create: a store, then a session with its header (and no events yet).
+//! let store = Store::create(&folder.path().join("sessions"))?;
+//! let id = SessionId::parse("lead")?;
+//! let header = SessionHeader::root(id.clone(), now_ms(), "/work/project".into());
+//! store.create_session(&header, &[], Durability::Fsync)?;
+//!
+//! // Append: through the session's one writer; every event is a typed value.
+//! let mut writer = store.open_writer(&id, WriterOptions::default())?;
+//! writer.switch_preset(Preset::Auto, Some(ApprovalPolicy::Ask), &Defaults::default(), None)?;
+//! writer.append(NewEvent::of(&TurnStart::new("t1")), None)?;
+//! writer.append(NewEvent::of(&Message::user("Run the tests")), None)?;
+//! let shell = ToolDefinition::new("shell", "Run a command", &json!({"type": "object"}));
+//! let sent = RequestHeader::new("p", "m", ApprovalPolicy::Ask, SandboxMode::DangerFullAccess, vec![shell]);
+//! let seqs = writer.append_batch(vec![StepStart::new("s1", "t1").into(), sent.into()], None)?;
+//! let last = writer.acknowledged_seq();
+//! assert_eq!(seqs.last().map(|seq| seq.get()), Some(last));
+//! // An event that breaks a rule is refused, and nothing is written.
+//! let refused = writer.append(NewEvent::of(&TurnStart::new("t2")), None);
+//! assert!(matches!(refused, Err(StoreError::Rule { .. })));
+//!
+//! // Fork: a child seeded with the parent's events; the parent is unchanged.
+//! let child = store.fork(&id, &SessionId::parse("lead-tests")?, Some("Run the tests"), &Defaults::default())?;
+//! assert_eq!(child.seed_length, last);
+//! assert_eq!(store.snapshot(&id)?.events.len() as u64, last);
+//!
+//! // Review request: before the call runs, from the writer's snapshot.
+//! let call = ToolStart::new("c1", "s1", "shell", &json!({"command": "cargo test"}));
+//! let request = writer.review_request(&PendingAction::from_tool_start(&call), DEFAULT_MAX_REQUEST_BYTES)?;
+//! assert!(request.contains("cargo test"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! [`AsyncStore`] and [`AsyncWriter`] are the same for tokio runtimes.
+//!
+//! # Features
+//!
+//! `sqlite` (the SQLite backend, with SQLite bundled) and `async`
+//! ([`AsyncStore`], on tokio) are on by default; without them the crate keeps
+//! JSONL logs and the blocking API, and builds neither.
 #![deny(missing_docs)]
+// Without the `sqlite` feature, what only the SQL backend uses (the row
+// checks, the commit seam, a few imports and arguments) has no caller; it
+// still compiles, so it stays checked.
+#![cfg_attr(
+    not(feature = "sqlite"),
+    allow(dead_code, unused_imports, unused_variables)
+)]
 
+#[cfg(feature = "async")]
 mod asynchronous;
 mod error;
 mod follow;
@@ -16,15 +85,16 @@ mod migrate;
 mod reader;
 mod review;
 mod sql_checks;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 mod store;
 mod wake;
 mod writer;
 
-pub use asynchronous::{AsyncStore, FOLLOW_POLL_INTERVAL};
+#[cfg(feature = "async")]
+pub use asynchronous::{AsyncStore, AsyncWriter, Follow, FOLLOW_POLL_INTERVAL};
 pub use error::{ErrorClass, Refusal, StoreError};
 pub use follow::LogFollower;
-pub use io::{FaultInjector, FaultPoint, Io};
 pub use jsonl::{
     create_log_file, open_log_writer, read_header, read_header_as_is, sync_log_file, JsonlStore,
     ListEntry,
@@ -35,17 +105,62 @@ pub use migrate::{
     MigratePhase, MigrateProgress, MigrateReport, MigrateWarning, SessionSource,
 };
 pub use reader::{
-    chain_head, fold_through, read_snapshot_from, FoldedEvent, Line, LineReader, LogReader,
-    SessionStream, Snapshot,
+    chain_head, fold_through, read_snapshot_from, FoldedEvent, LogReader, SessionStream, Snapshot,
 };
 pub use review::{
     ask_reviewer, verdict_events, ReviewCallError, ReviewOptions, Reviewed, Reviewer,
     ReviewerError, ReviewerResponse, Verdict,
 };
 pub use sql_checks::StoreAudit;
+#[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteEvents, SqliteStore, SCHEMA_VERSION};
 pub use store::{Backend, EventStream, Store};
 pub use wake::{Wake, POLL_ONLY_VARIABLE};
 pub use writer::{
     now_ms, AcknowledgedSeq, Durability, NewEvent, SealTurns, SessionWriter, WriterOptions,
 };
+
+pub mod testing {
+    //! The seams under the API, for tests and low-level tools; an embedder
+    //! needs none of them.
+    //!
+    //! [`Io`] is the one path of every durable change (write, fdatasync,
+    //! truncate, publish, folder fsync, commit): `Io::default()` performs
+    //! them, [`Io::with_faults`] lets a [`FaultInjector`] fail any one of
+    //! them at a [`FaultPoint`] (what the fault and power-loss campaigns
+    //! do). [`LineReader`] splits a log file into [`Line`]s, the raw
+    //! material of every reader, which `sessionlog salvage` reads too.
+    //!
+    //! ```
+    //! use std::path::Path;
+    //! use std::sync::Arc;
+    //!
+    //! use sessionlog_schema::{SessionHeader, SessionId};
+    //! use sessionlog_store::testing::{FaultInjector, FaultPoint, Io};
+    //! use sessionlog_store::{Durability, JsonlStore, Store};
+    //!
+    //! /// Fails every fdatasync.
+    //! struct NoSync;
+    //!
+    //! impl FaultInjector for NoSync {
+    //!     fn before(&self, point: FaultPoint, _: &Path) -> std::io::Result<()> {
+    //!         match point {
+    //!             FaultPoint::Fsync => Err(std::io::Error::other("injected")),
+    //!             _ => Ok(()),
+    //!         }
+    //!     }
+    //! }
+    //!
+    //! let folder = tempfile::tempdir()?;
+    //! let logs = JsonlStore::create_folder(&folder.path().join("logs"))?
+    //!     .with_io(Io::with_faults(Arc::new(NoSync)));
+    //! let store = Store::Jsonl(logs);
+    //! let header = SessionHeader::root(SessionId::parse("a")?, 0, "/work".into());
+    //! assert!(store.create_session(&header, &[], Durability::Fsync).is_err());
+    //! assert!(!store.contains(&header.id)?, "a session that was not made durable is not there");
+    //! # Ok::<(), Box<dyn std::error::Error>>(())
+    //! ```
+
+    pub use crate::io::{FaultInjector, FaultPoint, Io};
+    pub use crate::reader::{Line, LineReader};
+}

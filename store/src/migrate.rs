@@ -45,6 +45,7 @@ use sessionlog_schema::{
 use crate::jsonl::{read_header_as_is, JsonlStore};
 use crate::leftovers;
 use crate::reader::{LogReader, SessionStream, Snapshot};
+#[cfg(feature = "sqlite")]
 use crate::sqlite::SqliteBulkCreate;
 use crate::store::Store;
 use crate::writer::Durability;
@@ -154,6 +155,25 @@ pub struct MigrateOptions {
 
 /// Copies every session of `from` into `to`, then proves the copy identical.
 /// See the module docs for the phases and what refuses a run.
+///
+/// ```
+/// use sessionlog_store::{diff, migrate, Store};
+///
+/// # let folder = tempfile::tempdir()?;
+/// # let path = folder.path().join("sessions");
+/// # let store = sessionlog_store::Store::create(&path)?;
+/// # let id = sessionlog_schema::SessionId::parse("a")?;
+/// # let header = sessionlog_schema::SessionHeader::root(id.clone(), 0, "/work".into());
+/// # store.create_session(&header, &[], sessionlog_store::Durability::Fsync)?;
+/// # let mut writer = store.open_writer(&id, sessionlog_store::WriterOptions::default())?;
+/// # writer.append(sessionlog_schema::TurnStart::new("t1").into(), None)?;
+/// # drop(writer);
+/// let database = Store::create(&folder.path().join("copy.db"))?;
+/// let report = migrate(&store, &database, &mut |_progress| {})?;
+/// assert_eq!(report.sessions, 1);
+/// assert_eq!(diff(&store, &database)?, None, "the copy is identical");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn migrate(
     from: &Store,
     to: &Store,
@@ -216,6 +236,8 @@ impl SessionSource<'_> {
     fn records(&self, id: &SessionId) -> Result<(DecodedHeader, EventStream), StoreError> {
         let reader = match self {
             SessionSource::Store(Store::Jsonl(store)) => store.reader(id)?,
+            // A database's rows (only a log has a torn tail to warn of).
+            #[cfg(feature = "sqlite")]
             SessionSource::Store(store) => return store.records(id),
             SessionSource::Log(path) => LogReader::open(path, Some(id.clone()))?,
         };
@@ -398,6 +420,7 @@ fn read_source_session(from: &SessionSource<'_>, id: &SessionId) -> Result<Snaps
         // A log is folded as it is read: each line's data is scanned once.
         SessionSource::Store(Store::Jsonl(store)) => read_folded(store.reader(id)?)?,
         SessionSource::Log(path) => read_folded(LogReader::open(path, Some(id.clone()))?)?,
+        #[cfg(feature = "sqlite")]
         SessionSource::Store(from @ Store::Sqlite(_)) => {
             let snapshot = from.snapshot(id)?;
             let (_, violations) = snapshot.fold();
@@ -605,6 +628,7 @@ fn compare_copy(
 /// Where verified sessions wait, invisible, until every source session
 /// verified.
 enum Staging<'s> {
+    #[cfg(feature = "sqlite")]
     Sqlite(SqliteBulkCreate),
     Jsonl(JsonlStaging<'s>),
 }
@@ -624,6 +648,7 @@ struct JsonlStaging<'s> {
 impl<'s> Staging<'s> {
     fn begin(to: &'s Store) -> Result<Staging<'s>, StoreError> {
         Ok(match to {
+            #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => Staging::Sqlite(store.bulk_create(Durability::Fsync)?),
             Store::Jsonl(store) => Staging::Jsonl(JsonlStaging::begin(store)?),
         })
@@ -638,6 +663,7 @@ impl<'s> Staging<'s> {
         events: Vec<EventRecord>,
     ) -> Result<(), StoreError> {
         match self {
+            #[cfg(feature = "sqlite")]
             Staging::Sqlite(bulk) => bulk.add(header, header_body.to_owned(), events),
             Staging::Jsonl(staging) => staging.add(&header, header_body, &events),
         }
@@ -659,6 +685,7 @@ impl<'s> Staging<'s> {
             });
         };
         match self {
+            #[cfg(feature = "sqlite")]
             Staging::Sqlite(bulk) => {
                 bulk.commit()?;
                 (0..total).for_each(published);

@@ -514,6 +514,27 @@ pub fn read_snapshot_from<R: Read>(source: R, path: &Path) -> Result<Snapshot, S
 /// (`HeaderVocabulary`, `Rule`, naming `path`). Returns the state (whose
 /// seq is below `at` when the log ends first) and the torn tail after the
 /// good prefix, when the read got there.
+///
+/// ```
+/// use sessionlog_store::fold_through;
+///
+/// # let folder = tempfile::tempdir()?;
+/// # let path = folder.path().join("sessions");
+/// # let store = sessionlog_store::Store::create(&path)?;
+/// # let id = sessionlog_schema::SessionId::parse("a")?;
+/// # let header = sessionlog_schema::SessionHeader::root(id.clone(), 0, "/work".into());
+/// # store.create_session(&header, &[], sessionlog_store::Durability::Fsync)?;
+/// # let mut writer = store.open_writer(&id, sessionlog_store::WriterOptions::default())?;
+/// # writer.append(sessionlog_schema::TurnStart::new("t1").into(), None)?;
+/// # drop(writer);
+/// let (state, torn_tail) = fold_through(store.stream(&id)?, &store.session_path(&id), None)?;
+/// assert_eq!(state.seq(), 1);
+/// assert_eq!(state.open_turn(), Some("t1"));
+/// assert!(torn_tail.is_none());
+/// let (before, _) = fold_through(store.stream(&id)?, &store.session_path(&id), Some(0))?;
+/// assert_eq!(before.open_turn(), None);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn fold_through(
     mut stream: Box<dyn SessionStream>,
     path: &Path,

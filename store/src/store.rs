@@ -20,6 +20,7 @@ use sessionlog_schema::{
 use crate::jsonl::{JsonlStore, ListEntry};
 use crate::reader::{SessionStream, Snapshot};
 use crate::sql_checks::StoreAudit;
+#[cfg(feature = "sqlite")]
 use crate::sqlite::SqliteStore;
 use crate::writer::{now_ms, Durability, SessionWriter, WriterOptions};
 use crate::StoreError;
@@ -34,6 +35,7 @@ pub enum Store {
     /// A folder of `<id>.jsonl` logs.
     Jsonl(JsonlStore),
     /// A SQLite database.
+    #[cfg(feature = "sqlite")]
     Sqlite(SqliteStore),
 }
 
@@ -106,6 +108,25 @@ impl Store {
     /// Opens an existing store: a SQLite database (`.db`, `.sqlite`) or a
     /// folder of JSONL logs. A missing path is an error (use
     /// [`Store::create`]), so a mistyped path never becomes an empty store.
+    ///
+    /// ```
+    /// use sessionlog_store::{Backend, Store};
+    ///
+    /// # let folder = tempfile::tempdir()?;
+    /// # let path = folder.path().join("sessions");
+    /// # let store = sessionlog_store::Store::create(&path)?;
+    /// # let id = sessionlog_schema::SessionId::parse("a")?;
+    /// # let header = sessionlog_schema::SessionHeader::root(id.clone(), 0, "/work".into());
+    /// # store.create_session(&header, &[], sessionlog_store::Durability::Fsync)?;
+    /// # let mut writer = store.open_writer(&id, sessionlog_store::WriterOptions::default())?;
+    /// # writer.append(sessionlog_schema::TurnStart::new("t1").into(), None)?;
+    /// # drop(writer);
+    /// let store = Store::open(&path)?;
+    /// assert_eq!(store.backend(), Backend::Jsonl);
+    /// assert_eq!(store.ids()?, [id]);
+    /// assert!(Store::open(&folder.path().join("mistyped")).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         if !path.exists() {
             return Err(StoreError::io(
@@ -133,7 +154,7 @@ impl Store {
                         ),
                     ));
                 }
-                SqliteStore::open(path).map(Store::Sqlite)
+                sqlite_store(path, SqliteStore::open)
             }
             Backend::Jsonl => JsonlStore::open(path).map(Store::Jsonl),
         }
@@ -141,8 +162,27 @@ impl Store {
 
     /// Opens an existing store for reading only: nothing in it is created,
     /// upgraded or written, so a store on a read-only medium or readable
-    /// only can be read (see [`SqliteStore::open_read_only`]). Every write
-    /// through it is refused.
+    /// only can be read (see [`SqliteStore::open_read_only`]). A database
+    /// opened so refuses every write; a folder of logs is opened as
+    /// [`Store::open`] does, and stays unwritten as long as no writer is
+    /// opened on it.
+    ///
+    /// ```
+    /// use sessionlog_schema::{SessionHeader, SessionId, TurnStart};
+    /// use sessionlog_store::{Durability, Store, WriterOptions};
+    ///
+    /// let folder = tempfile::tempdir()?;
+    /// let path = folder.path().join("sessions.db");
+    /// let store = Store::create(&path)?;
+    /// let id = SessionId::parse("a")?;
+    /// store.create_session(&SessionHeader::root(id.clone(), 0, "/work".into()), &[], Durability::Fsync)?;
+    /// store.open_writer(&id, WriterOptions::default())?.append(TurnStart::new("t1").into(), None)?;
+    ///
+    /// let reading = Store::open_read_only(&path)?;
+    /// assert_eq!(reading.snapshot(&id)?.events.len(), 1);
+    /// assert!(reading.open_writer(&id, WriterOptions::default()).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
         if !path.exists() {
             return Err(StoreError::io(
@@ -152,7 +192,7 @@ impl Store {
             ));
         }
         match Backend::of_path(path) {
-            Backend::Sqlite => SqliteStore::open_read_only(path).map(Store::Sqlite),
+            Backend::Sqlite => sqlite_store(path, SqliteStore::open_read_only),
             Backend::Jsonl => JsonlStore::open(path).map(Store::Jsonl),
         }
     }
@@ -161,7 +201,7 @@ impl Store {
     /// `.db` and `.sqlite`, otherwise a folder (0700).
     pub fn create(path: &Path) -> Result<Store, StoreError> {
         match Backend::of_path(path) {
-            Backend::Sqlite => SqliteStore::open(path).map(Store::Sqlite),
+            Backend::Sqlite => sqlite_store(path, SqliteStore::open),
             Backend::Jsonl => JsonlStore::create_folder(path).map(Store::Jsonl),
         }
     }
@@ -170,6 +210,7 @@ impl Store {
     pub fn backend(&self) -> Backend {
         match self {
             Store::Jsonl(_) => Backend::Jsonl,
+            #[cfg(feature = "sqlite")]
             Store::Sqlite(_) => Backend::Sqlite,
         }
     }
@@ -178,6 +219,7 @@ impl Store {
     pub fn path(&self) -> &Path {
         match self {
             Store::Jsonl(store) => store.folder(),
+            #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.path(),
         }
     }
@@ -187,6 +229,7 @@ impl Store {
     pub fn session_path(&self, id: &SessionId) -> PathBuf {
         match self {
             Store::Jsonl(store) => store.log_path(id),
+            #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => crate::sqlite::session_locator(store.path(), id),
         }
     }
@@ -195,6 +238,7 @@ impl Store {
     pub fn contains(&self, id: &SessionId) -> Result<bool, StoreError> {
         match self {
             Store::Jsonl(store) => Ok(store.contains(id)),
+            #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.contains(id),
         }
     }
@@ -209,14 +253,33 @@ impl Store {
     ) -> Result<(), StoreError> {
         match self {
             Store::Jsonl(store) => store.create(header, events, durability),
+            #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.create(header, events, durability),
         }
     }
 
     /// The good prefix of session `id`, in memory.
+    ///
+    /// ```
+    /// # let folder = tempfile::tempdir()?;
+    /// # let path = folder.path().join("sessions");
+    /// # let store = sessionlog_store::Store::create(&path)?;
+    /// # let id = sessionlog_schema::SessionId::parse("a")?;
+    /// # let header = sessionlog_schema::SessionHeader::root(id.clone(), 0, "/work".into());
+    /// # store.create_session(&header, &[], sessionlog_store::Durability::Fsync)?;
+    /// # let mut writer = store.open_writer(&id, sessionlog_store::WriterOptions::default())?;
+    /// # writer.append(sessionlog_schema::TurnStart::new("t1").into(), None)?;
+    /// # drop(writer);
+    /// let snapshot = store.snapshot(&id)?;
+    /// assert_eq!(snapshot.header.id, id);
+    /// assert_eq!(snapshot.events[0].event_type(), "turn/start");
+    /// assert!(snapshot.torn_tail.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn snapshot(&self, id: &SessionId) -> Result<Snapshot, StoreError> {
         match self {
             Store::Jsonl(store) => store.snapshot(id),
+            #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.snapshot(id),
         }
     }
@@ -234,6 +297,7 @@ impl Store {
                 };
                 Ok((header, Box::new(reader)))
             }
+            #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => Ok((store.decoded_header(id)?, Box::new(store.events(id)?))),
         }
     }
@@ -243,6 +307,7 @@ impl Store {
     pub fn stream(&self, id: &SessionId) -> Result<Box<dyn SessionStream>, StoreError> {
         Ok(match self {
             Store::Jsonl(store) => Box::new(store.reader(id)?),
+            #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => {
                 let decoded = store.decoded_header(id)?;
                 Box::new(RowStream {
@@ -271,6 +336,7 @@ impl Store {
                         .map_or(true, |record| record.seq() >= from_seq)
                 })))
             }
+            #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => Ok(Box::new(store.events_from(id, from_seq)?)),
         }
     }
@@ -281,6 +347,7 @@ impl Store {
     pub fn recorded_last_seq(&self, id: &SessionId) -> Result<Option<u64>, StoreError> {
         match self {
             Store::Jsonl(_) => Ok(None),
+            #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.last_seq(id).map(Some),
         }
     }
@@ -289,6 +356,7 @@ impl Store {
     pub fn ids(&self) -> Result<Vec<SessionId>, StoreError> {
         match self {
             Store::Jsonl(store) => store.ids(),
+            #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.ids(),
         }
     }
@@ -298,20 +366,40 @@ impl Store {
     /// events without a session row and, with `engine_check`, SQLite's own
     /// check of every page. A folder of logs has no such damage: a file
     /// whose name is not a session's is not one.
+    #[cfg_attr(not(feature = "sqlite"), allow(unused_variables))]
     pub fn audit(&self, engine_check: bool) -> Result<StoreAudit, StoreError> {
         match self {
             Store::Jsonl(store) => Ok(StoreAudit {
                 ids: store.ids()?,
                 damage: Vec::new(),
             }),
+            #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.audit(engine_check),
         }
     }
 
     /// Every session with its header.
+    ///
+    /// ```
+    /// # let folder = tempfile::tempdir()?;
+    /// # let path = folder.path().join("sessions");
+    /// # let store = sessionlog_store::Store::create(&path)?;
+    /// # let id = sessionlog_schema::SessionId::parse("a")?;
+    /// # let header = sessionlog_schema::SessionHeader::root(id.clone(), 0, "/work".into());
+    /// # store.create_session(&header, &[], sessionlog_store::Durability::Fsync)?;
+    /// # let mut writer = store.open_writer(&id, sessionlog_store::WriterOptions::default())?;
+    /// # writer.append(sessionlog_schema::TurnStart::new("t1").into(), None)?;
+    /// # drop(writer);
+    /// let listed = store.list()?;
+    /// assert_eq!(listed.len(), 1);
+    /// assert_eq!(listed[0].id, id);
+    /// assert_eq!(listed[0].header.as_ref().map(|header| header.cwd.as_str()).ok(), Some("/work"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn list(&self) -> Result<Vec<ListEntry>, StoreError> {
         match self {
             Store::Jsonl(store) => store.list(),
+            #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.list(),
         }
     }
@@ -325,14 +413,16 @@ impl Store {
     ) -> Result<SessionWriter, StoreError> {
         match self {
             Store::Jsonl(store) => store.open_writer(id, options),
+            #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.open_writer(id, options),
         }
     }
 
-    /// Creates session `child` from the good prefix of `parent` (SPEC §7),
+    /// Creates session `child` from the good prefix of `parent` (docs/EVENTS.md, "Presets and children"),
     /// durably, and returns the child's header. A corrupt parent, one that
     /// breaks the rules, an invalid or existing child id are refused;
     /// nothing is written to the parent.
+    #[cfg_attr(not(feature = "sqlite"), allow(irrefutable_let_patterns))]
     pub fn fork(
         &self,
         parent: &SessionId,
@@ -394,6 +484,44 @@ impl Store {
         })?;
         self.create_session(&seed.header, &seed.events, Durability::Fsync)?;
         Ok(seed.header)
+    }
+}
+
+/// The SQLite store `open` gives for `path`.
+#[cfg(feature = "sqlite")]
+fn sqlite_store(
+    path: &Path,
+    open: fn(&Path) -> Result<SqliteStore, StoreError>,
+) -> Result<Store, StoreError> {
+    open(path).map(Store::Sqlite)
+}
+
+/// Without the `sqlite` feature a database path is refused, never taken
+/// for a folder of logs.
+#[cfg(not(feature = "sqlite"))]
+fn sqlite_store(path: &Path, _: fn(&Path) -> Result<(), StoreError>) -> Result<Store, StoreError> {
+    Err(StoreError::io(
+        "open store",
+        path,
+        std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "a SQLite database, and this build has no SQLite backend (sessionlog-store's `sqlite` feature is off)",
+        ),
+    ))
+}
+
+/// What `sqlite_store` is given in a build without SQLite.
+#[cfg(not(feature = "sqlite"))]
+struct SqliteStore;
+
+#[cfg(not(feature = "sqlite"))]
+impl SqliteStore {
+    fn open(_: &Path) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn open_read_only(_: &Path) -> Result<(), StoreError> {
+        Ok(())
     }
 }
 

@@ -19,7 +19,7 @@ use sessionlog_projections::{
     ReviewErrorCode, ReviewFragments, SessionState,
 };
 use sessionlog_schema::{
-    compact_json, ApprovalPolicy, EventRecord, EventType, Preset, Seal, SealSecretKey,
+    compact_json, ApprovalPolicy, EventData, EventRecord, EventType, Preset, Seal, SealSecretKey,
     SessionHeader, SessionId, MAX_BATCH_RECORDS, MAX_RECORD_BYTES,
 };
 
@@ -135,6 +135,37 @@ impl NewEvent {
             ts: None,
         }
     }
+
+    /// An event from typed `data` (see [`EventData`]): its type and its
+    /// JSON come from the value, so no caller formats JSON by hand.
+    ///
+    /// ```
+    /// use sessionlog_schema::{StepStart, TurnStart};
+    /// use sessionlog_store::NewEvent;
+    ///
+    /// let event = NewEvent::of(&StepStart::new("s1", "t1"));
+    /// assert_eq!(event.event_type, "step/start");
+    /// assert_eq!(event.data, r#"{"stepId":"s1","turnId":"t1"}"#);
+    /// let event: NewEvent = TurnStart::new("t1").into();
+    /// assert_eq!(event, NewEvent::new("turn/start", r#"{"turnId":"t1"}"#));
+    /// ```
+    pub fn of<D: EventData>(data: &D) -> NewEvent {
+        NewEvent::new(D::EVENT_TYPE.as_str(), data.to_json())
+    }
+
+    /// The same event at time `ts` (unix milliseconds).
+    pub fn at(self, ts: u64) -> NewEvent {
+        NewEvent {
+            ts: Some(ts),
+            ..self
+        }
+    }
+}
+
+impl<D: EventData> From<D> for NewEvent {
+    fn from(data: D) -> NewEvent {
+        NewEvent::of(&data)
+    }
 }
 
 impl SessionWriter {
@@ -187,7 +218,7 @@ impl SessionWriter {
         self.events.as_deref()
     }
 
-    /// The Auto reviewer's request for `pending` (SPEC §8), built from the
+    /// The Auto reviewer's request for `pending` (docs/EVENTS.md, "The Auto reviewer"), built from the
     /// snapshot and the validated state this writer holds: the log is not
     /// read again, and each shown event's fragment was rendered once, when
     /// the writer folded it. Fails closed like the request builder; a writer opened
@@ -337,6 +368,26 @@ impl SessionWriter {
     /// each batch's outcome, in the order given. A failed write or sync
     /// poisons the writer: the batch it hit gets the failure itself, every
     /// later one (and every one it left unsynced) gets `Poisoned`.
+    ///
+    /// ```
+    /// use sessionlog_schema::{SessionHeader, SessionId, StepEnd, TurnStart};
+    /// use sessionlog_store::{Durability, Store, StoreError, WriterOptions};
+    ///
+    /// let folder = tempfile::tempdir()?;
+    /// let store = Store::create(&folder.path().join("sessions"))?;
+    /// let id = SessionId::parse("a")?;
+    /// store.create_session(&SessionHeader::root(id.clone(), 0, "/work".into()), &[], Durability::Fsync)?;
+    /// let mut writer = store.open_writer(&id, WriterOptions::default())?;
+    /// let outcomes = writer.append_group(vec![
+    ///     (vec![TurnStart::new("t1").into()], Some(1)),
+    ///     (vec![StepEnd::new("s9").into()], None), // breaks a rule: refused alone
+    ///     (vec![TurnStart::new("t2").into()], Some(1)), // seq 1 is taken: a conflict
+    /// ]);
+    /// assert_eq!(outcomes[0].as_ref().map(|seqs| seqs[0].get()).ok(), Some(1));
+    /// assert!(matches!(outcomes[1], Err(StoreError::Rule { .. })));
+    /// assert!(matches!(outcomes[2], Err(StoreError::Conflict { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn append_group(
         &mut self,
         batches: Vec<(Vec<NewEvent>, Option<u64>)>,
@@ -357,7 +408,7 @@ impl SessionWriter {
             .collect()
     }
 
-    /// Switches the session's preset (SPEC §7, the preset writer): appends,
+    /// Switches the session's preset (the preset writer of docs/EVENTS.md, "Presets and children"): appends,
     /// as one atomic batch, the `sandbox/mode` and `approval/policy` events
     /// the preset needs and the `permission/preset` event. `auto` needs the
     /// approval policy it runs under (`auto_approval`); the other presets

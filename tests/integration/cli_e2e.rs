@@ -7,7 +7,7 @@
 //! - Two writers: the second gets `Locked`, in one process and across
 //!   processes (`sessionlog append` held open by a pipe: exit 6).
 //! - `--expect-seq` mismatch: exit 6, nothing written.
-//! - Every exit code of SPEC §9 from a crafted input, and the precedence
+//! - Every exit code of README.md, "Exit codes" from a crafted input, and the precedence
 //!   "2 wins over 4, 4 over 3".
 
 use std::io::{BufRead, BufReader, Write};
@@ -16,8 +16,9 @@ use std::process::Stdio;
 
 use sessionlog_projections::fold;
 use sessionlog_schema::SessionHeader;
+use sessionlog_store::testing::Io;
 use sessionlog_store::{
-    open_log_writer, Durability, Io, JsonlStore, SqliteStore, Store, StoreError, WriterOptions,
+    open_log_writer, Durability, JsonlStore, SqliteStore, Store, StoreError, WriterOptions,
 };
 
 use crate::cli_support::{run, run_with_stdin, sessionlog, Run};

@@ -10,7 +10,9 @@ use sessionlog_schema::{
     EventRecord, SandboxMode, SessionHeader, SessionId,
 };
 
-use crate::support::{event_body, json_string, scan, sign, spec_crc, SpecEvent, SPEC_EVENT_ORDER};
+use crate::support::{
+    event_body, json_string, scan, sign, spec_crc, SpecEvent, WRITER_EVENT_ORDER,
+};
 
 fn arb_id() -> impl Strategy<Value = SessionId> {
     "[A-Za-z0-9][A-Za-z0-9_-]{0,127}"
@@ -149,7 +151,7 @@ proptest! {
         let record = EventRecord::new(seq, ts, batch, &event_type, &data);
         let line = record.encode(&id);
         let spec = SpecEvent { seq, ts, batch, event_type: event_type.clone(), data: data.clone() };
-        prop_assert_eq!(&line, &sign(id.as_str(), &event_body(&spec, &SPEC_EVENT_ORDER)));
+        prop_assert_eq!(&line, &sign(id.as_str(), &event_body(&spec, &WRITER_EVENT_ORDER)));
         let decoded = decode_event(&id, line.trim_end_matches('\n').as_bytes())
             .expect("an encoded record decodes");
         prop_assert_eq!(&decoded, &record);

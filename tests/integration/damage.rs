@@ -1,4 +1,4 @@
-//! Damage and recovery (SPEC §2): truncation at every byte offset, bit flips
+//! Damage and recovery (docs/FORMAT.md): truncation at every byte offset, bit flips
 //! anywhere, and every class of corruption and torn tail, one row each.
 //!
 //! Expectations are computed from the independent writer's layout (where
@@ -230,7 +230,7 @@ proptest! {
     }
 }
 
-/// The header of session `c` as the spec writes it, to be edited by a row.
+/// The header of session `c` as docs/FORMAT.md writes it, to be edited by a row.
 const HEADER: &str = r#"{"kind":"header","formatVersion":1,"id":"c","createdAt":1,"cwd":"/","parentSession":null,"seedLength":0,"delegationDepth":0,"sandboxMode":null,"approvalPolicy":null"#;
 
 /// An intact event with seq 2 for session `c`.

@@ -1,6 +1,9 @@
-//! docs/FORMAT.md against the code: its worked example is what the
-//! independent writer produces and what the scanner accepts, its stated CRC is
-//! the CRC, and the limits it names are the limits the code enforces.
+//! docs/FORMAT.md and docs/EVENTS.md against the code: FORMAT.md's worked
+//! example is what the independent writer produces and what the scanner
+//! accepts, its stated CRC is the CRC, and the limits it names are the
+//! limits the code enforces; EVENTS.md's example lines are one log that
+//! keeps every rule, shows every type and projects as the page says, and its
+//! pending action and reply parse.
 
 use sessionlog_schema::{CRC_SUFFIX_LEN, FORMAT_VERSION, MAX_BATCH_RECORDS, MAX_RECORD_BYTES};
 
@@ -56,4 +59,73 @@ fn the_limits_named_in_the_format_doc_are_the_codes_limits() {
     assert!(FORMAT_MD.contains(&format!("`MAX_BATCH_RECORDS` ({MAX_BATCH_RECORDS})")));
     assert!(FORMAT_MD.contains(&format!("The last {CRC_SUFFIX_LEN} bytes of the line")));
     assert!(FORMAT_MD.contains(&format!("format version {FORMAT_VERSION}:")));
+}
+
+const EVENTS_MD: &str = include_str!("../../docs/EVENTS.md");
+
+/// Every fenced block of `doc` opened by `fence`, in order.
+fn fenced_blocks(doc: &'static str, fence: &str) -> Vec<&'static str> {
+    let opening = format!("{fence}\n");
+    doc.split(opening.as_str())
+        .skip(1)
+        .map(|rest| &rest[..rest.find("```").expect("the block is closed")])
+        .collect()
+}
+
+#[test]
+fn the_event_examples_are_one_log_that_keeps_every_rule_and_shows_every_type() {
+    use sessionlog_projections::{fold, Defaults};
+    use sessionlog_schema::{decode_header, Event, EventType};
+
+    let log: String = fenced_blocks(EVENTS_MD, "```jsonl").concat();
+    let scanned = scan(log.as_bytes(), Some("demo"));
+    let summary = scanned.outcome.expect("the examples are a good log");
+    assert_eq!(summary.torn_tail, None);
+    let header_line = log.lines().next().expect("the header comes first");
+    let header = decode_header(header_line.as_bytes())
+        .expect("the header decodes")
+        .header;
+    let mut seen = Vec::new();
+    for record in &scanned.records {
+        let event = Event::parse(record.event_type(), record.data())
+            .unwrap_or_else(|error| panic!("seq {}: {error}", record.seq()));
+        seen.extend(event.event_type());
+    }
+    for known in EventType::ALL {
+        assert!(
+            seen.contains(known),
+            "EVENTS.md has no example of {}",
+            known.as_str()
+        );
+    }
+    let (state, violations) = fold(header, &scanned.records);
+    assert_eq!(violations, Vec::new(), "the examples keep every rule");
+    let projection = serde_json::to_string(&state.projection(&Defaults::default()))
+        .expect("a projection serialises");
+    assert_eq!(
+        fenced_blocks(EVENTS_MD, "```json")[0].trim_end(),
+        projection,
+        "EVENTS.md's projection is the examples' projection"
+    );
+}
+
+#[test]
+fn the_pending_action_and_reply_examples_parse() {
+    use sessionlog_projections::{parse_pending_action, parse_review_result, Decision, Risk};
+
+    let json = fenced_blocks(EVENTS_MD, "```json");
+    let action = parse_pending_action(json[1].trim_end().as_bytes())
+        .unwrap_or_else(|error| panic!("the pending action example: {error}"));
+    assert_eq!(action.call_id, "c4");
+    let decision = parse_review_result(json[2].trim_end().as_bytes())
+        .unwrap_or_else(|error| panic!("the reply example: {error:?}"));
+    assert_eq!(
+        (decision.risk, decision.decision, decision.reason.as_deref()),
+        (Risk::High, Decision::Deny, Some("reads a private key"))
+    );
+}
+
+#[test]
+fn the_format_page_points_to_the_events_page() {
+    assert!(FORMAT_MD.contains("[EVENTS.md](EVENTS.md)"));
 }

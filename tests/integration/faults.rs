@@ -4,7 +4,7 @@
 //! operation of the `Io` seam, with that one operation failing (and again
 //! with it and every later operation failing, a dying disk).
 //!
-//! Each run checks what SPEC §4 promises: the failing operation returns an
+//! Each run checks what docs/RELIABILITY.md promises: the failing operation returns an
 //! error; a writer that saw it is poisoned (later appends and syncs are
 //! refused); reopening without faults yields a log that verifies, holds every
 //! acknowledged event, and of the events that were refused holds at most the
@@ -24,9 +24,9 @@ use std::sync::{Arc, Mutex};
 
 use sessionlog_projections::{fold, Defaults};
 use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
+use sessionlog_store::testing::{FaultInjector, FaultPoint, Io};
 use sessionlog_store::{
-    Backend, FaultInjector, FaultPoint, Io, JsonlStore, NewEvent, SessionWriter, SqliteStore,
-    Store, StoreError, WriterOptions,
+    Backend, JsonlStore, NewEvent, SessionWriter, SqliteStore, Store, StoreError, WriterOptions,
 };
 
 use crate::realistic::realistic_log;
@@ -181,7 +181,7 @@ pub fn id(text: &str) -> SessionId {
     ok(SessionId::parse(text))
 }
 
-/// A realistic session (SPEC §6 rules kept) as units: single events and
+/// A realistic session (the rules of docs/EVENTS.md kept) as units: single events and
 /// batches, in order.
 pub fn realistic_units(seed: u64, turns: usize) -> Vec<Vec<NewEvent>> {
     let mut units: Vec<Vec<NewEvent>> = Vec::new();
@@ -438,7 +438,7 @@ pub struct Recovered {
 }
 
 /// Reopens every session of `model` in the (fault-free) `store` and checks
-/// SPEC §4: the log verifies after a writer opened it, holds every
+/// docs/RELIABILITY.md: the log verifies after a writer opened it, holds every
 /// acknowledged event and, of the units in doubt, at most a prefix of whole
 /// units (none when `refused_before_write`); the writer then appends.
 /// Returns per session what was found.

@@ -1,4 +1,4 @@
-//! SPEC §2 as written by hand: logs from the independent writer decode and
+//! docs/FORMAT.md's logs as written by hand: logs from the independent writer decode and
 //! scan clean, whatever their member order, text or event types, and our
 //! codec writes the very same bytes.
 
@@ -10,7 +10,7 @@ use sessionlog_schema::{
 
 use crate::realistic::realistic_log;
 use crate::support::{
-    assert_same_events, scan, sign, LogBuilder, MemberOrder, SpecLog, SPEC_HEADER_ORDER,
+    assert_same_events, scan, sign, LogBuilder, MemberOrder, SpecLog, WRITER_HEADER_ORDER,
 };
 
 /// Scans `log` and asserts it is clean and gives back every event, with each
@@ -118,7 +118,7 @@ fn header_members_may_come_in_any_order() {
     assert!(reversed
         .header_line_body()
         .starts_with("{\"approvalPolicy\":null,\"sandboxMode\":null"));
-    assert_eq!(SPEC_HEADER_ORDER.len(), 10);
+    assert_eq!(WRITER_HEADER_ORDER.len(), 10);
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The one integration-test binary of sessionlog.
 //!
 //! Module index:
-//! - `support`: the independent SPEC §2 writer (`LogBuilder`, built by hand,
+//! - `support`: the independent writer of docs/FORMAT.md logs (`LogBuilder`, built by hand,
 //!   never through our codec), a seeded generator (`Rng`) and the scan
 //!   harness that feeds files to `LogScanner` line by line.
 //! - `realistic`: seeded logs that read like agent sessions (turns, steps,
@@ -11,7 +11,9 @@
 //! - `codec`: round trips and hostile lines (proptest).
 //! - `damage`: truncation at every offset, bit flips, and one row per
 //!   corruption and torn-tail class.
-//! - `docs`: docs/FORMAT.md's worked example and limits match the code.
+//! - `docs`: docs/FORMAT.md's worked example and limits, and docs/EVENTS.md's
+//!   example log, projection, pending action and reply, match the code.
+//! - `embedding`: `examples/embed.rs` and `examples/embed_async.rs` run.
 //! - `cli_support`: runs the real `sessionlog` binary (built once if missing).
 //! - `people`: the command line as auditors and runtime authors use it:
 //!   examples, replay, tail -f, salvage, stats, the HTML report in headless
@@ -56,6 +58,7 @@ mod concurrency;
 mod crash;
 mod damage;
 mod docs;
+mod embedding;
 mod faults;
 mod format;
 mod hostile;

@@ -1184,7 +1184,7 @@ fn completions_cover_every_command() {
             );
         }
     }
-    run(["completions", "tcsh"]).expect_code(1); // a usage error (SPEC §9)
+    run(["completions", "tcsh"]).expect_code(1); // a usage error (README.md, "Exit codes")
 }
 
 #[test]

@@ -22,7 +22,8 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use sessionlog_store::{Backend, FaultInjector, FaultPoint, Io, JsonlStore, Store};
+use sessionlog_store::testing::{FaultInjector, FaultPoint, Io};
+use sessionlog_store::{Backend, JsonlStore, Store};
 
 use crate::faults::{check_recovery, lock, ok, open_store, realistic_units, Model, Workload};
 use crate::support::Rng;

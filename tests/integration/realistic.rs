@@ -1,7 +1,7 @@
 //! Realistic session logs, generated from a seed.
 //!
 //! A generated log reads like a coding agent's session and keeps every rule of
-//! SPEC §6: turns hold steps, calls start in the open step and settle later,
+//! docs/EVENTS.md, "Rules": turns hold steps, calls start in the open step and settle later,
 //! approvals are asked inside the open turn and decided, preset switches are
 //! three-event batches. Text mixes ASCII, accents, CJK, emoji, quotes,
 //! backslashes, control characters and U+2028, so escaping is exercised on

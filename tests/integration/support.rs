@@ -1,4 +1,4 @@
-//! Shared helpers: an independent writer of SPEC §2 logs and a scan harness.
+//! Shared helpers: an independent writer of docs/FORMAT.md logs and a scan harness.
 //!
 //! The writer builds every line by hand (`format!`, `serde_json` only to
 //! escape strings, `crc32fast` for the CRC) and never calls the `schema`
@@ -29,8 +29,8 @@ pub enum EventMember {
     Data,
 }
 
-/// The event member order writers emit (SPEC §2).
-pub const SPEC_EVENT_ORDER: [EventMember; 5] = [
+/// The event member order writers emit (docs/FORMAT.md).
+pub const WRITER_EVENT_ORDER: [EventMember; 5] = [
     EventMember::Seq,
     EventMember::Ts,
     EventMember::Batch,
@@ -38,8 +38,8 @@ pub const SPEC_EVENT_ORDER: [EventMember; 5] = [
     EventMember::Data,
 ];
 
-/// The header member order writers emit (SPEC §2), `crc` left out.
-pub const SPEC_HEADER_ORDER: [&str; 10] = [
+/// The header member order writers emit (docs/FORMAT.md), `crc` left out.
+pub const WRITER_HEADER_ORDER: [&str; 10] = [
     "kind",
     "formatVersion",
     "id",
@@ -55,9 +55,9 @@ pub const SPEC_HEADER_ORDER: [&str; 10] = [
 /// How the members before `crc` are ordered in every record of a log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemberOrder {
-    /// The order of SPEC §2.
+    /// The order of docs/FORMAT.md.
     Spec,
-    /// The spec's order backwards.
+    /// The writers' order backwards.
     Reversed,
     /// A different permutation per record, drawn from this seed.
     Shuffled(u64),
@@ -101,7 +101,7 @@ pub struct SpecLog {
     pub lines: Vec<SpecLine>,
 }
 
-/// Builds a log line by line, the way SPEC §2 says, without our codec.
+/// Builds a log line by line, the way docs/FORMAT.md says, without our codec.
 #[derive(Debug, Clone)]
 pub struct LogBuilder {
     id: String,
@@ -261,7 +261,7 @@ impl LogBuilder {
             "approvalPolicy" => nullable(&self.approval_policy),
             other => unreachable!("{other} is not a header member"),
         };
-        let order = permute(&SPEC_HEADER_ORDER, self.order, 0);
+        let order = permute(&WRITER_HEADER_ORDER, self.order, 0);
         let members: Vec<String> = order
             .iter()
             .map(|name| format!("{}:{}", json_string(name), value(name)))
@@ -293,7 +293,7 @@ impl LogBuilder {
             match unit {
                 Unit::Events(events) => {
                     for event in events {
-                        let order = permute(&SPEC_EVENT_ORDER, self.order, event.seq);
+                        let order = permute(&WRITER_EVENT_ORDER, self.order, event.seq);
                         let body = event_body(event, &order);
                         let line = sign(&self.id, &body);
                         push(

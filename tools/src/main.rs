@@ -2,7 +2,7 @@
 //! Auto-review request. This is the only crate that prints.
 //!
 //! Every command returns its exit code; errors are mapped to the codes of
-//! SPEC §9 by what they are (a `StoreError`'s class, a usage error, a review
+//! README.md, "Exit codes" by what they are (a `StoreError`'s class, a usage error, a review
 //! failure), never by their text.
 
 mod cli;
@@ -19,7 +19,7 @@ use sessionlog_store::{ErrorClass, StoreError};
 
 use crate::cli::{Cli, Command};
 
-/// Exit codes of SPEC §9.
+/// The exit codes (README.md, "Exit codes").
 pub mod exit {
     /// Success.
     pub const OK: u8 = 0;
@@ -45,8 +45,8 @@ pub mod exit {
     pub const DIFF_TROUBLE: u8 = 9;
 
     /// The codes that outrank one another when several apply, strongest
-    /// first (SPEC: 2 wins over 7, 7 over 4, 4 over 3). The store ranks its
-    /// refusals the same way (`ErrorClass::precedence`).
+    /// first (README.md, "Exit codes": 2 wins over 7, 7 over 4, 4 over 3).
+    /// The store ranks its refusals the same way (`ErrorClass::precedence`).
     pub const PRECEDENCE: [u8; 4] = [CORRUPT, SEAL, RULE, TORN];
 
     /// Combines two exit codes by [`PRECEDENCE`]; `a` when neither ranks.
@@ -94,7 +94,7 @@ pub struct Exit {
 }
 
 fn main() -> ExitCode {
-    // clap exits 2 on a usage error, which SPEC §9 gives to corruption.
+    // clap exits 2 on a usage error, which README.md, "Exit codes" gives to corruption.
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {

@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use sessionlog_schema::SessionId;
+use sessionlog_store::testing::Io;
 use sessionlog_store::{
-    open_log_writer, Io, LogReader, SessionStream, SessionWriter, Snapshot, Store, StoreError,
+    open_log_writer, LogReader, SessionStream, SessionWriter, Snapshot, Store, StoreError,
     WriterOptions,
 };
 

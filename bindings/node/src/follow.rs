@@ -10,9 +10,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use napi::bindgen_prelude::PromiseRaw;
 use napi::Env;
 use napi_derive::napi;
-use sessionlog_schema::EventRecord;
-use sessionlog_store::StoreError;
-use tokio::sync::{mpsc, watch};
+use sessionlog_store::Follow;
+use tokio::sync::watch;
 
 use crate::failure::{Failure, Outcome};
 use crate::json;
@@ -20,7 +19,7 @@ use crate::json;
 /// At most this many events are handed over by one `next`.
 const EVENTS_PER_CALL: usize = 1024;
 
-type Followed = mpsc::Receiver<Result<EventRecord, StoreError>>;
+type Followed = Follow;
 
 /// A followed session (see the module docs).
 #[napi]
@@ -71,13 +70,13 @@ impl NativeFollow {
                 let mut records = vec![first?];
                 while records.len() < EVENTS_PER_CALL {
                     match receiver.try_recv() {
-                        Ok(Ok(record)) => records.push(record),
-                        Ok(Err(error)) => {
+                        Some(Ok(record)) => records.push(record),
+                        Some(Err(error)) => {
                             *held.lock().unwrap_or_else(PoisonError::into_inner) =
                                 Some(error.into());
                             break;
                         }
-                        Err(_) => break,
+                        None => break,
                     }
                 }
                 let mut text = String::new();

@@ -1,4 +1,4 @@
-//! The pending action: the tool call waiting for its review (SPEC §8).
+//! The pending action: the tool call waiting for its review (docs/EVENTS.md, "The Auto reviewer").
 //!
 //! It arrives from the runtime, not from the log, so it is read strictly:
 //! exactly the members `callId`, `stepId`, `name`, `arguments` and the
@@ -8,9 +8,8 @@
 //! a tool and its reviewer must never read two different values out of one
 //! ambiguous object.
 
-use serde::Serialize;
 use serde_json::value::RawValue;
-use sessionlog_schema::ToolStart;
+use sessionlog_schema::{EventData, ToolStart};
 
 use super::error::{ReviewError, ReviewErrorCode};
 use super::strict::{
@@ -44,17 +43,6 @@ pub struct ToolSchema {
     pub parameters: Box<RawValue>,
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ToolStartData<'a> {
-    call_id: &'a str,
-    step_id: &'a str,
-    name: &'a str,
-    arguments: &'a RawValue,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    parent_call_id: Option<&'a str>,
-}
-
 const ACTION: &str = "the pending action";
 const ACTION_MEMBERS: &[&str] = &[
     "callId",
@@ -69,6 +57,18 @@ const SCHEMA_MEMBERS: &[&str] = &["description", "parameters"];
 
 /// Reads a pending action strictly; any deviation is `INVALID_ACTION` naming
 /// the member.
+///
+/// ```
+/// use sessionlog_projections::{parse_pending_action, ReviewErrorCode};
+///
+/// let action = parse_pending_action(
+///     br#"{"callId":"c1","stepId":"s1","name":"shell","arguments":{"command":"ls"}}"#,
+/// )?;
+/// assert_eq!(action.tool_start_data(), r#"{"callId":"c1","stepId":"s1","name":"shell","arguments":{"command":"ls"}}"#);
+/// let null = parse_pending_action(br#"{"callId":"c1","stepId":"s1","name":"shell","arguments":null}"#);
+/// assert_eq!(null.map_err(|error| error.code).err(), Some(ReviewErrorCode::InvalidAction));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn parse_pending_action(json: &[u8]) -> Result<PendingAction, ReviewError> {
     let text = utf8_text(json, ACTION).map_err(invalid)?;
     let members = strict_members(text, ACTION, ACTION_MEMBERS)?;
@@ -93,15 +93,19 @@ impl PendingAction {
     /// `{callId, stepId, name, arguments, parentCallId?}`, arguments as the
     /// runtime wrote them. An inner call's frozen schema is not logged.
     pub fn tool_start_data(&self) -> String {
-        let data = ToolStartData {
-            call_id: &self.call_id,
-            step_id: &self.step_id,
-            name: &self.name,
-            arguments: &self.arguments,
-            parent_call_id: self.parent_call_id.as_deref(),
-        };
-        // Strings and raw JSON always serialize.
-        serde_json::to_string(&data).unwrap_or_else(|error| unreachable!("{error}"))
+        self.tool_start().to_json()
+    }
+
+    /// The `tool/start` data that starts this call (see
+    /// [`tool_start_data`](Self::tool_start_data)).
+    pub fn tool_start(&self) -> ToolStart {
+        ToolStart {
+            call_id: self.call_id.clone(),
+            step_id: self.step_id.clone(),
+            name: self.name.clone(),
+            arguments: self.arguments.clone(),
+            parent_call_id: self.parent_call_id.clone(),
+        }
     }
 
     /// The pending action a logged `tool/start` was before it started. It

@@ -1,4 +1,4 @@
-//! Why a reviewer request could not be built: the fail-closed codes of SPEC §8.
+//! Why a reviewer request could not be built: the fail-closed codes of docs/EVENTS.md, "The Auto reviewer".
 //!
 //! The codes are stable (scripts and runtimes match on them); the message
 //! says what was found and where, so the caller can fix the snapshot or the

@@ -1,5 +1,5 @@
 //! The Auto-review side: the reviewer's request built from a full snapshot,
-//! and the strict parser of the reviewer's reply (SPEC §8).
+//! and the strict parser of the reviewer's reply (docs/EVENTS.md, "The Auto reviewer").
 //!
 //! Before every tool call of an Auto session runs, a reviewer model classifies
 //! it. This module owns what that model is shown (`build_review_request`: the

@@ -1,5 +1,5 @@
 //! The fixed policy the reviewer model classifies every pending tool call by
-//! (SPEC §8, partition `REVIEW_POLICY`).
+//! (docs/EVENTS.md, "The Auto reviewer"; partition `REVIEW_POLICY`).
 //!
 //! The text is a constant on purpose: there are no configurable policies,
 //! exemptions or cached grants, so the same snapshot and pending action always

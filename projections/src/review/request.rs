@@ -1,5 +1,5 @@
 //! The reviewer's request: one compact JSON object built from the session's
-//! full snapshot and the pending action (SPEC §8).
+//! full snapshot and the pending action (docs/EVENTS.md, "The Auto reviewer").
 //!
 //! The request is the only thing the reviewer sees, so what it leaves out is
 //! as important as what it holds: assistant text, reasoning, injected context,

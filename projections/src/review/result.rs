@@ -1,5 +1,5 @@
 //! The reviewer's reply, read strictly, and the records its outcome leaves
-//! (SPEC §8, "The reviewer's result").
+//! (docs/EVENTS.md, "The reviewer's reply").
 //!
 //! A reply is valid only in one shape: reasoning blocks, then exactly one text
 //! block holding exactly one JSON object `{risk, decision, reason?}` with an
@@ -10,6 +10,7 @@
 
 use serde::Serialize;
 use serde_json::value::RawValue;
+use sessionlog_schema::{EventData, ToolError, ToolSettle};
 
 use super::strict::{as_string, unique_members, utf8_text, Members};
 
@@ -155,63 +156,36 @@ pub fn parse_review_result(reply_json: &[u8]) -> Result<ReviewDecision, ReviewFa
 
 /// The `data` of the `tool/settle` that records a final denial: compact JSON,
 /// status `error`, the reviewer's reason kept whole.
+///
+/// ```
+/// use sessionlog_projections::{denial_notice, denial_settle_data};
+///
+/// assert_eq!(
+///     denial_settle_data("c1", Some("reads a private key")),
+///     r#"{"callId":"c1","status":"error","error":{"name":"AutoReviewDeniedError","code":"AUTO_REVIEW_DENIED","reason":"reads a private key"}}"#
+/// );
+/// // All the model is shown:
+/// assert_eq!(denial_notice("shell"), r#"Auto review rejected tool "shell"; its body was not executed"#);
+/// ```
 pub fn denial_settle_data(call_id: &str, reason: Option<&str>) -> String {
-    settle_data(
-        call_id,
-        SettleError {
-            name: "AutoReviewDeniedError",
-            code: AUTO_REVIEW_DENIED,
-            message: None,
-            reason,
-        },
-    )
+    let error = ToolError::new("AutoReviewDeniedError", AUTO_REVIEW_DENIED);
+    let error = match reason {
+        Some(reason) => error.with_reason(reason),
+        None => error,
+    };
+    ToolSettle::error(call_id, error).to_json()
 }
 
 /// The `data` of the `tool/settle` that records a reviewer failure: compact
 /// JSON, status `error`, the failure's message.
 pub fn failure_settle_data(call_id: &str, message: &str) -> String {
-    settle_data(
-        call_id,
-        SettleError {
-            name: "AutoReviewFailedError",
-            code: AUTO_REVIEW_FAILED,
-            message: Some(message),
-            reason: None,
-        },
-    )
+    let error = ToolError::new("AutoReviewFailedError", AUTO_REVIEW_FAILED).with_message(message);
+    ToolSettle::error(call_id, error).to_json()
 }
 
 /// All the model sees of a final denial.
 pub fn denial_notice(tool_name: &str) -> String {
     format!("Auto review rejected tool \"{tool_name}\"; its body was not executed")
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct SettleData<'a> {
-    call_id: &'a str,
-    status: &'static str,
-    error: SettleError<'a>,
-}
-
-#[derive(Serialize)]
-struct SettleError<'a> {
-    name: &'static str,
-    code: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    message: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<&'a str>,
-}
-
-fn settle_data(call_id: &str, error: SettleError<'_>) -> String {
-    let data = SettleData {
-        call_id,
-        status: "error",
-        error,
-    };
-    // Serializing strings and string-keyed structs into a String cannot fail.
-    serde_json::to_string(&data).unwrap_or_else(|error| unreachable!("{error}"))
 }
 
 /// Lists the members of the object `json`, failing on anything but one

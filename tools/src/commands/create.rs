@@ -4,7 +4,8 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 use sessionlog_schema::{SessionHeader, SessionId};
-use sessionlog_store::{create_log_file, now_ms, read_header_as_is, Durability, Io, Store};
+use sessionlog_store::testing::Io;
+use sessionlog_store::{create_log_file, now_ms, read_header_as_is, Durability, Store};
 
 use crate::target::is_lone_log;
 use crate::{exit, UsageError};

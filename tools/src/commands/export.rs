@@ -1,4 +1,4 @@
-//! `sessionlog export`: header and events as JSON lines, as SPEC §2 writes
+//! `sessionlog export`: header and events as JSON lines, as docs/FORMAT.md writes
 //! them without their CRC member. The log is checked whole before the first
 //! byte is printed, so a corrupt log prints nothing.
 

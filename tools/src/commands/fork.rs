@@ -1,10 +1,11 @@
-//! `sessionlog fork`: a child created from its parent's snapshot (SPEC §7),
+//! `sessionlog fork`: a child created from its parent's snapshot (docs/EVENTS.md, "Presets and children"),
 //! beside the parent, in one atomic act.
 
 use anyhow::Result;
 use sessionlog_projections::{delegate, Defaults};
 use sessionlog_schema::SessionId;
-use sessionlog_store::{create_log_file, now_ms, sync_log_file, Durability, Io, StoreError};
+use sessionlog_store::testing::Io;
+use sessionlog_store::{create_log_file, now_ms, sync_log_file, Durability, StoreError};
 
 use crate::cli::{DefaultArgs, SessionArgs};
 use crate::commands::create::header_json;

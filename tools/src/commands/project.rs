@@ -1,4 +1,4 @@
-//! `sessionlog project`: the projections of SPEC §9, as of any seq.
+//! `sessionlog project`: the projections of a session (docs/EVENTS.md), as of any seq.
 
 use anyhow::{bail, Result};
 use sessionlog_projections::{Defaults, SessionState};

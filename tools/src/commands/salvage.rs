@@ -1,10 +1,10 @@
-//! `sessionlog salvage FILE OUT`: the explicit, separate act of SPEC §2 that
+//! `sessionlog salvage FILE OUT`: the explicit, separate act of docs/FORMAT.md that
 //! gets the good prefix out of a damaged log.
 //!
 //! FILE is only read. Its lines go through the schema's `LogScanner`
 //! directly (the store's reader stops with an error at corruption, and
 //! salvage wants the records before it). The prefix must itself pass the
-//! rules of §6: when it does not, it is cut before the batch holding the
+//! rules of docs/EVENTS.md, "Rules": when it does not, it is cut before the batch holding the
 //! first violation. The result is written to a NEW file with
 //! `create_log_file` (atomic, fsynced, refusing an existing OUT), and the
 //! report says what was left behind: from which line and byte offset, how
@@ -16,7 +16,8 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use sessionlog_projections::fold;
 use sessionlog_schema::{Corruption, EventRecord, LogScanner, TornTail};
-use sessionlog_store::{create_log_file, Durability, Io, Line, LineReader};
+use sessionlog_store::testing::{Io, Line, LineReader};
+use sessionlog_store::{create_log_file, Durability};
 
 use crate::{exit, progress, Exit, UsageError};
 

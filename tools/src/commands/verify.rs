@@ -1,7 +1,7 @@
 //! `sessionlog verify`: CRCs, seqs, header, vocabularies, shapes, every
-//! rule, and every own seal against the recomputed hash chain, streamed in
-//! constant memory; then the auditor's seal policy (`--trust`,
-//! `--require-sealed`, `--anchor`).
+//! rule of docs/EVENTS.md, "Rules", and every own seal against the
+//! recomputed hash chain, streamed in constant memory; then the auditor's
+//! seal policy (`--trust`, `--require-sealed`, `--anchor`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
