@@ -172,7 +172,8 @@ export interface ReviewReply {
 export class Store {
   private constructor()
   /**
-   * Opens a store: a folder of JSONL logs, or a `.db`/`.sqlite` database.
+   * Opens a store: a folder of JSONL logs, a `.db`/`.sqlite` database, or a
+   * `postgres://` URL (`?schema=NAME` for a schema other than `sessionlog`).
    * A missing store is an `IO` error unless `create` is set.
    */
   static open(location: string, options?: { create?: boolean }): Promise<Store>

@@ -153,7 +153,7 @@ function jsonText(value, what) {
 
 const constructing = Symbol('sessionlog.constructing')
 
-/** A store of sessions: a folder of JSONL logs, a .db/.sqlite database. */
+/** A store of sessions: a folder of JSONL logs, a .db/.sqlite database or a postgres:// URL. */
 class Store {
   #native
 

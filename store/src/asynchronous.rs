@@ -328,6 +328,10 @@ impl AsyncStore {
                 Store::Sqlite(_) => Following::Query {
                     next_seq: from_seq.max(1),
                 },
+                #[cfg(feature = "postgres")]
+                Store::Postgres(_) => Following::Query {
+                    next_seq: from_seq.max(1),
+                },
             };
             while !sender.is_closed() {
                 let reading = Arc::clone(&store);

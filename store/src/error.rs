@@ -34,6 +34,32 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
+    #[cfg(feature = "postgres")]
+    /// A PostgreSQL operation failed: the connection, authentication, a
+    /// statement (a timeout included) or the server going away.
+    #[error("{store}: PostgreSQL {operation} failed: {detail}")]
+    Postgres {
+        /// What was being done.
+        operation: &'static str,
+        /// The store's URL, without its password.
+        store: PathBuf,
+        /// The server's message, or what failed on the way to it.
+        detail: String,
+        /// The SQLSTATE, when the server sent one.
+        code: Option<String>,
+        /// The client's error.
+        #[source]
+        source: postgres::Error,
+    },
+    /// A STORE argument that names no usable store, or a store that
+    /// answered in a way it never should.
+    #[error("{store}: {reason}")]
+    InvalidStore {
+        /// The store as given (without any password).
+        store: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// The database was written by a newer sessionlog.
     #[error("{path}: database schema version {found} is newer than this build's {supported}; upgrade sessionlog to open it")]
     NewerSchema {
@@ -44,13 +70,13 @@ pub enum StoreError {
         /// The version this build writes.
         supported: i64,
     },
-    /// The file is not a sessionlog database (another application's, or
-    /// an empty one): it is neither read nor changed.
+    /// The file or PostgreSQL schema is not a sessionlog database (another
+    /// application's, or an empty one): it is neither read nor changed.
     #[error(
         "{path} is not a sessionlog store ({reason}); sessionlog neither reads nor changes it"
     )]
     NotAStore {
-        /// The file.
+        /// The file, or the PostgreSQL URL without its password.
         path: PathBuf,
         /// What it holds instead.
         reason: String,
@@ -226,7 +252,10 @@ impl StoreError {
             StoreError::Locked { .. } | StoreError::Conflict { .. } => ErrorClass::Contention,
             #[cfg(feature = "sqlite")]
             StoreError::Sqlite { .. } => ErrorClass::Io,
+            #[cfg(feature = "postgres")]
+            StoreError::Postgres { .. } => ErrorClass::Io,
             StoreError::Io { .. }
+            | StoreError::InvalidStore { .. }
             | StoreError::NewerSchema { .. }
             | StoreError::NotAStore { .. }
             | StoreError::InvalidId(_)

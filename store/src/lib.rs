@@ -1,5 +1,6 @@
-//! Durable storage of sessionlog: the JSONL backend (a folder of logs) and
-//! the SQLite backend (one database for many sessions), their shared
+//! Durable storage of sessionlog: the JSONL backend (a folder of logs), the
+//! SQLite backend (one database file for many sessions) and the PostgreSQL
+//! backend (one database for many sessions on many machines), their shared
 //! validated writer, streaming reads, creation and fork.
 //!
 //! This crate is the only one that opens files. Every change of durable state
@@ -84,6 +85,7 @@ mod leftovers;
 mod migrate;
 mod reader;
 mod review;
+mod sql;
 mod sql_checks;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -111,10 +113,14 @@ pub use review::{
     ask_reviewer, verdict_events, ReviewCallError, ReviewOptions, Reviewed, Reviewer,
     ReviewerError, ReviewerResponse, Verdict,
 };
+#[cfg(feature = "postgres")]
+pub use sql::postgres::{
+    PostgresEvents, PostgresListener, PostgresStore, DEFAULT_SCHEMA, POSTGRES_SCHEMA_VERSION,
+};
 pub use sql_checks::StoreAudit;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteEvents, SqliteStore, SCHEMA_VERSION};
-pub use store::{Backend, EventStream, Store};
+pub use store::{is_postgres_url, Backend, EventStream, Store};
 pub use wake::{Wake, POLL_ONLY_VARIABLE};
 pub use writer::{
     now_ms, AcknowledgedSeq, Durability, NewEvent, SealTurns, SessionWriter, WriterOptions,

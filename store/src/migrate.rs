@@ -45,6 +45,8 @@ use sessionlog_schema::{
 use crate::jsonl::{read_header_as_is, JsonlStore};
 use crate::leftovers;
 use crate::reader::{LogReader, SessionStream, Snapshot};
+#[cfg(feature = "postgres")]
+use crate::sql::postgres::PostgresBulkCreate;
 #[cfg(feature = "sqlite")]
 use crate::sqlite::SqliteBulkCreate;
 use crate::store::Store;
@@ -420,8 +422,8 @@ fn read_source_session(from: &SessionSource<'_>, id: &SessionId) -> Result<Snaps
         // A log is folded as it is read: each line's data is scanned once.
         SessionSource::Store(Store::Jsonl(store)) => read_folded(store.reader(id)?)?,
         SessionSource::Log(path) => read_folded(LogReader::open(path, Some(id.clone()))?)?,
-        #[cfg(feature = "sqlite")]
-        SessionSource::Store(from @ Store::Sqlite(_)) => {
+        #[cfg(any(feature = "sqlite", feature = "postgres"))]
+        SessionSource::Store(from) => {
             let snapshot = from.snapshot(id)?;
             let (_, violations) = snapshot.fold();
             (snapshot, violations.into_iter().next())
@@ -630,6 +632,9 @@ fn compare_copy(
 enum Staging<'s> {
     #[cfg(feature = "sqlite")]
     Sqlite(SqliteBulkCreate),
+    /// Boxed: a connection with its statement cache is large.
+    #[cfg(feature = "postgres")]
+    Postgres(Box<PostgresBulkCreate>),
     Jsonl(JsonlStaging<'s>),
 }
 
@@ -650,6 +655,8 @@ impl<'s> Staging<'s> {
         Ok(match to {
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => Staging::Sqlite(store.bulk_create(Durability::Fsync)?),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => Staging::Postgres(Box::new(store.bulk_create()?)),
             Store::Jsonl(store) => Staging::Jsonl(JsonlStaging::begin(store)?),
         })
     }
@@ -665,6 +672,8 @@ impl<'s> Staging<'s> {
         match self {
             #[cfg(feature = "sqlite")]
             Staging::Sqlite(bulk) => bulk.add(header, header_body.to_owned(), events),
+            #[cfg(feature = "postgres")]
+            Staging::Postgres(bulk) => bulk.add(header, header_body.to_owned(), events),
             Staging::Jsonl(staging) => staging.add(&header, header_body, &events),
         }
     }
@@ -687,6 +696,12 @@ impl<'s> Staging<'s> {
         match self {
             #[cfg(feature = "sqlite")]
             Staging::Sqlite(bulk) => {
+                bulk.commit()?;
+                (0..total).for_each(published);
+                Ok(())
+            }
+            #[cfg(feature = "postgres")]
+            Staging::Postgres(bulk) => {
                 bulk.commit()?;
                 (0..total).for_each(published);
                 Ok(())

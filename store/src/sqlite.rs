@@ -121,6 +121,7 @@ use sessionlog_schema::{
 use crate::io::Io;
 use crate::jsonl::{check_new_session, ListEntry};
 use crate::reader::Snapshot;
+use crate::sql::sql_integer;
 pub(crate) use crate::sql_checks::session_locator;
 use crate::sql_checks::{
     audit_catalogue, check_no_rows_past, corrupt_session, damaged, EventRow, SeqCheck, StoreAudit,
@@ -1717,11 +1718,6 @@ fn insert_events(
             .map_err(sqlite_error("insert events", path))?;
     }
     Ok(())
-}
-
-/// A value checked by `check_storable` (saturates otherwise).
-fn sql_integer(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
 }
 
 fn sqlite_error<'a>(

@@ -1,7 +1,7 @@
-//! `Store`: one API over both backends, chosen by path, and `fork`, written
-//! once for both.
+//! `Store`: one API over every backend, chosen by path or URL, and `fork`,
+//! written once for all.
 //!
-//! `Store` is an enum, not a trait object. There are exactly two backends
+//! `Store` is an enum, not a trait object. There are exactly three backends
 //! and both live in this crate, so an enum keeps every call a plain match
 //! the compiler checks for exhaustiveness, lets each backend keep its own
 //! concrete types (`LogReader`, `SqliteEvents`, `Snapshot`) without
@@ -19,6 +19,8 @@ use sessionlog_schema::{
 
 use crate::jsonl::{JsonlStore, ListEntry};
 use crate::reader::{SessionStream, Snapshot};
+#[cfg(feature = "postgres")]
+use crate::sql::postgres::PostgresStore;
 use crate::sql_checks::StoreAudit;
 #[cfg(feature = "sqlite")]
 use crate::sqlite::SqliteStore;
@@ -26,10 +28,11 @@ use crate::writer::{now_ms, Durability, SessionWriter, WriterOptions};
 use crate::StoreError;
 
 /// The events of one session, in order: the good prefix of a JSONL log, or
-/// the rows of a SQLite session, read in bounded memory.
+/// the rows of a database session, read in bounded memory.
 pub type EventStream = Box<dyn Iterator<Item = Result<EventRecord, StoreError>> + Send>;
 
-/// A store of sessions: a folder of JSONL logs or a SQLite database.
+/// A store of sessions: a folder of JSONL logs, a SQLite database or a
+/// PostgreSQL database.
 #[derive(Debug, Clone)]
 pub enum Store {
     /// A folder of `<id>.jsonl` logs.
@@ -37,6 +40,9 @@ pub enum Store {
     /// A SQLite database.
     #[cfg(feature = "sqlite")]
     Sqlite(SqliteStore),
+    /// A schema of a PostgreSQL database.
+    #[cfg(feature = "postgres")]
+    Postgres(PostgresStore),
 }
 
 /// Which backend a path names.
@@ -46,13 +52,19 @@ pub enum Backend {
     Jsonl,
     /// A SQLite database file.
     Sqlite,
+    /// A PostgreSQL database (`postgres://` or `postgresql://`).
+    Postgres,
 }
 
 impl Backend {
-    /// The backend `path` names: `.db` and `.sqlite` files, and existing
-    /// files that start with SQLite's magic bytes, are SQLite; anything
-    /// else is a JSONL folder.
+    /// The backend `path` names: a `postgres://` or `postgresql://` URL is
+    /// PostgreSQL; `.db` and `.sqlite` files, and existing files that start
+    /// with SQLite's magic bytes, are SQLite; anything else is a JSONL
+    /// folder.
     pub fn of_path(path: &Path) -> Backend {
+        if path.to_str().is_some_and(is_postgres_url) {
+            return Backend::Postgres;
+        }
         let extension = path.extension().and_then(|e| e.to_str());
         if matches!(extension, Some("db" | "sqlite")) {
             return Backend::Sqlite;
@@ -105,9 +117,10 @@ impl SessionStream for RowStream {
 }
 
 impl Store {
-    /// Opens an existing store: a SQLite database (`.db`, `.sqlite`) or a
-    /// folder of JSONL logs. A missing path is an error (use
-    /// [`Store::create`]), so a mistyped path never becomes an empty store.
+    /// Opens an existing store: a PostgreSQL URL, a SQLite database (`.db`,
+    /// `.sqlite`) or a folder of JSONL logs. A missing path, or a database
+    /// without a sessionlog schema, is an error (use [`Store::create`]), so
+    /// a mistyped path never becomes an empty store.
     ///
     /// ```
     /// use sessionlog_store::{Backend, Store};
@@ -128,18 +141,13 @@ impl Store {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        if !path.exists() {
-            return Err(StoreError::io(
-                "open store",
-                path,
-                std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "no such store; create it first",
-                ),
-            ));
-        }
         match Backend::of_path(path) {
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => PostgresStore::open(path).map(Store::Postgres),
+            #[cfg(not(feature = "postgres"))]
+            Backend::Postgres => Err(postgres_unsupported(path)),
             Backend::Sqlite => {
+                require_existing(path, "no such store; create it first")?;
                 // A FIFO or a device named `.db` is no database; SQLite
                 // would block or spin on it.
                 let metadata = std::fs::metadata(path)
@@ -156,14 +164,18 @@ impl Store {
                 }
                 sqlite_store(path, SqliteStore::open)
             }
-            Backend::Jsonl => JsonlStore::open(path).map(Store::Jsonl),
+            Backend::Jsonl => {
+                require_existing(path, "no such store; create it first")?;
+                JsonlStore::open(path).map(Store::Jsonl)
+            }
         }
     }
 
     /// Opens an existing store for reading only: nothing in it is created,
     /// upgraded or written, so a store on a read-only medium or readable
-    /// only can be read (see [`SqliteStore::open_read_only`]). A database
-    /// opened so refuses every write; a folder of logs is opened as
+    /// only can be read (see [`SqliteStore::open_read_only`] and
+    /// `PostgresStore::open_read_only`). A database opened so refuses every
+    /// write; a folder of logs is opened as
     /// [`Store::open`] does, and stays unwritten as long as no writer is
     /// opened on it.
     ///
@@ -184,23 +196,31 @@ impl Store {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
-        if !path.exists() {
-            return Err(StoreError::io(
-                "open store",
-                path,
-                std::io::Error::new(std::io::ErrorKind::NotFound, "no such store"),
-            ));
-        }
         match Backend::of_path(path) {
-            Backend::Sqlite => sqlite_store(path, SqliteStore::open_read_only),
-            Backend::Jsonl => JsonlStore::open(path).map(Store::Jsonl),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => PostgresStore::open_read_only(path).map(Store::Postgres),
+            #[cfg(not(feature = "postgres"))]
+            Backend::Postgres => Err(postgres_unsupported(path)),
+            Backend::Sqlite => {
+                require_existing(path, "no such store")?;
+                sqlite_store(path, SqliteStore::open_read_only)
+            }
+            Backend::Jsonl => {
+                require_existing(path, "no such store")?;
+                JsonlStore::open(path).map(Store::Jsonl)
+            }
         }
     }
 
-    /// Opens the store at `path`, creating it when missing: a database for
-    /// `.db` and `.sqlite`, otherwise a folder (0700).
+    /// Opens the store at `path`, creating it when missing: the schema of a
+    /// PostgreSQL URL, a database for `.db` and `.sqlite`, otherwise a
+    /// folder (0700).
     pub fn create(path: &Path) -> Result<Store, StoreError> {
         match Backend::of_path(path) {
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => PostgresStore::create(path).map(Store::Postgres),
+            #[cfg(not(feature = "postgres"))]
+            Backend::Postgres => Err(postgres_unsupported(path)),
             Backend::Sqlite => sqlite_store(path, SqliteStore::open),
             Backend::Jsonl => JsonlStore::create_folder(path).map(Store::Jsonl),
         }
@@ -212,15 +232,20 @@ impl Store {
             Store::Jsonl(_) => Backend::Jsonl,
             #[cfg(feature = "sqlite")]
             Store::Sqlite(_) => Backend::Sqlite,
+            #[cfg(feature = "postgres")]
+            Store::Postgres(_) => Backend::Postgres,
         }
     }
 
-    /// The folder or database file.
+    /// The folder, the database file, or the database URL (without its
+    /// password).
     pub fn path(&self) -> &Path {
         match self {
             Store::Jsonl(store) => store.folder(),
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.path(),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => store.path(),
         }
     }
 
@@ -231,6 +256,8 @@ impl Store {
             Store::Jsonl(store) => store.log_path(id),
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => crate::sqlite::session_locator(store.path(), id),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => crate::sql::session_locator(store.path(), id),
         }
     }
 
@@ -240,6 +267,8 @@ impl Store {
             Store::Jsonl(store) => Ok(store.contains(id)),
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.contains(id),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => store.contains(id),
         }
     }
 
@@ -255,6 +284,8 @@ impl Store {
             Store::Jsonl(store) => store.create(header, events, durability),
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.create(header, events, durability),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => store.create_session(header, events, durability),
         }
     }
 
@@ -281,6 +312,8 @@ impl Store {
             Store::Jsonl(store) => store.snapshot(id),
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.snapshot(id),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => store.snapshot(id),
         }
     }
 
@@ -299,6 +332,8 @@ impl Store {
             }
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => Ok((store.decoded_header(id)?, Box::new(store.events(id)?))),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => Ok((store.decoded_header(id)?, Box::new(store.events(id)?))),
         }
     }
 
@@ -315,6 +350,11 @@ impl Store {
                     decoded,
                 })
             }
+            #[cfg(feature = "postgres")]
+            Store::Postgres(_) => {
+                let (decoded, events) = self.records(id)?;
+                Box::new(RowStream { decoded, events })
+            }
         })
     }
 
@@ -324,7 +364,7 @@ impl Store {
         Ok((decoded.header, events))
     }
 
-    /// The events of session `id` from `from_seq` on. SQLite starts there;
+    /// The events of session `id` from `from_seq` on. A database starts there;
     /// JSONL reads from the top and skips the earlier ones.
     pub fn events_from(&self, id: &SessionId, from_seq: u64) -> Result<EventStream, StoreError> {
         match self {
@@ -338,6 +378,8 @@ impl Store {
             }
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => Ok(Box::new(store.events_from(id, from_seq)?)),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => Ok(Box::new(store.events_from(id, from_seq)?)),
         }
     }
 
@@ -349,6 +391,8 @@ impl Store {
             Store::Jsonl(_) => Ok(None),
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.last_seq(id).map(Some),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => store.last_seq(id).map(Some),
         }
     }
 
@@ -358,6 +402,8 @@ impl Store {
             Store::Jsonl(store) => store.ids(),
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.ids(),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => store.ids(),
         }
     }
 
@@ -375,6 +421,8 @@ impl Store {
             }),
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.audit(engine_check),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => store.audit(),
         }
     }
 
@@ -401,6 +449,8 @@ impl Store {
             Store::Jsonl(store) => store.list(),
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.list(),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => store.list(),
         }
     }
 
@@ -415,6 +465,8 @@ impl Store {
             Store::Jsonl(store) => store.open_writer(id, options),
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.open_writer(id, options),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => store.open_writer(id, options),
         }
     }
 
@@ -525,6 +577,38 @@ impl SqliteStore {
     }
 }
 
+/// Refuses a store path that does not exist, so a mistyped path never
+/// becomes an empty store.
+fn require_existing(path: &Path, reason: &str) -> Result<(), StoreError> {
+    if path.exists() {
+        return Ok(());
+    }
+    Err(StoreError::io(
+        "open store",
+        path,
+        std::io::Error::new(std::io::ErrorKind::NotFound, reason.to_owned()),
+    ))
+}
+
+/// Whether `text` is a PostgreSQL URL (`postgres://` or `postgresql://`),
+/// which a STORE argument may be.
+pub fn is_postgres_url(text: &str) -> bool {
+    text.starts_with("postgres://") || text.starts_with("postgresql://")
+}
+
+/// Without the `postgres` feature a PostgreSQL URL is refused.
+#[cfg(not(feature = "postgres"))]
+fn postgres_unsupported(path: &Path) -> StoreError {
+    StoreError::io(
+        "open store",
+        path,
+        std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "a PostgreSQL URL, and this build has no PostgreSQL backend (sessionlog-store's `postgres` feature is off)",
+        ),
+    )
+}
+
 fn starts_with_sqlite_magic(path: &Path) -> bool {
     use std::io::Read;
     let mut magic = [0u8; 16];
@@ -536,7 +620,7 @@ fn starts_with_sqlite_magic(path: &Path) -> bool {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    //! The conformance suite, written once and run against both backends,
+    //! The conformance suite, written once and run against every backend,
     //! and the helpers the other test modules of this crate share.
 
     use std::path::Path;
@@ -588,6 +672,54 @@ pub(crate) mod tests {
         ok(Store::create(&folder.join("sessions.db")))
     }
 
+    /// A store in a schema of its own on the test server named by
+    /// `SESSIONLOG_TEST_PG`, dropped with its schema. `None`, with a note,
+    /// when the variable is unset; a failure under `CI`, where the server
+    /// must be there.
+    pub(crate) fn postgres_store() -> Option<PostgresSchema> {
+        let Some(url) = std::env::var_os("SESSIONLOG_TEST_PG") else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "SESSIONLOG_TEST_PG is unset under CI: .ci/run starts the test server"
+            );
+            eprintln!("note: SESSIONLOG_TEST_PG is unset; skipping the PostgreSQL case (tools/pg-test-server.sh start)");
+            return None;
+        };
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let schema = format!(
+            "t_{}_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            now_ms() % 1_000_000
+        );
+        let url = format!("{}?schema={schema}", url.to_string_lossy());
+        let store = ok(Store::create(Path::new(&url)));
+        Some(PostgresSchema { url, schema, store })
+    }
+
+    /// A test's PostgreSQL store; its schema is dropped with it.
+    #[derive(Debug)]
+    pub(crate) struct PostgresSchema {
+        /// The store's URL, with its `schema` parameter.
+        #[allow(dead_code)]
+        pub(crate) url: String,
+        pub(crate) schema: String,
+        pub(crate) store: Store,
+    }
+
+    impl Drop for PostgresSchema {
+        fn drop(&mut self) {
+            if let Store::Postgres(store) = &self.store {
+                if let Ok(mut client) = store.connect() {
+                    let _ = client.batch_execute(&format!(
+                        "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
+                        self.schema
+                    ));
+                }
+            }
+        }
+    }
+
     pub(crate) fn buffered() -> WriterOptions {
         WriterOptions {
             durability: Durability::Buffered,
@@ -620,6 +752,14 @@ pub(crate) mod tests {
                 fn $case() {
                     let folder = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
                     super::$case(&super::sqlite_store(folder.path()));
+                })*
+            }
+            mod postgres_backend {
+                $(#[test]
+                fn $case() {
+                    if let Some(postgres) = super::postgres_store() {
+                        super::$case(&postgres.store);
+                    }
                 })*
             }
         };
@@ -1001,21 +1141,28 @@ pub(crate) mod tests {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
         #[test]
-        fn both_backends_export_the_same_bytes_for_any_operations(
+        fn every_backend_exports_the_same_bytes_for_any_operations(
             operations in prop::collection::vec(operation(), 1..12)
         ) {
             let folder = ok(tempfile::tempdir());
             let jsonl = jsonl_store(folder.path());
-            let sqlite = sqlite_store(folder.path());
+            let postgres = postgres_store();
+            let mut others = vec![sqlite_store(folder.path())];
+            others.extend(postgres.as_ref().map(|postgres| postgres.store.clone()));
             for operation in &operations {
-                prop_assert_eq!(apply(&jsonl, operation), apply(&sqlite, operation), "{:?}", operation);
+                let expected = apply(&jsonl, operation);
+                for other in &others {
+                    prop_assert_eq!(&expected, &apply(other, operation), "{:?} on {:?}", operation, other.backend());
+                }
             }
             let ids = ok(jsonl.ids());
-            prop_assert_eq!(&ids, &ok(sqlite.ids()));
-            for session in &ids {
-                prop_assert_eq!(export(&jsonl, session), export(&sqlite, session));
+            for other in &others {
+                prop_assert_eq!(&ids, &ok(other.ids()));
+                for session in &ids {
+                    prop_assert_eq!(export(&jsonl, session), export(other, session));
+                }
+                prop_assert_eq!(ok(crate::diff(&jsonl, other)), None);
             }
-            prop_assert_eq!(ok(crate::diff(&jsonl, &sqlite)), None);
         }
     }
 }

@@ -62,11 +62,11 @@ fn realistic_events(seed: u64, turns: usize) -> Vec<Expected> {
 
 /// What one kill loop saw.
 #[derive(Debug, Default)]
-struct KillFigures {
-    kills: usize,
-    acknowledged: u64,
-    torn_tails: usize,
-    exited_before_kill: usize,
+pub struct KillFigures {
+    pub kills: usize,
+    pub acknowledged: u64,
+    pub torn_tails: usize,
+    pub exited_before_kill: usize,
 }
 
 /// A running `append` fed through a pipe that stays open until the kill.
@@ -133,6 +133,7 @@ fn kill_loop(
     events: &[Expected],
     kills: usize,
     seed: u64,
+    max_delay_us: usize,
 ) -> KillFigures {
     run([
         "create",
@@ -155,7 +156,7 @@ fn kill_loop(
         let chunk = 1 + rng.below(60);
         let feed = lines[have..(have + chunk).min(lines.len())].to_vec();
         let mut appender = start_append(store, session, feed, acked.clone(), have as u64 + 1);
-        std::thread::sleep(Duration::from_micros(rng.below(12_000) as u64));
+        std::thread::sleep(Duration::from_micros(rng.below(max_delay_us) as u64));
         if ok(appender.child.try_wait()).is_some() {
             figures.exited_before_kill += 1;
         }
@@ -212,6 +213,16 @@ fn kill_loop(
 /// Runs `kills` kills in rounds of at most 150 per session (so a long run
 /// does not reread one ever-growing log), adding up the figures.
 fn kill_sessions(store: &Path, kills: usize, seed: u64) -> KillFigures {
+    kill_sessions_within(store, kills, seed, 12_000)
+}
+
+/// [`kill_sessions`], each kill at most `max_delay_us` after the start.
+pub fn kill_sessions_within(
+    store: &Path,
+    kills: usize,
+    seed: u64,
+    max_delay_us: usize,
+) -> KillFigures {
     let mut total = KillFigures::default();
     for (n, start) in (0..kills).step_by(150).enumerate() {
         let round_kills = (kills - start).min(150);
@@ -222,6 +233,7 @@ fn kill_sessions(store: &Path, kills: usize, seed: u64) -> KillFigures {
             &events,
             round_kills,
             seed + n as u64,
+            max_delay_us,
         );
         total.kills += figures.kills;
         total.acknowledged += figures.acknowledged;
@@ -231,7 +243,7 @@ fn kill_sessions(store: &Path, kills: usize, seed: u64) -> KillFigures {
     total
 }
 
-fn kills(ci: usize, long: usize) -> usize {
+pub fn kills(ci: usize, long: usize) -> usize {
     if long_run() {
         long
     } else {

@@ -43,6 +43,11 @@
 //!   `--record` leaves, the key never shown, audits that agree or differ.
 //! - `manners`: every command at its edges: a closed pipe, an empty
 //!   store, warnings, exit codes.
+//! - `postgres`: the PostgreSQL store on a real server: one table of
+//!   commands over all three backends, JSONL → PostgreSQL → SQLite → JSONL,
+//!   two writers from two processes, `kill -9` of `append`, and the server
+//!   stopped with `pg_ctl stop -m immediate` mid-append; `review-audit`,
+//!   `report --audit` and `import --into` on a PostgreSQL store.
 //! - `hostile`: arbitrary `append` lines and pending actions through the
 //!   binary (proptest), records above 16 MiB, hostile ids, planted symlinks.
 //! - `hostile_logs`: terminal escapes in log text, FIFOs in place of logs,
@@ -67,6 +72,7 @@ mod import;
 mod manners;
 mod partial_reads;
 mod people;
+mod postgres;
 mod power_loss;
 mod realistic;
 mod reviewer;

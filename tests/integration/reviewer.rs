@@ -47,8 +47,8 @@ enum Answer {
 
 /// A loopback reviewer: answers each request with `answer(request)` and
 /// records every request. It serves until the test ends.
-struct Server {
-    endpoint: String,
+pub(crate) struct Server {
+    pub(crate) endpoint: String,
     received: Arc<Mutex<Vec<Received>>>,
 }
 
@@ -69,7 +69,7 @@ impl Server {
     }
 
     /// A server that answers every request with `content` and `finish_reason: stop`.
-    fn saying(content: &'static str) -> Server {
+    pub(crate) fn saying(content: &'static str) -> Server {
         Server::start(move |_| Answer::Body(200, chat(json!(content), "stop")))
     }
 

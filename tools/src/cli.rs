@@ -10,7 +10,10 @@ use sessionlog_schema::{ApprovalPolicy, Preset, SandboxMode};
 /// replay, project, fork, migrate and review session logs.
 ///
 /// A STORE is a `.jsonl` file (one session), a folder of `<id>.jsonl` logs,
-/// or a `.db`/`.sqlite` database; `--session ID` picks one session in a store.
+/// a `.db`/`.sqlite` database, or a PostgreSQL URL
+/// (`postgres://user@host:5432/dbname`, `?schema=NAME` for a schema other
+/// than `sessionlog`; the `PG*` variables fill what the URL leaves out);
+/// `--session ID` picks one session in a store.
 ///
 /// Exit codes: 0 ok, 1 usage or I/O error, 2 corruption, 3 only a torn tail
 /// (verify), 4 rule violations, 5 fail-closed review error or reviewer
@@ -32,7 +35,8 @@ pub struct Cli {
 /// Picks one session of a store.
 #[derive(Debug, Clone, Args)]
 pub struct SessionArgs {
-    /// A `.jsonl` file, a folder of logs, or a `.db`/`.sqlite` database.
+    /// A `.jsonl` file, a folder of logs, a `.db`/`.sqlite` database or a
+    /// `postgres://` URL.
     pub store: PathBuf,
     /// The session, when the store holds more than one.
     #[arg(long)]
@@ -150,7 +154,8 @@ pub enum Command {
         after_help = "Example:\n  sessionlog create ./sessions --session s1 --cwd /work/project"
     )]
     Create {
-        /// A folder (created if missing), a `.db`/`.sqlite` database or a new `.jsonl` file.
+        /// A folder (created if missing), a `.db`/`.sqlite` database, a
+        /// `postgres://` URL (its schema created if missing) or a new `.jsonl` file.
         store: PathBuf,
         /// The new session's id.
         #[arg(long)]
@@ -554,7 +559,7 @@ pub enum Command {
     /// exit code is 1. Every imported session passes `verify`. The mapping:
     /// docs/IMPORT.md.
     #[command(
-        after_help = "Examples:\n  sessionlog import auto ~/.codex/sessions ~/.claude/projects --into ./audit\n  sessionlog import codex rollout-2025-11-20T16-59-09-019aa234.jsonl --into audit.db --json"
+        after_help = "Examples:\n  sessionlog import auto ~/.codex/sessions ~/.claude/projects --into ./audit\n  sessionlog import codex rollout-2025-11-20T16-59-09-019aa234.jsonl --into audit.db --json\n  sessionlog import claude ~/.claude/projects --into postgres://me@db.example/sessions"
     )]
     Import {
         /// The tool that wrote the sources (auto: recognised per file).
@@ -563,8 +568,8 @@ pub enum Command {
         /// Transcript files or folders.
         #[arg(required = true)]
         sources: Vec<PathBuf>,
-        /// The store to import into (a folder or a .db/.sqlite database,
-        /// created when missing).
+        /// The store to import into (a folder, a .db/.sqlite database or a
+        /// `postgres://` URL, created when missing).
         #[arg(long, value_name = "STORE")]
         into: PathBuf,
         /// One JSON object per SOURCE on stdout.

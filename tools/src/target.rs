@@ -1,5 +1,6 @@
 //! What a STORE argument names: a lone `.jsonl` log, or a store (a folder of
-//! logs or a SQLite database) in which `--session` picks one session.
+//! logs, a SQLite database or a PostgreSQL URL) in which `--session` picks
+//! one session.
 
 use std::path::{Path, PathBuf};
 
@@ -7,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use sessionlog_schema::SessionId;
 use sessionlog_store::testing::Io;
 use sessionlog_store::{
-    open_log_writer, LogReader, SessionStream, SessionWriter, Snapshot, Store, StoreError,
+    open_log_writer, Backend, LogReader, SessionStream, SessionWriter, Snapshot, Store, StoreError,
     WriterOptions,
 };
 
@@ -57,6 +58,9 @@ impl Target {
     }
 
     fn open_with(path: &Path, open: fn(&Path) -> Result<Store, StoreError>) -> Result<Target> {
+        if Backend::of_path(path) == Backend::Postgres {
+            return Ok(Target::Store(open(path)?));
+        }
         if is_lone_log(path) {
             if !path.exists() {
                 bail!(UsageError(format!("{}: no such file", path.display())));

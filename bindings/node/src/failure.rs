@@ -101,6 +101,13 @@ impl From<StoreError> for Failure {
             StoreError::Io { path, .. }
             | StoreError::Sqlite { path, .. }
             | StoreError::NewerSchema { path, .. } => Failure::new("IO", message).at_path(path),
+            StoreError::Postgres { store, .. } | StoreError::InvalidStore { store, .. } => {
+                Failure::new("IO", message).at_path(store)
+            }
+            StoreError::NotAStore { path, .. } => Failure::new("IO", message).at_path(path),
+            StoreError::DamagedDatabase { path, .. } => {
+                Failure::new("CORRUPT", message).at_path(path)
+            }
             StoreError::InvalidId(_) => Failure::new("INVALID_ID", message),
             StoreError::NotFound { path, .. } => Failure::new("NOT_FOUND", message).at_path(path),
             StoreError::AlreadyExists { path, .. } => Failure::new("EXISTS", message).at_path(path),

@@ -30,7 +30,7 @@ struct Entry {
 pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u8> {
     let jsonl = match Target::open(store)? {
         Target::Store(Store::Jsonl(jsonl)) => jsonl,
-        Target::Store(Store::Sqlite(_)) => {
+        Target::Store(Store::Sqlite(_) | Store::Postgres(_)) => {
             if !json {
                 crate::outln!("{}: a database keeps no temporary files", store.display())?;
             }

@@ -39,7 +39,7 @@ pub fn run(
 ) -> Result<u8> {
     if is_lone_log(into) {
         bail!(UsageError(format!(
-            "--into {}: a store is a folder or a .db/.sqlite database, not a .jsonl file",
+            "--into {}: a store is a folder, a .db/.sqlite database or a postgres:// URL, not a .jsonl file",
             into.display()
         )));
     }

@@ -10,8 +10,10 @@
 //! again from the start, printing only the events above the last one
 //! printed; so a writer restart, the cut of a torn tail, or a log replaced
 //! by a new file can neither repeat an event nor skip one. A SQLite session
-//! is looked at the same way, with `Store::events_from`; `-n N` reads only its last N rows,
-//! from the last seq its session row records.
+//! is looked at the same way, with `Store::events_from`, and a PostgreSQL
+//! session too, woken by a notification of each append instead; `-n N`
+//! reads only a database session's last N rows, from the last seq its
+//! session row records.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -65,7 +67,7 @@ enum Source<'a> {
         /// The session its header must name (none for a lone file).
         expected_id: Option<SessionId>,
     },
-    /// A SQLite session, queried from the next seq.
+    /// A database session, queried from the next seq.
     Database { store: &'a Store },
 }
 
@@ -148,11 +150,28 @@ impl<W: Write> Tail<'_, W> {
             )),
             Source::Database { .. } => None,
         };
-        // After a wake that found nothing new yet (a database commit still
-        // in flight), the next looks come sooner: 1, 2, 4, … ms.
+        // A PostgreSQL session wakes the loop on its notifications, any
+        // other on a change in its folder (`Wake`); each still reads by seq
+        // and looks at least every poll interval. After a wake that found
+        // nothing new yet (a commit still in flight), the next looks come
+        // sooner: 1, 2, 4, … ms.
+        let mut listener = match &self.source {
+            Source::Database {
+                store: Store::Postgres(store),
+            } => store.listener(&session.id).ok(),
+            _ => None,
+        };
         let mut soon: Option<Duration> = None;
         loop {
-            let woken = wake.wait(soon.unwrap_or(POLL_INTERVAL));
+            let timeout = soon.unwrap_or(POLL_INTERVAL);
+            let woken = match listener.as_mut().map(|listener| listener.wait(timeout)) {
+                Some(Ok(woken)) => woken,
+                Some(Err(_)) => {
+                    listener = None;
+                    false
+                }
+                None => wake.wait(timeout),
+            };
             let records = match &mut follower {
                 Some(follower) => follower.poll(usize::MAX)?,
                 None => self.read_new(session, self.printed + 1)?,

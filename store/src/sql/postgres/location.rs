@@ -1,0 +1,274 @@
+//! Where a PostgreSQL store is: the STORE argument (`postgres://…` or
+//! `postgresql://…`) turned into a connection configuration, the store's
+//! schema, and the name errors use (the URL without its password).
+//!
+//! The URL follows libpq: `postgresql://user:password@host:port/dbname?param=value`,
+//! with a unix socket folder as a percent-encoded host or `?host=/path`.
+//! What the URL leaves out comes from the `PG*` variables libpq reads
+//! (`PGHOST`, `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`,
+//! `PGCONNECT_TIMEOUT`, `PGAPPNAME`), then from libpq's defaults (the
+//! local socket, port 5432, the OS user). One parameter is sessionlog's
+//! own and never reaches the server: `schema=NAME`, the schema the tables
+//! live in (`sessionlog` unless given).
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use postgres::config::Host;
+use postgres::Config;
+
+use crate::StoreError;
+
+/// The schema a store uses when its URL names none.
+pub const DEFAULT_SCHEMA: &str = "sessionlog";
+
+/// How long a connection attempt waits unless the URL or
+/// `PGCONNECT_TIMEOUT` says otherwise.
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A parsed PostgreSQL STORE argument.
+#[derive(Clone)]
+pub(crate) struct Location {
+    pub(crate) config: Config,
+    /// The schema name: lowercase letters, digits and `_`, at most 63 bytes.
+    pub(crate) schema: String,
+    /// The URL as errors show it: no password, ever.
+    pub(crate) display: PathBuf,
+}
+
+impl std::fmt::Debug for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Location")
+            .field("store", &self.display)
+            .finish()
+    }
+}
+
+impl Location {
+    /// Parses a STORE argument.
+    pub(crate) fn parse(path: &Path) -> Result<Location, StoreError> {
+        let text = path.to_str().unwrap_or_default();
+        let invalid = |reason: String| StoreError::InvalidStore {
+            store: PathBuf::from(redact(text)),
+            reason,
+        };
+        let (url, schema) = take_schema_parameter(text);
+        let schema = schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_owned());
+        if !valid_schema_name(&schema) {
+            return Err(invalid(format!(
+                "schema {schema:?} is not a valid name (lowercase letters, digits and _, \
+                 starting with a letter or _, at most 63 bytes)"
+            )));
+        }
+        let mut config = Config::from_str(&url)
+            .map_err(|error| invalid(format!("not a PostgreSQL URL: {error}")))?;
+        apply_environment(&mut config);
+        let search_path = format!("-c search_path={schema}");
+        let options = match config.get_options() {
+            Some(given) if !given.is_empty() => format!("{given} {search_path}"),
+            _ => search_path,
+        };
+        config.options(&options);
+        let display = PathBuf::from(display_url(&config, &schema));
+        Ok(Location {
+            config,
+            schema,
+            display,
+        })
+    }
+
+    /// The schema, quoted for SQL.
+    pub(crate) fn quoted_schema(&self) -> String {
+        format!("\"{}\"", self.schema)
+    }
+}
+
+/// Splits sessionlog's own `schema=` parameter off a URL.
+fn take_schema_parameter(text: &str) -> (String, Option<String>) {
+    let Some((base, query)) = text.split_once('?') else {
+        return (text.to_owned(), None);
+    };
+    let mut schema = None;
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|pair| match pair.strip_prefix("schema=") {
+            Some(value) => {
+                schema = Some(value.to_owned());
+                false
+            }
+            None => !pair.is_empty(),
+        })
+        .collect();
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    (url, schema)
+}
+
+fn valid_schema_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    let first_ok = bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_lowercase() || b == b'_');
+    first_ok
+        && name.len() <= 63
+        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// Fills what the URL left out from the `PG*` variables and libpq's
+/// defaults.
+fn apply_environment(config: &mut Config) {
+    let variable = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+    if config.get_hosts().is_empty() {
+        match variable("PGHOST") {
+            Some(hosts) => hosts.split(',').for_each(|host| {
+                config.host(host);
+            }),
+            None => {
+                config.host_path("/var/run/postgresql");
+            }
+        }
+    }
+    if config.get_ports().is_empty() {
+        if let Some(port) = variable("PGPORT").and_then(|port| port.parse().ok()) {
+            config.port(port);
+        }
+    }
+    if config.get_user().is_none() {
+        let user = variable("PGUSER")
+            .or_else(|| variable("USER"))
+            .unwrap_or_else(|| "postgres".to_owned());
+        config.user(&user);
+    }
+    if config.get_password().is_none() {
+        if let Some(password) = variable("PGPASSWORD") {
+            config.password(password);
+        }
+    }
+    if config.get_dbname().is_none() {
+        if let Some(dbname) = variable("PGDATABASE") {
+            config.dbname(&dbname);
+        }
+    }
+    if config.get_connect_timeout().is_none() {
+        let timeout = variable("PGCONNECT_TIMEOUT")
+            .and_then(|seconds| seconds.parse().ok())
+            .map_or(DEFAULT_CONNECT_TIMEOUT, Duration::from_secs);
+        config.connect_timeout(timeout);
+    }
+    if config.get_application_name().is_none() {
+        let name = variable("PGAPPNAME").unwrap_or_else(|| "sessionlog".to_owned());
+        config.application_name(&name);
+    }
+}
+
+/// `postgres://user@host:port/dbname?schema=…`, from the configuration:
+/// what errors and messages call the store.
+fn display_url(config: &Config, schema: &str) -> String {
+    let user = config.get_user().unwrap_or_default();
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(name)) => name.clone(),
+        Some(Host::Unix(path)) => path.display().to_string().replace('/', "%2F"),
+        None => String::new(),
+    };
+    let port = config
+        .get_ports()
+        .first()
+        .map_or(String::new(), |port| format!(":{port}"));
+    let dbname = config.get_dbname().unwrap_or(user);
+    let mut text = format!("postgres://{user}@{host}{port}/{dbname}");
+    if schema != DEFAULT_SCHEMA {
+        text.push_str(&format!("?schema={schema}"));
+    }
+    text
+}
+
+/// `text` with any password taken out, for an error about a URL that did
+/// not parse.
+fn redact(text: &str) -> String {
+    let (scheme, rest) = text.split_once("://").unwrap_or(("", text));
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(end) => rest.split_at(end),
+        None => (rest, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{user}@{host}")
+        }
+        None => authority.to_owned(),
+    };
+    let tail: String = match tail.split_once('?') {
+        Some((path, query)) => {
+            let kept: Vec<&str> = query
+                .split('&')
+                .filter(|pair| !pair.starts_with("password="))
+                .collect();
+            format!("{path}?{}", kept.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{authority}{tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_parameter_is_ours_and_the_password_never_shows() {
+        let location = Location::parse(Path::new(
+            "postgresql://alice:s3cret@127.0.0.1:5433/app?schema=tenant_7&connect_timeout=3",
+        ))
+        .unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!(location.schema, "tenant_7");
+        assert_eq!(
+            location.display,
+            Path::new("postgres://alice@127.0.0.1:5433/app?schema=tenant_7")
+        );
+        assert_eq!(
+            location.config.get_connect_timeout(),
+            Some(&Duration::from_secs(3))
+        );
+        assert_eq!(location.config.get_password(), Some(&b"s3cret"[..]));
+    }
+
+    #[test]
+    fn a_bad_url_or_schema_is_refused_without_its_password() {
+        for (url, expected) in [
+            ("postgres://bob:hunter2@h/db?schema=Bad-Name", "schema"),
+            (
+                "postgres://bob:hunter2@h:notaport/db",
+                "not a PostgreSQL URL",
+            ),
+            (
+                "postgres://bob@h/db?password=hunter2&bogus=1",
+                "not a PostgreSQL URL",
+            ),
+        ] {
+            let Err(error) = Location::parse(Path::new(url)) else {
+                panic!("{url} was accepted");
+            };
+            let message = error.to_string();
+            assert!(message.contains(expected), "{message}");
+            assert!(!message.contains("hunter2"), "{message}");
+        }
+    }
+
+    #[test]
+    fn schema_names_are_checked() {
+        for (name, valid) in [
+            ("sessionlog", true),
+            ("_x9", true),
+            ("9x", false),
+            ("a\"b", false),
+            ("", false),
+            (&"a".repeat(64), false),
+        ] {
+            assert_eq!(valid_schema_name(name), valid, "{name}");
+        }
+    }
+}

@@ -1,0 +1,1282 @@
+//! The PostgreSQL backend: many sessions in one database, for runtimes
+//! that serve sessions from many machines. The same API and the same
+//! records as the other backends; the rows and the checks on them are the
+//! shared ones of `sql`.
+//!
+//! # Schema
+//!
+//! The tables live in a schema of their own (`sessionlog` unless the URL
+//! says `?schema=NAME`); the statements, and each version's step, are in
+//! `statements`. `schema_version` records the version: a newer one is
+//! refused naming both versions, an older one is brought forward in one
+//! transaction by the first writing open (creation or a writer); reading
+//! never creates or changes anything, and a database without our tables is
+//! "not a sessionlog store".
+//!
+//! # Writes
+//!
+//! A session's header row and its first events are inserted in one
+//! transaction. An append is one statement (so one transaction): it moves
+//! the session row's `last_seq` from the writer's last seq to the new one
+//! and inserts the events only if it moved, so a writer that lost its lock
+//! (or its connection) and another that took over can never both write at
+//! one seq — the loser gets `Conflict` and is poisoned, and the
+//! `(session_id, seq)` primary key fences anything else. Under
+//! `Durability::Fsync` every connection runs with `synchronous_commit` at
+//! `on` or stronger, so the commit returns only once its WAL is flushed;
+//! concurrent appenders, each on its own connection, share flushes through
+//! the server's group commit. An append is acknowledged only after its
+//! commit returned: a connection lost before that leaves the append whole
+//! or absent, never acknowledged.
+//!
+//! # One writer per session
+//!
+//! A writer opens its own connection and holds a session-level advisory
+//! lock on a 64-bit key derived from the schema and session id for its
+//! whole life; the server releases it when the connection ends, however it
+//! ends. A second writer, anywhere, gets `Locked`.
+//!
+//! # Following
+//!
+//! After an append commits, a notification `{"session":…,"seq":…}` on the
+//! channel named after the schema is sent by a separate thread on its own
+//! connection, outside the append's transaction: a `NOTIFY` inside it would
+//! take the server's global notification lock at commit and serialise every
+//! appender's commit. A [`PostgresListener`] wakes on it, and followers
+//! always read the events themselves by seq, so one that missed a
+//! notification (or sits behind a pooler that never delivers them) catches
+//! up at its next poll.
+
+mod location;
+mod statements;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use postgres::error::SqlState;
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::types::ToSql;
+use postgres::{Client, NoTls, Row, Statement};
+use sessionlog_projections::SessionState;
+use sessionlog_schema::{
+    record_crc, DecodedHeader, EventRecord, HeaderVocabularyError, SessionHeader, SessionId,
+};
+
+use self::location::Location;
+use self::statements as sql;
+use super::{
+    audit_catalogue, check_no_rows_past, corrupt, decode_header_row, session_locator, sql_integer,
+    EventRow, HeaderRow, SeqCheck,
+};
+use crate::jsonl::{check_new_session, ListEntry};
+use crate::reader::Snapshot;
+use crate::sql_checks::StoreAudit;
+use crate::writer::{
+    check_storable, check_storable_record, Durability, LogSink, SessionWriter, WriterOptions,
+};
+use crate::StoreError;
+
+pub use location::DEFAULT_SCHEMA;
+
+/// The schema version this build reads and writes (`schema_version`).
+pub const POSTGRES_SCHEMA_VERSION: i64 = statements::SCHEMA_STEPS.len() as i64;
+
+/// Rows read per page by [`PostgresEvents`].
+const PAGE_ROWS: i64 = 4096;
+
+/// Rows inserted per statement when a session is created.
+const INSERT_CHUNK_ROWS: usize = 8192;
+
+/// A PostgreSQL store of sessions. Cheap to clone: clones share one
+/// connection for reads and creations, and one notifier.
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    shared: Arc<Shared>,
+}
+
+/// The events of one session read page by page (bounded memory), checked
+/// as they come, through the last seq its row recorded when the read
+/// began.
+#[derive(Debug)]
+pub struct PostgresEvents {
+    shared: Arc<Shared>,
+    id: SessionId,
+    seed_length: u64,
+    recorded_last_seq: u64,
+    next_seq: u64,
+    batch_remaining: u64,
+    page: VecDeque<EventRecord>,
+    finished: bool,
+}
+
+/// A connection subscribed to a store's notifications: [`wait`](Self::wait)
+/// returns when session `id` may have new events.
+pub struct PostgresListener {
+    client: Client,
+    location: Location,
+    id: SessionId,
+}
+
+#[derive(Debug)]
+struct Shared {
+    location: Location,
+    /// The connection for reads and creations, made on first use and made
+    /// again after it was lost.
+    connection: Mutex<Option<Connection>>,
+    /// Whether the schema is known to be at [`POSTGRES_SCHEMA_VERSION`].
+    current: AtomicBool,
+    /// Opened with [`PostgresStore::open_read_only`]: every connection's
+    /// transactions are read-only, and every write is refused before it
+    /// reaches the server.
+    read_only: bool,
+    notifier: Mutex<Option<Notifier>>,
+}
+
+/// A client with its prepared statements and its `synchronous_commit`.
+struct Connection {
+    client: Client,
+    statements: HashMap<&'static str, Statement>,
+    durability: Durability,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("closed", &self.client.is_closed())
+            .finish()
+    }
+}
+
+/// The thread that sends notifications after appends commit.
+#[derive(Debug)]
+struct Notifier {
+    appended: Option<mpsc::Sender<(SessionId, u64)>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The writer side of one session: its own connection, which holds the
+/// session's lock.
+#[derive(Debug)]
+struct PostgresSink {
+    shared: Arc<Shared>,
+    id: SessionId,
+    connection: Connection,
+    pending: Vec<EventRecord>,
+    last_seq: u64,
+}
+
+/// Sessions inserted into one open transaction on a connection of their
+/// own, committed by [`PostgresBulkCreate::commit`]; dropped without it,
+/// the connection closes and the server rolls everything back.
+#[derive(Debug)]
+pub(crate) struct PostgresBulkCreate {
+    shared: Arc<Shared>,
+    connection: Connection,
+}
+
+impl PostgresStore {
+    /// Opens an existing store without changing anything: a database
+    /// without a sessionlog schema is refused as not a store, a newer
+    /// schema with `NewerSchema`. An older schema is brought forward by the
+    /// first write.
+    pub fn open(url: &Path) -> Result<PostgresStore, StoreError> {
+        PostgresStore::open_existing(url, false)
+    }
+
+    /// Opens an existing store for reading only: every transaction on its
+    /// connections is read-only (`default_transaction_read_only`), nothing
+    /// is created or upgraded, and every write through it is refused.
+    pub fn open_read_only(url: &Path) -> Result<PostgresStore, StoreError> {
+        PostgresStore::open_existing(url, true)
+    }
+
+    fn open_existing(url: &Path, read_only: bool) -> Result<PostgresStore, StoreError> {
+        let location = Location::parse(url)?;
+        let mut connection = Connection::open(&location, read_only)?;
+        let version = read_version(&mut connection, &location)?;
+        let Some(version) = version else {
+            return Err(StoreError::NotAStore {
+                path: location.display.clone(),
+                reason: format!(
+                    "schema {} holds no sessionlog tables; `sessionlog create` makes them",
+                    location.schema
+                ),
+            });
+        };
+        if version > POSTGRES_SCHEMA_VERSION {
+            return Err(newer_schema(&location, version));
+        }
+        Ok(PostgresStore::with(
+            location,
+            connection,
+            version == POSTGRES_SCHEMA_VERSION,
+            read_only,
+        ))
+    }
+
+    /// Opens the store, creating its schema when missing and bringing an
+    /// older one to [`POSTGRES_SCHEMA_VERSION`].
+    pub fn create(url: &Path) -> Result<PostgresStore, StoreError> {
+        let location = Location::parse(url)?;
+        let mut connection = Connection::open(&location, false)?;
+        upgrade_schema(&mut connection, &location)?;
+        Ok(PostgresStore::with(location, connection, true, false))
+    }
+
+    fn with(
+        location: Location,
+        connection: Connection,
+        current: bool,
+        read_only: bool,
+    ) -> PostgresStore {
+        PostgresStore {
+            shared: Arc::new(Shared {
+                location,
+                connection: Mutex::new(Some(connection)),
+                current: AtomicBool::new(current),
+                read_only,
+                notifier: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Whether this store was opened with [`PostgresStore::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.shared.read_only
+    }
+
+    /// The store's URL as messages show it (never with a password).
+    pub fn path(&self) -> &Path {
+        &self.shared.location.display
+    }
+
+    /// The schema the store's tables live in.
+    pub fn schema(&self) -> &str {
+        &self.shared.location.schema
+    }
+
+    /// A new connection to the store's database, with `search_path` set to
+    /// its schema: for tools and tests that run their own SQL.
+    pub fn connect(&self) -> Result<Client, StoreError> {
+        connect(&self.shared.location, "connect")
+    }
+
+    /// Whether session `id` exists.
+    pub fn contains(&self, id: &SessionId) -> Result<bool, StoreError> {
+        self.shared
+            .with_connection("look up a session", |connection| {
+                let statement = connection.prepared(sql::SESSION_EXISTS)?;
+                let row = connection.client.query_one(&statement, &[&id.as_str()])?;
+                row.try_get(0)
+            })
+    }
+
+    /// Creates a session atomically: its header row and `events` in one
+    /// transaction, after checking them against every rule; an existing
+    /// id is refused.
+    pub fn create_session(
+        &self,
+        header: &SessionHeader,
+        events: &[EventRecord],
+        durability: Durability,
+    ) -> Result<(), StoreError> {
+        check_new_session(&self.shared.session_path(&header.id), header, events)?;
+        check_storable(header, events)?;
+        self.shared.ensure_current()?;
+        let location = &self.shared.location;
+        let mut guard = self.shared.connection()?;
+        let connection = guard.as_mut().ok_or_else(|| lost(location))?;
+        let outcome = (|| {
+            connection.run(location, "begin a creation", sql::BEGIN)?;
+            if durability == Durability::Buffered {
+                connection.run(
+                    location,
+                    "set synchronous_commit",
+                    sql::SYNCHRONOUS_COMMIT_OFF_HERE,
+                )?;
+            }
+            insert_session(connection, location, header, &header.to_body(), events)?;
+            connection.run(location, "commit a creation", sql::COMMIT)
+        })();
+        if outcome.is_err() {
+            let _ = connection.client.batch_execute(sql::ROLLBACK);
+        }
+        if connection.client.is_closed() {
+            *guard = None;
+        }
+        outcome
+    }
+
+    /// Starts a bulk creation: sessions added to it are inserted in one
+    /// transaction that [`PostgresBulkCreate::commit`] commits. The caller
+    /// has folded every session it adds; an existing id fails the whole
+    /// creation.
+    pub(crate) fn bulk_create(&self) -> Result<PostgresBulkCreate, StoreError> {
+        self.shared.ensure_current()?;
+        let location = &self.shared.location;
+        let mut connection = Connection::open(location, false)?;
+        connection.run(location, "begin a migration", sql::BEGIN)?;
+        Ok(PostgresBulkCreate {
+            shared: Arc::clone(&self.shared),
+            connection,
+        })
+    }
+
+    /// The header of session `id` and its vocabulary errors.
+    pub fn header(
+        &self,
+        id: &SessionId,
+    ) -> Result<(SessionHeader, Vec<HeaderVocabularyError>), StoreError> {
+        let decoded = self.decoded_header(id)?;
+        Ok((decoded.header, decoded.vocabulary_errors))
+    }
+
+    /// The header of session `id` as stored: its fields, its vocabulary
+    /// errors and its record body.
+    pub fn decoded_header(&self, id: &SessionId) -> Result<DecodedHeader, StoreError> {
+        let row = self.shared.read_header_row(id)?;
+        decode_header_row(self.path(), id, &row)
+    }
+
+    /// The last seq session `id`'s row records (0: no events), its header
+    /// row checked first: where a read of its last events starts.
+    pub fn last_seq(&self, id: &SessionId) -> Result<u64, StoreError> {
+        let row = self.shared.read_header_row(id)?;
+        decode_header_row(self.path(), id, &row)?;
+        Ok(row.last_seq.unsigned_abs())
+    }
+
+    /// Every event of session `id`, streamed page by page.
+    pub fn events(&self, id: &SessionId) -> Result<PostgresEvents, StoreError> {
+        self.events_from(id, 1)
+    }
+
+    /// The events of session `id` from `from_seq` on, streamed page by
+    /// page, through the last seq its row records now.
+    pub fn events_from(&self, id: &SessionId, from_seq: u64) -> Result<PostgresEvents, StoreError> {
+        let row = self.shared.read_header_row(id)?;
+        let decoded = decode_header_row(self.path(), id, &row)?;
+        Ok(PostgresEvents {
+            shared: Arc::clone(&self.shared),
+            id: id.clone(),
+            seed_length: decoded.header.seed_length,
+            recorded_last_seq: row.last_seq.unsigned_abs(),
+            next_seq: from_seq.max(1),
+            batch_remaining: 0,
+            page: VecDeque::new(),
+            finished: false,
+        })
+    }
+
+    /// The whole session `id`, read in one consistent snapshot. A
+    /// PostgreSQL session never has a torn tail: its transactions are
+    /// atomic.
+    pub fn snapshot(&self, id: &SessionId) -> Result<Snapshot, StoreError> {
+        let (row, rows, bounds) = self
+            .shared
+            .with_connection("read a session", |connection| {
+                connection.client.batch_execute(sql::BEGIN_READ)?;
+                let read = (|| {
+                    let statement = connection.prepared(sql::READ_HEADER)?;
+                    let header = connection.client.query_opt(&statement, &[&id.as_str()])?;
+                    let Some(header) = header.map(|row| header_row(&row)).transpose()? else {
+                        return Ok((None, Vec::new(), None));
+                    };
+                    let statement = connection.prepared(sql::READ_EVENTS)?;
+                    let rows = connection.client.query(
+                        &statement,
+                        &[&id.as_str(), &1_i64, &header.last_seq, &i64::MAX],
+                    )?;
+                    let bounds = row_bounds(connection, id)?;
+                    Ok((Some(header), rows, Some(bounds)))
+                })();
+                let _ = connection.client.batch_execute(sql::ROLLBACK);
+                read
+            })?;
+        let (Some(row), Some((_, max_row_seq))) = (row, bounds) else {
+            return Err(self.shared.not_found(id));
+        };
+        let decoded = decode_header_row(self.path(), id, &row)?;
+        let recorded_last_seq = row.last_seq.unsigned_abs();
+        check_no_rows_past(self.path(), id, recorded_last_seq, max_row_seq)?;
+        let mut check = SeqCheck::new(self.path(), id, 1);
+        let mut events = Vec::with_capacity(rows.len());
+        for event_row in &rows {
+            let event_row = event_row_of(event_row).map_err(self.shared.error("read events"))?;
+            events.push(check.accept(event_row)?);
+        }
+        check.finish(decoded.header.seed_length, recorded_last_seq)?;
+        Ok(Snapshot {
+            header: decoded.header,
+            header_body: decoded.body,
+            header_vocabulary_errors: decoded.vocabulary_errors,
+            events,
+            torn_tail: None,
+        })
+    }
+
+    /// The ids of every session, sorted. A session row whose id is not
+    /// valid, or events without a session row, are damage (refused, as
+    /// SQLite's are): no row is skipped.
+    pub fn ids(&self) -> Result<Vec<SessionId>, StoreError> {
+        let mut audit = self.audit()?;
+        match audit.damage.is_empty() {
+            true => Ok(audit.ids),
+            false => Err(audit.damage.remove(0)),
+        }
+    }
+
+    /// Checks the store as a whole and lists its sessions: the valid ids
+    /// of the session rows, and every piece of damage outside any one
+    /// session (session rows with an invalid id, events without a session
+    /// row), read in one consistent snapshot. Each session's own rows are
+    /// checked when it is read.
+    pub fn audit(&self) -> Result<StoreAudit, StoreError> {
+        let (session_rows, event_owners) =
+            self.shared.with_connection("list sessions", |connection| {
+                connection.client.batch_execute(sql::BEGIN_READ)?;
+                let read = (|| {
+                    let texts = |connection: &mut Connection, text| {
+                        let statement = connection.prepared(text)?;
+                        connection
+                            .client
+                            .query(&statement, &[])?
+                            .iter()
+                            .map(|row| row.try_get::<_, String>(0))
+                            .collect::<Result<Vec<String>, _>>()
+                    };
+                    Ok((
+                        texts(connection, sql::SESSION_IDS)?,
+                        texts(connection, sql::EVENT_OWNERS)?,
+                    ))
+                })();
+                let _ = connection.client.batch_execute(sql::ROLLBACK);
+                read
+            })?;
+        Ok(audit_catalogue(self.path(), session_rows, event_owners))
+    }
+
+    /// Every session with its header.
+    pub fn list(&self) -> Result<Vec<ListEntry>, StoreError> {
+        Ok(self
+            .ids()?
+            .into_iter()
+            .map(|id| {
+                let header = self.header(&id).map(|(header, _)| header);
+                ListEntry { id, header }
+            })
+            .collect())
+    }
+
+    /// Opens the single writer of session `id` on a connection of its own:
+    /// takes the session's lock (`Locked` if another writer, on any
+    /// machine, holds it), reads and verifies every event while folding its
+    /// projections, and refuses a corrupt or rule-breaking session.
+    pub fn open_writer(
+        &self,
+        id: &SessionId,
+        options: WriterOptions,
+    ) -> Result<SessionWriter, StoreError> {
+        if !self.contains(id)? {
+            return Err(self.shared.not_found(id));
+        }
+        self.shared.ensure_current()?;
+        let location = &self.shared.location;
+        let mut connection = Connection::open(location, false)?;
+        let key = lock_key("writer", &location.schema, id.as_str());
+        let locked: bool = connection
+            .query_one(location, "lock a session", sql::TRY_LOCK_SESSION, &[&key])
+            .and_then(|row| row.try_get(0).map_err(self.shared.error("lock a session")))?;
+        if !locked {
+            return Err(StoreError::Locked {
+                id: id.clone(),
+                path: self.shared.session_path(id),
+            });
+        }
+        let (header, vocabulary_errors) = self.header(id)?;
+        if let Some(error) = vocabulary_errors.into_iter().next() {
+            return Err(StoreError::HeaderVocabulary {
+                path: self.shared.session_path(id),
+                error,
+            });
+        }
+        let mut state = SessionState::new(header);
+        let mut events = options.keep_snapshot.then(Vec::new);
+        for record in self.events(id)? {
+            let record = record?;
+            state.apply(&record).map_err(|violation| StoreError::Rule {
+                path: self.shared.session_path(id),
+                violation,
+            })?;
+            if let Some(events) = &mut events {
+                events.push(record);
+            }
+        }
+        let sink = PostgresSink {
+            shared: Arc::clone(&self.shared),
+            id: id.clone(),
+            connection,
+            pending: Vec::new(),
+            last_seq: state.seq(),
+        };
+        Ok(SessionWriter::new(
+            self.shared.session_path(id),
+            Box::new(sink),
+            options,
+            state,
+            events,
+        ))
+    }
+
+    /// A connection that listens for appends to session `id`.
+    pub fn listener(&self, id: &SessionId) -> Result<PostgresListener, StoreError> {
+        let location = self.shared.location.clone();
+        let mut client = connect(&location, "listen")?;
+        let listen = sql::LISTEN.replace("$channel", &location.quoted_schema());
+        client
+            .batch_execute(&listen)
+            .map_err(postgres_error("listen", &location))?;
+        Ok(PostgresListener {
+            client,
+            location,
+            id: id.clone(),
+        })
+    }
+}
+
+impl PostgresListener {
+    /// Waits up to `timeout` for a notification of an append to the
+    /// session; true when one came. Followers read by seq after it either
+    /// way: a notification is only a wake-up.
+    pub fn wait(&mut self, timeout: Duration) -> Result<bool, StoreError> {
+        let deadline = Instant::now() + timeout;
+        let wanted = format!("{{\"session\":\"{}\",", self.id);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            let next = self
+                .client
+                .notifications()
+                .timeout_iter(left)
+                .next()
+                .map_err(postgres_error("wait for a notification", &self.location))?;
+            match next {
+                Some(notification) if notification.payload().starts_with(&wanted) => {
+                    return Ok(true)
+                }
+                Some(_) => continue,
+                None if self.client.is_closed() => {
+                    return Err(StoreError::InvalidStore {
+                        store: self.location.display.clone(),
+                        reason: "the connection that listens for appends was closed".to_owned(),
+                    })
+                }
+                None => return Ok(false),
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for PostgresListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresListener")
+            .field("store", &self.location.display)
+            .field("session", &self.id)
+            .finish()
+    }
+}
+
+impl PostgresEvents {
+    /// The session being read.
+    pub fn id(&self) -> &SessionId {
+        &self.id
+    }
+
+    fn next_event(&mut self) -> Result<Option<EventRecord>, StoreError> {
+        if let Some(record) = self.page.pop_front() {
+            return Ok(Some(record));
+        }
+        if self.finished {
+            return Ok(None);
+        }
+        let from = sql_integer(self.next_seq);
+        let through = sql_integer(self.recorded_last_seq);
+        let id = &self.id;
+        let (rows, bounds) = self.shared.with_connection("read events", |connection| {
+            let rows = match from > through {
+                true => Vec::new(),
+                false => {
+                    let statement = connection.prepared(sql::READ_EVENTS)?;
+                    connection
+                        .client
+                        .query(&statement, &[&id.as_str(), &from, &through, &PAGE_ROWS])?
+                }
+            };
+            let bounds = match rows.is_empty() {
+                true => Some(row_bounds(connection, id)?),
+                false => None,
+            };
+            Ok((rows, bounds))
+        })?;
+        let store = &self.shared.location.display;
+        let mut check = SeqCheck::resume(store, &self.id, self.next_seq, self.batch_remaining);
+        for row in &rows {
+            let row = event_row_of(row).map_err(self.shared.error("read events"))?;
+            self.page.push_back(check.accept(row)?);
+        }
+        if let Some((recorded, max_row_seq)) = bounds {
+            // At the end: the row's last seq, read again with the highest
+            // row in one statement, must cover every row.
+            let Some(recorded) = recorded else {
+                return Err(corrupt(
+                    store,
+                    &self.id,
+                    0,
+                    "the session row is gone".to_owned(),
+                ));
+            };
+            check_no_rows_past(store, &self.id, recorded.unsigned_abs(), max_row_seq)?;
+            check.finish(self.seed_length, self.recorded_last_seq)?;
+        }
+        self.next_seq = check.next_seq;
+        self.batch_remaining = check.batch_remaining;
+        if self.page.is_empty() {
+            self.finished = true;
+            return Ok(None);
+        }
+        Ok(self.page.pop_front())
+    }
+}
+
+impl Iterator for PostgresEvents {
+    type Item = Result<EventRecord, StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.next_event() {
+            Ok(record) => record.map(Ok),
+            Err(error) => {
+                self.finished = true;
+                self.page.clear();
+                Some(Err(error))
+            }
+        }
+    }
+}
+
+impl LogSink for PostgresSink {
+    fn write(&mut self, id: &SessionId, records: &[EventRecord]) -> Result<(), StoreError> {
+        debug_assert_eq!(id, &self.id, "a sink serves one session");
+        for record in records {
+            check_storable_record(record)?;
+        }
+        self.pending.extend_from_slice(records);
+        Ok(())
+    }
+
+    fn sync(&mut self, durability: Durability) -> Result<(), StoreError> {
+        let Some(first) = self.pending.first() else {
+            return Ok(());
+        };
+        let location = &self.shared.location;
+        self.connection.set_durability(location, durability)?;
+        let first_seq = first.seq();
+        let new_last = self.pending.last().map_or(self.last_seq, EventRecord::seq);
+        let columns = Columns::of(&self.id, &self.pending);
+        let appended = self.connection.query_one(
+            location,
+            "append",
+            sql::APPEND,
+            &[
+                &self.id.as_str(),
+                &sql_integer(self.last_seq),
+                &sql_integer(new_last),
+                &columns.seq,
+                &columns.ts,
+                &columns.event_type,
+                &columns.batch,
+                &columns.body,
+                &columns.crc,
+            ],
+        );
+        let inserted: i64 = match appended {
+            Ok(row) => row.try_get(0).map_err(self.shared.error("append"))?,
+            Err(error) if is_unique_violation(&error) => return Err(self.conflict(first_seq)),
+            Err(error) => return Err(error),
+        };
+        if inserted == 0 {
+            return Err(self.conflict(first_seq));
+        }
+        if inserted.unsigned_abs() != self.pending.len() as u64 {
+            return Err(StoreError::InvalidStore {
+                store: self.shared.session_path(&self.id),
+                reason: format!(
+                    "an append of {} events inserted {inserted}",
+                    self.pending.len()
+                ),
+            });
+        }
+        self.pending.clear();
+        self.last_seq = new_last;
+        self.shared.notify(&self.id, new_last);
+        Ok(())
+    }
+}
+
+impl PostgresSink {
+    /// The `Conflict` of an append that another writer got ahead of.
+    fn conflict(&mut self, expected: u64) -> StoreError {
+        let location = &self.shared.location;
+        let recorded = self
+            .connection
+            .query_one(
+                location,
+                "read the last seq",
+                sql::READ_LAST_SEQ,
+                &[&self.id.as_str()],
+            )
+            .ok()
+            .and_then(|row| row.try_get::<_, i64>(0).ok())
+            .map_or(self.last_seq, i64::unsigned_abs);
+        StoreError::Conflict {
+            id: self.id.clone(),
+            expected,
+            actual: recorded.max(self.last_seq) + 1,
+        }
+    }
+}
+
+impl PostgresBulkCreate {
+    /// Inserts a verified session into the open transaction; its header
+    /// record is copied as the source stored it (`header_body`).
+    pub(crate) fn add(
+        &mut self,
+        header: SessionHeader,
+        header_body: String,
+        events: Vec<EventRecord>,
+    ) -> Result<(), StoreError> {
+        check_storable(&header, &events)?;
+        insert_session(
+            &mut self.connection,
+            &self.shared.location,
+            &header,
+            &header_body,
+            &events,
+        )
+    }
+
+    /// Commits every session added, durably.
+    pub(crate) fn commit(mut self) -> Result<(), StoreError> {
+        let location = &self.shared.location;
+        self.connection
+            .run(location, "commit a migration", sql::COMMIT)
+    }
+}
+
+impl Shared {
+    fn connection(&self) -> Result<MutexGuard<'_, Option<Connection>>, StoreError> {
+        let mut guard = self
+            .connection
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if guard
+            .as_ref()
+            .is_none_or(|connection| connection.client.is_closed())
+        {
+            *guard = Some(Connection::open(&self.location, self.read_only)?);
+        }
+        Ok(guard)
+    }
+
+    /// Runs `work` on the shared connection; a lost connection is made
+    /// again by the next call.
+    fn with_connection<T>(
+        &self,
+        operation: &'static str,
+        work: impl FnOnce(&mut Connection) -> Result<T, postgres::Error>,
+    ) -> Result<T, StoreError> {
+        let mut guard = self.connection()?;
+        let connection = guard.as_mut().ok_or_else(|| lost(&self.location))?;
+        let outcome = work(connection).map_err(self.error(operation));
+        if connection.client.is_closed() {
+            *guard = None;
+        }
+        outcome
+    }
+
+    fn read_header_row(&self, id: &SessionId) -> Result<HeaderRow, StoreError> {
+        let row = self.with_connection("read a header", |connection| {
+            let statement = connection.prepared(sql::READ_HEADER)?;
+            connection
+                .client
+                .query_opt(&statement, &[&id.as_str()])?
+                .map(|row| header_row(&row))
+                .transpose()
+        })?;
+        row.ok_or_else(|| self.not_found(id))
+    }
+
+    /// Brings the schema to the current version before a write, once; a
+    /// store opened read-only refuses every write here.
+    fn ensure_current(&self) -> Result<(), StoreError> {
+        if self.read_only {
+            return Err(StoreError::io(
+                "write",
+                &self.location.display,
+                std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    "the store was opened read-only; open it for writing",
+                ),
+            ));
+        }
+        if self.current.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut guard = self.connection()?;
+        let connection = guard.as_mut().ok_or_else(|| lost(&self.location))?;
+        upgrade_schema(connection, &self.location)?;
+        self.current.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Hands a committed append to the notifier thread (started on first
+    /// use); followers that miss it catch up by polling.
+    fn notify(&self, id: &SessionId, seq: u64) {
+        let mut notifier = self.notifier.lock().unwrap_or_else(PoisonError::into_inner);
+        let notifier = notifier.get_or_insert_with(|| Notifier::start(self.location.clone()));
+        if let Some(appended) = &notifier.appended {
+            let _ = appended.send((id.clone(), seq));
+        }
+    }
+
+    fn session_path(&self, id: &SessionId) -> PathBuf {
+        session_locator(&self.location.display, id)
+    }
+
+    fn not_found(&self, id: &SessionId) -> StoreError {
+        StoreError::NotFound {
+            id: id.to_string(),
+            path: self.location.display.clone(),
+        }
+    }
+
+    fn error(&self, operation: &'static str) -> impl Fn(postgres::Error) -> StoreError + '_ {
+        postgres_error(operation, &self.location)
+    }
+}
+
+impl Connection {
+    /// Connects; a `read_only` connection runs every transaction read-only
+    /// and never sets anything else.
+    fn open(location: &Location, read_only: bool) -> Result<Connection, StoreError> {
+        let mut connection = Connection {
+            client: connect(location, "connect")?,
+            statements: HashMap::new(),
+            durability: Durability::Buffered,
+        };
+        match read_only {
+            true => connection.run(
+                location,
+                "make the connection read-only",
+                sql::READ_ONLY_SESSION,
+            )?,
+            false => connection.set_durability(location, Durability::Fsync)?,
+        }
+        Ok(connection)
+    }
+
+    /// The prepared statement of `text`, prepared on first use.
+    fn prepared(&mut self, text: &'static str) -> Result<Statement, postgres::Error> {
+        if let Some(statement) = self.statements.get(text) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client.prepare(text)?;
+        self.statements.insert(text, statement.clone());
+        Ok(statement)
+    }
+
+    fn run(
+        &mut self,
+        location: &Location,
+        operation: &'static str,
+        text: &str,
+    ) -> Result<(), StoreError> {
+        self.client
+            .batch_execute(text)
+            .map_err(postgres_error(operation, location))
+    }
+
+    fn query_one(
+        &mut self,
+        location: &Location,
+        operation: &'static str,
+        text: &'static str,
+        parameters: &[&(dyn ToSql + Sync)],
+    ) -> Result<Row, StoreError> {
+        let statement = self
+            .prepared(text)
+            .map_err(postgres_error(operation, location))?;
+        self.client
+            .query_one(&statement, parameters)
+            .map_err(postgres_error(operation, location))
+    }
+
+    /// Sets `synchronous_commit` for `durability`: at least `on` for
+    /// `Fsync` (a stronger server setting is kept), `off` for `Buffered`.
+    fn set_durability(
+        &mut self,
+        location: &Location,
+        durability: Durability,
+    ) -> Result<(), StoreError> {
+        if self.durability == durability {
+            return Ok(());
+        }
+        match durability {
+            Durability::Fsync => {
+                let shown = self
+                    .client
+                    .query_one(sql::SHOW_SYNCHRONOUS_COMMIT, &[])
+                    .and_then(|row| row.try_get::<_, String>(0))
+                    .map_err(postgres_error("read synchronous_commit", location))?;
+                if matches!(shown.as_str(), "off" | "local") {
+                    self.run(
+                        location,
+                        "set synchronous_commit",
+                        sql::SYNCHRONOUS_COMMIT_ON,
+                    )?;
+                }
+            }
+            Durability::Buffered => self.run(
+                location,
+                "set synchronous_commit",
+                sql::SYNCHRONOUS_COMMIT_OFF,
+            )?,
+        }
+        self.durability = durability;
+        Ok(())
+    }
+}
+
+impl Notifier {
+    fn start(location: Location) -> Notifier {
+        let (appended, receiver) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("sessionlog-notify".to_owned())
+            .spawn(move || run_notifier(&location, &receiver))
+            .ok();
+        Notifier {
+            appended: thread.as_ref().map(|_| appended),
+            thread,
+        }
+    }
+}
+
+impl Drop for Notifier {
+    /// Sends what is queued, then stops.
+    fn drop(&mut self) {
+        self.appended = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The notifier's loop: takes every append waiting, keeps the last seq of
+/// each session, and notifies once per session, all in one statement.
+fn run_notifier(location: &Location, appended: &mpsc::Receiver<(SessionId, u64)>) {
+    let mut client: Option<Client> = None;
+    let channel = location.schema.clone();
+    while let Ok((id, seq)) = appended.recv() {
+        let mut latest = BTreeMap::new();
+        latest.insert(id, seq);
+        while let Ok((id, seq)) = appended.try_recv() {
+            let entry = latest.entry(id).or_insert(seq);
+            *entry = (*entry).max(seq);
+        }
+        if client.as_ref().is_none_or(Client::is_closed) {
+            client = connect(location, "connect to notify").ok();
+        }
+        let Some(connected) = &mut client else {
+            tracing::warn!(store = %location.display.display(), "no connection to notify followers; they will poll");
+            continue;
+        };
+        let payloads: Vec<String> = latest
+            .iter()
+            .map(|(id, seq)| format!("{{\"session\":\"{id}\",\"seq\":{seq}}}"))
+            .collect();
+        if let Err(error) = connected.execute(sql::NOTIFY, &[&channel, &payloads]) {
+            tracing::warn!(store = %location.display.display(), %error, "notifications not sent; followers will poll");
+        }
+    }
+}
+
+/// The columns of event records, as the arrays `INSERT_EVENTS` and
+/// `APPEND` unnest.
+struct Columns<'a> {
+    seq: Vec<i64>,
+    ts: Vec<i64>,
+    event_type: Vec<&'a str>,
+    batch: Vec<Option<i64>>,
+    body: Vec<&'a str>,
+    crc: Vec<i64>,
+}
+
+impl<'a> Columns<'a> {
+    fn of(id: &SessionId, records: &'a [EventRecord]) -> Columns<'a> {
+        Columns {
+            seq: records.iter().map(|r| sql_integer(r.seq())).collect(),
+            ts: records.iter().map(|r| sql_integer(r.ts())).collect(),
+            event_type: records.iter().map(EventRecord::event_type).collect(),
+            batch: records.iter().map(|r| r.batch().map(sql_integer)).collect(),
+            body: records.iter().map(EventRecord::body).collect(),
+            crc: records
+                .iter()
+                .map(|r| i64::from(record_crc(id, r.body().as_bytes())))
+                .collect(),
+        }
+    }
+}
+
+/// Inserts a session's header row and its events on `connection`, inside
+/// the transaction the caller began.
+fn insert_session(
+    connection: &mut Connection,
+    location: &Location,
+    header: &SessionHeader,
+    header_body: &str,
+    events: &[EventRecord],
+) -> Result<(), StoreError> {
+    let last_seq = events.last().map_or(0, EventRecord::seq);
+    let statement = connection
+        .prepared(sql::INSERT_SESSION)
+        .map_err(postgres_error("insert a session", location))?;
+    let inserted = connection
+        .client
+        .execute(
+            &statement,
+            &[
+                &header.id.as_str(),
+                &sql_integer(header.created_at),
+                &header.cwd,
+                &header.parent_session.as_ref().map(SessionId::as_str),
+                &sql_integer(header.seed_length),
+                &sql_integer(header.delegation_depth),
+                &header.sandbox_mode.map(|mode| mode.as_str()),
+                &header.approval_policy.map(|policy| policy.as_str()),
+                &header_body,
+                &i64::from(record_crc(&header.id, header_body.as_bytes())),
+                &sql_integer(last_seq),
+            ],
+        )
+        .map_err(postgres_error("insert a session", location))?;
+    if inserted == 0 {
+        return Err(StoreError::AlreadyExists {
+            id: header.id.clone(),
+            path: location.display.clone(),
+        });
+    }
+    let statement = connection
+        .prepared(sql::INSERT_EVENTS)
+        .map_err(postgres_error("insert events", location))?;
+    for chunk in events.chunks(INSERT_CHUNK_ROWS) {
+        let columns = Columns::of(&header.id, chunk);
+        connection
+            .client
+            .execute(
+                &statement,
+                &[
+                    &header.id.as_str(),
+                    &columns.seq,
+                    &columns.ts,
+                    &columns.event_type,
+                    &columns.batch,
+                    &columns.body,
+                    &columns.crc,
+                ],
+            )
+            .map_err(postgres_error("insert events", location))?;
+    }
+    Ok(())
+}
+
+/// The recorded schema version, or `None` when the schema holds no
+/// sessionlog tables.
+fn read_version(
+    connection: &mut Connection,
+    location: &Location,
+) -> Result<Option<i64>, StoreError> {
+    let present: bool = connection
+        .query_one(location, "look for the schema", sql::HAS_VERSION_TABLE, &[])
+        .and_then(|row| {
+            row.try_get(0)
+                .map_err(postgres_error("look for the schema", location))
+        })?;
+    if !present {
+        return Ok(None);
+    }
+    let version: i32 = connection
+        .query_one(location, "read the schema version", sql::READ_VERSION, &[])
+        .and_then(|row| {
+            row.try_get(0)
+                .map_err(postgres_error("read the schema version", location))
+        })?;
+    Ok(Some(i64::from(version)))
+}
+
+/// Creates the schema when missing and brings it to
+/// [`POSTGRES_SCHEMA_VERSION`] in one transaction, or refuses a newer one.
+fn upgrade_schema(connection: &mut Connection, location: &Location) -> Result<(), StoreError> {
+    if read_version(connection, location)? == Some(POSTGRES_SCHEMA_VERSION) {
+        return Ok(());
+    }
+    connection.run(location, "begin the schema upgrade", sql::BEGIN)?;
+    let outcome = (|| {
+        let key = lock_key("upgrade", &location.schema, "");
+        connection.query_one(
+            location,
+            "lock the schema upgrade",
+            sql::LOCK_SCHEMA_UPGRADE,
+            &[&key],
+        )?;
+        let create = sql::CREATE_SCHEMA.replace("$schema", &location.quoted_schema());
+        connection.run(location, "create the schema", &create)?;
+        let found = read_version(connection, location)?.unwrap_or(0);
+        if found > POSTGRES_SCHEMA_VERSION {
+            return Err(newer_schema(location, found));
+        }
+        let steps = sql::SCHEMA_STEPS.iter().enumerate();
+        for (from_version, step) in steps.skip(usize::try_from(found).unwrap_or(usize::MAX)) {
+            connection.run(location, "upgrade the schema", step)?;
+            tracing::info!(store = %location.display.display(), version = from_version + 1, "schema upgraded");
+        }
+        let version = i32::try_from(POSTGRES_SCHEMA_VERSION).unwrap_or(i32::MAX);
+        connection
+            .client
+            .execute(sql::WRITE_VERSION, &[&version])
+            .map_err(postgres_error("set the schema version", location))?;
+        connection.run(location, "commit the schema upgrade", sql::COMMIT)
+    })();
+    if outcome.is_err() {
+        let _ = connection.client.batch_execute(sql::ROLLBACK);
+    }
+    outcome
+}
+
+fn newer_schema(location: &Location, found: i64) -> StoreError {
+    StoreError::NewerSchema {
+        path: location.display.clone(),
+        found,
+        supported: POSTGRES_SCHEMA_VERSION,
+    }
+}
+
+/// Connects to the store's database.
+fn connect(location: &Location, operation: &'static str) -> Result<Client, StoreError> {
+    location
+        .config
+        .connect(NoTls)
+        .map_err(postgres_error(operation, location))
+}
+
+/// The last seq session `id`'s row records (`None`: no row) and the
+/// highest seq of its event rows, in one statement.
+fn row_bounds(
+    connection: &mut Connection,
+    id: &SessionId,
+) -> Result<(Option<i64>, Option<i64>), postgres::Error> {
+    let statement = connection.prepared(sql::READ_ROW_BOUNDS)?;
+    let row = connection.client.query_one(&statement, &[&id.as_str()])?;
+    Ok((row.try_get(0)?, row.try_get(1)?))
+}
+
+fn header_row(row: &Row) -> Result<HeaderRow, postgres::Error> {
+    Ok(HeaderRow {
+        body: row.try_get(0)?,
+        crc: row.try_get(1)?,
+        last_seq: row.try_get(2)?,
+    })
+}
+
+fn event_row_of(row: &Row) -> Result<EventRow, postgres::Error> {
+    Ok(EventRow {
+        seq: row.try_get(0)?,
+        ts: row.try_get(1)?,
+        event_type: row.try_get(2)?,
+        batch: row.try_get(3)?,
+        body: row.try_get(4)?,
+        crc: row.try_get(5)?,
+    })
+}
+
+/// The advisory-lock key of `name` in `schema`: FNV-1a (64 bits) over
+/// `sessionlog`, the kind of lock, the schema and the name, NUL-separated.
+/// Fixed by this definition, so every host and build derives the same key.
+fn lock_key(kind: &str, schema: &str, name: &str) -> i64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut hash = OFFSET;
+    for part in ["sessionlog", kind, schema, name] {
+        for byte in part.bytes().chain(std::iter::once(0)) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(PRIME);
+        }
+    }
+    i64::from_ne_bytes(hash.to_ne_bytes())
+}
+
+fn is_unique_violation(error: &StoreError) -> bool {
+    matches!(error, StoreError::Postgres { code: Some(code), .. } if code == SqlState::UNIQUE_VIOLATION.code())
+}
+
+fn lost(location: &Location) -> StoreError {
+    StoreError::InvalidStore {
+        store: location.display.clone(),
+        reason: "the connection to the database was lost".to_owned(),
+    }
+}
+
+/// A `StoreError::Postgres` naming the operation and the store (never its
+/// password), with the server's message when it sent one.
+fn postgres_error<'a>(
+    operation: &'static str,
+    location: &'a Location,
+) -> impl Fn(postgres::Error) -> StoreError + 'a {
+    move |source| {
+        let code = source.code().map(|code| code.code().to_owned());
+        let detail = match source.as_db_error() {
+            Some(db) => format!(
+                "{}: {} (SQLSTATE {})",
+                db.severity(),
+                db.message(),
+                db.code().code()
+            ),
+            None => {
+                let mut text = source.to_string();
+                let mut cause = std::error::Error::source(&source);
+                while let Some(inner) = cause {
+                    text.push_str(&format!(": {inner}"));
+                    cause = inner.source();
+                }
+                if source.is_closed() {
+                    text.push_str(" (the server closed the connection or went away)");
+                }
+                text
+            }
+        };
+        StoreError::Postgres {
+            operation,
+            store: location.display.clone(),
+            detail,
+            code,
+            source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

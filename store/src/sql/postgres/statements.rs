@@ -1,0 +1,166 @@
+//! Every SQL statement the PostgreSQL backend sends, each with what it is
+//! for. Connections run with `search_path` set to the store's schema (and
+//! `pg_catalog`), so the statements name tables without a schema.
+
+/// The schema steps: `SCHEMA_STEPS[n]` brings a schema at version `n` to
+/// version `n + 1`. Version 0 is an empty (or missing) schema. A later
+/// version appends a step here, and a fixture of the version before it.
+pub(super) const SCHEMA_STEPS: &[&str] = &[
+    // Version 1: the version row, one row per session (its header, its
+    // last seq), one row per event.
+    "CREATE TABLE schema_version (
+        version integer NOT NULL
+     );
+     INSERT INTO schema_version (version) VALUES (0);
+     CREATE TABLE sessions (
+        id               text PRIMARY KEY,
+        created_at       bigint NOT NULL,
+        cwd              text NOT NULL,
+        parent_session   text,
+        seed_length      bigint NOT NULL,
+        delegation_depth bigint NOT NULL,
+        sandbox_mode     text,
+        approval_policy  text,
+        header_body      text NOT NULL,
+        header_crc       bigint NOT NULL,
+        last_seq         bigint NOT NULL
+     );
+     CREATE TABLE events (
+        session_id text NOT NULL REFERENCES sessions (id),
+        seq        bigint NOT NULL,
+        ts         bigint NOT NULL,
+        type       text NOT NULL,
+        batch      bigint,
+        body       text NOT NULL,
+        crc        bigint NOT NULL,
+        PRIMARY KEY (session_id, seq)
+     );",
+    // Version 2: session rows spread over their pages. Every append
+    // updates its session's row; with rows packed (ten to a hundred to a
+    // page) concurrent appenders to different sessions queue on the same
+    // page's lock and fill it with dead versions. At 10% fill each row's
+    // page has room for its own new versions (HOT updates, pruned in
+    // place). New pages only: an upgraded store's existing rows stay put.
+    "ALTER TABLE sessions SET (fillfactor = 10);",
+];
+
+/// Creates the store's schema when missing (`$schema` is replaced by the
+/// quoted, validated schema name).
+pub(super) const CREATE_SCHEMA: &str = "CREATE SCHEMA IF NOT EXISTS $schema";
+
+/// Serialises schema creation and upgrades between processes: a
+/// transaction-level advisory lock on a key derived from the schema name.
+pub(super) const LOCK_SCHEMA_UPGRADE: &str = "SELECT pg_advisory_xact_lock($1)";
+
+/// Whether the schema holds a sessionlog store: its version table resolves
+/// through `search_path` (only our schema and `pg_catalog`).
+pub(super) const HAS_VERSION_TABLE: &str = "SELECT to_regclass('schema_version') IS NOT NULL";
+
+/// The recorded schema version.
+pub(super) const READ_VERSION: &str = "SELECT version FROM schema_version";
+
+/// Records the schema version after the upgrade steps.
+pub(super) const WRITE_VERSION: &str = "UPDATE schema_version SET version = $1";
+
+/// The current `synchronous_commit` of a connection (`on`, `remote_write`,
+/// `remote_apply`, `local` or `off`).
+pub(super) const SHOW_SYNCHRONOUS_COMMIT: &str = "SHOW synchronous_commit";
+
+/// Makes commits wait for the WAL flush (`Durability::Fsync`) on a
+/// connection whose setting was weaker.
+pub(super) const SYNCHRONOUS_COMMIT_ON: &str = "SET synchronous_commit TO on";
+
+/// Lets a `Durability::Buffered` writer's commits return before the flush.
+pub(super) const SYNCHRONOUS_COMMIT_OFF: &str = "SET synchronous_commit TO off";
+
+/// Lets one `Durability::Buffered` creation's commit return before the
+/// flush (its transaction only).
+pub(super) const SYNCHRONOUS_COMMIT_OFF_HERE: &str = "SET LOCAL synchronous_commit TO off";
+
+/// Whether a session exists.
+pub(super) const SESSION_EXISTS: &str = "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1)";
+
+/// Every session id.
+pub(super) const SESSION_IDS: &str = "SELECT id FROM sessions";
+
+/// A session's header row and the last seq it records.
+pub(super) const READ_HEADER: &str =
+    "SELECT header_body, header_crc, last_seq FROM sessions WHERE id = $1";
+
+/// A page of a session's events, from seq `$2` through seq `$3`, in order.
+pub(super) const READ_EVENTS: &str = "SELECT seq, ts, type, batch, body, crc FROM events
+     WHERE session_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq LIMIT $4";
+
+/// Inserts a new session's header row; no row when the id exists.
+pub(super) const INSERT_SESSION: &str = "INSERT INTO sessions (id, created_at, cwd, parent_session,
+        seed_length, delegation_depth, sandbox_mode, approval_policy, header_body, header_crc,
+        last_seq)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+     ON CONFLICT (id) DO NOTHING";
+
+/// Inserts a new session's first events (parallel arrays of seq, ts,
+/// type, batch, body, crc), in the transaction of its header row.
+pub(super) const INSERT_EVENTS: &str =
+    "INSERT INTO events (session_id, seq, ts, type, batch, body, crc)
+     SELECT $1, seq, ts, type, batch, body, crc
+     FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[], $6::text[], $7::bigint[])
+       AS new (seq, ts, type, batch, body, crc)";
+
+/// An append, in one statement and so one transaction: moves the
+/// session's last seq from `$2` to `$3` and inserts the events (arrays as
+/// in [`INSERT_EVENTS`]) only if it moved. No row is inserted when another
+/// writer appended since (the last seq is not `$2`): the caller reports a
+/// `Conflict`. The `(session_id, seq)` primary key fences what slips past.
+/// Returns the number of events inserted.
+pub(super) const APPEND: &str = "WITH moved AS (
+        UPDATE sessions SET last_seq = $3 WHERE id = $1 AND last_seq = $2 RETURNING id
+     ), inserted AS (
+        INSERT INTO events (session_id, seq, ts, type, batch, body, crc)
+        SELECT moved.id, new.seq, new.ts, new.type, new.batch, new.body, new.crc
+        FROM moved, unnest($4::bigint[], $5::bigint[], $6::text[], $7::bigint[], $8::text[],
+                           $9::bigint[]) AS new (seq, ts, type, batch, body, crc)
+        RETURNING 1
+     )
+     SELECT count(*) FROM inserted";
+
+/// The last seq a session's row records and the highest seq of its rows,
+/// read in one statement: rows past the recorded last seq are damage.
+pub(super) const READ_ROW_BOUNDS: &str = "SELECT (SELECT last_seq FROM sessions WHERE id = $1),
+        (SELECT max(seq) FROM events WHERE session_id = $1)";
+
+/// Every session id that owns events (to find events without a session
+/// row).
+pub(super) const EVENT_OWNERS: &str = "SELECT DISTINCT session_id FROM events";
+
+/// Makes every transaction of a connection read-only, so a store opened
+/// for reading cannot write even by mistake.
+pub(super) const READ_ONLY_SESSION: &str = "SET default_transaction_read_only TO on";
+
+/// The last seq a session's row records (after a refused append).
+pub(super) const READ_LAST_SEQ: &str = "SELECT last_seq FROM sessions WHERE id = $1";
+
+/// Takes the writer's lock on a session for the life of its connection
+/// (a session-level advisory lock; false when another connection holds it).
+pub(super) const TRY_LOCK_SESSION: &str = "SELECT pg_try_advisory_lock($1)";
+
+/// Wakes the followers of sessions, after their appends committed: one
+/// payload `{"session":…,"seq":…}` per session, on the channel named after
+/// the schema, in one statement (and one transaction that writes no WAL).
+pub(super) const NOTIFY: &str = "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload";
+
+/// Subscribes a follower's connection to the schema's channel (`$channel`
+/// is replaced by the quoted channel name).
+pub(super) const LISTEN: &str = "LISTEN $channel";
+
+/// Begins a read of a whole session: one consistent snapshot of its header
+/// row and events.
+pub(super) const BEGIN_READ: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
+
+/// Begins a write transaction (creation, migration, upgrade).
+pub(super) const BEGIN: &str = "BEGIN";
+
+/// Commits a write transaction.
+pub(super) const COMMIT: &str = "COMMIT";
+
+/// Ends a read, or abandons a write.
+pub(super) const ROLLBACK: &str = "ROLLBACK";

@@ -1,0 +1,536 @@
+//! The PostgreSQL engine against the test server: schema versions and the
+//! v1 fixture, damage found by readers, locking across store handles,
+//! fencing, notifications and concurrent appenders. Each test works in a
+//! schema of its own (`postgres_store`), so they run in parallel.
+
+use std::path::Path;
+use std::sync::Barrier;
+use std::time::Duration;
+
+use super::*;
+use crate::store::tests::{header, id, note, ok, postgres_store, record, PostgresSchema};
+use crate::Store;
+
+fn engine(schema: &PostgresSchema) -> &PostgresStore {
+    match &schema.store {
+        Store::Postgres(store) => store,
+        other => panic!("not a PostgreSQL store: {other:?}"),
+    }
+}
+
+/// Runs `sql` in the test's schema, as something other than sessionlog
+/// would (damage, a newer version).
+fn execute(schema: &PostgresSchema, sql: &str) {
+    let mut client = ok(engine(schema).connect());
+    ok(client.batch_execute(sql));
+}
+
+/// The sessions the v1 fixture holds: a root with a batch and a child.
+fn fill_v1_fixture(store: &PostgresStore) {
+    let events = [
+        record(1, "approval/policy", r#"{"policy":"never"}"#),
+        record(2, "turn/start", r#"{"turnId":"t1"}"#),
+        EventRecord::new(3, 1_700_000_000_103, Some(2), "note/test", r#"{"n":3}"#),
+        record(4, "note/test", r#"{"n":4,"text":"é ☃ 'quoted'"}"#),
+    ];
+    ok(store.create_session(&header("root"), &events, Durability::Fsync));
+    let mut child = header("child");
+    child.parent_session = Some(id("root"));
+    child.seed_length = 2;
+    child.delegation_depth = 1;
+    child.approval_policy = Some(sessionlog_schema::ApprovalPolicy::Never);
+    ok(store.create_session(&child, &events[..2], Durability::Fsync));
+}
+
+fn fixture_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/postgres/v1.sql")
+}
+
+/// Every row of both tables as an `INSERT` statement, in key order.
+fn dump_rows(schema: &PostgresSchema) -> String {
+    let mut client = ok(engine(schema).connect());
+    let mut text = String::new();
+    for sql in [
+        "SELECT format('INSERT INTO sessions VALUES (%L, %s, %L, %L, %s, %s, %L, %L, %L, %s, %s);',
+            id, created_at, cwd, parent_session, seed_length, delegation_depth, sandbox_mode,
+            approval_policy, header_body, header_crc, last_seq) FROM sessions ORDER BY id",
+        "SELECT format('INSERT INTO events VALUES (%L, %s, %s, %L, %L, %L, %s);',
+            session_id, seq, ts, type, batch, body, crc) FROM events ORDER BY session_id, seq",
+    ] {
+        for row in ok(client.query(sql, &[])) {
+            text.push_str(&ok(row.try_get::<_, String>(0)));
+            text.push('\n');
+        }
+    }
+    text
+}
+
+/// The fixture's rows: its lines after the `-- rows` marker.
+fn fixture_rows() -> String {
+    let fixture = ok(std::fs::read_to_string(fixture_path()));
+    let (_, rows) = fixture
+        .split_once("-- rows\n")
+        .unwrap_or_else(|| panic!("the fixture has no `-- rows` line"));
+    rows.to_owned()
+}
+
+#[test]
+fn v1_fixture_rows_are_what_the_generator_writes() {
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    fill_v1_fixture(engine(&schema));
+    let generated = dump_rows(&schema);
+    if std::env::var_os("SESSIONLOG_WRITE_FIXTURES").is_some() {
+        let fixture = ok(std::fs::read_to_string(fixture_path()));
+        let (head, _) = fixture.split_once("-- rows\n").unwrap_or((&fixture, ""));
+        ok(std::fs::write(
+            fixture_path(),
+            format!("{head}-- rows\n{generated}"),
+        ));
+    }
+    assert_eq!(fixture_rows(), generated);
+}
+
+#[test]
+fn v1_fixture_opens_reads_and_accepts_appends() {
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    execute(
+        &schema,
+        "DROP TABLE events; DROP TABLE sessions; DROP TABLE schema_version;",
+    );
+    execute(&schema, &ok(std::fs::read_to_string(fixture_path())));
+    let store = ok(PostgresStore::open(Path::new(&schema.url)));
+    let ids: Vec<String> = ok(store.ids()).iter().map(ToString::to_string).collect();
+    assert_eq!(ids, ["child", "root"]);
+    let root = ok(store.snapshot(&id("root")));
+    assert_eq!(root.events.len(), 4);
+    assert_eq!(root.events[2].batch(), Some(2));
+    assert_eq!(ok(store.snapshot(&id("child"))).header.seed_length, 2);
+    let mut writer = ok(store.open_writer(&id("root"), WriterOptions::default()));
+    assert_eq!(ok(writer.append(note("new"), Some(5))).get(), 5);
+    let mut client = ok(store.connect());
+    let version: i32 =
+        ok(ok(client.query_one("SELECT version FROM schema_version", &[])).try_get(0));
+    assert_eq!(
+        i64::from(version),
+        POSTGRES_SCHEMA_VERSION,
+        "the writer upgraded it"
+    );
+    let options: Option<Vec<String>> = ok(ok(client.query_one(
+        "SELECT reloptions FROM pg_class WHERE oid = 'sessions'::regclass",
+        &[],
+    ))
+    .try_get(0));
+    assert_eq!(options, Some(vec!["fillfactor=10".to_owned()]));
+}
+
+#[test]
+fn an_empty_schema_is_created_at_the_current_version_and_newer_is_refused() {
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    assert_eq!(
+        statements::SCHEMA_STEPS.len() as i64,
+        POSTGRES_SCHEMA_VERSION
+    );
+    let mut client = ok(engine(&schema).connect());
+    let version: i32 =
+        ok(ok(client.query_one("SELECT version FROM schema_version", &[])).try_get(0));
+    assert_eq!(i64::from(version), POSTGRES_SCHEMA_VERSION);
+    execute(&schema, "UPDATE schema_version SET version = 99");
+    for opened in [
+        PostgresStore::open(Path::new(&schema.url)),
+        PostgresStore::create(Path::new(&schema.url)),
+    ] {
+        let Err(error) = opened else {
+            panic!("a version 99 schema was opened");
+        };
+        assert!(
+            matches!(
+                error,
+                StoreError::NewerSchema {
+                    found: 99,
+                    supported: POSTGRES_SCHEMA_VERSION,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains("99") && message.contains(&format!(" {POSTGRES_SCHEMA_VERSION};")),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn reading_a_database_without_our_schema_creates_nothing() {
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    let missing = schema
+        .url
+        .replace(&schema.schema, &format!("{}_absent", schema.schema));
+    let refused = Store::open(Path::new(&missing));
+    assert!(
+        matches!(refused, Err(StoreError::NotAStore { .. })),
+        "{refused:?}"
+    );
+    let mut client = ok(engine(&schema).connect());
+    let exists: bool = ok(ok(client.query_one(
+        "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+        &[&format!("{}_absent", schema.schema)],
+    ))
+    .try_get(0));
+    assert!(!exists, "opening for reading created the schema");
+}
+
+fn store_with_events(schema: &PostgresSchema, count: u64) -> &PostgresStore {
+    let store = engine(schema);
+    let events: Vec<EventRecord> = (1..=count)
+        .map(|seq| record(seq, "note/test", "{}"))
+        .collect();
+    ok(store.create_session(&header("a"), &events, Durability::Fsync));
+    store
+}
+
+fn assert_corrupt_at(result: Result<Snapshot, StoreError>, seq: u64, reason: &str) {
+    let Err(StoreError::Corrupt { corruption, .. }) = &result else {
+        panic!("expected corruption, got {result:?}");
+    };
+    let expected = format!("session a, seq {seq}:");
+    assert!(
+        corruption.reason.starts_with(&expected) && corruption.reason.contains(reason),
+        "{}",
+        corruption.reason
+    );
+}
+
+/// Damage done behind the store's back, the seq and words it is reported
+/// with.
+const DAMAGE: &[(&str, u64, &str)] = &[
+    (
+        "UPDATE events SET body = replace(body, '{}', '{\"x\":1}') WHERE seq = 2",
+        2,
+        "CRC mismatch",
+    ),
+    ("DELETE FROM events WHERE seq = 2", 2, "not contiguous"),
+    (
+        "DELETE FROM events WHERE seq = 3",
+        3,
+        "events 3..=3 are missing",
+    ),
+    (
+        "UPDATE sessions SET last_seq = 2",
+        3,
+        "rows run to seq 3 but the session row records 2",
+    ),
+    (
+        "UPDATE events SET type = 'turn/start' WHERE seq = 1",
+        1,
+        "disagree",
+    ),
+    ("UPDATE sessions SET header_crc = 0", 0, "header CRC"),
+];
+
+#[test]
+fn damage_is_corruption_naming_session_and_seq() {
+    for (damage, seq, reason) in DAMAGE {
+        let Some(schema) = postgres_store() else {
+            return;
+        };
+        let store = store_with_events(&schema, 3);
+        execute(&schema, damage);
+        assert_corrupt_at(store.snapshot(&id("a")), *seq, reason);
+        let streamed: Vec<Result<EventRecord, StoreError>> = match store.events(&id("a")) {
+            Ok(events) => events.collect(),
+            Err(error) => vec![Err(error)],
+        };
+        assert!(
+            matches!(streamed.last(), Some(Err(StoreError::Corrupt { .. }))),
+            "{damage}: {streamed:?}"
+        );
+        let writer = store.open_writer(&id("a"), WriterOptions::default());
+        assert!(
+            matches!(writer, Err(StoreError::Corrupt { .. })),
+            "{damage}: {writer:?}"
+        );
+    }
+}
+
+#[test]
+fn a_session_row_with_an_invalid_id_is_damage_of_the_store_not_skipped() {
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    let store = store_with_events(&schema, 1);
+    execute(
+        &schema,
+        "INSERT INTO sessions SELECT 'bad/id', created_at, cwd, parent_session, seed_length,
+            delegation_depth, sandbox_mode, approval_policy, header_body, header_crc, last_seq
+         FROM sessions WHERE id = 'a'",
+    );
+    let audit = ok(store.audit());
+    assert_eq!(audit.ids, [id("a")]);
+    assert_eq!(audit.damage.len(), 1, "{:?}", audit.damage);
+    assert!(
+        matches!(&audit.damage[0], StoreError::DamagedDatabase { reason, .. } if reason.contains("\"bad/id\"")),
+        "{:?}",
+        audit.damage
+    );
+    let ids = store.ids();
+    assert!(
+        matches!(&ids, Err(StoreError::DamagedDatabase { .. })),
+        "{ids:?}"
+    );
+}
+
+#[test]
+fn a_read_only_store_reads_and_refuses_every_write() {
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    store_with_events(&schema, 2);
+    let store = ok(PostgresStore::open_read_only(Path::new(&schema.url)));
+    assert!(store.is_read_only());
+    assert_eq!(ok(store.snapshot(&id("a"))).events.len(), 2);
+    let writer = store.open_writer(&id("a"), WriterOptions::default());
+    assert!(
+        matches!(
+            &writer,
+            Err(StoreError::Io {
+                operation: "write",
+                ..
+            })
+        ),
+        "{writer:?}"
+    );
+    let created = store.create_session(&header("b"), &[], Durability::Fsync);
+    assert!(
+        matches!(
+            &created,
+            Err(StoreError::Io {
+                operation: "write",
+                ..
+            })
+        ),
+        "{created:?}"
+    );
+    assert_eq!(ok(store.ids()), [id("a")]);
+}
+
+#[test]
+fn a_read_only_open_of_a_schema_without_tables_creates_nothing() {
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    let elsewhere = format!("{}_untouched", schema.url);
+    let refused = PostgresStore::open_read_only(Path::new(&elsewhere));
+    assert!(
+        matches!(refused, Err(StoreError::NotAStore { .. })),
+        "{refused:?}"
+    );
+    let created = PostgresStore::open(Path::new(&elsewhere));
+    assert!(
+        matches!(created, Err(StoreError::NotAStore { .. })),
+        "the read-only open created the tables: {created:?}"
+    );
+}
+
+#[test]
+fn a_writer_in_another_store_handle_is_locked_out_until_it_closes() {
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    let first = engine(&schema);
+    ok(first.create_session(&header("a"), &[], Durability::Fsync));
+    ok(first.create_session(&header("b"), &[], Durability::Fsync));
+    let writer = ok(first.open_writer(&id("a"), WriterOptions::default()));
+    let second = ok(PostgresStore::open(Path::new(&schema.url)));
+    let locked = second.open_writer(&id("a"), WriterOptions::default());
+    assert!(
+        matches!(&locked, Err(StoreError::Locked { .. })),
+        "{locked:?}"
+    );
+    let mut other = ok(second.open_writer(&id("b"), WriterOptions::default()));
+    assert_eq!(ok(other.append(note("b goes on"), Some(1))).get(), 1);
+    drop(writer);
+    assert!(second
+        .open_writer(&id("a"), WriterOptions::default())
+        .is_ok());
+}
+
+#[test]
+fn a_writer_that_lost_its_lock_is_fenced_by_the_last_seq() {
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    let store = engine(&schema);
+    ok(store.create_session(&header("a"), &[], Durability::Fsync));
+    let mut stale = ok(store.open_writer(&id("a"), WriterOptions::default()));
+    ok(stale.append(note("one"), Some(1)));
+    // The stale writer's lock is taken from it behind its back, as when
+    // its connection was cut and another host took over.
+    let key = lock_key("writer", &schema.schema, "a");
+    execute(
+        &schema,
+        &format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks
+             WHERE locktype = 'advisory' AND objsubid = 1
+               AND ((classid::bigint << 32) | objid::bigint) = {key}"
+        ),
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let mut successor = ok(store.open_writer(&id("a"), WriterOptions::default()));
+    ok(successor.append(note("two"), Some(2)));
+    let late = stale.append(note("late"), Some(2));
+    assert!(
+        matches!(
+            late,
+            Err(StoreError::Postgres { .. } | StoreError::Conflict { .. })
+        ),
+        "{late:?}"
+    );
+    assert!(stale.is_poisoned());
+    drop(successor);
+    let texts: Vec<String> = ok(store.snapshot(&id("a")))
+        .events
+        .iter()
+        .map(|record| record.data().to_owned())
+        .collect();
+    assert_eq!(texts, [r#"{"text":"one"}"#, r#"{"text":"two"}"#]);
+}
+
+#[test]
+fn a_second_connection_appending_at_a_taken_seq_is_a_conflict() {
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    let store = engine(&schema);
+    ok(store.create_session(&header("a"), &[], Durability::Fsync));
+    let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+    // Another writer's append, made outside any lock.
+    execute(
+        &schema,
+        &format!(
+            "UPDATE sessions SET last_seq = 1; INSERT INTO events VALUES ('a', 1, 5, 'note/test', NULL, '{body}', {crc});",
+            body = r#"{"seq":1,"ts":5,"type":"note/test","data":{}"#,
+            crc = record_crc(&id("a"), br#"{"seq":1,"ts":5,"type":"note/test","data":{}"#)
+        ),
+    );
+    let refused = writer.append(note("mine"), Some(1));
+    assert!(
+        matches!(
+            refused,
+            Err(StoreError::Conflict {
+                expected: 1,
+                actual: 2,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert!(writer.is_poisoned());
+    assert_eq!(ok(store.snapshot(&id("a"))).events.len(), 1);
+}
+
+#[test]
+fn a_listener_wakes_on_an_append_to_its_session_only() {
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    let store = engine(&schema);
+    ok(store.create_session(&header("a"), &[], Durability::Fsync));
+    ok(store.create_session(&header("b"), &[], Durability::Fsync));
+    let mut listener = ok(store.listener(&id("a")));
+    let mut other = ok(store.open_writer(&id("b"), WriterOptions::default()));
+    ok(other.append(note("b"), None));
+    assert!(!ok(listener.wait(Duration::from_millis(300))));
+    let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+    ok(writer.append(note("a"), None));
+    assert!(ok(listener.wait(Duration::from_secs(10))));
+}
+
+#[test]
+fn sixty_four_connections_appending_keep_every_acknowledged_event_exactly_once() {
+    const WRITERS: usize = 64;
+    const EVENTS: usize = 20;
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    let store = engine(&schema);
+    for writer in 0..WRITERS {
+        ok(store.create_session(&header(&format!("s{writer}")), &[], Durability::Fsync));
+    }
+    let start = Barrier::new(WRITERS);
+    std::thread::scope(|scope| {
+        for writer in 0..WRITERS {
+            let (store, start) = (store, &start);
+            scope.spawn(move || {
+                let session = id(&format!("s{writer}"));
+                let mut writer_handle = ok(store.open_writer(&session, WriterOptions::default()));
+                start.wait();
+                for n in 0..EVENTS {
+                    let seq = ok(writer_handle.append(note(&format!("{writer}/{n}")), None));
+                    assert_eq!(seq.get(), n as u64 + 1);
+                }
+            });
+        }
+    });
+    for writer in 0..WRITERS {
+        let events = ok(store.snapshot(&id(&format!("s{writer}")))).events;
+        assert_eq!(events.len(), EVENTS, "session s{writer}");
+        for (n, record) in events.iter().enumerate() {
+            assert_eq!(record.data(), format!("{{\"text\":\"{writer}/{n}\"}}"));
+        }
+    }
+}
+
+#[test]
+fn a_server_that_refuses_the_connection_is_a_clear_error_without_the_password() {
+    let url = "postgres://someone:hunter2@127.0.0.1:1/nowhere?connect_timeout=2";
+    let Err(error) = PostgresStore::open(Path::new(url)) else {
+        panic!("connected to port 1");
+    };
+    let message = error.to_string();
+    assert!(
+        matches!(error, StoreError::Postgres { .. }) && message.contains("127.0.0.1:1"),
+        "{message}"
+    );
+    assert!(!message.contains("hunter2"), "{message}");
+    assert_eq!(error.class(), crate::ErrorClass::Io);
+}
+
+#[test]
+fn a_statement_timeout_poisons_the_writer_and_acknowledges_nothing() {
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    let store = engine(&schema);
+    ok(store.create_session(&header("a"), &[], Durability::Fsync));
+    let timed = ok(PostgresStore::open(Path::new(&format!(
+        "{}&options=-c%20statement_timeout%3D200",
+        schema.url
+    ))));
+    let mut writer = ok(timed.open_writer(&id("a"), WriterOptions::default()));
+    ok(writer.append(note("kept"), Some(1)));
+    // Another session holds the session row: the append waits, and times out.
+    let mut blocker = ok(store.connect());
+    ok(blocker.batch_execute("BEGIN; SELECT * FROM sessions WHERE id = 'a' FOR UPDATE"));
+    let failed = writer.append(note("lost"), Some(2));
+    let Err(error) = failed else {
+        panic!("the append went through a locked row");
+    };
+    assert!(
+        matches!(&error, StoreError::Postgres { code: Some(code), .. } if code == "57014"),
+        "{error:?}"
+    );
+    assert!(writer.is_poisoned());
+    ok(blocker.batch_execute("ROLLBACK"));
+    drop(writer);
+    assert_eq!(ok(store.snapshot(&id("a"))).events.len(), 1);
+}

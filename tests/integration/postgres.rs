@@ -1,0 +1,566 @@
+//! The PostgreSQL store through the real binary, against a real server.
+//!
+//! - One table of commands run on the same sessions in every backend (a
+//!   backend column): the same exit code and the same output, the store's
+//!   name aside; `export` byte for byte.
+//! - JSONL → PostgreSQL → SQLite → JSONL: `migrate` thrice, `diff` clean,
+//!   every log byte-identical to the original.
+//! - Two writers on one session from two processes: exactly one holds it
+//!   (the other exits 6) while appends to another session proceed.
+//! - `review-audit` and `report --audit` give what they give on JSONL;
+//!   `import --into` a PostgreSQL store writes what a folder gets.
+//! - `kill -9` of `append` (CI 100 kills, `SESSIONLOG_LONG=1` 1,000).
+//! - The server itself stopped with `pg_ctl stop -m immediate` while
+//!   `append` runs, restarted, and the store reopened.
+//!
+//! The server is the one `SESSIONLOG_TEST_PG` names (`.ci/run` starts it
+//! with `tools/pg-test-server.sh`); each test works in a schema of its own.
+//! Without the variable the tests skip with a note, except under `CI`,
+//! where they fail. The crash test starts a private server of its own.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use sessionlog_store::Store;
+
+use crate::cli_support::{run, run_with_stdin, sessionlog, workspace_root, Run};
+use crate::crash::{kill_sessions_within, kills, text};
+use crate::faults::{id, ok};
+
+/// The test server's URL, or `None` (with a note) when none is set up.
+pub fn test_server() -> Option<String> {
+    match std::env::var("SESSIONLOG_TEST_PG") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "SESSIONLOG_TEST_PG is unset under CI: .ci/run starts the test server"
+            );
+            eprintln!(
+                "note: SESSIONLOG_TEST_PG is unset; skipping a PostgreSQL test \
+                 (start a server with tools/pg-test-server.sh start)"
+            );
+            None
+        }
+    }
+}
+
+/// A schema of its own on a server, dropped when the test ends.
+pub struct Schema {
+    pub url: String,
+    name: String,
+    server: String,
+}
+
+impl Schema {
+    pub fn new(server: &str, label: &str) -> Schema {
+        let name = format!(
+            "it_{label}_{}_{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |elapsed| elapsed.as_micros() % 1_000_000_000)
+        );
+        Schema {
+            url: format!("{server}?schema={name}"),
+            name,
+            server: server.to_owned(),
+        }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(&self.url)
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        if let Ok(Store::Postgres(store)) = Store::create(Path::new(&self.server)) {
+            if let Ok(mut client) = store.connect() {
+                let _ =
+                    client.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+            }
+        }
+    }
+}
+
+fn examples() -> PathBuf {
+    workspace_root().join("examples/sessions")
+}
+
+/// Every command of the table, `STORE` standing for the store.
+const CASES: &[(&[&str], Option<&str>)] = &[
+    (&["verify", "STORE"], None),
+    (&["verify", "STORE", "--json"], None),
+    (&["verify", "STORE", "--session", "nobody"], None),
+    (&["list", "STORE"], None),
+    (&["list", "STORE", "--tree"], None),
+    (&["list", "STORE", "--json"], None),
+    (&["export", "STORE", "--session", "lead"], None),
+    (&["export", "STORE", "--session", "auto-review"], None),
+    (
+        &[
+            "replay",
+            "STORE",
+            "--session",
+            "auto-review",
+            "--color",
+            "never",
+        ],
+        None,
+    ),
+    (
+        &["replay", "STORE", "--session", "approval", "--json"],
+        None,
+    ),
+    (&["stats", "STORE"], None),
+    (&["stats", "STORE", "--json"], None),
+    (&["project", "STORE", "--session", "lead"], None),
+    (
+        &["project", "STORE", "--session", "lead", "--at", "3"],
+        None,
+    ),
+    (
+        &["project", "STORE", "--session", "lead", "--at", "100000"],
+        None,
+    ),
+    (&["tail", "STORE", "--session", "lead", "-n", "3"], None),
+    (
+        &[
+            "tail",
+            "STORE",
+            "--session",
+            "lead",
+            "--from",
+            "2",
+            "--json",
+        ],
+        None,
+    ),
+    (
+        &[
+            "append",
+            "STORE",
+            "--session",
+            "approval",
+            "--expect-seq",
+            "1",
+        ],
+        Some("{\"type\":\"x-test/probe\",\"data\":{}}\n"),
+    ),
+    (
+        &["append", "STORE", "--session", "approval"],
+        Some("{\"type\":\"turn/end\",\"data\":{\"turnId\":\"never-started\"}}\n"),
+    ),
+    (
+        &["append", "STORE", "--session", "approval"],
+        Some("not json\n"),
+    ),
+    (&["verify", "STORE", "--session", "approval"], None),
+    (
+        &[
+            "review-request",
+            "STORE",
+            "--session",
+            "auto-review",
+            "--pending",
+            "PENDING",
+        ],
+        None,
+    ),
+];
+
+/// The pending action of the `review-request` case.
+const PENDING: &str =
+    r#"{"callId":"call-9","stepId":"step-1","name":"shell","arguments":{"command":"ls"}}"#;
+
+/// A run's code and output, with the store's name taken out. Where a
+/// message names a session, the backends spell the place differently (a
+/// JSONL store names the log file, PostgreSQL `store#id`, SQLite's writer
+/// the database file): all become `STORE`.
+fn outcome(run: &Run, store: &str) -> (i32, String, String) {
+    let clean = |text: &str| {
+        let mut text = text.replace(store, "STORE");
+        for session in ["lead", "lead-tests", "auto-review", "approval", "nobody"] {
+            text = text.replace(&format!("STORE/{session}.jsonl:"), "STORE:");
+            text = text.replace(&format!("STORE#{session}:"), "STORE:");
+        }
+        text
+    };
+    (run.code, clean(&run.stdout), clean(&run.stderr))
+}
+
+#[test]
+fn every_command_gives_the_same_code_and_output_on_every_backend() {
+    let Some(server) = test_server() else {
+        return;
+    };
+    let folder = ok(tempfile::tempdir());
+    let schema = Schema::new(&server, "parity");
+    let jsonl = folder.path().join("logs");
+    let sqlite = folder.path().join("sessions.db");
+    let backends: [(&str, String); 3] = [
+        ("jsonl", text(&jsonl)),
+        ("sqlite", text(&sqlite)),
+        ("postgres", schema.url.clone()),
+    ];
+    for (_, store) in &backends {
+        run(["migrate", &text(&examples()), store]).expect_code(0);
+    }
+    let pending = folder.path().join("pending.json");
+    ok(std::fs::write(&pending, PENDING));
+    let pending = text(&pending);
+    let shown = |store: &str| match Store::open(Path::new(store)) {
+        Ok(opened) => text(opened.path()),
+        Err(error) => panic!("{store}: {error}"),
+    };
+    let mut mismatches = Vec::new();
+    for (args, stdin) in CASES {
+        let mut outcomes = Vec::new();
+        for (backend, store) in &backends {
+            let args: Vec<&str> = args
+                .iter()
+                .map(|arg| match *arg {
+                    "STORE" => store.as_str(),
+                    "PENDING" => pending.as_str(),
+                    other => other,
+                })
+                .collect();
+            let result = match stdin {
+                Some(input) => run_with_stdin(&args, input),
+                None => run(&args),
+            };
+            outcomes.push((*backend, outcome(&result, &shown(store))));
+        }
+        let (_, expected) = &outcomes[0];
+        for (backend, got) in &outcomes[1..] {
+            if got != expected {
+                mismatches.push(format!(
+                    "{args:?} on {backend}: {got:?}\n  jsonl gave {expected:?}"
+                ));
+            }
+        }
+    }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+    for session in ["lead", "auto-review", "approval", "lead-tests"] {
+        let exports: Vec<String> = backends
+            .iter()
+            .map(|(_, store)| run(["export", store, "--session", session]).stdout)
+            .collect();
+        assert_eq!(exports[0], exports[1], "{session}: sqlite export");
+        assert_eq!(exports[0], exports[2], "{session}: postgres export");
+    }
+}
+
+#[test]
+fn review_audit_and_its_report_are_the_same_on_postgres_as_on_jsonl() {
+    let Some(server) = test_server() else {
+        return;
+    };
+    let folder = ok(tempfile::tempdir());
+    let schema = Schema::new(&server, "audit");
+    let jsonl = text(&folder.path().join("logs"));
+    let reviewer = crate::reviewer::Server::saying(r#"{"risk":"low","decision":"allow"}"#);
+    let mut reports = Vec::new();
+    for (backend, store) in [("jsonl", jsonl.as_str()), ("postgres", schema.url.as_str())] {
+        run(["migrate", &text(&examples()), store]).expect_code(0);
+        let audit = run([
+            "review-audit",
+            store,
+            "--session",
+            "auto-review",
+            "--endpoint",
+            &reviewer.endpoint,
+            "--json",
+        ]);
+        // The example's denied call is allowed today: the audit differs.
+        audit.expect_code(8);
+        let audit_file = folder.path().join(format!("{backend}-audit.json"));
+        ok(std::fs::write(&audit_file, &audit.stdout));
+        let html = folder.path().join(format!("{backend}.html"));
+        run([
+            "report",
+            store,
+            "--session",
+            "auto-review",
+            "--html",
+            &text(&html),
+            "--audit",
+            &text(&audit_file),
+        ])
+        .expect_code(0);
+        let shown = text(ok(Store::open(Path::new(store))).path());
+        reports.push((
+            audit.stdout.replace(&shown, "STORE"),
+            ok(std::fs::read_to_string(&html)).replace(&shown, "STORE"),
+        ));
+    }
+    assert_eq!(reports[0].0, reports[1].0, "review-audit --json");
+    assert!(
+        reports[1].1.contains("call-2"),
+        "the report shows the audited calls"
+    );
+    assert_eq!(reports[0].1, reports[1].1, "report --audit");
+}
+
+#[test]
+fn import_into_postgres_writes_the_sessions_a_folder_gets_and_again_nothing() {
+    let Some(server) = test_server() else {
+        return;
+    };
+    let folder = ok(tempfile::tempdir());
+    let schema = Schema::new(&server, "import");
+    let logs = text(&folder.path().join("logs"));
+    let fixtures = workspace_root().join("tests/fixtures/import");
+    let sources = [
+        text(&fixtures.join("codex")),
+        text(&fixtures.join("claude")),
+    ];
+    for store in [logs.as_str(), schema.url.as_str()] {
+        run(["import", "auto", &sources[0], &sources[1], "--into", store]).expect_code(0);
+        run(["verify", store]).expect_code(0);
+    }
+    let ids = |store: &str| ok(ok(Store::open(Path::new(store))).ids());
+    let imported = ids(&logs);
+    assert!(imported.len() >= 7, "{imported:?}");
+    assert_eq!(ids(&schema.url), imported);
+    for id in &imported {
+        let exports: Vec<String> = [logs.as_str(), schema.url.as_str()]
+            .iter()
+            .map(|store| run(["export", store, "--session", id.as_str()]).stdout)
+            .collect();
+        assert_eq!(exports[0], exports[1], "{id}");
+    }
+    let again = run([
+        "import",
+        "auto",
+        &sources[0],
+        &sources[1],
+        "--into",
+        &schema.url,
+    ]);
+    again.expect_code(0);
+    assert!(
+        again.stdout.contains("0 sessions imported"),
+        "{}",
+        again.stdout
+    );
+    assert_eq!(ids(&schema.url), imported);
+}
+
+#[test]
+fn jsonl_to_postgres_to_sqlite_to_jsonl_gives_back_every_byte() {
+    let Some(server) = test_server() else {
+        return;
+    };
+    let folder = ok(tempfile::tempdir());
+    let schema = Schema::new(&server, "trip");
+    let sqlite = folder.path().join("trip.db");
+    let back = folder.path().join("back");
+    run(["migrate", &text(&examples()), &schema.url]).expect_code(0);
+    run(["migrate", &schema.url, &text(&sqlite)]).expect_code(0);
+    run(["migrate", &text(&sqlite), &text(&back)]).expect_code(0);
+    run(["diff", &text(&examples()), &schema.url]).expect_code(0);
+    run(["diff", &schema.url, &text(&sqlite)]).expect_code(0);
+    let mut compared = 0;
+    for entry in ok(std::fs::read_dir(examples())) {
+        let path = ok(entry).path();
+        let Some(name) = path.file_name() else {
+            continue;
+        };
+        assert_eq!(
+            ok(std::fs::read(&path)),
+            ok(std::fs::read(back.join(name))),
+            "{}",
+            path.display()
+        );
+        compared += 1;
+    }
+    let names = |folder: &Path| -> std::collections::BTreeSet<std::ffi::OsString> {
+        ok(std::fs::read_dir(folder))
+            .map(|entry| ok(entry).file_name())
+            .collect()
+    };
+    assert_eq!(
+        names(&back),
+        names(&examples()),
+        "the same sessions came back"
+    );
+    assert!(compared >= 4, "every example session made the trip");
+    let again = run(["migrate", &text(&examples()), &schema.url]);
+    again.expect_code(1);
+    assert!(again.stderr.contains("already exists"), "{}", again.stderr);
+}
+
+#[test]
+fn two_writers_from_two_processes_exactly_one_holds_the_session() {
+    let Some(server) = test_server() else {
+        return;
+    };
+    let schema = Schema::new(&server, "two");
+    for session in ["a", "b"] {
+        run(["create", &schema.url, "--session", session]).expect_code(0);
+    }
+    let mut first = ok(sessionlog(["append", &schema.url, "--session", "a"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn());
+    let mut input = first.stdin.take().unwrap_or_else(|| panic!("no stdin"));
+    let mut acks = BufReader::new(first.stdout.take().unwrap_or_else(|| panic!("no stdout")));
+    ok(input.write_all(b"{\"type\":\"x-test/probe\",\"data\":{\"n\":1}}\n"));
+    ok(input.flush());
+    let mut ack = String::new();
+    ok(acks.read_line(&mut ack));
+    assert_eq!(
+        ack.trim(),
+        r#"{"seq": 1}"#.replace(' ', "").replace(':', ": ")
+    );
+    let second = run_with_stdin(
+        ["append", &schema.url, "--session", "a"],
+        "{\"type\":\"x-test/probe\",\"data\":{\"n\":2}}\n",
+    );
+    second.expect_code(6);
+    assert!(second.stderr.contains("locked"), "{}", second.stderr);
+    run_with_stdin(
+        ["append", &schema.url, "--session", "b"],
+        "{\"type\":\"x-test/probe\",\"data\":{\"n\":1}}\n",
+    )
+    .expect_code(0);
+    drop(input);
+    assert!(ok(first.wait()).success());
+    let store = ok(Store::open(&schema.path()));
+    assert_eq!(ok(store.snapshot(&id("a"))).events.len(), 1);
+    assert_eq!(ok(store.snapshot(&id("b"))).events.len(), 1);
+    run_with_stdin(
+        ["append", &schema.url, "--session", "a", "--expect-seq", "2"],
+        "{\"type\":\"x-test/probe\",\"data\":{\"n\":2}}\n",
+    )
+    .expect_code(0);
+}
+
+#[test]
+fn kill_9_during_postgres_appends_never_loses_an_acknowledged_event() {
+    let Some(server) = test_server() else {
+        return;
+    };
+    let schema = Schema::new(&server, "kill");
+    run(["create", &schema.url, "--session", "seed"]).expect_code(0);
+    let kills = kills(100, 1000);
+    // A kill within 400 ms of the start: starting, connecting and opening
+    // the writer take up to about 150 ms on a loaded machine, so kills land
+    // before, between and inside appends.
+    let figures = kill_sessions_within(&schema.path(), kills, 23, 400_000);
+    eprintln!(
+        "kill -9 of append (PostgreSQL): {} kills, {} events acknowledged, {} runs finished before their kill; nothing acknowledged lost",
+        figures.kills, figures.acknowledged, figures.exited_before_kill
+    );
+    assert_eq!(figures.torn_tails, 0, "a database has no torn tail");
+    assert_eq!(figures.kills, kills, "{figures:?}");
+    assert!(figures.acknowledged > 0, "{figures:?}");
+}
+
+/// `tools/pg-test-server.sh` with `arguments`; its standard output.
+fn server_script(arguments: &[&str]) -> String {
+    let output = ok(
+        std::process::Command::new(workspace_root().join("tools/pg-test-server.sh"))
+            .args(arguments)
+            .output(),
+    );
+    assert!(
+        output.status.success(),
+        "pg-test-server.sh {arguments:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+/// A private server, stopped and removed when dropped.
+struct PrivateServer {
+    dir: String,
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(workspace_root().join("tools/pg-test-server.sh"))
+            .args(["stop", &self.dir])
+            .output();
+    }
+}
+
+#[test]
+fn the_server_stopped_immediately_mid_append_loses_nothing_acknowledged() {
+    if test_server().is_none() {
+        return;
+    }
+    let folder = ok(tempfile::tempdir());
+    let dir = text(&folder.path().join("cluster"));
+    let server = PrivateServer { dir: dir.clone() };
+    let url = server_script(&["start", &server.dir]);
+    run(["create", &url, "--session", "s"]).expect_code(0);
+    let mut appender = ok(sessionlog(["append", &url, "--session", "s"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn());
+    let mut input = appender.stdin.take().unwrap_or_else(|| panic!("no stdin"));
+    let feeder = std::thread::spawn(move || {
+        for n in 1..=200_000u64 {
+            let line = format!("{{\"type\":\"x-test/probe\",\"data\":{{\"n\":{n}}}}}\n");
+            if input.write_all(line.as_bytes()).is_err() {
+                return;
+            }
+        }
+    });
+    let stdout = appender
+        .stdout
+        .take()
+        .unwrap_or_else(|| panic!("no stdout"));
+    let reader = std::thread::spawn(move || {
+        let mut last = 0u64;
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let value: serde_json::Value = ok(serde_json::from_str(&line));
+            last = value["seq"].as_u64().unwrap_or_else(|| panic!("{line}"));
+        }
+        last
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    server_script(&["crash", &dir]);
+    let status = ok(appender.wait());
+    let acknowledged = reader.join().unwrap_or_else(|_| panic!("reader panicked"));
+    drop(feeder.join());
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "append fails when its server goes away"
+    );
+    assert!(
+        acknowledged > 0,
+        "appends were acknowledged before the stop"
+    );
+    server_script(&["start", &dir]);
+    run(["verify", &url]).expect_code(0);
+    let store = ok(Store::open(Path::new(&url)));
+    let events = ok(store.snapshot(&id("s"))).events;
+    assert!(
+        events.len() as u64 >= acknowledged,
+        "{acknowledged} acknowledged, {} found",
+        events.len()
+    );
+    for (n, record) in events.iter().enumerate() {
+        assert_eq!(record.data(), format!("{{\"n\":{}}}", n + 1));
+    }
+    eprintln!(
+        "pg_ctl stop -m immediate mid-append: {acknowledged} acknowledged, {} found after restart",
+        events.len()
+    );
+    run_with_stdin(
+        ["append", &url, "--session", "s"],
+        "{\"type\":\"x-test/probe\",\"data\":{\"n\":0}}\n",
+    )
+    .expect_code(0);
+    drop(server);
+}
