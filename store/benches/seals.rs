@@ -168,22 +168,6 @@ fn verify(path: &Path) -> BenchResult<(u64, u64)> {
     Ok((count, seals))
 }
 
-/// Runs each closure `rounds` times, interleaved; the best time of each.
-fn best_of<const N: usize>(
-    rounds: usize,
-    mut runs: [&mut dyn FnMut() -> BenchResult<()>; N],
-) -> BenchResult<[Duration; N]> {
-    let mut best = [Duration::MAX; N];
-    for _ in 0..rounds {
-        for (index, run) in runs.iter_mut().enumerate() {
-            let start = Instant::now();
-            run()?;
-            best[index] = best[index].min(start.elapsed());
-        }
-    }
-    Ok(best)
-}
-
 fn ms(duration: Duration) -> String {
     format!("{:.1} ms", duration.as_secs_f64() * 1e3)
 }
@@ -208,7 +192,7 @@ fn verify_section(events: usize) -> BenchResult<()> {
         std::fs::metadata(&plain)?.len() / 1_000_000,
         std::fs::metadata(&sealed)?.len() / 1_000_000
     );
-    let [plain_time, sealed_time, naive_time] = best_of(
+    let [plain_time, sealed_time, naive_time] = common::best_of(
         5,
         [
             &mut || verify(&plain).map(|_| ()),

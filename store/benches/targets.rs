@@ -225,24 +225,6 @@ fn ms(duration: Duration) -> String {
     format!("{:.1} ms", duration.as_secs_f64() * 1e3)
 }
 
-/// Runs each of `runs` closures `rounds` times, interleaved, and returns the
-/// best time of each.
-fn best_of<const N: usize>(
-    rounds: usize,
-    runs: [&mut dyn FnMut() -> BenchResult<()>; N],
-) -> BenchResult<[Duration; N]> {
-    let mut best = [Duration::MAX; N];
-    let mut runs = runs;
-    for _ in 0..rounds {
-        for (index, run) in runs.iter_mut().enumerate() {
-            let start = Instant::now();
-            run()?;
-            best[index] = best[index].min(start.elapsed());
-        }
-    }
-    Ok(best)
-}
-
 // ---------------------------------------------------------------------------
 // Inputs
 
@@ -567,7 +549,7 @@ fn verify_and_fold(table: &mut Table, path: &Path, events: usize) -> BenchResult
     let mut naive = || common::naive_read(path, &id).map(drop);
     let mut read = || streaming_read(path, &id).map(drop);
     let mut fold = || verify(path, Some(id.clone())).map(drop);
-    let [naive, read, fold] = best_of(3, [&mut naive, &mut read, &mut fold])?;
+    let [naive, read, fold] = common::best_of(3, [&mut naive, &mut read, &mut fold])?;
     let label = format!("{}k events", events / 1000);
     table.add(
         &format!("verify {label} (stream + fold) / naive limit"),
@@ -664,7 +646,7 @@ fn durable_append(table: &mut Table, folder: &Path, count: usize) -> BenchResult
         }
         Ok(())
     };
-    let [writer_time, raw_time] = best_of(2, [&mut writer_side, &mut raw_side])?;
+    let [writer_time, raw_time] = common::best_of(2, [&mut writer_side, &mut raw_side])?;
     let rate = |time: Duration| format!("{:.0} ev/s", count as f64 / time.as_secs_f64());
     table.add(
         &format!("durable append, 1 writer, {count} events / raw write+fdatasync"),
@@ -714,7 +696,7 @@ fn list(table: &mut Table, folder: &Path, sessions: usize) -> BenchResult<()> {
         std::hint::black_box(&lines);
         Ok(())
     };
-    let [listed, raw] = best_of(3, [&mut listed, &mut raw])?;
+    let [listed, raw] = common::best_of(3, [&mut listed, &mut raw])?;
     table.add(
         &format!("list {sessions} sessions / raw first lines"),
         ms(listed),
@@ -752,7 +734,7 @@ fn review(table: &mut Table, folder: &Path, events: usize) -> BenchResult<()> {
         Ok(())
     };
     let mut cold_verify = || verify(&path, Some(review_id.clone())).map(drop);
-    let [build, cold_verify] = best_of(5, [&mut build, &mut cold_verify])?;
+    let [build, cold_verify] = common::best_of(5, [&mut build, &mut cold_verify])?;
     table.add(
         &format!(
             "review request, open {}k-event session ({:.1} MB) / cold verify",
@@ -793,7 +775,7 @@ fn partial_reads(
     };
     let mut long = || project_at_10(long_log);
     let mut short = || project_at_10(&short_log);
-    let [long, short] = best_of(9, [&mut long, &mut short])?;
+    let [long, short] = common::best_of(9, [&mut long, &mut short])?;
     table.add(
         &format!(
             "project --at 10, {}k-event log / 10-event log",
@@ -826,7 +808,7 @@ fn partial_reads(
     };
     let mut long = || tail_10("long");
     let mut short = || tail_10("short");
-    let [long, short] = best_of(9, [&mut long, &mut short])?;
+    let [long, short] = common::best_of(9, [&mut long, &mut short])?;
     table.add(
         &format!(
             "tail -n 10, {}k-event SQLite session / 10-event session",
@@ -952,7 +934,7 @@ fn migration(
         bulk_round += 1;
         bulk_insert(&folder.join(format!("bulk-{bulk_round}.db")), &rows)
     };
-    let [migrated, bulk] = best_of(2, [&mut migrated, &mut bulk])?;
+    let [migrated, bulk] = common::best_of(2, [&mut migrated, &mut bulk])?;
     let rate = |time: Duration| format!("{:.0} ev/s", total as f64 / time.as_secs_f64());
     table.add(
         &format!("migrate {sessions} sessions / {total} events to SQLite / bulk insert"),

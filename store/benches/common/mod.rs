@@ -3,10 +3,28 @@
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use sessionlog_schema::{split_crc, SessionId};
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Runs each of `runs` closures `rounds` times, interleaved (so a noisy
+/// machine moves every side alike), and returns the best time of each.
+pub fn best_of<const N: usize>(
+    rounds: usize,
+    mut runs: [&mut dyn FnMut() -> BenchResult<()>; N],
+) -> BenchResult<[Duration; N]> {
+    let mut best = [Duration::MAX; N];
+    for _ in 0..rounds {
+        for (index, run) in runs.iter_mut().enumerate() {
+            let start = Instant::now();
+            run()?;
+            best[index] = best[index].min(start.elapsed());
+        }
+    }
+    Ok(best)
+}
 
 /// The naive limit: read the file, check each line's CRC, parse each line
 /// into a `serde_json::Value`.
