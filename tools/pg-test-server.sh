@@ -21,6 +21,10 @@
 #                                    in progress go out with the next one), and
 #                                    on a disk that flushes fast a sleep costs
 #                                    the lone appender more than it saves.
+#                                    Measured: commit_delay=2000 (siblings 5)
+#                                    doubled the commits per flush of 64
+#                                    appenders without making them faster
+#                                    (they are CPU-bound); docs/FORMAT.md.
 #   max_connections=300              every open writer holds a connection (it
 #                                    carries the session's lock); the group
 #                                    commit bench opens 64 at once, the

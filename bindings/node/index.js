@@ -201,8 +201,14 @@ class Store {
     const buffered = isBuffered(options.durability)
     const keepSnapshot = options.keepSnapshot === undefined ? true : Boolean(options.keepSnapshot)
     const sealKey = checkOptionalString(options.sealKey, 'sealKey') ?? null
-    const handle = await call(this.#native.openWriter(checkId(id), buffered, keepSnapshot, sealKey))
-    return new Writer(constructing, handle)
+    const work = new WorkInFlight()
+    try {
+      const handle = await call(this.#native.openWriter(checkId(id), buffered, keepSnapshot, sealKey, work.completion()))
+      return new Writer(constructing, handle, work)
+    } catch (error) {
+      work.end()
+      throw error
+    }
   }
 
   /**
@@ -274,6 +280,67 @@ class Store {
   }
 }
 
+/** Holds nothing: the callback of the timer that keeps the event loop alive. */
+function idle() {}
+
+/** Stops the keep-alive timer of a writer that was collected without `close`. */
+const collected = new FinalizationRegistry((timer) => clearInterval(timer))
+
+/**
+ * The work sent to a writer's thread and not yet answered, oldest first.
+ * The thread answers each piece in the order it was sent, by one call of
+ * `completion()` (the addon calls it on the event loop), so the answer
+ * always belongs to the oldest. While work is in flight a timer keeps the
+ * event loop alive, as any pending I/O does; an idle writer does not.
+ * Nothing here refers to the Writer, so that one dropped without `close`
+ * is collected (and its lock released).
+ */
+class WorkInFlight {
+  #entries = []
+  #alive = setInterval(idle, 0x7fffffff)
+
+  constructor() {
+    this.#alive.unref()
+  }
+
+  /** The function the writer's thread reports to: `(error)` or `(null, text)`. */
+  completion() {
+    return (error, text) => {
+      const entry = this.#entries.shift()
+      if (this.#entries.length === 0) this.#alive.unref()
+      if (entry === undefined) return
+      if (error) entry.reject(fromNative(error))
+      else entry.resolve(text)
+    }
+  }
+
+  /**
+   * Sends a piece of work (`send` calls the addon); resolves with the
+   * thread's answer, the JSON text of its outcome.
+   */
+  send(send) {
+    return new Promise((resolve, reject) => {
+      try {
+        send()
+      } catch (error) {
+        reject(fromNative(error))
+        return
+      }
+      if (this.#entries.push({ resolve, reject }) === 1) this.#alive.ref()
+    })
+  }
+
+  /** Ends the keep-alive timer: the writer is closed. */
+  end() {
+    clearInterval(this.#alive)
+  }
+
+  /** Ends the keep-alive timer when `writer` is collected without `close`. */
+  endWith(writer) {
+    collected.register(writer, this.#alive)
+  }
+}
+
 /**
  * The most appends one group hands over while an earlier group is still
  * being written: a bulk import issued in one synchronous loop gets its
@@ -289,6 +356,7 @@ const EAGER_GROUP = 1024
  */
 class Writer {
   #native
+  #work
   #queue = []
   /** Groups and calls handed to the native writer and not yet settled. */
   #inflight = 0
@@ -296,9 +364,11 @@ class Writer {
   #callsQueued = 0
   #closed = false
 
-  constructor(token, handle) {
+  constructor(token, handle, work) {
     if (token !== constructing) throw new TypeError('use store.openWriter(id) to open a writer')
     this.#native = handle
+    this.#work = work
+    work.endWith(this)
   }
 
   /** The session's id. */
@@ -337,7 +407,7 @@ class Writer {
     } catch (error) {
       return Promise.reject(error)
     }
-    return this.#enqueueCall(() => this.#native.reviewRequest(text, maxBytes))
+    return this.#enqueueCall(() => this.#work.send(() => this.#native.reviewRequest(text, maxBytes)))
   }
 
   /**
@@ -353,14 +423,20 @@ class Writer {
     } catch (error) {
       return Promise.reject(error)
     }
-    return this.#enqueueCall(() => this.#native.seal(key))
+    return this.#enqueueCall(async () => Number(await this.#work.send(() => this.#native.seal(key))))
   }
 
   /** Applies what was queued before, then releases the writer and its lock. */
   close() {
     if (this.#closed) return Promise.resolve()
     this.#closed = true
-    return this.#enqueueCall(() => this.#native.close())
+    return this.#enqueueCall(async () => {
+      try {
+        await this.#work.send(() => this.#native.close())
+      } finally {
+        this.#work.end()
+      }
+    })
   }
 
   #enqueueAppend(events, options, single) {
@@ -421,7 +497,8 @@ class Writer {
     for (let index = 0; index < group.length; index += 1) text += (index > 0 ? ',' : '') + group[index].batch
     text += ']'
     this.#inflight += 1
-    settle(() => this.#native.appendGroup(text))
+    this.#work
+      .send(() => this.#native.appendGroup(text))
       .then(
         (outcomes) => {
           // In call order, which is seq order: the seq of a batch's first

@@ -90,12 +90,45 @@ pub fn delegate(
     defaults: &Defaults,
     now_ms: u64,
 ) -> Result<ChildSeed, DelegationError> {
-    let parent_header = parent.header();
     check_snapshot(parent, parent_events)?;
+    let own = delegate_from_state(parent, child, prompt, defaults, now_ms)?;
+    let mut events = parent_events.to_vec();
+    events.extend(own.events);
+    Ok(ChildSeed {
+        header: own.header,
+        events,
+    })
+}
+
+/// The seed of a child of `parent` without the parent's events: the child's
+/// header and its own first events only (the preset event and the prompt
+/// message when due, numbered from `parent.seq() + 1`). Otherwise as
+/// [`delegate`].
+///
+/// `parent` must be the clean fold of exactly the events the child is
+/// seeded with (events 1..=`parent.seq()`, which the header's `seedLength`
+/// counts); it is never read event by event, so the seed costs the same
+/// whatever the parent's length. For a store that keeps the seeded events
+/// as a reference to the parent's rows, and for one that streams them into
+/// the child as it folds the parent.
+pub fn delegate_from_state(
+    parent: &SessionState,
+    child: SessionId,
+    prompt: Option<&str>,
+    defaults: &Defaults,
+    now_ms: u64,
+) -> Result<ChildSeed, DelegationError> {
+    let parent_header = parent.header();
+    if parent.violation_count() > 0 {
+        return Err(DelegationError::ParentBreaksRules {
+            parent: parent_header.id.clone(),
+            count: parent.violation_count(),
+        });
+    }
     if child == parent_header.id {
         return Err(DelegationError::ChildIsParent { child });
     }
-    let seed_length = parent_events.len() as u64;
+    let seed_length = parent.seq();
     let header = SessionHeader {
         id: child,
         created_at: now_ms,
@@ -106,7 +139,7 @@ pub fn delegate(
         sandbox_mode: parent.sandbox_override(),
         approval_policy: parent.approval_override(),
     };
-    let mut events = parent_events.to_vec();
+    let mut events = Vec::new();
     let mut next_seq = seed_length + 1;
     if let PresetView::Named(preset @ (Preset::Auto | Preset::FullAccess)) = parent.preset(defaults)
     {

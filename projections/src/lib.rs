@@ -69,15 +69,18 @@ mod projection;
 mod review;
 mod seal;
 mod state;
+mod state_codec;
 mod violation;
 
 #[cfg(test)]
 mod test_log;
 
 pub use authority::{message_authority, Authority};
-pub use delegation::{delegate, preset_switch, ChildSeed, DelegationError, PresetSwitchError};
+pub use delegation::{
+    delegate, delegate_from_state, preset_switch, ChildSeed, DelegationError, PresetSwitchError,
+};
 pub use projection::{PresetView, Projection, Setting, AUTO_REVIEW_INTEGRATION};
 pub use review::*;
 pub use seal::{check_sealed, check_trusted, parse_anchor_file, Anchor, AnchorError, SealInfo};
-pub use state::{fold, fold_stored, CallState, Defaults, SessionState};
+pub use state::{fold, fold_stored, CallState, Defaults, Mark, SessionState};
 pub use violation::{Violation, ViolationKind};

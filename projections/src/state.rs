@@ -62,73 +62,112 @@ pub struct CallState {
 /// were kept in.
 #[derive(Debug, Clone)]
 pub struct SessionState {
-    header: SessionHeader,
-    seq: u64,
+    pub(crate) header: SessionHeader,
+    pub(crate) seq: u64,
     /// Seq and value of the last own `approval/policy`.
-    approval_switch: Option<(u64, ApprovalPolicy)>,
+    pub(crate) approval_switch: Option<(u64, ApprovalPolicy)>,
     /// Value of the last own `sandbox/mode`.
-    sandbox_switch: Option<SandboxMode>,
+    pub(crate) sandbox_switch: Option<SandboxMode>,
     /// Value of the last own `permission/preset`.
-    preset_switch: Option<Preset>,
+    pub(crate) preset_switch: Option<Preset>,
     /// Every id the state keeps.
-    ids: Ids,
+    pub(crate) ids: Ids,
+    pub(crate) open_turn: Option<IdSpan>,
+    pub(crate) open_step: Option<IdSpan>,
+    /// Every `tool/start` of the whole log, by `callId`.
+    pub(crate) calls: IdTable<CallEntry>,
+    /// Every `approval/asked` of the whole log, by `requestId`.
+    pub(crate) requests: IdTable<RequestEntry>,
+    /// Own undecided asks (their `requestId`), by the seq they were asked at.
+    pub(crate) pending_approvals: BTreeMap<u64, IdSpan>,
+    /// Seq and approval policy of the last own `request/header`.
+    pub(crate) last_own_request_header: Option<(u64, ApprovalPolicy)>,
+    pub(crate) latest_request_header_seq: Option<u64>,
+    pub(crate) last_checkpoint_seq: Option<u64>,
+    /// Seqs of every `tool/start` and of every message whose source kind
+    /// the reviewer may be shown, in log order.
+    pub(crate) reviewed_seqs: Vec<u64>,
+    pub(crate) violation_count: u64,
+    /// The chain value through `seq`.
+    pub(crate) chain: ChainValue,
+    /// The last seal folded (own or inherited).
+    pub(crate) last_seal: Option<SealInfo>,
+    /// The seq of the last own seal folded.
+    pub(crate) last_own_seal_seq: Option<u64>,
+    /// While a [`Mark`] is open: the entries changed in place since, so
+    /// that [`SessionState::rollback`] can undo them.
+    journal: Option<Journal>,
+}
+
+/// Where a batch began: what [`SessionState::rollback`] restores, in O(what
+/// changed since) rather than a copy of the whole state. Everything the fold
+/// only appends to is kept as a length; the few fields it overwrites are
+/// kept by value; entries changed in place are journaled while the mark is
+/// open.
+#[derive(Debug)]
+#[must_use = "a mark is either rolled back or released"]
+pub struct Mark {
+    seq: u64,
+    approval_switch: Option<(u64, ApprovalPolicy)>,
+    sandbox_switch: Option<SandboxMode>,
+    preset_switch: Option<Preset>,
+    ids_len: usize,
     open_turn: Option<IdSpan>,
     open_step: Option<IdSpan>,
-    /// Every `tool/start` of the whole log, by `callId`.
-    calls: IdTable<CallEntry>,
-    /// Every `approval/asked` of the whole log, by `requestId`.
-    requests: IdTable<RequestEntry>,
-    /// Own undecided asks (their `requestId`), by the seq they were asked at.
-    pending_approvals: BTreeMap<u64, IdSpan>,
-    /// Seq and approval policy of the last own `request/header`.
+    calls_len: usize,
+    requests_len: usize,
     last_own_request_header: Option<(u64, ApprovalPolicy)>,
     latest_request_header_seq: Option<u64>,
     last_checkpoint_seq: Option<u64>,
-    /// Seqs of every `tool/start` and of every message whose source kind
-    /// the reviewer may be shown, in log order.
-    reviewed_seqs: Vec<u64>,
+    reviewed_len: usize,
     violation_count: u64,
-    /// The chain value through `seq`.
     chain: ChainValue,
-    /// The last seal folded (own or inherited).
     last_seal: Option<SealInfo>,
-    /// The seq of the last own seal folded.
     last_own_seal_seq: Option<u64>,
+}
+
+/// Entries that existed at a [`Mark`] and were changed in place since.
+#[derive(Debug, Clone, Default)]
+struct Journal {
+    /// Indexes of calls settled since the mark.
+    settled: Vec<usize>,
+    /// Indexes of requests decided since the mark.
+    decided: Vec<usize>,
 }
 
 /// The ids a state keeps (of calls, requests, the open turn and step), one
 /// after the other in one string: keeping an id costs its bytes, not an
 /// allocation of its own.
 #[derive(Debug, Clone, Default)]
-struct Ids {
-    text: String,
+pub(crate) struct Ids {
+    pub(crate) text: String,
 }
 
 /// Where one id is in [`Ids`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct IdSpan {
-    start: usize,
-    end: usize,
+pub(crate) struct IdSpan {
+    pub(crate) start: usize,
+    pub(crate) end: usize,
 }
 
 /// A started call, its ids in [`Ids`].
 #[derive(Debug, Clone)]
-struct CallEntry {
-    call_id: IdSpan,
-    seq: u64,
-    step_id: IdSpan,
-    name: IdSpan,
-    own: bool,
-    settled: bool,
+pub(crate) struct CallEntry {
+    pub(crate) call_id: IdSpan,
+    pub(crate) seq: u64,
+    pub(crate) step_id: IdSpan,
+    pub(crate) name: IdSpan,
+    pub(crate) own: bool,
+    pub(crate) settled: bool,
 }
 
 /// An asked approval, its id in [`Ids`].
 #[derive(Debug, Clone)]
-struct RequestEntry {
-    request_id: IdSpan,
-    seq: u64,
-    own: bool,
-    decided: bool,
+pub(crate) struct RequestEntry {
+    pub(crate) request_id: IdSpan,
+    pub(crate) seq: u64,
+    pub(crate) own: bool,
+    pub(crate) decided: bool,
 }
 
 /// Entries found by an id of theirs, kept in [`Ids`]: the entries in the
@@ -141,21 +180,21 @@ struct RequestEntry {
 /// make a fold quadratic, so the hash is keyed (as std's SipHash is) but
 /// costs a fraction of SipHash on ids of a few bytes.
 #[derive(Clone)]
-struct IdTable<T> {
-    entries: Vec<T>,
-    table: HashTable<IndexSlot>,
-    hasher: foldhash::fast::RandomState,
+pub(crate) struct IdTable<T> {
+    pub(crate) entries: Vec<T>,
+    pub(crate) table: HashTable<IndexSlot>,
+    pub(crate) hasher: foldhash::fast::RandomState,
 }
 
 /// A slot of an [`IdTable`]'s hash table: an entry's index and its id's hash.
 #[derive(Debug, Clone, Copy)]
-struct IndexSlot {
+pub(crate) struct IndexSlot {
     hash: u64,
     index: usize,
 }
 
 /// An entry of an [`IdTable`]: the id it is found by.
-trait Keyed {
+pub(crate) trait Keyed {
     fn key(&self) -> IdSpan;
 }
 
@@ -240,7 +279,92 @@ impl SessionState {
             chain: ChainValue::genesis(header_body),
             last_seal: None,
             last_own_seal_seq: None,
+            journal: None,
         }
+    }
+
+    /// Opens a mark: every change from here on can be undone by
+    /// [`rollback`](Self::rollback) (a batch that fails midway) or kept by
+    /// [`release`](Self::release). Costs O(1), whatever the session's
+    /// length; one mark at a time.
+    ///
+    /// ```
+    /// use sessionlog_projections::SessionState;
+    /// use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
+    ///
+    /// let mut state = SessionState::new(SessionHeader::root(SessionId::parse("a")?, 0, "/w".into()));
+    /// let before = state.clone();
+    /// let mark = state.mark();
+    /// state.apply(&EventRecord::new(1, 1, None, "turn/start", r#"{"turnId":"t1"}"#))?;
+    /// assert!(state.apply(&EventRecord::new(2, 2, None, "turn/start", r#"{"turnId":"t2"}"#)).is_err());
+    /// state.rollback(mark);
+    /// assert_eq!(state, before);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn mark(&mut self) -> Mark {
+        debug_assert!(self.journal.is_none(), "one mark at a time");
+        self.journal = Some(Journal::default());
+        Mark {
+            seq: self.seq,
+            approval_switch: self.approval_switch,
+            sandbox_switch: self.sandbox_switch,
+            preset_switch: self.preset_switch,
+            ids_len: self.ids.text.len(),
+            open_turn: self.open_turn,
+            open_step: self.open_step,
+            calls_len: self.calls.entries.len(),
+            requests_len: self.requests.entries.len(),
+            last_own_request_header: self.last_own_request_header,
+            latest_request_header_seq: self.latest_request_header_seq,
+            last_checkpoint_seq: self.last_checkpoint_seq,
+            reviewed_len: self.reviewed_seqs.len(),
+            violation_count: self.violation_count,
+            chain: self.chain,
+            last_seal: self.last_seal.clone(),
+            last_own_seal_seq: self.last_own_seal_seq,
+        }
+    }
+
+    /// Keeps every change since `mark`.
+    pub fn release(&mut self, mark: Mark) {
+        let _ = mark;
+        self.journal = None;
+    }
+
+    /// Undoes every change since `mark`: the state is again what it was
+    /// when the mark was taken (equal, and folding the same from there).
+    pub fn rollback(&mut self, mark: Mark) {
+        let journal = self.journal.take().unwrap_or_default();
+        for &index in journal.settled.iter().rev() {
+            self.calls.entries[index].settled = false;
+        }
+        for &index in journal.decided.iter().rev() {
+            let request = &mut self.requests.entries[index];
+            request.decided = false;
+            if request.own {
+                self.pending_approvals
+                    .insert(request.seq, request.request_id);
+            }
+        }
+        // Asks made since the mark are the pending approvals after its seq.
+        drop(self.pending_approvals.split_off(&(mark.seq + 1)));
+        self.calls.truncate(&self.ids, mark.calls_len);
+        self.requests.truncate(&self.ids, mark.requests_len);
+        self.ids.text.truncate(mark.ids_len);
+        self.reviewed_seqs.truncate(mark.reviewed_len);
+        self.seq = mark.seq;
+        self.approval_switch = mark.approval_switch;
+        self.sandbox_switch = mark.sandbox_switch;
+        self.preset_switch = mark.preset_switch;
+        self.open_turn = mark.open_turn;
+        self.open_step = mark.open_step;
+        self.last_own_request_header = mark.last_own_request_header;
+        self.latest_request_header_seq = mark.latest_request_header_seq;
+        self.last_checkpoint_seq = mark.last_checkpoint_seq;
+        self.violation_count = mark.violation_count;
+        self.chain = mark.chain;
+        self.last_seal = mark.last_seal;
+        self.last_own_seal_seq = mark.last_own_seal_seq;
     }
 
     /// The chain value through [`seq`](Self::seq): what an own seal
@@ -691,8 +815,11 @@ impl SessionState {
                 self.reviewed_seqs.push(seq);
             }
             EventView::ToolSettle { call_id } => {
-                if let Some(call) = self.calls.find_mut(&self.ids, &call_id) {
-                    call.settled = true;
+                if let Some(index) = self.calls.position(&self.ids, &call_id) {
+                    self.calls.entries[index].settled = true;
+                    if let Some(journal) = &mut self.journal {
+                        journal.settled.push(index);
+                    }
                 }
             }
             EventView::ApprovalPolicy { policy } if own => {
@@ -717,9 +844,13 @@ impl SessionState {
                 self.requests.insert(&self.ids, request);
             }
             EventView::ApprovalDecided { request_id } => {
-                if let Some(request) = self.requests.find_mut(&self.ids, &request_id) {
+                if let Some(index) = self.requests.position(&self.ids, &request_id) {
+                    let request = &mut self.requests.entries[index];
                     request.decided = true;
                     self.pending_approvals.remove(&request.seq);
+                    if let Some(journal) = &mut self.journal {
+                        journal.decided.push(index);
+                    }
                 }
             }
             EventView::Checkpoint => self.last_checkpoint_seq = Some(seq),
@@ -767,6 +898,7 @@ impl PartialEq for SessionState {
             chain,
             last_seal,
             last_own_seal_seq,
+            journal: _,
         } = self;
         let same_calls = calls.entries.len() == other.calls.entries.len()
             && calls.entries.iter().all(|call| {
@@ -822,7 +954,7 @@ impl Ids {
         }
     }
 
-    fn get(&self, span: IdSpan) -> &str {
+    pub(crate) fn get(&self, span: IdSpan) -> &str {
         &self.text[span.start..span.end]
     }
 }
@@ -864,7 +996,7 @@ impl<T: Keyed> IdTable<T> {
     }
 
     /// The index of the entry whose id is `id`.
-    fn position(&self, ids: &Ids, id: &str) -> Option<usize> {
+    pub(crate) fn position(&self, ids: &Ids, id: &str) -> Option<usize> {
         let hash = self.hash(id);
         let entries = &self.entries;
         let slot = self.table.find(hash, |slot| {
@@ -878,12 +1010,20 @@ impl<T: Keyed> IdTable<T> {
         self.position(ids, id).map(|index| &self.entries[index])
     }
 
-    fn find_mut(&mut self, ids: &Ids, id: &str) -> Option<&mut T> {
-        self.position(ids, id).map(|index| &mut self.entries[index])
+    /// Drops every entry from index `len` on, and its slot.
+    fn truncate(&mut self, ids: &Ids, len: usize) {
+        while self.entries.len() > len {
+            let index = self.entries.len() - 1;
+            let hash = self.hash(ids.get(self.entries[index].key()));
+            if let Ok(slot) = self.table.find_entry(hash, |slot| slot.index == index) {
+                slot.remove();
+            }
+            self.entries.pop();
+        }
     }
 
     /// Adds `entry`, whose id no entry has (the rules refused a repeat).
-    fn insert(&mut self, ids: &Ids, entry: T) {
+    pub(crate) fn insert(&mut self, ids: &Ids, entry: T) {
         let hash = self.hash(ids.get(entry.key()));
         let slot = IndexSlot {
             hash,
@@ -915,7 +1055,7 @@ fn names_open(
     }
 }
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use expect_test::{expect, Expect};
     use proptest::prelude::*;
     use serde_json::json;
@@ -1278,7 +1418,7 @@ mod tests {
         ]
     }
 
-    fn arbitrary_log() -> impl Strategy<Value = Log> {
+    pub(crate) fn arbitrary_log() -> impl Strategy<Value = Log> {
         (prop::collection::vec(arbitrary_event(), 0..40), 0usize..8).prop_map(|(events, seed)| {
             let mut log = Log::root("s");
             for (event_type, data) in events {
@@ -1325,6 +1465,52 @@ mod tests {
             prop_assert_eq!(&all_violations, &incremental_violations);
             prop_assert_eq!(&all_at_once, &incremental);
             prop_assert_eq!(all_at_once.seq(), log.events.len() as u64);
+        }
+
+        #[test]
+        fn a_batch_rolled_back_at_any_point_leaves_the_state_as_it_was(
+            log in arbitrary_log(),
+            split in 0usize..40,
+            stop in 0usize..40,
+        ) {
+            // Fold a prefix, then a "batch" of the next events up to `stop`
+            // (some break rules, as a refused batch does), and roll it back.
+            let split = split.min(log.events.len());
+            let (prefix, rest) = log.events.split_at(split);
+            let (mut state, _) = crate::fold(log.header.clone(), prefix);
+            let before = state.clone();
+            let mark = state.mark();
+            for record in rest.iter().take(stop) {
+                let _ = state.apply(record);
+            }
+            state.rollback(mark);
+            prop_assert_eq!(&state, &before);
+            prop_assert_eq!(
+                projection_json(&state, &Defaults::default()),
+                projection_json(&before, &Defaults::default())
+            );
+            // And it folds the rest exactly as the untouched copy does.
+            let mut untouched = before;
+            for record in rest {
+                let ours = state.apply(record);
+                let theirs = untouched.apply(record);
+                prop_assert_eq!(ours, theirs);
+                prop_assert_eq!(&state, &untouched);
+            }
+        }
+
+        #[test]
+        fn a_released_mark_keeps_the_batch(log in arbitrary_log(), split in 0usize..40) {
+            let split = split.min(log.events.len());
+            let (prefix, rest) = log.events.split_at(split);
+            let (mut state, _) = crate::fold(log.header.clone(), prefix);
+            let mark = state.mark();
+            for record in rest {
+                let _ = state.apply(record);
+            }
+            state.release(mark);
+            let (whole, _) = log.fold();
+            prop_assert_eq!(&state, &whole);
         }
 
         #[test]

@@ -252,6 +252,21 @@ pub fn encode_line(id: &SessionId, body: &str) -> String {
     line
 }
 
+/// Appends `body` + `,"crc":"xxxxxxxx"}` + `\n` to `out` (the line
+/// [`encode_line`] makes, without an allocation of its own): how a copy of
+/// many records, such as a fork's, writes them into one buffer.
+pub fn encode_line_into(id: &SessionId, body: &str, out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let crc = record_crc(id, body.as_bytes());
+    out.reserve(body.len() + CRC_SUFFIX_LEN + 1);
+    out.extend_from_slice(body.as_bytes());
+    out.extend_from_slice(b",\"crc\":\"");
+    for shift in (0..8).rev() {
+        out.push(HEX[((crc >> (shift * 4)) & 0xf) as usize]);
+    }
+    out.extend_from_slice(b"\"}\n");
+}
+
 /// Splits a line (without `\n`) into its body and stored CRC, if it ends with
 /// a well-formed `,"crc":"xxxxxxxx"}` suffix.
 pub fn split_crc(line: &[u8]) -> Option<(&[u8], u32)> {
@@ -688,6 +703,21 @@ mod tests {
         let body = check_crc(id, line)?;
         let text = utf8(line)?;
         decode_event_members(text, body.len())
+    }
+
+    proptest! {
+        #[test]
+        fn encoding_into_a_buffer_appends_the_line_encode_line_makes(
+            body in "[ -~é]{0,64}",
+            id in "[A-Za-z0-9][A-Za-z0-9_-]{0,16}",
+        ) {
+            let id = SessionId::parse(&id).expect("a valid id");
+            let mut out = b"before".to_vec();
+            encode_line_into(&id, &body, &mut out);
+            prop_assert_eq!(&out[..6], b"before");
+            let line = encode_line(&id, &body);
+            prop_assert_eq!(&out[6..], line.as_bytes());
+        }
     }
 
     /// Both decoders, and the viewed one, give the same record or the same

@@ -100,6 +100,32 @@ impl LogScanner {
         }
     }
 
+    /// A scanner that starts reading in the middle of a log whose header
+    /// `header` (with its vocabulary errors and body) was read apart: the
+    /// next line fed must start at byte `offset` and be the first record of
+    /// a unit (an event on its own, or a batch's first record) with seq
+    /// `next_seq`. It is then line `next_seq + 1` of the log (the header is
+    /// line 1 and each event of a good prefix one line), so positions in
+    /// what it reports are those of a scan from the start. A reader of a
+    /// log's last records starts here (`tail -n`).
+    pub fn resume(header: crate::DecodedHeader, offset: u64, next_seq: u64) -> LogScanner {
+        let lines_before = next_seq;
+        LogScanner {
+            expected_id: None,
+            header: Some(header.header),
+            header_vocabulary_errors: header.vocabulary_errors,
+            header_body: header.body,
+            line: lines_before,
+            next_seq,
+            batch: Vec::new(),
+            batch_remaining: 0,
+            good_bytes: offset,
+            good_lines: lines_before,
+            end: offset,
+            damage: None,
+        }
+    }
+
     /// The header, once line 1 has been read.
     pub fn header(&self) -> Option<&SessionHeader> {
         self.header.as_ref()
@@ -146,6 +172,28 @@ impl LogScanner {
             good_bytes: self.good_bytes,
             good_lines: self.good_lines,
             end: self.good_bytes,
+            damage: None,
+        }
+    }
+
+    /// This scanner, which has read only the header, as if it had gone on
+    /// through a good prefix of `good_lines` lines and `good_bytes` bytes
+    /// whose next seq is `next_seq`: what a reader resuming from a state
+    /// snapshot's anchor feeds it next is checked as the lines after that
+    /// prefix would be.
+    pub fn resumed_at(&self, next_seq: u64, good_bytes: u64, good_lines: u64) -> LogScanner {
+        LogScanner {
+            expected_id: self.expected_id.clone(),
+            header: self.header.clone(),
+            header_vocabulary_errors: self.header_vocabulary_errors.clone(),
+            header_body: self.header_body.clone(),
+            line: good_lines,
+            next_seq,
+            batch: Vec::new(),
+            batch_remaining: 0,
+            good_bytes,
+            good_lines,
+            end: good_bytes,
             damage: None,
         }
     }

@@ -106,6 +106,12 @@ impl ChainValue {
         &self.0
     }
 
+    /// The value whose raw bytes are `bytes` (what
+    /// [`as_bytes`](Self::as_bytes) gave).
+    pub fn from_bytes(bytes: [u8; 32]) -> ChainValue {
+        ChainValue(bytes)
+    }
+
     /// Reads `sha256:` + 64 lowercase hex digits.
     pub fn parse(text: &str) -> Result<ChainValue, String> {
         let Some(hex) = text.strip_prefix(CHAIN_PREFIX) else {

@@ -41,6 +41,7 @@ const LIST_SESSIONS: f64 = 10_000.0;
 const REVIEW_EVENTS: f64 = 100_000.0;
 const MIGRATE_SESSIONS: f64 = 1_000.0;
 const MIGRATE_EVENTS_PER_SESSION: f64 = 1_000.0;
+const RESUME_EVENTS: f64 = 1_000_000.0;
 
 /// Peak resident memory `verify` may use, whatever the log size.
 const VERIFY_MEMORY_LIMIT_KIB: f64 = 128.0 * 1024.0;
@@ -104,6 +105,9 @@ fn main() -> BenchResult<()> {
             events,
             sized(REVIEW_EVENTS),
         )?;
+    }
+    if runs("resume") {
+        resume(&mut table, folder.path(), sized(RESUME_EVENTS))?;
     }
     if runs("migration") {
         migration(
@@ -655,6 +659,139 @@ fn durable_append(table: &mut Table, folder: &Path, count: usize) -> BenchResult
         raw_time.as_secs_f64() / writer_time.as_secs_f64(),
         Target::AtLeast(0.8),
     );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Resume: a writer on a long session, from its state snapshot
+
+/// The events a long session of `long` events is followed by, and a
+/// writer of `durability` that keeps no events.
+const RESUME_TAIL: usize = 4_000;
+
+fn appender(durability: Durability) -> WriterOptions {
+    WriterOptions {
+        durability,
+        keep_snapshot: false,
+        ..WriterOptions::default()
+    }
+}
+
+fn new_event(index: usize, (event_type, data): &(&'static str, String)) -> NewEvent {
+    NewEvent {
+        event_type: (*event_type).to_owned(),
+        data: data.clone(),
+        ts: Some(1_700_000_000_000 + index as u64),
+    }
+}
+
+/// On every backend (PostgreSQL when `SESSIONLOG_TEST_PG` names a server):
+/// opening a writer and appending one event durably to a session of
+/// `long` events against the same on a 10-event session (target: at most
+/// 10x), and `append_batch` of 8 events on the long session against the
+/// same on a new one (target: at most 2x, buffered so that the state's
+/// cost is not hidden behind an fsync). The long session is written with
+/// buffered batches of 1,000 events, as an import would.
+fn resume(table: &mut Table, folder: &Path, long: usize) -> BenchResult<()> {
+    let events = Session::generate(long + RESUME_TAIL, 0x5e5e);
+    let short = Session::generate(RESUME_TAIL, 0x5e5e);
+    let mut stores = vec![
+        ("JSONL", Store::create(&folder.join("resume"))?),
+        ("SQLite", Store::create(&folder.join("resume.db"))?),
+    ];
+    if let Ok(server) = std::env::var("SESSIONLOG_TEST_PG") {
+        let url = format!("{server}?schema=bench_resume_{}", std::process::id());
+        stores.push(("PostgreSQL", Store::create(Path::new(&url))?));
+    }
+    for (name, store) in &stores {
+        let started = Instant::now();
+        for session in ["long", "ten"] {
+            store.create_session(&header(session)?, &[], Durability::Buffered)?;
+        }
+        let mut writer = store.open_writer(&id("long")?, appender(Durability::Buffered))?;
+        for (chunk, batch) in events[..long].chunks(1_000).enumerate() {
+            let batch = batch
+                .iter()
+                .enumerate()
+                .map(|(index, event)| new_event(chunk * 1_000 + index, event))
+                .collect();
+            writer.append_batch(batch, None)?;
+        }
+        drop(writer);
+        let mut writer = store.open_writer(&id("ten")?, appender(Durability::Buffered))?;
+        let ten = short[..10].iter().enumerate();
+        writer.append_batch(
+            ten.map(|(index, event)| new_event(index, event)).collect(),
+            None,
+        )?;
+        drop(writer);
+        println!(
+            "{name}: wrote {long} events in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        // Each round appends the next event of each session.
+        let mut next = [long, 10];
+        let mut reopen = |session: &str, slot: usize, events: &[(&'static str, String)]| {
+            let mut writer = store.open_writer(&id(session)?, appender(Durability::Fsync))?;
+            writer.append(new_event(next[slot], &events[next[slot]]), None)?;
+            next[slot] += 1;
+            BenchResult::Ok(())
+        };
+        let mut long_side = || reopen("long", 0, &events);
+        let [long_time] = common::best_of(5, [&mut long_side])?;
+        let mut short_side = || reopen("ten", 1, &short);
+        let [short_time] = common::best_of(5, [&mut short_side])?;
+        table.add(
+            &format!("resume, {name}: open writer + append 1, {long} events / 10 events"),
+            ms(long_time),
+            ms(short_time),
+            long_time.as_secs_f64() / short_time.as_secs_f64(),
+            Target::AtMost(10.0),
+        );
+        // append_batch of 8 events, buffered, on the long session and on
+        // a new one; each side's writer stays open.
+        let mut long_writer = store.open_writer(&id("long")?, appender(Durability::Buffered))?;
+        let mut from = next[0];
+        let mut round = 0;
+        let fresh = |round: usize| -> BenchResult<sessionlog_store::SessionWriter> {
+            let name = format!("new-{round}");
+            store.create_session(&header(&name)?, &[], Durability::Buffered)?;
+            Ok(store.open_writer(&id(&name)?, appender(Durability::Buffered))?)
+        };
+        let mut new_writer = fresh(round)?;
+        let mut new_from = 0;
+        let batches = 100;
+        let mut long_batches = || -> BenchResult<()> {
+            for _ in 0..batches {
+                let batch = (from..from + 8).map(|index| new_event(index, &events[index]));
+                long_writer.append_batch(batch.collect(), None)?;
+                from += 8;
+            }
+            Ok(())
+        };
+        let mut new_batches = || -> BenchResult<()> {
+            if new_from + batches * 8 > short.len() {
+                round += 1;
+                new_writer = fresh(round)?;
+                new_from = 0;
+            }
+            for _ in 0..batches {
+                let batch = (new_from..new_from + 8).map(|index| new_event(index, &short[index]));
+                new_writer.append_batch(batch.collect(), None)?;
+                new_from += 8;
+            }
+            Ok(())
+        };
+        let [long_time, new_time] = common::best_of(3, [&mut long_batches, &mut new_batches])?;
+        let per_batch = |time: Duration| micros(time / batches as u32);
+        table.add(
+            &format!("append_batch of 8, {name}: {long}-event session / new session"),
+            per_batch(long_time),
+            per_batch(new_time),
+            long_time.as_secs_f64() / new_time.as_secs_f64(),
+            Target::AtMost(2.0),
+        );
+    }
     Ok(())
 }
 

@@ -25,6 +25,9 @@ pub enum FaultPoint {
     FolderFsync,
     /// A SQLite transaction commit.
     Commit,
+    /// Writing a state snapshot (a cache beside a log: its failure never
+    /// fails an append).
+    Snapshot,
 }
 
 /// Decides, before each operation, whether it fails; and hears after each
@@ -88,6 +91,12 @@ impl Io {
         self.run(FaultPoint::Write, path, || file.write_all(bytes))
     }
 
+    /// Copies the rest of `from` to `to` (in the kernel where it can:
+    /// `copy_file_range`), one write as far as faults go.
+    pub(crate) fn copy_all(&self, from: &mut File, to: &mut File, path: &Path) -> io::Result<()> {
+        self.run(FaultPoint::Write, path, || io::copy(from, to).map(drop))
+    }
+
     pub(crate) fn sync_data(&self, file: &File, path: &Path) -> io::Result<()> {
         self.run(FaultPoint::Fsync, path, || file.sync_data())
     }
@@ -114,6 +123,32 @@ impl Io {
         self.run(FaultPoint::Publish, to, || {
             std::fs::hard_link(from, to)?;
             std::fs::remove_file(from)
+        })
+    }
+
+    /// Replaces the file `path` with `bytes` as a whole: written to
+    /// `temporary` (created 0600, never through a symlink), then renamed
+    /// over `path`. A kill midway leaves `path` as it was (and `temporary`,
+    /// which the next replacement truncates). Not synced: what it writes is
+    /// a cache, and a reader refuses one that a power loss cut short.
+    pub(crate) fn replace_file(
+        &self,
+        temporary: &Path,
+        path: &Path,
+        bytes: &[u8],
+    ) -> io::Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.run(FaultPoint::Snapshot, path, || {
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(temporary)?;
+            file.write_all(bytes)?;
+            drop(file);
+            std::fs::rename(temporary, path)
         })
     }
 

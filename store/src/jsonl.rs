@@ -22,6 +22,7 @@ use crate::follow::LogFollower;
 use crate::io::Io;
 use crate::leftovers::{self, Leftover};
 use crate::reader::{ensure_regular_file, open_log_for_reading, FoldedEvent, LogReader, Snapshot};
+use crate::state_snapshot;
 use crate::writer::{Durability, LogSink, SessionWriter, WriterOptions};
 use crate::StoreError;
 
@@ -165,6 +166,19 @@ impl JsonlStore {
     /// middle of a sync.
     pub fn sync_log(&self, id: &SessionId) -> Result<(), StoreError> {
         sync_log_file(&self.existing_log(id)?, &self.io)
+    }
+
+    /// The state of session `id` as of its last good seq: what a writer
+    /// opened now would start from, folded from the session's state
+    /// snapshot and the events after it when the snapshot still holds
+    /// (docs/FORMAT.md, "State snapshots"), else from the start. Reads
+    /// only; a torn tail is left to the next writer. A rule broken or
+    /// corruption in what it reads is refused as a writer refuses it.
+    pub fn current_state(
+        &self,
+        id: &SessionId,
+    ) -> Result<sessionlog_projections::SessionState, StoreError> {
+        current_log_state(&self.existing_log(id)?, Some(id.clone()))
     }
 
     /// Opens the single writer of session `id`. See [`open_log_writer`].
@@ -387,41 +401,8 @@ pub fn open_log_writer(
     let reading = file
         .try_clone()
         .map_err(|source| StoreError::io("open", path, source))?;
-    let reader = LogReader::new(
-        BufReader::with_capacity(256 * 1024, reading),
-        path,
-        expected_id,
-    )?;
-    let header = reader.header().clone();
-    let mut events = options.keep_snapshot.then(Vec::new);
-    let mut state = sessionlog_projections::SessionState::with_header_body(
-        header.clone(),
-        reader.header_body(),
-    );
-    let mut reader = reader;
-    // A violation refuses the log, but reading goes on: corruption later
-    // in it wins (and the `?`s below return it at once).
-    let mut refusal = Refusal::default();
-    while let Some(FoldedEvent { record, folded }) = reader.next_event_folded(&mut state)? {
-        if let Err(violation) = folded {
-            refusal.note(StoreError::Rule {
-                path: path.to_owned(),
-                violation,
-            });
-        }
-        if let Some(events) = &mut events {
-            events.push(record);
-        }
-    }
-    let summary = reader.finish()?;
-    if let Some(error) = summary.header_vocabulary_errors.into_iter().next() {
-        return Err(StoreError::HeaderVocabulary {
-            path: path.to_owned(),
-            error,
-        });
-    }
-    refusal.into_result()?;
-    if let Some(torn) = &summary.torn_tail {
+    let folded = fold_log(path, reading, expected_id, options.keep_snapshot)?;
+    if let Some(torn) = &folded.summary.torn_tail {
         tracing::warn!(
             path = %path.display(),
             bytes = torn.bytes,
@@ -433,7 +414,7 @@ pub fn open_log_writer(
             torn.position.offset,
             torn.reason
         );
-        io.set_len(&file, path, summary.good_bytes)
+        io.set_len(&file, path, folded.summary.good_bytes)
             .map_err(|source| StoreError::io("truncate", path, source))?;
         io.sync_data(&file, path)
             .map_err(|source| StoreError::io("fdatasync", path, source))?;
@@ -443,14 +424,258 @@ pub fn open_log_writer(
         file,
         io,
         pending: Vec::new(),
+        pending_lines: 0,
+        pending_last_crc: 0,
+        good_bytes: folded.summary.good_bytes,
+        good_lines: folded.summary.good_lines,
+        last_crc: folded.last_crc,
+        header_crc: state_snapshot::header_crc(&folded.header_body),
+        snapshot_path: state_snapshot_path(path),
     };
-    Ok(SessionWriter::new(
+    let writer = SessionWriter::new(
         path.to_owned(),
         Box::new(sink),
         options,
+        folded.state,
+        folded.events,
+    );
+    Ok(writer.resumed_from(folded.resumed))
+}
+
+/// A log folded through its good prefix.
+struct FoldedLog {
+    header_body: String,
+    state: sessionlog_projections::SessionState,
+    /// Every event, when asked for.
+    events: Option<Vec<EventRecord>>,
+    /// The CRC of the last record of the good prefix (0: none).
+    last_crc: u32,
+    summary: sessionlog_schema::ScanSummary,
+    /// The snapshot it resumed from: its anchor and size in bytes.
+    resumed: Option<(state_snapshot::SnapshotAnchor, usize)>,
+}
+
+/// Folds the log at `path`, read through `reading`, through its good
+/// prefix: from its state snapshot when one holds (and `keep_events` does
+/// not ask for every event), else from its start. Every line read is
+/// checked as a whole-log read checks it; a rule broken refuses the log,
+/// unless corruption later in it wins. The caller deals with a torn tail.
+fn fold_log(
+    path: &Path,
+    reading: File,
+    expected_id: Option<SessionId>,
+    keep_events: bool,
+) -> Result<FoldedLog, StoreError> {
+    let reader = LogReader::new(
+        BufReader::with_capacity(256 * 1024, reading),
+        path,
+        expected_id,
+    )?;
+    let header = reader.header().clone();
+    let header_body = reader.header_body().to_owned();
+    // A fold that keeps every event reads them all anyway; any other
+    // resumes from the state snapshot when its anchor still holds.
+    let resumed = match keep_events {
+        true => None,
+        false => resume_point(
+            &state_snapshot_path(path),
+            reader.file(),
+            &header,
+            &header_body,
+        ),
+    };
+    let mut events = keep_events.then(Vec::new);
+    let (mut state, mut reader, resumed) = match resumed {
+        Some((state, anchor, bytes)) => {
+            let reader = reader.resume_at(anchor.offset, anchor.seq + 1, anchor.lines, path)?;
+            (state, reader, Some((anchor, bytes)))
+        }
+        None => {
+            let state = sessionlog_projections::SessionState::with_header_body(
+                header.clone(),
+                &header_body,
+            );
+            (state, reader, None)
+        }
+    };
+    let mut last = None;
+    // A violation refuses the log, but reading goes on: corruption later
+    // in it wins (and the `?`s below return it at once).
+    let mut refusal = Refusal::default();
+    while let Some(FoldedEvent { record, folded }) = reader.next_event_folded(&mut state)? {
+        if let Err(violation) = folded {
+            refusal.note(StoreError::Rule {
+                path: path.to_owned(),
+                violation,
+            });
+        }
+        match &mut events {
+            Some(events) => events.push(record),
+            None => last = Some(record),
+        }
+    }
+    // The anchor of the next snapshot: the CRC of the last record, hashed
+    // once (its own line's CRC, over the same body).
+    let last_crc = match events
+        .as_deref()
+        .and_then(<[EventRecord]>::last)
+        .or(last.as_ref())
+    {
+        Some(last) => sessionlog_schema::record_crc(&header.id, last.body().as_bytes()),
+        None => resumed.map_or(0, |(anchor, _)| anchor.record_crc),
+    };
+    let summary = reader.finish()?;
+    if let Some(error) = summary.header_vocabulary_errors.first() {
+        return Err(StoreError::HeaderVocabulary {
+            path: path.to_owned(),
+            error: error.clone(),
+        });
+    }
+    refusal.into_result()?;
+    Ok(FoldedLog {
+        header_body,
         state,
         events,
-    ))
+        last_crc,
+        summary,
+        resumed,
+    })
+}
+
+/// The state of the log at `path` as of its last good seq, folded from its
+/// state snapshot when one holds (see [`JsonlStore::current_state`]).
+pub(crate) fn current_log_state(
+    path: &Path,
+    expected_id: Option<SessionId>,
+) -> Result<sessionlog_projections::SessionState, StoreError> {
+    let file = open_log_for_reading(path)?;
+    Ok(fold_log(path, file, expected_id, false)?.state)
+}
+
+/// The state snapshot beside the log at `path`: `.<file name>.state` in
+/// the same folder. Dot-named, so no listing takes it for a session, and
+/// not of a temporary file's shape, so no leftover cleanup removes it.
+pub(crate) fn state_snapshot_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.state"))
+}
+
+/// Where a snapshot is written before it is renamed over the last one.
+fn state_snapshot_temporary(snapshot: &Path) -> PathBuf {
+    let mut name = snapshot.as_os_str().to_owned();
+    name.push(".new");
+    PathBuf::from(name)
+}
+
+/// The state of the snapshot at `snapshot` and its anchor, when it is whole,
+/// of this session and header, and the log `file` still holds at its
+/// anchor's offset the record it was taken after; with its size in bytes.
+fn resume_point(
+    snapshot: &Path,
+    file: &File,
+    header: &SessionHeader,
+    header_body: &str,
+) -> Option<(
+    sessionlog_projections::SessionState,
+    state_snapshot::SnapshotAnchor,
+    usize,
+)> {
+    let bytes = match read_snapshot_file(snapshot) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return None,
+        Err(error) => {
+            state_snapshot::ignored(&header.id, snapshot, &error.to_string());
+            return None;
+        }
+    };
+    let checked =
+        state_snapshot::decode(&bytes, header, header_body).and_then(|(state, anchor)| {
+            record_ends_at(file, &header.id, anchor)?;
+            Ok((state, anchor))
+        });
+    match checked {
+        Ok((state, anchor)) => Some((state, anchor, bytes.len())),
+        Err(why) => {
+            state_snapshot::ignored(&header.id, snapshot, &why);
+            None
+        }
+    }
+}
+
+/// The bytes of the snapshot file, `None` when there is none. Opened
+/// without following a symlink, and only a regular file.
+fn read_snapshot_file(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path);
+    let mut file = match file {
+        Ok(file) => file,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(error),
+    };
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(Some(bytes))
+}
+
+/// Whether the log `file` holds, ending at byte `anchor.offset`, an intact
+/// record of seq `anchor.seq` whose CRC is `anchor.record_crc`; why not.
+fn record_ends_at(
+    file: &File,
+    id: &SessionId,
+    anchor: state_snapshot::SnapshotAnchor,
+) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    let length = file.metadata().map_err(|error| error.to_string())?.len();
+    if anchor.offset > length || anchor.offset < 2 {
+        return Err(format!(
+            "its anchor is at byte {} of a log of {length} bytes",
+            anchor.offset
+        ));
+    }
+    // Read back from the anchor, in growing windows, to the newline that
+    // ends the line before the anchored record.
+    let mut window = 4096u64;
+    loop {
+        let take = window.min(anchor.offset);
+        let mut bytes = vec![0u8; take as usize];
+        file.read_exact_at(&mut bytes, anchor.offset - take)
+            .map_err(|error| error.to_string())?;
+        if bytes.last() != Some(&b'\n') {
+            return Err(format!("no line ends at byte {}", anchor.offset));
+        }
+        let line_end = bytes.len() - 1;
+        match memchr::memrchr(b'\n', &bytes[..line_end]) {
+            Some(newline) => {
+                let line = &bytes[newline + 1..line_end];
+                let (_, crc) = sessionlog_schema::split_crc(line)
+                    .ok_or_else(|| format!("the line before byte {} has no CRC", anchor.offset))?;
+                let record = sessionlog_schema::decode_event(id, line).map_err(|error| {
+                    format!("the record before byte {}: {error}", anchor.offset)
+                })?;
+                return match (record.seq() == anchor.seq, crc == anchor.record_crc) {
+                    (true, true) => Ok(()),
+                    _ => Err(format!(
+                        "the log holds seq {} (CRC {crc}) before byte {}, not the anchored seq {}",
+                        record.seq(),
+                        anchor.offset,
+                        anchor.seq
+                    )),
+                };
+            }
+            None if take == anchor.offset || take > MAX_RECORD_BYTES as u64 => {
+                return Err(format!("no record ends at byte {}", anchor.offset));
+            }
+            None => window *= 8,
+        }
+    }
 }
 
 /// How long a writer waits for a lock held by another before it reports
@@ -520,12 +745,27 @@ struct JsonlSink {
     io: Io,
     /// The encoded lines staged since the last sync.
     pending: Vec<u8>,
+    /// How many lines `pending` holds, and the CRC of its last record.
+    pending_lines: u64,
+    pending_last_crc: u32,
+    /// The log's good prefix as written so far: its bytes, its lines, the
+    /// CRC of its last record (the anchor of a snapshot taken now).
+    good_bytes: u64,
+    good_lines: u64,
+    last_crc: u32,
+    /// The CRC of the stored header body.
+    header_crc: u32,
+    snapshot_path: PathBuf,
 }
 
 impl LogSink for JsonlSink {
     fn write(&mut self, id: &SessionId, records: &[EventRecord]) -> Result<(), StoreError> {
         for record in records {
             self.pending.extend_from_slice(record.encode(id).as_bytes());
+        }
+        if let Some(last) = records.last() {
+            self.pending_last_crc = sessionlog_schema::record_crc(id, last.body().as_bytes());
+            self.pending_lines += records.len() as u64;
         }
         Ok(())
     }
@@ -535,14 +775,39 @@ impl LogSink for JsonlSink {
             return Ok(());
         }
         let written = self.io.write_all(&mut self.file, &self.path, &self.pending);
+        let bytes = self.pending.len() as u64;
         self.pending.clear();
+        let lines = std::mem::take(&mut self.pending_lines);
         written.map_err(|source| StoreError::io("write", &self.path, source))?;
+        self.good_bytes += bytes;
+        self.good_lines += lines;
+        self.last_crc = self.pending_last_crc;
         if durability == Durability::Buffered {
             return Ok(());
         }
         self.io
             .sync_data(&self.file, &self.path)
             .map_err(|source| StoreError::io("fdatasync", &self.path, source))
+    }
+
+    fn save_snapshot(
+        &mut self,
+        state: &sessionlog_projections::SessionState,
+    ) -> Result<usize, StoreError> {
+        let anchor = state_snapshot::SnapshotAnchor {
+            seq: state.seq(),
+            record_crc: self.last_crc,
+            offset: self.good_bytes,
+            lines: self.good_lines,
+        };
+        let bytes = state_snapshot::encode(state, self.header_crc, anchor);
+        let temporary = state_snapshot_temporary(&self.snapshot_path);
+        self.io
+            .replace_file(&temporary, &self.snapshot_path, &bytes)
+            .map_err(|source| {
+                StoreError::io("write the state snapshot", &self.snapshot_path, source)
+            })?;
+        Ok(bytes.len())
     }
 }
 

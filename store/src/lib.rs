@@ -79,16 +79,16 @@
 mod asynchronous;
 mod error;
 mod follow;
+mod fork;
 mod io;
 mod jsonl;
+mod last;
 mod leftovers;
 mod migrate;
 mod reader;
 mod review;
 mod sql;
-mod sql_checks;
-#[cfg(feature = "sqlite")]
-mod sqlite;
+mod state_snapshot;
 mod store;
 mod wake;
 mod writer;
@@ -97,10 +97,12 @@ mod writer;
 pub use asynchronous::{AsyncStore, AsyncWriter, Follow, FOLLOW_POLL_INTERVAL};
 pub use error::{ErrorClass, Refusal, StoreError};
 pub use follow::LogFollower;
+pub use fork::fork_log_file;
 pub use jsonl::{
     create_log_file, open_log_writer, read_header, read_header_as_is, sync_log_file, JsonlStore,
     ListEntry,
 };
+pub use last::{read_last_events, LastEvents};
 pub use leftovers::Leftover;
 pub use migrate::{
     diff, diff_sources, migrate, migrate_log, migrate_with, Difference, MigrateOptions,
@@ -113,14 +115,14 @@ pub use review::{
     ask_reviewer, verdict_events, ReviewCallError, ReviewOptions, Reviewed, Reviewer,
     ReviewerError, ReviewerResponse, Verdict,
 };
+pub use sql::checks::StoreAudit;
 #[cfg(feature = "postgres")]
 pub use sql::postgres::{
     PostgresEvents, PostgresListener, PostgresStore, DEFAULT_SCHEMA, POSTGRES_SCHEMA_VERSION,
 };
-pub use sql_checks::StoreAudit;
 #[cfg(feature = "sqlite")]
-pub use sqlite::{SqliteEvents, SqliteStore, SCHEMA_VERSION};
-pub use store::{is_postgres_url, Backend, EventStream, Store};
+pub use sql::sqlite::{SqliteEvents, SqliteStore, SCHEMA_VERSION};
+pub use store::{is_postgres_url, Backend, EventStream, HeldRead, Store};
 pub use wake::{Wake, POLL_ONLY_VARIABLE};
 pub use writer::{
     now_ms, AcknowledgedSeq, Durability, NewEvent, SealTurns, SessionWriter, WriterOptions,

@@ -48,7 +48,7 @@ use crate::reader::{LogReader, SessionStream, Snapshot};
 #[cfg(feature = "postgres")]
 use crate::sql::postgres::PostgresBulkCreate;
 #[cfg(feature = "sqlite")]
-use crate::sqlite::SqliteBulkCreate;
+use crate::sql::sqlite::SqliteBulkCreate;
 use crate::store::Store;
 use crate::writer::Durability;
 use crate::{EventStream, StoreError};
@@ -239,7 +239,7 @@ impl SessionSource<'_> {
         let reader = match self {
             SessionSource::Store(Store::Jsonl(store)) => store.reader(id)?,
             // A database's rows (only a log has a torn tail to warn of).
-            #[cfg(feature = "sqlite")]
+            #[cfg(any(feature = "sqlite", feature = "postgres"))]
             SessionSource::Store(store) => return store.records(id),
             SessionSource::Log(path) => LogReader::open(path, Some(id.clone()))?,
         };

@@ -101,6 +101,42 @@ impl LogReader<BufReader<File>> {
     }
 }
 
+impl LogReader<BufReader<File>> {
+    /// The file it reads.
+    pub(crate) fn file(&self) -> &File {
+        self.lines.source.get_ref()
+    }
+
+    /// This reader, which has read only the header, moved on to byte
+    /// `offset` of its file, as if it had read a good prefix of `lines`
+    /// lines ending there whose next seq is `next_seq` (a state snapshot's
+    /// anchor, checked by the caller): it reads and checks every line
+    /// after, as it would have.
+    pub(crate) fn resume_at(
+        self,
+        offset: u64,
+        next_seq: u64,
+        lines: u64,
+        path: &Path,
+    ) -> Result<Self, StoreError> {
+        use std::io::{Seek, SeekFrom};
+        let mut file = self.lines.source.into_inner();
+        file.seek(SeekFrom::Start(offset))
+            .map_err(|source| StoreError::io("seek", path, source))?;
+        Ok(LogReader {
+            lines: LineReader::starting_at(
+                BufReader::with_capacity(READ_BUFFER_BYTES, file),
+                offset,
+            ),
+            path: self.path,
+            scanner: self.scanner.resumed_at(next_seq, offset, lines),
+            ready: Vec::new(),
+            queue: VecDeque::new(),
+            exhausted: false,
+        })
+    }
+}
+
 impl<R: BufRead> LogReader<R> {
     /// Reads the header from `source`; `path` is only used in messages.
     pub fn new(source: R, path: &Path, expected_id: Option<SessionId>) -> Result<Self, StoreError> {

@@ -12,18 +12,18 @@
 
 use std::path::{Path, PathBuf};
 
-use sessionlog_projections::{delegate, Defaults, DelegationError};
+use sessionlog_projections::{delegate_from_state, Defaults, DelegationError, SessionState};
 use sessionlog_schema::{
     DecodedHeader, EventRecord, HeaderVocabularyError, SessionHeader, SessionId, TornTail,
 };
 
 use crate::jsonl::{JsonlStore, ListEntry};
 use crate::reader::{SessionStream, Snapshot};
+use crate::sql::checks::StoreAudit;
 #[cfg(feature = "postgres")]
 use crate::sql::postgres::PostgresStore;
-use crate::sql_checks::StoreAudit;
 #[cfg(feature = "sqlite")]
-use crate::sqlite::SqliteStore;
+use crate::sql::sqlite::SqliteStore;
 use crate::writer::{now_ms, Durability, SessionWriter, WriterOptions};
 use crate::StoreError;
 
@@ -43,6 +43,15 @@ pub enum Store {
     /// A schema of a PostgreSQL database.
     #[cfg(feature = "postgres")]
     Postgres(PostgresStore),
+}
+
+/// A read of a whole store as of one moment ([`Store::hold_read`]), held
+/// until dropped.
+#[derive(Debug)]
+#[must_use = "the read is held only while the guard lives"]
+pub struct HeldRead {
+    #[cfg(feature = "sqlite")]
+    _sqlite: Option<crate::sql::sqlite::HeldRead>,
 }
 
 /// Which backend a path names.
@@ -255,7 +264,7 @@ impl Store {
         match self {
             Store::Jsonl(store) => store.log_path(id),
             #[cfg(feature = "sqlite")]
-            Store::Sqlite(store) => crate::sqlite::session_locator(store.path(), id),
+            Store::Sqlite(store) => crate::sql::sqlite::session_locator(store.path(), id),
             #[cfg(feature = "postgres")]
             Store::Postgres(store) => crate::sql::session_locator(store.path(), id),
         }
@@ -344,9 +353,9 @@ impl Store {
             Store::Jsonl(store) => Box::new(store.reader(id)?),
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => {
-                let decoded = store.decoded_header(id)?;
+                let (decoded, events) = store.header_and_events_from(id, 1)?;
                 Box::new(RowStream {
-                    events: Box::new(store.events(id)?),
+                    events: Box::new(events),
                     decoded,
                 })
             }
@@ -355,6 +364,26 @@ impl Store {
                 let (decoded, events) = self.records(id)?;
                 Box::new(RowStream { decoded, events })
             }
+        })
+    }
+
+    /// Makes every read of this store see one moment of it until the
+    /// returned guard is dropped: what a store-wide `verify` or `stats`
+    /// reads through. On SQLite it is one read transaction on the store's
+    /// reader connection (one snapshot of the database, and no lock taken
+    /// per statement; the WAL cannot be checkpointed past it meanwhile). A
+    /// JSONL folder has no such moment (each log is read as it is when
+    /// opened), and on PostgreSQL each read is its own transaction, so
+    /// there the guard holds nothing. Hold it only to read: a writer
+    /// opened meanwhile would fold its session as of the held moment (and
+    /// its first append meet a `Conflict` if the session moved on since).
+    pub fn hold_read(&self) -> Result<HeldRead, StoreError> {
+        Ok(HeldRead {
+            #[cfg(feature = "sqlite")]
+            _sqlite: match self {
+                Store::Sqlite(store) => Some(store.hold_read()?),
+                _ => None,
+            },
         })
     }
 
@@ -393,6 +422,36 @@ impl Store {
             Store::Sqlite(store) => store.last_seq(id).map(Some),
             #[cfg(feature = "postgres")]
             Store::Postgres(store) => store.last_seq(id).map(Some),
+        }
+    }
+
+    /// The state of session `id` as of its last seq, the one a writer
+    /// opened now would start from: folded from the session's state
+    /// snapshot and only the events after it when the snapshot still
+    /// matches the log, from the start otherwise (docs/FORMAT.md, "State
+    /// snapshots"); every event read is checked as any read checks it.
+    /// Reads only (a JSONL torn tail is left to the next writer).
+    ///
+    /// ```
+    /// use sessionlog_schema::{SessionHeader, SessionId, TurnStart};
+    /// use sessionlog_store::{Durability, Store, WriterOptions};
+    ///
+    /// let folder = tempfile::tempdir()?;
+    /// let store = Store::create(&folder.path().join("sessions"))?;
+    /// let id = SessionId::parse("a")?;
+    /// store.create_session(&SessionHeader::root(id.clone(), 0, "/work".into()), &[], Durability::Fsync)?;
+    /// store.open_writer(&id, WriterOptions::default())?.append(TurnStart::new("t1").into(), None)?;
+    /// let state = store.current_state(&id)?;
+    /// assert_eq!((state.seq(), state.open_turn()), (1, Some("t1")));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn current_state(&self, id: &SessionId) -> Result<SessionState, StoreError> {
+        match self {
+            Store::Jsonl(store) => store.current_state(id),
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(store) => store.current_state(id),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => store.current_state(id),
         }
     }
 
@@ -484,58 +543,86 @@ impl Store {
     ) -> Result<SessionHeader, StoreError> {
         // The child is made durable with the parent's prefix as its seed:
         // that prefix must be durable first (a SQLite row is durable once
-        // it is visible; a log's bytes once fdatasynced).
-        if let Store::Jsonl(store) = self {
-            store.sync_log(parent)?;
+        // it is visible; a log's bytes once fdatasynced). A JSONL child is
+        // copied as the parent is read, in bounded memory; a database child
+        // refers to its parent's rows.
+        match self {
+            Store::Jsonl(store) => {
+                store.sync_log(parent)?;
+                let request = crate::fork::ForkRequest { prompt, defaults };
+                crate::fork::fork_log(
+                    &store.log_path(parent),
+                    Some(parent.clone()),
+                    child,
+                    &store.log_path(child),
+                    request,
+                    store.io(),
+                )
+            }
+            #[cfg(any(feature = "sqlite", feature = "postgres"))]
+            _ => self.fork_by_reference(parent, child, prompt, defaults),
         }
-        let snapshot = self.snapshot(parent)?;
-        let parent_path = self.session_path(parent);
-        if let Some(torn) = &snapshot.torn_tail {
-            tracing::warn!(
-                path = %parent_path.display(),
-                "forking from the good prefix; ignoring a torn tail of {} bytes at line {} (byte offset {}): {}",
-                torn.bytes,
-                torn.position.line,
-                torn.position.offset,
-                torn.reason
-            );
-        }
-        if let Some(error) = snapshot.header_vocabulary_errors.first().cloned() {
-            return Err(StoreError::HeaderVocabulary {
-                path: parent_path,
-                error,
-            });
-        }
-        let (state, violations) = snapshot.fold();
-        if let Some(violation) = violations.into_iter().next() {
-            return Err(StoreError::Rule {
-                path: parent_path,
-                violation,
-            });
-        }
+    }
+
+    /// [`Store::fork`] in a database: the child's seeded events are a
+    /// reference to the parent's first event rows (docs/FORMAT.md, "Forks
+    /// by reference"), so only its header row and its own first events
+    /// are written.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    fn fork_by_reference(
+        &self,
+        parent: &SessionId,
+        child: &SessionId,
+        prompt: Option<&str>,
+        defaults: &Defaults,
+    ) -> Result<SessionHeader, StoreError> {
+        let mut state = self.parent_state_for_fork(parent)?;
         if self.contains(child)? {
             return Err(StoreError::AlreadyExists {
                 id: child.clone(),
                 path: self.path().to_owned(),
             });
         }
-        let seed = delegate(
-            &state,
-            &snapshot.events,
-            child.clone(),
-            prompt,
-            defaults,
-            now_ms(),
-        )
-        .map_err(|error| match error {
+        let seed = delegate_from_state(&state, child.clone(), prompt, defaults, now_ms())
+            .map_err(|error| self.delegation_error(parent, error))?;
+        crate::fork::check_own_events(&mut state, &seed.events, &self.session_path(child))?;
+        match self {
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(store) => {
+                store.create_by_reference(&seed.header, parent, &seed.events, Durability::Fsync)?;
+            }
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => {
+                store.create_by_reference(&seed.header, parent, &seed.events, Durability::Fsync)?;
+            }
+            Store::Jsonl(_) => {
+                return Err(StoreError::InvalidEvent(
+                    "a folder of logs keeps every child as a copy".to_owned(),
+                ))
+            }
+        }
+        Ok(seed.header)
+    }
+
+    /// The parent's state for a fork by reference: the fold of its whole
+    /// good prefix, from the parent's state snapshot when its anchor still
+    /// matches (then only the rows after it are read and checked, as a
+    /// resuming writer does), refused when what is read is corrupt. A
+    /// parent that breaks the rules is refused by the delegation.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    fn parent_state_for_fork(&self, parent: &SessionId) -> Result<SessionState, StoreError> {
+        self.current_state(parent)
+    }
+
+    /// How a refused delegation is reported.
+    fn delegation_error(&self, parent: &SessionId, error: DelegationError) -> StoreError {
+        match error {
             DelegationError::ChildIsParent { child } => StoreError::AlreadyExists {
                 id: child,
                 path: self.path().to_owned(),
             },
             other => StoreError::InvalidEvent(format!("fork of {parent}: {other}")),
-        })?;
-        self.create_session(&seed.header, &seed.events, Durability::Fsync)?;
-        Ok(seed.header)
+        }
     }
 }
 

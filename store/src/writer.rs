@@ -23,7 +23,7 @@ use sessionlog_schema::{
     SessionHeader, SessionId, MAX_BATCH_RECORDS, MAX_RECORD_BYTES,
 };
 
-use crate::StoreError;
+use crate::{state_snapshot, StoreError};
 
 /// When an append counts as acknowledged.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -61,7 +61,9 @@ pub struct WriterOptions {
     /// Keep every event in memory, with the request fragments each shown
     /// event contributes (for the Auto-review request of an open session:
     /// about twice the bytes of the calls and shown messages on top of the
-    /// events). Off for plain appenders that never build requests.
+    /// events). Off for plain appenders that never build requests: such a
+    /// writer opens from the session's state snapshot and reads only the
+    /// events after it (docs/FORMAT.md, "State snapshots").
     pub keep_snapshot: bool,
     /// Append a seal (signed when given a key) right after every
     /// `turn/end`, written and synced together with it.
@@ -108,6 +110,11 @@ pub(crate) trait LogSink: Send + fmt::Debug {
     fn write(&mut self, id: &SessionId, records: &[EventRecord]) -> Result<(), StoreError>;
     /// Makes everything written so far durable.
     fn sync(&mut self, durability: Durability) -> Result<(), StoreError>;
+    /// Keeps `state`, the fold of everything synced so far, as the
+    /// session's state snapshot (replacing the one before); returns its
+    /// size in bytes. Called off the append's acknowledgement, rarely; a
+    /// failure is the snapshot's alone (see `state_snapshot`).
+    fn save_snapshot(&mut self, state: &SessionState) -> Result<usize, StoreError>;
 }
 
 /// The single writer of one session. See the module docs.
@@ -124,6 +131,10 @@ pub struct SessionWriter {
     written_seq: u64,
     acknowledged_seq: u64,
     poisoned: Option<String>,
+    /// The seq of the last state snapshot taken or resumed from (0: none).
+    snapshot_seq: u64,
+    /// How many events after `snapshot_seq` the next one is due.
+    snapshot_interval: u64,
 }
 
 impl NewEvent {
@@ -168,6 +179,12 @@ impl<D: EventData> From<D> for NewEvent {
     }
 }
 
+impl Drop for SessionWriter {
+    fn drop(&mut self) {
+        self.snapshot_at_close();
+    }
+}
+
 impl SessionWriter {
     pub(crate) fn new(
         path: PathBuf,
@@ -190,7 +207,23 @@ impl SessionWriter {
             written_seq: seq,
             acknowledged_seq: seq,
             poisoned: None,
+            snapshot_seq: 0,
+            snapshot_interval: state_snapshot::SNAPSHOT_EVERY_EVENTS,
         }
+    }
+
+    /// The same writer, whose state was resumed from `resumed` (the
+    /// snapshot's anchor and size in bytes), if from one: the next is due
+    /// an interval after it.
+    pub(crate) fn resumed_from(
+        mut self,
+        resumed: Option<(state_snapshot::SnapshotAnchor, usize)>,
+    ) -> Self {
+        if let Some((anchor, bytes)) = resumed {
+            self.snapshot_seq = anchor.seq;
+            self.snapshot_interval = state_snapshot::snapshot_interval(bytes);
+        }
+        self
     }
 
     /// The session's id.
@@ -308,8 +341,8 @@ impl SessionWriter {
         expected_seq: Option<u64>,
     ) -> Result<Vec<u64>, StoreError> {
         if events.len() == 1 {
-            // No batch member and nothing to roll back: checked in place,
-            // without the trial copy of the state a batch needs.
+            // No batch member and nothing to roll back: checked, then
+            // folded once written.
             let event = events
                 .into_iter()
                 .next()
@@ -328,37 +361,67 @@ impl SessionWriter {
             )));
         }
         let batch = (count >= 2).then_some(count);
-        let mut trial = self.state.clone();
-        let mut records = Vec::with_capacity(events.len());
+        // The batch is folded into the state itself, under a mark: a
+        // refusal or a failed write rolls back what it changed, at the cost
+        // of what it changed, never of a copy of the whole state.
+        let mark = self.state.mark();
+        match self.fold_and_write_batch(events, batch) {
+            Ok(records) => {
+                self.state.release(mark);
+                let seqs = records
+                    .iter()
+                    .take(count as usize)
+                    .map(EventRecord::seq)
+                    .collect();
+                self.absorb_fragments(&records);
+                Ok(seqs)
+            }
+            Err(error) => {
+                self.state.rollback(mark);
+                Err(error)
+            }
+        }
+    }
+
+    /// Folds `events` into the state (under the caller's mark) and writes
+    /// them, with the turn's seal when the batch ends a turn; returns the
+    /// records written, the batch first.
+    fn fold_and_write_batch(
+        &mut self,
+        events: Vec<NewEvent>,
+        batch: Option<u64>,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let mut records = Vec::with_capacity(events.len() + 1);
         for (index, event) in events.into_iter().enumerate() {
             let seq = self.written_seq + 1 + index as u64;
             let record = build_record(seq, if index == 0 { batch } else { None }, event)?;
-            trial.apply(&record).map_err(|violation| StoreError::Rule {
-                path: self.path.clone(),
-                violation,
-            })?;
+            self.state
+                .apply(&record)
+                .map_err(|violation| StoreError::Rule {
+                    path: self.path.clone(),
+                    violation,
+                })?;
             records.push(record);
         }
-        let seqs = records.iter().map(EventRecord::seq).collect();
         // A batch that ends a turn is followed by the turn's seal, outside
         // the batch (its member counts the events) but in the same write.
         let turn_end = records.iter().rev().find(|record| closes_turn(record));
         let seal = match turn_end {
-            Some(turn_end) => turn_seal_record(&trial, &self.options.seal_turns, turn_end.ts())?,
+            Some(turn_end) => {
+                turn_seal_record(&self.state, &self.options.seal_turns, turn_end.ts())?
+            }
             None => None,
         };
         if let Some((seal, sealed)) = seal {
             records.push(seal);
             self.write(&records)?;
             if let Some(seal) = records.last() {
-                trial.apply_checked(seal, sealed);
+                self.state.apply_checked(seal, sealed);
             }
         } else {
             self.write(&records)?;
         }
-        self.state = trial;
-        self.absorb_fragments(&records);
-        Ok(seqs)
+        Ok(records)
     }
 
     /// Appends several batches that share one sync (group commit): each is
@@ -490,8 +553,48 @@ impl SessionWriter {
                 return Err(error);
             }
             self.acknowledged_seq = self.written_seq;
+            self.snapshot_if_due();
         }
         Ok(AcknowledgedSeq(self.acknowledged_seq))
+    }
+
+    /// Takes a state snapshot when the writer closes with at least
+    /// [`state_snapshot::CLOSE_SNAPSHOT_EVENTS`] acknowledged events past
+    /// the last one, so that the next open, or a fork by reference, folds
+    /// nothing after it. A poisoned writer, or one with writes not yet
+    /// acknowledged, takes none.
+    fn snapshot_at_close(&mut self) {
+        let worth =
+            self.acknowledged_seq >= self.snapshot_seq + state_snapshot::CLOSE_SNAPSHOT_EVENTS;
+        if self.poisoned.is_none() && worth && self.written_seq == self.acknowledged_seq {
+            self.take_snapshot();
+        }
+    }
+
+    /// Takes a state snapshot once an interval of events was acknowledged
+    /// since the last: after the acknowledgement, so that no append waits
+    /// for it, and never more than one for an interval, failed or not (a
+    /// failure is only logged: the session and its appends are untouched).
+    fn snapshot_if_due(&mut self) {
+        let due = self.acknowledged_seq >= self.snapshot_seq + self.snapshot_interval;
+        if due && self.written_seq == self.acknowledged_seq {
+            self.take_snapshot();
+        }
+    }
+
+    /// Hands the state at the acknowledged seq to the sink as a snapshot.
+    fn take_snapshot(&mut self) {
+        self.snapshot_seq = self.acknowledged_seq;
+        match self.sink.save_snapshot(&self.state) {
+            Ok(bytes) => self.snapshot_interval = state_snapshot::snapshot_interval(bytes),
+            Err(error) => tracing::warn!(
+                session = %self.state.header().id,
+                "could not keep the state snapshot of session {} at seq {} (the log is \
+                 untouched; the next open folds more of it): {error}",
+                self.state.header().id,
+                self.acknowledged_seq
+            ),
+        }
     }
 
     fn check_usable(&self, expected_seq: Option<u64>) -> Result<(), StoreError> {

@@ -42,7 +42,7 @@ pub fn long_run() -> bool {
 }
 
 /// One input line of `sessionlog append` for an expected event.
-fn input_line(event: &Expected) -> String {
+pub fn input_line(event: &Expected) -> String {
     format!(
         "{{\"type\":{},\"data\":{},\"ts\":{}}}\n",
         serde_json::to_string(&event.event_type).unwrap_or_default(),
@@ -70,13 +70,27 @@ pub struct KillFigures {
 }
 
 /// A running `append` fed through a pipe that stays open until the kill.
-struct Appender {
-    child: Child,
+pub struct Appender {
+    pub child: Child,
     feeder: JoinHandle<Option<ChildStdin>>,
     acks: JoinHandle<()>,
 }
 
-fn start_append(
+impl Appender {
+    /// `kill -9`, then waits for the process and for its feeder and
+    /// acknowledgement reader to finish.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        ok(self.child.wait());
+        drop(self.feeder.join());
+        ok(self
+            .acks
+            .join()
+            .map_err(|_| "the acknowledgement reader panicked"));
+    }
+}
+
+pub fn start_append(
     store: &Path,
     session: &str,
     lines: Vec<String>,
@@ -160,13 +174,7 @@ fn kill_loop(
         if ok(appender.child.try_wait()).is_some() {
             figures.exited_before_kill += 1;
         }
-        let _ = appender.child.kill();
-        ok(appender.child.wait());
-        drop(appender.feeder.join());
-        ok(appender
-            .acks
-            .join()
-            .map_err(|_| "the acknowledgement reader panicked"));
+        appender.kill();
         figures.kills += 1;
         let verify = run(["verify", &text(store), "--session", session]);
         assert!(

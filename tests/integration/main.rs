@@ -38,11 +38,21 @@
 //!   random, put to verify, export and migrate; readers that change nothing
 //!   (another application's database, a newer schema, no write
 //!   permission); a write-ahead log removed under `append`, then SIGKILL.
+//! - `resume`: long sessions: a refused batch leaves the writer's state as
+//!   it was (proptest), state snapshots resume to the whole fold's state on
+//!   every backend, a torn, tampered, foreign, stale or unknown one is
+//!   ignored, and `kill -9` while one is written breaks nothing.
 //! - `reviewer`: `review` and `review-audit` against a loopback HTTP server
 //!   playing the reviewer model: the bytes sent, every kind of answer, what
 //!   `--record` leaves, the key never shown, audits that agree or differ.
 //! - `manners`: every command at its edges: a closed pipe, an empty
 //!   store, warnings, exit codes.
+//! - `forks`: forks by reference in SQLite and PostgreSQL read as copied
+//!   forks (export, verify, project, tail, review-request), grandchildren,
+//!   migrate writes them out whole, seals, a deleted parent row.
+//! - `memory`: the peak resident memory of the commands that read a whole
+//!   session (fork, replay, review-request, tail), as child processes, on a
+//!   log far above the 64 MiB limit.
 //! - `postgres`: the PostgreSQL store on a real server: one table of
 //!   commands over all three backends, JSONL → PostgreSQL → SQLite → JSONL,
 //!   two writers from two processes, `kill -9` of `append`, and the server
@@ -65,16 +75,19 @@ mod damage;
 mod docs;
 mod embedding;
 mod faults;
+mod forks;
 mod format;
 mod hostile;
 mod hostile_logs;
 mod import;
 mod manners;
+mod memory;
 mod partial_reads;
 mod people;
 mod postgres;
 mod power_loss;
 mod realistic;
+mod resume;
 mod reviewer;
 mod seals;
 mod sqlite_damage;

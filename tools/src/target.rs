@@ -5,11 +5,11 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use sessionlog_schema::SessionId;
+use sessionlog_schema::{SessionId, TornTail};
 use sessionlog_store::testing::Io;
 use sessionlog_store::{
-    open_log_writer, Backend, LogReader, SessionStream, SessionWriter, Snapshot, Store, StoreError,
-    WriterOptions,
+    open_log_writer, Backend, HeldRead, LogReader, SessionStream, SessionWriter, Snapshot, Store,
+    StoreError, WriterOptions,
 };
 
 use crate::UsageError;
@@ -142,6 +142,15 @@ impl Target {
         Ok((ids, audit.damage))
     }
 
+    /// Holds one moment of a store for a command that reads all of it
+    /// (see `Store::hold_read`); nothing for a lone log.
+    pub fn hold_read(&self) -> Result<Option<HeldRead>> {
+        Ok(match self {
+            Target::File(_) => None,
+            Target::Store(store) => Some(store.hold_read()?),
+        })
+    }
+
     /// The one session a command works on: `--session`, or the only one.
     pub fn session(&self, session: Option<&str>) -> Result<SessionRef> {
         let mut sessions = self.sessions(session)?;
@@ -160,6 +169,18 @@ impl Target {
             Target::File(path) => Box::new(LogReader::open(path, None)?),
             Target::Store(store) => store.stream(&session.id)?,
         })
+    }
+
+    /// Reads one session to its end without keeping it: its last seq and
+    /// its torn tail, or its corruption. A command that prints as it reads
+    /// runs this first, so that nothing is printed of a corrupt log.
+    pub fn read_through(&self, session: &SessionRef) -> Result<(u64, Option<TornTail>)> {
+        let mut stream = self.stream(session)?;
+        let mut last_seq = 0;
+        while let Some(record) = stream.next_event()? {
+            last_seq = record.seq();
+        }
+        Ok((last_seq, stream.finish()?))
     }
 
     /// The good prefix of one session in memory.

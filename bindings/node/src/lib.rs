@@ -7,7 +7,8 @@
 //!
 //! Nothing here runs store work on the JavaScript thread: every call that
 //! touches a file or a database is a napi `AsyncTask` on libuv's thread
-//! pool, and `follow` waits on the addon's tokio runtime. Values cross the
+//! pool, except a writer's work, which runs on the writer's own thread
+//! (`writer.rs`), and `follow` waits on the addon's tokio runtime. Values cross the
 //! boundary as JSON text built from the records' stored bodies, so a
 //! payload is serialised once (by `JSON.stringify` on the way in) and
 //! parsed once (by `JSON.parse` on the way out). Errors cross as the JSON
@@ -35,7 +36,7 @@ use sessionlog_store::{
 use crate::failure::{Failure, Outcome};
 use crate::follow::NativeFollow;
 use crate::task::{blocking, guarded, Blocking};
-use crate::writer::NativeWriter;
+use crate::writer::{Completion, NativeWriter};
 
 /// A new root session: its id, working directory and optional baselines.
 #[napi(object)]
@@ -172,7 +173,9 @@ impl NativeStore {
     /// Opens the one writer of session `id` (`LOCKED` while another writer,
     /// in this process or another, holds it). Given `seal_key` (the text
     /// of a secret key file), it appends a seal signed by that key after
-    /// every `turn/end`, in the same write and sync.
+    /// every `turn/end`, in the same write and sync. `done` is called
+    /// with the outcome of each piece of work sent to the writer, in the
+    /// order sent (see `writer.rs`).
     #[napi]
     pub fn open_writer(
         &self,
@@ -180,6 +183,7 @@ impl NativeStore {
         buffered: bool,
         keep_snapshot: bool,
         seal_key: Option<String>,
+        done: Completion,
     ) -> AsyncTask<Blocking<NativeWriter>> {
         let store = self.store.clone();
         blocking(move || {
@@ -193,7 +197,7 @@ impl NativeStore {
                 seal_turns,
             };
             let writer = store.store().open_writer(&session_id(&id)?, options)?;
-            Ok(NativeWriter::new(writer))
+            NativeWriter::start(writer, done)
         })
     }
 

@@ -1,16 +1,29 @@
 //! `NativeWriter`: the one writer of a session, held by a JavaScript
-//! `Writer`. It takes appends a group at a time: `index.js` queues the
-//! appends of its callers in call order and hands over everything that
-//! queued while the previous group was being synced, so that they share
-//! one sync (`SessionWriter::append_group`, the store's group commit).
-//! Every call runs on the thread pool, in the order JavaScript made it (see
-//! `Turns`); the writer lock is released by `close` or when the object is
-//! collected.
+//! `Writer`, with a thread of its own. It takes appends a group at a time:
+//! `index.js` queues the appends of its callers in call order and hands over
+//! everything that queued while the previous group was being synced, so
+//! that they share one sync (`SessionWriter::append_group`, the store's
+//! group commit).
+//!
+//! The writer's thread takes its work from a channel, in the order the
+//! JavaScript thread sent it (call order, whatever is still running), and
+//! reports each outcome, in the same order, by one call of the completion
+//! function `index.js` gave when it opened the writer (a napi threadsafe
+//! function). An append awaited one at a time so costs one wake of the
+//! event loop and, usually, no wake of the writer's thread: after a piece
+//! of work the thread watches the channel for `LINGER` before it sleeps,
+//! which covers the time the event loop takes to resolve the promise and
+//! make the next append. The writer lock is released by `close` or when the
+//! object is collected (the channel closes and the thread ends).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
+use std::thread;
+use std::time::{Duration, Instant};
 
-use napi::bindgen_prelude::AsyncTask;
+use napi::bindgen_prelude::Unknown;
+use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
+use napi::Status;
 use napi_derive::napi;
 use serde::{Deserialize, Serialize};
 use sessionlog_projections::parse_pending_action;
@@ -19,7 +32,17 @@ use sessionlog_store::{NewEvent, SessionWriter};
 
 use crate::failure::{Failure, Outcome};
 use crate::json;
-use crate::task::{blocking, Blocking};
+
+/// How long the writer's thread watches for the next piece of work after
+/// finishing one before it sleeps. The event loop needs about 20–60 µs to
+/// settle an append and make the next; an idle writer spends this much of a
+/// core once per append, never more.
+const LINGER: Duration = Duration::from_micros(250);
+
+/// The completion function: called with `(error)` or `(null, text)` once per
+/// piece of work, in the order the work was sent. Weak: it never keeps the
+/// event loop alive by itself (`index.js` does while work is pending).
+pub type Completion = ThreadsafeFunction<String, Unknown<'static>, String, Status, true, true>;
 
 /// A group of appends as `index.js` encodes it, one JSON array for all:
 /// `[[expectSeq|null, [[type, ts|null, data], ...]], ...]`, each `data` the
@@ -44,97 +67,67 @@ enum BatchOutcome {
     Failed(Failure),
 }
 
+/// A piece of work for the writer's thread. Each resolves with a JSON text.
+#[derive(Debug)]
+enum Work {
+    /// A group of appends (see `Batch`): the outcome of each, in order.
+    AppendGroup(String),
+    /// The Auto reviewer's request for a pending action (its JSON text).
+    ReviewRequest { pending: String, max_bytes: usize },
+    /// A seal, signed by the key file's text when given: its seq.
+    Seal(Option<String>),
+    /// Releases the writer and its lock: `null`.
+    Close,
+}
+
 /// The writer of one session (see the module docs).
 #[napi]
 #[derive(Debug)]
 pub struct NativeWriter {
-    writer: Arc<Mutex<Option<SessionWriter>>>,
-    turns: Arc<Turns>,
+    /// The channel to the writer's thread; `None` once `close` was sent.
+    work: Option<Sender<Work>>,
     id: String,
 }
 
-/// Runs the calls made on one writer in the order they were made. A call
-/// takes a ticket on the JavaScript thread, when it is made; on the thread
-/// pool it waits until every earlier ticket has been served. `index.js`
-/// may so hand over a group of appends while an earlier one is still being
-/// written (a bulk import overlaps its encoding with the store's work), and
-/// a lock would not keep that order: `Mutex` is not first come, first
-/// served. libuv takes work first in, first out, so the call a waiting one
-/// needs is always already running.
-#[derive(Debug, Default)]
-struct Turns {
-    issued: AtomicU64,
-    served: Mutex<u64>,
-    next: Condvar,
-}
-
-impl Turns {
-    /// A ticket for a call made now.
-    fn take(&self) -> u64 {
-        self.issued.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Waits for `ticket`'s turn; the turn passes on when the guard drops,
-    /// whatever the call's outcome (a panic included).
-    fn wait(&self, ticket: u64) -> Turn<'_> {
-        let mut served = self.served.lock().unwrap_or_else(PoisonError::into_inner);
-        while *served != ticket {
-            served = self
-                .next
-                .wait(served)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-        Turn { turns: self }
-    }
-}
-
-/// The turn of one call (see `Turns::wait`).
-struct Turn<'a> {
-    turns: &'a Turns,
-}
-
-impl Drop for Turn<'_> {
-    fn drop(&mut self) {
-        let mut served = self
-            .turns
-            .served
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        *served += 1;
-        self.turns.next.notify_all();
-    }
-}
-
 impl NativeWriter {
-    /// Wraps an open writer.
-    pub fn new(writer: SessionWriter) -> NativeWriter {
-        NativeWriter {
-            id: writer.id().as_str().to_owned(),
-            writer: Arc::new(Mutex::new(Some(writer))),
-            turns: Arc::default(),
-        }
+    /// Starts the thread of an open writer, which reports to `done`.
+    pub fn start(writer: SessionWriter, done: Completion) -> Outcome<NativeWriter> {
+        let id = writer.id().as_str().to_owned();
+        let (work, inbox) = channel();
+        thread::Builder::new()
+            .name(format!("sessionlog writer {id}"))
+            .spawn(move || serve(writer, &inbox, &done))
+            .map_err(|error| {
+                Failure::new(
+                    "IO",
+                    format!("cannot start the writer thread of session {id}: {error}"),
+                )
+            })?;
+        Ok(NativeWriter {
+            work: Some(work),
+            id,
+        })
     }
 
-    /// Runs `work` with the open writer on the thread pool.
-    fn with_writer<T>(
-        &self,
-        work: impl FnOnce(&mut SessionWriter) -> Outcome<T> + Send + 'static,
-    ) -> AsyncTask<Blocking<T>>
-    where
-        T: napi::bindgen_prelude::ToNapiValue + napi::bindgen_prelude::TypeName + Send + 'static,
-    {
-        let writer = Arc::clone(&self.writer);
-        let turns = Arc::clone(&self.turns);
-        let ticket = turns.take();
-        let id = self.id.clone();
-        blocking(move || {
-            let _turn = turns.wait(ticket);
-            let mut slot = writer.lock().unwrap_or_else(PoisonError::into_inner);
-            let open = slot.as_mut().ok_or_else(|| {
-                Failure::new("CLOSED", format!("the writer of session {id} is closed"))
-            })?;
-            work(open)
-        })
+    /// Sends `work` to the writer's thread; `CLOSED` once `close` was sent.
+    fn send(&mut self, work: Work, closing: bool) -> napi::Result<()> {
+        let closed = || {
+            Failure::new(
+                "CLOSED",
+                format!("the writer of session {} is closed", self.id),
+            )
+            .into_napi()
+        };
+        let sent = match &self.work {
+            Some(channel) => channel.send(work).map_err(|_| closed()),
+            None => Err(closed()),
+        };
+        if closing {
+            // Whatever comes after `close` is refused here, so nothing sent
+            // is left unanswered when the thread ends.
+            self.work = None;
+        }
+        sent
     }
 }
 
@@ -146,77 +139,133 @@ impl NativeWriter {
         self.id.clone()
     }
 
-    /// Appends every batch of `group` (see `Batch`) in order, each atomic
-    /// with its own expected seq, and syncs once for all; resolves with the
-    /// JSON text of each batch's outcome, in order (see `BatchOutcome`).
+    /// Sends a group of appends (see `Batch`): every batch in order, each
+    /// atomic with its own expected seq, synced once for all; its completion
+    /// is the JSON text of each batch's outcome, in order (see
+    /// `BatchOutcome`).
     #[napi]
-    pub fn append_group(&self, group: String) -> AsyncTask<Blocking<String>> {
-        self.with_writer(move |writer| {
-            let group: Vec<Batch> = serde_json::from_str(&group).map_err(|error| {
-                Failure::new(
-                    "INVALID_EVENT",
-                    format!("a group of appends is not readable: {error}"),
-                )
-            })?;
-            let batches = group
-                .into_iter()
-                .map(|Batch(expected_seq, events)| {
-                    let events = events
-                        .into_iter()
-                        .map(|EventInput(event_type, ts, data)| NewEvent {
-                            event_type,
-                            data: data.get().to_owned(),
-                            ts,
-                        })
-                        .collect();
-                    (events, expected_seq)
-                })
-                .collect();
-            let outcomes: Vec<BatchOutcome> = writer
-                .append_group(batches)
-                .into_iter()
-                .map(|outcome| match outcome {
-                    Ok(seqs) => BatchOutcome::Appended(seqs.first().map(|seq| seq.get())),
-                    Err(error) => BatchOutcome::Failed(error.into()),
-                })
-                .collect();
-            Ok(json::to_json(&outcomes))
-        })
+    pub fn append_group(&mut self, group: String) -> napi::Result<()> {
+        self.send(Work::AppendGroup(group), false)
     }
 
-    /// The Auto reviewer's request for the pending action (its JSON text),
-    /// from the snapshot this writer holds; the request's JSON text.
+    /// Sends a request for the Auto reviewer's request for the pending
+    /// action (its JSON text), from the snapshot this writer holds; its
+    /// completion is the request's JSON text.
     #[napi]
-    pub fn review_request(&self, pending: String, max_bytes: f64) -> AsyncTask<Blocking<String>> {
-        self.with_writer(move |writer| {
+    pub fn review_request(&mut self, pending: String, max_bytes: f64) -> napi::Result<()> {
+        let max_bytes = max_bytes as usize;
+        self.send(Work::ReviewRequest { pending, max_bytes }, false)
+    }
+
+    /// Sends a seal of every record so far, written durably and signed by
+    /// `key` (the text of a secret key file) when given; its completion is
+    /// the seal's seq.
+    #[napi]
+    pub fn seal(&mut self, key: Option<String>) -> napi::Result<()> {
+        self.send(Work::Seal(key), false)
+    }
+
+    /// Sends the release of the writer and its lock, after everything sent
+    /// before; its completion is `null`. Closing twice does nothing more.
+    #[napi]
+    pub fn close(&mut self) -> napi::Result<()> {
+        self.send(Work::Close, true)
+    }
+}
+
+/// The writer's thread: does each piece of work in the order sent and
+/// reports it, until `close` or until the `NativeWriter` is dropped.
+fn serve(writer: SessionWriter, inbox: &Receiver<Work>, done: &Completion) {
+    let id = writer.id().as_str().to_owned();
+    let mut writer = Some(writer);
+    let mut next = inbox.recv().ok();
+    while let Some(work) = next {
+        let closing = matches!(work, Work::Close);
+        let outcome = match catch_unwind(AssertUnwindSafe(|| run(&mut writer, &id, work))) {
+            Ok(outcome) => outcome,
+            Err(payload) => Err(Failure::panic(payload)),
+        };
+        // The status is `Closing` only when the JavaScript environment is
+        // going away, and then nobody waits for the answer.
+        let _ = done.call(
+            outcome.map_err(Failure::into_napi),
+            ThreadsafeFunctionCallMode::NonBlocking,
+        );
+        if closing {
+            return;
+        }
+        next = linger(inbox);
+    }
+}
+
+/// The next piece of work: watched for during `LINGER`, then waited for
+/// asleep; `None` when the channel closed.
+fn linger(inbox: &Receiver<Work>) -> Option<Work> {
+    let started = Instant::now();
+    loop {
+        match inbox.try_recv() {
+            Ok(work) => return Some(work),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) if started.elapsed() < LINGER => thread::yield_now(),
+            Err(TryRecvError::Empty) => return inbox.recv().ok(),
+        }
+    }
+}
+
+/// Does one piece of work with the writer (`None` once closed).
+fn run(slot: &mut Option<SessionWriter>, id: &str, work: Work) -> Outcome<String> {
+    if let Work::Close = work {
+        drop(slot.take());
+        return Ok("null".to_owned());
+    }
+    let writer = slot
+        .as_mut()
+        .ok_or_else(|| Failure::new("CLOSED", format!("the writer of session {id} is closed")))?;
+    match work {
+        Work::AppendGroup(group) => append_group(writer, &group),
+        Work::ReviewRequest { pending, max_bytes } => {
             let action = parse_pending_action(pending.as_bytes())?;
-            Ok(writer.review_request(&action, max_bytes as usize)?)
-        })
-    }
-
-    /// Appends a seal of every record so far durably, signed by `key` (the
-    /// text of a secret key file) when given; resolves with its seq.
-    #[napi]
-    pub fn seal(&self, key: Option<String>) -> AsyncTask<Blocking<f64>> {
-        self.with_writer(move |writer| {
+            Ok(writer.review_request(&action, max_bytes)?)
+        }
+        Work::Seal(key) => {
             let key = key.as_deref().map(secret_key).transpose()?;
-            Ok(writer.seal(key.as_ref(), None)?.get() as f64)
-        })
+            Ok(writer.seal(key.as_ref(), None)?.get().to_string())
+        }
+        Work::Close => Ok("null".to_owned()),
     }
+}
 
-    /// Releases the writer and its lock. Closing twice does nothing.
-    #[napi]
-    pub fn close(&self) -> AsyncTask<Blocking<()>> {
-        let writer = Arc::clone(&self.writer);
-        let turns = Arc::clone(&self.turns);
-        let ticket = turns.take();
-        blocking(move || {
-            let _turn = turns.wait(ticket);
-            let open = writer.lock().unwrap_or_else(PoisonError::into_inner).take();
-            drop(open);
-            Ok(())
+/// Appends a group (see `Batch`); the JSON text of each batch's outcome.
+fn append_group(writer: &mut SessionWriter, group: &str) -> Outcome<String> {
+    let group: Vec<Batch> = serde_json::from_str(group).map_err(|error| {
+        Failure::new(
+            "INVALID_EVENT",
+            format!("a group of appends is not readable: {error}"),
+        )
+    })?;
+    let batches = group
+        .into_iter()
+        .map(|Batch(expected_seq, events)| {
+            let events = events
+                .into_iter()
+                .map(|EventInput(event_type, ts, data)| NewEvent {
+                    event_type,
+                    data: data.get().to_owned(),
+                    ts,
+                })
+                .collect();
+            (events, expected_seq)
         })
-    }
+        .collect();
+    let outcomes: Vec<BatchOutcome> = writer
+        .append_group(batches)
+        .into_iter()
+        .map(|outcome| match outcome {
+            Ok(seqs) => BatchOutcome::Appended(seqs.first().map(|seq| seq.get())),
+            Err(error) => BatchOutcome::Failed(error.into()),
+        })
+        .collect();
+    Ok(json::to_json(&outcomes))
 }
 
 /// Reads the text of a secret key file (what `sessionlog keygen` writes);

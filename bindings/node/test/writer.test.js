@@ -4,7 +4,7 @@
 'use strict'
 
 const assert = require('node:assert/strict')
-const { spawn } = require('node:child_process')
+const { spawn, spawnSync } = require('node:child_process')
 const fs = require('node:fs')
 const path = require('node:path')
 const { test } = require('node:test')
@@ -278,6 +278,69 @@ test('LOCKED across two Node processes', { timeout: 60_000 }, async (t) => {
   const writer = await store.openWriter('s1')
   assert.equal(await writer.append({ type: 'turn/end', data: { turnId: 't1' } }), 2)
   await writer.close()
+})
+
+test('an append in flight keeps the process alive, an idle open writer does not', { timeout: 60_000 }, async (t) => {
+  const location = path.join(tempDir(t), 'sessions')
+  const store = await Store.open(location, { create: true })
+  await store.createSession({ id: 's1', cwd: '/w' })
+  // Nothing else holds the event loop: the append, not awaited, must still
+  // be written and resolved, and then the process must end on its own with
+  // the writer left open.
+  const child = spawnSync(
+    process.execPath,
+    [
+      '-e',
+      `const { Store } = require(${JSON.stringify(path.resolve(__dirname, '..'))});
+       Store.open(${JSON.stringify(location)})
+         .then((store) => store.openWriter('s1'))
+         .then((writer) => {
+           writer.append({ type: 'turn/start', data: { turnId: 't1' } }).then((seq) => process.stdout.write('appended ' + seq + '\\n'))
+         })`,
+    ],
+    { encoding: 'utf8', timeout: 30_000 },
+  )
+  assert.equal(child.signal, null, 'the process did not end on its own')
+  assert.equal(child.status, 0, child.stderr)
+  assert.equal(child.stdout, 'appended 1\n')
+  const snap = await store.snapshot('s1')
+  assert.deepEqual(
+    snap.events.map((event) => [event.seq, event.type]),
+    [[1, 'turn/start']],
+  )
+})
+
+test('a writer collected without close releases its lock', { timeout: 60_000 }, async (t) => {
+  const location = path.join(tempDir(t), 'sessions')
+  const store = await Store.open(location, { create: true })
+  await store.createSession({ id: 's1', cwd: '/w' })
+  const child = spawnSync(
+    process.execPath,
+    [
+      '--expose-gc',
+      '-e',
+      `const { Store } = require(${JSON.stringify(path.resolve(__dirname, '..'))});
+       (async () => {
+         const store = await Store.open(${JSON.stringify(location)});
+         await (async () => {
+           const writer = await store.openWriter('s1');
+           await writer.append({ type: 'turn/start', data: { turnId: 't1' } });
+         })();
+         const held = await store.openWriter('s1').then(() => 'open', (error) => error.code);
+         for (let round = 0; round < 20; round += 1) {
+           global.gc();
+           await new Promise((resolve) => setTimeout(resolve, 50));
+         }
+         const writer = await store.openWriter('s1');
+         const seq = await writer.append({ type: 'turn/end', data: { turnId: 't1' } });
+         await writer.close();
+         process.stdout.write(held + ' ' + seq + '\\n');
+       })().catch((error) => { console.error(error); process.exit(1) });`,
+    ],
+    { encoding: 'utf8', timeout: 30_000 },
+  )
+  assert.equal(child.status, 0, child.stderr)
+  assert.equal(child.stdout, 'LOCKED 2\n')
 })
 
 test('SessionlogError is exported and is an Error', () => {

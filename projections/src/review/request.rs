@@ -85,6 +85,77 @@ pub fn build_review_request_from_fragments(
     max_bytes: usize,
 ) -> Result<String, ReviewError> {
     check_state_matches(state, events)?;
+    let request_header = match state.latest_request_header_seq() {
+        Some(seq) => Some(record_at(events, seq).map_err(invalid_log)?),
+        None => None,
+    };
+    build_request(state, fragments, request_header, pending, max_bytes)
+}
+
+/// Builds the reviewer's request for `pending` from a session read as a
+/// stream, in memory that does not grow with the log: `state` is the fold
+/// of every event read, `fragments` absorbed each of them as it was folded,
+/// and `request_header` is the record at the state's latest
+/// `request/header` seq, kept aside as it went by. The request is the one
+/// [`build_review_request`] gives for the same events; a `state` that
+/// refused an event, `fragments` at another seq or another record as the
+/// request header are `INVALID_LOG`.
+///
+/// ```
+/// use sessionlog_projections::{build_review_request, build_review_request_streamed, parse_pending_action, ReviewFragments, SessionState};
+/// use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
+///
+/// let header = SessionHeader::root(SessionId::parse("a")?, 0, "/w".into());
+/// let events = [
+///     EventRecord::new(1, 1, None, "request/header", r#"{"provider":"p","model":"m","approvalPolicy":"ask","sandboxMode":"read-only","tools":[{"name":"shell","description":"d","parameters":{}}]}"#),
+///     EventRecord::new(2, 1, None, "turn/start", r#"{"turnId":"t"}"#),
+///     EventRecord::new(3, 1, None, "step/start", r#"{"stepId":"s","turnId":"t"}"#),
+/// ];
+/// let pending = parse_pending_action(br#"{"callId":"c","stepId":"s","name":"shell","arguments":{}}"#)?;
+/// let (mut state, mut fragments, mut request_header) = (SessionState::new(header.clone()), ReviewFragments::new(), None);
+/// for record in &events {
+///     state.apply(record).map_err(|v| v.to_string())?;
+///     fragments.absorb(&state, std::slice::from_ref(record));
+///     if state.latest_request_header_seq() == Some(record.seq()) {
+///         request_header = Some(record.clone());
+///     }
+/// }
+/// let streamed = build_review_request_streamed(&state, &fragments, request_header.as_ref(), &pending, 1 << 20)?;
+/// assert_eq!(streamed, build_review_request(&header, &events, &pending, 1 << 20)?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn build_review_request_streamed(
+    state: &SessionState,
+    fragments: &ReviewFragments,
+    request_header: Option<&EventRecord>,
+    pending: &PendingAction,
+    max_bytes: usize,
+) -> Result<String, ReviewError> {
+    if state.violation_count() > 0 {
+        return Err(invalid_log(format!(
+            "the session's fold refused {} event(s); run `sessionlog verify` on it",
+            state.violation_count()
+        )));
+    }
+    let expected = state.latest_request_header_seq();
+    let found = request_header.map(EventRecord::seq);
+    if expected.is_some() && found != expected {
+        return Err(invalid_log(format!(
+            "the request header given is at seq {found:?} but the fold's latest is at seq {expected:?}"
+        )));
+    }
+    build_request(state, fragments, request_header, pending, max_bytes)
+}
+
+/// The request, once `request_header` is known to be the record at the
+/// state's latest `request/header` seq (`None`: there is none).
+fn build_request(
+    state: &SessionState,
+    fragments: &ReviewFragments,
+    request_header: Option<&EventRecord>,
+    pending: &PendingAction,
+    max_bytes: usize,
+) -> Result<String, ReviewError> {
     if fragments.seq() != state.seq() {
         return Err(invalid_log(format!(
             "the review fragments are at seq {} but the fold is at seq {}",
@@ -93,7 +164,7 @@ pub fn build_review_request_from_fragments(
         )));
     }
     check_action_shape(pending)?;
-    let request_header = latest_request_header(state, events)?;
+    let request_header = latest_request_header(state, request_header)?;
     let open_step = check_step(state, pending)?;
     check_call_is_new(state, pending)?;
     let (description, parameters) = match &pending.parent_call_id {
@@ -237,15 +308,14 @@ fn check_action_shape(pending: &PendingAction) -> Result<(), ReviewError> {
 
 fn latest_request_header(
     state: &SessionState,
-    events: &[EventRecord],
+    record: Option<&EventRecord>,
 ) -> Result<sessionlog_schema::RequestHeader, ReviewError> {
-    let Some(seq) = state.latest_request_header_seq() else {
+    let (Some(seq), Some(record)) = (state.latest_request_header_seq(), record) else {
         return Err(ReviewError::new(
             ReviewErrorCode::NoRequestHeader,
             "the log has no request/header: the reviewer's model and the tool definitions come from the latest one",
         ));
     };
-    let record = record_at(events, seq).map_err(invalid_log)?;
     match Event::parse(record.event_type(), record.data()) {
         Ok(Event::RequestHeader(header)) => Ok(header),
         Ok(_) => Err(invalid_log(format!(

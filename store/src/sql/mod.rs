@@ -8,23 +8,31 @@
 //! columns agree with it, that seqs are contiguous, that batches finish,
 //! and that the rows reach the last seq the header row records — so a lost
 //! row is corruption, never a shorter session. The checks that need no
-//! engine at all (`SeqCheck`, the whole-store catalogue) are
-//! `sql_checks`', which SQLite shares too; each engine module (`postgres`)
-//! keeps only what differs: connection, SQL dialect, locking and
-//! notification.
+//! engine at all (`SeqCheck`, the whole-store catalogue) are in `checks`;
+//! each engine folder (`sqlite`, `postgres`) keeps only what differs:
+//! connection, SQL dialect, locking and notification.
 
+pub(crate) mod checks;
+pub(crate) mod events;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+#[cfg(feature = "sqlite")]
+pub(crate) mod sqlite;
 
 use std::path::Path;
 
-use sessionlog_schema::{decode_header, encode_line, record_crc, DecodedHeader, SessionId};
-
-pub(crate) use crate::sql_checks::{
-    audit_catalogue, check_no_rows_past, corrupt_session as corrupt, session_locator, EventRow,
-    SeqCheck,
+use sessionlog_projections::SessionState;
+use sessionlog_schema::{
+    decode_header, encode_line, record_crc, DecodedHeader, EventRecord, SessionId,
 };
+
+use crate::state_snapshot::{self, SnapshotAnchor};
+use crate::writer::check_storable_record;
 use crate::StoreError;
+pub(crate) use checks::corrupt_session as corrupt;
+// What the PostgreSQL module takes from here (SQLite's reads `checks` itself).
+#[cfg(feature = "postgres")]
+pub(crate) use checks::{audit_catalogue, session_locator, EventRow};
 
 /// A session's header row, as stored.
 #[derive(Debug)]
@@ -34,6 +42,9 @@ pub(crate) struct HeaderRow {
     /// The seq of the session's last event (0: none), kept up to date in the
     /// transaction of every append.
     pub(crate) last_seq: i64,
+    /// For a fork by reference: the session whose first `seedLength`
+    /// event rows are this session's seeded events.
+    pub(crate) seed_source: Option<String>,
 }
 
 /// Checks a header row (its CRC, that it decodes, that it names `id`) and
@@ -77,7 +88,127 @@ pub(crate) fn decode_header_row(
     Ok(decoded)
 }
 
+/// Stages `records` in a sink's `pending` until its sync, each checked
+/// first to be storable (integers within the engine's signed 64 bits).
+pub(crate) fn stage(
+    pending: &mut Vec<EventRecord>,
+    records: &[EventRecord],
+) -> Result<(), StoreError> {
+    for record in records {
+        check_storable_record(record)?;
+    }
+    pending.extend_from_slice(records);
+    Ok(())
+}
+
 /// A value checked by `check_storable` (saturates otherwise).
 pub(crate) fn sql_integer(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Refuses a header with a value out of its vocabulary, as a writer and
+/// [`fold_session`]'s callers do before they fold: the first one, at
+/// `place`.
+pub(crate) fn check_header_vocabulary(
+    place: &Path,
+    decoded: &DecodedHeader,
+) -> Result<(), StoreError> {
+    match decoded.vocabulary_errors.first() {
+        Some(error) => Err(StoreError::HeaderVocabulary {
+            path: place.to_owned(),
+            error: error.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A database session folded through its last event, from its state
+/// snapshot when one holds.
+pub(crate) struct FoldedSession {
+    pub(crate) state: SessionState,
+    /// Every event, when asked for.
+    pub(crate) events: Option<Vec<EventRecord>>,
+    /// The CRC of the last event (0: none): the anchor of a snapshot taken now.
+    pub(crate) last_crc: u32,
+    /// The CRC of the stored header body.
+    pub(crate) header_crc: u32,
+    /// The snapshot it resumed from: its anchor and size in bytes.
+    pub(crate) resumed: Option<(SnapshotAnchor, usize)>,
+}
+
+/// A snapshot row: its seq, its anchor CRC, its bytes. Only rows whose
+/// anchor event row is still in place (same seq, same CRC) are read.
+pub(crate) type SnapshotRow = (i64, i64, Vec<u8>);
+
+/// Folds session `id` of the database at `place`: from `snapshot` (its
+/// snapshot row, when the database has one) when it decodes to a state of
+/// this session and header and names the anchor its row names, then every
+/// event `events_from(seq)` streams after it, each checked as a whole read
+/// checks it. A rule broken refuses the session, unless damage later in it
+/// wins. Without `keep_events` the snapshot is not used.
+pub(crate) fn fold_session<I>(
+    id: &SessionId,
+    place: &Path,
+    decoded: DecodedHeader,
+    snapshot: Option<SnapshotRow>,
+    keep_events: bool,
+    events_from: impl FnOnce(u64) -> Result<I, StoreError>,
+) -> Result<FoldedSession, StoreError>
+where
+    I: Iterator<Item = Result<EventRecord, StoreError>>,
+{
+    let header_crc = state_snapshot::header_crc(&decoded.body);
+    let resumed = match (keep_events, snapshot) {
+        (false, Some((seq, anchor_crc, bytes))) => {
+            let checked = state_snapshot::decode(&bytes, &decoded.header, &decoded.body).and_then(
+                |(state, anchor)| {
+                    let matches = i64::try_from(anchor.seq).ok() == Some(seq)
+                        && i64::from(anchor.record_crc) == anchor_crc;
+                    match matches {
+                        true => Ok((state, anchor, bytes.len())),
+                        false => Err("its row and its bytes name different anchors".to_owned()),
+                    }
+                },
+            );
+            checked
+                .map_err(|why| state_snapshot::ignored(id, place, &why))
+                .ok()
+        }
+        _ => None,
+    };
+    let (mut state, from_seq, mut last_crc, resumed) = match resumed {
+        Some((state, anchor, bytes)) => (
+            state,
+            anchor.seq + 1,
+            anchor.record_crc,
+            Some((anchor, bytes)),
+        ),
+        None => {
+            let state = SessionState::with_header_body(decoded.header, &decoded.body);
+            (state, 1, 0, None)
+        }
+    };
+    let mut events = keep_events.then(Vec::new);
+    let mut refusal = crate::error::Refusal::default();
+    for record in events_from(from_seq)? {
+        let record = record?;
+        if let Err(violation) = state.apply(&record) {
+            refusal.note(StoreError::Rule {
+                path: place.to_owned(),
+                violation,
+            });
+        }
+        last_crc = record_crc(id, record.body().as_bytes());
+        if let Some(events) = &mut events {
+            events.push(record);
+        }
+    }
+    refusal.into_result()?;
+    Ok(FoldedSession {
+        state,
+        events,
+        last_crc,
+        header_crc,
+        resumed,
+    })
 }

@@ -235,13 +235,13 @@ impl Timeline {
     /// The exit code of what the timeline marks: 7 for a seal that does
     /// not hold, else 4 for a rule violation, else 0.
     pub fn exit_code(&self) -> u8 {
-        exit::of_findings(
-            false,
-            self.seal_failures > 0,
-            self.violations > self.seal_failures,
-            false,
-        )
+        findings_exit_code(self.violations, self.seal_failures)
     }
+}
+
+/// 7 when a seal does not hold, else 4 when an event breaks a rule, else 0.
+fn findings_exit_code(violations: usize, seal_failures: usize) -> u8 {
+    exit::of_findings(false, seal_failures > 0, violations > seal_failures, false)
 }
 
 /// Which events a timeline shows.
@@ -253,7 +253,11 @@ pub struct Window {
     pub at: Option<u64>,
 }
 
-/// Runs `replay`.
+/// Runs `replay`: the session is read as a stream and each entry printed
+/// as its event is folded, so what is held is the fold and one entry,
+/// whatever the log's length. A first read to the end (nothing kept)
+/// refuses a corrupt log before anything is printed, names a torn tail,
+/// and gives the last seq (for `--at` and the width of the seq column).
 pub fn run(
     args: &SessionArgs,
     window: Window,
@@ -264,14 +268,13 @@ pub fn run(
 ) -> Result<u8> {
     let target = Target::open(&args.store)?;
     let session = target.session(args.session.as_deref())?;
-    let snapshot = target.snapshot(&session)?;
-    if let Some(torn) = &snapshot.torn_tail {
+    let (last_seq, torn_tail) = target.read_through(&session)?;
+    if let Some(torn) = &torn_tail {
         warn(format!(
             "{}: replaying the good prefix; ignoring a torn tail of {} bytes at line {} (byte offset {}): {}",
             session.label, torn.bytes, torn.position.line, torn.position.offset, torn.reason
         ));
     }
-    let last_seq = snapshot.events.last().map_or(0, EventRecord::seq);
     if let Some(at) = window.at.filter(|at| *at > last_seq) {
         bail!(UsageError(format!(
             "--at {at} is past the last seq {last_seq} of {}",
@@ -282,25 +285,40 @@ pub fn run(
         approval: defaults.default_approval,
         sandbox: defaults.default_sandbox,
     };
-    let timeline = timeline(
-        &snapshot.header,
-        &snapshot.header_body,
-        &snapshot.header_vocabulary_errors,
-        &snapshot.events,
+    let mut stream = target.stream(&session)?;
+    let mut builder = TimelineBuilder::new(
+        stream.header().clone(),
+        stream.header_body(),
+        stream.header_vocabulary_errors(),
         window,
-        &defaults,
+        defaults,
     );
-    let painter = Painter::new(color);
-    let written = if json {
-        write_json(&timeline)
-    } else {
-        write_text(&timeline, painter, layout)
+    let shown_last = window.at.map_or(last_seq, |at| at.min(last_seq));
+    let mut printer = match json {
+        true => Printer::Json(crate::terminal::stdout(Mode::Json)),
+        false => Printer::Text(Box::new(TextPrinter::new(
+            Painter::new(color),
+            layout,
+            shown_last,
+        ))),
     };
-    written?;
-    Ok(timeline.exit_code())
+    printer.entry(&builder.header_entry())?;
+    // Only as many events as the first read found: the log may have grown
+    // since, and what was checked is what is shown.
+    while let Some(record) = stream.next_event()? {
+        if builder.is_past(&record) || record.seq() > last_seq {
+            break;
+        }
+        if let Some(entry) = builder.entry(&record) {
+            printer.entry(&entry)?;
+        }
+    }
+    let summary = builder.finish();
+    printer.finish(&summary)?;
+    Ok(summary.exit_code())
 }
 
-/// The timeline of a session's good prefix.
+/// The timeline of a session's good prefix, all in memory.
 pub fn timeline(
     header: &SessionHeader,
     header_body: &str,
@@ -309,47 +327,149 @@ pub fn timeline(
     window: Window,
     defaults: &Defaults,
 ) -> Timeline {
-    let mut state = SessionState::with_header_body(header.clone(), header_body);
-    let mut view = View::of(&state, defaults);
-    let header_violation = (!header_vocabulary_errors.is_empty()).then(|| {
-        header_vocabulary_errors
-            .iter()
-            .map(|error| {
-                format!(
-                    "vocabulary: {}: {:?} is not a {} (expected {})",
-                    error.field, error.value, error.what, error.expected
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
-    });
-    let from = window.from.unwrap_or(1);
-    let mut seals = Vec::new();
-    // The header carries the projections at seq 0 when the timeline starts
-    // there; otherwise the first event shown carries them whole.
-    let mut first_shown = from > 1;
-    let mut entries = vec![Entry {
-        seq: 0,
-        ts: header.created_at,
-        time: iso8601(header.created_at),
-        event_type: "header".to_owned(),
-        summary: header_summary(header),
-        authority: None,
-        violation: header_violation,
-        projection: (!first_shown).then(|| view.clone()),
-        kind: EntryKind::Header,
-        child: None,
-    }];
+    let mut builder = TimelineBuilder::new(
+        header.clone(),
+        header_body,
+        header_vocabulary_errors,
+        window,
+        *defaults,
+    );
+    let mut entries = vec![builder.header_entry()];
     for record in events {
-        if window.at.is_some_and(|at| record.seq() > at) {
+        if builder.is_past(record) {
             break;
         }
-        let mut entry = describe(header, record, |call_id| {
+        entries.extend(builder.entry(record));
+    }
+    let summary = builder.finish();
+    Timeline {
+        header: summary.header,
+        entries,
+        violations: summary.violations,
+        seal_failures: summary.seal_failures,
+        seals: summary.seals,
+        last_seq: summary.last_seq,
+    }
+}
+
+/// Builds a timeline one event at a time: the header's entry, then an
+/// entry for each event shown, folding every event through the window's
+/// end; what the whole timeline marks is counted as it goes.
+pub struct TimelineBuilder {
+    header: SessionHeader,
+    header_violation: Option<String>,
+    state: SessionState,
+    view: View,
+    window: Window,
+    defaults: Defaults,
+    /// Whether the next entry shown carries the projections whole.
+    first_shown: bool,
+    violations: usize,
+    seal_failures: usize,
+    seals: Vec<SealInfo>,
+}
+
+/// What a whole timeline marks, once built.
+#[derive(Debug, Clone)]
+pub struct TimelineSummary {
+    /// The header.
+    pub header: SessionHeader,
+    /// How many entries carry a violation (seal failures included).
+    pub violations: usize,
+    /// How many of those are seals that do not hold.
+    pub seal_failures: usize,
+    /// Every seal met (own or inherited), in log order.
+    pub seals: Vec<SealInfo>,
+    /// The last seq folded.
+    pub last_seq: u64,
+}
+
+impl TimelineSummary {
+    /// The exit code of what the timeline marks: 7 for a seal that does
+    /// not hold, else 4 for a rule violation, else 0.
+    pub fn exit_code(&self) -> u8 {
+        findings_exit_code(self.violations, self.seal_failures)
+    }
+}
+
+impl TimelineBuilder {
+    /// A builder for the session of `header`; `defaults` fill in what the
+    /// session leaves unset.
+    pub fn new(
+        header: SessionHeader,
+        header_body: &str,
+        header_vocabulary_errors: &[HeaderVocabularyError],
+        window: Window,
+        defaults: Defaults,
+    ) -> TimelineBuilder {
+        let state = SessionState::with_header_body(header.clone(), header_body);
+        let view = View::of(&state, &defaults);
+        let header_violation = (!header_vocabulary_errors.is_empty()).then(|| {
+            header_vocabulary_errors
+                .iter()
+                .map(|error| {
+                    format!(
+                        "vocabulary: {}: {:?} is not a {} (expected {})",
+                        error.field, error.value, error.what, error.expected
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        });
+        TimelineBuilder {
+            header,
+            header_violation,
+            state,
+            view,
+            window,
+            defaults,
+            // The header carries the projections at seq 0 when the timeline
+            // starts there; otherwise the first event shown carries them
+            // whole.
+            first_shown: window.from.unwrap_or(1) > 1,
+            violations: 0,
+            seal_failures: 0,
+            seals: Vec::new(),
+        }
+    }
+
+    /// The header's entry (seq 0), the first of the timeline.
+    pub fn header_entry(&mut self) -> Entry {
+        let violation = self.header_violation.take();
+        self.violations += usize::from(violation.is_some());
+        Entry {
+            seq: 0,
+            ts: self.header.created_at,
+            time: iso8601(self.header.created_at),
+            event_type: "header".to_owned(),
+            summary: header_summary(&self.header),
+            authority: None,
+            violation,
+            projection: (!self.first_shown).then(|| self.view.clone()),
+            kind: EntryKind::Header,
+            child: None,
+        }
+    }
+
+    /// Whether `record` is past the window's end (nothing after it is
+    /// folded or shown).
+    pub fn is_past(&self, record: &EventRecord) -> bool {
+        self.window.at.is_some_and(|at| record.seq() > at)
+    }
+
+    /// Folds the next event; its entry when the window shows it.
+    pub fn entry(&mut self, record: &EventRecord) -> Option<Entry> {
+        let state = &self.state;
+        let mut entry = describe(&self.header, record, |call_id| {
             state.call(call_id).map(|call| call.name.clone())
         });
-        let applied = state.apply(record);
-        if let Some(seal) = state.last_seal().filter(|seal| seal.seq == record.seq()) {
-            seals.push(seal.clone());
+        let applied = self.state.apply(record);
+        if let Some(seal) = self
+            .state
+            .last_seal()
+            .filter(|seal| seal.seq == record.seq())
+        {
+            self.seals.push(seal.clone());
         }
         if let Err(violation) = &applied {
             if violation.kind == ViolationKind::Seal {
@@ -360,30 +480,30 @@ pub fn timeline(
         entry.violation = applied
             .err()
             .map(|violation| format!("{} violation: {}", violation.kind, violation.message));
-        let now = View::of(&state, defaults);
-        let changed = now != view;
-        view = now;
-        if record.seq() < from {
-            continue;
+        let now = View::of(&self.state, &self.defaults);
+        let changed = now != self.view;
+        self.view = now;
+        if record.seq() < self.window.from.unwrap_or(1) {
+            return None;
         }
-        if changed || first_shown {
-            entry.projection = Some(view.clone());
+        if changed || self.first_shown {
+            entry.projection = Some(self.view.clone());
         }
-        first_shown = false;
-        entries.push(entry);
+        self.first_shown = false;
+        self.violations += usize::from(entry.violation.is_some());
+        self.seal_failures += usize::from(entry.kind == EntryKind::SealFailed);
+        Some(entry)
     }
-    let violations = entries.iter().filter(|e| e.violation.is_some()).count();
-    let seal_failures = entries
-        .iter()
-        .filter(|e| e.kind == EntryKind::SealFailed)
-        .count();
-    Timeline {
-        header: header.clone(),
-        entries,
-        violations,
-        seal_failures,
-        seals,
-        last_seq: state.seq(),
+
+    /// What the timeline marked.
+    pub fn finish(self) -> TimelineSummary {
+        TimelineSummary {
+            header: self.header,
+            violations: self.violations,
+            seal_failures: self.seal_failures,
+            seals: self.seals,
+            last_seq: self.state.seq(),
+        }
     }
 }
 
@@ -722,83 +842,120 @@ fn header_summary(header: &SessionHeader) -> String {
     )
 }
 
-fn write_json(timeline: &Timeline) -> std::io::Result<()> {
-    let mut out = crate::terminal::stdout(Mode::Json);
-    for entry in &timeline.entries {
-        serde_json::to_writer(&mut out, entry)?;
-        out.write_all(b"\n")?;
-    }
-    out.flush()
+/// Standard output as `terminal` gives it.
+type Stdout = Escaping<std::io::BufWriter<std::io::StdoutLock<'static>>>;
+
+/// Where the entries of `replay` go as they are made.
+enum Printer {
+    /// One JSON object a line.
+    Json(Stdout),
+    /// The terminal timeline.
+    Text(Box<TextPrinter>),
 }
 
-fn write_text(timeline: &Timeline, painter: Painter, layout: Layout) -> std::io::Result<()> {
-    let mut out = crate::terminal::stdout(Mode::Text);
-    let seq_columns = timeline
-        .entries
-        .last()
-        .map_or(1, |entry| entry.seq.to_string().len())
-        .max(5);
-    let indent = TIME_COLUMNS + 1 + seq_columns + 1 + TYPE_COLUMNS + 1;
-    let columns = layout.width.saturating_sub(indent).max(MIN_TEXT_COLUMNS);
-    let margin = " ".repeat(indent);
-    let mut previous: Option<&View> = None;
-    let mut day: Option<&str> = None;
-    for entry in &timeline.entries {
-        let (date, time) = entry.time.split_once('T').unwrap_or(("", &entry.time));
-        if day != Some(date) {
-            painter.paint(&mut out, Style::Dim, &format!("── {date} (UTC)"))?;
-            writeln!(out)?;
-            day = Some(date);
+impl Printer {
+    fn entry(&mut self, entry: &Entry) -> std::io::Result<()> {
+        match self {
+            Printer::Json(out) => {
+                serde_json::to_writer(&mut *out, entry)?;
+                out.write_all(b"\n")
+            }
+            Printer::Text(printer) => printer.entry(entry),
         }
-        painter.paint(&mut out, Style::Dim, time.trim_end_matches('Z'))?;
+    }
+
+    fn finish(&mut self, summary: &TimelineSummary) -> std::io::Result<()> {
+        match self {
+            Printer::Json(out) => out.flush(),
+            Printer::Text(printer) => printer.finish(summary),
+        }
+    }
+}
+
+/// The terminal timeline, printed an entry at a time.
+struct TextPrinter {
+    out: Stdout,
+    painter: Painter,
+    layout: Layout,
+    seq_columns: usize,
+    columns: usize,
+    margin: String,
+    /// The projections last printed.
+    previous: Option<View>,
+    /// The date of the last entry printed.
+    day: Option<String>,
+}
+
+impl TextPrinter {
+    /// A printer whose seq column fits `last_seq`, the last seq shown.
+    fn new(painter: Painter, layout: Layout, last_seq: u64) -> TextPrinter {
+        let seq_columns = last_seq.to_string().len().max(5);
+        let indent = TIME_COLUMNS + 1 + seq_columns + 1 + TYPE_COLUMNS + 1;
+        TextPrinter {
+            out: crate::terminal::stdout(Mode::Text),
+            painter,
+            layout,
+            seq_columns,
+            columns: layout.width.saturating_sub(indent).max(MIN_TEXT_COLUMNS),
+            margin: " ".repeat(indent),
+            previous: None,
+            day: None,
+        }
+    }
+
+    fn entry(&mut self, entry: &Entry) -> std::io::Result<()> {
+        let (out, painter, margin, columns) =
+            (&mut self.out, self.painter, &self.margin, self.columns);
+        let seq_columns = self.seq_columns;
+        let (date, time) = entry.time.split_once('T').unwrap_or(("", &entry.time));
+        if self.day.as_deref() != Some(date) {
+            painter.paint(out, Style::Dim, &format!("── {date} (UTC)"))?;
+            writeln!(out)?;
+            self.day = Some(date.to_owned());
+        }
+        painter.paint(out, Style::Dim, time.trim_end_matches('Z'))?;
         out.write_all(b" ")?;
-        painter.paint(
-            &mut out,
-            Style::Bold,
-            &format!("{:>seq_columns$}", entry.seq),
-        )?;
+        painter.paint(out, Style::Bold, &format!("{:>seq_columns$}", entry.seq))?;
         out.write_all(b" ")?;
         // A type longer than its column pushes the text to a line of its
         // own, so the text column stays straight.
         let event_type = format!("{:<TYPE_COLUMNS$}", entry.event_type);
-        painter.paint(&mut out, Style::of(entry.kind), &event_type)?;
+        painter.paint(out, Style::of(entry.kind), &event_type)?;
         if console::measure_text_width(&event_type) > TYPE_COLUMNS {
             writeln!(out)?;
             out.write_all(margin.as_bytes())?;
         } else {
             out.write_all(b" ")?;
         }
-        write_summary(&mut out, entry, painter, layout, columns, &margin)?;
+        write_summary(out, entry, painter, self.layout, columns, margin)?;
         if let Some(violation) = &entry.violation {
             let text = format!("✗ {violation}");
-            write_block(&mut out, &text, Style::Violation, painter, columns, &margin)?;
+            write_block(out, &text, Style::Violation, painter, columns, margin)?;
         }
         if let Some(view) = &entry.projection {
-            let text = format!("⇒ {}", changed_fields(previous, view));
-            write_block(
-                &mut out,
-                &text,
-                Style::Projection,
-                painter,
-                columns,
-                &margin,
-            )?;
-            previous = Some(view);
+            let text = format!("⇒ {}", changed_fields(self.previous.as_ref(), view));
+            write_block(out, &text, Style::Projection, painter, columns, margin)?;
+            self.previous = Some(view.clone());
         }
+        Ok(())
     }
-    if timeline.violations > 0 {
-        painter.paint(
-            &mut out,
-            Style::Violation,
-            &format!(
-                "{} event{} break the rules (marked ✗ above)",
-                timeline.violations,
-                if timeline.violations == 1 { "" } else { "s" }
-            ),
-        )?;
-        writeln!(out)?;
+
+    fn finish(&mut self, summary: &TimelineSummary) -> std::io::Result<()> {
+        let out = &mut self.out;
+        if summary.violations > 0 {
+            self.painter.paint(
+                out,
+                Style::Violation,
+                &format!(
+                    "{} event{} break the rules (marked ✗ above)",
+                    summary.violations,
+                    if summary.violations == 1 { "" } else { "s" }
+                ),
+            )?;
+            writeln!(out)?;
+        }
+        out.flush()
     }
-    out.flush()
 }
 
 /// An entry's authority and summary, wrapped to `columns` under the text

@@ -9,10 +9,11 @@ use std::time::Duration;
 use anyhow::Result;
 use serde::Serialize;
 use sessionlog_projections::{
-    build_review_request_for_state, parse_pending_action, parse_review_result, ReviewError,
-    ReviewErrorCode, ViolationKind, AUTO_REVIEW_FAILED,
+    build_review_request_streamed, parse_pending_action, parse_review_result, ReviewError,
+    ReviewErrorCode, ReviewFragments, SessionState, Violation, ViolationKind, AUTO_REVIEW_FAILED,
 };
 use sessionlog_reviewer::{HttpReviewer, HttpReviewerOptions};
+use sessionlog_schema::{EventRecord, HeaderVocabularyError, TornTail};
 use sessionlog_store::{
     ask_reviewer, Durability, ErrorClass, ReviewCallError, ReviewOptions, StoreError, Verdict,
     WriterOptions,
@@ -20,7 +21,7 @@ use sessionlog_store::{
 
 use crate::cli::{ReviewerArgs, SessionArgs};
 use crate::exit;
-use crate::target::{read_input, Target};
+use crate::target::{read_input, SessionRef, Target};
 use crate::UsageError;
 
 /// The key's environment variable when `--api-key-env` names none.
@@ -149,8 +150,10 @@ fn refused(error: &ReviewError) -> Result<u8> {
     })
 }
 
-/// The request for the pending action `pending` from a snapshot of the
-/// session, or the exit code of its refusal (already printed).
+/// The request for the pending action `pending` from the session read as
+/// a stream and folded as it is read, or the exit code of its refusal
+/// (already printed). What is held is the fold and the request's fragments
+/// (the calls, and the messages since the last checkpoint), never the log.
 fn request_from_snapshot(
     args: &SessionArgs,
     pending: &[u8],
@@ -158,38 +161,90 @@ fn request_from_snapshot(
 ) -> Result<Result<String, u8>> {
     let target = Target::open(&args.store)?;
     let session = target.session(args.session.as_deref())?;
-    let snapshot = match target.snapshot(&session) {
-        Ok(snapshot) => snapshot,
+    let read = match read_for_review(&target, &session) {
+        Ok(read) => read,
         Err(error) => return invalid_log(error).map(Err),
     };
-    if let Some(torn) = &snapshot.torn_tail {
+    if let Some(torn) = &read.torn_tail {
         crate::warn(format!(
             "{}: building from the good prefix; ignoring a torn tail of {} bytes at line {} (byte offset {})",
             session.label, torn.bytes, torn.position.line, torn.position.offset
         ));
     }
-    if let Some(error) = snapshot.header_vocabulary_errors.first() {
+    if let Some(error) = &read.header_vocabulary_error {
         print_error(ReviewErrorCode::InvalidLog.as_str(), error.to_string())?;
         return Ok(Err(exit::RULE));
     }
     // INVALID_LOG is checked before the pending action (the order of the
     // fail-closed codes).
-    let (state, violations) = snapshot.fold();
-    if let Some(violation) = violations.first() {
+    if let Some(violation) = &read.first_violation {
         print_error(ReviewErrorCode::InvalidLog.as_str(), violation.to_string())?;
-        let seal_failed = violations
-            .iter()
-            .any(|violation| violation.kind == ViolationKind::Seal);
-        return Ok(Err(if seal_failed { exit::SEAL } else { exit::RULE }));
+        return Ok(Err(if read.seal_failed {
+            exit::SEAL
+        } else {
+            exit::RULE
+        }));
     }
     let action = match parse_pending_action(pending) {
         Ok(action) => action,
         Err(error) => return refused(&error).map(Err),
     };
-    match build_review_request_for_state(&state, &snapshot.events, &action, max_bytes) {
+    let built = build_review_request_streamed(
+        &read.state,
+        &read.fragments,
+        read.request_header.as_ref(),
+        &action,
+        max_bytes,
+    );
+    match built {
         Ok(request) => Ok(Ok(request)),
         Err(error) => refused(&error).map(Err),
     }
+}
+
+/// What a review request needs of a session, read once.
+struct ReadForReview {
+    state: SessionState,
+    fragments: ReviewFragments,
+    /// The record of the latest `request/header`.
+    request_header: Option<EventRecord>,
+    header_vocabulary_error: Option<HeaderVocabularyError>,
+    first_violation: Option<Violation>,
+    /// Whether any violation is a seal that does not hold.
+    seal_failed: bool,
+    torn_tail: Option<TornTail>,
+}
+
+/// Reads the session to its end, folding every event (corruption anywhere
+/// is an error) and absorbing each into the request's fragments until the
+/// first violation.
+fn read_for_review(target: &Target, session: &SessionRef) -> Result<ReadForReview> {
+    let mut stream = target.stream(session)?;
+    let mut read = ReadForReview {
+        state: SessionState::with_header_body(stream.header().clone(), stream.header_body()),
+        fragments: ReviewFragments::new(),
+        request_header: None,
+        header_vocabulary_error: stream.header_vocabulary_errors().first().cloned(),
+        first_violation: None,
+        seal_failed: false,
+        torn_tail: None,
+    };
+    while let Some(event) = stream.next_event_folded(&mut read.state)? {
+        if let Err(violation) = event.folded {
+            read.seal_failed |= violation.kind == ViolationKind::Seal;
+            read.first_violation.get_or_insert(violation);
+        }
+        if read.first_violation.is_some() {
+            continue;
+        }
+        read.fragments
+            .absorb(&read.state, std::slice::from_ref(&event.record));
+        if read.state.latest_request_header_seq() == Some(event.record.seq()) {
+            read.request_header = Some(event.record);
+        }
+    }
+    read.torn_tail = stream.finish()?;
+    Ok(read)
 }
 
 /// A snapshot or writer that cannot be had: corruption fails closed as

@@ -58,6 +58,8 @@ struct Report {
 /// Runs `stats`.
 pub fn run(args: &SessionArgs, json: bool, quiet: bool) -> Result<u8> {
     let target = Target::open(&args.store)?;
+    // The whole store as of one moment, and one read transaction for all.
+    let _held = target.hold_read()?;
     let sessions = target.sessions(args.session.as_deref())?;
     let bar = progress::bar(quiet, "stats");
     bar.set_length(sessions.len() as u64);
@@ -104,22 +106,33 @@ fn count(target: &Target, session: &SessionRef) -> Result<SessionStats> {
 
 fn read(target: &Target, session: &SessionRef, stats: &mut SessionStats) -> Result<()> {
     let mut stream = target.stream(session)?;
-    stats.bytes = stream.header().encode().len() as u64;
+    // The header as stored (its own member order), which its seals cover.
+    stats.bytes = (stream.header_body().len() + CRC_SUFFIX_LEN + 1) as u64;
     stats.violations = stream.header_vocabulary_errors().len() as u64;
-    let mut state = SessionState::new(stream.header().clone());
+    let mut state = SessionState::with_header_body(stream.header().clone(), stream.header_body());
     while let Some(FoldedEvent { record, folded }) = stream.next_event_folded(&mut state)? {
         stats.violations += u64::from(folded.is_err());
         stats.events += 1;
         stats.last_seq = record.seq();
         stats.bytes += (record.body().len() + CRC_SUFFIX_LEN + 1) as u64;
-        let name = record.event_type().to_owned();
-        if EventType::parse(&name).is_none() {
-            *stats.unknown_types.entry(name.clone()).or_default() += 1;
+        let name = record.event_type();
+        if EventType::parse(name).is_none() {
+            count_one(&mut stats.unknown_types, name);
         }
-        *stats.events_by_type.entry(name).or_default() += 1;
+        count_one(&mut stats.events_by_type, name);
     }
     stats.torn_tail_bytes = stream.finish()?.map(|torn| torn.bytes);
     Ok(())
+}
+
+/// Counts one more `name`, allocating its key only the first time.
+fn count_one(counts: &mut BTreeMap<String, u64>, name: &str) {
+    match counts.get_mut(name) {
+        Some(count) => *count += 1,
+        None => {
+            counts.insert(name.to_owned(), 1);
+        }
+    }
 }
 
 /// Warns of what stats counts but does not refuse: a torn tail, rule

@@ -11,18 +11,19 @@
 //! printed; so a writer restart, the cut of a torn tail, or a log replaced
 //! by a new file can neither repeat an event nor skip one. A SQLite session
 //! is looked at the same way, with `Store::events_from`, and a PostgreSQL
-//! session too, woken by a notification of each append instead; `-n N`
-//! reads only a database session's last N rows, from the last seq its
-//! session row records.
+//! session too, woken by a notification of each append instead. `-n N`
+//! reads only the last N events: a log from its end (`read_last_events`,
+//! which reports damage only in what it read), a database session's rows
+//! from the last seq its session row records. What is printed is never
+//! gathered first: only the events shown are held.
 
-use std::collections::VecDeque;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
 use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
-use sessionlog_store::{LogFollower, Store, StoreError, Wake};
+use sessionlog_store::{read_last_events, LogFollower, Store, Wake};
 
 use crate::cli::SessionArgs;
 use crate::commands::replay::describe;
@@ -50,7 +51,6 @@ pub fn run(args: &SessionArgs, start: Start, follow: bool, json: bool) -> Result
         source: Source::of(&target, &session),
         header: None,
         printed: 0,
-        latest_seq_read: None,
         json,
         out: crate::terminal::stdout(crate::terminal::Mode::Json),
     };
@@ -76,8 +76,6 @@ struct Tail<'a, W: Write> {
     header: Option<SessionHeader>,
     /// The last seq printed (0: none).
     printed: u64,
-    /// The last seq of the latest read.
-    latest_seq_read: Option<u64>,
     json: bool,
     out: W,
 }
@@ -114,29 +112,10 @@ impl<W: Write> Tail<'_, W> {
         // Watching starts before the first read, so that nothing appended
         // after it goes unnoticed.
         let mut wake = follow.then(|| Wake::watching(self.source.path()));
-        let first = self.read_new(session, self.first_seq(start, session)?)?;
-        let shown: Vec<EventRecord> = match start {
-            Start::From(from) => first.into_iter().filter(|r| r.seq() >= from).collect(),
-            Start::Last(count) => {
-                let mut last = VecDeque::new();
-                for record in first {
-                    if last.len() as u64 == count {
-                        last.pop_front();
-                    }
-                    if count > 0 {
-                        last.push_back(record);
-                    }
-                }
-                last.into()
-            }
-        };
         if let Start::From(from) = start {
-            self.printed = from.saturating_sub(1).max(self.printed);
+            self.printed = from.saturating_sub(1);
         }
-        self.print(&shown)?;
-        if let Some(last) = self.latest_seq_read {
-            self.printed = self.printed.max(last);
-        }
+        self.first_read(start, session)?;
         let Some(wake) = &mut wake else {
             return Ok(());
         };
@@ -172,11 +151,18 @@ impl<W: Write> Tail<'_, W> {
                 }
                 None => wake.wait(timeout),
             };
-            let records = match &mut follower {
-                Some(follower) => follower.poll(usize::MAX)?,
-                None => self.read_new(session, self.printed + 1)?,
+            let found = match &mut follower {
+                Some(follower) => {
+                    let records = follower.poll(usize::MAX)?;
+                    for record in &records {
+                        self.print(record)?;
+                    }
+                    records.len()
+                }
+                None => self.print_rows_from(session, self.printed + 1)?,
             };
-            soon = match (records.is_empty(), woken, soon) {
+            self.out.flush()?;
+            soon = match (found == 0, woken, soon) {
                 (false, ..) => None,
                 (true, true, _) => Some(Duration::from_millis(1)),
                 (true, false, Some(delay)) => {
@@ -184,93 +170,103 @@ impl<W: Write> Tail<'_, W> {
                 }
                 (true, false, None) => None,
             };
-            self.print(&records)?;
         }
     }
 
-    /// The seq the first read starts at: a database reads only the last
-    /// `count` events (an index range from the seq its session row
-    /// records); a log file is read from the top.
-    fn first_seq(&self, start: Start, session: &SessionRef) -> Result<u64> {
-        let (Source::Database { store }, Start::Last(count)) = (&self.source, start) else {
-            return Ok(1);
-        };
-        Ok(match store.recorded_last_seq(&session.id)? {
-            Some(last) => (last + 1).saturating_sub(count).max(1),
-            None => 1,
-        })
-    }
-
-    /// Events with seq ≥ `from` read now: a log's whole good prefix (read
-    /// once, before following; a torn tail is named), or a database's rows
-    /// from `from` on.
-    fn read_new(&mut self, session: &SessionRef, from: u64) -> Result<Vec<EventRecord>> {
-        self.latest_seq_read = None;
-        let records = match &self.source {
-            Source::File { target, .. } => {
-                let mut stream = target.stream(session)?;
-                if self.header.is_none() {
-                    self.header = Some(stream.header().clone());
+    /// Prints what the command shows before it follows: a log's last
+    /// `count` events read from its end, or its events from a seq on read
+    /// as they stream; a database's last `count` rows (an index range from
+    /// the seq its session row records) or its rows from a seq on. Only the
+    /// events printed are held.
+    fn first_read(&mut self, start: Start, session: &SessionRef) -> Result<()> {
+        let torn = match (&self.source, start) {
+            (
+                Source::File {
+                    path, expected_id, ..
+                },
+                Start::Last(count),
+            ) => {
+                let count = usize::try_from(count).unwrap_or(usize::MAX);
+                let last = read_last_events(path, expected_id.clone(), count)?;
+                self.header = Some(last.header.header);
+                for record in &last.events {
+                    self.print(record)?;
                 }
-                let mut records = Vec::new();
+                self.printed = self.printed.max(last.last_seq);
+                last.torn_tail
+            }
+            (Source::File { target, .. }, Start::From(from)) => {
+                let mut stream = target.stream(session)?;
+                self.header = Some(stream.header().clone());
                 while let Some(record) = stream.next_event()? {
                     if record.seq() >= from {
-                        records.push(record);
+                        self.print(&record)?;
                     }
                 }
-                if let Some(torn) = stream.finish()? {
-                    warn(format!(
-                        "{}: ignoring a torn tail of {} bytes at line {} (byte offset {}): {}",
-                        session.label,
-                        torn.bytes,
-                        torn.position.line,
-                        torn.position.offset,
-                        torn.reason
-                    ));
-                }
-                records
+                stream.finish()?
             }
-            Source::Database { store } => {
-                if self.header.is_none() {
-                    self.header = Some(store.events(&session.id)?.0);
-                }
-                store
-                    .events_from(&session.id, from)?
-                    .collect::<Result<Vec<_>, StoreError>>()?
+            (Source::Database { store }, start) => {
+                self.header = Some(store.events(&session.id)?.0);
+                let from = match start {
+                    Start::From(from) => from,
+                    Start::Last(count) => match store.recorded_last_seq(&session.id)? {
+                        Some(last) => (last + 1).saturating_sub(count).max(1),
+                        None => 1,
+                    },
+                };
+                self.print_rows_from(session, from)?;
+                None
             }
         };
-        self.latest_seq_read = records.last().map(EventRecord::seq);
-        Ok(records)
-    }
-
-    /// Prints the records above the last seq printed, in order.
-    fn print(&mut self, records: &[EventRecord]) -> Result<()> {
-        for record in records {
-            if record.seq() <= self.printed {
-                continue;
-            }
-            if record.seq() != self.printed + 1 && self.printed > 0 {
-                warn(format!(
-                    "the log now continues at seq {} after seq {}: it was replaced",
-                    record.seq(),
-                    self.printed
-                ));
-            }
-            if self.json {
-                let header = self
-                    .header
-                    .as_ref()
-                    .unwrap_or_else(|| unreachable!("the header is read before any event"));
-                let entry = describe(header, record, |_| None);
-                serde_json::to_writer(&mut self.out, &entry)?;
-                self.out.write_all(b"\n")?;
-            } else {
-                self.out.write_all(record.body().as_bytes())?;
-                self.out.write_all(b"}\n")?;
-            }
-            self.printed = record.seq();
+        if let Some(torn) = torn {
+            warn(format!(
+                "{}: ignoring a torn tail of {} bytes at line {} (byte offset {}): {}",
+                session.label, torn.bytes, torn.position.line, torn.position.offset, torn.reason
+            ));
         }
         self.out.flush()?;
+        Ok(())
+    }
+
+    /// Prints a database session's rows from seq `from` on, as they
+    /// stream; returns how many were read.
+    fn print_rows_from(&mut self, session: &SessionRef, from: u64) -> Result<usize> {
+        let Source::Database { store } = &self.source else {
+            return Ok(0);
+        };
+        let mut read = 0;
+        for record in store.events_from(&session.id, from)? {
+            self.print(&record?)?;
+            read += 1;
+        }
+        Ok(read)
+    }
+
+    /// Prints `record` when it is above the last seq printed.
+    fn print(&mut self, record: &EventRecord) -> Result<()> {
+        if record.seq() <= self.printed {
+            return Ok(());
+        }
+        if record.seq() != self.printed + 1 && self.printed > 0 {
+            warn(format!(
+                "the log now continues at seq {} after seq {}: it was replaced",
+                record.seq(),
+                self.printed
+            ));
+        }
+        if self.json {
+            let header = self
+                .header
+                .as_ref()
+                .unwrap_or_else(|| unreachable!("the header is read before any event"));
+            let entry = describe(header, record, |_| None);
+            serde_json::to_writer(&mut self.out, &entry)?;
+            self.out.write_all(b"\n")?;
+        } else {
+            self.out.write_all(record.body().as_bytes())?;
+            self.out.write_all(b"}\n")?;
+        }
+        self.printed = record.seq();
         Ok(())
     }
 }

@@ -173,6 +173,8 @@ pub fn run(
     policy: &SealPolicy,
 ) -> Result<u8> {
     let target = Target::open(&args.store)?;
+    // The whole store as of one moment, and one read transaction for all.
+    let _held = target.hold_read()?;
     let (sessions, damage) = target.audit(args.session.as_deref())?;
     if damage.is_empty() {
         require_sessions(&sessions, &args.store, allow_empty)?;

@@ -50,7 +50,7 @@
 mod location;
 mod statements;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
@@ -69,15 +69,15 @@ use sessionlog_schema::{
 use self::location::Location;
 use self::statements as sql;
 use super::{
-    audit_catalogue, check_no_rows_past, corrupt, decode_header_row, session_locator, sql_integer,
-    EventRow, HeaderRow, SeqCheck,
+    audit_catalogue, check_header_vocabulary, corrupt, decode_header_row, fold_session,
+    session_locator, sql_integer, stage, EventRow, FoldedSession, HeaderRow,
 };
 use crate::jsonl::{check_new_session, ListEntry};
 use crate::reader::Snapshot;
-use crate::sql_checks::StoreAudit;
-use crate::writer::{
-    check_storable, check_storable_record, Durability, LogSink, SessionWriter, WriterOptions,
-};
+use crate::sql::checks::{check_seed_source_rows, StoreAudit};
+use crate::sql::events::{RowBounds, RowPages, SqlEvents};
+use crate::state_snapshot;
+use crate::writer::{check_storable, Durability, LogSink, SessionWriter, WriterOptions};
 use crate::StoreError;
 
 pub use location::DEFAULT_SCHEMA;
@@ -101,16 +101,12 @@ pub struct PostgresStore {
 /// The events of one session read page by page (bounded memory), checked
 /// as they come, through the last seq its row recorded when the read
 /// began.
-#[derive(Debug)]
-pub struct PostgresEvents {
+pub type PostgresEvents = SqlEvents;
+
+/// How [`PostgresEvents`] fetches rows: through the store's shared
+/// connection.
+struct PostgresRows {
     shared: Arc<Shared>,
-    id: SessionId,
-    seed_length: u64,
-    recorded_last_seq: u64,
-    next_seq: u64,
-    batch_remaining: u64,
-    page: VecDeque<EventRecord>,
-    finished: bool,
 }
 
 /// A connection subscribed to a store's notifications: [`wait`](Self::wait)
@@ -167,6 +163,10 @@ struct PostgresSink {
     connection: Connection,
     pending: Vec<EventRecord>,
     last_seq: u64,
+    /// The CRC of the last record appended (a snapshot's anchor), and of
+    /// the stored header body.
+    last_crc: u32,
+    header_crc: u32,
 }
 
 /// Sessions inserted into one open transaction on a connection of their
@@ -285,6 +285,34 @@ impl PostgresStore {
         durability: Durability,
     ) -> Result<(), StoreError> {
         check_new_session(&self.shared.session_path(&header.id), header, events)?;
+        self.insert_new(header, None, events, durability)
+    }
+
+    /// Creates a fork by reference, durably: the child's header row with
+    /// `source` as the session whose first `header.seed_length` event rows
+    /// are its seeded events, and only its own first events
+    /// (`own_events`, from seq `seed_length + 1`), in one transaction that
+    /// first checks that `source` records at least that many events. The
+    /// caller (`Store::fork`) has checked the child's events against the
+    /// parent's state; an existing id is refused.
+    pub(crate) fn create_by_reference(
+        &self,
+        header: &SessionHeader,
+        source: &SessionId,
+        own_events: &[EventRecord],
+        durability: Durability,
+    ) -> Result<(), StoreError> {
+        self.insert_new(header, Some(source), own_events, durability)
+    }
+
+    /// Inserts a new session's header row and `events` in one transaction.
+    fn insert_new(
+        &self,
+        header: &SessionHeader,
+        seed_source: Option<&SessionId>,
+        events: &[EventRecord],
+        durability: Durability,
+    ) -> Result<(), StoreError> {
         check_storable(header, events)?;
         self.shared.ensure_current()?;
         let location = &self.shared.location;
@@ -299,7 +327,14 @@ impl PostgresStore {
                     sql::SYNCHRONOUS_COMMIT_OFF_HERE,
                 )?;
             }
-            insert_session(connection, location, header, &header.to_body(), events)?;
+            insert_session(
+                connection,
+                location,
+                header,
+                &header.to_body(),
+                seed_source,
+                events,
+            )?;
             connection.run(location, "commit a creation", sql::COMMIT)
         })();
         if outcome.is_err() {
@@ -360,56 +395,26 @@ impl PostgresStore {
     pub fn events_from(&self, id: &SessionId, from_seq: u64) -> Result<PostgresEvents, StoreError> {
         let row = self.shared.read_header_row(id)?;
         let decoded = decode_header_row(self.path(), id, &row)?;
-        Ok(PostgresEvents {
-            shared: Arc::clone(&self.shared),
-            id: id.clone(),
-            seed_length: decoded.header.seed_length,
-            recorded_last_seq: row.last_seq.unsigned_abs(),
-            next_seq: from_seq.max(1),
-            batch_remaining: 0,
-            page: VecDeque::new(),
-            finished: false,
-        })
+        Ok(SqlEvents::new(
+            Box::new(PostgresRows {
+                shared: Arc::clone(&self.shared),
+            }),
+            self.path().to_owned(),
+            id.clone(),
+            decoded.header.seed_length,
+            seed_source(self.path(), id, &row)?,
+            row.last_seq.unsigned_abs(),
+            from_seq,
+        ))
     }
 
-    /// The whole session `id`, read in one consistent snapshot. A
-    /// PostgreSQL session never has a torn tail: its transactions are
-    /// atomic.
+    /// The whole session `id`: its events through the last seq its row
+    /// records when the read starts (rows are never changed once written,
+    /// so that is one state of the session). A PostgreSQL session never
+    /// has a torn tail: its transactions are atomic.
     pub fn snapshot(&self, id: &SessionId) -> Result<Snapshot, StoreError> {
-        let (row, rows, bounds) = self
-            .shared
-            .with_connection("read a session", |connection| {
-                connection.client.batch_execute(sql::BEGIN_READ)?;
-                let read = (|| {
-                    let statement = connection.prepared(sql::READ_HEADER)?;
-                    let header = connection.client.query_opt(&statement, &[&id.as_str()])?;
-                    let Some(header) = header.map(|row| header_row(&row)).transpose()? else {
-                        return Ok((None, Vec::new(), None));
-                    };
-                    let statement = connection.prepared(sql::READ_EVENTS)?;
-                    let rows = connection.client.query(
-                        &statement,
-                        &[&id.as_str(), &1_i64, &header.last_seq, &i64::MAX],
-                    )?;
-                    let bounds = row_bounds(connection, id)?;
-                    Ok((Some(header), rows, Some(bounds)))
-                })();
-                let _ = connection.client.batch_execute(sql::ROLLBACK);
-                read
-            })?;
-        let (Some(row), Some((_, max_row_seq))) = (row, bounds) else {
-            return Err(self.shared.not_found(id));
-        };
-        let decoded = decode_header_row(self.path(), id, &row)?;
-        let recorded_last_seq = row.last_seq.unsigned_abs();
-        check_no_rows_past(self.path(), id, recorded_last_seq, max_row_seq)?;
-        let mut check = SeqCheck::new(self.path(), id, 1);
-        let mut events = Vec::with_capacity(rows.len());
-        for event_row in &rows {
-            let event_row = event_row_of(event_row).map_err(self.shared.error("read events"))?;
-            events.push(check.accept(event_row)?);
-        }
-        check.finish(decoded.header.seed_length, recorded_last_seq)?;
+        let decoded = self.decoded_header(id)?;
+        let events = self.events(id)?.collect::<Result<Vec<_>, _>>()?;
         Ok(Snapshot {
             header: decoded.header,
             header_body: decoded.body,
@@ -497,39 +502,74 @@ impl PostgresStore {
                 path: self.shared.session_path(id),
             });
         }
-        let (header, vocabulary_errors) = self.header(id)?;
-        if let Some(error) = vocabulary_errors.into_iter().next() {
-            return Err(StoreError::HeaderVocabulary {
-                path: self.shared.session_path(id),
-                error,
-            });
-        }
-        let mut state = SessionState::new(header);
-        let mut events = options.keep_snapshot.then(Vec::new);
-        for record in self.events(id)? {
-            let record = record?;
-            state.apply(&record).map_err(|violation| StoreError::Rule {
-                path: self.shared.session_path(id),
-                violation,
-            })?;
-            if let Some(events) = &mut events {
-                events.push(record);
-            }
-        }
+        let decoded = self.decoded_header(id)?;
+        check_header_vocabulary(&self.shared.session_path(id), &decoded)?;
+        let folded = self.fold_session(id, decoded, options.keep_snapshot)?;
         let sink = PostgresSink {
             shared: Arc::clone(&self.shared),
             id: id.clone(),
             connection,
             pending: Vec::new(),
-            last_seq: state.seq(),
+            last_seq: folded.state.seq(),
+            last_crc: folded.last_crc,
+            header_crc: folded.header_crc,
         };
-        Ok(SessionWriter::new(
+        let writer = SessionWriter::new(
             self.shared.session_path(id),
             Box::new(sink),
             options,
-            state,
-            events,
-        ))
+            folded.state,
+            folded.events,
+        );
+        Ok(writer.resumed_from(folded.resumed))
+    }
+
+    /// The state of session `id` as of its last seq: what a writer opened
+    /// now would start from, folded from the session's state snapshot and
+    /// the rows after it when the snapshot still holds (docs/FORMAT.md,
+    /// "State snapshots"), else from the first row. Reads only.
+    pub fn current_state(&self, id: &SessionId) -> Result<SessionState, StoreError> {
+        let decoded = self.decoded_header(id)?;
+        check_header_vocabulary(&self.shared.session_path(id), &decoded)?;
+        Ok(self.fold_session(id, decoded, false)?.state)
+    }
+
+    /// Folds session `id` (see [`fold_session`]), with its snapshot row
+    /// when the schema has the table (a read-only reader of a store older
+    /// than version 3 has none, and folds every row).
+    fn fold_session(
+        &self,
+        id: &SessionId,
+        decoded: DecodedHeader,
+        keep_events: bool,
+    ) -> Result<FoldedSession, StoreError> {
+        let place = self.shared.session_path(id);
+        let snapshot = match keep_events {
+            true => None,
+            false => self
+                .shared
+                .with_connection("read the state snapshot", |connection| {
+                    let has_table = connection.prepared(sql::HAS_SNAPSHOTS_TABLE)?;
+                    let has_table: bool =
+                        connection.client.query_one(&has_table, &[])?.try_get(0)?;
+                    if !has_table {
+                        return Ok(None);
+                    }
+                    let statement = connection.prepared(sql::READ_SNAPSHOT)?;
+                    let format = i64::from(state_snapshot::STATE_SNAPSHOT_FORMAT);
+                    connection
+                        .client
+                        .query_opt(&statement, &[&id.as_str(), &format])?
+                        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+                        .transpose()
+                })
+                .map_err(|error| state_snapshot::ignored(id, &place, &error.to_string()))
+                .ok()
+                .flatten(),
+        };
+        fold_session(id, &place, decoded, snapshot, keep_events, |from_seq| {
+            self.events_from(id, from_seq)
+        })
     }
 
     /// A connection that listens for appends to session `id`.
@@ -592,91 +632,39 @@ impl std::fmt::Debug for PostgresListener {
     }
 }
 
-impl PostgresEvents {
-    /// The session being read.
-    pub fn id(&self) -> &SessionId {
-        &self.id
-    }
-
-    fn next_event(&mut self) -> Result<Option<EventRecord>, StoreError> {
-        if let Some(record) = self.page.pop_front() {
-            return Ok(Some(record));
-        }
-        if self.finished {
-            return Ok(None);
-        }
-        let from = sql_integer(self.next_seq);
-        let through = sql_integer(self.recorded_last_seq);
-        let id = &self.id;
-        let (rows, bounds) = self.shared.with_connection("read events", |connection| {
-            let rows = match from > through {
-                true => Vec::new(),
-                false => {
-                    let statement = connection.prepared(sql::READ_EVENTS)?;
-                    connection
-                        .client
-                        .query(&statement, &[&id.as_str(), &from, &through, &PAGE_ROWS])?
-                }
-            };
-            let bounds = match rows.is_empty() {
-                true => Some(row_bounds(connection, id)?),
-                false => None,
-            };
-            Ok((rows, bounds))
+impl RowPages for PostgresRows {
+    fn rows(
+        &mut self,
+        id: &SessionId,
+        from: u64,
+        through: u64,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        let (from, through) = (sql_integer(from), sql_integer(through));
+        let rows = self.shared.with_connection("read events", |connection| {
+            let statement = connection.prepared(sql::READ_EVENTS)?;
+            connection
+                .client
+                .query(&statement, &[&id.as_str(), &from, &through, &PAGE_ROWS])
         })?;
-        let store = &self.shared.location.display;
-        let mut check = SeqCheck::resume(store, &self.id, self.next_seq, self.batch_remaining);
-        for row in &rows {
-            let row = event_row_of(row).map_err(self.shared.error("read events"))?;
-            self.page.push_back(check.accept(row)?);
-        }
-        if let Some((recorded, max_row_seq)) = bounds {
-            // At the end: the row's last seq, read again with the highest
-            // row in one statement, must cover every row.
-            let Some(recorded) = recorded else {
-                return Err(corrupt(
-                    store,
-                    &self.id,
-                    0,
-                    "the session row is gone".to_owned(),
-                ));
-            };
-            check_no_rows_past(store, &self.id, recorded.unsigned_abs(), max_row_seq)?;
-            check.finish(self.seed_length, self.recorded_last_seq)?;
-        }
-        self.next_seq = check.next_seq;
-        self.batch_remaining = check.batch_remaining;
-        if self.page.is_empty() {
-            self.finished = true;
-            return Ok(None);
-        }
-        Ok(self.page.pop_front())
+        rows.iter()
+            .map(|row| event_row_of(row).map_err(self.shared.error("read events")))
+            .collect()
     }
-}
 
-impl Iterator for PostgresEvents {
-    type Item = Result<EventRecord, StoreError>;
+    fn bounds(&mut self, id: &SessionId) -> Result<RowBounds, StoreError> {
+        self.shared
+            .with_connection("read events", |connection| row_bounds(connection, id))
+    }
 
-    fn next(&mut self) -> Option<Self::Item> {
-        match self.next_event() {
-            Ok(record) => record.map(Ok),
-            Err(error) => {
-                self.finished = true;
-                self.page.clear();
-                Some(Err(error))
-            }
-        }
+    fn session_row(&mut self, id: &SessionId) -> Result<Option<HeaderRow>, StoreError> {
+        self.shared.read_header_row_if_any(id)
     }
 }
 
 impl LogSink for PostgresSink {
     fn write(&mut self, id: &SessionId, records: &[EventRecord]) -> Result<(), StoreError> {
         debug_assert_eq!(id, &self.id, "a sink serves one session");
-        for record in records {
-            check_storable_record(record)?;
-        }
-        self.pending.extend_from_slice(records);
-        Ok(())
+        stage(&mut self.pending, records)
     }
 
     fn sync(&mut self, durability: Durability) -> Result<(), StoreError> {
@@ -721,10 +709,36 @@ impl LogSink for PostgresSink {
                 ),
             });
         }
+        if let Some(last) = self.pending.last() {
+            self.last_crc = record_crc(&self.id, last.body().as_bytes());
+        }
         self.pending.clear();
         self.last_seq = new_last;
         self.shared.notify(&self.id, new_last);
         Ok(())
+    }
+
+    fn save_snapshot(&mut self, state: &SessionState) -> Result<usize, StoreError> {
+        let anchor = state_snapshot::SnapshotAnchor::of_row(state.seq(), self.last_crc);
+        let bytes = state_snapshot::encode(state, self.header_crc, anchor);
+        let location = &self.shared.location;
+        // Not synced: a snapshot is a cache, and one lost costs only a
+        // longer fold. The next append sets its own durability again.
+        self.connection
+            .set_durability(location, Durability::Buffered)?;
+        self.connection.query_one(
+            location,
+            "keep the state snapshot",
+            sql::WRITE_SNAPSHOT,
+            &[
+                &self.id.as_str(),
+                &sql_integer(anchor.seq),
+                &i64::from(anchor.record_crc),
+                &i64::from(state_snapshot::STATE_SNAPSHOT_FORMAT),
+                &bytes,
+            ],
+        )?;
+        Ok(bytes.len())
     }
 }
 
@@ -766,6 +780,7 @@ impl PostgresBulkCreate {
             &self.shared.location,
             &header,
             &header_body,
+            None,
             &events,
         )
     }
@@ -810,15 +825,30 @@ impl Shared {
     }
 
     fn read_header_row(&self, id: &SessionId) -> Result<HeaderRow, StoreError> {
-        let row = self.with_connection("read a header", |connection| {
-            let statement = connection.prepared(sql::READ_HEADER)?;
+        self.read_header_row_if_any(id)?
+            .ok_or_else(|| self.not_found(id))
+    }
+
+    /// Session `id`'s row as stored (`None`: there is none).
+    fn read_header_row_if_any(&self, id: &SessionId) -> Result<Option<HeaderRow>, StoreError> {
+        let text = self.read_header_statement();
+        self.with_connection("read a header", |connection| {
+            let statement = connection.prepared(text)?;
             connection
                 .client
                 .query_opt(&statement, &[&id.as_str()])?
                 .map(|row| header_row(&row))
                 .transpose()
-        })?;
-        row.ok_or_else(|| self.not_found(id))
+        })
+    }
+
+    /// How a session row is read: a schema from before version 3 (read,
+    /// never upgraded, by a reader) has no `seed_source`.
+    fn read_header_statement(&self) -> &'static str {
+        match self.current.load(Ordering::Acquire) {
+            true => sql::READ_HEADER,
+            false => sql::READ_HEADER_BEFORE_V3,
+        }
     }
 
     /// Brings the schema to the current version before a write, once; a
@@ -989,7 +1019,9 @@ impl Drop for Notifier {
 /// The notifier's loop: takes every append waiting, keeps the last seq of
 /// each session, and notifies once per session, all in one statement.
 fn run_notifier(location: &Location, appended: &mpsc::Receiver<(SessionId, u64)>) {
-    let mut client: Option<Client> = None;
+    // The connection and its NOTIFY, prepared once: a statement given as
+    // text would be parsed again, in a round trip of its own, every time.
+    let mut client: Option<(Client, Statement)> = None;
     let channel = location.schema.clone();
     while let Ok((id, seq)) = appended.recv() {
         let mut latest = BTreeMap::new();
@@ -998,10 +1030,15 @@ fn run_notifier(location: &Location, appended: &mpsc::Receiver<(SessionId, u64)>
             let entry = latest.entry(id).or_insert(seq);
             *entry = (*entry).max(seq);
         }
-        if client.as_ref().is_none_or(Client::is_closed) {
-            client = connect(location, "connect to notify").ok();
+        if client.as_ref().is_none_or(|(client, _)| client.is_closed()) {
+            client = connect(location, "connect to notify")
+                .ok()
+                .and_then(|mut client| {
+                    let notify = client.prepare(sql::NOTIFY).ok()?;
+                    Some((client, notify))
+                });
         }
-        let Some(connected) = &mut client else {
+        let Some((connected, notify)) = &mut client else {
             tracing::warn!(store = %location.display.display(), "no connection to notify followers; they will poll");
             continue;
         };
@@ -1009,7 +1046,7 @@ fn run_notifier(location: &Location, appended: &mpsc::Receiver<(SessionId, u64)>
             .iter()
             .map(|(id, seq)| format!("{{\"session\":\"{id}\",\"seq\":{seq}}}"))
             .collect();
-        if let Err(error) = connected.execute(sql::NOTIFY, &[&channel, &payloads]) {
+        if let Err(error) = connected.execute(&*notify, &[&channel, &payloads]) {
             tracing::warn!(store = %location.display.display(), %error, "notifications not sent; followers will poll");
         }
     }
@@ -1049,9 +1086,15 @@ fn insert_session(
     location: &Location,
     header: &SessionHeader,
     header_body: &str,
+    seed_source: Option<&SessionId>,
     events: &[EventRecord],
 ) -> Result<(), StoreError> {
-    let last_seq = events.last().map_or(0, EventRecord::seq);
+    if let Some(source) = seed_source {
+        check_seed_source(connection, location, source, header.seed_length)?;
+    }
+    // A fork by reference holds its seeded events as the source's rows.
+    let seeded = seed_source.map_or(0, |_| header.seed_length);
+    let last_seq = events.last().map_or(seeded, EventRecord::seq);
     let statement = connection
         .prepared(sql::INSERT_SESSION)
         .map_err(postgres_error("insert a session", location))?;
@@ -1071,6 +1114,7 @@ fn insert_session(
                 &header_body,
                 &i64::from(record_crc(&header.id, header_body.as_bytes())),
                 &sql_integer(last_seq),
+                &seed_source.map(SessionId::as_str),
             ],
         )
         .map_err(postgres_error("insert a session", location))?;
@@ -1102,6 +1146,27 @@ fn insert_session(
             .map_err(postgres_error("insert events", location))?;
     }
     Ok(())
+}
+
+/// Checks, in the creating transaction, that session `source` exists and
+/// records at least `seed_length` events (the rows a fork by reference
+/// refers to, never removed once written), and keeps its row from being
+/// removed until the transaction ends.
+fn check_seed_source(
+    connection: &mut Connection,
+    location: &Location,
+    source: &SessionId,
+    seed_length: u64,
+) -> Result<(), StoreError> {
+    let statement = connection
+        .prepared(sql::READ_SEED_SOURCE)
+        .map_err(postgres_error("read the parent's last seq", location))?;
+    let recorded: Option<i64> = connection
+        .client
+        .query_opt(&statement, &[&source.as_str()])
+        .and_then(|row| row.map(|row| row.try_get(0)).transpose())
+        .map_err(postgres_error("read the parent's last seq", location))?;
+    check_seed_source_rows(&location.display, source, recorded, seed_length)
 }
 
 /// The recorded schema version, or `None` when the schema holds no
@@ -1184,14 +1249,36 @@ fn connect(location: &Location, operation: &'static str) -> Result<Client, Store
 }
 
 /// The last seq session `id`'s row records (`None`: no row) and the
-/// highest seq of its event rows, in one statement.
-fn row_bounds(
-    connection: &mut Connection,
-    id: &SessionId,
-) -> Result<(Option<i64>, Option<i64>), postgres::Error> {
+/// lowest and highest seqs of its event rows, in one statement.
+fn row_bounds(connection: &mut Connection, id: &SessionId) -> Result<RowBounds, postgres::Error> {
     let statement = connection.prepared(sql::READ_ROW_BOUNDS)?;
     let row = connection.client.query_one(&statement, &[&id.as_str()])?;
-    Ok((row.try_get(0)?, row.try_get(1)?))
+    Ok(RowBounds {
+        recorded: row.try_get(0)?,
+        min: row.try_get(1)?,
+        max: row.try_get(2)?,
+    })
+}
+
+/// The session whose rows hold the seeded events of session `id` (whose
+/// row is `row`), for a fork by reference.
+fn seed_source(
+    store: &Path,
+    id: &SessionId,
+    row: &HeaderRow,
+) -> Result<Option<SessionId>, StoreError> {
+    row.seed_source
+        .as_deref()
+        .map(SessionId::parse)
+        .transpose()
+        .map_err(|error| {
+            corrupt(
+                store,
+                id,
+                0,
+                format!("the session row names an invalid seed source ({error})"),
+            )
+        })
 }
 
 fn header_row(row: &Row) -> Result<HeaderRow, postgres::Error> {
@@ -1199,6 +1286,7 @@ fn header_row(row: &Row) -> Result<HeaderRow, postgres::Error> {
         body: row.try_get(0)?,
         crc: row.try_get(1)?,
         last_seq: row.try_get(2)?,
+        seed_source: row.try_get(3)?,
     })
 }
 

@@ -42,7 +42,43 @@ pub(super) const SCHEMA_STEPS: &[&str] = &[
     // page has room for its own new versions (HOT updates, pruned in
     // place). New pages only: an upgraded store's existing rows stay put.
     "ALTER TABLE sessions SET (fillfactor = 10);",
+    // Version 3, two additions:
+    // - Forks by reference: a child's seeded events 1..=seed_length are the
+    //   first rows of the session `seed_source` names, not rows of its own
+    //   (NULL: a session that holds all its rows, as every session written
+    //   before this version). Rows are never changed or removed, so the
+    //   reference always resolves to the same bytes.
+    // - State snapshots (docs/FORMAT.md, "State snapshots"): per session,
+    //   the writer's fold through `seq`, trusted only while the event row at
+    //   `seq` still has CRC `anchor_crc`. A cache: a reader that finds none,
+    //   or one that does not match, folds every row.
+    "ALTER TABLE sessions ADD COLUMN seed_source text REFERENCES sessions (id);
+     CREATE TABLE snapshots (
+        session_id text PRIMARY KEY REFERENCES sessions (id),
+        seq        bigint NOT NULL,
+        anchor_crc bigint NOT NULL,
+        format     bigint NOT NULL,
+        state      bytea NOT NULL
+     );",
 ];
+
+/// Whether the schema has the snapshots table (a read-only reader of a
+/// store older than version 3 does not).
+pub(super) const HAS_SNAPSHOTS_TABLE: &str = "SELECT to_regclass('snapshots') IS NOT NULL";
+
+/// A session's state snapshot of format $2 whose anchor row is still in
+/// place: the event at its seq has the CRC it was taken after.
+pub(super) const READ_SNAPSHOT: &str = "SELECT s.seq, s.anchor_crc, s.state FROM snapshots s
+       JOIN events e ON e.session_id = s.session_id AND e.seq = s.seq AND e.crc = s.anchor_crc
+      WHERE s.session_id = $1 AND s.format = $2";
+
+/// Keeps a session's state snapshot, replacing the one before.
+pub(super) const WRITE_SNAPSHOT: &str =
+    "INSERT INTO snapshots (session_id, seq, anchor_crc, format, state)
+     VALUES ($1, $2, $3, $4, $5)
+     ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq, anchor_crc = excluded.anchor_crc,
+       format = excluded.format, state = excluded.state
+     RETURNING seq";
 
 /// Creates the store's schema when missing (`$schema` is replaced by the
 /// quoted, validated schema name).
@@ -83,19 +119,27 @@ pub(super) const SESSION_EXISTS: &str = "SELECT EXISTS (SELECT 1 FROM sessions W
 /// Every session id.
 pub(super) const SESSION_IDS: &str = "SELECT id FROM sessions";
 
-/// A session's header row and the last seq it records.
+/// A session's header row, the last seq it records and, for a fork by
+/// reference, the session whose rows hold its seeded events.
 pub(super) const READ_HEADER: &str =
-    "SELECT header_body, header_crc, last_seq FROM sessions WHERE id = $1";
+    "SELECT header_body, header_crc, last_seq, seed_source FROM sessions WHERE id = $1";
+
+/// [`READ_HEADER`] in a schema from before version 3 (opened by a reader,
+/// which never upgrades it): no session there is a fork by reference.
+pub(super) const READ_HEADER_BEFORE_V3: &str =
+    "SELECT header_body, header_crc, last_seq, NULL::text FROM sessions WHERE id = $1";
 
 /// A page of a session's events, from seq `$2` through seq `$3`, in order.
 pub(super) const READ_EVENTS: &str = "SELECT seq, ts, type, batch, body, crc FROM events
      WHERE session_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq LIMIT $4";
 
-/// Inserts a new session's header row; no row when the id exists.
+/// Inserts a new session's header row; no row when the id exists. `$12`
+/// is the session whose rows hold a fork by reference's seeded events
+/// (NULL for a session that holds all its rows).
 pub(super) const INSERT_SESSION: &str = "INSERT INTO sessions (id, created_at, cwd, parent_session,
         seed_length, delegation_depth, sandbox_mode, approval_policy, header_body, header_crc,
-        last_seq)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+        last_seq, seed_source)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
      ON CONFLICT (id) DO NOTHING";
 
 /// Inserts a new session's first events (parallel arrays of seq, ts,
@@ -123,9 +167,11 @@ pub(super) const APPEND: &str = "WITH moved AS (
      )
      SELECT count(*) FROM inserted";
 
-/// The last seq a session's row records and the highest seq of its rows,
-/// read in one statement: rows past the recorded last seq are damage.
+/// The last seq a session's row records and the lowest and highest seqs
+/// of its rows, read in one statement: rows past the recorded last seq
+/// are damage, and so are rows among a fork by reference's seeded events.
 pub(super) const READ_ROW_BOUNDS: &str = "SELECT (SELECT last_seq FROM sessions WHERE id = $1),
+        (SELECT min(seq) FROM events WHERE session_id = $1),
         (SELECT max(seq) FROM events WHERE session_id = $1)";
 
 /// Every session id that owns events (to find events without a session
@@ -135,6 +181,12 @@ pub(super) const EVENT_OWNERS: &str = "SELECT DISTINCT session_id FROM events";
 /// Makes every transaction of a connection read-only, so a store opened
 /// for reading cannot write even by mistake.
 pub(super) const READ_ONLY_SESSION: &str = "SET default_transaction_read_only TO on";
+
+/// The last seq a session's row records, its row locked against removal
+/// until the transaction ends: the parent of a fork by reference, checked
+/// in the fork's transaction.
+pub(super) const READ_SEED_SOURCE: &str =
+    "SELECT last_seq FROM sessions WHERE id = $1 FOR KEY SHARE";
 
 /// The last seq a session's row records (after a refused append).
 pub(super) const READ_LAST_SEQ: &str = "SELECT last_seq FROM sessions WHERE id = $1";

@@ -42,9 +42,14 @@ fn fill_v1_fixture(store: &PostgresStore) {
     ok(store.create_session(&child, &events[..2], Durability::Fsync));
 }
 
-fn fixture_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/postgres/v1.sql")
+/// The fixture of schema `version`: its tables as that version made them,
+/// then the rows every fixture holds.
+fn fixture_path(version: i64) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/fixtures/postgres/v{version}.sql"))
 }
+
+/// The versions before the current one, each with a fixture.
+const OLDER_VERSIONS: std::ops::Range<i64> = 1..POSTGRES_SCHEMA_VERSION;
 
 /// Every row of both tables as an `INSERT` statement, in key order.
 fn dump_rows(schema: &PostgresSchema) -> String {
@@ -65,43 +70,67 @@ fn dump_rows(schema: &PostgresSchema) -> String {
     text
 }
 
-/// The fixture's rows: its lines after the `-- rows` marker.
-fn fixture_rows() -> String {
-    let fixture = ok(std::fs::read_to_string(fixture_path()));
+/// The rows of the fixture of `version`: its lines after the `-- rows`
+/// marker.
+fn fixture_rows(version: i64) -> String {
+    let fixture = ok(std::fs::read_to_string(fixture_path(version)));
     let (_, rows) = fixture
         .split_once("-- rows\n")
-        .unwrap_or_else(|| panic!("the fixture has no `-- rows` line"));
+        .unwrap_or_else(|| panic!("the v{version} fixture has no `-- rows` line"));
     rows.to_owned()
 }
 
 #[test]
-fn v1_fixture_rows_are_what_the_generator_writes() {
+fn every_fixture_holds_the_rows_the_generator_writes() {
     let Some(schema) = postgres_store() else {
         return;
     };
     fill_v1_fixture(engine(&schema));
     let generated = dump_rows(&schema);
-    if std::env::var_os("SESSIONLOG_WRITE_FIXTURES").is_some() {
-        let fixture = ok(std::fs::read_to_string(fixture_path()));
-        let (head, _) = fixture.split_once("-- rows\n").unwrap_or((&fixture, ""));
-        ok(std::fs::write(
-            fixture_path(),
-            format!("{head}-- rows\n{generated}"),
-        ));
+    for version in OLDER_VERSIONS {
+        if std::env::var_os("SESSIONLOG_WRITE_FIXTURES").is_some() {
+            let fixture = ok(std::fs::read_to_string(fixture_path(version)));
+            let (head, _) = fixture.split_once("-- rows\n").unwrap_or((&fixture, ""));
+            ok(std::fs::write(
+                fixture_path(version),
+                format!("{head}-- rows\n{generated}"),
+            ));
+        }
+        assert_eq!(fixture_rows(version), generated, "v{version}.sql");
     }
-    assert_eq!(fixture_rows(), generated);
 }
 
 #[test]
 fn v1_fixture_opens_reads_and_accepts_appends() {
+    check_fixture_upgrade(1);
+}
+
+#[test]
+fn v2_fixture_opens_reads_and_accepts_appends() {
+    check_fixture_upgrade(2);
+}
+
+/// Loads the fixture of `version` into an empty schema, checks that a
+/// read-only reader reads it without changing it, and that a writer
+/// brings it to the current version and appends.
+fn check_fixture_upgrade(version: i64) {
     let Some(schema) = postgres_store() else {
         return;
     };
     execute(
         &schema,
-        "DROP TABLE events; DROP TABLE sessions; DROP TABLE schema_version;",
+        "DROP TABLE snapshots; DROP TABLE events; DROP TABLE sessions; DROP TABLE schema_version;",
     );
-    execute(&schema, &ok(std::fs::read_to_string(fixture_path())));
+    execute(&schema, &ok(std::fs::read_to_string(fixture_path(version))));
+    // A read-only reader of the old schema creates nothing and, without a
+    // snapshots table, folds every row.
+    let reader = ok(PostgresStore::open_read_only(Path::new(&schema.url)));
+    assert_eq!(ok(reader.current_state(&id("root"))).seq(), 4);
+    drop(reader);
+    let mut client = ok(engine(&schema).connect());
+    let snapshots: bool =
+        ok(ok(client.query_one("SELECT to_regclass('snapshots') IS NOT NULL", &[])).try_get(0));
+    assert!(!snapshots, "a read-only reader created the snapshots table");
     let store = ok(PostgresStore::open(Path::new(&schema.url)));
     let ids: Vec<String> = ok(store.ids()).iter().map(ToString::to_string).collect();
     assert_eq!(ids, ["child", "root"]);
@@ -125,6 +154,10 @@ fn v1_fixture_opens_reads_and_accepts_appends() {
     ))
     .try_get(0));
     assert_eq!(options, Some(vec!["fillfactor=10".to_owned()]));
+    let snapshots: bool =
+        ok(ok(client.query_one("SELECT to_regclass('snapshots') IS NOT NULL", &[])).try_get(0));
+    assert!(snapshots, "the upgrade added the snapshots table");
+    assert_eq!(ok(store.current_state(&id("root"))).seq(), 5);
 }
 
 #[test]

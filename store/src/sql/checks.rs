@@ -14,8 +14,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use sessionlog_schema::{
-    decode_event, encode_line, record_crc, Corruption, EventRecord, Position, SessionId,
-    MAX_BATCH_RECORDS,
+    decode_event, record_crc, Corruption, EventRecord, Position, SessionId, MAX_BATCH_RECORDS,
 };
 
 use crate::StoreError;
@@ -113,6 +112,7 @@ pub(crate) struct SeqCheck<'a> {
 }
 
 impl<'a> SeqCheck<'a> {
+    #[cfg(test)]
     pub(crate) fn new(database: &'a Path, id: &'a SessionId, next_seq: u64) -> Self {
         SeqCheck {
             database,
@@ -142,25 +142,43 @@ impl<'a> SeqCheck<'a> {
         corrupt_session(self.database, self.id, seq, reason)
     }
 
-    /// Checks the next row and gives back its record.
-    pub(crate) fn accept(&mut self, row: EventRow) -> Result<EventRecord, StoreError> {
+    /// Checks the next row and gives back its record. The row is stored
+    /// among the rows of session `owner` when
+    /// it is not the session read (an event a fork by reference refers
+    /// to): its CRC is the one computed for the owner's id, and findings
+    /// name the session read, its seq and the owner.
+    pub(crate) fn accept_from(
+        &mut self,
+        row: EventRow,
+        owner: Option<&SessionId>,
+    ) -> Result<EventRecord, StoreError> {
         let expected = self.next_seq;
-        let corrupt = |reason: String| self.corrupt(expected, reason);
+        let corrupt = |reason: String| match owner {
+            Some(owner) => self.corrupt(
+                expected,
+                format!("{reason} (in the rows of session {owner}, which this fork refers to)"),
+            ),
+            None => self.corrupt(expected, reason),
+        };
+        let crc_id = owner.unwrap_or(self.id);
         if u64::try_from(row.seq).ok() != Some(expected) {
             return Err(corrupt(format!(
                 "seqs are not contiguous: the next row has seq {}",
                 row.seq
             )));
         }
-        let computed = record_crc(self.id, row.body.as_bytes());
+        let computed = record_crc(crc_id, row.body.as_bytes());
         if i64::from(computed) != row.crc {
             return Err(corrupt(format!(
                 "CRC mismatch (stored {:08x}, computed {computed:08x})",
                 row.crc
             )));
         }
-        let line = encode_line(self.id, &row.body);
-        let record = decode_event(self.id, line.trim_end_matches('\n').as_bytes())
+        // The record's line, built on the row's own body (no copy) with the
+        // CRC just checked (not computed again).
+        let mut line = row.body;
+        line.push_str(&format!(",\"crc\":\"{computed:08x}\"}}"));
+        let record = decode_event(crc_id, line.as_bytes())
             .map_err(|error| corrupt(format!("the body does not decode: {error}")))?;
         let columns_agree = record.seq() == expected
             && i64::try_from(record.ts()).ok() == Some(row.ts)
@@ -225,6 +243,35 @@ impl<'a> SeqCheck<'a> {
             ));
         }
         Ok(())
+    }
+}
+
+/// Judges, for a fork by reference of `source` with `seed_length` seeded
+/// events, the last seq `source`'s session row records (`None`: no row):
+/// the rows a child refers to must exist, and are never removed.
+pub(crate) fn check_seed_source_rows(
+    database: &Path,
+    source: &SessionId,
+    recorded: Option<i64>,
+    seed_length: u64,
+) -> Result<(), StoreError> {
+    match recorded {
+        None => Err(StoreError::NotFound {
+            id: source.to_string(),
+            path: database.to_owned(),
+        }),
+        Some(recorded) if recorded < 0 || recorded.unsigned_abs() < seed_length => {
+            Err(corrupt_session(
+                database,
+                source,
+                recorded.saturating_add(1).unsigned_abs(),
+                format!(
+                    "the session row records last seq {recorded}, but a fork of it counted \
+                     {seed_length} events"
+                ),
+            ))
+        }
+        Some(_) => Ok(()),
     }
 }
 

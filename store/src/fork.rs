@@ -1,0 +1,284 @@
+//! The copying fork of a JSONL log: the parent read once, in bounded
+//! memory, its records written into the child as they are checked.
+//!
+//! A child's first line is its header, and the header needs the parent's
+//! whole fold (its `seedLength`, its overrides), which is known only at the
+//! end of the parent. So the parent's good prefix is folded as it is read
+//! and each record, its body unchanged and its CRC computed for the child's
+//! id, goes through a buffer into a *spool* beside the child (a temporary
+//! dot file). At the end the child's temporary file gets the header, the
+//! spool copied after it in the kernel (`copy_file_range`), then the
+//! child's own first events; it is fdatasynced and published like every
+//! new log (a hard link, then the folder fsynced), and the spool removed.
+//! Memory is the fold and two buffers, whatever the parent's length; the
+//! parent's bytes are read once and checked once.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use sessionlog_projections::{delegate_from_state, Defaults, DelegationError, SessionState};
+use sessionlog_schema::{encode_line_into, EventRecord, SessionHeader, SessionId};
+
+use crate::io::Io;
+use crate::leftovers;
+use crate::reader::{LogReader, SessionStream};
+use crate::writer::{check_storable, now_ms};
+use crate::{Refusal, StoreError};
+
+/// Records are written to the spool in chunks of about this many bytes.
+const SPOOL_CHUNK_BYTES: usize = 1 << 20;
+
+/// Checks a child's own first events (the preset event and the prompt
+/// message) against the rules, folding them into `parent`, the clean fold
+/// of the events the child is seeded with. They are judged on their shape
+/// and seq alone (no rule about turns, steps, calls or approvals reads
+/// them) and start at the parent's seq + 1, so the parent's state checks
+/// them exactly as the child's state after its seed would, without folding
+/// the seed a second time.
+pub(crate) fn check_own_events(
+    parent: &mut SessionState,
+    events: &[EventRecord],
+    child_path: &Path,
+) -> Result<(), StoreError> {
+    for record in events {
+        parent.apply(record).map_err(|violation| StoreError::Rule {
+            path: child_path.to_owned(),
+            violation,
+        })?;
+    }
+    Ok(())
+}
+
+/// Forks the lone log at `parent` into a new log `<child>.jsonl` beside it
+/// (as `Store::fork` forks a session of a JSONL store): the parent is made
+/// durable, read once and checked as its records are copied, in bounded
+/// memory. Returns the child's header.
+///
+/// ```
+/// use sessionlog_projections::Defaults;
+/// use sessionlog_schema::{SessionHeader, SessionId, TurnStart};
+/// use sessionlog_store::{fork_log_file, Durability, Store, WriterOptions};
+///
+/// let folder = tempfile::tempdir()?;
+/// let store = Store::create(folder.path())?;
+/// let parent = SessionId::parse("parent")?;
+/// store.create_session(&SessionHeader::root(parent.clone(), 0, "/work".into()), &[], Durability::Fsync)?;
+/// store.open_writer(&parent, WriterOptions::default())?.append(TurnStart::new("t1").into(), None)?;
+/// let child = SessionId::parse("child")?;
+/// let header = fork_log_file(&store.session_path(&parent), &child, None, &Defaults::default())?;
+/// assert_eq!(header.seed_length, 1);
+/// assert_eq!(store.snapshot(&child)?.events.len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn fork_log_file(
+    parent: &Path,
+    child: &SessionId,
+    prompt: Option<&str>,
+    defaults: &Defaults,
+) -> Result<SessionHeader, StoreError> {
+    let io = Io::default();
+    // The child's seed must be a durable prefix of its parent.
+    crate::jsonl::sync_log_file(parent, &io)?;
+    let folder = match parent.parent() {
+        Some(folder) if !folder.as_os_str().is_empty() => folder,
+        _ => Path::new("."),
+    };
+    let child_path = folder.join(format!("{child}.jsonl"));
+    let request = ForkRequest { prompt, defaults };
+    fork_log(parent, None, child, &child_path, request, &io)
+}
+
+/// What a copying fork needs to know besides the two logs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ForkRequest<'a> {
+    /// The text of the prompt message, if any.
+    pub prompt: Option<&'a str>,
+    /// The defaults the parent's preset is projected with.
+    pub defaults: &'a Defaults,
+}
+
+/// Forks the log at `parent_path` (whose header must name `parent_id`,
+/// when given) into a new log `child` at `child_path`, durably, and
+/// returns the child's header. The parent must already be durable (its
+/// caller fdatasynced it). A corrupt parent, one that breaks the rules, or
+/// an existing `child_path` is refused and nothing is left behind.
+pub(crate) fn fork_log(
+    parent_path: &Path,
+    parent_id: Option<SessionId>,
+    child: &SessionId,
+    child_path: &Path,
+    request: ForkRequest<'_>,
+    io: &Io,
+) -> Result<SessionHeader, StoreError> {
+    let already_exists = || StoreError::AlreadyExists {
+        id: child.clone(),
+        path: child_path.to_owned(),
+    };
+    if child_path.symlink_metadata().is_ok() {
+        return Err(already_exists());
+    }
+    let folder = match child_path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let token = leftovers::new_token();
+    let mut spool =
+        Temporary::create(io, folder.join(format!(".{child}.jsonl.spool.tmp-{token}")))?;
+    let temp = folder.join(format!(".{child}.jsonl.tmp-{token}"));
+    let result =
+        copy_parent(parent_path, parent_id, child, &mut spool, io).and_then(|mut state| {
+            let seed = delegate_from_state(
+                &state,
+                child.clone(),
+                request.prompt,
+                request.defaults,
+                now_ms(),
+            )
+            .map_err(|error| delegation_error(error, child_path))?;
+            check_own_events(&mut state, &seed.events, child_path)?;
+            check_storable(&seed.header, &seed.events)?;
+            let result = write_child(&temp, &spool, &seed.header, &seed.events, io)
+                .and_then(|()| publish(io, &folder, &temp, child_path));
+            if result.is_err() {
+                let _ = std::fs::remove_file(&temp);
+            }
+            result.map(|()| seed.header)
+        });
+    drop(spool);
+    result.map_err(|error| match error {
+        StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists => {
+            already_exists()
+        }
+        other => other,
+    })
+}
+
+/// A temporary file of this process, removed when dropped.
+struct Temporary {
+    path: PathBuf,
+    file: File,
+}
+
+impl Temporary {
+    fn create(io: &Io, path: PathBuf) -> Result<Temporary, StoreError> {
+        let file = io
+            .create_temp(&path)
+            .map_err(|source| StoreError::io("create", &path, source))?;
+        // Held until it is removed: `sessionlog clean` leaves it.
+        leftovers::hold(&file);
+        Ok(Temporary { path, file })
+    }
+}
+
+impl Drop for Temporary {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Reads the parent's good prefix, folding it, and writes each record into
+/// `spool` signed for `child`. Returns the parent's fold. A rule violation
+/// stops the copy but not the read: corruption further on outranks it.
+fn copy_parent(
+    parent_path: &Path,
+    parent_id: Option<SessionId>,
+    child: &SessionId,
+    spool: &mut Temporary,
+    io: &Io,
+) -> Result<SessionState, StoreError> {
+    let mut reader = LogReader::open(parent_path, parent_id)?;
+    let mut refusal = Refusal::default();
+    if let Some(error) = SessionStream::header_vocabulary_errors(&reader).first() {
+        refusal.note(StoreError::HeaderVocabulary {
+            path: parent_path.to_owned(),
+            error: error.clone(),
+        });
+    }
+    let mut state = SessionState::with_header_body(reader.header().clone(), reader.header_body());
+    let mut buffer = Vec::with_capacity(SPOOL_CHUNK_BYTES + (64 << 10));
+    let mut flush = |buffer: &mut Vec<u8>| -> Result<(), StoreError> {
+        io.write_all(&mut spool.file, &spool.path, buffer)
+            .map_err(|source| StoreError::io("write", &spool.path, source))?;
+        buffer.clear();
+        Ok(())
+    };
+    while let Some(event) = reader.next_event_folded(&mut state)? {
+        if let Err(violation) = event.folded {
+            refusal.note(StoreError::Rule {
+                path: parent_path.to_owned(),
+                violation,
+            });
+            break;
+        }
+        encode_line_into(child, event.record.body(), &mut buffer);
+        if buffer.len() >= SPOOL_CHUNK_BYTES {
+            flush(&mut buffer)?;
+        }
+    }
+    flush(&mut buffer)?;
+    let summary = reader.finish()?;
+    refusal.into_result()?;
+    if let Some(torn) = &summary.torn_tail {
+        warn_torn_parent(parent_path, torn);
+    }
+    Ok(state)
+}
+
+/// Says, through `tracing`, that a fork ignores its parent's torn tail.
+pub(crate) fn warn_torn_parent(parent_path: &Path, torn: &sessionlog_schema::TornTail) {
+    tracing::warn!(
+        path = %parent_path.display(),
+        "forking from the good prefix; ignoring a torn tail of {} bytes at line {} (byte offset {}): {}",
+        torn.bytes,
+        torn.position.line,
+        torn.position.offset,
+        torn.reason
+    );
+}
+
+/// Writes the child's log to `temp`: its header, the spooled records, its
+/// own events; then fdatasyncs it.
+fn write_child(
+    temp: &Path,
+    spool: &Temporary,
+    header: &SessionHeader,
+    own_events: &[sessionlog_schema::EventRecord],
+    io: &Io,
+) -> Result<(), StoreError> {
+    let mut file = io
+        .create_temp(temp)
+        .map_err(|source| StoreError::io("create", temp, source))?;
+    leftovers::hold(&file);
+    let write_error = |source| StoreError::io("write", temp, source);
+    io.write_all(&mut file, temp, header.encode().as_bytes())
+        .map_err(write_error)?;
+    let mut spooled = crate::reader::open_log_for_reading(&spool.path)?;
+    io.copy_all(&mut spooled, &mut file, temp)
+        .map_err(write_error)?;
+    let mut own = Vec::new();
+    for record in own_events {
+        encode_line_into(&header.id, record.body(), &mut own);
+    }
+    io.write_all(&mut file, temp, &own).map_err(write_error)?;
+    io.sync_data(&file, temp)
+        .map_err(|source| StoreError::io("fdatasync", temp, source))
+}
+
+/// Publishes `temp` as `path` (never replacing an existing log) and fsyncs
+/// the folder.
+fn publish(io: &Io, folder: &Path, temp: &Path, path: &Path) -> Result<(), StoreError> {
+    io.publish(temp, path)
+        .map_err(|source| StoreError::io("publish", path, source))?;
+    io.sync_folder(folder)
+        .map_err(|source| StoreError::io("fsync folder", folder, source))
+}
+
+fn delegation_error(error: DelegationError, child_path: &Path) -> StoreError {
+    match error {
+        DelegationError::ChildIsParent { child } => StoreError::AlreadyExists {
+            id: child,
+            path: child_path.to_owned(),
+        },
+        other => StoreError::InvalidEvent(format!("fork: {other}")),
+    }
+}

@@ -1,0 +1,568 @@
+//! The last records of a JSONL log, read from its end (`tail -n N`).
+//!
+//! The header (line 1) is read, then lines are taken backwards from the end
+//! of the file (`memrchr` over chunks read with `pread`) until the window
+//! holds N intact records, and the window is scanned forwards by the same
+//! `LogScanner` every reader uses, resumed at the window's first record
+//! ([`LogScanner::resume`]). So what it reports (a torn tail, corruption
+//! inside the window, a seq gap, a `seedLength` above the last seq) is
+//! what a read from the start would report of those bytes, at the same
+//! line and offset; damage before the window is not read and left for
+//! `verify`. The window starts at a unit: when its first record is inside a
+//! batch (found by a batch member within the `MAX_BATCH_RECORDS` lines
+//! before it), it starts at that batch's first record instead, so that a
+//! batch whose last record never arrived is a torn tail here too. When the
+//! scan finds fewer than N records of the good prefix (a torn tail took some
+//! of the lines), the window grows and is scanned again. Memory is the
+//! window's lines; the time does not depend on the log's length.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::BufReader;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use sessionlog_schema::{
+    decode_event, DecodedHeader, EventRecord, LogScanner, ScanSummary, SessionId, TornTail,
+    MAX_BATCH_RECORDS, MAX_RECORD_BYTES,
+};
+
+use crate::reader::{open_log_for_reading, Line, LineReader};
+use crate::StoreError;
+
+/// Bytes read at a time, backwards.
+const CHUNK_BYTES: usize = 64 * 1024;
+
+/// The last events of a log's good prefix.
+#[derive(Debug)]
+pub struct LastEvents {
+    /// The header record.
+    pub header: DecodedHeader,
+    /// At most the N last events of the good prefix, in order.
+    pub events: Vec<EventRecord>,
+    /// The seq of the last event of the good prefix (0: none).
+    pub last_seq: u64,
+    /// The torn tail after the good prefix, if any.
+    pub torn_tail: Option<TornTail>,
+}
+
+/// The last `count` events of the good prefix of the log at `path` (whose
+/// header must name `expected_id`, when given), read from the end of the
+/// file: see the module docs. Corruption in what is read is an error, as
+/// for every reader.
+///
+/// ```
+/// use sessionlog_schema::{SessionHeader, SessionId, TurnStart, TurnEnd};
+/// use sessionlog_store::{read_last_events, Durability, Store, WriterOptions};
+///
+/// let folder = tempfile::tempdir()?;
+/// let store = Store::create(folder.path())?;
+/// let id = SessionId::parse("a")?;
+/// store.create_session(&SessionHeader::root(id.clone(), 0, "/work".into()), &[], Durability::Fsync)?;
+/// let mut writer = store.open_writer(&id, WriterOptions::default())?;
+/// writer.append(TurnStart::new("t1").into(), None)?;
+/// writer.append(TurnEnd::new("t1").into(), None)?;
+/// let last = read_last_events(&store.session_path(&id), Some(id), 1)?;
+/// assert_eq!(last.events.iter().map(|record| record.seq()).collect::<Vec<_>>(), [2]);
+/// assert!(last.torn_tail.is_none());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn read_last_events(
+    path: &Path,
+    expected_id: Option<SessionId>,
+    count: usize,
+) -> Result<LastEvents, StoreError> {
+    let file = open_log_for_reading(path)?;
+    let corrupt = |corruption| StoreError::Corrupt {
+        path: path.to_owned(),
+        corruption,
+    };
+    let (header, header_end) = read_header_line(&file, path, expected_id)?;
+    let len = file
+        .metadata()
+        .map_err(|source| StoreError::io("stat", path, source))?
+        .len();
+    let mut lines = BackwardLines::new(&file, path, header_end, len);
+    // The window's lines, earliest first, and how many are intact records.
+    let mut window: VecDeque<BackLine> = VecDeque::new();
+    let mut wanted = count.max(1);
+    loop {
+        let mut intact = window.iter().filter(|line| line.record.is_some()).count();
+        while intact < wanted {
+            let Some(line) = lines.next_line(&header.header.id)? else {
+                break;
+            };
+            intact += usize::from(line.record.is_some());
+            window.push_front(line);
+        }
+        // The window starts at its first intact record (what comes before
+        // it in the window is damage a scan from there cannot place).
+        while window.front().is_some_and(|line| line.record.is_none()) && !lines.at_start() {
+            match lines.next_line(&header.header.id)? {
+                Some(line) => window.push_front(line),
+                None => break,
+            }
+        }
+        extend_to_batch_start(&mut window, &mut lines, &header.header.id)?;
+        let (events, summary) = scan(&header, header_end, &window, count).map_err(corrupt)?;
+        if events.len() >= count || lines.at_start() {
+            return Ok(LastEvents {
+                header,
+                events,
+                last_seq: summary.last_seq,
+                torn_tail: summary.torn_tail,
+            });
+        }
+        wanted = wanted.saturating_mul(2);
+    }
+}
+
+/// Scans `window` forwards from its first line, resuming the scanner there,
+/// and keeps the last `count` events of the good prefix.
+fn scan(
+    header: &DecodedHeader,
+    header_end: u64,
+    window: &VecDeque<BackLine>,
+    count: usize,
+) -> Result<(Vec<EventRecord>, ScanSummary), sessionlog_schema::Corruption> {
+    let (offset, next_seq) = match window.front() {
+        Some(BackLine {
+            offset,
+            record: Some(record),
+            ..
+        }) => (*offset, record.seq()),
+        // Only damage after the header, or nothing: the scan starts at the
+        // first event.
+        Some(line) => (line.offset, 1),
+        None => (header_end, 1),
+    };
+    let mut scanner = LogScanner::resume(header.clone(), offset, next_seq);
+    let mut ready = Vec::new();
+    let mut last: VecDeque<EventRecord> = VecDeque::with_capacity(count);
+    for line in window {
+        match &line.bytes {
+            Some(bytes) => scanner.push_line(bytes, line.terminated, line.offset, &mut ready)?,
+            None => scanner.push_oversized_line(line.len, line.terminated, line.offset)?,
+        }
+        for record in ready.drain(..) {
+            if last.len() == count {
+                last.pop_front();
+            }
+            if count > 0 {
+                last.push_back(record);
+            }
+        }
+    }
+    let summary = scanner.finish()?;
+    Ok((last.into(), summary))
+}
+
+/// When the window's first record is inside a batch, takes the lines back
+/// to that batch's first record. A batch holds at most
+/// `MAX_BATCH_RECORDS` records, so only as many lines before the window
+/// can start one that reaches into it.
+fn extend_to_batch_start(
+    window: &mut VecDeque<BackLine>,
+    lines: &mut BackwardLines<'_>,
+    id: &SessionId,
+) -> Result<(), StoreError> {
+    let Some(first_seq) = window
+        .front()
+        .and_then(|line| line.record.as_ref())
+        .map(EventRecord::seq)
+    else {
+        return Ok(());
+    };
+    if window
+        .front()
+        .and_then(|line| line.record.as_ref())
+        .is_some_and(|record| record.batch().is_some())
+    {
+        return Ok(());
+    }
+    let window_start = window.front().map_or(0, |line| line.offset);
+    // Lines before the window are looked at, not kept: only a batch's
+    // first record is decoded, and the window is extended only when one
+    // reaches into it.
+    let mut looked = 0u64;
+    let mut batch_start = None;
+    while looked < MAX_BATCH_RECORDS {
+        let Some(line) = lines.next_line_if_batch_start(id)? else {
+            break;
+        };
+        looked += 1;
+        let Some(record) = line.record.as_ref() else {
+            continue;
+        };
+        let Some(size) = record.batch() else {
+            continue;
+        };
+        if record.seq() + size > first_seq {
+            batch_start = Some(line.offset);
+        }
+        // The nearest batch before the window decides: one that ended
+        // before it leaves the window starting a unit.
+        break;
+    }
+    lines.rewind_to(window_start);
+    if let Some(batch_start) = batch_start {
+        while let Some(line) = lines.next_line(id)? {
+            let reached = line.offset <= batch_start;
+            window.push_front(line);
+            if reached {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads and checks line 1; returns it decoded and where it ends.
+fn read_header_line(
+    file: &File,
+    path: &Path,
+    expected_id: Option<SessionId>,
+) -> Result<(DecodedHeader, u64), StoreError> {
+    let reader = BufReader::with_capacity(CHUNK_BYTES, file);
+    let mut lines = LineReader::new(reader);
+    let mut scanner = LogScanner::new(expected_id);
+    let corrupt = |corruption| StoreError::Corrupt {
+        path: path.to_owned(),
+        corruption,
+    };
+    let first = lines
+        .next_line()
+        .map_err(|source| StoreError::io("read", path, source))?;
+    match first {
+        Some((offset, Line::Complete { terminated })) => scanner
+            .push_line(lines.line(), terminated, offset, &mut Vec::new())
+            .map_err(corrupt)?,
+        Some((offset, Line::Oversized { len, terminated })) => scanner
+            .push_oversized_line(len, terminated, offset)
+            .map_err(corrupt)?,
+        None => {}
+    }
+    let end = lines.offset();
+    let Some(header) = scanner.header().cloned() else {
+        // An empty file: the scanner names it.
+        return Err(corrupt(scanner.finish().err().unwrap_or_else(|| {
+            unreachable!("a scan without a header does not finish")
+        })));
+    };
+    Ok((
+        DecodedHeader {
+            header,
+            vocabulary_errors: scanner.header_vocabulary_errors().to_vec(),
+            body: scanner.header_body().to_owned(),
+        },
+        end,
+    ))
+}
+
+/// One line read backwards.
+#[derive(Debug)]
+struct BackLine {
+    offset: u64,
+    /// Its bytes without `\n`; `None` for a line above the record limit.
+    bytes: Option<Vec<u8>>,
+    /// Its length without `\n`.
+    len: u64,
+    terminated: bool,
+    /// The record, when the line is intact (`\n`, CRC, a well-formed
+    /// record).
+    record: Option<EventRecord>,
+}
+
+/// The lines of a file after its header, from the last to the first.
+struct BackwardLines<'f> {
+    file: &'f File,
+    path: &'f Path,
+    /// Where the lines start (the end of the header).
+    start: u64,
+    /// Bytes before `pos` are not read yet; `buffer` holds `[pos, end)`,
+    /// where `end` is the end of the next line to give.
+    pos: u64,
+    buffer: Vec<u8>,
+}
+
+impl<'f> BackwardLines<'f> {
+    fn new(file: &'f File, path: &'f Path, start: u64, len: u64) -> Self {
+        BackwardLines {
+            file,
+            path,
+            start,
+            pos: len.max(start),
+            buffer: Vec::new(),
+        }
+    }
+
+    /// Whether every line has been given.
+    fn at_start(&self) -> bool {
+        self.pos == self.start && self.buffer.is_empty()
+    }
+
+    /// Forgets what was given from `end` on: the next line given ends there.
+    fn rewind_to(&mut self, end: u64) {
+        self.pos = end;
+        self.buffer.clear();
+    }
+
+    /// The previous line, decoded when intact.
+    fn next_line(&mut self, id: &SessionId) -> Result<Option<BackLine>, StoreError> {
+        self.take_line(id, true)
+    }
+
+    /// The previous line, decoded only when it may be a batch's first record
+    /// (it holds `"batch"`): the look-back for a batch reads most lines
+    /// without decoding them.
+    fn next_line_if_batch_start(&mut self, id: &SessionId) -> Result<Option<BackLine>, StoreError> {
+        self.take_line(id, false)
+    }
+
+    fn take_line(&mut self, id: &SessionId, always: bool) -> Result<Option<BackLine>, StoreError> {
+        if self.at_start() {
+            return Ok(None);
+        }
+        if self.buffer.is_empty() {
+            self.fill()?;
+        }
+        // The buffer ends where the line to give ends.
+        let end = self.pos + self.buffer.len() as u64;
+        let terminated = self.buffer.last() == Some(&b'\n');
+        let newline = usize::from(terminated);
+        let line_start = loop {
+            let body_end = self.buffer.len() - newline;
+            if let Some(index) = memchr::memrchr(b'\n', &self.buffer[..body_end]) {
+                break index + 1;
+            }
+            if self.pos == self.start {
+                break 0;
+            }
+            if body_end > MAX_RECORD_BYTES {
+                return self.skip_oversized(terminated, end);
+            }
+            self.fill()?;
+        };
+        let body_end = self.buffer.len() - newline;
+        let offset = self.pos + line_start as u64;
+        let len = (body_end - line_start) as u64;
+        if body_end - line_start > MAX_RECORD_BYTES {
+            self.buffer.truncate(line_start);
+            return Ok(Some(BackLine {
+                offset,
+                bytes: None,
+                len,
+                terminated,
+                record: None,
+            }));
+        }
+        let line = &self.buffer[line_start..body_end];
+        let decode = terminated && (always || memchr::memmem::find(line, b"\"batch\"").is_some());
+        let record = if decode {
+            decode_event(id, line).ok()
+        } else {
+            None
+        };
+        // A line looked at only for a batch is not kept.
+        let bytes = (always || record.is_some()).then(|| line.to_vec());
+        self.buffer.truncate(line_start);
+        Ok(Some(BackLine {
+            offset,
+            bytes,
+            len,
+            terminated,
+            record,
+        }))
+    }
+
+    /// A line longer than the record limit, ending at `end`: its start is
+    /// found without keeping its bytes.
+    fn skip_oversized(
+        &mut self,
+        terminated: bool,
+        end: u64,
+    ) -> Result<Option<BackLine>, StoreError> {
+        loop {
+            // Nothing in the buffer is needed: it is all of this line.
+            self.buffer.clear();
+            if !self.fill()? {
+                break;
+            }
+            if let Some(index) = memchr::memrchr(b'\n', &self.buffer) {
+                self.buffer.truncate(index + 1);
+                break;
+            }
+        }
+        let offset = self.pos + self.buffer.len() as u64;
+        Ok(Some(BackLine {
+            offset,
+            bytes: None,
+            len: end - offset - u64::from(terminated),
+            terminated,
+            record: None,
+        }))
+    }
+
+    /// Reads the chunk before `pos` in front of the buffer; false when
+    /// there is nothing before it.
+    fn fill(&mut self) -> Result<bool, StoreError> {
+        if self.pos == self.start {
+            return Ok(false);
+        }
+        let from = self.pos.saturating_sub(CHUNK_BYTES as u64).max(self.start);
+        let mut chunk = vec![0; (self.pos - from) as usize];
+        self.file
+            .read_exact_at(&mut chunk, from)
+            .map_err(|source| StoreError::io("read", self.path, source))?;
+        chunk.extend_from_slice(&self.buffer);
+        self.buffer = chunk;
+        self.pos = from;
+        Ok(true)
+    }
+}
+
+impl std::fmt::Debug for BackwardLines<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackwardLines")
+            .field("pos", &self.pos)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use sessionlog_schema::EventRecord;
+
+    use super::*;
+    use crate::reader::read_snapshot_from;
+    use crate::store::tests::{header, id};
+
+    /// A log of `units` (each a lone event, or a batch of that many), then
+    /// `tail` appended as it is.
+    fn log(units: &[u64], data_len: usize, tail: &[u8]) -> Vec<u8> {
+        let session = id("s");
+        let mut bytes = header("s").encode().into_bytes();
+        let mut seq = 1;
+        let data = format!("{{\"text\":\"{}\"}}", "x".repeat(data_len));
+        for &size in units {
+            for member in 0..size.max(1) {
+                let batch = (size > 1 && member == 0).then_some(size);
+                let record = EventRecord::new(seq, 10, batch, "note/test", &data);
+                bytes.extend(record.encode(&session).as_bytes());
+                seq += 1;
+            }
+        }
+        bytes.extend_from_slice(tail);
+        bytes
+    }
+
+    /// What a read from the start gives for the last `count` events: the
+    /// events, the last seq and the torn tail; or its corruption.
+    fn forward(
+        bytes: &[u8],
+        count: usize,
+    ) -> Result<(Vec<EventRecord>, u64, Option<TornTail>), String> {
+        let snapshot =
+            read_snapshot_from(bytes, Path::new("s.jsonl")).map_err(|e| e.to_string())?;
+        let last_seq = snapshot.events.last().map_or(0, EventRecord::seq);
+        let skip = snapshot.events.len().saturating_sub(count);
+        Ok((
+            snapshot.events[skip..].to_vec(),
+            last_seq,
+            snapshot.torn_tail,
+        ))
+    }
+
+    fn backward(
+        bytes: &[u8],
+        count: usize,
+    ) -> Result<(Vec<EventRecord>, u64, Option<TornTail>), String> {
+        let folder = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let path = folder.path().join("s.jsonl");
+        std::fs::write(&path, bytes).map_err(|e| e.to_string())?;
+        let last = read_last_events(&path, Some(id("s")), count).map_err(|e| e.to_string())?;
+        Ok((last.events, last.last_seq, last.torn_tail))
+    }
+
+    /// A torn tail of each kind a crash leaves.
+    fn torn_tail() -> impl Strategy<Value = Vec<u8>> {
+        let member = |seq: u64, batch: Option<u64>| {
+            EventRecord::new(seq, 10, batch, "note/test", "{}").encode(&id("s"))
+        };
+        prop_oneof![
+            Just(Vec::new()),
+            Just(b"{\"seq\":".to_vec()),
+            Just(b"garbage\n".to_vec()),
+            Just(b"\0\0\0\0".to_vec()),
+            (0usize..3).prop_map(move |cut| {
+                // An unfinished batch, cut after whole lines or inside one;
+                // its seq is found and set by `with_seq` below.
+                let mut text = member(u64::MAX, Some(4)).into_bytes();
+                text.extend(member(u64::MAX, None).as_bytes());
+                text.truncate(text.len() - cut * 7);
+                text
+            }),
+        ]
+    }
+
+    /// `tail` with the placeholder seqs of an unfinished batch numbered from
+    /// `next`.
+    fn with_seq(tail: Vec<u8>, next: u64) -> Vec<u8> {
+        let text = String::from_utf8_lossy(&tail).into_owned();
+        if !text.contains(&u64::MAX.to_string()) {
+            return tail;
+        }
+        let mut bytes = Vec::new();
+        for (index, line) in text.split_inclusive('\n').enumerate() {
+            let seq = next + index as u64;
+            let batch = (index == 0).then_some(4);
+            let whole = EventRecord::new(seq, 10, batch, "note/test", "{}").encode(&id("s"));
+            bytes.extend_from_slice(&whole.as_bytes()[..line.len().min(whole.len())]);
+        }
+        bytes
+    }
+
+    proptest! {
+        #[test]
+        fn the_last_records_read_from_the_end_are_those_a_read_from_the_start_gives(
+            units in proptest::collection::vec(prop_oneof![4 => Just(1u64), 1 => 2u64..6], 0..40),
+            data_len in prop_oneof![Just(8usize), Just(70_000usize)],
+            tail in torn_tail(),
+            count in 0usize..12,
+        ) {
+            let next = units.iter().map(|size| size.max(&1)).sum::<u64>() + 1;
+            let bytes = log(&units, data_len, &with_seq(tail, next));
+            prop_assert_eq!(backward(&bytes, count), forward(&bytes, count));
+        }
+    }
+
+    #[test]
+    fn corruption_inside_what_is_read_is_reported_where_a_full_read_reports_it() {
+        let bytes = log(&[1; 6], 8, b"");
+        // Damage on line 5 (seq 4), followed by intact records.
+        let lines: Vec<&[u8]> = bytes.split_inclusive(|b| *b == b'\n').collect();
+        let mut damaged = Vec::new();
+        for (index, line) in lines.iter().enumerate() {
+            if index == 4 {
+                damaged.extend_from_slice(&line[..line.len() - 3]);
+                damaged.extend_from_slice(b"x}\n");
+            } else {
+                damaged.extend_from_slice(line);
+            }
+        }
+        let full = forward(&damaged, 3).expect_err("corrupt");
+        assert!(
+            full.starts_with("s.jsonl: the log is corrupt at line 5 (byte offset 450)"),
+            "{full}"
+        );
+        let from_end = backward(&damaged, 3).expect_err("corrupt");
+        assert!(from_end.ends_with(&full), "{from_end}\n{full}");
+        // The last two records do not reach the damage: not read, not reported.
+        let last_two = backward(&damaged, 2).expect("read");
+        assert_eq!(
+            last_two.0.iter().map(EventRecord::seq).collect::<Vec<_>>(),
+            [5, 6]
+        );
+    }
+}

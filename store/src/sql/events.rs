@@ -1,0 +1,307 @@
+//! The events of one database session, read page by page (bounded memory)
+//! and checked as they come, the same way for every engine: an engine only
+//! says how to fetch a page of rows ([`RowPages`]).
+//!
+//! A fork by reference keeps no rows for its seeded events: events
+//! 1..=seedLength are the first rows of the session its row names as
+//! `seed_source` (which may itself be a fork by reference). The reader
+//! resolves that chain once, into segments of seqs and the session whose
+//! rows hold them, and reads each segment in turn through one `SeqCheck`:
+//! a referenced row is checked against the CRC of its owner's id and
+//! given back as the same record (a record carries no session id; the CRC
+//! of the session read is computed when it is written out), so every
+//! reader sees exactly the records a copied child holds. A referenced row
+//! that is missing, damaged, or an owner whose row is gone or records too
+//! few events, is corruption of the session read, named with its id and
+//! seq.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+
+use sessionlog_schema::{EventRecord, SessionId};
+
+use super::checks::{check_no_rows_past, corrupt_session, EventRow, SeqCheck};
+use super::{decode_header_row, HeaderRow};
+use crate::StoreError;
+
+/// How many sessions a chain of forks by reference may run through before
+/// the reader calls it a loop (only damage can make one: a fork refers to
+/// a session that existed before it).
+const MAX_REFERENCE_DEPTH: usize = 100_000;
+
+/// How an engine fetches a session's rows.
+pub(crate) trait RowPages: Send {
+    /// Up to one page of session `id`'s rows from seq `from` through seq
+    /// `through`, in seq order.
+    fn rows(
+        &mut self,
+        id: &SessionId,
+        from: u64,
+        through: u64,
+    ) -> Result<Vec<EventRow>, StoreError>;
+
+    /// The last seq session `id`'s row records (`None`: the row is gone)
+    /// and the lowest and highest seqs of its rows, read in one statement
+    /// (so one snapshot of the database).
+    fn bounds(&mut self, id: &SessionId) -> Result<RowBounds, StoreError>;
+
+    /// Session `id`'s row (`None`: there is none).
+    fn session_row(&mut self, id: &SessionId) -> Result<Option<HeaderRow>, StoreError>;
+}
+
+/// What [`RowPages::bounds`] reads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RowBounds {
+    /// The last seq the session row records (`None`: the row is gone).
+    pub(crate) recorded: Option<i64>,
+    /// The lowest seq of the session's rows.
+    pub(crate) min: Option<i64>,
+    /// The highest seq of the session's rows.
+    pub(crate) max: Option<i64>,
+}
+
+/// Seqs through `through` (from the end of the segment before) are rows
+/// of `owner`.
+#[derive(Debug)]
+struct Segment {
+    owner: SessionId,
+    through: u64,
+}
+
+/// The events of one session read page by page, checked as they come
+/// (contiguous seqs, intact bodies, finished batches), through the last
+/// seq its row recorded when the read began: events appended meanwhile are
+/// left to the next read, and the rows must reach that seq.
+pub struct SqlEvents {
+    pages: Box<dyn RowPages>,
+    /// The database, as messages name it.
+    store: PathBuf,
+    id: SessionId,
+    seed_length: u64,
+    /// The session whose rows hold events 1..=seed_length, for a fork by
+    /// reference.
+    seed_source: Option<SessionId>,
+    /// Resolved on the first read.
+    segments: Option<Vec<Segment>>,
+    recorded_last_seq: u64,
+    next_seq: u64,
+    batch_remaining: u64,
+    page: VecDeque<EventRecord>,
+    finished: bool,
+}
+
+impl std::fmt::Debug for SqlEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlEvents")
+            .field("store", &self.store)
+            .field("session", &self.id)
+            .field("next_seq", &self.next_seq)
+            .finish()
+    }
+}
+
+impl SqlEvents {
+    /// The events of session `id` (whose header records `seed_length`,
+    /// whose row records `recorded_last_seq` and, for a fork by reference,
+    /// `seed_source`) from `from_seq` on.
+    pub(crate) fn new(
+        pages: Box<dyn RowPages>,
+        store: PathBuf,
+        id: SessionId,
+        seed_length: u64,
+        seed_source: Option<SessionId>,
+        recorded_last_seq: u64,
+        from_seq: u64,
+    ) -> SqlEvents {
+        SqlEvents {
+            pages,
+            store,
+            id,
+            seed_length,
+            seed_source,
+            segments: None,
+            recorded_last_seq,
+            next_seq: from_seq.max(1),
+            batch_remaining: 0,
+            page: VecDeque::new(),
+            finished: false,
+        }
+    }
+
+    /// The session being read.
+    pub fn id(&self) -> &SessionId {
+        &self.id
+    }
+
+    fn next_event(&mut self) -> Result<Option<EventRecord>, StoreError> {
+        if let Some(record) = self.page.pop_front() {
+            return Ok(Some(record));
+        }
+        if self.finished {
+            return Ok(None);
+        }
+        if self.segments.is_none() {
+            self.segments = Some(self.resolve()?);
+        }
+        let segment = self.segments.as_ref().and_then(|segments| {
+            segments
+                .iter()
+                .find(|segment| self.next_seq <= segment.through)
+        });
+        let (rows, owner) = match segment {
+            None => (Vec::new(), None),
+            Some(segment) => {
+                let rows = self
+                    .pages
+                    .rows(&segment.owner, self.next_seq, segment.through)?;
+                let owner = (segment.owner != self.id).then(|| segment.owner.clone());
+                if rows.is_empty() {
+                    if let Some(owner) = &owner {
+                        return Err(corrupt_session(
+                            &self.store,
+                            &self.id,
+                            self.next_seq,
+                            format!(
+                                "the row of event {} is missing from session {owner}, whose \
+                                 rows this fork refers to",
+                                self.next_seq
+                            ),
+                        ));
+                    }
+                }
+                (rows, owner)
+            }
+        };
+        let bounds = match rows.is_empty() {
+            true => Some(self.pages.bounds(&self.id)?),
+            false => None,
+        };
+        let store = &self.store;
+        let mut check = SeqCheck::resume(store, &self.id, self.next_seq, self.batch_remaining);
+        for row in rows {
+            self.page.push_back(check.accept_from(row, owner.as_ref())?);
+        }
+        if let Some(RowBounds {
+            recorded,
+            min: min_row_seq,
+            max: max_row_seq,
+        }) = bounds
+        {
+            // At the end: the row's last seq, read again with the highest
+            // row in one statement, must cover every row.
+            let Some(recorded) = recorded else {
+                return Err(corrupt_session(
+                    store,
+                    &self.id,
+                    0,
+                    "the session row is gone".to_owned(),
+                ));
+            };
+            let recorded = u64::try_from(recorded).map_err(|_| {
+                corrupt_session(
+                    store,
+                    &self.id,
+                    0,
+                    format!("the session row records last seq {recorded}"),
+                )
+            })?;
+            check_no_rows_past(store, &self.id, recorded, max_row_seq)?;
+            if let (Some(source), Some(min)) = (&self.seed_source, min_row_seq) {
+                if min <= i64::try_from(self.seed_length).unwrap_or(i64::MAX) {
+                    return Err(corrupt_session(
+                        store,
+                        &self.id,
+                        min.unsigned_abs(),
+                        format!(
+                            "a row at seq {min}, among the events 1..={} that are the rows of \
+                             session {source}",
+                            self.seed_length
+                        ),
+                    ));
+                }
+            }
+            check.finish(self.seed_length, self.recorded_last_seq)?;
+        }
+        self.next_seq = check.next_seq;
+        self.batch_remaining = check.batch_remaining;
+        if self.page.is_empty() {
+            self.finished = true;
+            return Ok(None);
+        }
+        Ok(self.page.pop_front())
+    }
+}
+
+impl SqlEvents {
+    /// The segments of the session: for a fork by reference, its own rows
+    /// after its seed, the rows of the session it refers to before that,
+    /// and so on up the chain, in seq order.
+    fn resolve(&mut self) -> Result<Vec<Segment>, StoreError> {
+        let mut segments = vec![Segment {
+            owner: self.id.clone(),
+            through: self.recorded_last_seq,
+        }];
+        let mut source = self.seed_source.clone();
+        let mut through = self.seed_length.min(self.recorded_last_seq);
+        while let Some(owner) = source {
+            let corrupt = |reason: String| {
+                corrupt_session(
+                    &self.store,
+                    &self.id,
+                    1,
+                    format!(
+                        "events 1..={through} are the rows of session {owner}, which this fork \
+                         refers to, but {reason}"
+                    ),
+                )
+            };
+            if segments.len() > MAX_REFERENCE_DEPTH || owner == self.id {
+                return Err(corrupt(
+                    "the sessions refer to each other in a loop".to_owned(),
+                ));
+            }
+            let Some(row) = self.pages.session_row(&owner)? else {
+                return Err(corrupt("it has no session row".to_owned()));
+            };
+            let decoded = decode_header_row(&self.store, &owner, &row)
+                .map_err(|error| corrupt(format!("its row is damaged: {error}")))?;
+            if row.last_seq.unsigned_abs() < through {
+                return Err(corrupt(format!(
+                    "its row records only {} events",
+                    row.last_seq
+                )));
+            }
+            source = row
+                .seed_source
+                .as_deref()
+                .map(SessionId::parse)
+                .transpose()
+                .map_err(|error| {
+                    corrupt(format!("its row names an invalid seed source ({error})"))
+                })?;
+            let next_through = decoded.header.seed_length.min(through);
+            segments.push(Segment { owner, through });
+            through = next_through;
+            if through == 0 {
+                break;
+            }
+        }
+        segments.reverse();
+        Ok(segments)
+    }
+}
+
+impl Iterator for SqlEvents {
+    type Item = Result<EventRecord, StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.next_event() {
+            Ok(record) => record.map(Ok),
+            Err(error) => {
+                self.finished = true;
+                self.page.clear();
+                Some(Err(error))
+            }
+        }
+    }
+}

@@ -1,0 +1,1162 @@
+//! The SQLite backend: one database file holding many sessions, with the
+//! same API and the same records as the JSONL backend.
+//!
+//! # Schema (version 3, `PRAGMA user_version = 3`)
+//!
+//! ```sql
+//! CREATE TABLE sessions (
+//!     id               TEXT PRIMARY KEY NOT NULL,
+//!     created_at       INTEGER NOT NULL,
+//!     cwd              TEXT NOT NULL,
+//!     parent_session   TEXT,
+//!     seed_length      INTEGER NOT NULL,
+//!     delegation_depth INTEGER NOT NULL,
+//!     sandbox_mode     TEXT,
+//!     approval_policy  TEXT,
+//!     header_body      TEXT NOT NULL,   -- the header record up to ,"crc":
+//!     header_crc       INTEGER NOT NULL,-- CRC-32 of id + header_body
+//!     last_seq         INTEGER NOT NULL DEFAULT 0, -- the last event's seq
+//!     seed_source      TEXT REFERENCES sessions(id) -- a fork by reference's parent
+//! ) STRICT;
+//! CREATE TABLE events (
+//!     session_id TEXT NOT NULL REFERENCES sessions(id),
+//!     seq        INTEGER NOT NULL,
+//!     ts         INTEGER NOT NULL,
+//!     type       TEXT NOT NULL,
+//!     batch      INTEGER,              -- only on a batch's first record
+//!     body       TEXT NOT NULL,        -- EventRecord::body(), byte for byte
+//!     crc        INTEGER NOT NULL,     -- CRC-32 of session_id + body
+//!     PRIMARY KEY (session_id, seq)
+//! ) STRICT, WITHOUT ROWID;
+//! ```
+//!
+//! A fork by reference (`seed_source` set) has no rows for its seeded
+//! events: they are the first `seed_length` rows of `seed_source`, read
+//! through `sql::events` (docs/FORMAT.md, "Forks by reference").
+//!
+//! `body` is the exact text that precedes `,"crc":` in the JSONL line, so
+//! the JSONL record is given back by appending the CRC suffix: export from
+//! either backend is byte-identical. The other columns are copies of what
+//! the bodies hold, for queries; the bodies are the truth, and a reader
+//! checks that the columns agree with them. A stored CRC that does not match
+//! its body, a body that does not decode, columns that disagree with it, a
+//! seq gap, an unfinished batch or a `seedLength` above the number of events
+//! is corruption, reported with the session and seq; so are rows that end
+//! before, or run past, the `last_seq` of their session row, which every
+//! append moves in its own transaction (the checks live in `sql::checks`).
+//! A session row whose id is invalid, events without a session row, and
+//! whatever SQLite reports of a damaged file are corruption of the database
+//! as a whole ([`SqliteStore::audit`]). Integers are SQLite's signed 64
+//! bits: a time or count above 2^63 - 1 is refused on write.
+//!
+//! [`SqliteStore::open_read_only`] is how reading commands open a database:
+//! no WAL switch, no schema step, no write, so a store on a read-only
+//! medium or readable only can be verified; another application's database
+//! is never adopted.
+//!
+//! The database runs in WAL mode; a newer `user_version` is refused, an
+//! older one is brought forward by the steps of `MIGRATION_STEPS`, all in
+//! one transaction. The file is created 0600 (SQLite gives its `-wal` and
+//! `-shm` files the same mode).
+//!
+//! # Writes: one committer per database (`committer`)
+//!
+//! Every write (session creation and appends) goes through one committer
+//! thread that owns the only write connection of this `SqliteStore`. A
+//! writer's sync sends its pending records and waits; the committer takes
+//! every request waiting at that moment, applies them all in one
+//! transaction and commits once — one fsync for all under
+//! `synchronous=FULL` (`Durability::Fsync`; `synchronous=OFF` when every
+//! request of the group is `Durability::Buffered`). Every caller is answered
+//! only after the commit, by a second thread (`sessionlog-ack`), so that
+//! waking the callers overlaps the next group. Commits go through the `Io`
+//! seam (`FaultPoint::Commit`).
+//!
+//! A request that fails never affects the others of its group. Requests are
+//! applied straight into the transaction: one refused before it changed
+//! anything (a seq conflict, an existing id) is simply left out. One that
+//! fails after changing something makes the committer roll the transaction
+//! back and apply the group again with a savepoint per request, so that it
+//! is rolled back alone. Savepoints cost a parse and two statements per
+//! request, which the common case does without.
+//!
+//! After each commit, before anyone is answered, the committer checks that
+//! the `-wal` file is still in place (`WalGuard`); when it was removed, it
+//! checkpoints what the removed file holds into the database and stops.
+//!
+//! The WAL is checkpointed every 8192 pages (32 MiB) rather than SQLite's
+//! default 1000: with many sessions appending, each group dirties one page
+//! per session, and a page rewritten by many commits is copied into the
+//! database once per checkpoint.
+//!
+//! A migration's bulk creation is the one exception to grouping: it runs
+//! alone on the committer, as one transaction that stays open while the
+//! migration streams sessions into it (the committer inserts one session
+//! while the next is read), and is committed only once every source
+//! session verified, or rolled back. Meanwhile the database's write lock
+//! is held, so other writes wait for it.
+//!
+//! # Locking
+//!
+//! One writer per session across processes: a writer holds an exclusive
+//! `flock` on `<database file name>.locks/<id>.lock` beside the database
+//! (folder 0700, files 0600, never removed: removing a lock file races with
+//! its next taker). A second writer, in this process or another, gets
+//! `StoreError::Locked`. Readers take no lock; they read through their own
+//! connection, which WAL never blocks.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use sessionlog_projections::SessionState;
+use sessionlog_schema::{
+    record_crc, DecodedHeader, EventRecord, HeaderVocabularyError, SessionHeader, SessionId,
+};
+
+use crate::io::Io;
+use crate::jsonl::{check_new_session, ListEntry};
+use crate::reader::Snapshot;
+pub(crate) use crate::sql::checks::session_locator;
+use crate::sql::checks::{audit_catalogue, corrupt_session, damaged, EventRow, StoreAudit};
+use crate::sql::events::{RowBounds, RowPages, SqlEvents};
+use crate::sql::{
+    check_header_vocabulary, decode_header_row, fold_session, stage, FoldedSession, HeaderRow,
+};
+use crate::state_snapshot;
+use crate::writer::{check_storable, Durability, LogSink, SessionWriter, WriterOptions};
+use crate::StoreError;
+
+mod committer;
+mod schema;
+#[cfg(test)]
+mod tests;
+
+use committer::sqlite_error;
+use schema::{
+    create_database_file, identify, needs_write_access, newer_schema, not_a_store,
+    open_and_identify_read_only, open_connection, upgrade_schema, write_ahead_log_has_frames,
+    Access, Identity,
+};
+
+/// The schema version this build reads and writes (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: i64 = 3;
+
+/// A SQLite database of sessions. Cheap to clone: clones share one
+/// committer and one read connection.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    shared: Arc<Shared>,
+}
+
+/// The events of one session read page by page (bounded memory), checked
+/// as they come: contiguous seqs, intact bodies, finished batches.
+pub type SqliteEvents = SqlEvents;
+
+/// How [`SqliteEvents`] fetches rows: through the store's read connection.
+struct SqliteRows {
+    shared: Arc<Shared>,
+}
+
+/// One read transaction on a store's reader connection, ended when
+/// dropped ([`SqliteStore::hold_read`]).
+#[derive(Debug)]
+#[must_use = "the read is held only while the guard lives"]
+pub(crate) struct HeldRead {
+    /// `None` when a read was held already: the outer guard ends it.
+    shared: Option<Arc<Shared>>,
+}
+
+impl Drop for HeldRead {
+    fn drop(&mut self) {
+        if let Some(shared) = &self.shared {
+            // A read transaction changed nothing: ending it cannot lose
+            // anything, and a failure leaves the next statement to report.
+            let _ = shared.reader().execute_batch("COMMIT");
+        }
+    }
+}
+
+/// How long a connection waits for another process's write lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// WAL pages between automatic checkpoints.
+const WAL_AUTOCHECKPOINT_PAGES: i64 = 8192;
+/// The size a WAL file is cut back to after a checkpoint (bytes).
+const WAL_SIZE_LIMIT: i64 = 64 << 20;
+
+#[derive(Debug)]
+struct Shared {
+    path: PathBuf,
+    locks: PathBuf,
+    reader: Mutex<Connection>,
+    /// `None` for a store opened read-only: it writes nothing.
+    committer: Option<Committer>,
+    /// The schema version of the file: older than [`SCHEMA_VERSION`] only
+    /// when opened read-only (a reader never upgrades).
+    schema_version: i64,
+}
+
+/// The thread that owns the write connection, and the way to reach it.
+#[derive(Debug)]
+struct Committer {
+    requests: Option<mpsc::Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Sessions streamed into one open transaction of the committer, committed
+/// by [`SqliteBulkCreate::commit`] and rolled back when dropped without it.
+/// Only `migrate` makes one: it has folded every session it adds.
+#[derive(Debug)]
+pub(crate) struct SqliteBulkCreate {
+    shared: Arc<Shared>,
+    sessions: Option<mpsc::SyncSender<BulkItem>>,
+    outcome: mpsc::Receiver<Result<(), StoreError>>,
+    answered: bool,
+}
+
+/// Sessions a bulk creation holds in flight between the caller and the
+/// committer (besides the one being inserted and the one being read).
+const BULK_SESSIONS_IN_FLIGHT: usize = 2;
+
+/// What the committer runs: a group of writes, or a bulk creation.
+#[derive(Debug)]
+enum Job {
+    Write(Request),
+    Bulk(BulkRequest),
+}
+
+#[derive(Debug)]
+struct BulkRequest {
+    sessions: mpsc::Receiver<BulkItem>,
+    durability: Durability,
+    reply: mpsc::SyncSender<Result<(), StoreError>>,
+}
+
+#[derive(Debug)]
+enum BulkItem {
+    Session(NewSession),
+    Commit,
+}
+
+/// A session to create: its header and its first events.
+#[derive(Debug)]
+struct NewSession {
+    header: SessionHeader,
+    /// The header record's body: `header.to_body()` for a new session, the
+    /// source's bytes for a migrated one.
+    header_body: String,
+    /// For a fork by reference: the session whose first
+    /// `header.seed_length` event rows are the seeded events, which
+    /// `events` then leaves out.
+    seed_source: Option<SessionId>,
+    events: Vec<EventRecord>,
+}
+
+#[derive(Debug)]
+enum Work {
+    Create(Vec<NewSession>),
+    Append {
+        id: SessionId,
+        records: Vec<EventRecord>,
+    },
+    /// A state snapshot of session `id` at `seq`, replacing its last.
+    Snapshot {
+        id: SessionId,
+        seq: u64,
+        anchor_crc: u32,
+        bytes: Vec<u8>,
+    },
+}
+
+#[derive(Debug)]
+struct Request {
+    work: Work,
+    durability: Durability,
+    reply: mpsc::SyncSender<Result<(), StoreError>>,
+}
+
+/// The writer side of one session: records wait here until the writer's
+/// sync hands them to the committer.
+#[derive(Debug)]
+struct SqliteSink {
+    shared: Arc<Shared>,
+    id: SessionId,
+    pending: Vec<EventRecord>,
+    /// The CRC of the last record synced (a snapshot's anchor), and of the
+    /// stored header body.
+    last_crc: u32,
+    header_crc: u32,
+    /// Held for the writer's life: the session's exclusive lock.
+    _lock: File,
+}
+
+impl SqliteStore {
+    /// Opens the database at `path` for writing, creating it (0600) when
+    /// missing, and brings its schema to [`SCHEMA_VERSION`]. A newer schema
+    /// is refused with `StoreError::NewerSchema`, and a database that is
+    /// not a sessionlog store (another application's tables) with
+    /// `StoreError::NotAStore`, before anything is changed; only a new or
+    /// empty database is made a store.
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_with_io(path, Io::default())
+    }
+
+    /// [`SqliteStore::open`] with every commit going through `io`.
+    pub fn open_with_io(path: &Path, io: Io) -> Result<SqliteStore, StoreError> {
+        create_database_file(path)?;
+        let mut writer = open_connection(path, Access::ReadWrite)?;
+        match identify(&writer, path)? {
+            Identity::Empty | Identity::Sessionlog(_) => {}
+            Identity::Foreign(reason) => return Err(not_a_store(path, reason)),
+            Identity::Newer(found) => return Err(newer_schema(path, found)),
+        }
+        let mode: String = writer
+            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+            .map_err(sqlite_error("set WAL mode", path))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Sqlite {
+                operation: "set WAL mode",
+                path: path.to_owned(),
+                source: rusqlite::Error::InvalidParameterName(format!(
+                    "journal_mode stayed {mode}"
+                )),
+            });
+        }
+        writer
+            .pragma_update(None, "foreign_keys", true)
+            .map_err(sqlite_error("enable foreign keys", path))?;
+        upgrade_schema(&mut writer, path)?;
+        // Checkpoint every 8192 WAL pages (32 MiB) rather than SQLite's
+        // 1000: a page rewritten by many commits is copied into the
+        // database once per checkpoint, and checkpoints run on the
+        // committer, between groups.
+        writer
+            .pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
+            .map_err(sqlite_error("set the checkpoint interval", path))?;
+        writer
+            .pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)
+            .map_err(sqlite_error("set the WAL size limit", path))?;
+        let reader = open_connection(path, Access::ReadWrite)?;
+        let committer = Committer::start(writer, path.to_owned(), io)?;
+        Ok(SqliteStore::with_shared(
+            path,
+            reader,
+            Some(committer),
+            SCHEMA_VERSION,
+        ))
+    }
+
+    /// Opens the database at `path` for reading only: nothing is created,
+    /// upgraded or written (no WAL switch, no schema step), so a store on a
+    /// read-only medium, readable only, or on a full disk can still be
+    /// verified and exported. A missing file, one that is not a sessionlog
+    /// store (`NotAStore`) and a newer schema (`NewerSchema`) are refused.
+    /// Every write through the returned store is refused.
+    ///
+    /// SQLite reads a WAL database through its `-shm` index, which it
+    /// creates beside the database when it can. When it cannot (a
+    /// read-only folder or medium, a full disk) and no write-ahead log
+    /// holds frames, the file is read as `immutable`: no writer can be
+    /// changing it. A log with frames that cannot be indexed is refused
+    /// rather than skipped.
+    pub fn open_read_only(path: &Path) -> Result<SqliteStore, StoreError> {
+        let (reader, version) = match open_and_identify_read_only(path, Access::ReadOnly) {
+            Err(error) if needs_write_access(&error) => {
+                if write_ahead_log_has_frames(path)? {
+                    return Err(error);
+                }
+                open_and_identify_read_only(path, Access::Immutable)?
+            }
+            other => other?,
+        };
+        Ok(SqliteStore::with_shared(path, reader, None, version))
+    }
+
+    fn with_shared(
+        path: &Path,
+        reader: Connection,
+        committer: Option<Committer>,
+        schema_version: i64,
+    ) -> SqliteStore {
+        let file_name = path
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "sessions.db".to_owned());
+        let locks = path.with_file_name(format!("{file_name}.locks"));
+        SqliteStore {
+            shared: Arc::new(Shared {
+                path: path.to_owned(),
+                locks,
+                reader: Mutex::new(reader),
+                committer,
+                schema_version,
+            }),
+        }
+    }
+
+    /// Whether this store was opened with [`SqliteStore::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.shared.committer.is_none()
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// The lock file a writer of session `id` holds.
+    pub fn lock_path(&self, id: &SessionId) -> PathBuf {
+        self.shared.locks.join(format!("{id}.lock"))
+    }
+
+    /// Whether session `id` exists.
+    pub fn contains(&self, id: &SessionId) -> Result<bool, StoreError> {
+        let reader = self.shared.reader();
+        reader
+            .prepare_cached("SELECT 1 FROM sessions WHERE id = ?1")
+            .and_then(|mut statement| statement.exists([id.as_str()]))
+            .map_err(sqlite_error("look up a session", &self.shared.path))
+    }
+
+    /// Creates a session atomically: its header row and `events` (a child's
+    /// seeded prefix and first own events) in one transaction. The events
+    /// are checked against every rule first; an existing id is refused.
+    pub fn create(
+        &self,
+        header: &SessionHeader,
+        events: &[EventRecord],
+        durability: Durability,
+    ) -> Result<(), StoreError> {
+        check_new_session(&self.shared.session_path(&header.id), header, events)?;
+        check_storable(header, events)?;
+        if self.contains(&header.id)? {
+            return Err(self.shared.already_exists(&header.id));
+        }
+        let session = NewSession {
+            header: header.clone(),
+            header_body: header.to_body(),
+            seed_source: None,
+            events: events.to_vec(),
+        };
+        self.shared
+            .committer()?
+            .submit(&self.shared.path, Work::Create(vec![session]), durability)
+    }
+
+    /// Creates a fork by reference, durably: the child's header row with
+    /// `source` as the session whose first `header.seed_length` event rows
+    /// are its seeded events, and only its own first events
+    /// (`own_events`, from seq `seed_length + 1`), in one transaction that
+    /// first checks that `source` records at least that many events. The
+    /// caller (`Store::fork`) has checked the child's events against the
+    /// parent's state; an existing id is refused.
+    pub(crate) fn create_by_reference(
+        &self,
+        header: &SessionHeader,
+        source: &SessionId,
+        own_events: &[EventRecord],
+        durability: Durability,
+    ) -> Result<(), StoreError> {
+        check_storable(header, own_events)?;
+        if self.contains(&header.id)? {
+            return Err(self.shared.already_exists(&header.id));
+        }
+        let session = NewSession {
+            header: header.clone(),
+            header_body: header.to_body(),
+            seed_source: Some(source.clone()),
+            events: own_events.to_vec(),
+        };
+        self.shared
+            .committer()?
+            .submit(&self.shared.path, Work::Create(vec![session]), durability)
+    }
+
+    /// Creates several sessions in one transaction (all or none): the bulk
+    /// path of a migration. Each is checked as by [`SqliteStore::create`].
+    pub fn create_many(
+        &self,
+        sessions: Vec<(SessionHeader, Vec<EventRecord>)>,
+        durability: Durability,
+    ) -> Result<(), StoreError> {
+        let mut batch = Vec::with_capacity(sessions.len());
+        for (header, events) in sessions {
+            check_new_session(&self.shared.session_path(&header.id), &header, &events)?;
+            check_storable(&header, &events)?;
+            if self.contains(&header.id)? {
+                return Err(self.shared.already_exists(&header.id));
+            }
+            batch.push(NewSession {
+                header_body: header.to_body(),
+                header,
+                seed_source: None,
+                events,
+            });
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.shared
+            .committer()?
+            .submit(&self.shared.path, Work::Create(batch), durability)
+    }
+
+    /// Starts a bulk creation: sessions added to it are inserted in one
+    /// transaction that [`SqliteBulkCreate::commit`] commits (a full sync
+    /// under `Durability::Fsync`); dropped without a commit, nothing is
+    /// written. The caller has folded every session it adds (unlike
+    /// [`SqliteStore::create_many`], nothing is checked against the rules
+    /// again); an existing id fails the whole creation.
+    pub(crate) fn bulk_create(
+        &self,
+        durability: Durability,
+    ) -> Result<SqliteBulkCreate, StoreError> {
+        let (sessions, receiver) = mpsc::sync_channel(BULK_SESSIONS_IN_FLIGHT);
+        let (reply, outcome) = mpsc::sync_channel(1);
+        let job = Job::Bulk(BulkRequest {
+            sessions: receiver,
+            durability,
+            reply,
+        });
+        self.shared.committer()?.send(&self.shared.path, job)?;
+        Ok(SqliteBulkCreate {
+            shared: Arc::clone(&self.shared),
+            sessions: Some(sessions),
+            outcome,
+            answered: false,
+        })
+    }
+
+    /// The header of session `id` and its vocabulary errors.
+    pub fn header(
+        &self,
+        id: &SessionId,
+    ) -> Result<(SessionHeader, Vec<HeaderVocabularyError>), StoreError> {
+        let reader = self.shared.reader();
+        self.shared.read_header(&reader, id)
+    }
+
+    /// The header of session `id` as stored: its fields, its vocabulary
+    /// errors and its record body (what `export` prints).
+    pub fn decoded_header(&self, id: &SessionId) -> Result<DecodedHeader, StoreError> {
+        let reader = self.shared.reader();
+        self.shared.read_decoded_header(&reader, id)
+    }
+
+    /// Every event of session `id`, streamed page by page.
+    pub fn events(&self, id: &SessionId) -> Result<SqliteEvents, StoreError> {
+        self.events_from(id, 1)
+    }
+
+    /// The events of session `id` from `from_seq` on, streamed page by page:
+    /// the session as its row records it when the stream starts (events
+    /// appended meanwhile are left to the next read).
+    pub fn events_from(&self, id: &SessionId, from_seq: u64) -> Result<SqliteEvents, StoreError> {
+        Ok(self.header_and_events_from(id, from_seq)?.1)
+    }
+
+    /// The header of session `id` and its events from `from_seq` on, from
+    /// one read of its session row.
+    pub(crate) fn header_and_events_from(
+        &self,
+        id: &SessionId,
+        from_seq: u64,
+    ) -> Result<(DecodedHeader, SqliteEvents), StoreError> {
+        let row = {
+            let reader = self.shared.reader();
+            self.shared.read_session_row(&reader, id)?
+        };
+        let events = self.shared.events_of(id, &row, from_seq);
+        Ok((row.decoded, events))
+    }
+
+    /// Makes every read of this store, until the returned guard is
+    /// dropped, see one snapshot of the database: one read transaction
+    /// instead of one per statement. A store-wide `verify` or `stats` reads
+    /// through it, so that the whole store is judged as of one moment and
+    /// no statement pays for taking and releasing SQLite's locks. Writers
+    /// of other connections go on meanwhile, but the WAL cannot be
+    /// checkpointed past the snapshot until the guard is dropped.
+    pub(crate) fn hold_read(&self) -> Result<HeldRead, StoreError> {
+        let reader = self.shared.reader();
+        if !reader.is_autocommit() {
+            return Ok(HeldRead { shared: None });
+        }
+        reader
+            .execute_batch("BEGIN DEFERRED")
+            .map_err(sqlite_error("begin a read", &self.shared.path))?;
+        drop(reader);
+        Ok(HeldRead {
+            shared: Some(Arc::clone(&self.shared)),
+        })
+    }
+
+    /// The last seq session `id`'s row records (0: no events): where a read
+    /// of its last events starts, without reading the others.
+    pub fn last_seq(&self, id: &SessionId) -> Result<u64, StoreError> {
+        let reader = self.shared.reader();
+        Ok(self.shared.read_session_row(&reader, id)?.last_seq)
+    }
+
+    /// The whole session `id`: its events through the last seq its row
+    /// records when the read starts (rows are never changed once written,
+    /// so that is one state of the session). A SQLite session never has a
+    /// torn tail: its transactions are atomic.
+    pub fn snapshot(&self, id: &SessionId) -> Result<Snapshot, StoreError> {
+        // One read transaction for the whole session (nested in a held
+        // read when there is one).
+        let _held = self.hold_read()?;
+        let row = {
+            let reader = self.shared.reader();
+            self.shared.read_session_row(&reader, id)?
+        };
+        let events = self
+            .shared
+            .events_of(id, &row, 1)
+            .collect::<Result<Vec<_>, _>>()?;
+        let decoded = row.decoded;
+        Ok(Snapshot {
+            header: decoded.header,
+            header_body: decoded.body,
+            header_vocabulary_errors: decoded.vocabulary_errors,
+            events,
+            torn_tail: None,
+        })
+    }
+
+    /// The ids of every session, sorted. A row whose id is not a valid
+    /// session id, or events without a session row, can only come from
+    /// damage: corruption, as [`SqliteStore::audit`] reports it.
+    pub fn ids(&self) -> Result<Vec<SessionId>, StoreError> {
+        let mut audit = self.audit(false)?;
+        match audit.damage.is_empty() {
+            true => Ok(audit.ids),
+            false => Err(audit.damage.remove(0)),
+        }
+    }
+
+    /// Checks the database as a whole and lists its sessions: the valid
+    /// ids of the session rows, and every piece of damage outside any one
+    /// session — session rows with an invalid id, events without a session
+    /// row and, when `engine_check` is set, what SQLite's own
+    /// `PRAGMA quick_check` reports of the file (it reads every page). Each
+    /// session's own rows are checked when it is read.
+    pub fn audit(&self, engine_check: bool) -> Result<StoreAudit, StoreError> {
+        let path = &self.shared.path;
+        let reader = self.shared.reader();
+        let mut engine_damage = Vec::new();
+        if engine_check {
+            let lines: Vec<String> = reader
+                .prepare("PRAGMA quick_check(20)")
+                .and_then(|mut statement| {
+                    statement
+                        .query_map([], |row| row.get(0))
+                        .and_then(|rows| rows.collect())
+                })
+                .map_err(sqlite_error("check the database", path))?;
+            if lines.iter().any(|line| line != "ok") {
+                engine_damage.push(damaged(
+                    path,
+                    format!("SQLite's quick_check reports: {}", lines.join("; ")),
+                ));
+            }
+        }
+        let transaction = self.shared.begin_read(&reader)?;
+        let connection: &Connection = transaction.as_deref().unwrap_or(&reader);
+        let session_rows: Vec<String> = connection
+            .prepare_cached("SELECT id FROM sessions ORDER BY id")
+            .and_then(|mut statement| {
+                statement
+                    .query_map([], |row| row.get(0))
+                    .and_then(|rows| rows.collect())
+            })
+            .map_err(sqlite_error("list sessions", path))?;
+        let event_owners = event_owners(connection, path)?;
+        drop(transaction);
+        let mut audit = audit_catalogue(path, session_rows, event_owners);
+        engine_damage.append(&mut audit.damage);
+        audit.damage = engine_damage;
+        Ok(audit)
+    }
+
+    /// Every session with its header.
+    pub fn list(&self) -> Result<Vec<ListEntry>, StoreError> {
+        let ids = self.ids()?;
+        let reader = self.shared.reader();
+        Ok(ids
+            .into_iter()
+            .map(|id| {
+                let header = self
+                    .shared
+                    .read_header(&reader, &id)
+                    .map(|(header, _)| header);
+                ListEntry { id, header }
+            })
+            .collect())
+    }
+
+    /// Opens the single writer of session `id`: takes its lock (`Locked` if
+    /// another writer, in this process or another, holds it), reads and
+    /// verifies every event while folding its projections, and refuses a
+    /// corrupt or rule-breaking session.
+    pub fn open_writer(
+        &self,
+        id: &SessionId,
+        options: WriterOptions,
+    ) -> Result<SessionWriter, StoreError> {
+        self.shared.committer()?;
+        if !self.contains(id)? {
+            return Err(StoreError::NotFound {
+                id: id.to_string(),
+                path: self.shared.path.clone(),
+            });
+        }
+        let lock = self.lock_session(id)?;
+        let decoded = self.decoded_header(id)?;
+        check_header_vocabulary(&self.shared.session_path(id), &decoded)?;
+        let folded = self.fold_session(id, decoded, options.keep_snapshot)?;
+        let sink = SqliteSink {
+            shared: Arc::clone(&self.shared),
+            id: id.clone(),
+            pending: Vec::new(),
+            last_crc: folded.last_crc,
+            header_crc: folded.header_crc,
+            _lock: lock,
+        };
+        let writer = SessionWriter::new(
+            self.shared.path.clone(),
+            Box::new(sink),
+            options,
+            folded.state,
+            folded.events,
+        );
+        Ok(writer.resumed_from(folded.resumed))
+    }
+
+    /// The state of session `id` as of its last seq: what a writer opened
+    /// now would start from, folded from the session's state snapshot and
+    /// the rows after it when the snapshot still holds (docs/FORMAT.md,
+    /// "State snapshots"), else from the first row. Reads only.
+    pub fn current_state(&self, id: &SessionId) -> Result<SessionState, StoreError> {
+        let decoded = self.decoded_header(id)?;
+        check_header_vocabulary(&self.shared.session_path(id), &decoded)?;
+        Ok(self.fold_session(id, decoded, false)?.state)
+    }
+
+    /// Folds session `id` (see [`fold_session`]), with its snapshot row
+    /// when the database has the table (schema 3: a read-only reader of an
+    /// older file has none, and folds every row).
+    fn fold_session(
+        &self,
+        id: &SessionId,
+        decoded: DecodedHeader,
+        keep_events: bool,
+    ) -> Result<FoldedSession, StoreError> {
+        let snapshot = match keep_events || self.shared.schema_version < 3 {
+            true => None,
+            false => {
+                let reader = self.shared.reader();
+                let found = reader
+                    .query_row(
+                        "SELECT s.seq, s.anchor_crc, s.state FROM snapshots s
+                           JOIN events e ON e.session_id = s.session_id AND e.seq = s.seq
+                                        AND e.crc = s.anchor_crc
+                          WHERE s.session_id = ?1 AND s.format = ?2",
+                        params![id.as_str(), state_snapshot::STATE_SNAPSHOT_FORMAT],
+                        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+                    )
+                    .optional();
+                found
+                    .map_err(|error| {
+                        state_snapshot::ignored(id, &self.shared.path, &error.to_string())
+                    })
+                    .ok()
+                    .flatten()
+            }
+        };
+        let place = self.shared.session_path(id);
+        fold_session(id, &place, decoded, snapshot, keep_events, |from_seq| {
+            self.events_from(id, from_seq)
+        })
+    }
+
+    /// Takes session `id`'s lock file in the lock folder. The folder is
+    /// opened without following a symlink, and the file is opened relative
+    /// to it: a folder replaced by a symlink is refused, never followed.
+    fn lock_session(&self, id: &SessionId) -> Result<File, StoreError> {
+        let folder = &self.shared.locks;
+        match std::fs::DirBuilder::new().mode(0o700).create(folder) {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(source) => return Err(StoreError::io("create lock folder", folder, source)),
+        }
+        let directory = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(folder)
+            .map_err(|source| {
+                let refused = matches!(source.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR));
+                match refused {
+                    true => StoreError::io(
+                        "open lock folder",
+                        folder,
+                        io::Error::new(
+                            io::ErrorKind::InvalidInput,
+                            "it is a symlink or not a folder; remove it, and sessionlog \
+                             creates a private folder there",
+                        ),
+                    ),
+                    false => StoreError::io("open lock folder", folder, source),
+                }
+            })?;
+        let path = self.lock_path(id);
+        let file = open_lock_file(&directory, &format!("{id}.lock"))
+            .map_err(|source| StoreError::io("open lock file", &path, source))?;
+        match crate::jsonl::lock_exclusive(&file) {
+            Ok(true) => Ok(file),
+            Ok(false) => Err(StoreError::Locked {
+                id: id.clone(),
+                path,
+            }),
+            Err(source) => Err(StoreError::io("lock", &path, source)),
+        }
+    }
+}
+
+/// Opens (creating it 0600) the lock file `name` inside the open folder
+/// `directory`, not following a symlink.
+fn open_lock_file(directory: &File, name: &str) -> io::Result<File> {
+    use rustix::fs::{openat, Mode, OFlags};
+    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let descriptor = openat(directory, name, flags, Mode::from_raw_mode(0o600))?;
+    Ok(File::from(descriptor))
+}
+
+impl RowPages for SqliteRows {
+    fn rows(
+        &mut self,
+        id: &SessionId,
+        from: u64,
+        through: u64,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        let reader = self.shared.reader();
+        self.shared.read_rows(&reader, id, from, through)
+    }
+
+    fn bounds(&mut self, id: &SessionId) -> Result<RowBounds, StoreError> {
+        let reader = self.shared.reader();
+        self.shared.row_bounds(&reader, id)
+    }
+
+    fn session_row(&mut self, id: &SessionId) -> Result<Option<HeaderRow>, StoreError> {
+        let reader = self.shared.reader();
+        self.shared.read_header_row(&reader, id)
+    }
+}
+
+impl LogSink for SqliteSink {
+    fn write(&mut self, id: &SessionId, records: &[EventRecord]) -> Result<(), StoreError> {
+        debug_assert_eq!(id, &self.id, "a sink serves one session");
+        stage(&mut self.pending, records)
+    }
+
+    fn sync(&mut self, durability: Durability) -> Result<(), StoreError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let records = std::mem::take(&mut self.pending);
+        let last_crc = records
+            .last()
+            .map(|last| record_crc(&self.id, last.body().as_bytes()));
+        let work = Work::Append {
+            id: self.id.clone(),
+            records,
+        };
+        self.shared
+            .committer()?
+            .submit(&self.shared.path, work, durability)?;
+        if let Some(last_crc) = last_crc {
+            self.last_crc = last_crc;
+        }
+        Ok(())
+    }
+
+    fn save_snapshot(&mut self, state: &SessionState) -> Result<usize, StoreError> {
+        let anchor = state_snapshot::SnapshotAnchor::of_row(state.seq(), self.last_crc);
+        let bytes = state_snapshot::encode(state, self.header_crc, anchor);
+        let size = bytes.len();
+        let work = Work::Snapshot {
+            id: self.id.clone(),
+            seq: anchor.seq,
+            anchor_crc: anchor.record_crc,
+            bytes,
+        };
+        // Not synced: a snapshot is a cache, and one lost costs only a
+        // longer fold.
+        self.shared
+            .committer()?
+            .submit(&self.shared.path, work, Durability::Buffered)?;
+        Ok(size)
+    }
+}
+
+/// A session row as read: its decoded header, the last seq it records and,
+/// for a fork by reference, the session whose rows hold its seed.
+struct SessionRow {
+    decoded: DecodedHeader,
+    last_seq: u64,
+    seed_source: Option<SessionId>,
+}
+
+impl Shared {
+    /// The events of session `id`, whose row is `row`, from `from_seq` on.
+    fn events_of(self: &Arc<Self>, id: &SessionId, row: &SessionRow, from_seq: u64) -> SqlEvents {
+        SqlEvents::new(
+            Box::new(SqliteRows {
+                shared: Arc::clone(self),
+            }),
+            self.path.clone(),
+            id.clone(),
+            row.decoded.header.seed_length,
+            row.seed_source.clone(),
+            row.last_seq,
+            from_seq,
+        )
+    }
+
+    fn reader(&self) -> MutexGuard<'_, Connection> {
+        self.reader.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The committer, or a refusal for a store opened read-only.
+    fn committer(&self) -> Result<&Committer, StoreError> {
+        self.committer.as_ref().ok_or_else(|| {
+            StoreError::io(
+                "write",
+                &self.path,
+                io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    "the store was opened read-only; open it for writing",
+                ),
+            )
+        })
+    }
+
+    /// A read transaction on `reader`, for statements that must see one
+    /// snapshot of the database; `None` inside a held read
+    /// ([`SqliteStore::hold_read`]), whose transaction they share.
+    fn begin_read<'c>(
+        &self,
+        reader: &'c Connection,
+    ) -> Result<Option<Transaction<'c>>, StoreError> {
+        if !reader.is_autocommit() {
+            return Ok(None);
+        }
+        reader
+            .unchecked_transaction()
+            .map(Some)
+            .map_err(sqlite_error("begin a read", &self.path))
+    }
+
+    /// How errors about one session of the database name it.
+    fn session_path(&self, id: &SessionId) -> PathBuf {
+        session_locator(&self.path, id)
+    }
+
+    fn already_exists(&self, id: &SessionId) -> StoreError {
+        StoreError::AlreadyExists {
+            id: id.clone(),
+            path: self.path.clone(),
+        }
+    }
+
+    fn corrupt(&self, id: &SessionId, seq: u64, reason: String) -> StoreError {
+        corrupt_session(&self.path, id, seq, reason)
+    }
+
+    fn read_header(
+        &self,
+        connection: &Connection,
+        id: &SessionId,
+    ) -> Result<(SessionHeader, Vec<HeaderVocabularyError>), StoreError> {
+        let decoded = self.read_session_row(connection, id)?.decoded;
+        Ok((decoded.header, decoded.vocabulary_errors))
+    }
+
+    fn read_decoded_header(
+        &self,
+        connection: &Connection,
+        id: &SessionId,
+    ) -> Result<DecodedHeader, StoreError> {
+        Ok(self.read_session_row(connection, id)?.decoded)
+    }
+
+    /// The session row of `id`: its header, checked against its CRC and
+    /// its id, the last seq it records and, for a fork by reference, the
+    /// session whose rows hold its seeded events.
+    fn read_session_row(
+        &self,
+        connection: &Connection,
+        id: &SessionId,
+    ) -> Result<SessionRow, StoreError> {
+        let Some(row) = self.read_header_row(connection, id)? else {
+            return Err(StoreError::NotFound {
+                id: id.to_string(),
+                path: self.path.clone(),
+            });
+        };
+        let decoded = decode_header_row(&self.path, id, &row)?;
+        let seed_source = row
+            .seed_source
+            .as_deref()
+            .map(SessionId::parse)
+            .transpose()
+            .map_err(|error| {
+                self.corrupt(
+                    id,
+                    0,
+                    format!("the session row names an invalid seed source ({error})"),
+                )
+            })?;
+        Ok(SessionRow {
+            decoded,
+            last_seq: row.last_seq.unsigned_abs(),
+            seed_source,
+        })
+    }
+
+    /// The session row of `id` as stored (`None`: there is none).
+    fn read_header_row(
+        &self,
+        connection: &Connection,
+        id: &SessionId,
+    ) -> Result<Option<HeaderRow>, StoreError> {
+        // A version 1 database (read, never upgraded, by a reader) records
+        // no last seq: its rows are taken as they are. Before version 3 no
+        // session is a fork by reference.
+        let sql = match self.schema_version {
+            1 => {
+                "SELECT header_body, header_crc,
+                   ifnull((SELECT max(seq) FROM events WHERE session_id = sessions.id), 0), NULL
+                 FROM sessions WHERE id = ?1"
+            }
+            2 => "SELECT header_body, header_crc, last_seq, NULL FROM sessions WHERE id = ?1",
+            _ => {
+                "SELECT header_body, header_crc, last_seq, seed_source FROM sessions
+                 WHERE id = ?1"
+            }
+        };
+        connection
+            .prepare_cached(sql)
+            .and_then(|mut statement| {
+                statement
+                    .query_row([id.as_str()], |row| {
+                        Ok(HeaderRow {
+                            body: row.get(0)?,
+                            crc: row.get(1)?,
+                            last_seq: row.get(2)?,
+                            seed_source: row.get(3)?,
+                        })
+                    })
+                    .optional()
+            })
+            .map_err(sqlite_error("read a header", &self.path))
+    }
+
+    /// One page (512) of the rows of session `id` from `from_seq` through
+    /// `to_seq`.
+    fn read_rows(
+        &self,
+        connection: &Connection,
+        id: &SessionId,
+        from_seq: u64,
+        to_seq: u64,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        let from_seq = i64::try_from(from_seq).unwrap_or(i64::MAX);
+        let to_seq = i64::try_from(to_seq).unwrap_or(i64::MAX);
+        // A page's LIMIT is a literal: bound as a parameter, SQLite plans
+        // with its value and prepares the statement again at every read,
+        // which cost a store-wide verify a third of its time.
+        let sql = "SELECT seq, ts, type, batch, body, crc FROM events
+                 WHERE session_id = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq LIMIT 512";
+        let mut statement = connection
+            .prepare_cached(sql)
+            .map_err(sqlite_error("read events", &self.path))?;
+        statement
+            .query_map(params![id.as_str(), from_seq, to_seq], |row| {
+                Ok(EventRow {
+                    seq: row.get(0)?,
+                    ts: row.get(1)?,
+                    event_type: row.get(2)?,
+                    batch: row.get(3)?,
+                    body: row.get(4)?,
+                    crc: row.get(5)?,
+                })
+            })
+            .and_then(|rows| rows.collect())
+            .map_err(sqlite_error("read events", &self.path))
+    }
+
+    /// The last seq the session row of `id` records (`None`: the row is
+    /// gone) and the lowest and highest seqs of its rows, read in one
+    /// statement (so one snapshot of the database).
+    fn row_bounds(&self, connection: &Connection, id: &SessionId) -> Result<RowBounds, StoreError> {
+        // A version 1 database records no last seq: its rows are taken as
+        // they are.
+        let sql = match self.schema_version {
+            1 => {
+                "SELECT (SELECT ifnull((SELECT max(seq) FROM events WHERE session_id = ?1), 0)
+                           FROM sessions WHERE id = ?1),
+                        (SELECT min(seq) FROM events WHERE session_id = ?1),
+                        (SELECT max(seq) FROM events WHERE session_id = ?1)"
+            }
+            _ => {
+                "SELECT (SELECT last_seq FROM sessions WHERE id = ?1),
+                        (SELECT min(seq) FROM events WHERE session_id = ?1),
+                        (SELECT max(seq) FROM events WHERE session_id = ?1)"
+            }
+        };
+        connection
+            .prepare_cached(sql)
+            .and_then(|mut statement| {
+                statement.query_row([id.as_str()], |row| {
+                    Ok(RowBounds {
+                        recorded: row.get(0)?,
+                        min: row.get(1)?,
+                        max: row.get(2)?,
+                    })
+                })
+            })
+            .map_err(sqlite_error("read the last seq", &self.path))
+    }
+}
+
+/// The distinct session ids of `events`, found by seeking from one to the
+/// next through the primary key (a lookup per session, not a scan of every
+/// event).
+fn event_owners(connection: &Connection, path: &Path) -> Result<Vec<String>, StoreError> {
+    let mut statement = connection
+        .prepare_cached(
+            "SELECT session_id FROM events WHERE session_id > ?1 ORDER BY session_id LIMIT 1",
+        )
+        .map_err(sqlite_error("list the sessions of events", path))?;
+    let first: Option<String> = connection
+        .query_row("SELECT min(session_id) FROM events", [], |row| row.get(0))
+        .map_err(sqlite_error("list the sessions of events", path))?;
+    let mut owners = Vec::new();
+    let mut next = first;
+    while let Some(owner) = next {
+        next = statement
+            .query_row([owner.as_str()], |row| row.get(0))
+            .optional()
+            .map_err(sqlite_error("list the sessions of events", path))?;
+        owners.push(owner);
+    }
+    Ok(owners)
+}

@@ -1,0 +1,302 @@
+//! The schema and the file: its migration steps, how a connection opens
+//! the database, and how a file is recognised as a sessionlog store.
+
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+use super::committer::sqlite_error;
+use super::{BUSY_TIMEOUT, SCHEMA_VERSION};
+use crate::StoreError;
+
+/// One step of the schema: brings a database at `to_version - 1` to
+/// `to_version`.
+pub(super) struct MigrationStep {
+    pub(super) to_version: i64,
+    sql: &'static str,
+}
+
+/// Every step, in order. Version 0 is an empty database; version 1 is the
+/// first released schema. A later version appends a step here (and a test
+/// that opens a fixture of the version before it).
+pub(super) const MIGRATION_STEPS: &[MigrationStep] = &[
+    MigrationStep {
+        to_version: 1,
+        sql: "CREATE TABLE sessions (
+            id               TEXT PRIMARY KEY NOT NULL,
+            created_at       INTEGER NOT NULL,
+            cwd              TEXT NOT NULL,
+            parent_session   TEXT,
+            seed_length      INTEGER NOT NULL,
+            delegation_depth INTEGER NOT NULL,
+            sandbox_mode     TEXT,
+            approval_policy  TEXT,
+            header_body      TEXT NOT NULL,
+            header_crc       INTEGER NOT NULL
+          ) STRICT;
+          CREATE TABLE events (
+            session_id TEXT NOT NULL REFERENCES sessions(id),
+            seq        INTEGER NOT NULL,
+            ts         INTEGER NOT NULL,
+            type       TEXT NOT NULL,
+            batch      INTEGER,
+            body       TEXT NOT NULL,
+            crc        INTEGER NOT NULL,
+            PRIMARY KEY (session_id, seq)
+          ) STRICT, WITHOUT ROWID;",
+    },
+    // Version 2: each session row records its last seq, kept up to date in
+    // the same transaction as every append, so that rows lost to damage
+    // can be told from rows never written.
+    MigrationStep {
+        to_version: 2,
+        sql: "ALTER TABLE sessions ADD COLUMN last_seq INTEGER NOT NULL DEFAULT 0;
+          UPDATE sessions SET last_seq =
+            ifnull((SELECT max(seq) FROM events WHERE session_id = sessions.id), 0);",
+    },
+    // Version 3, two additions:
+    // - Forks by reference: a child's seeded events 1..=seed_length are the
+    //   first rows of the session `seed_source` names, not rows of its own
+    //   (NULL: a session that holds all its rows, as every session written
+    //   before this version). Rows are never changed or removed, so the
+    //   reference always resolves to the same bytes.
+    // - State snapshots (docs/FORMAT.md, "State snapshots"): per session,
+    //   the writer's fold through `seq`, trusted only while the event row at
+    //   `seq` still has CRC `anchor_crc`. A cache: a reader that finds none,
+    //   or one that does not match, folds every row.
+    MigrationStep {
+        to_version: 3,
+        sql: "ALTER TABLE sessions ADD COLUMN seed_source TEXT REFERENCES sessions(id);
+          CREATE TABLE snapshots (
+            session_id TEXT PRIMARY KEY NOT NULL REFERENCES sessions(id),
+            seq        INTEGER NOT NULL,
+            anchor_crc INTEGER NOT NULL,
+            format     INTEGER NOT NULL,
+            state      BLOB NOT NULL
+          ) STRICT;",
+    },
+];
+
+/// Creates the database file 0600 when missing, so SQLite never creates it
+/// with the process umask.
+pub(super) fn create_database_file(path: &Path) -> Result<(), StoreError> {
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path);
+    match created {
+        Ok(_) => Ok(()),
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(source) => Err(StoreError::io("create database", path, source)),
+    }
+}
+
+/// How a connection opens the database file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Access {
+    /// The committer's and a writing store's connections.
+    ReadWrite,
+    /// `SQLITE_OPEN_READ_ONLY`: reads through the WAL index, writes nothing.
+    ReadOnly,
+    /// Read-only and `immutable`: no WAL index, no locks. Only for a file
+    /// nobody can be writing (see [`SqliteStore::open_read_only`]).
+    Immutable,
+}
+
+pub(super) fn open_connection(path: &Path, access: Access) -> Result<Connection, StoreError> {
+    let base = OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_NOFOLLOW;
+    let connection = match access {
+        Access::ReadWrite => {
+            Connection::open_with_flags(path, base | OpenFlags::SQLITE_OPEN_READ_WRITE)
+        }
+        Access::ReadOnly => {
+            Connection::open_with_flags(path, base | OpenFlags::SQLITE_OPEN_READ_ONLY)
+        }
+        Access::Immutable => Connection::open_with_flags(
+            immutable_uri(path),
+            base | OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
+        ),
+    }
+    .map_err(sqlite_error("open", path))?;
+    connection
+        .busy_timeout(BUSY_TIMEOUT)
+        .map_err(sqlite_error("set the busy timeout", path))?;
+    Ok(connection)
+}
+
+/// `file:<path>?immutable=1`, the path percent-encoded.
+pub(super) fn immutable_uri(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut uri = String::from("file:");
+    for &byte in path.as_os_str().as_bytes() {
+        if byte.is_ascii_alphanumeric() || b"/._-~".contains(&byte) {
+            uri.push(char::from(byte));
+        } else {
+            uri.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
+}
+
+/// Opens a read-only connection and checks that the file is a sessionlog
+/// store this build reads: its connection and schema version.
+pub(super) fn open_and_identify_read_only(
+    path: &Path,
+    access: Access,
+) -> Result<(Connection, i64), StoreError> {
+    let connection = open_connection(path, access)?;
+    match identify(&connection, path)? {
+        Identity::Sessionlog(version) => Ok((connection, version)),
+        Identity::Empty => Err(not_a_store(
+            path,
+            "an empty database, without the sessions and events tables".to_owned(),
+        )),
+        Identity::Foreign(reason) => Err(not_a_store(path, reason)),
+        Identity::Newer(found) => Err(newer_schema(path, found)),
+    }
+}
+
+/// What a database file holds, as read without changing it.
+#[derive(Debug)]
+pub(super) enum Identity {
+    /// No table and `user_version` 0: a new database.
+    Empty,
+    /// Our tables, at this schema version (at most [`SCHEMA_VERSION`]).
+    Sessionlog(i64),
+    /// A schema version above this build's.
+    Newer(i64),
+    /// Something else, described.
+    Foreign(String),
+}
+
+pub(super) fn identify(connection: &Connection, path: &Path) -> Result<Identity, StoreError> {
+    let version = user_version(connection, path)?;
+    if version > SCHEMA_VERSION {
+        return Ok(Identity::Newer(version));
+    }
+    let tables: Vec<String> = connection
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
+             ORDER BY name",
+        )
+        .and_then(|mut statement| {
+            statement
+                .query_map([], |row| row.get(0))
+                .and_then(|rows| rows.collect())
+        })
+        .map_err(sqlite_error("read the schema", path))?;
+    let ours = ["events", "sessions"]
+        .iter()
+        .all(|table| tables.iter().any(|name| name == table));
+    Ok(match (version, tables.is_empty()) {
+        (0, true) => Identity::Empty,
+        (1.., _) if ours => Identity::Sessionlog(version),
+        (version, _) => Identity::Foreign(format!(
+            "user_version {version}, tables {}",
+            if tables.is_empty() {
+                "none".to_owned()
+            } else {
+                tables.join(", ")
+            }
+        )),
+    })
+}
+
+pub(super) fn not_a_store(path: &Path, reason: String) -> StoreError {
+    StoreError::NotAStore {
+        path: path.to_owned(),
+        reason,
+    }
+}
+
+/// Whether a read-only open failed only because SQLite could not create or
+/// write the WAL index beside the database (no write access, a full disk).
+pub(super) fn needs_write_access(error: &StoreError) -> bool {
+    let StoreError::Sqlite { source, .. } = error else {
+        return false;
+    };
+    let Some(code) = source.sqlite_error_code() else {
+        return false;
+    };
+    matches!(
+        code,
+        rusqlite::ErrorCode::CannotOpen
+            | rusqlite::ErrorCode::ReadOnly
+            | rusqlite::ErrorCode::DiskFull
+            | rusqlite::ErrorCode::SystemIoFailure
+            | rusqlite::ErrorCode::PermissionDenied
+    )
+}
+
+/// Whether `<database>-wal` exists and holds more than its header: frames
+/// that an immutable read would not see.
+pub(super) fn write_ahead_log_has_frames(path: &Path) -> Result<bool, StoreError> {
+    /// The WAL header's size; a log no longer than it holds no frame.
+    const WAL_HEADER_BYTES: u64 = 32;
+    let wal = wal_path(path);
+    match std::fs::symlink_metadata(&wal) {
+        Ok(metadata) => Ok(metadata.len() > WAL_HEADER_BYTES),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(StoreError::io("inspect the write-ahead log", wal, source)),
+    }
+}
+
+/// The write-ahead log SQLite keeps beside the database: `<database>-wal`.
+pub(super) fn wal_path(path: &Path) -> PathBuf {
+    let mut text = path.as_os_str().to_owned();
+    text.push("-wal");
+    PathBuf::from(text)
+}
+
+/// Brings the schema to [`SCHEMA_VERSION`] in one transaction, or refuses a
+/// newer one.
+pub(super) fn upgrade_schema(connection: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    let found = user_version(connection, path)?;
+    if found > SCHEMA_VERSION {
+        return Err(newer_schema(path, found));
+    }
+    if found == SCHEMA_VERSION {
+        return Ok(());
+    }
+    let transaction = connection
+        .transaction_with_behavior(TransactionBehavior::Exclusive)
+        .map_err(sqlite_error("begin the schema upgrade", path))?;
+    let found = user_version(&transaction, path)?;
+    if found > SCHEMA_VERSION {
+        return Err(newer_schema(path, found));
+    }
+    for step in MIGRATION_STEPS
+        .iter()
+        .filter(|step| step.to_version > found)
+    {
+        transaction
+            .execute_batch(step.sql)
+            .map_err(sqlite_error("upgrade the schema", path))?;
+        tracing::info!(path = %path.display(), version = step.to_version, "schema upgraded");
+    }
+    transaction
+        .pragma_update(None, "user_version", SCHEMA_VERSION)
+        .map_err(sqlite_error("set the schema version", path))?;
+    transaction
+        .commit()
+        .map_err(sqlite_error("commit the schema upgrade", path))
+}
+
+pub(super) fn user_version(connection: &Connection, path: &Path) -> Result<i64, StoreError> {
+    connection
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(sqlite_error("read the schema version", path))
+}
+
+pub(super) fn newer_schema(path: &Path, found: i64) -> StoreError {
+    StoreError::NewerSchema {
+        path: path.to_owned(),
+        found,
+        supported: SCHEMA_VERSION,
+    }
+}

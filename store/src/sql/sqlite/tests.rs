@@ -1,0 +1,750 @@
+use std::os::unix::fs::PermissionsExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
+
+use super::committer::commit_group;
+use super::schema::{immutable_uri, user_version, wal_path, MIGRATION_STEPS};
+use super::*;
+use crate::io::{FaultInjector, FaultPoint};
+use crate::store::tests::{header, id, note, ok, record};
+use crate::writer::WriterOptions;
+
+fn database(folder: &Path) -> PathBuf {
+    folder.join("sessions.db")
+}
+
+fn raw(path: &Path) -> Connection {
+    ok(Connection::open(path))
+}
+
+/// The sessions the v1 fixture holds: a root with a batch and a child.
+fn fill_v1_fixture(store: &SqliteStore) {
+    let events = [
+        record(1, "approval/policy", r#"{"policy":"never"}"#),
+        record(2, "turn/start", r#"{"turnId":"t1"}"#),
+        EventRecord::new(3, 1_700_000_000_103, Some(2), "note/test", r#"{"n":3}"#),
+        record(4, "note/test", r#"{"n":4,"text":"é ☃"}"#),
+    ];
+    ok(store.create(&header("root"), &events, Durability::Fsync));
+    let mut child = header("child");
+    child.parent_session = Some(id("root"));
+    child.seed_length = 2;
+    child.delegation_depth = 1;
+    child.approval_policy = Some(sessionlog_schema::ApprovalPolicy::Never);
+    ok(store.create(&child, &events[..2], Durability::Fsync));
+}
+
+/// The fixture database of schema `version`, as that version wrote it.
+fn fixture_path(version: i64) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/fixtures/sqlite/v{version}.db"))
+}
+
+/// Each session's recorded last seq, `id|last_seq`, in id order.
+fn last_seqs(path: &Path) -> Vec<String> {
+    let connection = raw(path);
+    let mut statement =
+        ok(connection.prepare("SELECT id || '|' || last_seq FROM sessions ORDER BY id"));
+    ok(ok(statement.query_map([], |row| row.get(0))).collect::<Result<_, _>>())
+}
+
+/// Every row of both tables, as text, in key order.
+fn dump(path: &Path) -> Vec<String> {
+    let connection = raw(path);
+    let mut rows = Vec::new();
+    for sql in [
+        "SELECT id || '|' || created_at || '|' || cwd || '|' || ifnull(parent_session, '-') || '|' || seed_length || '|' || delegation_depth || '|' || ifnull(sandbox_mode, '-') || '|' || ifnull(approval_policy, '-') || '|' || header_body || '|' || header_crc FROM sessions ORDER BY id",
+        "SELECT session_id || '|' || seq || '|' || ts || '|' || type || '|' || ifnull(batch, '-') || '|' || body || '|' || crc FROM events ORDER BY session_id, seq",
+    ] {
+        let mut statement = ok(connection.prepare(sql));
+        let texts: Vec<String> =
+            ok(ok(statement.query_map([], |row| row.get(0))).collect::<Result<_, _>>());
+        rows.extend(texts);
+    }
+    rows
+}
+
+/// A request of `work` for `commit_group`, which never answers it.
+fn request(work: Work) -> Request {
+    Request {
+        work,
+        durability: Durability::Fsync,
+        reply: mpsc::sync_channel(1).0,
+    }
+}
+
+fn new_session(name: &str) -> NewSession {
+    NewSession {
+        header: header(name),
+        header_body: header(name).to_body(),
+        seed_source: None,
+        events: vec![record(1, "note/test", r#"{"n":1}"#)],
+    }
+}
+
+fn append(name: &str, seq: u64) -> Work {
+    Work::Append {
+        id: id(name),
+        records: vec![record(seq, "note/test", &format!(r#"{{"n":{seq}}}"#))],
+    }
+}
+
+/// One group, committed directly: `requests` give their outcomes in
+/// order, and the rows the database then holds.
+fn commit_one_group(requests: Vec<Work>) -> (Vec<Result<(), StoreError>>, Vec<String>) {
+    let folder = ok(tempfile::tempdir());
+    let path = database(folder.path());
+    {
+        let store = ok(SqliteStore::open(&path));
+        ok(store.create(&header("a"), &[], Durability::Fsync));
+        ok(store.create(&header("b"), &[], Durability::Fsync));
+    }
+    let mut connection = ok(open_connection(&path, Access::ReadWrite));
+    let group: Vec<Request> = requests.into_iter().map(request).collect();
+    let outcomes = commit_group(&mut connection, &path, &Io::default(), &mut None, &group);
+    drop(connection);
+    (outcomes, dump(&path))
+}
+
+fn events_of(rows: &[String], name: &str) -> usize {
+    rows.iter()
+        .filter(|row| row.starts_with(&format!("{name}|")) && row.contains("note/test"))
+        .count()
+}
+
+/// Each outcome in a word: `ok`, `conflict N/M` (expected, actual) or
+/// `exists`.
+fn outcome_words(outcomes: &[Result<(), StoreError>]) -> Vec<String> {
+    outcomes
+        .iter()
+        .map(|outcome| match outcome {
+            Ok(()) => "ok".to_owned(),
+            Err(StoreError::Conflict {
+                expected, actual, ..
+            }) => format!("conflict {expected}/{actual}"),
+            Err(StoreError::AlreadyExists { .. }) => "exists".to_owned(),
+            Err(other) => format!("unexpected: {other}"),
+        })
+        .collect()
+}
+
+#[test]
+fn a_request_refused_before_writing_leaves_the_rest_of_its_group() {
+    let (outcomes, rows) = commit_one_group(vec![
+        append("a", 1),
+        append("b", 5),
+        append("a", 2),
+        Work::Create(vec![new_session("a")]),
+        Work::Create(vec![new_session("c")]),
+    ]);
+    assert_eq!(
+        outcome_words(&outcomes),
+        ["ok", "conflict 5/1", "ok", "exists", "ok"]
+    );
+    let counts = ["a", "b", "c"].map(|name| events_of(&rows, name));
+    assert_eq!(counts, [2, 0, 1], "{rows:#?}");
+}
+
+#[test]
+fn a_request_failing_after_writing_is_rolled_back_alone() {
+    // The creation of d is inserted before that of a fails: the group
+    // is applied again with a savepoint per request.
+    let (outcomes, rows) = commit_one_group(vec![
+        append("a", 1),
+        Work::Create(vec![new_session("d"), new_session("a")]),
+        append("b", 1),
+        Work::Create(vec![new_session("c")]),
+    ]);
+    assert_eq!(outcome_words(&outcomes), ["ok", "exists", "ok", "ok"]);
+    assert!(
+        !rows.iter().any(|row| row.starts_with("d|")),
+        "nothing of the failed creation remains: {rows:#?}"
+    );
+    let counts = ["a", "b", "c"].map(|name| events_of(&rows, name));
+    assert_eq!(counts, [1, 1, 1], "{rows:#?}");
+}
+
+#[test]
+fn current_fixture_is_what_the_generator_writes() {
+    let folder = ok(tempfile::tempdir());
+    let generated = database(folder.path());
+    fill_v1_fixture(&ok(SqliteStore::open(&generated)));
+    let fixture = fixture_path(SCHEMA_VERSION);
+    if std::env::var_os("SESSIONLOG_WRITE_FIXTURES").is_some() {
+        ok(std::fs::create_dir_all(
+            fixture.parent().unwrap_or(Path::new(".")),
+        ));
+        let _ = std::fs::remove_file(&fixture);
+        ok(raw(&generated).execute_batch(&format!(
+            "VACUUM INTO '{}'",
+            fixture.display().to_string().replace('\'', "''")
+        )));
+    }
+    assert_eq!(dump(&fixture), dump(&generated));
+    assert_eq!(last_seqs(&fixture), last_seqs(&generated));
+    assert_eq!(ok(user_version(&raw(&fixture), &fixture)), SCHEMA_VERSION);
+}
+
+#[test]
+fn every_fixture_holds_the_same_sessions() {
+    let current = dump(&fixture_path(SCHEMA_VERSION));
+    for version in 1..SCHEMA_VERSION {
+        assert_eq!(dump(&fixture_path(version)), current, "v{version}.db");
+    }
+}
+
+/// Opens a copy of the fixture of `version` for writing (which brings
+/// it to the current schema), checks what it reads, and appends.
+fn check_fixture_upgrade(version: i64) {
+    let folder = ok(tempfile::tempdir());
+    let copy = database(folder.path());
+    ok(std::fs::copy(fixture_path(version), &copy));
+    assert_eq!(ok(user_version(&raw(&copy), &copy)), version);
+    // A read-only reader of the old schema changes nothing and, without a
+    // snapshots table, folds every row.
+    let reader = ok(SqliteStore::open_read_only(&copy));
+    assert_eq!(ok(reader.current_state(&id("root"))).seq(), 4);
+    drop(reader);
+    assert_eq!(ok(user_version(&raw(&copy), &copy)), version);
+    let store = ok(SqliteStore::open(&copy));
+    assert_eq!(ok(user_version(&raw(&copy), &copy)), SCHEMA_VERSION);
+    assert_eq!(last_seqs(&copy), ["child|2", "root|4"]);
+    let ids: Vec<String> = ok(store.ids()).iter().map(ToString::to_string).collect();
+    assert_eq!(ids, ["child", "root"]);
+    let root = ok(store.snapshot(&id("root")));
+    assert_eq!(root.events.len(), 4);
+    assert_eq!(root.events[2].batch(), Some(2));
+    assert_eq!(ok(store.snapshot(&id("child"))).header.seed_length, 2);
+    let mut writer = ok(store.open_writer(&id("root"), WriterOptions::default()));
+    assert_eq!(ok(writer.append(note("new"), Some(5))).get(), 5);
+    assert_eq!(last_seqs(&copy), ["child|2", "root|5"]);
+    assert_eq!(ok(store.current_state(&id("root"))).seq(), 5);
+}
+
+#[test]
+fn v1_fixture_is_upgraded_recording_each_sessions_last_seq() {
+    check_fixture_upgrade(1);
+}
+
+#[test]
+fn v2_fixture_opens_reads_and_accepts_appends() {
+    check_fixture_upgrade(2);
+}
+
+#[test]
+fn an_older_fixture_is_read_without_upgrade_when_opened_read_only() {
+    let folder = ok(tempfile::tempdir());
+    let copy = database(folder.path());
+    ok(std::fs::copy(fixture_path(1), &copy));
+    let before = ok(std::fs::read(&copy));
+    let store = ok(SqliteStore::open_read_only(&copy));
+    assert_eq!(ok(store.snapshot(&id("root"))).events.len(), 4);
+    let streamed: Vec<EventRecord> = ok(ok(store.events(&id("child"))).collect());
+    assert_eq!(streamed.len(), 2);
+    drop(store);
+    assert_eq!(ok(std::fs::read(&copy)), before, "not a byte changed");
+}
+
+#[test]
+fn empty_database_is_upgraded_to_the_current_version_in_one_step() {
+    let folder = ok(tempfile::tempdir());
+    let path = database(folder.path());
+    drop(raw(&path));
+    assert_eq!(ok(user_version(&raw(&path), &path)), 0);
+    drop(ok(SqliteStore::open(&path)));
+    assert_eq!(ok(user_version(&raw(&path), &path)), SCHEMA_VERSION);
+    assert_eq!(
+        MIGRATION_STEPS.last().map(|step| step.to_version),
+        Some(SCHEMA_VERSION)
+    );
+}
+
+/// Every byte of the database and of the files beside it.
+fn folder_bytes(folder: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = ok(std::fs::read_dir(folder))
+        .map(|entry| {
+            let path = ok(entry).path();
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            (
+                name.unwrap_or_default(),
+                std::fs::read(&path).unwrap_or_default(),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+fn journal_mode(path: &Path) -> String {
+    ok(raw(path).pragma_query_value(None, "journal_mode", |row| row.get(0)))
+}
+
+#[test]
+fn newer_schema_is_refused_naming_both_versions_before_anything_changes() {
+    let folder = ok(tempfile::tempdir());
+    let path = database(folder.path());
+    {
+        let connection = raw(&path);
+        ok(connection.execute_batch("CREATE TABLE future (x INTEGER)"));
+        ok(connection.pragma_update(None, "user_version", 99));
+    }
+    let before = folder_bytes(folder.path());
+    for refused in [SqliteStore::open(&path), SqliteStore::open_read_only(&path)] {
+        let Err(error) = refused else {
+            panic!("a version 99 database was opened");
+        };
+        assert!(
+            matches!(
+                error,
+                StoreError::NewerSchema {
+                    found: 99,
+                    supported: SCHEMA_VERSION,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains("99") && message.contains(&format!(" {SCHEMA_VERSION}")),
+            "{message}"
+        );
+    }
+    assert_eq!(folder_bytes(folder.path()), before, "nothing changed");
+    assert_eq!(journal_mode(&path), "delete", "not switched to WAL");
+}
+
+#[test]
+fn another_applications_database_is_not_a_store_and_stays_untouched() {
+    let folder = ok(tempfile::tempdir());
+    let path = database(folder.path());
+    ok(raw(&path).execute_batch("CREATE TABLE notes (text TEXT); INSERT INTO notes VALUES ('x')"));
+    let before = folder_bytes(folder.path());
+    for refused in [SqliteStore::open(&path), SqliteStore::open_read_only(&path)] {
+        assert!(
+            matches!(&refused, Err(StoreError::NotAStore { reason, .. }) if reason.contains("notes")),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(folder_bytes(folder.path()), before, "nothing changed");
+    assert_eq!(journal_mode(&path), "delete");
+}
+
+#[test]
+fn a_reader_refuses_an_empty_file_and_a_missing_one_and_creates_nothing() {
+    let folder = ok(tempfile::tempdir());
+    let empty = database(folder.path());
+    ok(std::fs::write(&empty, b""));
+    let refused = SqliteStore::open_read_only(&empty);
+    assert!(
+        matches!(refused, Err(StoreError::NotAStore { .. })),
+        "{refused:?}"
+    );
+    let missing = folder.path().join("missing.db");
+    let refused = SqliteStore::open_read_only(&missing);
+    assert!(
+        matches!(refused, Err(StoreError::Sqlite { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(
+        folder_bytes(folder.path()),
+        [("sessions.db".to_owned(), Vec::new())],
+        "the empty file stays empty and nothing is created"
+    );
+}
+
+#[test]
+fn a_read_only_store_reads_without_changing_a_byte_and_refuses_writes() {
+    let folder = ok(tempfile::tempdir());
+    let path = database(folder.path());
+    {
+        let store = store_with_events(folder.path(), 3);
+        ok(store.create(&header("b"), &[], Durability::Fsync));
+    }
+    let before = folder_bytes(folder.path());
+    let store = ok(SqliteStore::open_read_only(&path));
+    assert!(store.is_read_only());
+    let ids: Vec<String> = ok(store.ids()).iter().map(ToString::to_string).collect();
+    assert_eq!(ids, ["a", "b"]);
+    assert_eq!(ok(store.snapshot(&id("a"))).events.len(), 3);
+    assert!(ok(store.audit(true)).damage.is_empty());
+    let refused = store.create(&header("c"), &[], Durability::Fsync);
+    assert!(matches!(refused, Err(StoreError::Io { .. })), "{refused:?}");
+    let refused = store.open_writer(&id("a"), WriterOptions::default());
+    assert!(matches!(refused, Err(StoreError::Io { .. })), "{refused:?}");
+    drop(store);
+    let after: Vec<(String, Vec<u8>)> = folder_bytes(folder.path())
+        .into_iter()
+        .filter(|(name, _)| !name.ends_with("-shm") && !name.ends_with("-wal"))
+        .collect();
+    let before: Vec<(String, Vec<u8>)> = before
+        .into_iter()
+        .filter(|(name, _)| !name.ends_with("-shm") && !name.ends_with("-wal"))
+        .collect();
+    assert_eq!(after, before, "the database file is unchanged");
+}
+
+#[test]
+fn an_immutable_read_sees_the_whole_database() {
+    let folder = ok(tempfile::tempdir());
+    let path = database(folder.path());
+    drop(store_with_events(folder.path(), 3));
+    let (connection, version) = ok(open_and_identify_read_only(&path, Access::Immutable));
+    assert_eq!(version, SCHEMA_VERSION);
+    let count: i64 = ok(connection.query_row("SELECT count(*) FROM events", [], |row| row.get(0)));
+    assert_eq!(count, 3);
+    assert!(immutable_uri(Path::new("/a b/c%?#.db")).starts_with("file:/a%20b/c%25%3F%23.db?"));
+}
+
+#[test]
+fn rows_lost_from_the_end_of_a_session_are_corruption() {
+    let folder = ok(tempfile::tempdir());
+    let store = store_with_events(folder.path(), 3);
+    ok(raw(store.path()).execute("DELETE FROM events WHERE seq = 3", []));
+    assert_corrupt_at(store.snapshot(&id("a")), 3, "are missing");
+    assert_eq!(streamed_until_corruption(&store), 2);
+}
+
+#[test]
+fn rows_past_the_recorded_last_seq_are_corruption() {
+    let folder = ok(tempfile::tempdir());
+    let store = store_with_events(folder.path(), 3);
+    ok(raw(store.path()).execute("UPDATE sessions SET last_seq = 2", []));
+    assert_corrupt_at(store.snapshot(&id("a")), 3, "rows run to seq 3");
+    streamed_until_corruption(&store);
+}
+
+#[test]
+fn an_invalid_session_row_or_orphan_events_are_corruption_for_every_reader() {
+    for damage in [
+        "UPDATE sessions SET id = 'a/b' WHERE id = 'b'",
+        "INSERT INTO events (session_id, seq, ts, type, batch, body, crc)
+           SELECT 'gone', seq, ts, type, batch, body, crc FROM events WHERE session_id = 'a'",
+    ] {
+        let folder = ok(tempfile::tempdir());
+        let store = store_with_events(folder.path(), 2);
+        ok(store.create(&header("b"), &[], Durability::Fsync));
+        ok(raw(store.path()).execute_batch(&format!("PRAGMA foreign_keys = OFF; {damage}")));
+        let ids = store.ids();
+        assert!(
+            matches!(&ids, Err(error) if error.class() == crate::ErrorClass::Corrupt),
+            "{damage}: {ids:?}"
+        );
+        assert!(store.list().is_err(), "{damage}");
+        let audit = ok(store.audit(true));
+        assert_eq!(audit.damage.len(), 1, "{damage}: {:?}", audit.damage);
+        assert!(
+            audit.ids.contains(&id("a")),
+            "the valid sessions stay listed"
+        );
+    }
+}
+
+#[test]
+fn sqlite_reports_of_a_damaged_file_are_corruption() {
+    let folder = ok(tempfile::tempdir());
+    let path = database(folder.path());
+    drop(store_with_events(folder.path(), 200));
+    let length = ok(std::fs::metadata(&path)).len();
+    let file = ok(std::fs::OpenOptions::new().write(true).open(&path));
+    ok(file.set_len(length / 2));
+    drop(file);
+    let store = SqliteStore::open_read_only(&path).and_then(|store| store.snapshot(&id("a")));
+    assert!(
+        matches!(&store, Err(error) if error.class() == crate::ErrorClass::Corrupt),
+        "{store:?}"
+    );
+}
+
+#[test]
+fn a_lock_folder_replaced_by_a_symlink_is_refused() {
+    let folder = ok(tempfile::tempdir());
+    let elsewhere = ok(tempfile::tempdir());
+    let store = ok(SqliteStore::open(&database(folder.path())));
+    ok(store.create(&header("a"), &[], Durability::Fsync));
+    ok(std::os::unix::fs::symlink(
+        elsewhere.path(),
+        folder.path().join("sessions.db.locks"),
+    ));
+    let refused = store.open_writer(&id("a"), WriterOptions::default());
+    assert!(
+        matches!(
+            &refused,
+            Err(StoreError::Io {
+                operation: "open lock folder",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        ok(std::fs::read_dir(elsewhere.path())).count(),
+        0,
+        "nothing lands there"
+    );
+}
+
+#[test]
+fn a_write_ahead_log_removed_under_a_writer_is_saved_then_the_writer_stops() {
+    let folder = ok(tempfile::tempdir());
+    let path = database(folder.path());
+    let store = ok(SqliteStore::open(&path));
+    ok(store.create(&header("a"), &[], Durability::Fsync));
+    let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+    ok(writer.append(note("before"), Some(1)));
+    ok(std::fs::remove_file(wal_path(&path)));
+    // The next commit finds the log gone: what it holds, this commit
+    // included, is copied into the database file before the answer.
+    let saved = writer.append(note("detected"), Some(2));
+    assert_eq!(ok(saved).get(), 2);
+    let refused = writer.append(note("after"), Some(3));
+    assert!(
+        matches!(&refused, Err(StoreError::Io { source, .. }) if source.to_string().contains("was removed")),
+        "{refused:?}"
+    );
+    assert!(writer.is_poisoned());
+    // What a kill -9 leaves: the database file alone (the removed log
+    // is freed with the process).
+    let survivor = folder.path().join("survivor.db");
+    ok(std::fs::copy(&path, &survivor));
+    let events = ok(ok(SqliteStore::open_read_only(&survivor)).snapshot(&id("a"))).events;
+    assert_eq!(events.len(), 2, "every acknowledged event survives");
+}
+
+#[test]
+fn database_and_lock_files_are_private() {
+    let folder = ok(tempfile::tempdir());
+    let store = ok(SqliteStore::open(&database(folder.path())));
+    ok(store.create(&header("a"), &[], Durability::Fsync));
+    let _writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+    let mode = |path: &Path| ok(std::fs::metadata(path)).permissions().mode() & 0o777;
+    assert_eq!(mode(store.path()), 0o600);
+    assert_eq!(mode(&store.lock_path(&id("a"))), 0o600);
+    assert_eq!(mode(&folder.path().join("sessions.db.locks")), 0o700);
+}
+
+#[test]
+fn wal_mode_is_on() {
+    let folder = ok(tempfile::tempdir());
+    let store = ok(SqliteStore::open(&database(folder.path())));
+    let mode: String =
+        ok(raw(store.path()).pragma_query_value(None, "journal_mode", |row| row.get(0)));
+    assert_eq!(mode, "wal");
+}
+
+fn store_with_events(folder: &Path, count: u64) -> SqliteStore {
+    let store = ok(SqliteStore::open(&database(folder)));
+    let events: Vec<EventRecord> = (1..=count)
+        .map(|seq| record(seq, "note/test", "{}"))
+        .collect();
+    ok(store.create(&header("a"), &events, Durability::Fsync));
+    store
+}
+
+/// Streams session `a` and checks that the stream ends with
+/// corruption; returns how many events came before it.
+fn streamed_until_corruption(store: &SqliteStore) -> usize {
+    let streamed: Vec<Result<EventRecord, StoreError>> = ok(store.events(&id("a"))).collect();
+    assert!(
+        matches!(streamed.last(), Some(Err(StoreError::Corrupt { .. }))),
+        "{streamed:?}"
+    );
+    streamed.len() - 1
+}
+
+fn assert_corrupt_at(result: Result<Snapshot, StoreError>, seq: u64, reason: &str) {
+    let Err(StoreError::Corrupt { corruption, .. }) = &result else {
+        panic!("expected corruption, got {result:?}");
+    };
+    let expected = format!("session a, seq {seq}:");
+    assert!(
+        corruption.reason.starts_with(&expected) && corruption.reason.contains(reason),
+        "{}",
+        corruption.reason
+    );
+}
+
+#[test]
+fn altered_body_is_corruption_naming_session_and_seq() {
+    let folder = ok(tempfile::tempdir());
+    let store = store_with_events(folder.path(), 3);
+    ok(raw(store.path()).execute(
+        "UPDATE events SET body = replace(body, '{}', '{\"x\":1}') WHERE seq = 2",
+        [],
+    ));
+    assert_corrupt_at(store.snapshot(&id("a")), 2, "CRC mismatch");
+    streamed_until_corruption(&store);
+    let writer = store.open_writer(&id("a"), WriterOptions::default());
+    assert!(
+        matches!(writer, Err(StoreError::Corrupt { .. })),
+        "{writer:?}"
+    );
+}
+
+#[test]
+fn seq_gap_is_corruption_naming_session_and_seq() {
+    let folder = ok(tempfile::tempdir());
+    let store = store_with_events(folder.path(), 3);
+    ok(raw(store.path()).execute("DELETE FROM events WHERE seq = 2", []));
+    assert_corrupt_at(store.snapshot(&id("a")), 2, "not contiguous");
+}
+
+#[test]
+fn columns_that_disagree_with_the_body_are_corruption() {
+    let folder = ok(tempfile::tempdir());
+    let store = store_with_events(folder.path(), 2);
+    ok(raw(store.path()).execute("UPDATE events SET type = 'turn/start' WHERE seq = 1", []));
+    assert_corrupt_at(store.snapshot(&id("a")), 1, "disagree");
+}
+
+#[test]
+fn unfinished_batch_is_corruption() {
+    let folder = ok(tempfile::tempdir());
+    let store = ok(SqliteStore::open(&database(folder.path())));
+    let events = [
+        EventRecord::new(1, 5, Some(2), "note/test", "{}"),
+        EventRecord::new(2, 5, None, "note/test", "{}"),
+    ];
+    ok(store.create(&header("a"), &events, Durability::Fsync));
+    ok(raw(store.path()).execute("DELETE FROM events WHERE seq = 2", []));
+    assert_corrupt_at(store.snapshot(&id("a")), 2, "batch");
+}
+
+#[test]
+fn values_sqlite_cannot_hold_are_refused_before_writing() {
+    let folder = ok(tempfile::tempdir());
+    let store = ok(SqliteStore::open(&database(folder.path())));
+    let mut huge = header("a");
+    huge.created_at = u64::MAX;
+    let refused = store.create(&huge, &[], Durability::Fsync);
+    assert!(
+        matches!(refused, Err(StoreError::InvalidEvent(_))),
+        "{refused:?}"
+    );
+    assert!(!ok(store.contains(&id("a"))));
+}
+
+/// Fails every commit while armed.
+#[derive(Debug, Default)]
+struct FailCommits {
+    armed: AtomicBool,
+}
+
+impl FaultInjector for FailCommits {
+    fn before(&self, point: FaultPoint, _path: &Path) -> io::Result<()> {
+        if point == FaultPoint::Commit && self.armed.load(Ordering::SeqCst) {
+            return Err(io::Error::other("injected commit failure"));
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn failed_commit_poisons_the_writer_and_writes_nothing() {
+    let folder = ok(tempfile::tempdir());
+    let faults = Arc::new(FailCommits::default());
+    let store = ok(SqliteStore::open_with_io(
+        &database(folder.path()),
+        Io::with_faults(faults.clone()),
+    ));
+    ok(store.create(&header("a"), &[], Durability::Fsync));
+    let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+    ok(writer.append(note("kept"), Some(1)));
+    faults.armed.store(true, Ordering::SeqCst);
+    let failed = writer.append(note("lost"), Some(2));
+    assert!(matches!(failed, Err(StoreError::Io { .. })), "{failed:?}");
+    faults.armed.store(false, Ordering::SeqCst);
+    let refused = writer.append(note("after"), None);
+    assert!(
+        matches!(refused, Err(StoreError::Poisoned { .. })),
+        "{refused:?}"
+    );
+    drop(writer);
+    assert_eq!(ok(store.snapshot(&id("a"))).events.len(), 1);
+    let mut reopened = ok(store.open_writer(&id("a"), WriterOptions::default()));
+    assert_eq!(ok(reopened.append(note("again"), Some(2))).get(), 2);
+}
+
+#[test]
+fn a_writer_in_another_store_handle_is_locked_out() {
+    let folder = ok(tempfile::tempdir());
+    let path = database(folder.path());
+    let first = ok(SqliteStore::open(&path));
+    ok(first.create(&header("a"), &[], Durability::Fsync));
+    let _writer = ok(first.open_writer(&id("a"), WriterOptions::default()));
+    let second = ok(SqliteStore::open(&path));
+    let locked = second.open_writer(&id("a"), WriterOptions::default());
+    assert!(
+        matches!(locked, Err(StoreError::Locked { .. })),
+        "{locked:?}"
+    );
+}
+
+#[test]
+fn sixty_four_threads_appending_keep_every_acknowledged_event_exactly_once() {
+    const THREADS: usize = 64;
+    const EVENTS: usize = 40;
+    let folder = ok(tempfile::tempdir());
+    let store = ok(SqliteStore::open(&database(folder.path())));
+    for thread in 0..THREADS {
+        ok(store.create(&header(&format!("s{thread}")), &[], Durability::Fsync));
+    }
+    let start = Barrier::new(THREADS);
+    let acknowledged: Vec<Vec<u64>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|thread| {
+                let (store, start) = (&store, &start);
+                scope.spawn(move || {
+                    let session = id(&format!("s{thread}"));
+                    let mut writer = ok(store.open_writer(&session, WriterOptions::default()));
+                    start.wait();
+                    (0..EVENTS)
+                        .map(|n| ok(writer.append(note(&format!("{thread}/{n}")), None)).get())
+                        .collect()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|_| panic!("an appender panicked"))
+            })
+            .collect()
+    });
+    for (thread, seqs) in acknowledged.iter().enumerate() {
+        assert_eq!(*seqs, (1..=EVENTS as u64).collect::<Vec<_>>());
+        let events = ok(store.snapshot(&id(&format!("s{thread}")))).events;
+        assert_eq!(events.len(), EVENTS, "session s{thread}");
+        for (n, record) in events.iter().enumerate() {
+            assert_eq!(record.seq(), n as u64 + 1);
+            let expected = format!("{{\"text\":\"{thread}/{n}\"}}");
+            assert_eq!(record.data(), expected);
+        }
+    }
+}
+
+#[test]
+fn a_held_read_sees_one_moment_of_the_database_until_dropped() {
+    let folder = ok(tempfile::tempdir());
+    let store = store_with_events(folder.path(), 3);
+    let held = ok(store.hold_read());
+    // Another session and an append, committed by the committer's own
+    // connection while the read is held.
+    ok(store.create(&header("b"), &[], Durability::Fsync));
+    let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+    assert_eq!(ok(writer.append(note("later"), Some(4))).get(), 4);
+    let nested = ok(store.hold_read());
+    assert_eq!(ok(store.snapshot(&id("a"))).events.len(), 3);
+    assert_eq!(ok(store.events(&id("a"))).count(), 3);
+    assert_eq!(ok(store.audit(false)).ids, [id("a")]);
+    drop(nested);
+    assert_eq!(
+        ok(store.snapshot(&id("a"))).events.len(),
+        3,
+        "the outer read still holds"
+    );
+    drop(held);
+    assert_eq!(ok(store.snapshot(&id("a"))).events.len(), 4);
+    assert_eq!(ok(store.audit(false)).ids, [id("a"), id("b")]);
+}

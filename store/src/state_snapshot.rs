@@ -1,0 +1,195 @@
+//! State snapshots: the writer's fold of a session, kept beside it so that
+//! reopening a long session folds only what was appended since
+//! (docs/FORMAT.md, "State snapshots").
+//!
+//! A snapshot is a cache, never a source of truth. It names where it was
+//! taken (its anchor: the seq, the CRC of the record at that seq, and for a
+//! JSONL log the byte offset and line count of the good prefix there), and
+//! a writer resumes from it only when the log still holds that record
+//! there; the tail after it is read and checked as a whole log is. A
+//! snapshot that is torn, damaged, of another session or header, of a
+//! format this build does not know, or whose anchor no longer matches is
+//! ignored (and replaced by the next one written), never an error.
+//! `verify`, export, migration and fork never read one.
+
+use sessionlog_projections::SessionState;
+use sessionlog_schema::{SessionHeader, SessionId};
+
+/// The snapshot format this build writes and reads.
+pub(crate) const STATE_SNAPSHOT_FORMAT: u32 = 1;
+
+/// The first bytes of every snapshot.
+const MAGIC: &[u8; 16] = b"sessionlog-state";
+
+/// A writer takes a snapshot once this many events were acknowledged since
+/// the last one (or since the log was folded from its start), and never
+/// more often than one byte of snapshot per [`SNAPSHOT_BYTES_PER_EVENT`]
+/// events' worth: see [`snapshot_interval`].
+pub(crate) const SNAPSHOT_EVERY_EVENTS: u64 = 8192;
+
+/// A writer that closes with at least this many events folded since its
+/// last snapshot takes one more, at its last seq: a runtime that closes a
+/// long session and opens it again, or forks it, then folds nothing.
+/// Below it, folding the tail costs less than a snapshot's write.
+pub(crate) const CLOSE_SNAPSHOT_EVENTS: u64 = 1024;
+
+/// The most snapshot bytes a writer writes per event appended, on average.
+pub(crate) const SNAPSHOT_BYTES_PER_EVENT: u64 = 256;
+
+/// How many events after a snapshot of `snapshot_bytes` bytes the next one
+/// is due: [`SNAPSHOT_EVERY_EVENTS`], or more for a large state, so that
+/// rewriting it costs at most [`SNAPSHOT_BYTES_PER_EVENT`] bytes per event.
+pub(crate) fn snapshot_interval(snapshot_bytes: usize) -> u64 {
+    SNAPSHOT_EVERY_EVENTS.max(snapshot_bytes as u64 / SNAPSHOT_BYTES_PER_EVENT)
+}
+
+/// Where a snapshot was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SnapshotAnchor {
+    /// The last seq folded.
+    pub(crate) seq: u64,
+    /// The CRC of the record at `seq`.
+    pub(crate) record_crc: u32,
+    /// JSONL: the length in bytes of the good prefix through `seq`, header
+    /// included (0 in a database).
+    pub(crate) offset: u64,
+    /// JSONL: its lines, header included (0 in a database).
+    pub(crate) lines: u64,
+}
+
+impl SnapshotAnchor {
+    /// The anchor of a database snapshot: the event row at `seq`, whose
+    /// CRC is `record_crc`.
+    pub(crate) fn of_row(seq: u64, record_crc: u32) -> SnapshotAnchor {
+        SnapshotAnchor {
+            seq,
+            record_crc,
+            offset: 0,
+            lines: 0,
+        }
+    }
+}
+
+/// The bytes of a snapshot of `state`, taken at `anchor`, of the session
+/// whose stored header body's CRC is `header_crc`.
+pub(crate) fn encode(state: &SessionState, header_crc: u32, anchor: SnapshotAnchor) -> Vec<u8> {
+    let state_bytes = state.encode_snapshot();
+    let id = state.header().id.as_str().as_bytes();
+    let mut out = Vec::with_capacity(state_bytes.len() + 96);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&STATE_SNAPSHOT_FORMAT.to_le_bytes());
+    out.extend_from_slice(&(id.len() as u32).to_le_bytes());
+    out.extend_from_slice(id);
+    out.extend_from_slice(&header_crc.to_le_bytes());
+    out.extend_from_slice(&anchor.seq.to_le_bytes());
+    out.extend_from_slice(&anchor.record_crc.to_le_bytes());
+    out.extend_from_slice(&anchor.offset.to_le_bytes());
+    out.extend_from_slice(&anchor.lines.to_le_bytes());
+    out.extend_from_slice(&(state_bytes.len() as u64).to_le_bytes());
+    out.extend_from_slice(&state_bytes);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// The CRC of a stored header body, as a snapshot names its header.
+pub(crate) fn header_crc(header_body: &str) -> u32 {
+    crc32fast::hash(header_body.as_bytes())
+}
+
+/// The state `bytes` hold and where it was taken, when they are a whole
+/// snapshot of this format, of session `header.id` with this header body;
+/// why not otherwise. The anchor is left to the caller to check against
+/// the log.
+pub(crate) fn decode(
+    bytes: &[u8],
+    header: &SessionHeader,
+    header_body: &str,
+) -> Result<(SessionState, SnapshotAnchor), String> {
+    let Some((content, crc)) = bytes.split_last_chunk::<4>() else {
+        return Err("shorter than a snapshot".to_owned());
+    };
+    if crc32fast::hash(content) != u32::from_le_bytes(*crc) {
+        return Err("its CRC does not match: torn or changed".to_owned());
+    }
+    let mut input = Fields { bytes: content };
+    if input.take(MAGIC.len())? != MAGIC {
+        return Err("not a state snapshot".to_owned());
+    }
+    let format = input.u32()?;
+    if format != STATE_SNAPSHOT_FORMAT {
+        return Err(format!(
+            "format {format}, this build reads {STATE_SNAPSHOT_FORMAT}"
+        ));
+    }
+    let id_len = input.u32()? as usize;
+    let id = input.take(id_len)?;
+    if id != header.id.as_str().as_bytes() {
+        return Err(format!(
+            "it is a snapshot of session {:?}, not {}",
+            String::from_utf8_lossy(id),
+            header.id
+        ));
+    }
+    if input.u32()? != header_crc(header_body) {
+        return Err("it was taken of another header".to_owned());
+    }
+    let anchor = SnapshotAnchor {
+        seq: input.u64()?,
+        record_crc: input.u32()?,
+        offset: input.u64()?,
+        lines: input.u64()?,
+    };
+    let state_len = usize::try_from(input.u64()?).map_err(|_| "too long".to_owned())?;
+    let state_bytes = input.take(state_len)?;
+    if !input.bytes.is_empty() {
+        return Err("bytes follow the state".to_owned());
+    }
+    let state = SessionState::decode_snapshot(header.clone(), header_body, state_bytes)?;
+    if state.seq() != anchor.seq || anchor.seq == 0 {
+        return Err(format!(
+            "its state is at seq {}, its anchor at seq {}",
+            state.seq(),
+            anchor.seq
+        ));
+    }
+    Ok((state, anchor))
+}
+
+/// Notes that the snapshot of session `id` at `place` was not used, and
+/// why: the writer folds from the start instead.
+pub(crate) fn ignored(id: &SessionId, place: &std::path::Path, why: &str) {
+    tracing::debug!(
+        session = %id,
+        place = %place.display(),
+        "ignoring the state snapshot of session {id} ({}): {why}; folding the whole log",
+        place.display()
+    );
+}
+
+/// Reads fixed fields off the front of a snapshot.
+struct Fields<'b> {
+    bytes: &'b [u8],
+}
+
+impl<'b> Fields<'b> {
+    fn take(&mut self, len: usize) -> Result<&'b [u8], String> {
+        if len > self.bytes.len() {
+            return Err("it ends before its fields".to_owned());
+        }
+        let (taken, rest) = self.bytes.split_at(len);
+        self.bytes = rest;
+        Ok(taken)
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        let bytes = self.take(4)?;
+        Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    }
+
+    fn u64(&mut self) -> Result<u64, String> {
+        let mut value = [0u8; 8];
+        value.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(value))
+    }
+}

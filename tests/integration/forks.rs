@@ -1,0 +1,344 @@
+//! Forks by reference in the databases, through the real binary.
+//!
+//! A SQLite or PostgreSQL fork stores no rows for its seeded events; every
+//! reader must still see exactly what a JSONL (copied) fork holds:
+//! - `export` of a child and of a grandchild (whose parent is itself a fork
+//!   by reference): the parent's records byte for byte, the header and the
+//!   forks' own events equal but for the fork's clock; `verify`, `project`,
+//!   `tail` and `review-request` give the same output;
+//! - the database holds only the child's own rows;
+//! - `migrate` writes a by-reference child out whole into a folder of logs
+//!   (byte-identical to the database's export, every line with the CRC of
+//!   the child's id) and into another database, and `diff` finds nothing
+//!   between them;
+//! - a sealed child verifies with `--require-sealed`;
+//! - a parent event row that is deleted makes the child corrupt (exit 2),
+//!   named with the child's id and seq.
+//!
+//! PostgreSQL joins when `SESSIONLOG_TEST_PG` names a server.
+
+use std::path::Path;
+
+use crate::cli_support::{run, workspace_root};
+use crate::crash::text;
+use crate::faults::ok;
+use crate::postgres::{test_server, Schema};
+
+/// The prompt of every fork here.
+const PROMPT: &str = "check the migration";
+
+/// The pending action `review-request` is asked about.
+const PENDING: &str =
+    r#"{"callId":"call-9","stepId":"step-1","name":"shell","arguments":{"command":"ls"}}"#;
+
+/// A line of an export with the fork's clock taken out: the header's
+/// `createdAt`, an own event's `ts` (and the `time` `tail --json` shows of
+/// it), and then the CRC (which covers them).
+fn without_clock(line: &str) -> String {
+    let mut text = line.to_owned();
+    if let Some(start) = text.find("\"time\":\"") {
+        let value = start + "\"time\":\"".len();
+        if let Some(length) = text[value..].find('"') {
+            text.replace_range(value..value + length, "T");
+        }
+    }
+    for member in ["\"createdAt\":", "\"ts\":"] {
+        if let Some(start) = text.find(member) {
+            let digits = start + member.len();
+            let end = text[digits..]
+                .find(|c: char| !c.is_ascii_digit())
+                .map_or(text.len(), |length| digits + length);
+            text.replace_range(digits..end, "T");
+        }
+    }
+    match text.rfind(",\"crc\":") {
+        Some(crc) => text[..crc].to_owned(),
+        None => text,
+    }
+}
+
+/// An export compared across stores: its seeded lines (1..=seed) as they
+/// are, the others without the fork's clock.
+fn comparable(export: &str, seed: usize) -> Vec<String> {
+    export
+        .lines()
+        .enumerate()
+        .map(|(index, line)| match index {
+            1.. if index <= seed => line.to_owned(),
+            _ => without_clock(line),
+        })
+        .collect()
+}
+
+/// Checks that every line of `session`'s log carries the CRC of its body
+/// computed for `session`'s id.
+fn assert_crcs_for(session: &str, export: &str) {
+    for line in export.lines() {
+        let (body, crc) = line
+            .rsplit_once(",\"crc\":\"")
+            .unwrap_or_else(|| panic!("no CRC in {line}"));
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(session.as_bytes());
+        hasher.update(body.as_bytes());
+        assert_eq!(
+            crc.trim_end_matches("\"}"),
+            format!("{:08x}", hasher.finalize()),
+            "{session}: {line}"
+        );
+    }
+}
+
+/// The seedLength of a child's export.
+fn seed_length(export: &str) -> usize {
+    let header = export.lines().next().unwrap_or_default();
+    let value: serde_json::Value = ok(serde_json::from_str(header));
+    value["seedLength"]
+        .as_u64()
+        .and_then(|seed| usize::try_from(seed).ok())
+        .unwrap_or_else(|| panic!("no seedLength in {header}"))
+}
+
+/// Forks `auto-review` into `kid`, appends to `kid`, and forks `kid` into
+/// `grandkid`, in `store`.
+fn fork_family(store: &str) {
+    run([
+        "fork",
+        store,
+        "--session",
+        "auto-review",
+        "--child",
+        "kid",
+        "--prompt",
+        PROMPT,
+        "--quiet",
+    ])
+    .expect_code(0);
+    crate::cli_support::run_with_stdin(
+        ["append", store, "--session", "kid"],
+        "{\"type\":\"x-test/probe\",\"data\":{\"n\":1}}\n",
+    )
+    .expect_code(0);
+    run([
+        "fork",
+        store,
+        "--session",
+        "kid",
+        "--child",
+        "grandkid",
+        "--prompt",
+        PROMPT,
+        "--quiet",
+    ])
+    .expect_code(0);
+}
+
+/// Output of `args` with the store's name taken out.
+fn shown(args: &[&str], store: &str) -> (i32, String, String) {
+    let result = run(args);
+    let clean = |text: &str| {
+        let mut text = text.replace(store, "STORE");
+        for session in ["kid", "grandkid"] {
+            text = text.replace(&format!("STORE/{session}.jsonl:"), "STORE:");
+            text = text.replace(&format!("STORE#{session}:"), "STORE:");
+        }
+        text
+    };
+    (result.code, clean(&result.stdout), clean(&result.stderr))
+}
+
+/// The rows `session` holds in a SQLite store.
+fn sqlite_rows(database: &Path, session: &str) -> i64 {
+    let connection = ok(rusqlite::Connection::open(database));
+    ok(connection.query_row(
+        "SELECT count(*) FROM events WHERE session_id = ?1",
+        [session],
+        |row| row.get(0),
+    ))
+}
+
+#[test]
+fn a_fork_by_reference_reads_as_the_copied_fork_on_every_backend() {
+    let folder = ok(tempfile::tempdir());
+    let examples = workspace_root().join("examples/sessions");
+    let server = test_server();
+    let schema = server.as_deref().map(|server| Schema::new(server, "forks"));
+    let mut stores = vec![
+        ("jsonl", text(&folder.path().join("logs"))),
+        ("sqlite", text(&folder.path().join("sessions.db"))),
+    ];
+    if let Some(schema) = &schema {
+        stores.push(("postgres", schema.url.clone()));
+    }
+    for (_, store) in &stores {
+        run(["migrate", &text(&examples), store]).expect_code(0);
+        fork_family(store);
+    }
+    // Only the own rows are stored: the `auto` preset the parent
+    // projects as and the prompt, then the probe appended to `kid`.
+    let database = folder.path().join("sessions.db");
+    assert_eq!(sqlite_rows(&database, "kid"), 3);
+    assert_eq!(sqlite_rows(&database, "grandkid"), 2);
+
+    let pending = folder.path().join("pending.json");
+    ok(std::fs::write(&pending, PENDING));
+    let pending = text(&pending);
+    let (_, reference) = &stores[0];
+    // The events of `auto-review` are the same bytes in every store; the
+    // ones `kid` adds carry each store's own clock.
+    let seed = seed_length(&run(["export", reference, "--session", "kid"]).stdout);
+    assert!(seed > 10, "kid seeds {seed} events");
+    for session in ["kid", "grandkid"] {
+        let copied = run(["export", reference, "--session", session]);
+        copied.expect_code(0);
+        for (backend, store) in &stores[1..] {
+            let export = run(["export", store, "--session", session]);
+            export.expect_code(0);
+            assert_eq!(
+                comparable(&export.stdout, seed),
+                comparable(&copied.stdout, seed),
+                "{session} exported from {backend}"
+            );
+            for args in [
+                vec!["verify", "STORE", "--session", session],
+                vec!["verify", "STORE", "--session", session, "--json"],
+                vec!["project", "STORE", "--session", session],
+                vec!["project", "STORE", "--session", session, "--at", "5"],
+                vec!["tail", "STORE", "--session", session, "-n", "3", "--json"],
+                vec![
+                    "review-request",
+                    "STORE",
+                    "--session",
+                    session,
+                    "--pending",
+                    &pending,
+                ],
+            ] {
+                let with = |store: &str| -> Vec<String> {
+                    args.iter()
+                        .map(|arg| match *arg {
+                            "STORE" => store.to_owned(),
+                            other => (*other).to_owned(),
+                        })
+                        .collect()
+                };
+                let on = |store: &str| {
+                    let args = with(store);
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    let (code, stdout, stderr) = shown(&args, store);
+                    let stdout: Vec<String> = stdout.lines().map(without_clock).collect();
+                    (code, stdout, stderr)
+                };
+                assert_eq!(on(store), on(reference), "{args:?} on {backend}");
+            }
+        }
+    }
+    for (_, store) in &stores {
+        run(["verify", store]).expect_code(0);
+    }
+}
+
+#[test]
+fn migrate_writes_a_fork_by_reference_out_whole_and_diff_finds_nothing() {
+    let folder = ok(tempfile::tempdir());
+    let examples = workspace_root().join("examples/sessions");
+    let database = text(&folder.path().join("sessions.db"));
+    run(["migrate", &text(&examples), &database]).expect_code(0);
+    fork_family(&database);
+    let logs = text(&folder.path().join("logs"));
+    run(["migrate", &database, &logs]).expect_code(0);
+    let mut targets = vec![logs.clone(), text(&folder.path().join("again.db"))];
+    run(["migrate", &logs, &targets[1]]).expect_code(0);
+    let server = test_server();
+    let schema = server
+        .as_deref()
+        .map(|server| Schema::new(server, "forkmig"));
+    if let Some(schema) = &schema {
+        run(["migrate", &database, &schema.url]).expect_code(0);
+        targets.push(schema.url.clone());
+    }
+    for target in &targets {
+        for session in ["kid", "grandkid"] {
+            let original = run(["export", &database, "--session", session]);
+            let migrated = run(["export", target, "--session", session]);
+            migrated.expect_code(0);
+            assert_eq!(migrated.stdout, original.stdout, "{session} in {target}");
+        }
+        run(["diff", &database, target]).expect_code(0);
+        run(["verify", target]).expect_code(0);
+    }
+    // The copy is whole: the child's seeded lines are in its own log, with
+    // the CRCs of its own id.
+    let kid = ok(std::fs::read_to_string(
+        folder.path().join("logs/kid.jsonl"),
+    ));
+    assert_eq!(kid.lines().count(), 1 + seed_length(&kid) + 3);
+    for session in ["kid", "grandkid"] {
+        let log = folder.path().join(format!("logs/{session}.jsonl"));
+        assert_crcs_for(session, &ok(std::fs::read_to_string(log)));
+    }
+}
+
+#[test]
+fn a_sealed_fork_by_reference_verifies_and_its_chain_runs_over_its_own_records() {
+    let folder = ok(tempfile::tempdir());
+    let examples = workspace_root().join("examples/sessions");
+    let database = text(&folder.path().join("sessions.db"));
+    let logs = text(&folder.path().join("logs"));
+    run(["migrate", &text(&examples), &database]).expect_code(0);
+    fork_family(&database);
+    run(["seal", &database, "--session", "grandkid"]).expect_code(0);
+    run([
+        "verify",
+        &database,
+        "--session",
+        "grandkid",
+        "--require-sealed",
+    ])
+    .expect_code(0);
+    // The chain of the child's own records: the same head as its copy.
+    run(["migrate", &database, &logs]).expect_code(0);
+    let head = |store: &str| run(["head", store, "--session", "grandkid"]).stdout;
+    assert_eq!(head(&database), head(&logs));
+    run(["verify", &logs, "--session", "grandkid", "--require-sealed"]).expect_code(0);
+}
+
+#[test]
+fn a_deleted_parent_row_makes_the_fork_corrupt_naming_the_child_and_seq() {
+    let folder = ok(tempfile::tempdir());
+    let examples = workspace_root().join("examples/sessions");
+    let database = folder.path().join("sessions.db");
+    run(["migrate", &text(&examples), &text(&database)]).expect_code(0);
+    fork_family(&text(&database));
+    let connection = ok(rusqlite::Connection::open(&database));
+    ok(connection.execute(
+        "DELETE FROM events WHERE session_id = 'auto-review' AND seq = 4",
+        [],
+    ));
+    drop(connection);
+    for session in ["kid", "grandkid"] {
+        let verified = run(["verify", &text(&database), "--session", session]);
+        verified.expect_code(2);
+        let said = format!("{}{}", verified.stdout, verified.stderr);
+        assert!(
+            said.contains(&format!("session {session}, seq 4")) && said.contains("auto-review"),
+            "{said}"
+        );
+        run(["export", &text(&database), "--session", session]).expect_code(2);
+    }
+    let Some(server) = test_server() else {
+        return;
+    };
+    let schema = Schema::new(&server, "forkdel");
+    run(["migrate", &text(&examples), &schema.url]).expect_code(0);
+    fork_family(&schema.url);
+    let store = match ok(sessionlog_store::Store::open(&schema.path())) {
+        sessionlog_store::Store::Postgres(store) => store,
+        _ => panic!("not a PostgreSQL store"),
+    };
+    let mut client = ok(store.connect());
+    ok(client.batch_execute("DELETE FROM events WHERE session_id = 'auto-review' AND seq = 4"));
+    let verified = run(["verify", &schema.url, "--session", "grandkid"]);
+    verified.expect_code(2);
+    let said = format!("{}{}", verified.stdout, verified.stderr);
+    assert!(said.contains("session grandkid, seq 4"), "{said}");
+}

@@ -1,0 +1,485 @@
+//! Long sessions: a refused batch leaves the writer's state as it was (no
+//! copy of it is made), and state snapshots let a writer resume from the
+//! fold of a long session, on every backend.
+//!
+//! - A batch refused at any position (a rule, data that is not JSON) leaves
+//!   the writer's state equal to before, and the next append behaves as on
+//!   a writer that never saw it (proptest).
+//! - A writer takes a snapshot every 8192 events; resuming from it and
+//!   folding the tail gives the state a fold of the whole log gives, on
+//!   JSONL, SQLite and PostgreSQL (when `SESSIONLOG_TEST_PG` is set).
+//! - A torn, tampered, foreign, stale or unknown-format snapshot is ignored:
+//!   the state is the whole fold's, and the session opens and appends.
+//! - Resuming reads nothing before the anchor, but `verify` reads it all.
+//! - `kill -9` of `append` while it writes a snapshot never breaks the
+//!   session nor loses an acknowledged event (CI: a few dozen kills per
+//!   backend; `SESSIONLOG_LONG=1`: hundreds).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use sessionlog_projections::SessionState;
+use sessionlog_schema::SessionHeader;
+use sessionlog_store::{
+    Durability, JsonlStore, NewEvent, SqliteStore, Store, StoreError, WriterOptions,
+};
+
+use crate::cli_support::run;
+use crate::crash::{input_line, kills, start_append, text};
+use crate::faults::{expected, id, ok, read_back, realistic_units, Expected};
+use crate::support::Rng;
+
+/// A writer that keeps no events: the one that resumes from a snapshot.
+fn appender() -> WriterOptions {
+    WriterOptions {
+        durability: Durability::Buffered,
+        keep_snapshot: false,
+        ..WriterOptions::default()
+    }
+}
+
+/// Creates session `name` in `store` and appends realistic units to it
+/// until it holds at least `events` events; returns the units appended
+/// and the units of the same session that follow them (ids are unique
+/// within one generated session only).
+fn long_session(
+    store: &Store,
+    name: &str,
+    events: u64,
+    seed: u64,
+) -> (Vec<Vec<NewEvent>>, Vec<Vec<NewEvent>>) {
+    let header = SessionHeader::root(id(name), 1_700_000_000_000, "/work".into());
+    ok(store.create_session(&header, &[], Durability::Buffered));
+    let mut writer = ok(store.open_writer(&id(name), appender()));
+    let mut units = realistic_units(seed, events as usize / 8 + 400).into_iter();
+    let mut appended = Vec::new();
+    while writer.next_seq() <= events {
+        let unit = units
+            .next()
+            .unwrap_or_else(|| panic!("the generated session is shorter than {events} events"));
+        ok(writer.append_batch(unit.clone(), None));
+        appended.push(unit);
+    }
+    (appended, units.collect())
+}
+
+/// The state a fold of the whole session gives.
+fn whole_fold(store: &Store, name: &str) -> SessionState {
+    let snapshot = ok(store.snapshot(&id(name)));
+    let (state, violations) = snapshot.fold();
+    assert!(violations.is_empty(), "{violations:?}");
+    state
+}
+
+/// The JSONL sidecar snapshot of session `name` in `folder`.
+fn sidecar(folder: &Path, name: &str) -> PathBuf {
+    folder.join(format!(".{name}.jsonl.state"))
+}
+
+/// The number of snapshot rows of a SQLite database.
+fn sqlite_snapshot_rows(path: &Path) -> i64 {
+    let connection = ok(rusqlite::Connection::open(path));
+    ok(connection.query_row("SELECT count(*) FROM snapshots", [], |row| row.get(0)))
+}
+
+/// Checks, on `store`, that a long session got a snapshot (`has_snapshot`),
+/// that the resumed state equals the whole fold before and after more
+/// appends, and that a writer resumed from it appends where it should.
+fn check_resume(store: &Store, has_snapshot: impl Fn() -> bool) {
+    let (_, rest) = long_session(store, "long", 8192 + 300, 7);
+    assert!(has_snapshot(), "a writer of 8192 events took a snapshot");
+    assert_eq!(
+        ok(store.current_state(&id("long"))),
+        whole_fold(store, "long")
+    );
+    // A writer resumed from it goes on where the log ends, and so does the
+    // state after more appends (a refused one included).
+    let mut writer = ok(store.open_writer(&id("long"), appender()));
+    let next = writer.next_seq();
+    assert_eq!(next, whole_fold(store, "long").seq() + 1);
+    assert_eq!(writer.state(), &whole_fold(store, "long"));
+    for unit in rest.into_iter().take(20) {
+        ok(writer.append_batch(unit, None));
+    }
+    let refused = writer.append(NewEvent::new("step/end", r#"{"stepId":"nowhere"}"#), None);
+    assert!(
+        matches!(refused, Err(StoreError::Rule { .. })),
+        "{refused:?}"
+    );
+    drop(writer);
+    assert_eq!(
+        ok(store.current_state(&id("long"))),
+        whole_fold(store, "long")
+    );
+}
+
+#[test]
+fn jsonl_resumes_from_its_snapshot_to_the_state_of_the_whole_fold() {
+    let folder = ok(tempfile::tempdir());
+    let store = Store::Jsonl(ok(JsonlStore::create_folder(folder.path())));
+    check_resume(&store, || sidecar(folder.path(), "long").exists());
+    use std::os::unix::fs::PermissionsExt;
+    let mode = ok(std::fs::metadata(sidecar(folder.path(), "long")))
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "a snapshot is private like its log");
+    // Neither a listing nor the leftover cleanup takes it for anything.
+    assert_eq!(ok(store.ids()), [id("long")]);
+    let Store::Jsonl(jsonl) = &store else {
+        unreachable!()
+    };
+    assert_eq!(ok(jsonl.leftovers()), []);
+}
+
+#[test]
+fn sqlite_resumes_from_its_snapshot_to_the_state_of_the_whole_fold() {
+    let folder = ok(tempfile::tempdir());
+    let path = folder.path().join("s.db");
+    let store = Store::Sqlite(ok(SqliteStore::open(&path)));
+    check_resume(&store, || sqlite_snapshot_rows(&path) == 1);
+}
+
+#[test]
+fn postgres_resumes_from_its_snapshot_to_the_state_of_the_whole_fold() {
+    let Some(server) = crate::postgres::test_server() else {
+        return;
+    };
+    let schema = crate::postgres::Schema::new(&server, "resume");
+    let store = ok(Store::create(&schema.path()));
+    let url = schema.url.clone();
+    check_resume(&store, || {
+        let Store::Postgres(postgres) = ok(Store::open(Path::new(&url))) else {
+            unreachable!()
+        };
+        let mut client = ok(postgres.connect());
+        let rows: i64 = ok(ok(client.query_one("SELECT count(*) FROM snapshots", &[])).try_get(0));
+        rows == 1
+    });
+}
+
+/// A JSONL folder holding session `name`, long enough to have a snapshot.
+fn jsonl_with_snapshot(name: &str) -> (tempfile::TempDir, Store) {
+    let folder = ok(tempfile::tempdir());
+    let store = Store::Jsonl(ok(JsonlStore::create_folder(folder.path())));
+    long_session(&store, name, 8192 + 50, 3);
+    assert!(sidecar(folder.path(), name).exists());
+    (folder, store)
+}
+
+/// The session's state is the whole fold's, and it opens and appends.
+fn check_ignored(store: &Store, name: &str, case: &str) {
+    let whole = whole_fold(store, name);
+    assert_eq!(ok(store.current_state(&id(name))), whole, "{case}");
+    let mut writer = ok(store.open_writer(&id(name), appender()));
+    assert_eq!(writer.state(), &whole, "{case}");
+    let next = writer.next_seq();
+    let appended = ok(writer.append(NewEvent::new("future/kind", "{}"), Some(next)));
+    assert_eq!(appended.get(), next, "{case}");
+    drop(writer);
+    assert_eq!(
+        ok(store.current_state(&id(name))),
+        whole_fold(store, name),
+        "{case}"
+    );
+}
+
+/// Rewrites the snapshot at `path` with its format field set to `format`
+/// and its CRC made to match again.
+fn with_format(path: &Path, format: u32) {
+    let mut bytes = ok(std::fs::read(path));
+    bytes[16..20].copy_from_slice(&format.to_le_bytes());
+    let end = bytes.len() - 4;
+    let crc = crc32fast::hash(&bytes[..end]);
+    bytes[end..].copy_from_slice(&crc.to_le_bytes());
+    ok(std::fs::write(path, bytes));
+}
+
+#[test]
+fn a_torn_tampered_foreign_stale_or_unknown_jsonl_snapshot_is_ignored() {
+    // Torn: a power loss kept half of it.
+    let (folder, store) = jsonl_with_snapshot("s");
+    let path = sidecar(folder.path(), "s");
+    let bytes = ok(std::fs::read(&path));
+    ok(std::fs::write(&path, &bytes[..bytes.len() / 2]));
+    check_ignored(&store, "s", "torn");
+
+    // Tampered: one byte of its state changed.
+    let (folder, store) = jsonl_with_snapshot("s");
+    let path = sidecar(folder.path(), "s");
+    let mut bytes = ok(std::fs::read(&path));
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x20;
+    ok(std::fs::write(&path, &bytes));
+    check_ignored(&store, "s", "tampered");
+
+    // Foreign: another session's snapshot under this one's name.
+    let (folder, store) = jsonl_with_snapshot("s");
+    long_session(&store, "other", 8192 + 10, 5);
+    ok(std::fs::copy(
+        sidecar(folder.path(), "other"),
+        sidecar(folder.path(), "s"),
+    ));
+    check_ignored(&store, "s", "foreign");
+
+    // Of a format this build does not know.
+    let (folder, store) = jsonl_with_snapshot("s");
+    with_format(&sidecar(folder.path(), "s"), 99);
+    check_ignored(&store, "s", "unknown format");
+
+    // Stale: the log no longer reaches its anchor (cut back at a line).
+    let (folder, store) = jsonl_with_snapshot("s");
+    let log = folder.path().join("s.jsonl");
+    let bytes = ok(std::fs::read(&log));
+    let cut = bytes.len() / 2;
+    let cut = cut + bytes[cut..].iter().position(|&b| b == b'\n').unwrap_or(0) + 1;
+    ok(std::fs::write(&log, &bytes[..cut]));
+    check_ignored(&store, "s", "stale, log shorter");
+
+    // Stale: another history of the same session, longer than the anchor,
+    // with another record where the anchor is.
+    let (folder, _store) = jsonl_with_snapshot("s");
+    let elsewhere = ok(tempfile::tempdir());
+    let other = Store::Jsonl(ok(JsonlStore::create_folder(elsewhere.path())));
+    long_session(&other, "s", 8192 + 400, 11);
+    ok(std::fs::copy(
+        sidecar(folder.path(), "s"),
+        sidecar(elsewhere.path(), "s"),
+    ));
+    check_ignored(&other, "s", "stale, another history");
+}
+
+#[test]
+fn a_tampered_foreign_or_stale_sqlite_snapshot_is_ignored() {
+    let folder = ok(tempfile::tempdir());
+    let path = folder.path().join("s.db");
+    let store = Store::Sqlite(ok(SqliteStore::open(&path)));
+    long_session(&store, "a", 8192 + 20, 3);
+    long_session(&store, "b", 8192 + 40, 4);
+    let raw = ok(rusqlite::Connection::open(&path));
+    let cases = [
+        (
+            "tampered",
+            "UPDATE snapshots SET state = CAST(substr(state, 1, 100) || x'00' || substr(state, 102) AS BLOB) WHERE session_id = 'a'",
+        ),
+        (
+            "foreign",
+            "UPDATE snapshots SET state = (SELECT state FROM snapshots WHERE session_id = 'b') WHERE session_id = 'a'",
+        ),
+        ("stale", "UPDATE snapshots SET anchor_crc = anchor_crc + 1 WHERE session_id = 'a'"),
+        ("unknown format", "UPDATE snapshots SET format = 99 WHERE session_id = 'a'"),
+    ];
+    for (case, sql) in cases {
+        ok(raw.execute(sql, []));
+        check_ignored(&store, "a", case);
+    }
+}
+
+#[test]
+fn resuming_reads_nothing_before_the_anchor_but_verify_reads_everything() {
+    let (folder, store) = jsonl_with_snapshot("s");
+    // Damage an early record in place, its length kept: a read of the
+    // whole log finds it; a resume from the snapshot never reads it.
+    let log = folder.path().join("s.jsonl");
+    let mut bytes = ok(std::fs::read(&log));
+    let second_line = bytes.iter().position(|&b| b == b'\n').unwrap_or(0) + 1;
+    let at = second_line + 5;
+    bytes[at] = if bytes[at] == b'x' { b'y' } else { b'x' };
+    ok(std::fs::write(&log, &bytes));
+    assert!(ok(store.current_state(&id("s"))).seq() > 8192);
+    assert!(
+        store.snapshot(&id("s")).is_err(),
+        "a whole read finds the damage"
+    );
+    let verify = run(["verify", &text(folder.path()), "--session", "s"]);
+    verify.expect_code(2);
+    assert!(
+        verify.stdout.contains("corrupt at line 2"),
+        "{}",
+        verify.stdout
+    );
+}
+
+/// One random batch of `units`, broken at `position` by `breaker`.
+fn broken_batch(units: &[Vec<NewEvent>], position: usize, breaker: usize) -> Vec<NewEvent> {
+    let mut batch: Vec<NewEvent> = units.iter().flatten().cloned().collect();
+    let bad = match breaker {
+        0 => NewEvent::new("step/end", r#"{"stepId":"never-started"}"#),
+        1 => NewEvent::new("tool/settle", r#"{"callId":"never-started","status":"ok"}"#),
+        2 => NewEvent::new("turn/start", "not json"),
+        _ => NewEvent::new(
+            "approval/decided",
+            r#"{"requestId":"nope","outcome":"rejected"}"#,
+        ),
+    };
+    batch.insert(position.min(batch.len()), bad);
+    batch
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_batch_refused_at_any_position_leaves_the_writer_as_it_was(
+        seed in 0u64..1000,
+        prefix in 0usize..12,
+        batch_units in 1usize..6,
+        position in 0usize..40,
+        breaker in 0usize..4,
+    ) {
+        let folder = ok(tempfile::tempdir());
+        let store = Store::Jsonl(ok(JsonlStore::create_folder(folder.path())));
+        let units = realistic_units(seed, 8);
+        let prefix = prefix.min(units.len());
+        let header = SessionHeader::root(id("s"), 1, "/work".into());
+        ok(store.create_session(&header, &[], Durability::Buffered));
+        let mut writer = ok(store.open_writer(&id("s"), appender()));
+        for unit in &units[..prefix] {
+            ok(writer.append_batch(unit.clone(), None));
+        }
+        let before = writer.state().clone();
+        let rest = &units[prefix..];
+        let take = batch_units.min(rest.len());
+        let batch = broken_batch(&rest[..take], position, breaker);
+        let refused = writer.append_batch(batch, None);
+        prop_assert!(refused.is_err(), "a broken batch was accepted");
+        prop_assert_eq!(writer.state(), &before);
+        prop_assert!(!writer.is_poisoned());
+        // The next appends go as they would have on an untouched writer,
+        // and the state is the fold of what the log holds.
+        for unit in rest {
+            let seqs = ok(writer.append_batch(unit.clone(), None));
+            prop_assert_eq!(seqs.len(), unit.len());
+        }
+        prop_assert_eq!(writer.state(), &whole_fold(&store, "s"));
+        prop_assert_eq!(
+            ok(store.snapshot(&id("s"))).events.len(),
+            units.iter().map(Vec::len).sum::<usize>()
+        );
+    }
+}
+
+/// Kills `append` again and again on a long session whose snapshot is
+/// removed before most rounds, so that the process writes one right after
+/// its first acknowledgement: some kills land inside that write. After
+/// each: `verify` exits 0 or 3, every acknowledged event is there, and the
+/// resumed state is the whole fold's. `remove_snapshot` removes it.
+fn snapshot_kills(store_path: &Path, kills: usize, seed: u64, remove_snapshot: impl Fn()) {
+    let store = ok(Store::open(store_path));
+    let (prepared, rest) = long_session(&store, "k", 8192 + 10, seed);
+    drop(store);
+    let mut events: Vec<Expected> = prepared.iter().flatten().map(expected).collect();
+    let more: Vec<Expected> = rest.iter().flatten().map(expected).collect();
+    assert!(
+        more.len() >= kills * 10,
+        "enough events to feed every round"
+    );
+    let lines: Vec<String> = more.iter().map(input_line).collect();
+    let acked = Arc::new(AtomicU64::new(0));
+    let mut rng = Rng::new(seed);
+    let mut have = events.len();
+    let start = have;
+    for round in 0..kills {
+        if have - start >= lines.len() {
+            break;
+        }
+        if rng.below(4) != 0 {
+            remove_snapshot();
+        }
+        let chunk = 1 + rng.below(20);
+        let from = have - start;
+        let feed = lines[from..(from + chunk).min(lines.len())].to_vec();
+        let appender = start_append(store_path, "k", feed, acked.clone(), have as u64 + 1);
+        std::thread::sleep(Duration::from_micros(rng.below(60_000) as u64));
+        appender.kill();
+        let verify = run(["verify", &text(store_path), "--session", "k"]);
+        assert!(
+            verify.code == 0 || verify.code == 3,
+            "round {round}: verify after a kill exits 0 or 3\n{}{}",
+            verify.stdout,
+            verify.stderr
+        );
+        let store = ok(Store::open(store_path));
+        let snapshot = ok(store.snapshot(&id("k")));
+        let acknowledged = acked.load(Ordering::SeqCst) as usize;
+        assert!(
+            snapshot.events.len() >= acknowledged,
+            "round {round}: {acknowledged} acknowledged, {} found",
+            snapshot.events.len()
+        );
+        let found: Vec<Expected> = snapshot.events[start..].iter().map(read_back).collect();
+        assert_eq!(
+            found[..],
+            more[..found.len()],
+            "round {round}: only fed events, in order"
+        );
+        assert_eq!(
+            ok(store.current_state(&id("k"))),
+            whole_fold(&store, "k"),
+            "round {round}"
+        );
+        have = snapshot.events.len();
+    }
+    events.extend(more[..have - start].iter().cloned());
+    let store = ok(Store::open(store_path));
+    let mut writer = ok(store.open_writer(&id("k"), WriterOptions::default()));
+    ok(writer.append(NewEvent::new("future/kind", "{}"), Some(have as u64 + 1)));
+    assert_eq!(writer.state(), &whole_fold(&store, "k"));
+    let found: Vec<Expected> = ok(store.snapshot(&id("k"))).events[..events.len()]
+        .iter()
+        .map(read_back)
+        .collect();
+    assert_eq!(found, events);
+}
+
+#[test]
+fn kill_9_while_a_jsonl_snapshot_is_written_never_breaks_the_session() {
+    let folder = ok(tempfile::tempdir());
+    let path = folder.path().to_owned();
+    let snapshot = sidecar(&path, "k");
+    snapshot_kills(&path, kills(30, 600), 41, || {
+        let _ = std::fs::remove_file(&snapshot);
+    });
+    let Store::Jsonl(store) = ok(Store::open(&path)) else {
+        unreachable!()
+    };
+    assert_eq!(ok(store.leftovers()), [], "a snapshot is never a leftover");
+    assert_eq!(ok(store.ids()), [id("k")]);
+}
+
+#[test]
+fn kill_9_while_a_sqlite_snapshot_is_written_never_breaks_the_session() {
+    let folder = ok(tempfile::tempdir());
+    let path = folder.path().join("k.db");
+    ok(SqliteStore::open(&path));
+    snapshot_kills(&path, kills(30, 600), 43, || {
+        let raw = ok(rusqlite::Connection::open(&path));
+        ok(raw.busy_timeout(Duration::from_secs(5)));
+        ok(raw.execute("DELETE FROM snapshots", []));
+    });
+}
+
+#[test]
+fn a_writer_closing_with_a_long_tail_snapshots_its_last_seq_and_a_short_one_does_not() {
+    let folder = ok(tempfile::tempdir());
+    let path = folder.path().join("s.db");
+    let store = ok(Store::create(&path));
+    // Both below the interval of a writer's own snapshots: only the close
+    // can take one, and only after 1,024 events or more.
+    long_session(&store, "long", 1_500, 3);
+    long_session(&store, "short", 500, 4);
+    let connection = ok(rusqlite::Connection::open(&path));
+    let rows: Vec<(String, i64)> = ok(ok(
+        connection.prepare("SELECT session_id, seq FROM snapshots ORDER BY session_id")
+    )
+    .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+    .and_then(Iterator::collect));
+    let last = whole_fold(&store, "long").seq();
+    assert_eq!(rows, [("long".to_owned(), last as i64)]);
+    assert_eq!(
+        ok(store.current_state(&id("long"))),
+        whole_fold(&store, "long")
+    );
+}

@@ -1,0 +1,153 @@
+//! Store-wide `verify` and `stats` of a SQLite store holding many small
+//! sessions, against a dump of every row of the same database (each
+//! session row and each event row read through one `SELECT` in the same
+//! run): what a reader of the whole store cannot do faster than.
+//! Target: each command ≤ 3× the dump.
+//!
+//! Run with `cargo bench -p sessionlog --bench store_wide`
+//! (`SESSIONLOG_BENCH_SESSIONS=N` for another number of sessions, 100,000
+//! by default; each holds one turn of five events;
+//! `SESSIONLOG_BENCH_KEEP=1` keeps the database, to profile a command on it).
+#![allow(clippy::disallowed_macros)]
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sessionlog_schema::{SessionHeader, SessionId};
+use sessionlog_store::{now_ms, Durability, NewEvent, SqliteStore, Store, WriterOptions};
+
+type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Sessions handed to the committer in one transaction while filling.
+const CHUNK: usize = 2_000;
+
+fn main() -> BenchResult<()> {
+    let sessions: usize = match std::env::var("SESSIONLOG_BENCH_SESSIONS") {
+        Ok(text) => text.parse()?,
+        Err(_) => 100_000,
+    };
+    let folder = tempfile::tempdir()?;
+    let database = folder.path().join("store.db");
+    if std::env::var_os("SESSIONLOG_BENCH_KEEP").is_some() {
+        println!("keeping {}", database.display());
+        std::mem::forget(folder);
+    }
+    let started = Instant::now();
+    fill(&database, sessions)?;
+    println!(
+        "store-wide reads, {sessions} sessions of 5 events ({:.1} MB), filled in {:.1} s",
+        std::fs::metadata(&database)?.len() as f64 / 1e6,
+        started.elapsed().as_secs_f64()
+    );
+    let binary = Path::new(env!("CARGO_BIN_EXE_sessionlog"));
+    for command in ["verify", "stats"] {
+        let mut best_ratio = f64::INFINITY;
+        let mut best = (Duration::MAX, Duration::MAX);
+        for _ in 0..3 {
+            let dump = dump_every_row(&database)?;
+            let run = run_command(binary, command, &database)?;
+            let ratio = run.as_secs_f64() / dump.as_secs_f64();
+            if ratio < best_ratio {
+                best_ratio = ratio;
+                best = (run, dump);
+            }
+        }
+        println!(
+            "  {command}: {:.0} ms, dump of every row {:.0} ms: {best_ratio:.2}x (target <= 3x): {}",
+            ms(best.0),
+            ms(best.1),
+            if best_ratio <= 3.0 { "met" } else { "MISSED" }
+        );
+    }
+    Ok(())
+}
+
+/// Creates `sessions` sessions of one turn each, in transactions of
+/// [`CHUNK`] sessions without fsync.
+fn fill(database: &Path, sessions: usize) -> BenchResult<()> {
+    let store = Store::create(database)?;
+    let template = SessionId::parse("template")?;
+    store.create_session(
+        &SessionHeader::root(template.clone(), now_ms(), "/bench".into()),
+        &[],
+        Durability::Buffered,
+    )?;
+    let mut writer = store.open_writer(
+        &template,
+        WriterOptions {
+            durability: Durability::Buffered,
+            ..WriterOptions::default()
+        },
+    )?;
+    let turn = [
+        ("turn/start", r#"{"turnId":"t1"}"#),
+        (
+            "message",
+            r#"{"role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"Run the tests and fix what fails."}]}"#,
+        ),
+        ("step/start", r#"{"turnId":"t1","stepId":"p1"}"#),
+        ("step/end", r#"{"turnId":"t1","stepId":"p1"}"#),
+        ("turn/end", r#"{"turnId":"t1"}"#),
+    ];
+    for (event_type, data) in turn {
+        writer.append(NewEvent::new(event_type, data), None)?;
+    }
+    drop(writer);
+    let events = store.snapshot(&template)?.events;
+    let sqlite = SqliteStore::open(database)?;
+    let mut next = 0;
+    while next < sessions {
+        let chunk = (next..sessions.min(next + CHUNK))
+            .map(|index| {
+                let id = SessionId::parse(&format!("s{index:07}"))?;
+                let header = SessionHeader::root(id, now_ms(), "/bench".into());
+                Ok((header, events.clone()))
+            })
+            .collect::<BenchResult<Vec<_>>>()?;
+        next += chunk.len();
+        sqlite.create_many(chunk, Durability::Buffered)?;
+    }
+    Ok(())
+}
+
+/// Reads every session row and every event row, body included.
+fn dump_every_row(database: &Path) -> BenchResult<Duration> {
+    let started = Instant::now();
+    let connection = rusqlite::Connection::open_with_flags(
+        database,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )?;
+    let mut bytes = 0usize;
+    let mut statement = connection.prepare("SELECT id, header_body, header_crc FROM sessions")?;
+    let mut rows = statement.query([])?;
+    while let Some(row) = rows.next()? {
+        bytes += row.get_ref(0)?.as_str()?.len() + row.get_ref(1)?.as_str()?.len();
+    }
+    let mut statement = connection
+        .prepare("SELECT session_id, seq, body, crc FROM events ORDER BY session_id, seq")?;
+    let mut rows = statement.query([])?;
+    while let Some(row) = rows.next()? {
+        bytes += row.get_ref(2)?.as_str()?.len();
+    }
+    std::hint::black_box(bytes);
+    Ok(started.elapsed())
+}
+
+fn run_command(binary: &Path, command: &str, database: &Path) -> BenchResult<Duration> {
+    let started = Instant::now();
+    let status = Command::new(binary)
+        .args(["--quiet", command])
+        .arg(database)
+        .stdout(Stdio::null())
+        .status()?;
+    let elapsed = started.elapsed();
+    if !status.success() {
+        return Err(format!("sessionlog {command} exited with {status}").into());
+    }
+    Ok(elapsed)
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
