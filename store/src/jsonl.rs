@@ -31,6 +31,8 @@ use crate::StoreError;
 pub struct JsonlStore {
     folder: PathBuf,
     io: Io,
+    /// Opened with [`JsonlStore::open_read_only`]: every write is refused.
+    read_only: bool,
 }
 
 /// One session of a listing, read from its header line only.
@@ -66,7 +68,37 @@ impl JsonlStore {
         Ok(JsonlStore {
             folder: folder.to_owned(),
             io: Io::default(),
+            read_only: false,
         })
+    }
+
+    /// Opens an existing folder of logs for reading only: creating a
+    /// session, opening a writer, forking into it and removing leftovers
+    /// are refused, as they are by a database opened read-only.
+    pub fn open_read_only(folder: &Path) -> Result<JsonlStore, StoreError> {
+        let mut store = JsonlStore::open(folder)?;
+        store.read_only = true;
+        Ok(store)
+    }
+
+    /// Whether this store was opened with [`JsonlStore::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// A refusal for a store opened read-only, else nothing.
+    pub(crate) fn writable(&self) -> Result<(), StoreError> {
+        if !self.read_only {
+            return Ok(());
+        }
+        Err(StoreError::io(
+            "write",
+            &self.folder,
+            std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "the store was opened read-only; open it for writing",
+            ),
+        ))
     }
 
     /// Opens `folder`, creating it (0700) when missing.
@@ -117,6 +149,7 @@ impl JsonlStore {
         events: &[EventRecord],
         durability: Durability,
     ) -> Result<(), StoreError> {
+        self.writable()?;
         let path = self.log_path(&header.id);
         create_log_file(&path, header, events, durability, &self.io)
     }
@@ -143,6 +176,7 @@ impl JsonlStore {
         found: &[Leftover],
         min_age: Duration,
     ) -> Result<Vec<Leftover>, StoreError> {
+        self.writable()?;
         leftovers::remove(&self.folder, &self.io, found, min_age)
     }
 
@@ -187,6 +221,7 @@ impl JsonlStore {
         id: &SessionId,
         options: WriterOptions,
     ) -> Result<SessionWriter, StoreError> {
+        self.writable()?;
         let path = self.existing_log(id)?;
         open_log_writer(&path, Some(id.clone()), options, self.io.clone())
     }

@@ -184,9 +184,7 @@ impl Store {
     /// upgraded or written, so a store on a read-only medium or readable
     /// only can be read (see [`SqliteStore::open_read_only`] and
     /// `PostgresStore::open_read_only`). A database opened so refuses every
-    /// write; a folder of logs is opened as
-    /// [`Store::open`] does, and stays unwritten as long as no writer is
-    /// opened on it.
+    /// write, and so does a folder of logs ([`JsonlStore::open_read_only`]).
     ///
     /// ```
     /// use sessionlog_schema::{SessionHeader, SessionId, TurnStart};
@@ -216,7 +214,7 @@ impl Store {
             }
             Backend::Jsonl => {
                 require_existing(path, "no such store")?;
-                JsonlStore::open(path).map(Store::Jsonl)
+                JsonlStore::open_read_only(path).map(Store::Jsonl)
             }
         }
     }
@@ -548,6 +546,7 @@ impl Store {
         // refers to its parent's rows.
         match self {
             Store::Jsonl(store) => {
+                store.writable()?;
                 store.sync_log(parent)?;
                 let request = crate::fork::ForkRequest { prompt, defaults };
                 crate::fork::fork_log(
@@ -868,7 +867,42 @@ pub(crate) mod tests {
         an_oversized_batch_is_refused_before_anything_is_written,
         a_value_either_backend_cannot_store_is_refused_alone,
         staged_events_are_seen_only_once_synced_and_a_dropped_writer_leaves_none,
+        a_store_opened_read_only_reads_and_refuses_every_write,
     );
+
+    fn a_store_opened_read_only_reads_and_refuses_every_write(store: &Store) {
+        let events = [record(1, "turn/start", r#"{"turnId":"t1"}"#)];
+        ok(store.create_session(&header("a"), &events, Durability::Fsync));
+        let before = export(store, &id("a"));
+        let reading = ok(Store::open_read_only(store.path()));
+        assert_eq!(ok(reading.snapshot(&id("a"))).events.len(), 1);
+        let refused = |what: &str, result: Result<(), StoreError>| {
+            let Err(error) = result else {
+                panic!("{what} was allowed on a store opened read-only");
+            };
+            assert!(
+                error.to_string().contains("opened read-only"),
+                "{what}: {error}"
+            );
+        };
+        refused(
+            "a writer",
+            reading.open_writer(&id("a"), buffered()).map(drop),
+        );
+        refused(
+            "a new session",
+            reading.create_session(&header("b"), &[], Durability::Fsync),
+        );
+        refused(
+            "a fork",
+            reading
+                .fork(&id("a"), &id("c"), Some("go"), &Defaults::default())
+                .map(drop),
+        );
+        assert_eq!(export(store, &id("a")), before, "the session is unchanged");
+        let ids = ok(store.ids());
+        assert_eq!(ids, vec![id("a")], "nothing was created");
+    }
 
     fn an_oversized_batch_is_refused_before_anything_is_written(store: &Store) {
         ok(store.create_session(&header("a"), &[], Durability::Fsync));

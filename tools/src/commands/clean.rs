@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use serde::Serialize;
-use sessionlog_store::{Leftover, Store};
+use sessionlog_store::{JsonlStore, Leftover, Store};
 
 use crate::exit;
 use crate::target::Target;
@@ -28,8 +28,10 @@ struct Entry {
 
 /// Runs `clean`.
 pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u8> {
+    // Read-only first, so that a database is not opened for writing; a
+    // folder of logs is then opened again for the removal.
     let jsonl = match Target::open(store)? {
-        Target::Store(Store::Jsonl(jsonl)) => jsonl,
+        Target::Store(Store::Jsonl(_)) => JsonlStore::open(store)?,
         Target::Store(Store::Sqlite(_) | Store::Postgres(_)) => {
             if !json {
                 crate::outln!("{}: a database keeps no temporary files", store.display())?;
