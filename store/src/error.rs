@@ -118,6 +118,20 @@ pub enum StoreError {
         /// Where and what.
         corruption: Corruption,
     },
+    /// A session's rows in a database are damaged: a row changed, lost or
+    /// added outside sessionlog, while the database file itself may be
+    /// whole (its damage is [`StoreError::DamagedDatabase`]).
+    #[error("{path}: session {id} is corrupt at seq {seq}: {reason}; `sessionlog verify` names every damaged session")]
+    CorruptRow {
+        /// The database, or the PostgreSQL store (without its password).
+        path: PathBuf,
+        /// The session.
+        id: SessionId,
+        /// The seq of the damaged row (0: the session's own row).
+        seq: u64,
+        /// What is wrong.
+        reason: String,
+    },
     /// The header holds a value outside a closed vocabulary.
     #[error("{path}: {error}")]
     HeaderVocabulary {
@@ -243,6 +257,7 @@ impl StoreError {
     pub fn class(&self) -> ErrorClass {
         match self {
             StoreError::Corrupt { .. }
+            | StoreError::CorruptRow { .. }
             | StoreError::DamagedDatabase { .. }
             | StoreError::HistoryChanged { .. } => ErrorClass::Corrupt,
             StoreError::Rule { violation, .. } if violation.kind == ViolationKind::Seal => {

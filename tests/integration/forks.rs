@@ -320,7 +320,8 @@ fn a_deleted_parent_row_makes_the_fork_corrupt_naming_the_child_and_seq() {
         verified.expect_code(2);
         let said = format!("{}{}", verified.stdout, verified.stderr);
         assert!(
-            said.contains(&format!("session {session}, seq 4")) && said.contains("auto-review"),
+            said.contains(&format!("{session}: corrupt at seq 4: "))
+                && said.contains("auto-review"),
             "{said}"
         );
         run(["export", &text(&database), "--session", session]).expect_code(2);
@@ -340,5 +341,5 @@ fn a_deleted_parent_row_makes_the_fork_corrupt_naming_the_child_and_seq() {
     let verified = run(["verify", &schema.url, "--session", "grandkid"]);
     verified.expect_code(2);
     let said = format!("{}{}", verified.stdout, verified.stderr);
-    assert!(said.contains("session grandkid, seq 4"), "{said}");
+    assert!(said.contains("grandkid: corrupt at seq 4: "), "{said}");
 }

@@ -117,6 +117,9 @@ impl From<StoreError> for Failure {
                     context.line = Some(corruption.position.line);
                     context.offset = Some(corruption.position.offset);
                 }),
+            StoreError::CorruptRow { path, seq, .. } => Failure::new("CORRUPT", message)
+                .at_path(path)
+                .with(|context| context.seq = Some(*seq)),
             StoreError::HeaderVocabulary { path, .. } => Failure::new("RULE", message)
                 .at_path(path)
                 .with(|context| context.seq = Some(0)),

@@ -13,9 +13,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use sessionlog_schema::{
-    decode_event, record_crc, Corruption, EventRecord, Position, SessionId, MAX_BATCH_RECORDS,
-};
+use sessionlog_schema::{decode_event, record_crc, EventRecord, SessionId, MAX_BATCH_RECORDS};
 
 use crate::StoreError;
 
@@ -58,15 +56,11 @@ pub(crate) fn corrupt_session(
     seq: u64,
     reason: String,
 ) -> StoreError {
-    StoreError::Corrupt {
+    StoreError::CorruptRow {
         path: database.to_owned(),
-        corruption: Corruption {
-            position: Position {
-                line: seq.saturating_add(1),
-                offset: 0,
-            },
-            reason: format!("session {id}, seq {seq}: {reason}"),
-        },
+        id: id.clone(),
+        seq,
+        reason,
     }
 }
 
@@ -347,12 +341,15 @@ mod tests {
         let check = SeqCheck::new(database, &id, 4);
         let short = check.finish(0, 5);
         assert!(
-            matches!(&short, Err(StoreError::Corrupt { corruption, .. }) if corruption.reason.contains("4..=5")),
+            matches!(&short, Err(StoreError::CorruptRow { seq: 4, reason, .. }) if reason.contains("4..=5")),
             "{short:?}"
         );
         assert!(check.finish(0, 3).is_ok());
         let past = check_no_rows_past(database, &id, 3, Some(4));
-        assert!(matches!(past, Err(StoreError::Corrupt { .. })), "{past:?}");
+        assert!(
+            matches!(past, Err(StoreError::CorruptRow { seq: 4, .. })),
+            "{past:?}"
+        );
         assert!(check_no_rows_past(database, &id, 3, Some(3)).is_ok());
         assert!(check_no_rows_past(database, &id, 0, None).is_ok());
     }

@@ -140,6 +140,9 @@ struct TornTailReport {
 struct CorruptionReport {
     line: Option<u64>,
     offset: Option<u64>,
+    /// The damaged row's seq, in a database (whose rows have no line).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seq: Option<u64>,
     message: String,
 }
 
@@ -240,6 +243,7 @@ fn store_damage_verdict(store: &Path, error: &StoreError) -> Verdict {
     verdict.corruption = Some(CorruptionReport {
         line: None,
         offset: None,
+        seq: None,
         message: error.to_string(),
     });
     verdict
@@ -312,13 +316,23 @@ fn verify_session(target: &Target, session: &SessionRef, policy: &SealPolicy) ->
             verdict.corruption = Some(CorruptionReport {
                 line: Some(corruption.position.line),
                 offset: Some(corruption.position.offset),
+                seq: None,
                 message: corruption.to_string(),
+            });
+        }
+        Err(StoreError::CorruptRow { seq, reason, .. }) => {
+            verdict.corruption = Some(CorruptionReport {
+                line: None,
+                offset: None,
+                seq: Some(seq),
+                message: format!("corrupt at seq {seq}: {reason}"),
             });
         }
         Err(error) if error.class() == sessionlog_store::ErrorClass::Corrupt => {
             verdict.corruption = Some(CorruptionReport {
                 line: None,
                 offset: None,
+                seq: None,
                 message: error.to_string(),
             });
         }

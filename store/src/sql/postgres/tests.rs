@@ -232,14 +232,22 @@ fn store_with_events(schema: &PostgresSchema, count: u64) -> &PostgresStore {
 }
 
 fn assert_corrupt_at(result: Result<Snapshot, StoreError>, seq: u64, reason: &str) {
-    let Err(StoreError::Corrupt { corruption, .. }) = &result else {
+    let Err(StoreError::CorruptRow {
+        id: found,
+        seq: at,
+        reason: why,
+        ..
+    }) = &result
+    else {
         panic!("expected corruption, got {result:?}");
     };
-    let expected = format!("session a, seq {seq}:");
+    assert_eq!((found.as_str(), *at), ("a", seq), "{why}");
+    assert!(why.contains(reason), "{why}");
+    let message = result.as_ref().map(drop).err().map(ToString::to_string);
+    let message = message.unwrap_or_default();
     assert!(
-        corruption.reason.starts_with(&expected) && corruption.reason.contains(reason),
-        "{}",
-        corruption.reason
+        message.contains(&format!("session a is corrupt at seq {seq}: ")),
+        "{message}"
     );
 }
 
@@ -284,12 +292,12 @@ fn damage_is_corruption_naming_session_and_seq() {
             Err(error) => vec![Err(error)],
         };
         assert!(
-            matches!(streamed.last(), Some(Err(StoreError::Corrupt { .. }))),
+            matches!(streamed.last(), Some(Err(StoreError::CorruptRow { .. }))),
             "{damage}: {streamed:?}"
         );
         let writer = store.open_writer(&id("a"), WriterOptions::default());
         assert!(
-            matches!(writer, Err(StoreError::Corrupt { .. })),
+            matches!(writer, Err(StoreError::CorruptRow { .. })),
             "{damage}: {writer:?}"
         );
     }
