@@ -10,7 +10,9 @@
 //! line and offset; damage before the window is not read and left for
 //! `verify`. The window starts at a unit: when its first record is inside a
 //! batch (found by a batch member within the `MAX_BATCH_RECORDS` lines
-//! before it), it starts at that batch's first record instead, so that a
+//! before it: whole chunks are searched for `"batch"` and their lines
+//! counted in bulk, and only a line holding it is decoded), it starts at
+//! that batch's first record instead, so that a
 //! batch whose last record never arrived is a torn tail here too. When the
 //! scan finds fewer than N records of the good prefix (a torn tail took some
 //! of the lines), the window grows and is scanned again. Memory is the
@@ -32,6 +34,10 @@ use crate::StoreError;
 
 /// Bytes read at a time, backwards.
 const CHUNK_BYTES: usize = 64 * 1024;
+
+/// What a batch's first record holds (its `batch` field); a line without
+/// these bytes cannot start a batch.
+const BATCH_KEY: &[u8] = b"\"batch\"";
 
 /// The last events of a log's good prefix.
 #[derive(Debug)]
@@ -184,9 +190,16 @@ fn extend_to_batch_start(
     // Lines before the window are looked at, not kept: only a batch's
     // first record is decoded, and the window is extended only when one
     // reaches into it.
+    // Whole chunks are searched for `"batch"` and their lines counted in
+    // bulk; only a line holding it is taken and decoded.
+    let finder = memchr::memmem::Finder::new(BATCH_KEY);
     let mut looked = 0u64;
     let mut batch_start = None;
     while looked < MAX_BATCH_RECORDS {
+        looked += lines.skip_lines_without(&finder, MAX_BATCH_RECORDS - looked)?;
+        if looked == MAX_BATCH_RECORDS {
+            break;
+        }
         let Some(line) = lines.next_line_if_batch_start(id)? else {
             break;
         };
@@ -283,6 +296,8 @@ struct BackwardLines<'f> {
     /// where `end` is the end of the next line to give.
     pos: u64,
     buffer: Vec<u8>,
+    /// An allocation for the next chunk.
+    spare: Vec<u8>,
 }
 
 impl<'f> BackwardLines<'f> {
@@ -293,6 +308,7 @@ impl<'f> BackwardLines<'f> {
             start,
             pos: len.max(start),
             buffer: Vec::new(),
+            spare: Vec::new(),
         }
     }
 
@@ -357,7 +373,7 @@ impl<'f> BackwardLines<'f> {
             }));
         }
         let line = &self.buffer[line_start..body_end];
-        let decode = terminated && (always || memchr::memmem::find(line, b"\"batch\"").is_some());
+        let decode = terminated && (always || memchr::memmem::find(line, BATCH_KEY).is_some());
         let record = if decode {
             decode_event(id, line).ok()
         } else {
@@ -373,6 +389,75 @@ impl<'f> BackwardLines<'f> {
             terminated,
             record,
         }))
+    }
+
+    /// Gives back, without decoding or keeping them, the lines before the
+    /// next one that holds `finder`'s needle, at most `limit` of them, and
+    /// returns how many. The lines are not taken one at a time: each chunk
+    /// is searched for the needle's last occurrence (a forward, vectorised
+    /// search: a reverse one is not) and the newlines after the line
+    /// holding it are counted in bulk. It stops early, the
+    /// next line unknown, when the buffer holds no whole line (a line
+    /// longer than the buffer, left to `take_line`).
+    fn skip_lines_without(
+        &mut self,
+        finder: &memchr::memmem::Finder<'_>,
+        limit: u64,
+    ) -> Result<u64, StoreError> {
+        let mut skipped = 0;
+        loop {
+            if skipped == limit || self.at_start() {
+                return Ok(skipped);
+            }
+            if self.buffer.is_empty() && !self.fill()? {
+                return Ok(skipped);
+            }
+            // Where the buffer's whole lines start: after its first `\n`,
+            // unless the buffer starts at the first line.
+            let whole_from = if self.pos == self.start {
+                0
+            } else {
+                match memchr::memchr(b'\n', &self.buffer) {
+                    Some(index) => index + 1,
+                    None => return Ok(skipped),
+                }
+            };
+            let whole = &self.buffer[whole_from..];
+            let (cut, found) = match finder.find_iter(whole).last() {
+                Some(index) => {
+                    let line_end = memchr::memchr(b'\n', &whole[index..])
+                        .map_or(whole.len(), |newline| index + newline + 1);
+                    (whole_from + line_end, true)
+                }
+                None => (whole_from, false),
+            };
+            // The lines of `buffer[cut..]` are skipped.
+            let terminated = self.buffer.last() == Some(&b'\n');
+            let body_end = (self.buffer.len() - usize::from(terminated)).max(cut);
+            let inner = &self.buffer[cut..body_end];
+            let count = if cut == self.buffer.len() {
+                0
+            } else {
+                memchr::memchr_iter(b'\n', inner).count() as u64 + 1
+            };
+            if skipped + count > limit {
+                // Only the last `limit - skipped` of them: the line before
+                // them ends at the newline that many from the end.
+                let take = (limit - skipped) as usize;
+                let newline = memchr::memrchr_iter(b'\n', inner)
+                    .nth(take - 1)
+                    .unwrap_or_else(|| unreachable!("{count} lines hold {take}"));
+                self.buffer.truncate(cut + newline + 1);
+                return Ok(limit);
+            }
+            skipped += count;
+            self.buffer.truncate(cut);
+            // Not found: what is left is the line the buffer starts inside;
+            // the chunk before it is read in front of it.
+            if found || !self.fill()? {
+                return Ok(skipped);
+            }
+        }
     }
 
     /// A line longer than the record limit, ending at `end`: its start is
@@ -410,12 +495,15 @@ impl<'f> BackwardLines<'f> {
             return Ok(false);
         }
         let from = self.pos.saturating_sub(CHUNK_BYTES as u64).max(self.start);
-        let mut chunk = vec![0; (self.pos - from) as usize];
+        // The buffer before last is reused: no new pages for each chunk.
+        let mut chunk = std::mem::take(&mut self.spare);
+        chunk.clear();
+        chunk.resize((self.pos - from) as usize, 0);
         self.file
             .read_exact_at(&mut chunk, from)
             .map_err(|source| StoreError::io("read", self.path, source))?;
         chunk.extend_from_slice(&self.buffer);
-        self.buffer = chunk;
+        self.spare = std::mem::replace(&mut self.buffer, chunk);
         self.pos = from;
         Ok(true)
     }
@@ -535,6 +623,77 @@ mod tests {
             let bytes = log(&units, data_len, &with_seq(tail, next));
             prop_assert_eq!(backward(&bytes, count), forward(&bytes, count));
         }
+    }
+
+    /// `records` as (batch, data) encoded from seq 1 after the header, the
+    /// last `cut` lines left out (a batch whose end never arrived).
+    fn log_of(records: &[(Option<u64>, String)], cut: usize) -> Vec<u8> {
+        let session = id("s");
+        let mut bytes = header("s").encode().into_bytes();
+        for (index, (batch, data)) in records[..records.len() - cut].iter().enumerate() {
+            let record = EventRecord::new(index as u64 + 1, 10, *batch, "note/test", data);
+            bytes.extend(record.encode(&session).as_bytes());
+        }
+        bytes
+    }
+
+    fn seqs(events: &[EventRecord]) -> Vec<u64> {
+        events.iter().map(EventRecord::seq).collect()
+    }
+
+    #[test]
+    fn a_batch_start_chunks_before_the_records_shown_is_found_and_its_torn_end_reported() {
+        // Five lone events, then a batch of 300 records of about 1 KiB
+        // (several read chunks) whose last 100 never arrived.
+        let data = format!("{{\"text\":\"{}\"}}", "x".repeat(1_000));
+        let mut records: Vec<(Option<u64>, String)> = vec![(None, data.clone()); 5];
+        records.push((Some(300), data.clone()));
+        records.extend(vec![(None, data); 299]);
+        let bytes = log_of(&records, 100);
+        let (events, last_seq, torn) = backward(&bytes, 3).expect("read");
+        assert_eq!(seqs(&events), [3, 4, 5]);
+        assert_eq!(last_seq, 5);
+        let torn = torn.expect("the unfinished batch is a torn tail");
+        assert_eq!((torn.position.line, torn.dropped_records), (7, 200));
+        assert!(torn.bytes > 2 * CHUNK_BYTES as u64, "{}", torn.bytes);
+        assert_eq!(backward(&bytes, 3), forward(&bytes, 3));
+        // Whole, the batch is shown as it is.
+        let whole = log_of(&records, 0);
+        let (events, last_seq, torn) = backward(&whole, 3).expect("read");
+        assert_eq!(
+            (seqs(&events), last_seq, torn),
+            (vec![303, 304, 305], 305, None)
+        );
+    }
+
+    #[test]
+    fn batch_as_a_key_inside_event_data_neither_starts_a_batch_nor_stops_the_look_back() {
+        // A lone event whose data has a "batch" key, then a batch of six
+        // whose third member's data has one too, its last two records
+        // missing: the last record, read from the end, is inside the batch
+        // and the member with the key lies between it and the batch start.
+        let plain = r#"{"text":"x"}"#.to_owned();
+        let keyed = r#"{"batch":40,"text":"x"}"#.to_owned();
+        let mut records = vec![(None, plain.clone()), (None, keyed.clone())];
+        records.push((Some(6), plain.clone()));
+        records.extend([
+            (None, plain.clone()),
+            (None, keyed.clone()),
+            (None, plain.clone()),
+            (None, plain.clone()),
+            (None, plain.clone()),
+        ]);
+        let torn = log_of(&records, 2);
+        let (events, last_seq, tail) = backward(&torn, 1).expect("read");
+        assert_eq!(seqs(&events), [2]);
+        assert_eq!(last_seq, 2);
+        let tail = tail.expect("the unfinished batch is a torn tail");
+        assert_eq!((tail.position.line, tail.dropped_records), (4, 4));
+        assert_eq!(backward(&torn, 1), forward(&torn, 1));
+        // Whole, the batch's last record is shown.
+        let whole = log_of(&records, 0);
+        let (events, last_seq, tail) = backward(&whole, 1).expect("read");
+        assert_eq!((seqs(&events), last_seq, tail), (vec![8], 8, None));
     }
 
     #[test]

@@ -1,0 +1,252 @@
+//! The two read paths of a long JSONL session that must not cost what the
+//! whole log costs, run as the built command on a generated log of 1M
+//! events (about 300 MB) without batches:
+//!
+//! - `sessionlog tail -n 10`, beside coreutils `tail -n 10` of the same
+//!   file; target: at most 50 ms (an absolute figure; the coreutils time
+//!   says what the machine gives a read of the file's end);
+//! - `sessionlog fork` of it, against `cp` of the same file followed by
+//!   `sync` of the copy (its data written to the disk); target: at most 2×.
+//!
+//! Each pair runs interleaved, best of N; each command's peak resident set
+//! (`/usr/bin/time -f %M`, one more run each) is printed beside, which must
+//! stay flat (tests/integration/memory.rs holds it to 64 MiB).
+//!
+//! Run with `cargo bench -p sessionlog --bench long_jsonl`
+//! (`SESSIONLOG_BENCH_SCALE=0.25` for 250k events;
+//! `SESSIONLOG_BENCH_KEEP=1` keeps the log, to profile a command on it).
+#![allow(clippy::disallowed_macros)]
+
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
+
+type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Events at scale 1.
+const EVENTS: f64 = 1_000_000.0;
+/// Runs of each `tail -n 10`, and of each fork and copy.
+const TAIL_RUNS: usize = 21;
+const FORK_RUNS: usize = 3;
+
+fn main() -> BenchResult<()> {
+    let scale: f64 = match std::env::var("SESSIONLOG_BENCH_SCALE") {
+        Ok(text) => text.parse()?,
+        Err(_) => 1.0,
+    };
+    let events = (EVENTS * scale).round().max(20.0) as u64;
+    let folder = tempfile::tempdir()?;
+    if std::env::var_os("SESSIONLOG_BENCH_KEEP").is_some() {
+        println!("keeping {}", folder.path().display());
+    }
+    let store = folder.path().join("logs");
+    std::fs::create_dir(&store)?;
+    let id = SessionId::parse("long")?;
+    let log = store.join("long.jsonl");
+    let started = Instant::now();
+    let size = write_long_log(&log, &id, events)?;
+    println!(
+        "long JSONL session: {events} events, {:.1} MB, written in {:.1} s; load average {}",
+        size as f64 / 1e6,
+        started.elapsed().as_secs_f64(),
+        load_average()
+    );
+    let binary = Path::new(env!("CARGO_BIN_EXE_sessionlog"));
+    let log_text = log.to_str().ok_or("the log's path is not UTF-8")?;
+    let store_text = store.to_str().ok_or("the folder's path is not UTF-8")?;
+
+    // tail -n 10: warm the page cache, then interleave.
+    let ours = |binary: &Path| {
+        let mut command = Command::new(binary);
+        command.args(["tail", "-n", "10", log_text]);
+        command
+    };
+    let coreutils = || {
+        let mut command = Command::new("tail");
+        command.args(["-n", "10", log_text]);
+        command
+    };
+    run(ours(binary))?;
+    let mut best_tail = Duration::MAX;
+    let mut best_coreutils = Duration::MAX;
+    for _ in 0..TAIL_RUNS {
+        best_tail = best_tail.min(run(ours(binary))?);
+        best_coreutils = best_coreutils.min(run(coreutils())?);
+    }
+    let tail_rss = peak_rss(ours(binary))?;
+    println!(
+        "  tail -n 10: {:.1} ms (peak RSS {tail_rss}), coreutils tail -n 10 {:.1} ms, \
+         best of {TAIL_RUNS}: target <= 50 ms: {}",
+        ms(best_tail),
+        ms(best_coreutils),
+        if ms(best_tail) <= 50.0 {
+            "met"
+        } else {
+            "MISSED"
+        }
+    );
+
+    // fork against cp + sync, interleaved; each child and copy removed
+    // before the next run.
+    let copy = folder.path().join("copy.jsonl");
+    let copy_text = copy.to_str().ok_or("the copy's path is not UTF-8")?;
+    let fork = |child: &str| {
+        let mut command = Command::new(binary);
+        command.args([
+            "--quiet",
+            "fork",
+            store_text,
+            "--session",
+            "long",
+            "--child",
+            child,
+        ]);
+        command
+    };
+    let mut best_ratio = f64::INFINITY;
+    let mut best = (Duration::MAX, Duration::MAX);
+    for index in 0..FORK_RUNS {
+        let child = format!("child{index}");
+        let forked = run(fork(&child))?;
+        std::fs::remove_file(store.join(format!("{child}.jsonl")))?;
+        let started = Instant::now();
+        run_quiet(Command::new("cp").args([log_text, copy_text]))?;
+        run_quiet(Command::new("sync").arg(copy_text))?;
+        let copied = started.elapsed();
+        std::fs::remove_file(&copy)?;
+        let ratio = forked.as_secs_f64() / copied.as_secs_f64();
+        if ratio < best_ratio {
+            best_ratio = ratio;
+            best = (forked, copied);
+        }
+    }
+    let fork_rss = peak_rss(fork("measured"))?;
+    println!(
+        "  fork: {:.0} ms (peak RSS {fork_rss}), cp + sync {:.0} ms, best of {FORK_RUNS}: \
+         {best_ratio:.2}x (target <= 2x): {}",
+        ms(best.0),
+        ms(best.1),
+        if best_ratio <= 2.0 { "met" } else { "MISSED" }
+    );
+    println!("load average {}", load_average());
+    if std::env::var_os("SESSIONLOG_BENCH_KEEP").is_some() {
+        std::mem::forget(folder);
+    }
+    Ok(())
+}
+
+/// Writes the log of session `id` at `path`, line by line with the codec
+/// as a writer would have: turns of a step, a call and its result, a user
+/// message, a checkpoint every 200 turns. Returns its size in bytes.
+fn write_long_log(path: &Path, id: &SessionId, events: u64) -> BenchResult<u64> {
+    let mut out = BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    let header = SessionHeader::root(id.clone(), 1_700_000_000_000, "/work/project".into());
+    out.write_all(header.encode().as_bytes())?;
+    let mut seq = 0u64;
+    let mut write = |out: &mut BufWriter<std::fs::File>, event_type: &str, data: &str| {
+        seq += 1;
+        let record = EventRecord::new(seq, 1_700_000_000_000 + seq, None, event_type, data);
+        out.write_all(record.encode(id).as_bytes()).map(|()| seq)
+    };
+    let result = "test result: ok. 12 passed; 0 failed; ".repeat(24);
+    let prompt = "please look at the failing test again ".repeat(6);
+    let mut turn = 0u64;
+    let mut last = 0;
+    while last + 9 <= events {
+        turn += 1;
+        let (t, s, c) = (format!("t{turn}"), format!("s{turn}"), format!("c{turn}"));
+        write(&mut out, "turn/start", &format!(r#"{{"turnId":"{t}"}}"#))?;
+        write(
+            &mut out,
+            "step/start",
+            &format!(r#"{{"stepId":"{s}","turnId":"{t}"}}"#),
+        )?;
+        write(
+            &mut out,
+            "tool/start",
+            &format!(
+                r#"{{"callId":"{c}","stepId":"{s}","name":"shell","arguments":{{"cmd":"cargo test --release -p sessionlog-store -- {turn}"}}}}"#
+            ),
+        )?;
+        write(
+            &mut out,
+            "tool/settle",
+            &format!(r#"{{"callId":"{c}","status":"ok","result":{{"stdout":"{result}"}}}}"#),
+        )?;
+        write(
+            &mut out,
+            "message",
+            &format!(
+                r#"{{"role":"user","source":{{"kind":"user"}},"content":[{{"type":"text","text":"turn {turn}: {prompt}"}}]}}"#
+            ),
+        )?;
+        write(&mut out, "step/end", &format!(r#"{{"stepId":"{s}"}}"#))?;
+        last = write(&mut out, "turn/end", &format!(r#"{{"turnId":"{t}"}}"#))?;
+        if turn.is_multiple_of(200) {
+            last = write(
+                &mut out,
+                "checkpoint",
+                &format!(r#"{{"summary":"through turn {turn}","throughSeq":{last}}}"#),
+            )?;
+        }
+    }
+    // On the disk before anything is timed: the fork fdatasyncs its parent.
+    out.into_inner()
+        .map_err(|error| error.into_error())?
+        .sync_all()?;
+    Ok(std::fs::metadata(path)?.len())
+}
+
+/// Runs `command`, its output thrown away; how long it took.
+fn run(mut command: Command) -> BenchResult<Duration> {
+    let started = Instant::now();
+    let status = command.stdout(Stdio::null()).status()?;
+    let elapsed = started.elapsed();
+    if !status.success() {
+        return Err(format!("{command:?} exited with {status}").into());
+    }
+    Ok(elapsed)
+}
+
+fn run_quiet(command: &mut Command) -> BenchResult<()> {
+    let status = command.status()?;
+    if !status.success() {
+        return Err(format!("{command:?} exited with {status}").into());
+    }
+    Ok(())
+}
+
+/// The peak resident set of one more run of `command`, as
+/// `/usr/bin/time -f %M` reports it ("n/a" without it).
+fn peak_rss(command: Command) -> BenchResult<String> {
+    let mut timed = Command::new("/usr/bin/time");
+    timed
+        .args(["-f", "%M"])
+        .arg(command.get_program())
+        .args(command.get_args());
+    let output = match timed.stdout(Stdio::null()).output() {
+        Ok(output) if output.status.success() => output,
+        _ => return Ok("n/a".into()),
+    };
+    let text = String::from_utf8_lossy(&output.stderr);
+    let kib: f64 = text.lines().last().unwrap_or_default().trim().parse()?;
+    Ok(format!("{:.1} MiB", kib / 1024.0))
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
