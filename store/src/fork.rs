@@ -2,16 +2,24 @@
 //! memory, its records written into the child as they are checked.
 //!
 //! A child's first line is its header, and the header needs the parent's
-//! whole fold (its `seedLength`, its overrides), which is known only at the
-//! end of the parent. So the parent's good prefix is folded as it is read
-//! and each record, its body unchanged and its CRC computed for the child's
-//! id, goes through a buffer into a *spool* beside the child (a temporary
-//! dot file). At the end the child's temporary file gets the header, the
-//! spool copied after it in the kernel (`copy_file_range`), then the
-//! child's own first events; it is fdatasynced and published like every
-//! new log (a hard link, then the folder fsynced), and the spool removed.
-//! Memory is the fold and two buffers, whatever the parent's length; the
-//! parent's bytes are read once and checked once.
+//! whole fold (its `seedLength`, its overrides). When the parent's state
+//! snapshot holds (docs/FORMAT.md, "State snapshots"), that fold is known
+//! before the parent is read: the child's temporary file gets the header
+//! first, then each record of the parent's good prefix as it is read and
+//! checked, its body unchanged and its CRC computed for the child's id. The
+//! fold of every record read must give the same header (the snapshot is a
+//! cache, never the truth); when it does not, or when the parent grew in
+//! the meantime, the fork is done again the other way.
+//!
+//! Without a snapshot the header is known only at the end of the parent,
+//! so the records go through a buffer into a *spool* beside the child (a
+//! temporary dot file), and at the end the child's temporary file gets the
+//! header, the spool copied after it in the kernel (`copy_file_range`).
+//!
+//! Either way the child's own first events follow; the child is fdatasynced
+//! and published like every new log (a hard link, then the folder
+//! fsynced). Memory is the fold and a buffer, whatever the parent's length;
+//! the parent's bytes are read once and checked once.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -20,6 +28,7 @@ use sessionlog_projections::{delegate_from_state, Defaults, DelegationError, Ses
 use sessionlog_schema::{encode_line_into, EventRecord, SessionHeader, SessionId};
 
 use crate::io::Io;
+use crate::jsonl::snapshot_log_state;
 use crate::leftovers;
 use crate::reader::{LogReader, SessionStream};
 use crate::writer::{check_storable, now_ms};
@@ -122,9 +131,30 @@ pub(crate) fn fork_log(
         _ => PathBuf::from("."),
     };
     let token = leftovers::new_token();
+    let temp = folder.join(format!(".{child}.jsonl.tmp-{token}"));
+    let mapped = |error| match error {
+        StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists => {
+            already_exists()
+        }
+        other => other,
+    };
+    // A corrupt tail after the snapshot is found again, and reported, by
+    // the copy that reads every record.
+    if let Ok(Some(predicted)) = snapshot_log_state(parent_path, parent_id.clone()) {
+        let direct = Direct {
+            parent_path,
+            parent_id: parent_id.clone(),
+            child,
+            child_path,
+            folder: &folder,
+            temp: temp.clone(),
+        };
+        if let Some(header) = direct.fork(predicted, request, io).map_err(mapped)? {
+            return Ok(header);
+        }
+    }
     let mut spool =
         Temporary::create(io, folder.join(format!(".{child}.jsonl.spool.tmp-{token}")))?;
-    let temp = folder.join(format!(".{child}.jsonl.tmp-{token}"));
     let result =
         copy_parent(parent_path, parent_id, child, &mut spool, io).and_then(|mut state| {
             let seed = delegate_from_state(
@@ -145,12 +175,74 @@ pub(crate) fn fork_log(
             result.map(|()| seed.header)
         });
     drop(spool);
-    result.map_err(|error| match error {
-        StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists => {
-            already_exists()
+    result.map_err(mapped)
+}
+
+/// A fork whose child's header comes from the parent's state snapshot.
+struct Direct<'a> {
+    parent_path: &'a Path,
+    parent_id: Option<SessionId>,
+    child: &'a SessionId,
+    child_path: &'a Path,
+    folder: &'a Path,
+    temp: PathBuf,
+}
+
+impl Direct<'_> {
+    /// Writes the child's header from `predicted` (the parent's state as
+    /// its snapshot gives it), then the parent's records as they are read
+    /// and checked, then the child's own events, and publishes the child.
+    /// `None`, leaving nothing behind, when the fold of every record read
+    /// does not give the same child (the parent grew since, or the
+    /// snapshot was wrong).
+    fn fork(
+        &self,
+        predicted: SessionState,
+        request: ForkRequest<'_>,
+        io: &Io,
+    ) -> Result<Option<SessionHeader>, StoreError> {
+        let ts = now_ms();
+        let delegate = |state: &SessionState| {
+            delegate_from_state(
+                state,
+                self.child.clone(),
+                request.prompt,
+                request.defaults,
+                ts,
+            )
+            .map_err(|error| delegation_error(error, self.child_path))
+        };
+        let seed = delegate(&predicted)?;
+        check_storable(&seed.header, &seed.events)?;
+        let mut child = Temporary::create(io, self.temp.clone())?;
+        io.write_all(
+            &mut child.file,
+            &child.path,
+            seed.header.encode().as_bytes(),
+        )
+        .map_err(|source| StoreError::io("write", &child.path, source))?;
+        let mut state = copy_parent(
+            self.parent_path,
+            self.parent_id.clone(),
+            self.child,
+            &mut child,
+            io,
+        )?;
+        if delegate(&state)? != seed {
+            return Ok(None);
         }
-        other => other,
-    })
+        check_own_events(&mut state, &seed.events, self.child_path)?;
+        let mut own = Vec::new();
+        for record in &seed.events {
+            encode_line_into(self.child, record.body(), &mut own);
+        }
+        io.write_all(&mut child.file, &child.path, &own)
+            .map_err(|source| StoreError::io("write", &child.path, source))?;
+        io.sync_data(&child.file, &child.path)
+            .map_err(|source| StoreError::io("fdatasync", &child.path, source))?;
+        publish(io, self.folder, &child.path, self.child_path)?;
+        Ok(Some(seed.header))
+    }
 }
 
 /// A temporary file of this process, removed when dropped.
@@ -177,7 +269,8 @@ impl Drop for Temporary {
 }
 
 /// Reads the parent's good prefix, folding it, and writes each record into
-/// `spool` signed for `child`. Returns the parent's fold. A rule violation
+/// `spool` (the spool, or the child's own temporary file) signed for
+/// `child`. Returns the parent's fold. A rule violation
 /// stops the copy but not the read: corruption further on outranks it.
 fn copy_parent(
     parent_path: &Path,
@@ -280,5 +373,112 @@ fn delegation_error(error: DelegationError, child_path: &Path) -> StoreError {
             path: child_path.to_owned(),
         },
         other => StoreError::InvalidEvent(format!("fork: {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tests::{event, header, id, note, ok};
+    use crate::{Durability, Store, WriterOptions};
+    use sessionlog_schema::ApprovalPolicy;
+
+    /// A store in `folder` with session `p` of 1,500 events (a policy, a
+    /// turn, notes), closed by a writer that kept a state snapshot.
+    fn long_parent(folder: &Path) -> Store {
+        let store = ok(Store::create(folder));
+        ok(store.create_session(&header("p"), &[], Durability::Fsync));
+        let mut writer = ok(store.open_writer(
+            &id("p"),
+            WriterOptions {
+                durability: Durability::Buffered,
+                ..WriterOptions::default()
+            },
+        ));
+        ok(writer.append(event("approval/policy", r#"{"policy":"never"}"#, 0), None));
+        for chunk in 0..15 {
+            let notes = (0..100).map(|n| note(&format!("{chunk}-{n}"))).collect();
+            ok(writer.append_batch(notes, None));
+        }
+        drop(writer);
+        store
+    }
+
+    fn fork_of(store: &Store, child: &str) -> SessionHeader {
+        ok(store.fork(&id("p"), &id(child), Some("go"), &Defaults::default()))
+    }
+
+    #[test]
+    fn a_parent_with_a_state_snapshot_forks_to_the_child_a_full_read_gives() {
+        let folder = ok(tempfile::tempdir());
+        let store = long_parent(&folder.path().join("with"));
+        let parent_log = store.session_path(&id("p"));
+        let sidecar = crate::jsonl::state_snapshot_path(&parent_log);
+        assert!(sidecar.exists(), "the parent's writer kept a snapshot");
+        assert!(ok(snapshot_log_state(&parent_log, None)).is_some());
+        let bare = ok(Store::create(&folder.path().join("without")));
+        ok(std::fs::copy(&parent_log, bare.session_path(&id("p"))));
+
+        let direct = fork_of(&store, "c");
+        let spooled = fork_of(&bare, "c");
+        assert_eq!(
+            SessionHeader {
+                created_at: spooled.created_at,
+                ..direct.clone()
+            },
+            spooled
+        );
+        assert_eq!(direct.seed_length, 1_501);
+        assert_eq!(direct.approval_policy, Some(ApprovalPolicy::Never));
+        let child = ok(store.snapshot(&id("c")));
+        let other = ok(bare.snapshot(&id("c")));
+        assert_eq!(child.events.len(), other.events.len());
+        for (ours, theirs) in child.events.iter().zip(&other.events) {
+            assert_eq!(
+                (ours.seq(), ours.event_type()),
+                (theirs.seq(), theirs.event_type())
+            );
+            if ours.seq() <= 1_501 {
+                assert_eq!(ours.body(), theirs.body(), "seq {}", ours.seq());
+            }
+        }
+        let leftovers = ok(std::fs::read_dir(store.path()))
+            .filter_map(Result::ok)
+            .filter(|entry| entry.file_name().to_string_lossy().contains(".tmp-"))
+            .count();
+        assert_eq!(leftovers, 0, "no temporary file is left");
+    }
+
+    #[test]
+    fn a_snapshot_state_that_the_log_does_not_give_is_not_trusted() {
+        let folder = ok(tempfile::tempdir());
+        let store = long_parent(folder.path());
+        let parent_log = store.session_path(&id("p"));
+        // The state of the first ten events stands for a snapshot that is
+        // wrong about the log, or a parent that grew since it was read.
+        let parent = ok(store.snapshot(&id("p")));
+        let mut stale = SessionState::new(parent.header.clone());
+        for record in &parent.events[..10] {
+            ok(stale.apply(record));
+        }
+        let child_path = folder.path().join("c.jsonl");
+        let direct = Direct {
+            parent_path: &parent_log,
+            parent_id: Some(id("p")),
+            child: &id("c"),
+            child_path: &child_path,
+            folder: folder.path(),
+            temp: folder.path().join(".c.jsonl.tmp-test"),
+        };
+        let defaults = Defaults::default();
+        let request = ForkRequest {
+            prompt: Some("go"),
+            defaults: &defaults,
+        };
+        let refused = ok(direct.fork(stale, request, &Io::default()));
+        assert_eq!(refused, None, "a child seeded with ten events");
+        assert!(!child_path.exists(), "nothing is published");
+        assert!(!direct.temp.exists(), "nothing is left behind");
+        assert_eq!(fork_of(&store, "c").seed_length, 1_501);
     }
 }

@@ -436,7 +436,13 @@ pub fn open_log_writer(
     let reading = file
         .try_clone()
         .map_err(|source| StoreError::io("open", path, source))?;
-    let folded = fold_log(path, reading, expected_id, options.keep_snapshot)?;
+    let fold = match options.keep_snapshot {
+        true => Fold::KeepEvents,
+        false => Fold::State,
+    };
+    let Some(folded) = fold_log(path, reading, expected_id, fold)? else {
+        unreachable!("only Fold::FromSnapshotOnly folds nothing");
+    };
     if let Some(torn) = &folded.summary.torn_tail {
         tracing::warn!(
             path = %path.display(),
@@ -490,17 +496,30 @@ struct FoldedLog {
     resumed: Option<(state_snapshot::SnapshotAnchor, usize)>,
 }
 
+/// What [`fold_log`] folds from and keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fold {
+    /// Every event from the start, kept.
+    KeepEvents,
+    /// The state, from the state snapshot when one holds, else from the start.
+    State,
+    /// The state from the state snapshot only: nothing when none holds.
+    FromSnapshotOnly,
+}
+
 /// Folds the log at `path`, read through `reading`, through its good
-/// prefix: from its state snapshot when one holds (and `keep_events` does
-/// not ask for every event), else from its start. Every line read is
-/// checked as a whole-log read checks it; a rule broken refuses the log,
-/// unless corruption later in it wins. The caller deals with a torn tail.
+/// prefix: from its state snapshot when one holds (and `fold` does not ask
+/// for every event), else from its start (or not at all for
+/// [`Fold::FromSnapshotOnly`]: `None`). Every line read is checked as a
+/// whole-log read checks it; a rule broken refuses the log, unless
+/// corruption later in it wins. The caller deals with a torn tail.
 fn fold_log(
     path: &Path,
     reading: File,
     expected_id: Option<SessionId>,
-    keep_events: bool,
-) -> Result<FoldedLog, StoreError> {
+    fold: Fold,
+) -> Result<Option<FoldedLog>, StoreError> {
+    let keep_events = fold == Fold::KeepEvents;
     let reader = LogReader::new(
         BufReader::with_capacity(256 * 1024, reading),
         path,
@@ -525,6 +544,7 @@ fn fold_log(
             let reader = reader.resume_at(anchor.offset, anchor.seq + 1, anchor.lines, path)?;
             (state, reader, Some((anchor, bytes)))
         }
+        None if fold == Fold::FromSnapshotOnly => return Ok(None),
         None => {
             let state = sessionlog_projections::SessionState::with_header_body(
                 header.clone(),
@@ -567,14 +587,14 @@ fn fold_log(
         });
     }
     refusal.into_result()?;
-    Ok(FoldedLog {
+    Ok(Some(FoldedLog {
         header_body,
         state,
         events,
         last_crc,
         summary,
         resumed,
-    })
+    }))
 }
 
 /// The state of the log at `path` as of its last good seq, folded from its
@@ -584,7 +604,22 @@ pub(crate) fn current_log_state(
     expected_id: Option<SessionId>,
 ) -> Result<sessionlog_projections::SessionState, StoreError> {
     let file = open_log_for_reading(path)?;
-    Ok(fold_log(path, file, expected_id, false)?.state)
+    let Some(folded) = fold_log(path, file, expected_id, Fold::State)? else {
+        unreachable!("only Fold::FromSnapshotOnly folds nothing");
+    };
+    Ok(folded.state)
+}
+
+/// The state of the log at `path` as [`current_log_state`] gives it, when
+/// its state snapshot holds; `None`, having read only the header and the
+/// snapshot, when it does not.
+pub(crate) fn snapshot_log_state(
+    path: &Path,
+    expected_id: Option<SessionId>,
+) -> Result<Option<sessionlog_projections::SessionState>, StoreError> {
+    let file = open_log_for_reading(path)?;
+    let folded = fold_log(path, file, expected_id, Fold::FromSnapshotOnly)?;
+    Ok(folded.map(|folded| folded.state))
 }
 
 /// The state snapshot beside the log at `path`: `.<file name>.state` in
