@@ -1,15 +1,19 @@
 //! `migrate` copies every session from one store to another (any backend
 //! to any backend) and proves the copy identical.
 //!
-//! Each source session is read once. **Verify**: the session is read whole
-//! and folded; a corrupt session or one that breaks the rules refuses the
-//! whole run, naming it; a torn tail is dropped and reported as a warning.
-//! The verified good prefix is then staged in the destination and dropped
-//! from memory (at most a few sessions are held at a time): to SQLite, in
-//! one transaction that the committer keeps open while it inserts one
-//! session as the next is read; to JSONL, as a temporary file (a dot name,
-//! never listed) per session. An id that already exists in the destination
-//! refuses the run before anything is read. **Copy**: once every source
+//! Each source session is read once, as a stream. **Verify**: the session
+//! is folded as it is read and staged in the destination in chunks (at
+//! most `STAGE_CHUNK_EVENTS` events or about `STAGE_CHUNK_BYTES` bytes
+//! of records each), so that what a run holds does not grow with a
+//! session's length: to SQLite, in one transaction that the committer
+//! keeps open while it inserts one chunk as the next is read; to
+//! PostgreSQL, in one transaction on a connection of the run's own; to
+//! JSONL, as a temporary file (a dot name, never listed) per session. A
+//! corrupt session or one that breaks the rules (found once it is read to
+//! its end) refuses the whole run, naming it, and what was staged is never
+//! published; a torn tail is dropped and reported as a warning. An id that
+//! already exists in the destination refuses the run before anything is
+//! read. **Copy**: once every source
 //! session verified, the staged sessions are made durable and visible — the
 //! SQLite transaction committed with a full sync, each JSONL file fsynced
 //! and published under its name, then the folder fsynced. A refused run
@@ -37,14 +41,14 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use sessionlog_projections::{SessionState, Violation};
+use sessionlog_projections::SessionState;
 use sessionlog_schema::{
     encode_line, DecodedHeader, EventRecord, SessionHeader, SessionId, TornTail,
 };
 
 use crate::jsonl::{read_header_as_is, JsonlStore};
 use crate::leftovers;
-use crate::reader::{LogReader, SessionStream, Snapshot};
+use crate::reader::{LogReader, SessionStream};
 #[cfg(feature = "postgres")]
 use crate::sql::postgres::PostgresBulkCreate;
 #[cfg(feature = "sqlite")]
@@ -225,6 +229,22 @@ impl SessionSource<'_> {
         }
     }
 
+    /// A streaming reader of session `id`.
+    fn stream(&self, id: &SessionId) -> Result<Box<dyn SessionStream>, StoreError> {
+        match self {
+            SessionSource::Store(store) => store.stream(id),
+            SessionSource::Log(path) => Ok(Box::new(LogReader::open(path, Some(id.clone()))?)),
+        }
+    }
+
+    /// Holds one moment of a store's source (see [`Store::hold_read`]).
+    fn hold_read(&self) -> Result<Option<crate::HeldRead>, StoreError> {
+        match self {
+            SessionSource::Store(store) => store.hold_read().map(Some),
+            SessionSource::Log(_) => Ok(None),
+        }
+    }
+
     fn session_path(&self, id: &SessionId) -> PathBuf {
         match self {
             SessionSource::Store(store) => store.session_path(id),
@@ -334,21 +354,17 @@ fn migrate_from(
     let mut digests = Vec::with_capacity(total);
     let mut warnings = Vec::new();
     let mut events = 0u64;
+    let held = from.hold_read()?;
     for (index, id) in ids.iter().enumerate() {
-        let snapshot = read_source_session(from, id)?;
-        if let Some(torn_tail) = snapshot.torn_tail {
+        let (digest, torn_tail) = stage_source_session(from, id, &mut staging)?;
+        if let Some(torn_tail) = torn_tail {
             warnings.push(MigrateWarning {
                 session: id.clone(),
                 torn_tail,
             });
         }
-        events += snapshot.events.len() as u64;
-        digests.push(SessionDigest::of(
-            snapshot.header.clone(),
-            snapshot.header_body.clone(),
-            &snapshot.events,
-        ));
-        staging.add(snapshot.header, &snapshot.header_body, snapshot.events)?;
+        events += digest.summary.count;
+        digests.push(digest);
         progress(MigrateProgress {
             phase: MigratePhase::Verify,
             done: index + 1,
@@ -356,6 +372,7 @@ fn migrate_from(
             session: Some(id.clone()),
         });
     }
+    drop(held);
     staging.publish(&ids, progress)?;
     if let Some(difference) = compare_copies(from, to, &ids, &digests, progress)? {
         return Err(StoreError::io(
@@ -414,60 +431,60 @@ fn whole_store_ids(store: &Store) -> Result<Vec<SessionId>, StoreError> {
     }
 }
 
-/// Reads session `id` whole and folds it, refusing corruption and rule
-/// violations with the session named. Its torn tail, if any, stays in the
-/// snapshot.
-fn read_source_session(from: &SessionSource<'_>, id: &SessionId) -> Result<Snapshot, StoreError> {
-    let (snapshot, first_violation) = match from {
-        // A log is folded as it is read: each line's data is scanned once.
-        SessionSource::Store(Store::Jsonl(store)) => read_folded(store.reader(id)?)?,
-        SessionSource::Log(path) => read_folded(LogReader::open(path, Some(id.clone()))?)?,
-        #[cfg(any(feature = "sqlite", feature = "postgres"))]
-        SessionSource::Store(from) => {
-            let snapshot = from.snapshot(id)?;
-            let (_, violations) = snapshot.fold();
-            (snapshot, violations.into_iter().next())
+/// Events a staged chunk holds at most.
+const STAGE_CHUNK_EVENTS: usize = 4096;
+/// Record bytes past which a staged chunk is handed on.
+const STAGE_CHUNK_BYTES: usize = 4 << 20;
+
+/// Reads session `id` once, folding it and staging it in `staging` chunk
+/// by chunk as it is read, and returns its digest and torn tail.
+/// Corruption and rule violations refuse it with the session named; what
+/// was staged of it is then never published.
+fn stage_source_session(
+    from: &SessionSource<'_>,
+    id: &SessionId,
+    staging: &mut Staging<'_>,
+) -> Result<(SessionDigest, Option<TornTail>), StoreError> {
+    let mut stream = from.stream(id)?;
+    let header = stream.header().clone();
+    let header_body = stream.header_body().to_owned();
+    staging.add_session(&header, &header_body)?;
+    let mut state = SessionState::with_header_body(header.clone(), &header_body);
+    let mut first_violation = None;
+    let mut digest = EventsDigest::default();
+    let mut chunk = Vec::new();
+    let mut chunk_bytes = 0;
+    while let Some(event) = stream.next_event_folded(&mut state)? {
+        if let Err(violation) = event.folded {
+            first_violation.get_or_insert(violation);
         }
-    };
+        digest.add(&event.record);
+        chunk_bytes += event.record.body().len();
+        chunk.push(event.record);
+        if chunk.len() >= STAGE_CHUNK_EVENTS || chunk_bytes >= STAGE_CHUNK_BYTES {
+            staging.add_events(&header, std::mem::take(&mut chunk))?;
+            chunk_bytes = 0;
+        }
+    }
+    let vocabulary_error = stream.header_vocabulary_errors().first().cloned();
+    let torn_tail = stream.finish()?;
     let path = from.session_path(id);
-    if let Some(error) = snapshot.header_vocabulary_errors.first() {
-        return Err(StoreError::HeaderVocabulary {
-            path,
-            error: error.clone(),
-        });
+    if let Some(error) = vocabulary_error {
+        return Err(StoreError::HeaderVocabulary { path, error });
     }
     if let Some(violation) = first_violation {
         return Err(StoreError::Rule { path, violation });
     }
-    Ok(snapshot)
-}
-
-/// The rest of `reader` in memory, folded as it is read, and the first
-/// violation the fold met (the snapshot and `fold` of its events would
-/// give the same).
-fn read_folded<R: BufRead>(
-    mut reader: LogReader<R>,
-) -> Result<(Snapshot, Option<Violation>), StoreError> {
-    let header = reader.header().clone();
-    let header_body = reader.header_body().to_owned();
-    let mut state = SessionState::with_header_body(header.clone(), &header_body);
-    let mut events = Vec::new();
-    let mut first_violation = None;
-    while let Some(event) = reader.next_event_folded(&mut state)? {
-        if let Err(violation) = event.folded {
-            first_violation.get_or_insert(violation);
-        }
-        events.push(event.record);
+    if !chunk.is_empty() {
+        staging.add_events(&header, chunk)?;
     }
-    let summary = reader.finish()?;
-    let snapshot = Snapshot {
+    staging.end_session()?;
+    let digest = SessionDigest {
         header,
         header_body,
-        header_vocabulary_errors: summary.header_vocabulary_errors,
-        events,
-        torn_tail: summary.torn_tail,
+        summary: digest.finish(),
     };
-    Ok((snapshot, first_violation))
+    Ok((digest, torn_tail))
 }
 
 /// What the source held of one session, to compare the copy against
@@ -487,20 +504,6 @@ struct EventsSummary {
     count: u64,
     last_seq: u64,
     crc: u32,
-}
-
-impl SessionDigest {
-    fn of(header: SessionHeader, header_body: String, events: &[EventRecord]) -> SessionDigest {
-        let mut summary = EventsDigest::default();
-        for record in events {
-            summary.add(record);
-        }
-        SessionDigest {
-            header,
-            header_body,
-            summary: summary.finish(),
-        }
-    }
 }
 
 #[derive(Default)]
@@ -648,6 +651,8 @@ struct JsonlStaging<'s> {
     lock: (File, PathBuf),
     /// Each staged session's temporary file and final name, in order.
     staged: Vec<(PathBuf, PathBuf)>,
+    /// The temporary file of the session being staged, open for writing.
+    writing: Option<File>,
 }
 
 impl<'s> Staging<'s> {
@@ -661,20 +666,46 @@ impl<'s> Staging<'s> {
         })
     }
 
-    /// Stages one verified session; its header record is copied as the
-    /// source stored it (`header_body`), not re-encoded.
-    fn add(
+    /// Starts staging a session; its header record is copied as the
+    /// source stored it (`header_body`), not re-encoded. Its events follow
+    /// ([`Staging::add_events`]), then [`Staging::end_session`].
+    fn add_session(&mut self, header: &SessionHeader, header_body: &str) -> Result<(), StoreError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Staging::Sqlite(bulk) => bulk.add_session(header.clone(), header_body.to_owned()),
+            #[cfg(feature = "postgres")]
+            Staging::Postgres(bulk) => bulk.add_session(header, header_body),
+            Staging::Jsonl(staging) => staging.add_session(header, header_body),
+        }
+    }
+
+    /// Stages the next events of the session of `header`, the last one
+    /// started.
+    fn add_events(
         &mut self,
-        header: SessionHeader,
-        header_body: &str,
+        header: &SessionHeader,
         events: Vec<EventRecord>,
     ) -> Result<(), StoreError> {
         match self {
             #[cfg(feature = "sqlite")]
-            Staging::Sqlite(bulk) => bulk.add(header, header_body.to_owned(), events),
+            Staging::Sqlite(bulk) => bulk.add_events(&header.id, events),
             #[cfg(feature = "postgres")]
-            Staging::Postgres(bulk) => bulk.add(header, header_body.to_owned(), events),
-            Staging::Jsonl(staging) => staging.add(&header, header_body, &events),
+            Staging::Postgres(bulk) => bulk.add_events(&header.id, &events),
+            Staging::Jsonl(staging) => staging.add_events(&header.id, &events),
+        }
+    }
+
+    /// Ends the session last started: every event of it is staged.
+    fn end_session(&mut self) -> Result<(), StoreError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Staging::Sqlite(_) => Ok(()),
+            #[cfg(feature = "postgres")]
+            Staging::Postgres(_) => Ok(()),
+            Staging::Jsonl(staging) => {
+                staging.writing = None;
+                Ok(())
+            }
         }
     }
 
@@ -725,17 +756,13 @@ impl<'s> JsonlStaging<'s> {
             token,
             lock: (file, path),
             staged: Vec::new(),
+            writing: None,
         })
     }
 
-    /// Writes the session to a temporary file beside its final name, without
-    /// an fsync yet.
-    fn add(
-        &mut self,
-        header: &SessionHeader,
-        header_body: &str,
-        events: &[EventRecord],
-    ) -> Result<(), StoreError> {
+    /// Starts the session's temporary file beside its final name with its
+    /// header record; no fsync yet.
+    fn add_session(&mut self, header: &SessionHeader, header_body: &str) -> Result<(), StoreError> {
         let io = self.store.io();
         let path = self.store.log_path(&header.id);
         if path.symlink_metadata().is_ok() {
@@ -752,12 +779,26 @@ impl<'s> JsonlStaging<'s> {
             .create_temp(&temp)
             .map_err(|source| StoreError::io("create", &temp, source))?;
         self.staged.push((temp.clone(), path));
-        let mut bytes = encode_line(&header.id, header_body);
+        let line = encode_line(&header.id, header_body);
+        io.write_all(&mut file, &temp, line.as_bytes())
+            .map_err(|source| StoreError::io("write", &temp, source))?;
+        self.writing = Some(file);
+        Ok(())
+    }
+
+    /// Appends the next events of session `id` to its temporary file.
+    fn add_events(&mut self, id: &SessionId, events: &[EventRecord]) -> Result<(), StoreError> {
+        let (Some(file), Some((temp, _))) = (self.writing.as_mut(), self.staged.last()) else {
+            unreachable!("events are staged only after their session's header");
+        };
+        let mut bytes = String::new();
         for record in events {
-            bytes.push_str(&record.encode(&header.id));
+            bytes.push_str(&record.encode(id));
         }
-        io.write_all(&mut file, &temp, bytes.as_bytes())
-            .map_err(|source| StoreError::io("write", &temp, source))
+        self.store
+            .io()
+            .write_all(file, temp, bytes.as_bytes())
+            .map_err(|source| StoreError::io("write", temp, source))
     }
 
     /// fsyncs and publishes each staged file (a hard link: an existing name
@@ -988,6 +1029,57 @@ mod tests {
     }
 
     fn quiet(_: MigrateProgress) {}
+
+    /// Writes the log of `session` in `store`: a header, `events` events
+    /// of an unknown type, then `last` when given.
+    fn write_long_log(store: &Store, session: &str, events: u64, last: Option<EventRecord>) {
+        let mut text = header(session).encode();
+        for seq in 1..=events {
+            let data = format!(r#"{{"n":{seq}}}"#);
+            text.push_str(&record(seq, "unknown/kind", &data).encode(&id(session)));
+        }
+        if let Some(last) = last {
+            text.push_str(&last.encode(&id(session)));
+        }
+        ok(std::fs::write(store.session_path(&id(session)), text));
+    }
+
+    #[test]
+    fn a_session_longer_than_a_staged_chunk_is_copied_whole_both_ways() {
+        let folder = ok(tempfile::tempdir());
+        let source = jsonl_store(folder.path());
+        let events = 2 * STAGE_CHUNK_EVENTS as u64 + 5;
+        write_long_log(&source, "long", events, None);
+        let sqlite = sqlite_store(folder.path());
+        let report = ok(migrate(&source, &sqlite, &mut quiet));
+        assert_eq!(report.events, events);
+        let back = ok(Store::create(&folder.path().join("back")));
+        ok(migrate(&sqlite, &back, &mut quiet));
+        assert_eq!(log_bytes(&source, "long"), log_bytes(&back, "long"));
+        assert_eq!(ok(diff(&source, &sqlite)), None);
+    }
+
+    #[test]
+    fn a_rule_broken_after_chunks_were_staged_leaves_nothing_written() {
+        let folder = ok(tempfile::tempdir());
+        let source = jsonl_store(folder.path());
+        let events = 2 * STAGE_CHUNK_EVENTS as u64 + 5;
+        let breaking = record(events + 1, "turn/end", r#"{"turnId":"nope"}"#);
+        write_long_log(&source, "long", events, Some(breaking));
+        let sqlite = sqlite_store(folder.path());
+        let jsonl = ok(Store::create(&folder.path().join("copy")));
+        for destination in [&sqlite, &jsonl] {
+            let refused = migrate(&source, destination, &mut quiet);
+            let Err(error) = refused else {
+                panic!("a rule-breaking source was migrated");
+            };
+            assert!(matches!(error, StoreError::Rule { .. }), "{error:?}");
+            assert!(error.to_string().contains("long.jsonl"), "{error}");
+            assert!(ok(destination.ids()).is_empty(), "nothing is written");
+        }
+        let left_over = ok(std::fs::read_dir(jsonl.path())).count();
+        assert_eq!(left_over, 0, "no temporary file is left behind");
+    }
 
     #[test]
     fn jsonl_to_sqlite_to_jsonl_is_byte_identical() {

@@ -1,5 +1,6 @@
-//! Peak memory of the commands that read a whole session, on a log far
-//! bigger than the limit: each runs as a child process and its peak
+//! Peak memory of the commands that read a whole session (`tail`,
+//! `replay`, `review-request`, `fork`, `report`, `migrate` both ways), on a
+//! log far bigger than the limit: each runs as a child process and its peak
 //! resident set (`ru_maxrss` from `wait4`) must stay within 64 MiB, so
 //! that a command holds what it prints, never the log.
 //!
@@ -156,6 +157,9 @@ fn commands_that_read_a_whole_session_stay_within_64_mib_whatever_its_length() {
     let store_text = store.display().to_string();
     let log = store.join("long.jsonl").display().to_string();
     let pending_text = pending.display().to_string();
+    let report = folder.path().join("report.html").display().to_string();
+    let database = folder.path().join("copy.db").display().to_string();
+    let copy_back = folder.path().join("copy-back").display().to_string();
     // The open step is the last one the generator started.
     let last_step = {
         let tail = std::process::Command::new(crate::cli_support::sessionlog_binary())
@@ -195,6 +199,17 @@ fn commands_that_read_a_whole_session_stay_within_64_mib_whatever_its_length() {
         (
             "fork",
             vec!["fork", &store_text, "--session", "long", "--child", "child"],
+            0,
+        ),
+        ("report (paged)", vec!["report", &log, "--html", &report], 0),
+        (
+            "migrate JSONL to SQLite",
+            vec!["migrate", &log, &database],
+            0,
+        ),
+        (
+            "migrate SQLite to JSONL",
+            vec!["migrate", &database, &copy_back],
             0,
         ),
     ];

@@ -214,31 +214,6 @@ pub struct Entry {
     pub child: Option<String>,
 }
 
-/// A session's timeline.
-#[derive(Debug, Clone)]
-pub struct Timeline {
-    /// The header.
-    pub header: SessionHeader,
-    /// The header entry, then one entry per event shown.
-    pub entries: Vec<Entry>,
-    /// How many entries carry a violation (seal failures included).
-    pub violations: usize,
-    /// How many of those are seals that do not hold.
-    pub seal_failures: usize,
-    /// Every seal met (own or inherited), in log order.
-    pub seals: Vec<SealInfo>,
-    /// The last seq shown.
-    pub last_seq: u64,
-}
-
-impl Timeline {
-    /// The exit code of what the timeline marks: 7 for a seal that does
-    /// not hold, else 4 for a rule violation, else 0.
-    pub fn exit_code(&self) -> u8 {
-        findings_exit_code(self.violations, self.seal_failures)
-    }
-}
-
 /// 7 when a seal does not hold, else 4 when an event breaks a rule, else 0.
 fn findings_exit_code(violations: usize, seal_failures: usize) -> u8 {
     exit::of_findings(false, seal_failures > 0, violations > seal_failures, false)
@@ -316,40 +291,6 @@ pub fn run(
     let summary = builder.finish();
     printer.finish(&summary)?;
     Ok(summary.exit_code())
-}
-
-/// The timeline of a session's good prefix, all in memory.
-pub fn timeline(
-    header: &SessionHeader,
-    header_body: &str,
-    header_vocabulary_errors: &[HeaderVocabularyError],
-    events: &[EventRecord],
-    window: Window,
-    defaults: &Defaults,
-) -> Timeline {
-    let mut builder = TimelineBuilder::new(
-        header.clone(),
-        header_body,
-        header_vocabulary_errors,
-        window,
-        *defaults,
-    );
-    let mut entries = vec![builder.header_entry()];
-    for record in events {
-        if builder.is_past(record) {
-            break;
-        }
-        entries.extend(builder.entry(record));
-    }
-    let summary = builder.finish();
-    Timeline {
-        header: summary.header,
-        entries,
-        violations: summary.violations,
-        seal_failures: summary.seal_failures,
-        seals: summary.seals,
-        last_seq: summary.last_seq,
-    }
 }
 
 /// Builds a timeline one event at a time: the header's entry, then an

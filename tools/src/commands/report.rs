@@ -18,6 +18,12 @@
 //! `--page-events` events of each session, `<id>-<n>.html`, linked to the
 //! previous and next and to the index.
 //!
+//! The report holds one page of rows at a time, never a whole session: a
+//! first read of each session (as `replay` reads it) refuses a corrupt
+//! log and counts what the index, the session's header and the pager
+//! need; a second read, through the last seq the first one found, writes
+//! each page as its events are read.
+//!
 //! No page loads anything: its CSS and its small script are inline, and a
 //! Content-Security-Policy forbids every network fetch; links are relative,
 //! so the report works offline and moved as a whole. A log is hostile
@@ -31,20 +37,23 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use sessionlog_projections::{check_trusted, Defaults};
-use sessionlog_schema::{SealPublicKey, SessionHeader, SessionId};
-use sessionlog_store::{ErrorClass, StoreError};
+use sessionlog_schema::{SealPublicKey, SessionHeader, SessionId, TornTail};
+use sessionlog_store::{ErrorClass, SessionStream, StoreError};
 
 use crate::cli::{DefaultArgs, SessionArgs};
 use crate::commands::audit::{describe_now, Audit, Row};
-use crate::commands::replay::{self, Entry, EntryKind, Timeline, View, Window};
-use crate::target::Target;
+use crate::commands::replay::{
+    self, Entry, EntryKind, TimelineBuilder, TimelineSummary, View, Window,
+};
+use crate::target::{SessionRef, Target};
 use crate::{exit, progress, warn};
 
 /// One session as the report shows it.
 enum Section {
-    /// Its timeline.
+    /// Its timeline, read again page by page as it is written.
     Shown {
-        timeline: Box<Timeline>,
+        session: SessionRef,
+        summary: Box<Summary>,
         torn: Option<String>,
         /// What the page says of its seals, and whether a check failed.
         seals: SealStatus,
@@ -57,10 +66,113 @@ impl Section {
     /// The events it shows (its header not counted).
     fn events(&self) -> usize {
         match self {
-            Section::Shown { timeline, .. } => timeline.entries.len().saturating_sub(1),
+            Section::Shown { summary, .. } => summary.entries.saturating_sub(1),
             Section::Corrupt { .. } => 0,
         }
     }
+}
+
+/// What the first read of a session found: all that the index, the
+/// session's header and its pager say, none of its rows.
+struct Summary {
+    /// What the whole timeline marks.
+    timeline: TimelineSummary,
+    /// The entries of its timeline, the header's included.
+    entries: usize,
+    /// Entries of kind `Denial`.
+    denials: usize,
+    /// Entries of kind `ApprovalAsked`.
+    approvals_asked: usize,
+}
+
+impl Summary {
+    /// Reads `session` to its end, keeping only counts: its summary and
+    /// its torn tail; a corrupt log fails here, before anything is written.
+    fn read(
+        target: &Target,
+        session: &SessionRef,
+        defaults: Defaults,
+    ) -> Result<(Summary, Option<TornTail>)> {
+        let mut stream = target.stream(session)?;
+        let mut builder = timeline_builder(stream.as_ref(), defaults);
+        let mut counts = (0, 0, 0);
+        let mut count = |entry: &Entry| {
+            counts.0 += 1;
+            counts.1 += usize::from(entry.kind == EntryKind::Denial);
+            counts.2 += usize::from(entry.kind == EntryKind::ApprovalAsked);
+        };
+        count(&builder.header_entry());
+        while let Some(record) = stream.next_event()? {
+            if let Some(entry) = builder.entry(&record) {
+                count(&entry);
+            }
+        }
+        let torn = stream.finish()?;
+        let (entries, denials, approvals_asked) = counts;
+        let summary = Summary {
+            timeline: builder.finish(),
+            entries,
+            denials,
+            approvals_asked,
+        };
+        Ok((summary, torn))
+    }
+}
+
+/// A builder of the whole timeline of the session `stream` reads.
+fn timeline_builder(stream: &dyn SessionStream, defaults: Defaults) -> TimelineBuilder {
+    TimelineBuilder::new(
+        stream.header().clone(),
+        stream.header_body(),
+        stream.header_vocabulary_errors(),
+        Window::default(),
+        defaults,
+    )
+}
+
+/// Reads `session` again, through the last seq its first read found, and
+/// hands its entries to `page` `page_entries` at a time (the last page
+/// may hold fewer), so that one page of entries is held at a time.
+fn for_each_page(
+    target: &Target,
+    session: &SessionRef,
+    defaults: Defaults,
+    summary: &Summary,
+    page_entries: usize,
+    mut page: impl FnMut(&[Entry]) -> Result<()>,
+) -> Result<()> {
+    let mut stream = target.stream(session)?;
+    let mut builder = timeline_builder(stream.as_ref(), defaults);
+    let mut chunk = vec![builder.header_entry()];
+    let mut entries = 1;
+    loop {
+        if chunk.len() >= page_entries {
+            page(&chunk)?;
+            chunk.clear();
+        }
+        let Some(record) = stream.next_event()? else {
+            break;
+        };
+        if record.seq() > summary.timeline.last_seq {
+            break;
+        }
+        if let Some(entry) = builder.entry(&record) {
+            chunk.push(entry);
+            entries += 1;
+        }
+    }
+    if entries != summary.entries {
+        anyhow::bail!(
+            "{}: the session changed while the report was written ({} entries through seq {} on the first read, {entries} on the second); run the report again",
+            session.label,
+            summary.entries,
+            summary.timeline.last_seq
+        );
+    }
+    if !chunk.is_empty() {
+        page(&chunk)?;
+    }
+    Ok(())
 }
 
 /// Where links to a session lead: inside the one page, or to the first of
@@ -104,7 +216,7 @@ struct SealStatus {
 impl SealStatus {
     /// Whether and how `timeline`'s session is sealed, checked against
     /// `trusted` when given.
-    fn of(timeline: &Timeline, trusted: Option<&[SealPublicKey]>) -> SealStatus {
+    fn of(timeline: &TimelineSummary, trusted: Option<&[SealPublicKey]>) -> SealStatus {
         let own: Vec<_> = timeline.seals.iter().filter(|seal| seal.own).collect();
         let mut failed = timeline.seal_failures > 0;
         let mut text = match own.last() {
@@ -181,14 +293,17 @@ pub fn run(
         approval: defaults.default_approval,
         sandbox: defaults.default_sandbox,
     };
+    // Both reads of a database see one moment of it.
+    let _held = target.hold_read()?;
     let bar = progress::bar(quiet, "report");
     bar.set_length(sessions.len() as u64);
+    let lone = sessions.len() == 1;
     let mut sections = Vec::new();
-    for session in &sessions {
-        let snapshot = match target.snapshot(session) {
-            Ok(snapshot) => snapshot,
+    for session in sessions {
+        let (summary, torn) = match Summary::read(&target, &session, defaults) {
+            Ok(read) => read,
             // A lone session that is corrupt is refused outright.
-            Err(error) if sessions.len() == 1 => return Err(error),
+            Err(error) if lone => return Err(error),
             Err(error) => match corruption(&error) {
                 Some(message) => {
                     sections.push(Section::Corrupt {
@@ -201,7 +316,7 @@ pub fn run(
                 None => return Err(error),
             },
         };
-        let torn = snapshot.torn_tail.as_ref().map(|torn| {
+        let torn = torn.as_ref().map(|torn| {
             warn(format!(
                 "{}: reporting the good prefix; ignoring a torn tail of {} bytes at line {} (byte offset {}): {}",
                 session.label, torn.bytes, torn.position.line, torn.position.offset, torn.reason
@@ -211,17 +326,10 @@ pub fn run(
                 torn.bytes, torn.position.line, torn.position.offset, torn.reason
             )
         });
-        let timeline = replay::timeline(
-            &snapshot.header,
-            &snapshot.header_body,
-            &snapshot.header_vocabulary_errors,
-            &snapshot.events,
-            Window::default(),
-            &defaults,
-        );
-        let seals = SealStatus::of(&timeline, trusted);
+        let seals = SealStatus::of(&summary.timeline, trusted);
         sections.push(Section::Shown {
-            timeline: Box::new(timeline),
+            session,
+            summary: Box::new(summary),
             torn,
             seals,
         });
@@ -230,7 +338,7 @@ pub fn run(
     bar.finish_and_clear();
     if let Some(audit) = &audit {
         let shown = sections.iter().any(|section| {
-            matches!(section, Section::Shown { timeline, .. } if timeline.header.id.as_str() == audit.session)
+            matches!(section, Section::Shown { summary, .. } if summary.timeline.header.id.as_str() == audit.session)
         });
         if !shown {
             warn(format!(
@@ -241,11 +349,18 @@ pub fn run(
     }
     let store = args.store.display().to_string();
     let events: usize = sections.iter().map(Section::events).sum();
+    let written = Written {
+        target: &target,
+        defaults,
+        store: &store,
+        sections: &sections,
+        audit: audit.as_ref(),
+    };
     if events <= page_events {
-        let html = render(&store, &sections, audit.as_ref());
+        let html = render(&written)?;
         write_private(out, html.as_bytes()).with_context(|| format!("write {}", out.display()))?;
     } else {
-        write_paged(out, &store, &sections, audit.as_ref(), page_events.max(1))?;
+        write_paged(out, &written, page_events.max(1))?;
     }
     let corrupt = sections
         .iter()
@@ -254,10 +369,8 @@ pub fn run(
     let code = sections
         .iter()
         .map(|section| match section {
-            Section::Shown {
-                timeline, seals, ..
-            } => exit::worst(
-                timeline.exit_code(),
+            Section::Shown { summary, seals, .. } => exit::worst(
+                summary.timeline.exit_code(),
                 if seals.failed { exit::SEAL } else { exit::OK },
             ),
             Section::Corrupt { .. } => exit::CORRUPT,
@@ -274,7 +387,7 @@ pub fn run(
     let violations: usize = sections
         .iter()
         .map(|section| match section {
-            Section::Shown { timeline, .. } => timeline.violations,
+            Section::Shown { summary, .. } => summary.timeline.violations,
             Section::Corrupt { .. } => 0,
         })
         .sum();
@@ -324,7 +437,26 @@ pub fn escape(text: &str) -> String {
     escaped
 }
 
-fn render(store: &str, sections: &[Section], audit: Option<&Audit>) -> String {
+/// What a report is written from: the sessions as their first read found
+/// them, and what their second read needs.
+struct Written<'a> {
+    target: &'a Target,
+    defaults: Defaults,
+    store: &'a str,
+    sections: &'a [Section],
+    audit: Option<&'a Audit>,
+}
+
+/// The report on one page: every session's rows, which are at most
+/// `--page-events` over all sessions.
+fn render(written: &Written<'_>) -> Result<String> {
+    let Written {
+        target,
+        defaults,
+        store,
+        sections,
+        audit,
+    } = *written;
     let family = Family::of(sections);
     let mut html = page_start(&format!("sessionlog report: {}", escape(store)));
     render_index_header(&mut html, store, sections, Links::OnePage);
@@ -333,25 +465,30 @@ fn render(store: &str, sections: &[Section], audit: Option<&Audit>) -> String {
     for section in sections {
         match section {
             Section::Shown {
-                timeline,
+                session,
+                summary,
                 torn,
                 seals,
             } => {
-                let audit = audit.filter(|audit| audit.session == timeline.header.id.as_str());
-                let shown = Shown {
-                    timeline,
-                    entries: &timeline.entries,
-                    previous: None,
-                };
-                render_session(
-                    &mut html,
-                    &shown,
-                    torn.as_deref(),
-                    seals,
-                    audit,
-                    &family,
-                    Links::OnePage,
-                );
+                let id = summary.timeline.header.id.as_str();
+                let audit = audit.filter(|audit| audit.session == id);
+                for_each_page(target, session, defaults, summary, usize::MAX, |entries| {
+                    let shown = Shown {
+                        summary,
+                        entries,
+                        previous: None,
+                    };
+                    render_session(
+                        &mut html,
+                        &shown,
+                        torn.as_deref(),
+                        seals,
+                        audit,
+                        &family,
+                        Links::OnePage,
+                    );
+                    Ok(())
+                })?;
                 html.push_str("</section>\n");
             }
             Section::Corrupt { id, message } => {
@@ -365,7 +502,7 @@ fn render(store: &str, sections: &[Section], audit: Option<&Audit>) -> String {
     }
     html.push_str("</main>\n");
     page_end(&mut html);
-    html
+    Ok(html)
 }
 
 /// The parents and children among the sessions a report shows.
@@ -379,7 +516,7 @@ impl<'a> Family<'a> {
         let headers: Vec<&SessionHeader> = sections
             .iter()
             .filter_map(|section| match section {
-                Section::Shown { timeline, .. } => Some(&timeline.header),
+                Section::Shown { summary, .. } => Some(&summary.timeline.header),
                 Section::Corrupt { .. } => None,
             })
             .collect();
@@ -401,7 +538,7 @@ impl<'a> Family<'a> {
 
 /// The part of a session's timeline one page shows.
 struct Shown<'a> {
-    timeline: &'a Timeline,
+    summary: &'a Summary,
     entries: &'a [Entry],
     /// The projections as they stood before the first entry shown.
     previous: Option<&'a View>,
@@ -489,13 +626,14 @@ fn page_end(html: &mut String) {
 
 /// Writes the index at `out` and the pages of every session in the folder
 /// beside it.
-fn write_paged(
-    out: &Path,
-    store: &str,
-    sections: &[Section],
-    audit: Option<&Audit>,
-    page_events: usize,
-) -> Result<()> {
+fn write_paged(out: &Path, written: &Written<'_>, page_events: usize) -> Result<()> {
+    let Written {
+        target,
+        defaults,
+        store,
+        sections,
+        audit,
+    } = *written;
     let folder_name = pages_folder_name(out)?;
     let index_name = out
         .file_name()
@@ -522,21 +660,21 @@ fn write_paged(
     );
     for section in sections {
         let Section::Shown {
-            timeline,
+            session,
+            summary,
             torn,
             seals,
         } = section
         else {
             continue;
         };
-        let id = timeline.header.id.as_str();
+        let id = summary.timeline.header.id.as_str();
         let audit = audit.filter(|audit| audit.session == id);
-        let entries = &timeline.entries;
-        let pages = entries.len().div_ceil(page_events).max(1);
-        let mut previous: Option<&View> = None;
-        for number in 1..=pages {
-            let first = (number - 1) * page_events;
-            let chunk = &entries[first..(first + page_events).min(entries.len())];
+        let pages = summary.entries.div_ceil(page_events).max(1);
+        let mut previous: Option<View> = None;
+        let mut number = 0;
+        for_each_page(target, session, defaults, summary, page_events, |chunk| {
+            number += 1;
             let mut html = page_start(&format!(
                 "sessionlog report: session {id}, page {number} of {pages}"
             ));
@@ -549,9 +687,9 @@ fn write_paged(
             html.push_str(CONTROLS);
             html.push_str("<main>\n");
             let shown = Shown {
-                timeline,
+                summary,
                 entries: chunk,
-                previous,
+                previous: previous.as_ref(),
             };
             render_session(
                 &mut html,
@@ -568,12 +706,15 @@ fn write_paged(
             let path = folder.join(page_name(id, number));
             write_private(&path, html.as_bytes())
                 .with_context(|| format!("write {}", path.display()))?;
-            previous = chunk
+            if let Some(last) = chunk
                 .iter()
                 .rev()
                 .find_map(|entry| entry.projection.as_ref())
-                .or(previous);
-        }
+            {
+                previous = Some(last.clone());
+            }
+            Ok(())
+        })?;
         let _ = writeln!(
             index,
             "<p class=\"pages\" id=\"session-{id}\">Session <a href=\"{}\">{id}</a>: {pages} page{}.</p>",
@@ -656,19 +797,18 @@ fn create_private_folder(folder: &Path) -> std::io::Result<()> {
 
 fn render_nav_item(html: &mut String, section: &Section, links: Links<'_>) {
     match section {
-        Section::Shown { timeline, .. } => {
+        Section::Shown { summary, .. } => {
+            let timeline = &summary.timeline;
             let id = &timeline.header.id;
-            let count =
-                |kind: EntryKind| timeline.entries.iter().filter(|e| e.kind == kind).count();
-            let events = timeline.entries.len().saturating_sub(1);
+            let events = summary.entries.saturating_sub(1);
             let _ = writeln!(
                 html,
                 "<li><a href=\"{}\">{id}</a> <span class=\"counts\">{events} events, {} denial{}, {} approval{} asked, {} violation{}</span></li>",
                 links.session(id.as_str()),
-                count(EntryKind::Denial),
-                plural(count(EntryKind::Denial)),
-                count(EntryKind::ApprovalAsked),
-                plural(count(EntryKind::ApprovalAsked)),
+                summary.denials,
+                plural(summary.denials),
+                summary.approvals_asked,
+                plural(summary.approvals_asked),
                 timeline.violations,
                 plural(timeline.violations),
             );
@@ -694,7 +834,7 @@ fn render_session(
     family: &Family<'_>,
     links: Links<'_>,
 ) {
-    let timeline = shown.timeline;
+    let timeline = &shown.summary.timeline;
     let known = &family.known;
     let header = &timeline.header;
     let id = &header.id;

@@ -77,7 +77,9 @@ use crate::reader::Snapshot;
 use crate::sql::checks::{check_seed_source_rows, StoreAudit};
 use crate::sql::events::{RowBounds, RowPages, SqlEvents};
 use crate::state_snapshot;
-use crate::writer::{check_storable, Durability, LogSink, SessionWriter, WriterOptions};
+use crate::writer::{
+    check_storable, check_storable_record, Durability, LogSink, SessionWriter, WriterOptions,
+};
 use crate::StoreError;
 
 pub use location::DEFAULT_SCHEMA;
@@ -766,23 +768,71 @@ impl PostgresSink {
 }
 
 impl PostgresBulkCreate {
-    /// Inserts a verified session into the open transaction; its header
-    /// record is copied as the source stored it (`header_body`).
-    pub(crate) fn add(
+    /// Inserts the row of a session being read into the open transaction,
+    /// without events: they follow in chunks
+    /// ([`PostgresBulkCreate::add_events`]). Its header record is copied as
+    /// the source stored it (`header_body`).
+    pub(crate) fn add_session(
         &mut self,
-        header: SessionHeader,
-        header_body: String,
-        events: Vec<EventRecord>,
+        header: &SessionHeader,
+        header_body: &str,
     ) -> Result<(), StoreError> {
-        check_storable(&header, &events)?;
+        check_storable(header, &[])?;
         insert_session(
             &mut self.connection,
             &self.shared.location,
-            &header,
-            &header_body,
+            header,
+            header_body,
             None,
-            &events,
+            &[],
         )
+    }
+
+    /// Appends the next events of session `id`, the last one added, in the
+    /// open transaction: the session's last seq moves with each chunk.
+    pub(crate) fn add_events(
+        &mut self,
+        id: &SessionId,
+        events: &[EventRecord],
+    ) -> Result<(), StoreError> {
+        events.iter().try_for_each(check_storable_record)?;
+        let location = &self.shared.location;
+        for chunk in events.chunks(INSERT_CHUNK_ROWS) {
+            let (Some(first), Some(last)) = (chunk.first(), chunk.last()) else {
+                continue;
+            };
+            let columns = Columns::of(id, chunk);
+            let row = self.connection.query_one(
+                location,
+                "insert events",
+                sql::APPEND,
+                &[
+                    &id.as_str(),
+                    &sql_integer(first.seq() - 1),
+                    &sql_integer(last.seq()),
+                    &columns.seq,
+                    &columns.ts,
+                    &columns.event_type,
+                    &columns.batch,
+                    &columns.body,
+                    &columns.crc,
+                ],
+            )?;
+            let inserted: i64 = row
+                .try_get(0)
+                .map_err(postgres_error("insert events", location))?;
+            if inserted.unsigned_abs() != chunk.len() as u64 {
+                return Err(StoreError::InvalidStore {
+                    store: location.display.clone(),
+                    reason: format!(
+                        "session {id}: inserting {} events from seq {} inserted {inserted}",
+                        chunk.len(),
+                        first.seq()
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Commits every session added, durably.

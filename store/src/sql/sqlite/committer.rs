@@ -15,30 +15,49 @@ use super::{BulkItem, BulkRequest, Committer, Job, NewSession, Request, SqliteBu
 use crate::io::Io;
 use crate::sql::checks::{check_seed_source_rows, damaged};
 use crate::sql::sql_integer;
-use crate::writer::{check_storable, Durability};
+use crate::writer::{check_storable, check_storable_record, Durability};
 use crate::StoreError;
 
 impl SqliteBulkCreate {
-    /// Hands a verified session to the committer, which inserts it into the
-    /// open transaction. Fails with the committer's error once an insert
-    /// failed (the transaction is then rolled back).
-    /// `header_body` is the header record's body as the source stored it,
-    /// copied as it is; it must decode to `header`.
-    pub(crate) fn add(
+    /// Hands the header of a session being read to the committer, which
+    /// inserts its row, without events, into the open transaction; its
+    /// events follow in chunks ([`SqliteBulkCreate::add_events`]). Fails
+    /// with the committer's error once an insert failed (the transaction
+    /// is then rolled back). `header_body` is the header record's body as
+    /// the source stored it, copied as it is; it must decode to `header`.
+    pub(crate) fn add_session(
         &mut self,
         header: SessionHeader,
         header_body: String,
-        events: Vec<EventRecord>,
     ) -> Result<(), StoreError> {
-        check_storable(&header, &events)?;
+        check_storable(&header, &[])?;
         let session = NewSession {
             header,
             header_body,
             seed_source: None,
-            events,
+            events: Vec::new(),
         };
+        self.send(BulkItem::Session(session))
+    }
+
+    /// Hands the next events of session `id`, the last one added, to the
+    /// committer, which appends them in the open transaction.
+    pub(crate) fn add_events(
+        &mut self,
+        id: &SessionId,
+        events: Vec<EventRecord>,
+    ) -> Result<(), StoreError> {
+        events.iter().try_for_each(check_storable_record)?;
+        self.send(BulkItem::Events {
+            id: id.clone(),
+            events,
+        })
+    }
+
+    /// Sends `item`, waiting while the committer is behind.
+    fn send(&mut self, item: BulkItem) -> Result<(), StoreError> {
         let sent = match &self.sessions {
-            Some(sessions) => sessions.send(BulkItem::Session(session)).is_ok(),
+            Some(sessions) => sessions.send(item).is_ok(),
             None => false,
         };
         if sent {
@@ -385,6 +404,9 @@ pub(super) fn run_bulk(
     loop {
         match bulk.sessions.recv() {
             Ok(BulkItem::Session(session)) => insert_session(&transaction, path, &session)?,
+            Ok(BulkItem::Events { id, events }) => {
+                append_records(&transaction, path, &id, &events)?;
+            }
             Ok(BulkItem::Commit) => break,
             Err(_) => {
                 return Err(StoreError::io(

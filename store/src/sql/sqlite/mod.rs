@@ -220,8 +220,9 @@ pub(crate) struct SqliteBulkCreate {
     answered: bool,
 }
 
-/// Sessions a bulk creation holds in flight between the caller and the
-/// committer (besides the one being inserted and the one being read).
+/// Items (a session's header, or a chunk of its events) a bulk creation
+/// holds in flight between the caller and the committer (besides the one
+/// being inserted and the one being read).
 const BULK_SESSIONS_IN_FLIGHT: usize = 2;
 
 /// What the committer runs: a group of writes, or a bulk creation.
@@ -240,7 +241,13 @@ struct BulkRequest {
 
 #[derive(Debug)]
 enum BulkItem {
+    /// A session's row, its events to follow.
     Session(NewSession),
+    /// The next events of the session last added.
+    Events {
+        id: SessionId,
+        events: Vec<EventRecord>,
+    },
     Commit,
 }
 
