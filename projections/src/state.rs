@@ -1022,6 +1022,39 @@ impl<T: Keyed> IdTable<T> {
         }
     }
 
+    /// An empty table with room for `capacity` entries, so that filling it
+    /// never grows it.
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
+        IdTable {
+            entries: Vec::with_capacity(capacity),
+            table: HashTable::with_capacity(capacity),
+            hasher: foldhash::fast::RandomState::default(),
+        }
+    }
+
+    /// Adds `entry` unless an entry has its id already; whether it did.
+    /// Hashes the id once (what a decoded snapshot's tables are rebuilt
+    /// with, where the ids are input).
+    pub(crate) fn insert_if_new(&mut self, ids: &Ids, entry: T) -> bool {
+        let id = ids.get(entry.key());
+        let hash = self.hash(id);
+        let index = self.entries.len();
+        let entries = &self.entries;
+        let found = self.table.entry(
+            hash,
+            |slot| slot.hash == hash && ids.get(entries[slot.index].key()) == id,
+            |slot| slot.hash,
+        );
+        match found {
+            hashbrown::hash_table::Entry::Occupied(_) => false,
+            hashbrown::hash_table::Entry::Vacant(vacant) => {
+                vacant.insert(IndexSlot { hash, index });
+                self.entries.push(entry);
+                true
+            }
+        }
+    }
+
     /// Adds `entry`, whose id no entry has (the rules refused a repeat).
     pub(crate) fn insert(&mut self, ids: &Ids, entry: T) {
         let hash = self.hash(ids.get(entry.key()));

@@ -16,7 +16,7 @@ use sessionlog_projections::SessionState;
 use sessionlog_schema::{SessionHeader, SessionId};
 
 /// The snapshot format this build writes and reads.
-pub(crate) const STATE_SNAPSHOT_FORMAT: u32 = 1;
+pub(crate) const STATE_SNAPSHOT_FORMAT: u32 = 2;
 
 /// The first bytes of every snapshot.
 const MAGIC: &[u8; 16] = b"sessionlog-state";
@@ -191,5 +191,58 @@ impl<'b> Fields<'b> {
         let mut value = [0u8; 8];
         value.copy_from_slice(self.take(8)?);
         Ok(u64::from_le_bytes(value))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sessionlog_projections::SessionState;
+    use sessionlog_schema::{SessionHeader, SessionId};
+
+    use super::*;
+
+    /// A snapshot of a session holding only its header, at seq 0 (which
+    /// [`decode`] refuses after the format checks), and that header.
+    fn snapshot_bytes() -> (Vec<u8>, SessionHeader) {
+        let id = match SessionId::parse("s") {
+            Ok(id) => id,
+            Err(error) => panic!("test id: {error}"),
+        };
+        let header = SessionHeader::root(id, 1_000, "/work".to_owned());
+        let state = SessionState::new(header.clone());
+        let body = header.to_body();
+        let bytes = encode(&state, header_crc(&body), SnapshotAnchor::of_row(0, 7));
+        (bytes, header)
+    }
+
+    /// `bytes` with its format field set to `format` and its CRC made to
+    /// match again.
+    fn with_format(mut bytes: Vec<u8>, format: u32) -> Vec<u8> {
+        bytes[16..20].copy_from_slice(&format.to_le_bytes());
+        let end = bytes.len() - 4;
+        let crc = crc32fast::hash(&bytes[..end]);
+        bytes[end..].copy_from_slice(&crc.to_le_bytes());
+        bytes
+    }
+
+    #[test]
+    fn a_snapshot_of_the_format_before_or_an_unknown_one_is_refused_naming_both() {
+        let (bytes, header) = snapshot_bytes();
+        let body = header.to_body();
+        for format in [1, STATE_SNAPSHOT_FORMAT + 1] {
+            let refused = decode(&with_format(bytes.clone(), format), &header, &body);
+            assert_eq!(
+                refused.err(),
+                Some(format!(
+                    "format {format}, this build reads {STATE_SNAPSHOT_FORMAT}"
+                ))
+            );
+        }
+        // The bytes as written get past the format (to the anchor check).
+        let decoded = decode(&bytes, &header, &body);
+        assert_eq!(
+            decoded.err(),
+            Some("its state is at seq 0, its anchor at seq 0".to_owned())
+        );
     }
 }

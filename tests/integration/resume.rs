@@ -229,6 +229,12 @@ fn a_torn_tampered_foreign_stale_or_unknown_jsonl_snapshot_is_ignored() {
     with_format(&sidecar(folder.path(), "s"), 99);
     check_ignored(&store, "s", "unknown format");
 
+    // Of the format before this one (1: LEB128 integers), which this build
+    // no longer reads.
+    let (folder, store) = jsonl_with_snapshot("s");
+    with_format(&sidecar(folder.path(), "s"), 1);
+    check_ignored(&store, "s", "the format before");
+
     // Stale: the log no longer reaches its anchor (cut back at a line).
     let (folder, store) = jsonl_with_snapshot("s");
     let log = folder.path().join("s.jsonl");
