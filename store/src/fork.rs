@@ -213,6 +213,8 @@ impl Direct<'_> {
             .map_err(|error| delegation_error(error, self.child_path))
         };
         let seed = delegate(&predicted)?;
+        // Only one state at a time: the fold below builds its own.
+        drop(predicted);
         check_storable(&seed.header, &seed.events)?;
         let mut child = Temporary::create(io, self.temp.clone())?;
         io.write_all(
