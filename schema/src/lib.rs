@@ -27,8 +27,8 @@ pub use event::{
 };
 pub use id::{InvalidSessionId, SessionId, MAX_SESSION_ID_LEN};
 pub use record::{
-    check_crc, compact_json, decode_event, decode_event_viewed, decode_header, encode_line,
-    encode_line_into, record_crc, split_crc, DecodeError, DecodedHeader, EventRecord,
+    check_crc, compact_json, decode_checked_body, decode_event, decode_event_viewed, decode_header,
+    encode_line, encode_line_into, record_crc, split_crc, DecodeError, DecodedHeader, EventRecord,
     HeaderVocabularyError, SessionHeader, ViewedEvent, CRC_SUFFIX_LEN, FORMAT_VERSION,
     MAX_RECORD_BYTES,
 };

@@ -387,6 +387,33 @@ pub fn decode_event(id: &SessionId, line: &[u8]) -> Result<EventRecord, DecodeEr
     decode_event_members(text, body.len())
 }
 
+/// [`decode_event`] of session `id`'s line `body` + `,"crc":"<crc>"}`,
+/// for a body whose CRC the caller has just computed (`crc` is
+/// `record_crc(id, body)`): the same record or the same error. A database
+/// keeps a body and its CRC apart: its reader computes the CRC once, and
+/// a body in the writers' layout becomes the record's own text, with no
+/// copy and no line; any other body is decoded as its line.
+pub fn decode_checked_body(
+    id: &SessionId,
+    body: String,
+    crc: u32,
+) -> Result<EventRecord, DecodeError> {
+    let line_len = body.len() + CRC_SUFFIX_LEN;
+    if line_len > MAX_RECORD_BYTES {
+        return Err(DecodeError::Damaged(format!(
+            "record is {line_len} bytes, above the {MAX_RECORD_BYTES}-byte limit"
+        )));
+    }
+    if let Some(prefix) = CanonicalPrefix::read(&body, body.len()) {
+        if serde_json::from_str::<IgnoredAny>(&body[prefix.data.clone()]).is_ok() {
+            return Ok(prefix.into_record_owning(body));
+        }
+    }
+    let mut line = body;
+    line.push_str(&format!(",\"crc\":\"{crc:08x}\"}}"));
+    decode_event(id, line.as_bytes())
+}
+
 /// [`decode_event`], and the view a fold reads of the event's `data`,
 /// validated in the same scan that proves `data` JSON (see
 /// [`EventView::parse`]): a reader that folds what it reads scans each
@@ -511,6 +538,19 @@ impl CanonicalPrefix {
             batch: self.batch,
             event_type: text[self.event_type].into(),
             body: text[..self.data.end].into(),
+            data: self.data,
+        }
+    }
+
+    /// [`into_record`](Self::into_record) of a text that is the body
+    /// alone, kept as the record's body.
+    fn into_record_owning(self, body: String) -> EventRecord {
+        EventRecord {
+            seq: self.seq,
+            ts: self.ts,
+            batch: self.batch,
+            event_type: body[self.event_type].into(),
+            body: body.into_boxed_str(),
             data: self.data,
         }
     }
@@ -729,6 +769,12 @@ mod tests {
         let line = line.trim_end_matches('\n').as_bytes();
         let by_members = decode_by_members(&id, line);
         assert_eq!(decode_event(&id, line), by_members, "{body}");
+        let crc = record_crc(&id, body.as_bytes());
+        assert_eq!(
+            decode_checked_body(&id, body.to_owned(), crc),
+            by_members,
+            "{body}"
+        );
         let viewed = decode_event_viewed(&id, line);
         match (&by_members, viewed) {
             (Ok(record), Ok(viewed)) => {
@@ -903,6 +949,23 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_body_checked_apart_decodes_as_its_line_at_and_above_the_size_limit() {
+        let id = SessionId::parse("s").expect("a valid id");
+        let prefix = "{\"seq\":1,\"ts\":2,\"type\":\"x\",\"data\":\"";
+        for line_len in [MAX_RECORD_BYTES, MAX_RECORD_BYTES + 1] {
+            let filler = line_len - CRC_SUFFIX_LEN - prefix.len() - 1;
+            let body = format!("{prefix}{}\"", "a".repeat(filler));
+            let line = encode_line(&id, &body);
+            let line = line.trim_end_matches('\n').as_bytes();
+            assert_eq!(line.len(), line_len);
+            let expected = decode_event(&id, line);
+            assert_eq!(expected.is_ok(), line_len == MAX_RECORD_BYTES, "{line_len}");
+            let crc = record_crc(&id, body.as_bytes());
+            assert_eq!(decode_checked_body(&id, body, crc), expected);
         }
     }
 

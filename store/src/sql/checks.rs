@@ -13,7 +13,9 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use sessionlog_schema::{decode_event, record_crc, EventRecord, SessionId, MAX_BATCH_RECORDS};
+use sessionlog_schema::{
+    decode_checked_body, record_crc, EventRecord, SessionId, MAX_BATCH_RECORDS,
+};
 
 use crate::StoreError;
 
@@ -168,11 +170,9 @@ impl<'a> SeqCheck<'a> {
                 row.crc
             )));
         }
-        // The record's line, built on the row's own body (no copy) with the
-        // CRC just checked (not computed again).
-        let mut line = row.body;
-        line.push_str(&format!(",\"crc\":\"{computed:08x}\"}}"));
-        let record = decode_event(crc_id, line.as_bytes())
+        // The record is decoded from the row's own body (which it keeps,
+        // with no copy), its CRC checked above once.
+        let record = decode_checked_body(crc_id, row.body, computed)
             .map_err(|error| corrupt(format!("the body does not decode: {error}")))?;
         let columns_agree = record.seq() == expected
             && i64::try_from(record.ts()).ok() == Some(row.ts)

@@ -47,6 +47,41 @@ pub(crate) trait RowPages: Send {
 
     /// Session `id`'s row (`None`: there is none).
     fn session_row(&mut self, id: &SessionId) -> Result<Option<HeaderRow>, StoreError>;
+
+    /// Up to one page of session `id`'s rows from seq `from` on, with no
+    /// upper bound, when they are read in the same snapshot of the
+    /// database as the session row this reader was made from (one read
+    /// transaction held for both); `None` otherwise, and then the caller
+    /// reads bounded pages and [`bounds`](Self::bounds). In one snapshot,
+    /// the rows read to their end say all that `bounds` would: the last
+    /// seq is the one already read, and a row past it is in the page.
+    fn rows_to_end(&mut self, _id: &SessionId, _from: u64) -> Result<Option<ToEnd>, StoreError> {
+        Ok(None)
+    }
+}
+
+/// What [`RowPages::rows_to_end`] reads.
+#[derive(Debug)]
+pub(crate) struct ToEnd {
+    /// The rows, in seq order.
+    pub(crate) rows: Vec<EventRow>,
+    /// Whether they are every row from the seq asked for on (the page was
+    /// not full).
+    pub(crate) whole: bool,
+}
+
+/// How far the rows of the session read are known, from a read to their
+/// end in the snapshot of its session row ([`RowPages::rows_to_end`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RowsEnd {
+    /// Not read to the end yet (or not in that snapshot).
+    Unknown,
+    /// Every row was read, and none is past the last seq the session row
+    /// records: the end needs no more statements.
+    Read,
+    /// A row past the last seq the session row records: the end is
+    /// checked with [`RowPages::bounds`], which names the highest.
+    PastLastSeq,
 }
 
 /// What [`RowPages::bounds`] reads.
@@ -87,6 +122,7 @@ pub struct SqlEvents {
     next_seq: u64,
     batch_remaining: u64,
     page: VecDeque<EventRecord>,
+    rows_end: RowsEnd,
     finished: bool,
 }
 
@@ -124,6 +160,7 @@ impl SqlEvents {
             next_seq: from_seq.max(1),
             batch_remaining: 0,
             page: VecDeque::new(),
+            rows_end: RowsEnd::Unknown,
             finished: false,
         }
     }
@@ -150,11 +187,33 @@ impl SqlEvents {
         });
         let (rows, owner) = match segment {
             None => (Vec::new(), None),
+            Some(_) if self.rows_end == RowsEnd::Read => (Vec::new(), None),
             Some(segment) => {
-                let rows = self
-                    .pages
-                    .rows(&segment.owner, self.next_seq, segment.through)?;
                 let owner = (segment.owner != self.id).then(|| segment.owner.clone());
+                // A session of its own rows only, in a held read: its rows
+                // to their end, and no statement for the end.
+                let to_end = match (&owner, &self.seed_source, self.rows_end) {
+                    (None, None, RowsEnd::Unknown) => {
+                        self.pages.rows_to_end(&self.id, self.next_seq)?
+                    }
+                    _ => None,
+                };
+                let rows = match to_end {
+                    Some(ToEnd { mut rows, whole }) => {
+                        let through = i64::try_from(segment.through).unwrap_or(i64::MAX);
+                        let past = rows.iter().position(|row| row.seq > through);
+                        if let Some(first_past) = past {
+                            rows.truncate(first_past);
+                            self.rows_end = RowsEnd::PastLastSeq;
+                        } else if whole {
+                            self.rows_end = RowsEnd::Read;
+                        }
+                        rows
+                    }
+                    None => self
+                        .pages
+                        .rows(&segment.owner, self.next_seq, segment.through)?,
+                };
                 if rows.is_empty() {
                     if let Some(owner) = &owner {
                         return Err(corrupt_session(
@@ -172,9 +231,16 @@ impl SqlEvents {
                 (rows, owner)
             }
         };
-        let bounds = match rows.is_empty() {
-            true => Some(self.pages.bounds(&self.id)?),
-            false => None,
+        let bounds = match (rows.is_empty(), self.rows_end) {
+            (false, _) => None,
+            // Read in the snapshot of the session row: its last seq, and
+            // no row past it.
+            (true, RowsEnd::Read) => Some(RowBounds {
+                recorded: Some(i64::try_from(self.recorded_last_seq).unwrap_or(i64::MAX)),
+                min: None,
+                max: None,
+            }),
+            (true, _) => Some(self.pages.bounds(&self.id)?),
         };
         let store = &self.store;
         let mut check = SeqCheck::resume(store, &self.id, self.next_seq, self.batch_remaining);

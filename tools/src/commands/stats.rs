@@ -5,6 +5,7 @@
 //! (exit 0); a corrupt session is counted, named, and makes the exit code 2.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 
 use anyhow::Result;
 use serde::Serialize;
@@ -68,7 +69,11 @@ pub fn run(args: &SessionArgs, json: bool, quiet: bool) -> Result<u8> {
         sessions: Vec::new(),
     };
     for session in &sessions {
-        let stats = count(&target, session)?;
+        // People's output shows the counts by type of the whole store
+        // only: there they go straight into its totals, with no map per
+        // session.
+        let totals = (!json).then_some(&mut report.totals);
+        let stats = count(&target, session, totals)?;
         warn_of(&session.label, &stats);
         report.totals.add(&stats);
         report.sessions.push(stats);
@@ -78,7 +83,9 @@ pub fn run(args: &SessionArgs, json: bool, quiet: bool) -> Result<u8> {
     if json {
         crate::terminal::print_json_line(&serde_json::to_string(&report)?)?;
     } else {
-        print_human(&report)?;
+        let mut out = crate::terminal::stdout(crate::terminal::Mode::Text);
+        write_human(&mut out, &report)?;
+        out.flush()?;
     }
     Ok(if report.totals.corrupt > 0 {
         exit::CORRUPT
@@ -87,12 +94,18 @@ pub fn run(args: &SessionArgs, json: bool, quiet: bool) -> Result<u8> {
     })
 }
 
-fn count(target: &Target, session: &SessionRef) -> Result<SessionStats> {
+/// Counts one session; by type into `totals` when given, else into its
+/// own counts.
+fn count(
+    target: &Target,
+    session: &SessionRef,
+    totals: Option<&mut Totals>,
+) -> Result<SessionStats> {
     let mut stats = SessionStats {
         session: session.id.to_string(),
         ..SessionStats::default()
     };
-    match read(target, session, &mut stats) {
+    match read(target, session, &mut stats, totals) {
         Ok(()) => Ok(stats),
         Err(error) => match corrupt(&error) {
             Some(message) => {
@@ -104,7 +117,16 @@ fn count(target: &Target, session: &SessionRef) -> Result<SessionStats> {
     }
 }
 
-fn read(target: &Target, session: &SessionRef, stats: &mut SessionStats) -> Result<()> {
+fn read(
+    target: &Target,
+    session: &SessionRef,
+    stats: &mut SessionStats,
+    totals: Option<&mut Totals>,
+) -> Result<()> {
+    let (by_type, unknown_types) = match totals {
+        Some(totals) => (&mut totals.events_by_type, &mut totals.unknown_types),
+        None => (&mut stats.events_by_type, &mut stats.unknown_types),
+    };
     let mut stream = target.stream(session)?;
     // The header as stored (its own member order), which its seals cover.
     stats.bytes = (stream.header_body().len() + CRC_SUFFIX_LEN + 1) as u64;
@@ -117,9 +139,9 @@ fn read(target: &Target, session: &SessionRef, stats: &mut SessionStats) -> Resu
         stats.bytes += (record.body().len() + CRC_SUFFIX_LEN + 1) as u64;
         let name = record.event_type();
         if EventType::parse(name).is_none() {
-            count_one(&mut stats.unknown_types, name);
+            count_one(unknown_types, name);
         }
-        count_one(&mut stats.events_by_type, name);
+        count_one(by_type, name);
     }
     stats.torn_tail_bytes = stream.finish()?.map(|torn| torn.bytes);
     Ok(())
@@ -127,10 +149,16 @@ fn read(target: &Target, session: &SessionRef, stats: &mut SessionStats) -> Resu
 
 /// Counts one more `name`, allocating its key only the first time.
 fn count_one(counts: &mut BTreeMap<String, u64>, name: &str) {
+    add_to(counts, name, 1);
+}
+
+/// Adds `more` to the count of `name`, allocating its key only the first
+/// time.
+fn add_to(counts: &mut BTreeMap<String, u64>, name: &str, more: u64) {
     match counts.get_mut(name) {
-        Some(count) => *count += 1,
+        Some(count) => *count += more,
         None => {
-            counts.insert(name.to_owned(), 1);
+            counts.insert(name.to_owned(), more);
         }
     }
 }
@@ -171,27 +199,27 @@ impl Totals {
         self.corrupt += u64::from(stats.corrupt.is_some());
         self.violations += stats.violations;
         for (name, count) in &stats.events_by_type {
-            *self.events_by_type.entry(name.clone()).or_default() += count;
+            add_to(&mut self.events_by_type, name, *count);
         }
         for (name, count) in &stats.unknown_types {
-            *self.unknown_types.entry(name.clone()).or_default() += count;
+            add_to(&mut self.unknown_types, name, *count);
         }
     }
 }
 
-fn print_human(report: &Report) -> std::io::Result<()> {
+/// Writes the report, as people read it, into `out`.
+fn write_human(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     let totals = &report.totals;
-    crate::outln!(
+    writeln!(
+        out,
         "sessions  {} ({} with a torn tail, {} corrupt)",
-        totals.sessions,
-        totals.torn_tails,
-        totals.corrupt
+        totals.sessions, totals.torn_tails, totals.corrupt
     )?;
-    crate::outln!("rule violations {}", totals.violations)?;
-    crate::outln!("events    {}", totals.events)?;
-    crate::outln!("bytes     {}", totals.bytes)?;
+    writeln!(out, "rule violations {}", totals.violations)?;
+    writeln!(out, "events    {}", totals.events)?;
+    writeln!(out, "bytes     {}", totals.bytes)?;
     if !totals.events_by_type.is_empty() {
-        crate::outln!("events by type:")?;
+        writeln!(out, "events by type:")?;
         let width = totals
             .events_by_type
             .keys()
@@ -203,7 +231,8 @@ fn print_human(report: &Report) -> std::io::Result<()> {
             } else {
                 ""
             };
-            crate::outln!(
+            writeln!(
+                out,
                 "  {:<width$}  {count:>8}{unknown}",
                 crate::commands::replay::display(name),
                 width = width.unwrap_or(0)
@@ -211,7 +240,7 @@ fn print_human(report: &Report) -> std::io::Result<()> {
         }
     }
     if report.sessions.len() > 1 {
-        crate::outln!("per session:")?;
+        writeln!(out, "per session:")?;
     }
     let id_width = report.sessions.iter().map(|s| s.session.len()).max();
     for stats in report.sessions.iter().filter(|_| report.sessions.len() > 1) {
@@ -229,11 +258,11 @@ fn print_human(report: &Report) -> std::io::Result<()> {
         if let Some(message) = &stats.corrupt {
             line.push_str(&format!(", CORRUPT: {message}"));
         }
-        crate::outln!("{line}")?;
+        writeln!(out, "{line}")?;
     }
     if report.sessions.len() == 1 {
         if let Some(message) = &report.sessions[0].corrupt {
-            crate::outln!("corrupt: {message}")?;
+            writeln!(out, "corrupt: {message}")?;
         }
     }
     Ok(())

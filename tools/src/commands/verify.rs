@@ -4,6 +4,7 @@
 //! seal policy (`--trust`, `--require-sealed`, `--anchor`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
@@ -16,6 +17,7 @@ use sessionlog_store::{FoldedEvent, StoreError};
 
 use crate::cli::SessionArgs;
 use crate::target::{read_input, require_sessions, SessionRef, Target};
+use crate::terminal::Mode;
 use crate::{exit, UsageError};
 
 /// What an auditor asks of seals beyond their own checks.
@@ -185,11 +187,23 @@ pub fn run(
     let bar = crate::progress::bar(quiet, "verify");
     bar.set_length(sessions.len() as u64);
     let mut code = exit::OK;
-    let print = |verdict: &Verdict| -> Result<()> {
+    let mut out = crate::terminal::stdout(if json { Mode::Json } else { Mode::Text });
+    // A verdict is shown as soon as it is found to someone watching (a
+    // terminal, a progress bar); into a file or a pipe the lines go in
+    // blocks, as a store of many small sessions has a line for each.
+    let line_by_line = crate::terminal::stdout_is_terminal() || !bar.is_hidden();
+    let mut line = Vec::new();
+    let mut print = |verdict: &Verdict| -> Result<()> {
+        line.clear();
         if json {
-            crate::terminal::print_json_line(&serde_json::to_string(verdict)?)?;
+            serde_json::to_writer(&mut line, verdict)?;
+            line.push(b'\n');
         } else {
-            print_human(verdict)?;
+            write_human(&mut line, verdict)?;
+        }
+        out.write_all(&line)?;
+        if line_by_line {
+            out.flush()?;
         }
         Ok(())
     };
@@ -201,7 +215,10 @@ pub fn run(
     for session in &sessions {
         let verdict = verify_session(&target, session, policy)?;
         code = exit::worst(code, verdict_code(&verdict));
-        bar.suspend(|| print(&verdict))?;
+        match bar.is_hidden() {
+            true => print(&verdict)?,
+            false => bar.suspend(|| print(&verdict))?,
+        }
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -209,6 +226,8 @@ pub fn run(
         code = exit::worst(code, verdict_code(&verdict));
         print(&verdict)?;
     }
+    out.flush()?;
+    drop(out);
     if let Target::Store(sessionlog_store::Store::Jsonl(store)) = &target {
         warn_of_leftovers(store)?;
     }
@@ -458,7 +477,8 @@ pub fn verdict_code(verdict: &Verdict) -> u8 {
     )
 }
 
-fn print_human(verdict: &Verdict) -> std::io::Result<()> {
+/// Writes the lines of one verdict, as people read them, into `out`.
+fn write_human(out: &mut impl Write, verdict: &Verdict) -> std::io::Result<()> {
     let name = &verdict.source;
     let sealed = match &verdict.last_seal {
         None => String::new(),
@@ -476,23 +496,24 @@ fn print_human(verdict: &Verdict) -> std::io::Result<()> {
         ),
     };
     match verdict.status {
-        "ok" => crate::outln!(
+        "ok" => writeln!(
+            out,
             "{name}: ok ({} events, last seq {}{sealed})",
-            verdict.events,
-            verdict.last_seq
+            verdict.events, verdict.last_seq
         )?,
         _ => {
             if let Some(corruption) = &verdict.corruption {
-                crate::outln!("{name}: {}", corruption.message)?;
+                writeln!(out, "{name}: {}", corruption.message)?;
             }
             for failure in &verdict.seal_failures {
-                crate::outln!("{name}: SEAL FAILURE: {}", failure.message)?;
+                writeln!(out, "{name}: SEAL FAILURE: {}", failure.message)?;
             }
             for violation in &verdict.violations {
-                crate::outln!("{name}: rule violation: {}", violation.message)?;
+                writeln!(out, "{name}: rule violation: {}", violation.message)?;
             }
             if let Some(torn) = &verdict.torn_tail {
-                crate::outln!(
+                writeln!(
+                out,
                     "{name}: torn tail at line {} (byte offset {}): {} bytes, {}; the good prefix holds {} events (last seq {}); a writer truncates it on open",
                     torn.line, torn.offset, torn.bytes, torn.reason, verdict.events, verdict.last_seq
                 )?;

@@ -109,6 +109,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -124,7 +125,7 @@ use crate::jsonl::{check_new_session, ListEntry};
 use crate::reader::Snapshot;
 pub(crate) use crate::sql::checks::session_locator;
 use crate::sql::checks::{audit_catalogue, corrupt_session, damaged, EventRow, StoreAudit};
-use crate::sql::events::{RowBounds, RowPages, SqlEvents};
+use crate::sql::events::{RowBounds, RowPages, SqlEvents, ToEnd};
 use crate::sql::{
     check_header_vocabulary, decode_header_row, fold_session, stage, FoldedSession, HeaderRow,
 };
@@ -161,6 +162,9 @@ pub type SqliteEvents = SqlEvents;
 /// How [`SqliteEvents`] fetches rows: through the store's read connection.
 struct SqliteRows {
     shared: Arc<Shared>,
+    /// The held read its session row was read in (`Shared::held_reads`),
+    /// if any.
+    held: Option<u64>,
 }
 
 /// One read transaction on a store's reader connection, ended when
@@ -177,10 +181,21 @@ impl Drop for HeldRead {
         if let Some(shared) = &self.shared {
             // A read transaction changed nothing: ending it cannot lose
             // anything, and a failure leaves the next statement to report.
-            let _ = shared.reader().execute_batch("COMMIT");
+            let reader = shared.reader();
+            let _ = reader.execute_batch("COMMIT");
+            shared.held_reads.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
+
+/// The rows one page read gives at most: the literal `LIMIT` of its
+/// statement, and [`PAGE_ROWS`].
+macro_rules! page_rows {
+    () => {
+        512
+    };
+}
+const PAGE_ROWS: usize = page_rows!();
 
 /// How long a connection waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -195,6 +210,12 @@ struct Shared {
     path: PathBuf,
     locks: PathBuf,
     reader: Mutex<Connection>,
+    /// Counts the read transactions held on `reader`
+    /// ([`SqliteStore::hold_read`]): odd while one is held, and changed
+    /// only with `reader` locked. A stream made in a held read reads its
+    /// rows to their end while the count is still the one it was made at:
+    /// then it reads the snapshot its session row was read in.
+    held_reads: AtomicU64,
     /// `None` for a store opened read-only: it writes nothing.
     committer: Option<Committer>,
     /// The schema version of the file: older than [`SCHEMA_VERSION`] only
@@ -401,6 +422,7 @@ impl SqliteStore {
                 path: path.to_owned(),
                 locks,
                 reader: Mutex::new(reader),
+                held_reads: AtomicU64::new(0),
                 committer,
                 schema_version,
             }),
@@ -575,11 +597,12 @@ impl SqliteStore {
         id: &SessionId,
         from_seq: u64,
     ) -> Result<(DecodedHeader, SqliteEvents), StoreError> {
-        let row = {
+        let (row, held) = {
             let reader = self.shared.reader();
-            self.shared.read_session_row(&reader, id)?
+            let row = self.shared.read_session_row(&reader, id)?;
+            (row, self.shared.held_read())
         };
-        let events = self.shared.events_of(id, &row, from_seq);
+        let events = self.shared.events_of(id, &row, from_seq, held);
         Ok((row.decoded, events))
     }
 
@@ -598,6 +621,7 @@ impl SqliteStore {
         reader
             .execute_batch("BEGIN DEFERRED")
             .map_err(sqlite_error("begin a read", &self.shared.path))?;
+        self.shared.held_reads.fetch_add(1, Ordering::Relaxed);
         drop(reader);
         Ok(HeldRead {
             shared: Some(Arc::clone(&self.shared)),
@@ -619,13 +643,14 @@ impl SqliteStore {
         // One read transaction for the whole session (nested in a held
         // read when there is one).
         let _held = self.hold_read()?;
-        let row = {
+        let (row, held) = {
             let reader = self.shared.reader();
-            self.shared.read_session_row(&reader, id)?
+            let row = self.shared.read_session_row(&reader, id)?;
+            (row, self.shared.held_read())
         };
         let events = self
             .shared
-            .events_of(id, &row, 1)
+            .events_of(id, &row, 1, held)
             .collect::<Result<Vec<_>, _>>()?;
         let decoded = row.decoded;
         Ok(Snapshot {
@@ -865,6 +890,16 @@ impl RowPages for SqliteRows {
         let reader = self.shared.reader();
         self.shared.read_header_row(&reader, id)
     }
+
+    fn rows_to_end(&mut self, id: &SessionId, from: u64) -> Result<Option<ToEnd>, StoreError> {
+        let reader = self.shared.reader();
+        if self.held.is_none() || self.shared.held_read() != self.held {
+            return Ok(None);
+        }
+        let rows = self.shared.read_rows(&reader, id, from, u64::MAX)?;
+        let whole = rows.len() < PAGE_ROWS;
+        Ok(Some(ToEnd { rows, whole }))
+    }
 }
 
 impl LogSink for SqliteSink {
@@ -922,11 +957,19 @@ struct SessionRow {
 }
 
 impl Shared {
-    /// The events of session `id`, whose row is `row`, from `from_seq` on.
-    fn events_of(self: &Arc<Self>, id: &SessionId, row: &SessionRow, from_seq: u64) -> SqlEvents {
+    /// The events of session `id`, whose row is `row` (read in the held
+    /// read `held`, if any), from `from_seq` on.
+    fn events_of(
+        self: &Arc<Self>,
+        id: &SessionId,
+        row: &SessionRow,
+        from_seq: u64,
+        held: Option<u64>,
+    ) -> SqlEvents {
         SqlEvents::new(
             Box::new(SqliteRows {
                 shared: Arc::clone(self),
+                held,
             }),
             self.path.clone(),
             id.clone(),
@@ -939,6 +982,13 @@ impl Shared {
 
     fn reader(&self) -> MutexGuard<'_, Connection> {
         self.reader.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The read held on the reader now, if one is (call with the reader
+    /// locked).
+    fn held_read(&self) -> Option<u64> {
+        let count = self.held_reads.load(Ordering::Relaxed);
+        (count % 2 == 1).then_some(count)
     }
 
     /// The committer, or a refusal for a store opened read-only.
@@ -1076,8 +1126,8 @@ impl Shared {
             .map_err(sqlite_error("read a header", &self.path))
     }
 
-    /// One page (512) of the rows of session `id` from `from_seq` through
-    /// `to_seq`.
+    /// One page ([`PAGE_ROWS`]) of the rows of session `id` from
+    /// `from_seq` through `to_seq`.
     fn read_rows(
         &self,
         connection: &Connection,
@@ -1090,8 +1140,11 @@ impl Shared {
         // A page's LIMIT is a literal: bound as a parameter, SQLite plans
         // with its value and prepares the statement again at every read,
         // which cost a store-wide verify a third of its time.
-        let sql = "SELECT seq, ts, type, batch, body, crc FROM events
-                 WHERE session_id = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq LIMIT 512";
+        let sql = concat!(
+            "SELECT seq, ts, type, batch, body, crc FROM events
+             WHERE session_id = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq LIMIT ",
+            page_rows!()
+        );
         let mut statement = connection
             .prepare_cached(sql)
             .map_err(sqlite_error("read events", &self.path))?;

@@ -732,6 +732,42 @@ fn sixty_four_threads_appending_keep_every_acknowledged_event_exactly_once() {
     }
 }
 
+/// The events a stream of session `a` gives before its last item, and
+/// the reason of the corruption that item is (`None`: anything else).
+fn stream_verdict(store: &SqliteStore) -> (usize, Option<String>) {
+    let streamed: Vec<Result<EventRecord, StoreError>> = ok(store.events(&id("a"))).collect();
+    let reason = match streamed.last() {
+        Some(Err(StoreError::CorruptRow { seq, reason, .. })) => {
+            Some(format!("seq {seq}: {reason}"))
+        }
+        _ => None,
+    };
+    (streamed.len().saturating_sub(1), reason)
+}
+
+#[test]
+fn a_held_read_finds_the_damage_a_read_without_it_finds() {
+    let damages = [
+        "DELETE FROM events WHERE seq = 3",
+        "DELETE FROM events WHERE seq = 2",
+        "UPDATE sessions SET last_seq = 2",
+        "UPDATE sessions SET last_seq = 1",
+        "UPDATE sessions SET last_seq = 4",
+        "UPDATE events SET body = replace(body, '{}', '{\"x\":1}') WHERE seq = 3",
+    ];
+    for damage in damages {
+        let folder = ok(tempfile::tempdir());
+        let store = store_with_events(folder.path(), 3);
+        ok(raw(store.path()).execute(damage, []));
+        let apart = stream_verdict(&store);
+        let held = ok(store.hold_read());
+        let in_held_read = stream_verdict(&store);
+        drop(held);
+        assert!(apart.1.is_some(), "{damage}: {apart:?}");
+        assert_eq!(in_held_read, apart, "{damage}");
+    }
+}
+
 #[test]
 fn a_held_read_sees_one_moment_of_the_database_until_dropped() {
     let folder = ok(tempfile::tempdir());
