@@ -201,6 +201,25 @@ fn commands_that_read_a_whole_session_stay_within_64_mib_whatever_its_length() {
             vec!["fork", &store_text, "--session", "long", "--child", "child"],
             0,
         ),
+        // A writer opened and closed on the log keeps its state snapshot,
+        // from which the next fork writes the child directly.
+        (
+            "append (nothing: the writer keeps a state snapshot)",
+            vec!["append", &store_text, "--session", "long"],
+            0,
+        ),
+        (
+            "fork from the parent's state snapshot",
+            vec![
+                "fork",
+                &store_text,
+                "--session",
+                "long",
+                "--child",
+                "child2",
+            ],
+            0,
+        ),
         ("report (paged)", vec!["report", &log, "--html", &report], 0),
         (
             "migrate JSONL to SQLite",
@@ -232,4 +251,8 @@ fn commands_that_read_a_whole_session_stay_within_64_mib_whatever_its_length() {
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
+    assert!(
+        store.join(".long.jsonl.state").exists(),
+        "the append's writer kept a state snapshot, so the second fork read it"
+    );
 }
