@@ -7,7 +7,7 @@ export type SessionlogErrorCode =
   | 'CONFLICT' // expectSeq is not the next seq; nothing was written
   | 'RULE' // an event (or a header value) breaks a rule of the format; nothing was written
   | 'SEAL' // a seal does not hold: the log was changed after it was sealed (seq names the seal)
-  | 'CORRUPT' // the log is corrupt (line, offset)
+  | 'CORRUPT' // a log is corrupt (line, offset), or a database session's rows (seq)
   | 'POISONED' // an earlier write or sync failed; reopen the writer
   | 'NOT_FOUND' // no such session
   | 'EXISTS' // a session with this id exists already
