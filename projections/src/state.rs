@@ -170,18 +170,26 @@ pub(crate) struct RequestEntry {
     pub(crate) decided: bool,
 }
 
-/// Entries found by an id of theirs, kept in [`Ids`]: the entries in the
-/// order added, and a hash table of their indexes with the hash of their
-/// id (small slots, so that probing touches little memory, and growing the
-/// table never reads an id again).
+/// Entries found by an id of theirs, kept in [`Ids`]: the entries, the
+/// first [`sorted`](Self::sorted) of them in the order of their ids (a
+/// decoded snapshot's, found by binary search) and the rest in the order
+/// added, found by a hash table of their indexes with the hash of their id
+/// (small slots, so that probing touches little memory, and growing the
+/// table never reads an id again). A lookup tries both parts; an insert
+/// goes to the hash table. Opening a long session so costs one pass over
+/// the snapshot's rows, not a hash and a probe per id.
 ///
 /// The hasher is foldhash's, seeded at random for each table: a log is
 /// input, and a crafted one with ids that collide under a known hash could
 /// make a fold quadratic, so the hash is keyed (as std's SipHash is) but
-/// costs a fraction of SipHash on ids of a few bytes.
+/// costs a fraction of SipHash on ids of a few bytes. Binary search needs
+/// no key: the sorted part is never hashed, and the key never stored.
 #[derive(Clone)]
 pub(crate) struct IdTable<T> {
     pub(crate) entries: Vec<T>,
+    /// How many entries, from the first, are in strictly increasing order
+    /// of their ids and not in the hash table.
+    pub(crate) sorted: usize,
     pub(crate) table: HashTable<IndexSlot>,
     pub(crate) hasher: foldhash::fast::RandomState,
 }
@@ -975,6 +983,7 @@ impl<T> Default for IdTable<T> {
     fn default() -> Self {
         IdTable {
             entries: Vec::new(),
+            sorted: 0,
             table: HashTable::new(),
             hasher: foldhash::fast::RandomState::default(),
         }
@@ -995,8 +1004,26 @@ impl<T: Keyed> IdTable<T> {
         self.hasher.hash_one(id)
     }
 
+    /// `entries`, whose ids are in strictly increasing order (the caller
+    /// checked), as the sorted part of a table with no other entry.
+    pub(crate) fn from_sorted(entries: Vec<T>) -> Self {
+        IdTable {
+            sorted: entries.len(),
+            entries,
+            table: HashTable::new(),
+            hasher: foldhash::fast::RandomState::default(),
+        }
+    }
+
     /// The index of the entry whose id is `id`.
     pub(crate) fn position(&self, ids: &Ids, id: &str) -> Option<usize> {
+        let sorted = &self.entries[..self.sorted];
+        if let Ok(index) = sorted.binary_search_by(|entry| ids.get(entry.key()).cmp(id)) {
+            return Some(index);
+        }
+        if self.table.is_empty() {
+            return None;
+        }
         let hash = self.hash(id);
         let entries = &self.entries;
         let slot = self.table.find(hash, |slot| {
@@ -1010,49 +1037,57 @@ impl<T: Keyed> IdTable<T> {
         self.position(ids, id).map(|index| &self.entries[index])
     }
 
+    /// Every entry, in the order of their ids: the sorted part merged with
+    /// the others sorted (what a snapshot stores).
+    pub(crate) fn in_id_order<'a>(&'a self, ids: &'a Ids) -> impl Iterator<Item = &'a T> + 'a {
+        let mut added: Vec<usize> = (self.sorted..self.entries.len()).collect();
+        added.sort_unstable_by(|&a, &b| {
+            ids.get(self.entries[a].key())
+                .cmp(ids.get(self.entries[b].key()))
+        });
+        let mut sorted = 0..self.sorted;
+        let mut added = added.into_iter();
+        let mut next_sorted = sorted.next();
+        let mut next_added = added.next();
+        std::iter::from_fn(move || {
+            let index = match (next_sorted, next_added) {
+                (Some(left), Some(right)) => {
+                    let left_id = ids.get(self.entries[left].key());
+                    if left_id < ids.get(self.entries[right].key()) {
+                        next_sorted = sorted.next();
+                        left
+                    } else {
+                        next_added = added.next();
+                        right
+                    }
+                }
+                (Some(left), None) => {
+                    next_sorted = sorted.next();
+                    left
+                }
+                (None, Some(right)) => {
+                    next_added = added.next();
+                    right
+                }
+                (None, None) => return None,
+            };
+            Some(&self.entries[index])
+        })
+    }
+
     /// Drops every entry from index `len` on, and its slot.
     fn truncate(&mut self, ids: &Ids, len: usize) {
         while self.entries.len() > len {
             let index = self.entries.len() - 1;
-            let hash = self.hash(ids.get(self.entries[index].key()));
-            if let Ok(slot) = self.table.find_entry(hash, |slot| slot.index == index) {
-                slot.remove();
+            if index >= self.sorted {
+                let hash = self.hash(ids.get(self.entries[index].key()));
+                if let Ok(slot) = self.table.find_entry(hash, |slot| slot.index == index) {
+                    slot.remove();
+                }
             }
             self.entries.pop();
         }
-    }
-
-    /// An empty table with room for `capacity` entries, so that filling it
-    /// never grows it.
-    pub(crate) fn with_capacity(capacity: usize) -> Self {
-        IdTable {
-            entries: Vec::with_capacity(capacity),
-            table: HashTable::with_capacity(capacity),
-            hasher: foldhash::fast::RandomState::default(),
-        }
-    }
-
-    /// Adds `entry` unless an entry has its id already; whether it did.
-    /// Hashes the id once (what a decoded snapshot's tables are rebuilt
-    /// with, where the ids are input).
-    pub(crate) fn insert_if_new(&mut self, ids: &Ids, entry: T) -> bool {
-        let id = ids.get(entry.key());
-        let hash = self.hash(id);
-        let index = self.entries.len();
-        let entries = &self.entries;
-        let found = self.table.entry(
-            hash,
-            |slot| slot.hash == hash && ids.get(entries[slot.index].key()) == id,
-            |slot| slot.hash,
-        );
-        match found {
-            hashbrown::hash_table::Entry::Occupied(_) => false,
-            hashbrown::hash_table::Entry::Vacant(vacant) => {
-                vacant.insert(IndexSlot { hash, index });
-                self.entries.push(entry);
-                true
-            }
-        }
+        self.sorted = self.sorted.min(len);
     }
 
     /// Adds `entry`, whose id no entry has (the rules refused a repeat).

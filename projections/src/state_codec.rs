@@ -5,9 +5,12 @@
 //! log holds, and which the caller passes back) and the pending approvals
 //! (the own asks not yet decided, rebuilt from the requests). Integers are
 //! little-endian and of fixed width, and the calls and requests are rows of
-//! fixed size, so that a resume reads them at memory speed; only the two
-//! id tables' hash tables are rebuilt (their hasher is keyed at random per
-//! table, so their layout is never stored). Decoding checks every length,
+//! fixed size, so that a resume reads them at memory speed. The calls and
+//! the requests are stored in the order of their ids, so that the decoded
+//! rows are the id tables' sorted parts, found by binary search: nothing is
+//! hashed at a resume, and no hasher key (keyed at random per table) is
+//! ever stored; checking the order is one pass comparing each id with the
+//! one before, which also refuses an id kept twice. Decoding checks every length,
 //! index and id it reads, so that bytes from anywhere give a state or an
 //! error, never a panic and never a state whose tables disagree with
 //! themselves. It says nothing of whether the state is the fold of the
@@ -61,7 +64,7 @@ impl SessionState {
         out.option(parts.open_turn, Writer::span);
         out.option(parts.open_step, Writer::span);
         out.u64(parts.calls.entries.len() as u64);
-        for call in &parts.calls.entries {
+        for call in parts.calls.in_id_order(&parts.ids) {
             out.span(call.call_id);
             out.u64(call.seq);
             out.span(call.step_id);
@@ -69,7 +72,7 @@ impl SessionState {
             out.byte(u8::from(call.own) | u8::from(call.settled) << 1);
         }
         out.u64(parts.requests.entries.len() as u64);
-        for request in &parts.requests.entries {
+        for request in parts.requests.in_id_order(&parts.ids) {
             out.span(request.request_id);
             out.u64(request.seq);
             out.byte(u8::from(request.own) | u8::from(request.decided) << 1);
@@ -141,7 +144,8 @@ impl SessionState {
         let open_step = input.option("open step", |input| input.span(&ids, "open step"))?;
         let width = input.width;
         let (rows_at, rows) = input.table("calls", call_row(width))?;
-        let mut calls: IdTable<CallEntry> = IdTable::with_capacity(rows.len());
+        let mut calls = Vec::with_capacity(rows.len());
+        let mut previous: Option<&str> = None;
         for (index, row) in rows.enumerate() {
             let row = Row {
                 bytes: row,
@@ -163,16 +167,21 @@ impl SessionState {
                 settled: flags & 2 != 0,
                 ..call
             };
-            if !calls.insert_if_new(&ids, call) {
+            let id = ids.get(call_id);
+            if let Some(previous) = previous.filter(|&previous| previous >= id) {
                 return Err(format!(
-                    "call id {:?} at byte {} is kept twice",
-                    ids.get(call_id),
+                    "call id {id:?} at byte {} is not after the one before ({previous:?}): \
+                     the calls are kept once each, in the order of their ids",
                     row.at
                 ));
             }
+            previous = Some(id);
+            calls.push(call);
         }
+        let calls = IdTable::from_sorted(calls);
         let (rows_at, rows) = input.table("requests", request_row(width))?;
-        let mut requests: IdTable<RequestEntry> = IdTable::with_capacity(rows.len());
+        let mut requests = Vec::with_capacity(rows.len());
+        let mut previous: Option<&str> = None;
         let mut pending_approvals = BTreeMap::new();
         for (index, row) in rows.enumerate() {
             let row = Row {
@@ -192,14 +201,18 @@ impl SessionState {
             if request.own && !request.decided {
                 pending_approvals.insert(request.seq, request.request_id);
             }
-            if !requests.insert_if_new(&ids, request) {
+            let id = ids.get(request_id);
+            if let Some(previous) = previous.filter(|&previous| previous >= id) {
                 return Err(format!(
-                    "request id {:?} at byte {} is kept twice",
-                    ids.get(request_id),
+                    "request id {id:?} at byte {} is not after the one before ({previous:?}): \
+                     the requests are kept once each, in the order of their ids",
                     row.at
                 ));
             }
+            previous = Some(id);
+            requests.push(request);
         }
+        let requests = IdTable::from_sorted(requests);
         let last_own_request_header = input.option("own request header", |input| {
             let seq = input.seq_at_most(seq, "own request header")?;
             Ok((
@@ -537,8 +550,69 @@ mod tests {
     use proptest::prelude::*;
 
     use crate::state::tests::arbitrary_log;
-    use crate::test_log::projection_json;
+    use crate::test_log::{projection_json, Log};
     use crate::{Defaults, SessionState};
+
+    /// Where the first call row starts in `state`'s snapshot, and its
+    /// length: found by locating the call ids' offsets, not assumed.
+    fn call_rows(state: &SessionState, bytes: &[u8]) -> (usize, usize) {
+        let row = super::call_row(4);
+        let calls = state.calls.entries.len();
+        let count = (calls as u64).to_le_bytes();
+        let at = (0..bytes.len() - 8)
+            .find(|&at| bytes[at..at + 8] == count && bytes.len() - (at + 8) >= calls * row)
+            .map(|at| at + 8);
+        match at {
+            Some(at) => (at, row),
+            None => panic!("no call count {calls} in the snapshot"),
+        }
+    }
+
+    #[test]
+    fn calls_out_of_the_order_of_their_ids_or_kept_twice_are_refused_naming_the_row() {
+        let log = Log::root("s")
+            .turn_start("t1")
+            .step_start("s1", "t1")
+            .tool_start("c2", "s1")
+            .tool_start("c1", "s1");
+        let state = log.state();
+        let body = log.header.to_body();
+        let bytes = state.encode_snapshot();
+        let decoded = SessionState::decode_snapshot(log.header.clone(), &body, &bytes);
+        assert_eq!(decoded.as_ref().err(), None);
+        let (at, row) = call_rows(&state, &bytes);
+        // Stored c1 then c2 (in the order of their ids, not the log's).
+        let swapped: Vec<u8> = [
+            &bytes[..at],
+            &bytes[at + row..at + 2 * row],
+            &bytes[at..at + row],
+            &bytes[at + 2 * row..],
+        ]
+        .concat();
+        assert_eq!(
+            SessionState::decode_snapshot(log.header.clone(), &body, &swapped).err(),
+            Some(format!(
+                "call id \"c1\" at byte {} is not after the one before (\"c2\"): \
+                 the calls are kept once each, in the order of their ids",
+                at + row
+            ))
+        );
+        let twice: Vec<u8> = [
+            &bytes[..at],
+            &bytes[at..at + row],
+            &bytes[at..at + row],
+            &bytes[at + 2 * row..],
+        ]
+        .concat();
+        assert_eq!(
+            SessionState::decode_snapshot(log.header.clone(), &body, &twice).err(),
+            Some(format!(
+                "call id \"c1\" at byte {} is not after the one before (\"c1\"): \
+                 the calls are kept once each, in the order of their ids",
+                at + row
+            ))
+        );
+    }
 
     proptest! {
         #[test]
@@ -562,7 +636,34 @@ mod tests {
                 projection_json(&resumed, &Defaults::default()),
                 projection_json(&whole, &Defaults::default())
             );
-            prop_assert_eq!(resumed.encode_snapshot().len(), whole.encode_snapshot().len());
+            // The rows are stored in the order of their ids whichever part
+            // of a table holds them, so the bytes are the same.
+            prop_assert_eq!(resumed.encode_snapshot(), whole.encode_snapshot());
+        }
+
+        #[test]
+        fn a_batch_folded_on_a_resumed_state_and_rolled_back_leaves_it_as_decoded(
+            log in arbitrary_log(),
+            at in 0usize..40,
+        ) {
+            let at = at.min(log.events.len());
+            let (prefix, _) = crate::fold(log.header.clone(), &log.events[..at]);
+            let body = log.header.to_body();
+            let mut resumed =
+                SessionState::decode_snapshot(log.header.clone(), &body, &prefix.encode_snapshot())
+                    .map_err(TestCaseError::fail)?;
+            let mark = resumed.mark();
+            for record in &log.events[at..] {
+                let _ = resumed.apply(record);
+            }
+            resumed.rollback(mark);
+            prop_assert_eq!(&resumed, &prefix);
+            // What the tail folded is found again after the rollback.
+            for record in &log.events[at..] {
+                let _ = resumed.apply(record);
+            }
+            let (whole, _) = log.fold();
+            prop_assert_eq!(&resumed, &whole);
         }
 
         #[test]
