@@ -49,15 +49,41 @@ pub struct SessionHeader {
 }
 
 /// One numbered event as it is stored: its fields and its body bytes.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct EventRecord {
     seq: u64,
     ts: u64,
     batch: Option<u64>,
-    event_type: Box<str>,
+    event_type: TypeText,
     body: Box<str>,
     data: Range<usize>,
 }
+
+/// Where a record keeps its event type.
+#[derive(Clone)]
+enum TypeText {
+    /// These bytes of the body, which spell the type with no escape (a
+    /// body in the writers' layout): no text of its own.
+    InBody(Range<usize>),
+    /// Its own text (a type the body spells with escapes, or read by the
+    /// general parse).
+    Own(Box<str>),
+}
+
+/// Records are equal when their fields and bodies are, wherever each
+/// keeps its type.
+impl PartialEq for EventRecord {
+    fn eq(&self, other: &Self) -> bool {
+        self.seq == other.seq
+            && self.ts == other.ts
+            && self.batch == other.batch
+            && self.event_type() == other.event_type()
+            && self.body == other.body
+            && self.data == other.data
+    }
+}
+
+impl Eq for EventRecord {}
 
 /// A header field whose value is outside its vocabulary (a rule violation at
 /// seq 0, not corruption: the record itself is intact).
@@ -169,7 +195,7 @@ impl EventRecord {
             seq,
             ts,
             batch,
-            event_type: event_type.into(),
+            event_type: TypeText::Own(event_type.into()),
             data: start..body.len(),
             body: body.into(),
         }
@@ -192,7 +218,10 @@ impl EventRecord {
 
     /// The event type, e.g. `turn/start`.
     pub fn event_type(&self) -> &str {
-        &self.event_type
+        match &self.event_type {
+            TypeText::InBody(range) => &self.body[range.clone()],
+            TypeText::Own(text) => text,
+        }
     }
 
     /// The raw JSON text of `data`, exactly as logged.
@@ -221,7 +250,7 @@ impl EventRecord {
     /// The same record with a new seq (used when an event's place is only
     /// known at append time). Keeps `ts`, type and data bytes.
     pub fn with_seq(&self, seq: u64, batch: Option<u64>) -> EventRecord {
-        EventRecord::new(seq, self.ts, batch, &self.event_type, self.data())
+        EventRecord::new(seq, self.ts, batch, self.event_type(), self.data())
     }
 }
 
@@ -229,7 +258,7 @@ impl std::fmt::Debug for EventRecord {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventRecord")
             .field("seq", &self.seq)
-            .field("type", &self.event_type)
+            .field("type", &self.event_type())
             .field("body", &self.body)
             .finish()
     }
@@ -468,7 +497,7 @@ fn decode_event_members(text: &str, body_len: usize) -> Result<EventRecord, Deco
         seq: wire.seq,
         ts: wire.ts,
         batch: wire.batch,
-        event_type: wire.event_type.into(),
+        event_type: TypeText::Own(wire.event_type.into()),
         body: text[..body_len].into(),
         data,
     })
@@ -536,7 +565,7 @@ impl CanonicalPrefix {
             seq: self.seq,
             ts: self.ts,
             batch: self.batch,
-            event_type: text[self.event_type].into(),
+            event_type: TypeText::InBody(self.event_type),
             body: text[..self.data.end].into(),
             data: self.data,
         }
@@ -549,7 +578,7 @@ impl CanonicalPrefix {
             seq: self.seq,
             ts: self.ts,
             batch: self.batch,
-            event_type: body[self.event_type].into(),
+            event_type: TypeText::InBody(self.event_type),
             body: body.into_boxed_str(),
             data: self.data,
         }

@@ -93,10 +93,12 @@ fn may_hold_unprintable(bytes: &[u8]) -> bool {
 
 impl<W: Write> Write for Escaping<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let plain = self.pending.is_empty()
-            && !may_hold_unprintable(buf)
-            && std::str::from_utf8(buf).is_ok();
-        if self.mode == Mode::Raw || plain {
+        // Raw bytes go through unscanned.
+        let plain = self.mode == Mode::Raw
+            || (self.pending.is_empty()
+                && !may_hold_unprintable(buf)
+                && std::str::from_utf8(buf).is_ok());
+        if plain {
             self.inner.write_all(buf)?;
             return Ok(buf.len());
         }

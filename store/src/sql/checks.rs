@@ -37,10 +37,50 @@ pub struct StoreAudit {
 pub(crate) struct EventRow {
     pub(crate) seq: i64,
     pub(crate) ts: i64,
-    pub(crate) event_type: String,
+    pub(crate) event_type: TypeColumn,
     pub(crate) batch: Option<i64>,
     pub(crate) body: String,
     pub(crate) crc: i64,
+}
+
+/// The longest `type` column a row holds inline.
+const INLINE_TYPE_BYTES: usize = 47;
+
+/// A row's `type` column, only compared with the type its body spells:
+/// one as short as every type the schema names is held inline, so a row
+/// read allocates for its body alone.
+#[derive(Debug, Clone)]
+pub(crate) enum TypeColumn {
+    /// The first `len` bytes (a whole UTF-8 text).
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE_TYPE_BYTES],
+    },
+    /// A longer one.
+    Long(String),
+}
+
+impl TypeColumn {
+    pub(crate) fn new(text: &str) -> TypeColumn {
+        match u8::try_from(text.len()) {
+            Ok(len) if text.len() <= INLINE_TYPE_BYTES => {
+                let mut bytes = [0; INLINE_TYPE_BYTES];
+                bytes[..text.len()].copy_from_slice(text.as_bytes());
+                TypeColumn::Inline { len, bytes }
+            }
+            _ => TypeColumn::Long(text.to_owned()),
+        }
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            // Copied whole from a `str`: always UTF-8.
+            TypeColumn::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            TypeColumn::Long(text) => text,
+        }
+    }
 }
 
 /// Damage of the database as a whole (no one session to name).
@@ -171,12 +211,12 @@ impl<'a> SeqCheck<'a> {
             )));
         }
         // The record is decoded from the row's own body (which it keeps,
-        // with no copy), its CRC checked above once.
+        // with no copy, and its type in it), its CRC checked above once.
         let record = decode_checked_body(crc_id, row.body, computed)
             .map_err(|error| corrupt(format!("the body does not decode: {error}")))?;
         let columns_agree = record.seq() == expected
             && i64::try_from(record.ts()).ok() == Some(row.ts)
-            && record.event_type() == row.event_type
+            && record.event_type() == row.event_type.as_str()
             && record.batch().map(i64::try_from).transpose().ok() == Some(row.batch);
         if !columns_agree {
             return Err(corrupt(
@@ -309,6 +349,18 @@ mod tests {
             audit.ids.iter().map(ToString::to_string).collect(),
             audit.damage.iter().map(ToString::to_string).collect(),
         )
+    }
+
+    #[test]
+    fn a_type_column_gives_back_its_text_inline_or_not() {
+        let at_limit = "é".repeat(INLINE_TYPE_BYTES / 2) + "x";
+        let past_limit = format!("{at_limit}y");
+        for text in ["", "turn/start", "x-vendor/ünïcode", &at_limit, &past_limit] {
+            let column = TypeColumn::new(text);
+            assert_eq!(column.as_str(), text);
+            let inline = matches!(column, TypeColumn::Inline { .. });
+            assert_eq!(inline, text.len() <= INLINE_TYPE_BYTES, "{text}");
+        }
     }
 
     #[test]

@@ -74,7 +74,7 @@ use super::{
 };
 use crate::jsonl::{check_new_session, ListEntry};
 use crate::reader::Snapshot;
-use crate::sql::checks::{check_seed_source_rows, StoreAudit};
+use crate::sql::checks::{check_seed_source_rows, StoreAudit, TypeColumn};
 use crate::sql::events::{RowBounds, RowPages, SqlEvents};
 use crate::state_snapshot;
 use crate::writer::{
@@ -1344,7 +1344,7 @@ fn event_row_of(row: &Row) -> Result<EventRow, postgres::Error> {
     Ok(EventRow {
         seq: row.try_get(0)?,
         ts: row.try_get(1)?,
-        event_type: row.try_get(2)?,
+        event_type: TypeColumn::new(row.try_get(2)?),
         batch: row.try_get(3)?,
         body: row.try_get(4)?,
         crc: row.try_get(5)?,

@@ -124,7 +124,9 @@ use crate::io::Io;
 use crate::jsonl::{check_new_session, ListEntry};
 use crate::reader::Snapshot;
 pub(crate) use crate::sql::checks::session_locator;
-use crate::sql::checks::{audit_catalogue, corrupt_session, damaged, EventRow, StoreAudit};
+use crate::sql::checks::{
+    audit_catalogue, corrupt_session, damaged, EventRow, StoreAudit, TypeColumn,
+};
 use crate::sql::events::{RowBounds, RowPages, SqlEvents, ToEnd};
 use crate::sql::{
     check_header_vocabulary, decode_header_row, fold_session, stage, FoldedSession, HeaderRow,
@@ -1153,7 +1155,7 @@ impl Shared {
                 Ok(EventRow {
                     seq: row.get(0)?,
                     ts: row.get(1)?,
-                    event_type: row.get(2)?,
+                    event_type: TypeColumn::new(row.get_ref(2)?.as_str()?),
                     batch: row.get(3)?,
                     body: row.get(4)?,
                     crc: row.get(5)?,
