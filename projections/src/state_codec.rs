@@ -167,15 +167,7 @@ impl SessionState {
                 settled: flags & 2 != 0,
                 ..call
             };
-            let id = ids.get(call_id);
-            if let Some(previous) = previous.filter(|&previous| previous >= id) {
-                return Err(format!(
-                    "call id {id:?} at byte {} is not after the one before ({previous:?}): \
-                     the calls are kept once each, in the order of their ids",
-                    row.at
-                ));
-            }
-            previous = Some(id);
+            in_id_order(&mut previous, ids.get(call_id), "call", row.at)?;
             calls.push(call);
         }
         let calls = IdTable::from_sorted(calls);
@@ -201,15 +193,7 @@ impl SessionState {
             if request.own && !request.decided {
                 pending_approvals.insert(request.seq, request.request_id);
             }
-            let id = ids.get(request_id);
-            if let Some(previous) = previous.filter(|&previous| previous >= id) {
-                return Err(format!(
-                    "request id {id:?} at byte {} is not after the one before ({previous:?}): \
-                     the requests are kept once each, in the order of their ids",
-                    row.at
-                ));
-            }
-            previous = Some(id);
+            in_id_order(&mut previous, ids.get(request_id), "request", row.at)?;
             requests.push(request);
         }
         let requests = IdTable::from_sorted(requests);
@@ -543,6 +527,25 @@ fn id_span(ids: &Ids, start: u64, end: u64) -> Option<IdSpan> {
         && ids.text.is_char_boundary(start)
         && ids.text.is_char_boundary(end);
     within.then_some(IdSpan { start, end })
+}
+
+/// Refuses a `what` row (a call or a request) at byte `at` whose id is
+/// not after `previous`, the id of the row before it: a table keeps each
+/// id once, in the order of the ids. Then `id` is the one before the next.
+fn in_id_order<'a>(
+    previous: &mut Option<&'a str>,
+    id: &'a str,
+    what: &str,
+    at: usize,
+) -> Result<(), String> {
+    if let Some(before) = previous.filter(|&before| before >= id) {
+        return Err(format!(
+            "{what} id {id:?} at byte {at} is not after the one before ({before:?}): \
+             the {what}s are kept once each, in the order of their ids"
+        ));
+    }
+    *previous = Some(id);
+    Ok(())
 }
 
 #[cfg(test)]
