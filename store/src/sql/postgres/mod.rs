@@ -677,25 +677,11 @@ impl LogSink for PostgresSink {
         self.connection.set_durability(location, durability)?;
         let first_seq = first.seq();
         let new_last = self.pending.last().map_or(self.last_seq, EventRecord::seq);
-        let columns = Columns::of(&self.id, &self.pending);
-        let appended = self.connection.query_one(
-            location,
-            "append",
-            sql::APPEND,
-            &[
-                &self.id.as_str(),
-                &sql_integer(self.last_seq),
-                &sql_integer(new_last),
-                &columns.seq,
-                &columns.ts,
-                &columns.event_type,
-                &columns.batch,
-                &columns.body,
-                &columns.crc,
-            ],
-        );
-        let inserted: i64 = match appended {
-            Ok(row) => row.try_get(0).map_err(self.shared.error("append"))?,
+        let appended =
+            self.connection
+                .append(location, "append", &self.id, self.last_seq, &self.pending);
+        let inserted = match appended {
+            Ok(inserted) => inserted,
             Err(error) if is_unique_violation(&error) => return Err(self.conflict(first_seq)),
             Err(error) => return Err(error),
         };
@@ -798,29 +784,12 @@ impl PostgresBulkCreate {
         events.iter().try_for_each(check_storable_record)?;
         let location = &self.shared.location;
         for chunk in events.chunks(INSERT_CHUNK_ROWS) {
-            let (Some(first), Some(last)) = (chunk.first(), chunk.last()) else {
+            let Some(first) = chunk.first() else {
                 continue;
             };
-            let columns = Columns::of(id, chunk);
-            let row = self.connection.query_one(
-                location,
-                "insert events",
-                sql::APPEND,
-                &[
-                    &id.as_str(),
-                    &sql_integer(first.seq() - 1),
-                    &sql_integer(last.seq()),
-                    &columns.seq,
-                    &columns.ts,
-                    &columns.event_type,
-                    &columns.batch,
-                    &columns.body,
-                    &columns.crc,
-                ],
-            )?;
-            let inserted: i64 = row
-                .try_get(0)
-                .map_err(postgres_error("insert events", location))?;
+            let inserted =
+                self.connection
+                    .append(location, "insert events", id, first.seq() - 1, chunk)?;
             if inserted.unsigned_abs() != chunk.len() as u64 {
                 return Err(StoreError::InvalidStore {
                     store: location.display.clone(),
@@ -989,6 +958,39 @@ impl Connection {
         self.client
             .batch_execute(text)
             .map_err(postgres_error(operation, location))
+    }
+
+    /// Runs [`sql::APPEND`]: inserts `events` (not empty) of session `id`
+    /// when its last seq is still `last_seq`, moving it to theirs in the
+    /// same statement; how many rows it inserted (0: the last seq had
+    /// moved, another writer got ahead).
+    fn append(
+        &mut self,
+        location: &Location,
+        operation: &'static str,
+        id: &SessionId,
+        last_seq: u64,
+        events: &[EventRecord],
+    ) -> Result<i64, StoreError> {
+        let new_last = events.last().map_or(last_seq, EventRecord::seq);
+        let columns = Columns::of(id, events);
+        let row = self.query_one(
+            location,
+            operation,
+            sql::APPEND,
+            &[
+                &id.as_str(),
+                &sql_integer(last_seq),
+                &sql_integer(new_last),
+                &columns.seq,
+                &columns.ts,
+                &columns.event_type,
+                &columns.batch,
+                &columns.body,
+                &columns.crc,
+            ],
+        )?;
+        row.try_get(0).map_err(postgres_error(operation, location))
     }
 
     fn query_one(
