@@ -234,14 +234,7 @@ impl Direct<'_> {
             return Ok(None);
         }
         check_own_events(&mut state, &seed.events, self.child_path)?;
-        let mut own = Vec::new();
-        for record in &seed.events {
-            encode_line_into(self.child, record.body(), &mut own);
-        }
-        io.write_all(&mut child.file, &child.path, &own)
-            .map_err(|source| StoreError::io("write", &child.path, source))?;
-        io.sync_data(&child.file, &child.path)
-            .map_err(|source| StoreError::io("fdatasync", &child.path, source))?;
+        end_child(&mut child.file, &child.path, self.child, &seed.events, io)?;
         publish(io, self.folder, &child.path, self.child_path)?;
         Ok(Some(seed.header))
     }
@@ -350,13 +343,26 @@ fn write_child(
     let mut spooled = crate::reader::open_log_for_reading(&spool.path)?;
     io.copy_all(&mut spooled, &mut file, temp)
         .map_err(write_error)?;
+    end_child(&mut file, temp, &header.id, own_events, io)
+}
+
+/// Ends the child's log at `path`, open as `file`, with its own events
+/// (signed for `child`), and fdatasyncs it.
+fn end_child(
+    file: &mut File,
+    path: &Path,
+    child: &SessionId,
+    own_events: &[EventRecord],
+    io: &Io,
+) -> Result<(), StoreError> {
     let mut own = Vec::new();
     for record in own_events {
-        encode_line_into(&header.id, record.body(), &mut own);
+        encode_line_into(child, record.body(), &mut own);
     }
-    io.write_all(&mut file, temp, &own).map_err(write_error)?;
-    io.sync_data(&file, temp)
-        .map_err(|source| StoreError::io("fdatasync", temp, source))
+    io.write_all(file, path, &own)
+        .map_err(|source| StoreError::io("write", path, source))?;
+    io.sync_data(file, path)
+        .map_err(|source| StoreError::io("fdatasync", path, source))
 }
 
 /// Publishes `temp` as `path` (never replacing an existing log) and fsyncs
