@@ -288,4 +288,17 @@ impl StoreError {
             source,
         }
     }
+
+    /// The refusal of a write to the store at `path`, opened read-only
+    /// (the same on every backend).
+    pub(crate) fn read_only(path: impl Into<PathBuf>) -> Self {
+        StoreError::io(
+            "write",
+            path,
+            io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "the store was opened read-only; open it for writing",
+            ),
+        )
+    }
 }

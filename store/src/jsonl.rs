@@ -88,17 +88,10 @@ impl JsonlStore {
 
     /// A refusal for a store opened read-only, else nothing.
     pub(crate) fn writable(&self) -> Result<(), StoreError> {
-        if !self.read_only {
-            return Ok(());
+        match self.read_only {
+            true => Err(StoreError::read_only(&self.folder)),
+            false => Ok(()),
         }
-        Err(StoreError::io(
-            "write",
-            &self.folder,
-            std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                "the store was opened read-only; open it for writing",
-            ),
-        ))
     }
 
     /// Opens `folder`, creating it (0700) when missing.

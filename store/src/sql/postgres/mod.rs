@@ -874,14 +874,7 @@ impl Shared {
     /// store opened read-only refuses every write here.
     fn ensure_current(&self) -> Result<(), StoreError> {
         if self.read_only {
-            return Err(StoreError::io(
-                "write",
-                &self.location.display,
-                std::io::Error::new(
-                    std::io::ErrorKind::PermissionDenied,
-                    "the store was opened read-only; open it for writing",
-                ),
-            ));
+            return Err(StoreError::read_only(&self.location.display));
         }
         if self.current.load(Ordering::Acquire) {
             return Ok(());

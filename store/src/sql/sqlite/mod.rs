@@ -995,16 +995,9 @@ impl Shared {
 
     /// The committer, or a refusal for a store opened read-only.
     fn committer(&self) -> Result<&Committer, StoreError> {
-        self.committer.as_ref().ok_or_else(|| {
-            StoreError::io(
-                "write",
-                &self.path,
-                io::Error::new(
-                    io::ErrorKind::PermissionDenied,
-                    "the store was opened read-only; open it for writing",
-                ),
-            )
-        })
+        self.committer
+            .as_ref()
+            .ok_or_else(|| StoreError::read_only(&self.path))
     }
 
     /// A read transaction on `reader`, for statements that must see one
