@@ -212,3 +212,30 @@ where
         resumed,
     })
 }
+
+/// Asserts that `result` is the corruption of session `a` at `seq`, for a
+/// `reason` its message names (the engines' damage tests).
+#[cfg(test)]
+pub(crate) fn assert_corrupt_at(
+    result: Result<crate::Snapshot, crate::StoreError>,
+    seq: u64,
+    reason: &str,
+) {
+    let Err(crate::StoreError::CorruptRow {
+        id: found,
+        seq: at,
+        reason: why,
+        ..
+    }) = &result
+    else {
+        panic!("expected corruption, got {result:?}");
+    };
+    assert_eq!((found.as_str(), *at), ("a", seq), "{why}");
+    assert!(why.contains(reason), "{why}");
+    let message = result.as_ref().map(drop).err().map(ToString::to_string);
+    let message = message.unwrap_or_default();
+    assert!(
+        message.contains(&format!("session a is corrupt at seq {seq}: ")),
+        "{message}"
+    );
+}

@@ -8,6 +8,7 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use super::*;
+use crate::sql::assert_corrupt_at;
 use crate::store::tests::{header, id, note, ok, postgres_store, record, PostgresSchema};
 use crate::Store;
 
@@ -229,26 +230,6 @@ fn store_with_events(schema: &PostgresSchema, count: u64) -> &PostgresStore {
         .collect();
     ok(store.create_session(&header("a"), &events, Durability::Fsync));
     store
-}
-
-fn assert_corrupt_at(result: Result<Snapshot, StoreError>, seq: u64, reason: &str) {
-    let Err(StoreError::CorruptRow {
-        id: found,
-        seq: at,
-        reason: why,
-        ..
-    }) = &result
-    else {
-        panic!("expected corruption, got {result:?}");
-    };
-    assert_eq!((found.as_str(), *at), ("a", seq), "{why}");
-    assert!(why.contains(reason), "{why}");
-    let message = result.as_ref().map(drop).err().map(ToString::to_string);
-    let message = message.unwrap_or_default();
-    assert!(
-        message.contains(&format!("session a is corrupt at seq {seq}: ")),
-        "{message}"
-    );
 }
 
 /// Damage done behind the store's back, the seq and words it is reported

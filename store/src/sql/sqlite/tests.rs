@@ -6,6 +6,7 @@ use super::committer::commit_group;
 use super::schema::{immutable_uri, user_version, wal_path, MIGRATION_STEPS};
 use super::*;
 use crate::io::{FaultInjector, FaultPoint};
+use crate::sql::assert_corrupt_at;
 use crate::store::tests::{header, id, note, ok, record};
 use crate::writer::WriterOptions;
 
@@ -549,26 +550,6 @@ fn streamed_until_corruption(store: &SqliteStore) -> usize {
         "{streamed:?}"
     );
     streamed.len() - 1
-}
-
-fn assert_corrupt_at(result: Result<Snapshot, StoreError>, seq: u64, reason: &str) {
-    let Err(StoreError::CorruptRow {
-        id: found,
-        seq: at,
-        reason: why,
-        ..
-    }) = &result
-    else {
-        panic!("expected corruption, got {result:?}");
-    };
-    assert_eq!((found.as_str(), *at), ("a", seq), "{why}");
-    assert!(why.contains(reason), "{why}");
-    let message = result.as_ref().map(drop).err().map(ToString::to_string);
-    let message = message.unwrap_or_default();
-    assert!(
-        message.contains(&format!("session a is corrupt at seq {seq}: ")),
-        "{message}"
-    );
 }
 
 #[test]
