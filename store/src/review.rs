@@ -264,7 +264,9 @@ fn excerpt(body: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
+    #[cfg(feature = "async")]
+    use std::sync::Arc;
+    use std::sync::Mutex;
 
     use serde_json::json;
     use sessionlog_projections::{parse_pending_action, ReviewErrorCode, Risk};
@@ -272,7 +274,9 @@ mod tests {
 
     use super::*;
     use crate::store::tests::{event, header, id, jsonl_store, ok, sqlite_store};
-    use crate::{AsyncStore, Durability, Store, WriterOptions};
+    #[cfg(feature = "async")]
+    use crate::AsyncStore;
+    use crate::{Durability, Store, WriterOptions};
 
     /// A reviewer that answers from a script and keeps every body it got.
     #[derive(Debug, Default)]
@@ -304,12 +308,14 @@ mod tests {
     }
 
     /// A reviewer during whose answer another append lands.
+    #[cfg(feature = "async")]
     #[derive(Debug)]
     struct Racing {
         store: AsyncStore,
         runtime: tokio::runtime::Handle,
     }
 
+    #[cfg(feature = "async")]
     impl Reviewer for Racing {
         fn send(&self, _body: &str) -> Result<ReviewerResponse, ReviewerError> {
             let appended = self.runtime.block_on(self.store.append(
@@ -494,6 +500,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "async")]
     #[test]
     fn a_verdict_about_an_older_snapshot_is_not_recorded() {
         let folder = ok(tempfile::tempdir());

@@ -762,6 +762,7 @@ pub(crate) mod tests {
     /// `SESSIONLOG_TEST_PG`, dropped with its schema. `None`, with a note,
     /// when the variable is unset; a failure under `CI`, where the server
     /// must be there.
+    #[cfg(feature = "postgres")]
     pub(crate) fn postgres_store() -> Option<PostgresSchema> {
         let Some(url) = std::env::var_os("SESSIONLOG_TEST_PG") else {
             assert!(
@@ -784,6 +785,7 @@ pub(crate) mod tests {
     }
 
     /// A test's PostgreSQL store; its schema is dropped with it.
+    #[cfg(feature = "postgres")]
     #[derive(Debug)]
     pub(crate) struct PostgresSchema {
         /// The store's URL, with its `schema` parameter.
@@ -793,6 +795,7 @@ pub(crate) mod tests {
         pub(crate) store: Store,
     }
 
+    #[cfg(feature = "postgres")]
     impl Drop for PostgresSchema {
         fn drop(&mut self) {
             if let Store::Postgres(store) = &self.store {
@@ -840,6 +843,7 @@ pub(crate) mod tests {
                     super::$case(&super::sqlite_store(folder.path()));
                 })*
             }
+            #[cfg(feature = "postgres")]
             mod postgres_backend {
                 $(#[test]
                 fn $case() {
@@ -1267,8 +1271,11 @@ pub(crate) mod tests {
         ) {
             let folder = ok(tempfile::tempdir());
             let jsonl = jsonl_store(folder.path());
+            #[cfg(feature = "postgres")]
             let postgres = postgres_store();
+            #[allow(unused_mut)]
             let mut others = vec![sqlite_store(folder.path())];
+            #[cfg(feature = "postgres")]
             others.extend(postgres.as_ref().map(|postgres| postgres.store.clone()));
             for operation in &operations {
                 let expected = apply(&jsonl, operation);
