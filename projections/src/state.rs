@@ -15,6 +15,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::hash::BuildHasher;
+use std::ops::Range;
+use std::sync::Arc;
 
 use hashbrown::HashTable;
 
@@ -86,7 +88,7 @@ pub struct SessionState {
     pub(crate) last_checkpoint_seq: Option<u64>,
     /// Seqs of every `tool/start` and of every message whose source kind
     /// the reviewer may be shown, in log order.
-    pub(crate) reviewed_seqs: Vec<u64>,
+    pub(crate) reviewed_seqs: Seqs,
     pub(crate) violation_count: u64,
     /// The chain value through `seq`.
     pub(crate) chain: ChainValue,
@@ -135,12 +137,23 @@ struct Journal {
     decided: Vec<usize>,
 }
 
+/// The bytes of a decoded snapshot, which the parts of a state it holds
+/// read in place (the ids text, the call and request rows, the reviewed
+/// seqs): shared and never changed, so that a resume neither copies nor
+/// decodes them, whatever the session's length.
+pub(crate) type Frozen = Arc<Vec<u8>>;
+
 /// The ids a state keeps (of calls, requests, the open turn and step), one
-/// after the other in one string: keeping an id costs its bytes, not an
-/// allocation of its own.
-#[derive(Debug, Clone, Default)]
+/// after the other in one text: keeping an id costs its bytes, not an
+/// allocation of its own. A resumed state's text starts with the
+/// snapshot's ids, read in place; the ids kept since follow them.
+#[derive(Clone, Default)]
 pub(crate) struct Ids {
-    pub(crate) text: String,
+    /// A decoded snapshot's ids: its bytes and where the text is in them
+    /// (UTF-8, as the decode checked).
+    frozen: Option<(Frozen, Range<usize>)>,
+    /// The ids kept since (every id, without a snapshot).
+    added: String,
 }
 
 /// Where one id is in [`Ids`].
@@ -151,7 +164,7 @@ pub(crate) struct IdSpan {
 }
 
 /// A started call, its ids in [`Ids`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct CallEntry {
     pub(crate) call_id: IdSpan,
     pub(crate) seq: u64,
@@ -162,7 +175,7 @@ pub(crate) struct CallEntry {
 }
 
 /// An asked approval, its id in [`Ids`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct RequestEntry {
     pub(crate) request_id: IdSpan,
     pub(crate) seq: u64,
@@ -170,28 +183,49 @@ pub(crate) struct RequestEntry {
     pub(crate) decided: bool,
 }
 
-/// Entries found by an id of theirs, kept in [`Ids`]: the entries, the
-/// first [`sorted`](Self::sorted) of them in the order of their ids (a
-/// decoded snapshot's, found by binary search) and the rest in the order
-/// added, found by a hash table of their indexes with the hash of their id
-/// (small slots, so that probing touches little memory, and growing the
-/// table never reads an id again). A lookup tries both parts; an insert
-/// goes to the hash table. Opening a long session so costs one pass over
-/// the snapshot's rows, not a hash and a probe per id.
+/// Entries found by an id of theirs, kept in [`Ids`], each at an index:
+/// first a decoded snapshot's rows, read in place from its bytes (in the
+/// order of their ids, found by binary search, never decoded as a whole),
+/// then the entries added since, in the order added, found by a hash table
+/// of their indexes with the hash of their id (small slots, so that probing
+/// touches little memory, and growing the table never reads an id again).
+/// A lookup tries both parts; an insert goes to the hash table; a row of
+/// the snapshot that changes (a call settled, a request decided) is kept
+/// changed beside the rows. Opening a long session so allocates nothing
+/// per row, and reads a row only when a lookup lands on it (the decode
+/// checks each row first unless the snapshot's CRC matched:
+/// [`SnapshotTrust`](crate::SnapshotTrust)).
 ///
 /// The hasher is foldhash's, seeded at random for each table: a log is
 /// input, and a crafted one with ids that collide under a known hash could
 /// make a fold quadratic, so the hash is keyed (as std's SipHash is) but
 /// costs a fraction of SipHash on ids of a few bytes. Binary search needs
-/// no key: the sorted part is never hashed, and the key never stored.
+/// no key: the snapshot's rows are never hashed, and the key never stored.
 #[derive(Clone)]
 pub(crate) struct IdTable<T> {
-    pub(crate) entries: Vec<T>,
-    /// How many entries, from the first, are in strictly increasing order
-    /// of their ids and not in the hash table.
-    pub(crate) sorted: usize,
-    pub(crate) table: HashTable<IndexSlot>,
-    pub(crate) hasher: foldhash::fast::RandomState,
+    /// A decoded snapshot's rows, indexes `0..count`.
+    frozen: Option<FrozenRows>,
+    /// The snapshot's rows changed since the decode, by index.
+    changed: BTreeMap<usize, T>,
+    /// The entries added since, from index `count` on (every entry,
+    /// without a snapshot).
+    added: Vec<T>,
+    table: HashTable<IndexSlot>,
+    hasher: foldhash::fast::RandomState,
+}
+
+/// The rows of a table of a decoded snapshot, of fixed size, in the order
+/// of their ids (as the decode checked, or as the snapshot's CRC vouches).
+#[derive(Clone)]
+pub(crate) struct FrozenRows {
+    pub(crate) bytes: Frozen,
+    /// Where the first row starts in `bytes`.
+    pub(crate) start: usize,
+    pub(crate) count: usize,
+    /// The bytes of a row.
+    pub(crate) row: usize,
+    /// The bytes of an id offset in a row, 4 or 8.
+    pub(crate) width: usize,
 }
 
 /// A slot of an [`IdTable`]'s hash table: an entry's index and its id's hash.
@@ -201,9 +235,23 @@ pub(crate) struct IndexSlot {
     index: usize,
 }
 
-/// An entry of an [`IdTable`]: the id it is found by.
-pub(crate) trait Keyed {
+/// An entry of an [`IdTable`]: the id it is found by, and how it is read
+/// from a snapshot's row.
+pub(crate) trait Keyed: Copy {
     fn key(&self) -> IdSpan;
+
+    /// The entry a snapshot's `row` holds, its id offsets of `width` bytes.
+    fn from_row(row: &[u8], width: usize) -> Self;
+}
+
+/// Seqs in increasing order: a decoded snapshot's, read in place from its
+/// bytes (8 bytes each, little-endian, as the decode checked or the
+/// snapshot's CRC vouches), then the ones added since.
+#[derive(Clone, Default)]
+pub(crate) struct Seqs {
+    /// A decoded snapshot's seqs: its bytes, where the first starts, how many.
+    frozen: Option<(Frozen, usize, usize)>,
+    added: Vec<u64>,
 }
 
 /// Folds `records` in order over `header`, collecting every violation.
@@ -282,7 +330,7 @@ impl SessionState {
             last_own_request_header: None,
             latest_request_header_seq: None,
             last_checkpoint_seq: None,
-            reviewed_seqs: Vec::new(),
+            reviewed_seqs: Seqs::default(),
             violation_count: 0,
             chain: ChainValue::genesis(header_body),
             last_seal: None,
@@ -317,11 +365,11 @@ impl SessionState {
             approval_switch: self.approval_switch,
             sandbox_switch: self.sandbox_switch,
             preset_switch: self.preset_switch,
-            ids_len: self.ids.text.len(),
+            ids_len: self.ids.len(),
             open_turn: self.open_turn,
             open_step: self.open_step,
-            calls_len: self.calls.entries.len(),
-            requests_len: self.requests.entries.len(),
+            calls_len: self.calls.len(),
+            requests_len: self.requests.len(),
             last_own_request_header: self.last_own_request_header,
             latest_request_header_seq: self.latest_request_header_seq,
             last_checkpoint_seq: self.last_checkpoint_seq,
@@ -344,11 +392,21 @@ impl SessionState {
     pub fn rollback(&mut self, mark: Mark) {
         let journal = self.journal.take().unwrap_or_default();
         for &index in journal.settled.iter().rev() {
-            self.calls.entries[index].settled = false;
+            let call = self.calls.get(index);
+            self.calls.set(
+                index,
+                CallEntry {
+                    settled: false,
+                    ..call
+                },
+            );
         }
         for &index in journal.decided.iter().rev() {
-            let request = &mut self.requests.entries[index];
-            request.decided = false;
+            let request = RequestEntry {
+                decided: false,
+                ..self.requests.get(index)
+            };
+            self.requests.set(index, request);
             if request.own {
                 self.pending_approvals
                     .insert(request.seq, request.request_id);
@@ -358,7 +416,7 @@ impl SessionState {
         drop(self.pending_approvals.split_off(&(mark.seq + 1)));
         self.calls.truncate(&self.ids, mark.calls_len);
         self.requests.truncate(&self.ids, mark.requests_len);
-        self.ids.text.truncate(mark.ids_len);
+        self.ids.truncate(mark.ids_len);
         self.reviewed_seqs.truncate(mark.reviewed_len);
         self.seq = mark.seq;
         self.approval_switch = mark.approval_switch;
@@ -553,8 +611,14 @@ impl SessionState {
     /// whose source kind the reviewer may be shown (user, agent-message,
     /// instructions), in log order: the only events the reviewer's request
     /// reads besides the latest `request/header` and the last checkpoint.
-    pub fn reviewed_seqs(&self) -> &[u64] {
-        &self.reviewed_seqs
+    pub fn reviewed_seqs(&self) -> impl Iterator<Item = u64> + '_ {
+        self.reviewed_seqs.iter()
+    }
+
+    /// Whether `seq` is among the [`reviewed_seqs`](Self::reviewed_seqs)
+    /// (a binary search).
+    pub fn is_reviewed(&self, seq: u64) -> bool {
+        self.reviewed_seqs.contains(seq)
     }
 
     /// The call started with `call_id` anywhere in the log.
@@ -824,7 +888,14 @@ impl SessionState {
             }
             EventView::ToolSettle { call_id } => {
                 if let Some(index) = self.calls.position(&self.ids, &call_id) {
-                    self.calls.entries[index].settled = true;
+                    let call = self.calls.get(index);
+                    self.calls.set(
+                        index,
+                        CallEntry {
+                            settled: true,
+                            ..call
+                        },
+                    );
                     if let Some(journal) = &mut self.journal {
                         journal.settled.push(index);
                     }
@@ -853,8 +924,11 @@ impl SessionState {
             }
             EventView::ApprovalDecided { request_id } => {
                 if let Some(index) = self.requests.position(&self.ids, &request_id) {
-                    let request = &mut self.requests.entries[index];
-                    request.decided = true;
+                    let request = RequestEntry {
+                        decided: true,
+                        ..self.requests.get(index)
+                    };
+                    self.requests.set(index, request);
                     self.pending_approvals.remove(&request.seq);
                     if let Some(journal) = &mut self.journal {
                         journal.decided.push(index);
@@ -908,13 +982,13 @@ impl PartialEq for SessionState {
             last_own_seal_seq,
             journal: _,
         } = self;
-        let same_calls = calls.entries.len() == other.calls.entries.len()
-            && calls.entries.iter().all(|call| {
+        let same_calls = calls.len() == other.calls.len()
+            && calls.iter().all(|call| {
                 let call_id = self.ids.get(call.call_id);
                 self.call(call_id) == other.call(call_id)
             });
-        let same_requests = requests.entries.len() == other.requests.entries.len()
-            && requests.entries.iter().all(|request| {
+        let same_requests = requests.len() == other.requests.len()
+            && requests.iter().all(|request| {
                 let found = other
                     .requests
                     .find(&other.ids, self.ids.get(request.request_id));
@@ -941,7 +1015,7 @@ impl PartialEq for SessionState {
             && *last_own_request_header == other.last_own_request_header
             && *latest_request_header_seq == other.latest_request_header_seq
             && *last_checkpoint_seq == other.last_checkpoint_seq
-            && *reviewed_seqs == other.reviewed_seqs
+            && reviewed_seqs.iter().eq(other.reviewed_seqs.iter())
             && *violation_count == other.violation_count
             && *chain == other.chain
             && *last_seal == other.last_seal
@@ -952,18 +1026,92 @@ impl PartialEq for SessionState {
 impl Eq for SessionState {}
 
 impl Ids {
-    /// Keeps `id`; where it is.
-    fn push(&mut self, id: &str) -> IdSpan {
-        let start = self.text.len();
-        self.text.push_str(id);
-        IdSpan {
-            start,
-            end: self.text.len(),
+    /// The ids a decoded snapshot holds: the text at `range` of `bytes`,
+    /// which the caller checked is UTF-8.
+    pub(crate) fn frozen(bytes: Frozen, range: Range<usize>) -> Ids {
+        Ids {
+            frozen: Some((bytes, range)),
+            added: String::new(),
         }
     }
 
+    /// The snapshot's ids, read in place.
+    fn frozen_bytes(&self) -> &[u8] {
+        match &self.frozen {
+            Some((bytes, range)) => bytes.get(range.clone()).unwrap_or_default(),
+            None => &[],
+        }
+    }
+
+    /// The bytes of every id kept.
+    pub(crate) fn len(&self) -> usize {
+        self.frozen_bytes().len() + self.added.len()
+    }
+
+    /// The text of every id kept: the snapshot's, then the ones added.
+    pub(crate) fn parts(&self) -> (&[u8], &str) {
+        (self.frozen_bytes(), &self.added)
+    }
+
+    /// Keeps `id`; where it is.
+    fn push(&mut self, id: &str) -> IdSpan {
+        let start = self.len();
+        self.added.push_str(id);
+        IdSpan {
+            start,
+            end: self.len(),
+        }
+    }
+
+    /// The bytes of the id at `span`. A span of a snapshot's row that is
+    /// not within the ids (which only a snapshot written to match its CRC
+    /// can hold, read as [`SnapshotTrust::CrcMatched`]) reads as empty: a
+    /// lookup never panics on one.
+    ///
+    /// [`SnapshotTrust::CrcMatched`]: crate::SnapshotTrust::CrcMatched
+    fn bytes(&self, span: IdSpan) -> &[u8] {
+        let frozen = self.frozen_bytes();
+        let bytes = match span.start.checked_sub(frozen.len()) {
+            Some(start) => span
+                .end
+                .checked_sub(frozen.len())
+                .and_then(|end| self.added.as_bytes().get(start..end)),
+            None => frozen.get(span.start..span.end),
+        };
+        bytes.unwrap_or_default()
+    }
+
+    /// The id at `span` (empty for a span [`bytes`](Self::bytes) reads as
+    /// empty, or one off a character boundary).
     pub(crate) fn get(&self, span: IdSpan) -> &str {
-        &self.text[span.start..span.end]
+        let frozen = self.frozen_bytes();
+        let id = match span.start.checked_sub(frozen.len()) {
+            Some(start) => span
+                .end
+                .checked_sub(frozen.len())
+                .and_then(|end| self.added.get(start..end)),
+            None => frozen
+                .get(span.start..span.end)
+                .and_then(|id| std::str::from_utf8(id).ok()),
+        };
+        id.unwrap_or_default()
+    }
+
+    /// Drops the ids kept after the first `len` bytes (never the
+    /// snapshot's).
+    fn truncate(&mut self, len: usize) {
+        let frozen = self.frozen_bytes().len();
+        self.added.truncate(len.saturating_sub(frozen));
+    }
+}
+
+impl fmt::Debug for Ids {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_struct("Ids")
+            .field("frozen", &String::from_utf8_lossy(self.frozen_bytes()))
+            .field("added", &self.added)
+            .finish()
     }
 }
 
@@ -971,19 +1119,36 @@ impl Keyed for CallEntry {
     fn key(&self) -> IdSpan {
         self.call_id
     }
+
+    fn from_row(row: &[u8], width: usize) -> Self {
+        crate::state_codec::call_from_row(row, width)
+    }
 }
 
 impl Keyed for RequestEntry {
     fn key(&self) -> IdSpan {
         self.request_id
     }
+
+    fn from_row(row: &[u8], width: usize) -> Self {
+        crate::state_codec::request_from_row(row, width)
+    }
+}
+
+impl FrozenRows {
+    /// The bytes of row `index`, one of the rows.
+    fn row(&self, index: usize) -> &[u8] {
+        let at = self.start + index * self.row;
+        &self.bytes[at..at + self.row]
+    }
 }
 
 impl<T> Default for IdTable<T> {
     fn default() -> Self {
         IdTable {
-            entries: Vec::new(),
-            sorted: 0,
+            frozen: None,
+            changed: BTreeMap::new(),
+            added: Vec::new(),
             table: HashTable::new(),
             hasher: foldhash::fast::RandomState::default(),
         }
@@ -992,10 +1157,10 @@ impl<T> Default for IdTable<T> {
 
 impl<T> fmt::Debug for IdTable<T>
 where
-    T: fmt::Debug,
+    T: Keyed + fmt::Debug,
 {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.debug_list().entries(&self.entries).finish()
+        formatter.debug_list().entries(self.iter()).finish()
     }
 }
 
@@ -1004,90 +1169,130 @@ impl<T: Keyed> IdTable<T> {
         self.hasher.hash_one(id)
     }
 
-    /// `entries`, whose ids are in strictly increasing order (the caller
-    /// checked), as the sorted part of a table with no other entry.
-    pub(crate) fn from_sorted(entries: Vec<T>) -> Self {
+    /// A table of a decoded snapshot's `rows`, whose ids are in strictly
+    /// increasing order (the caller checked), and no other entry.
+    pub(crate) fn frozen(rows: FrozenRows) -> Self {
         IdTable {
-            sorted: entries.len(),
-            entries,
-            table: HashTable::new(),
-            hasher: foldhash::fast::RandomState::default(),
+            frozen: Some(rows),
+            ..IdTable::default()
         }
+    }
+
+    /// How many of the entries are the snapshot's rows.
+    fn frozen_count(&self) -> usize {
+        self.frozen.as_ref().map_or(0, |rows| rows.count)
+    }
+
+    /// How many entries the table holds.
+    pub(crate) fn len(&self) -> usize {
+        self.frozen_count() + self.added.len()
+    }
+
+    /// The entry at `index` (below [`len`](Self::len)).
+    pub(crate) fn get(&self, index: usize) -> T {
+        match &self.frozen {
+            Some(rows) if index < rows.count => match self.changed.get(&index) {
+                Some(changed) => *changed,
+                None => T::from_row(rows.row(index), rows.width),
+            },
+            _ => self.added[index - self.frozen_count()],
+        }
+    }
+
+    /// Changes the entry at `index` (below [`len`](Self::len)) to `entry`,
+    /// of the same id.
+    fn set(&mut self, index: usize, entry: T) {
+        match index.checked_sub(self.frozen_count()) {
+            Some(added) => self.added[added] = entry,
+            None => {
+                self.changed.insert(index, entry);
+            }
+        }
+    }
+
+    /// Every entry, in the order of their indexes.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = T> + '_ {
+        (0..self.len()).map(|index| self.get(index))
     }
 
     /// The index of the entry whose id is `id`.
     pub(crate) fn position(&self, ids: &Ids, id: &str) -> Option<usize> {
-        let sorted = &self.entries[..self.sorted];
-        if let Ok(index) = sorted.binary_search_by(|entry| ids.get(entry.key()).cmp(id)) {
-            return Some(index);
+        if let Some(rows) = &self.frozen {
+            let (mut low, mut high) = (0, rows.count);
+            while low < high {
+                let middle = low + (high - low) / 2;
+                let key = T::from_row(rows.row(middle), rows.width).key();
+                match ids.bytes(key).cmp(id.as_bytes()) {
+                    std::cmp::Ordering::Less => low = middle + 1,
+                    std::cmp::Ordering::Greater => high = middle,
+                    std::cmp::Ordering::Equal => return Some(middle),
+                }
+            }
         }
         if self.table.is_empty() {
             return None;
         }
         let hash = self.hash(id);
-        let entries = &self.entries;
+        let frozen = self.frozen_count();
+        let added = &self.added;
         let slot = self.table.find(hash, |slot| {
-            slot.hash == hash && ids.get(entries[slot.index].key()) == id
+            slot.hash == hash && ids.bytes(added[slot.index - frozen].key()) == id.as_bytes()
         })?;
         Some(slot.index)
     }
 
     /// The entry whose id is `id`.
-    fn find(&self, ids: &Ids, id: &str) -> Option<&T> {
-        self.position(ids, id).map(|index| &self.entries[index])
+    fn find(&self, ids: &Ids, id: &str) -> Option<T> {
+        self.position(ids, id).map(|index| self.get(index))
     }
 
-    /// Every entry, in the order of their ids: the sorted part merged with
-    /// the others sorted (what a snapshot stores).
-    pub(crate) fn in_id_order<'a>(&'a self, ids: &'a Ids) -> impl Iterator<Item = &'a T> + 'a {
-        let mut added: Vec<usize> = (self.sorted..self.entries.len()).collect();
+    /// Every entry, in the order of their ids: the snapshot's rows merged
+    /// with the others sorted (what a snapshot stores).
+    pub(crate) fn in_id_order<'a>(&'a self, ids: &'a Ids) -> impl Iterator<Item = T> + 'a {
+        let frozen = self.frozen_count();
+        let mut added: Vec<usize> = (frozen..self.len()).collect();
         added.sort_unstable_by(|&a, &b| {
-            ids.get(self.entries[a].key())
-                .cmp(ids.get(self.entries[b].key()))
+            ids.bytes(self.added[a - frozen].key())
+                .cmp(ids.bytes(self.added[b - frozen].key()))
         });
-        let mut sorted = 0..self.sorted;
+        let mut rows = 0..frozen;
         let mut added = added.into_iter();
-        let mut next_sorted = sorted.next();
-        let mut next_added = added.next();
-        std::iter::from_fn(move || {
-            let index = match (next_sorted, next_added) {
-                (Some(left), Some(right)) => {
-                    let left_id = ids.get(self.entries[left].key());
-                    if left_id < ids.get(self.entries[right].key()) {
-                        next_sorted = sorted.next();
-                        left
-                    } else {
-                        next_added = added.next();
-                        right
-                    }
+        let mut next_row = rows.next().map(|index| self.get(index));
+        let mut next_added = added.next().map(|index| self.added[index - frozen]);
+        std::iter::from_fn(move || match (next_row, next_added) {
+            (Some(row), Some(entry)) => {
+                if ids.bytes(row.key()) < ids.bytes(entry.key()) {
+                    next_row = rows.next().map(|index| self.get(index));
+                    Some(row)
+                } else {
+                    next_added = added.next().map(|index| self.added[index - frozen]);
+                    Some(entry)
                 }
-                (Some(left), None) => {
-                    next_sorted = sorted.next();
-                    left
-                }
-                (None, Some(right)) => {
-                    next_added = added.next();
-                    right
-                }
-                (None, None) => return None,
-            };
-            Some(&self.entries[index])
+            }
+            (Some(row), None) => {
+                next_row = rows.next().map(|index| self.get(index));
+                Some(row)
+            }
+            (None, Some(entry)) => {
+                next_added = added.next().map(|index| self.added[index - frozen]);
+                Some(entry)
+            }
+            (None, None) => None,
         })
     }
 
-    /// Drops every entry from index `len` on, and its slot.
+    /// Drops every entry from index `len` on (never one of the snapshot's
+    /// rows), and its slot.
     fn truncate(&mut self, ids: &Ids, len: usize) {
-        while self.entries.len() > len {
-            let index = self.entries.len() - 1;
-            if index >= self.sorted {
-                let hash = self.hash(ids.get(self.entries[index].key()));
-                if let Ok(slot) = self.table.find_entry(hash, |slot| slot.index == index) {
-                    slot.remove();
-                }
+        let frozen = self.frozen_count();
+        while self.len() > len.max(frozen) {
+            let index = self.len() - 1;
+            let hash = self.hash(ids.get(self.added[index - frozen].key()));
+            if let Ok(slot) = self.table.find_entry(hash, |slot| slot.index == index) {
+                slot.remove();
             }
-            self.entries.pop();
+            self.added.pop();
         }
-        self.sorted = self.sorted.min(len);
     }
 
     /// Adds `entry`, whose id no entry has (the rules refused a repeat).
@@ -1095,10 +1300,75 @@ impl<T: Keyed> IdTable<T> {
         let hash = self.hash(ids.get(entry.key()));
         let slot = IndexSlot {
             hash,
-            index: self.entries.len(),
+            index: self.len(),
         };
         self.table.insert_unique(hash, slot, |slot| slot.hash);
-        self.entries.push(entry);
+        self.added.push(entry);
+    }
+}
+
+impl Seqs {
+    /// The `count` seqs of a decoded snapshot, from byte `start` of
+    /// `bytes`, which increase (checked, or vouched for by a CRC).
+    pub(crate) fn frozen(bytes: Frozen, start: usize, count: usize) -> Seqs {
+        Seqs {
+            frozen: Some((bytes, start, count)),
+            added: Vec::new(),
+        }
+    }
+
+    fn frozen_count(&self) -> usize {
+        self.frozen.as_ref().map_or(0, |(_, _, count)| *count)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.frozen_count() + self.added.len()
+    }
+
+    /// The seq at `index` (below [`len`](Self::len)).
+    fn get(&self, index: usize) -> u64 {
+        match &self.frozen {
+            Some((bytes, start, count)) if index < *count => {
+                let at = start + index * 8;
+                let mut seq = [0u8; 8];
+                seq.copy_from_slice(&bytes[at..at + 8]);
+                u64::from_le_bytes(seq)
+            }
+            _ => self.added[index - self.frozen_count()],
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..self.len()).map(|index| self.get(index))
+    }
+
+    /// Whether `seq` is one of them (a binary search).
+    fn contains(&self, seq: u64) -> bool {
+        let (mut low, mut high) = (0, self.len());
+        while low < high {
+            let middle = low + (high - low) / 2;
+            match self.get(middle).cmp(&seq) {
+                std::cmp::Ordering::Less => low = middle + 1,
+                std::cmp::Ordering::Greater => high = middle,
+                std::cmp::Ordering::Equal => return true,
+            }
+        }
+        false
+    }
+
+    fn push(&mut self, seq: u64) {
+        self.added.push(seq);
+    }
+
+    /// Drops the seqs after the first `len` (never the snapshot's).
+    fn truncate(&mut self, len: usize) {
+        self.added.truncate(len.saturating_sub(self.frozen_count()));
+    }
+}
+
+impl fmt::Debug for Seqs {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.debug_list().entries(self.iter()).finish()
     }
 }
 

@@ -18,13 +18,46 @@
 //! it trusts one, and `verify` never reads one.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
 
 use sessionlog_schema::{
     ApprovalPolicy, ChainValue, Preset, SandboxMode, SealPublicKey, SessionHeader,
 };
 
-use crate::state::{CallEntry, IdSpan, IdTable, Ids, RequestEntry};
+use crate::state::{CallEntry, FrozenRows, IdSpan, IdTable, Ids, RequestEntry, Seqs};
 use crate::{SealInfo, SessionState};
+
+/// How much of a snapshot's state [`SessionState::decode_snapshot_in`]
+/// checks, and so what bytes it may be given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotTrust {
+    /// Every field, row, span and seq, and the order of the ids: bytes from
+    /// anywhere decode to a state consistent with itself or to an error.
+    Nothing,
+    /// Every field, count and text, and the requests' rows (the pending
+    /// approvals are rebuilt from them); the calls' rows and the reviewed
+    /// seqs, the bulk of a long session's state, are left as they are and
+    /// read in place when a lookup lands on them, so that opening a writer
+    /// costs no pass over them. For bytes whose CRC matched the one their
+    /// writer computed over what `encode_snapshot` gave: torn or damaged
+    /// bytes never get here. Bytes written to match their CRC on purpose
+    /// could hold rows out of order or spans off the ids: a lookup then
+    /// misses or reads an empty id, but never panics, and the log the
+    /// state is checked against is still checked record by record.
+    CrcMatched,
+}
+
+impl SnapshotTrust {
+    /// How many of a table's rows a decode checks one by one: all, or
+    /// none.
+    fn rows_checked(self) -> usize {
+        match self {
+            SnapshotTrust::Nothing => usize::MAX,
+            SnapshotTrust::CrcMatched => 0,
+        }
+    }
+}
 
 impl SessionState {
     /// The state's bytes, for [`decode_snapshot`](Self::decode_snapshot)
@@ -32,7 +65,7 @@ impl SessionState {
     /// plus 33 bytes per call, 17 per request and 8 per reviewed event (id
     /// offsets take 4 bytes each, 8 once the ids pass 4 GiB).
     pub fn encode_snapshot(&self) -> Vec<u8> {
-        let width = match u32::try_from(self.ids.text.len()) {
+        let width = match u32::try_from(self.ids.len()) {
             Ok(_) => 4,
             Err(_) => 8,
         };
@@ -44,9 +77,9 @@ impl SessionState {
     fn encode_snapshot_with_offsets_of(&self, width: usize) -> Vec<u8> {
         let parts = self;
         let capacity = 256
-            + parts.ids.text.len()
-            + parts.calls.entries.len() * call_row(width)
-            + parts.requests.entries.len() * request_row(width)
+            + parts.ids.len()
+            + parts.calls.len() * call_row(width)
+            + parts.requests.len() * request_row(width)
             + parts.reviewed_seqs.len() * 8;
         let mut out = Writer {
             bytes: Vec::with_capacity(capacity),
@@ -60,10 +93,13 @@ impl SessionState {
         out.option(parts.sandbox_switch, |out, mode| out.text(mode.as_str()));
         out.option(parts.preset_switch, |out, preset| out.text(preset.as_str()));
         out.byte(width as u8);
-        out.text(&parts.ids.text);
+        let (frozen_ids, added_ids) = parts.ids.parts();
+        out.u64((frozen_ids.len() + added_ids.len()) as u64);
+        out.bytes.extend_from_slice(frozen_ids);
+        out.bytes.extend_from_slice(added_ids.as_bytes());
         out.option(parts.open_turn, Writer::span);
         out.option(parts.open_step, Writer::span);
-        out.u64(parts.calls.entries.len() as u64);
+        out.u64(parts.calls.len() as u64);
         for call in parts.calls.in_id_order(&parts.ids) {
             out.span(call.call_id);
             out.u64(call.seq);
@@ -71,7 +107,7 @@ impl SessionState {
             out.span(call.name);
             out.byte(u8::from(call.own) | u8::from(call.settled) << 1);
         }
-        out.u64(parts.requests.entries.len() as u64);
+        out.u64(parts.requests.len() as u64);
         for request in parts.requests.in_id_order(&parts.ids) {
             out.span(request.request_id);
             out.u64(request.seq);
@@ -84,7 +120,7 @@ impl SessionState {
         out.option(parts.latest_request_header_seq, Writer::u64);
         out.option(parts.last_checkpoint_seq, Writer::u64);
         out.u64(parts.reviewed_seqs.len() as u64);
-        for &seq in &parts.reviewed_seqs {
+        for seq in parts.reviewed_seqs.iter() {
             out.u64(seq);
         }
         out.u64(parts.violation_count);
@@ -109,6 +145,37 @@ impl SessionState {
         header_body: &str,
         bytes: &[u8],
     ) -> Result<SessionState, String> {
+        SessionState::decode_snapshot_in(
+            header,
+            header_body,
+            bytes.to_vec(),
+            0..bytes.len(),
+            SnapshotTrust::Nothing,
+        )
+    }
+
+    /// [`decode_snapshot`](Self::decode_snapshot) of the bytes at `range` of
+    /// `buffer` (a whole snapshot as read, say), which the state keeps: its
+    /// ids, its calls' and requests' rows and its reviewed seqs are read in
+    /// place from there, never copied nor decoded as a whole, so that
+    /// opening a writer on a long session allocates nothing per call. What
+    /// is checked here is as `trust` says. Byte offsets in an error count
+    /// from the start of `range`.
+    pub fn decode_snapshot_in(
+        header: SessionHeader,
+        header_body: &str,
+        buffer: Vec<u8>,
+        range: Range<usize>,
+        trust: SnapshotTrust,
+    ) -> Result<SessionState, String> {
+        let frozen = Arc::new(buffer);
+        let from = range.start;
+        let Some(bytes) = frozen.get(range) else {
+            return Err(format!(
+                "the state is not within the {} bytes read",
+                frozen.len()
+            ));
+        };
         let mut state = SessionState::with_header_body(header, header_body);
         let mut input = Reader {
             bytes,
@@ -138,41 +205,43 @@ impl SessionState {
                 ))
             }
         };
-        let text = input.text("ids")?.to_owned();
-        let ids = Ids { text };
-        let open_turn = input.option("open turn", |input| input.span(&ids, "open turn"))?;
-        let open_step = input.option("open step", |input| input.span(&ids, "open step"))?;
+        let text = input.text("ids")?;
+        let text_at = from + input.at - text.len();
+        let ids = Ids::frozen(Arc::clone(&frozen), text_at..text_at + text.len());
+        let open_turn = input.option("open turn", |input| input.span(text, "open turn"))?;
+        let open_step = input.option("open step", |input| input.span(text, "open step"))?;
         let width = input.width;
         let (rows_at, rows) = input.table("calls", call_row(width))?;
-        let mut calls = Vec::with_capacity(rows.len());
+        let calls = IdTable::frozen(FrozenRows {
+            bytes: Arc::clone(&frozen),
+            start: from + rows_at,
+            count: rows.len(),
+            row: call_row(width),
+            width,
+        });
         let mut previous: Option<&str> = None;
+        let rows = rows.take(trust.rows_checked());
         for (index, row) in rows.enumerate() {
             let row = Row {
                 bytes: row,
                 at: rows_at + index * call_row(width),
                 width,
             };
-            let call_id = row.span(0, &ids, "call id")?;
-            let call = CallEntry {
-                call_id,
-                seq: row.seq_at_most(2 * width, seq, "call")?,
-                step_id: row.span(2 * width + 8, &ids, "call step")?,
-                name: row.span(4 * width + 8, &ids, "call name")?,
-                own: false,
-                settled: false,
-            };
-            let flags = row.flags(6 * width + 8, "call")?;
-            let call = CallEntry {
-                own: flags & 1 != 0,
-                settled: flags & 2 != 0,
-                ..call
-            };
-            in_id_order(&mut previous, ids.get(call_id), "call", row.at)?;
-            calls.push(call);
+            let call_id = row.span(0, text, "call id")?;
+            row.seq_at_most(2 * width, seq, "call")?;
+            row.span(2 * width + 8, text, "call step")?;
+            row.span(4 * width + 8, text, "call name")?;
+            row.flags(6 * width + 8, "call")?;
+            in_id_order(&mut previous, id_text(text, call_id), "call", row.at)?;
         }
-        let calls = IdTable::from_sorted(calls);
         let (rows_at, rows) = input.table("requests", request_row(width))?;
-        let mut requests = Vec::with_capacity(rows.len());
+        let requests = IdTable::frozen(FrozenRows {
+            bytes: Arc::clone(&frozen),
+            start: from + rows_at,
+            count: rows.len(),
+            row: request_row(width),
+            width,
+        });
         let mut previous: Option<&str> = None;
         let mut pending_approvals = BTreeMap::new();
         for (index, row) in rows.enumerate() {
@@ -181,22 +250,14 @@ impl SessionState {
                 at: rows_at + index * request_row(width),
                 width,
             };
-            let request_id = row.span(0, &ids, "request id")?;
+            let request_id = row.span(0, text, "request id")?;
             let request_seq = row.seq_at_most(2 * width, seq, "request")?;
             let flags = row.flags(2 * width + 8, "request")?;
-            let request = RequestEntry {
-                request_id,
-                seq: request_seq,
-                own: flags & 1 != 0,
-                decided: flags & 2 != 0,
-            };
-            if request.own && !request.decided {
-                pending_approvals.insert(request.seq, request.request_id);
+            if flags & 1 != 0 && flags & 2 == 0 {
+                pending_approvals.insert(request_seq, request_id);
             }
-            in_id_order(&mut previous, ids.get(request_id), "request", row.at)?;
-            requests.push(request);
+            in_id_order(&mut previous, id_text(text, request_id), "request", row.at)?;
         }
-        let requests = IdTable::from_sorted(requests);
         let last_own_request_header = input.option("own request header", |input| {
             let seq = input.seq_at_most(seq, "own request header")?;
             Ok((
@@ -210,8 +271,9 @@ impl SessionState {
         let last_checkpoint_seq =
             input.option("checkpoint", |input| input.seq_at_most(seq, "checkpoint"))?;
         let (rows_at, rows) = input.table("reviewed seqs", 8)?;
-        let mut reviewed_seqs = Vec::with_capacity(rows.len());
+        let reviewed_seqs = Seqs::frozen(Arc::clone(&frozen), from + rows_at, rows.len());
         let mut previous = 0u64;
+        let rows = rows.take(trust.rows_checked());
         for (index, row) in rows.enumerate() {
             let reviewed = le_u64(row, 0);
             if reviewed <= previous || reviewed > seq {
@@ -221,7 +283,6 @@ impl SessionState {
                     rows_at + index * 8
                 ));
             }
-            reviewed_seqs.push(reviewed);
             previous = reviewed;
         }
         let violation_count = input.u64("violation count")?;
@@ -419,7 +480,7 @@ impl<'b> Reader<'b> {
         Ok(found)
     }
 
-    fn span(&mut self, ids: &Ids, what: &str) -> Result<IdSpan, String> {
+    fn span(&mut self, ids: &str, what: &str) -> Result<IdSpan, String> {
         let at = self.at;
         let start = self.offset(what)?;
         let end = self.offset(what)?;
@@ -476,7 +537,7 @@ impl Row<'_> {
         }
     }
 
-    fn span(&self, place: usize, ids: &Ids, what: &str) -> Result<IdSpan, String> {
+    fn span(&self, place: usize, ids: &str, what: &str) -> Result<IdSpan, String> {
         let start = self.offset(place);
         let end = self.offset(place + self.width);
         id_span(ids, start, end).ok_or_else(|| {
@@ -485,6 +546,14 @@ impl Row<'_> {
                 self.at + place
             )
         })
+    }
+
+    /// The id at `place`, its offsets as they are (one that does not fit a
+    /// `usize` reads as `usize::MAX`, off the ids).
+    fn checked_span(&self, place: usize) -> IdSpan {
+        let start = usize::try_from(self.offset(place)).unwrap_or(usize::MAX);
+        let end = usize::try_from(self.offset(place + self.width)).unwrap_or(usize::MAX);
+        IdSpan { start, end }
     }
 
     fn seq_at_most(&self, place: usize, seq: u64, what: &str) -> Result<u64, String> {
@@ -519,14 +588,57 @@ fn le_u64(bytes: &[u8], place: usize) -> u64 {
 
 /// The id from offset `start` to `end` of `ids`, when both are on character
 /// boundaries within it, in order.
-fn id_span(ids: &Ids, start: u64, end: u64) -> Option<IdSpan> {
+fn id_span(ids: &str, start: u64, end: u64) -> Option<IdSpan> {
     let start = usize::try_from(start).ok()?;
     let end = usize::try_from(end).ok()?;
     let within = start <= end
-        && end <= ids.text.len()
-        && ids.text.is_char_boundary(start)
-        && ids.text.is_char_boundary(end);
+        && end <= ids.len()
+        && ids.is_char_boundary(start)
+        && ids.is_char_boundary(end);
     within.then_some(IdSpan { start, end })
+}
+
+/// The text of `span`, which [`id_span`] found within `ids`.
+fn id_text(ids: &str, span: IdSpan) -> &str {
+    ids.get(span.start..span.end).unwrap_or_default()
+}
+
+/// The call a row of the snapshot holds, with id offsets of `width` bytes,
+/// its fields as they are (whether the decode checked them is as its
+/// [`SnapshotTrust`] said; an offset that does not fit a `usize` reads as
+/// one off the ids).
+pub(crate) fn call_from_row(row: &[u8], width: usize) -> CallEntry {
+    let row = Row {
+        bytes: row,
+        at: 0,
+        width,
+    };
+    let flags = row.bytes[6 * width + 8];
+    CallEntry {
+        call_id: row.checked_span(0),
+        seq: le_u64(row.bytes, 2 * width),
+        step_id: row.checked_span(2 * width + 8),
+        name: row.checked_span(4 * width + 8),
+        own: flags & 1 != 0,
+        settled: flags & 2 != 0,
+    }
+}
+
+/// The request a row of the snapshot holds, with id offsets of `width`
+/// bytes, as [`call_from_row`] reads a call.
+pub(crate) fn request_from_row(row: &[u8], width: usize) -> RequestEntry {
+    let row = Row {
+        bytes: row,
+        at: 0,
+        width,
+    };
+    let flags = row.bytes[2 * width + 8];
+    RequestEntry {
+        request_id: row.checked_span(0),
+        seq: le_u64(row.bytes, 2 * width),
+        own: flags & 1 != 0,
+        decided: flags & 2 != 0,
+    }
 }
 
 /// Refuses a `what` row (a call or a request) at byte `at` whose id is
@@ -554,13 +666,28 @@ mod tests {
 
     use crate::state::tests::arbitrary_log;
     use crate::test_log::{projection_json, Log};
-    use crate::{Defaults, SessionState};
+    use crate::{Defaults, SessionState, SnapshotTrust};
+
+    /// `bytes` decoded as the state of `log`'s session, read as a store
+    /// reads bytes whose CRC matched.
+    fn decode_crc_matched(log: &Log, bytes: &[u8]) -> Result<SessionState, String> {
+        let body = log.header.to_body();
+        // Behind other bytes, as a store's state is behind its header.
+        let buffer = [b"header".as_slice(), bytes].concat();
+        SessionState::decode_snapshot_in(
+            log.header.clone(),
+            &body,
+            buffer,
+            6..6 + bytes.len(),
+            SnapshotTrust::CrcMatched,
+        )
+    }
 
     /// Where the first call row starts in `state`'s snapshot, and its
     /// length: found by locating the call ids' offsets, not assumed.
     fn call_rows(state: &SessionState, bytes: &[u8]) -> (usize, usize) {
         let row = super::call_row(4);
-        let calls = state.calls.entries.len();
+        let calls = state.calls.len();
         let count = (calls as u64).to_le_bytes();
         let at = (0..bytes.len() - 8)
             .find(|&at| bytes[at..at + 8] == count && bytes.len() - (at + 8) >= calls * row)
@@ -631,10 +758,15 @@ mod tests {
             let mut resumed = SessionState::decode_snapshot(log.header.clone(), &body, &bytes)
                 .map_err(TestCaseError::fail)?;
             prop_assert_eq!(&resumed, &prefix);
+            let mut trusted = decode_crc_matched(&log, &bytes).map_err(TestCaseError::fail)?;
+            prop_assert_eq!(&trusted, &prefix);
             for record in &log.events[at..] {
                 let _ = resumed.apply(record);
+                let _ = trusted.apply(record);
             }
             prop_assert_eq!(&resumed, &whole);
+            prop_assert_eq!(&trusted, &whole);
+            prop_assert_eq!(trusted.encode_snapshot(), whole.encode_snapshot());
             prop_assert_eq!(
                 projection_json(&resumed, &Defaults::default()),
                 projection_json(&whole, &Defaults::default())
@@ -702,6 +834,38 @@ mod tests {
             }
             let cut = cut.index(bytes.len());
             let _ = SessionState::decode_snapshot(log.header.clone(), &body, &bytes[..cut]);
+        }
+
+        #[test]
+        fn damaged_bytes_read_as_crc_matched_give_an_error_or_a_state_that_folds_without_a_panic(
+            log in arbitrary_log(),
+            at in 0usize..40,
+            flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+        ) {
+            // Bytes written to match their CRC on purpose reach the decode
+            // unchecked row by row: whatever they hold, the state they give
+            // folds, rolls back, projects and encodes without a panic.
+            let at = at.min(log.events.len());
+            let (prefix, _) = crate::fold(log.header.clone(), &log.events[..at]);
+            let mut bytes = prefix.encode_snapshot();
+            for (index, byte) in flips {
+                let index = index.index(bytes.len());
+                bytes[index] ^= byte;
+            }
+            if let Ok(mut decoded) = decode_crc_matched(&log, &bytes) {
+                let mark = decoded.mark();
+                for record in &log.events[at..] {
+                    let _ = decoded.apply(record);
+                }
+                decoded.rollback(mark);
+                for record in &log.events[at..] {
+                    let _ = decoded.apply(record);
+                }
+                let _ = projection_json(&decoded, &Defaults::default());
+                let _ = decoded.pending_approvals();
+                let _ = decoded.reviewed_seqs().count();
+                let _ = decoded.encode_snapshot();
+            }
         }
     }
 }

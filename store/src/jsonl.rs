@@ -654,13 +654,13 @@ fn resume_point(
             return None;
         }
     };
-    let checked =
-        state_snapshot::decode(&bytes, header, header_body).and_then(|(state, anchor)| {
-            record_ends_at(file, &header.id, anchor)?;
-            Ok((state, anchor))
-        });
+    let size = bytes.len();
+    let checked = state_snapshot::decode(bytes, header, header_body).and_then(|(state, anchor)| {
+        record_ends_at(file, &header.id, anchor)?;
+        Ok((state, anchor))
+    });
     match checked {
-        Ok((state, anchor)) => Some((state, anchor, bytes.len())),
+        Ok((state, anchor)) => Some((state, anchor, size)),
         Err(why) => {
             state_snapshot::ignored(&header.id, snapshot, &why);
             None

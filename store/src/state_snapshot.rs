@@ -12,7 +12,7 @@
 //! ignored (and replaced by the next one written), never an error.
 //! `verify`, export, migration and fork never read one.
 
-use sessionlog_projections::SessionState;
+use sessionlog_projections::{SessionState, SnapshotTrust};
 use sessionlog_schema::{SessionHeader, SessionId};
 
 /// The snapshot format this build writes and reads.
@@ -101,8 +101,15 @@ pub(crate) fn header_crc(header_body: &str) -> u32 {
 /// snapshot of this format, of session `header.id` with this header body;
 /// why not otherwise. The anchor is left to the caller to check against
 /// the log.
+///
+/// The state keeps `bytes` and reads its calls, requests, ids and reviewed
+/// seqs in place there (`SessionState::decode_snapshot_in`): a resume
+/// neither copies nor decodes them row by row. The bytes' CRC is checked
+/// first, so the calls' rows and the reviewed seqs are not checked one by
+/// one ([`SnapshotTrust::CrcMatched`]): a torn or damaged snapshot is
+/// refused by its CRC.
 pub(crate) fn decode(
-    bytes: &[u8],
+    bytes: Vec<u8>,
     header: &SessionHeader,
     header_body: &str,
 ) -> Result<(SessionState, SnapshotAnchor), String> {
@@ -141,11 +148,18 @@ pub(crate) fn decode(
         lines: input.u64()?,
     };
     let state_len = usize::try_from(input.u64()?).map_err(|_| "too long".to_owned())?;
-    let state_bytes = input.take(state_len)?;
+    let state_at = content.len() - input.bytes.len();
+    input.take(state_len)?;
     if !input.bytes.is_empty() {
         return Err("bytes follow the state".to_owned());
     }
-    let state = SessionState::decode_snapshot(header.clone(), header_body, state_bytes)?;
+    let state = SessionState::decode_snapshot_in(
+        header.clone(),
+        header_body,
+        bytes,
+        state_at..state_at + state_len,
+        SnapshotTrust::CrcMatched,
+    )?;
     if state.seq() != anchor.seq || anchor.seq == 0 {
         return Err(format!(
             "its state is at seq {}, its anchor at seq {}",
@@ -230,7 +244,7 @@ mod tests {
         let (bytes, header) = snapshot_bytes();
         let body = header.to_body();
         for format in [1, 2, STATE_SNAPSHOT_FORMAT + 1] {
-            let refused = decode(&with_format(bytes.clone(), format), &header, &body);
+            let refused = decode(with_format(bytes.clone(), format), &header, &body);
             assert_eq!(
                 refused.err(),
                 Some(format!(
@@ -239,7 +253,7 @@ mod tests {
             );
         }
         // The bytes as written get past the format (to the anchor check).
-        let decoded = decode(&bytes, &header, &body);
+        let decoded = decode(bytes, &header, &body);
         assert_eq!(
             decoded.err(),
             Some("its state is at seq 0, its anchor at seq 0".to_owned())

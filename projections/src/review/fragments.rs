@@ -78,7 +78,7 @@ impl ReviewFragments {
         let surface_start = state.last_checkpoint_seq();
         let mut fragments = ReviewFragments::new();
         let mut checkpoint_pending = surface_start;
-        for &seq in state.reviewed_seqs() {
+        for seq in state.reviewed_seqs() {
             if let Some(checkpoint) = checkpoint_pending.filter(|&c| seq > c) {
                 checkpoint_pending = None;
                 fragments.absorb_checkpoint_at(events, checkpoint);
@@ -120,7 +120,7 @@ impl ReviewFragments {
             self.seq = seq;
             if state.last_checkpoint_seq() == Some(seq) {
                 self.absorb_checkpoint(record);
-            } else if state.reviewed_seqs().binary_search(&seq).is_ok() {
+            } else if state.is_reviewed(seq) {
                 self.absorb_reviewed(header, record);
             }
         }

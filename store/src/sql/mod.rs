@@ -160,12 +160,13 @@ where
     let header_crc = state_snapshot::header_crc(&decoded.body);
     let resumed = match (keep_events, snapshot) {
         (false, Some((seq, anchor_crc, bytes))) => {
-            let checked = state_snapshot::decode(&bytes, &decoded.header, &decoded.body).and_then(
+            let size = bytes.len();
+            let checked = state_snapshot::decode(bytes, &decoded.header, &decoded.body).and_then(
                 |(state, anchor)| {
                     let matches = i64::try_from(anchor.seq).ok() == Some(seq)
                         && i64::from(anchor.record_crc) == anchor_crc;
                     match matches {
-                        true => Ok((state, anchor, bytes.len())),
+                        true => Ok((state, anchor, size)),
                         false => Err("its row and its bytes name different anchors".to_owned()),
                     }
                 },

@@ -798,14 +798,22 @@ impl SqliteStore {
                 let reader = self.shared.reader();
                 let found = reader
                     .query_row(
-                        "SELECT s.seq, s.anchor_crc, s.state FROM snapshots s
+                        "SELECT s.rowid, s.seq, s.anchor_crc FROM snapshots s
                            JOIN events e ON e.session_id = s.session_id AND e.seq = s.seq
                                         AND e.crc = s.anchor_crc
                           WHERE s.session_id = ?1 AND s.format = ?2",
                         params![id.as_str(), state_snapshot::STATE_SNAPSHOT_FORMAT],
                         |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
                     )
-                    .optional();
+                    .optional()
+                    .and_then(|found| {
+                        found
+                            .map(|(rowid, seq, anchor_crc)| {
+                                let state = snapshot_state(&reader, rowid)?;
+                                Ok((seq, anchor_crc, state))
+                            })
+                            .transpose()
+                    });
                 found
                     .map_err(|error| {
                         state_snapshot::ignored(id, &self.shared.path, &error.to_string())
@@ -1214,4 +1222,17 @@ fn event_owners(connection: &Connection, path: &Path) -> Result<Vec<String>, Sto
         owners.push(owner);
     }
     Ok(owners)
+}
+
+/// The `state` bytes of the snapshot row `rowid`, read through SQLite's
+/// incremental blob I/O straight into one buffer (a column read would copy
+/// them into SQLite's buffer first, then into a `Vec`): at 1M events they
+/// are some 10 MB, and the state keeps them and reads them in place. The
+/// row may have been rewritten since the caller read its anchor; the
+/// anchor the bytes name is checked against that one before they are used.
+fn snapshot_state(reader: &Connection, rowid: i64) -> rusqlite::Result<Vec<u8>> {
+    let blob = reader.blob_open(rusqlite::MAIN_DB, c"snapshots", c"state", rowid, true)?;
+    let mut bytes = vec![0u8; blob.len()];
+    blob.read_at_exact(&mut bytes, 0)?;
+    Ok(bytes)
 }
