@@ -522,6 +522,33 @@ impl SessionState {
         self.apply_parsed(record, || view)
     }
 
+    /// [`apply_viewed`](Self::apply_viewed), with the hash chain left to
+    /// the caller, who computes it elsewhere (on another thread, beside a
+    /// long read): the chain value is not advanced, save that before an own
+    /// seal is checked it is set to `chain_before()`, which must be the
+    /// chain through every record folded before this one (what the seal
+    /// must hold). Same acceptance, same violations, same effects. When
+    /// done, the caller sets the chain through the last record folded with
+    /// [`set_chain`](Self::set_chain).
+    pub fn apply_viewed_unchained(
+        &mut self,
+        record: &EventRecord,
+        view: Result<EventView<'_>, ShapeError>,
+        chain_before: impl FnOnce() -> ChainValue,
+    ) -> Result<(), Violation> {
+        if matches!(view, Ok(EventView::Seal(_))) && self.is_own(record.seq()) {
+            self.chain = chain_before();
+        }
+        self.fold_parsed(record, || view, false)
+    }
+
+    /// Sets the chain value through [`seq`](Self::seq), which a fold by
+    /// [`apply_viewed_unchained`](Self::apply_viewed_unchained) left to its
+    /// caller.
+    pub fn set_chain(&mut self, chain: ChainValue) {
+        self.chain = chain;
+    }
+
     /// [`apply`](Self::apply) with the parse of the record's data, called
     /// only once the seq is right.
     fn apply_parsed<'v>(
@@ -529,9 +556,22 @@ impl SessionState {
         record: &EventRecord,
         parse: impl FnOnce() -> Result<EventView<'v>, ShapeError>,
     ) -> Result<(), Violation> {
+        self.fold_parsed(record, parse, true)
+    }
+
+    /// [`apply_parsed`](Self::apply_parsed), advancing the chain only when
+    /// `chained`.
+    fn fold_parsed<'v>(
+        &mut self,
+        record: &EventRecord,
+        parse: impl FnOnce() -> Result<EventView<'v>, ShapeError>,
+        chained: bool,
+    ) -> Result<(), Violation> {
         let checked = self.check_parsed(record, parse);
         self.seq = self.seq.saturating_add(1);
-        self.chain = self.chain.next(record.body());
+        if chained {
+            self.chain = self.chain.next(record.body());
+        }
         match checked {
             Ok(view) => {
                 self.absorb(self.seq, view);

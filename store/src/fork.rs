@@ -22,10 +22,13 @@
 //! the parent's bytes are read once and checked once.
 
 use std::fs::File;
+use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::thread::ScopedJoinHandle;
 
 use sessionlog_projections::{delegate_from_state, Defaults, DelegationError, SessionState};
-use sessionlog_schema::{encode_line_into, EventRecord, SessionHeader, SessionId};
+use sessionlog_schema::{encode_line_into, ChainValue, EventRecord, SessionHeader, SessionId};
 
 use crate::io::Io;
 use crate::jsonl::snapshot_log_state;
@@ -156,7 +159,7 @@ pub(crate) fn fork_log(
     let mut spool =
         Temporary::create(io, folder.join(format!(".{child}.jsonl.spool.tmp-{token}")))?;
     let result =
-        copy_parent(parent_path, parent_id, child, &mut spool, io).and_then(|mut state| {
+        copy_parent(parent_path, parent_id, child, &mut spool, false, io).and_then(|mut state| {
             let seed = delegate_from_state(
                 &state,
                 child.clone(),
@@ -228,6 +231,7 @@ impl Direct<'_> {
             self.parent_id.clone(),
             self.child,
             &mut child,
+            true,
             io,
         )?;
         if delegate(&state)? != seed {
@@ -264,52 +268,368 @@ impl Drop for Temporary {
 }
 
 /// Reads the parent's good prefix, folding it, and writes each record into
-/// `spool` (the spool, or the child's own temporary file) signed for
-/// `child`. Returns the parent's fold. A rule violation
-/// stops the copy but not the read: corruption further on outranks it.
+/// `out` (the spool, or the child's own temporary file) signed for `child`.
+/// Returns the parent's fold. A rule violation stops the copy but not the
+/// read: corruption further on outranks it.
+///
+/// The work is spread over the two cores a machine commonly has: a
+/// reading thread reads the parent in chunks of [`BLOCK_BYTES`]
+/// ([`read_chunks`]); this one splits them into records and checks and
+/// folds each (CRC, seq, decode, rules) and hands the bodies of those that
+/// passed, in blocks of about [`BLOCK_BYTES`], to a writer thread, which
+/// runs the hash chain over them and writes them signed for the child
+/// ([`write_records`]). Each hand-over is a bounded channel. The fold asks
+/// the writer for the chain only at an own seal, which must hold it.
+/// Memory is the fold and a few chunks and blocks.
+///
+/// With `write_back` (`out` is the child itself), a third thread fdatasyncs
+/// `out` after every [`WRITE_BACK_BYTES`] written, so that its pages go to
+/// the disk while the parent is still being read, and the child's final
+/// fdatasync has only the last of them to wait for.
 fn copy_parent(
     parent_path: &Path,
     parent_id: Option<SessionId>,
     child: &SessionId,
-    spool: &mut Temporary,
+    out: &mut Temporary,
+    write_back: bool,
     io: &Io,
 ) -> Result<SessionState, StoreError> {
-    let mut reader = LogReader::open(parent_path, parent_id)?;
-    let mut refusal = Refusal::default();
-    if let Some(error) = SessionStream::header_vocabulary_errors(&reader).first() {
-        refusal.note(StoreError::HeaderVocabulary {
-            path: parent_path.to_owned(),
-            error: error.clone(),
+    let mut parent = crate::reader::open_log_for_reading(parent_path)?;
+    let syncer_file = if write_back {
+        let clone = out.file.try_clone();
+        Some(clone.map_err(|source| StoreError::io("open", &out.path, source))?)
+    } else {
+        None
+    };
+    let Temporary { path, file } = out;
+    let path: &Path = path;
+    let (chunk_sender, chunk_receiver) = mpsc::sync_channel(BLOCKS_IN_FLIGHT);
+    let (used_sender, used_receiver) = mpsc::sync_channel(BLOCKS_IN_FLIGHT + 2);
+    let (block_sender, block_receiver) = mpsc::sync_channel(BLOCKS_IN_FLIGHT);
+    let (chain_sender, chain_receiver) = mpsc::sync_channel(1);
+    let (spare_sender, spare_receiver) = mpsc::sync_channel(BLOCKS_IN_FLIGHT + 2);
+    std::thread::scope(|scope| {
+        // Ends at the end of the file, or when the chunks' receiver (in
+        // `reader`, dropped on every way out of this scope) is gone.
+        scope.spawn(move || read_chunks(&mut parent, &chunk_sender, &used_receiver));
+        let chunks = Chunks {
+            chunks: chunk_receiver,
+            used: used_sender,
+            chunk: Vec::new(),
+            at: 0,
+        };
+        let mut reader = LogReader::new(chunks, parent_path, parent_id)?;
+        let mut refusal = Refusal::default();
+        if let Some(error) = SessionStream::header_vocabulary_errors(&reader).first() {
+            refusal.note(StoreError::HeaderVocabulary {
+                path: parent_path.to_owned(),
+                error: error.clone(),
+            });
+        }
+        let mut state =
+            SessionState::with_header_body(reader.header().clone(), reader.header_body());
+        let genesis = state.chain();
+        let (sync_sender, syncer) = match syncer_file {
+            Some(syncer_file) => {
+                let (sender, receiver) = mpsc::sync_channel::<()>(1);
+                let syncer = scope.spawn(move || {
+                    for () in receiver {
+                        io.sync_data(&syncer_file, path)
+                            .map_err(|source| StoreError::io("fdatasync", path, source))?;
+                    }
+                    Ok::<(), StoreError>(())
+                });
+                (Some(sender), Some(syncer))
+            }
+            None => (None, None),
+        };
+        let writer = scope.spawn(move || {
+            let pipe = WriterPipe {
+                blocks: block_receiver,
+                chains: chain_sender,
+                spare: spare_sender,
+                write_back: sync_sender,
+            };
+            write_records(child, genesis, pipe, file, path, io)
         });
+        let mut feed = Feed {
+            block: Block::default(),
+            blocks: Some(block_sender),
+            chains: chain_receiver,
+            spare: spare_receiver,
+        };
+        let read = (|| {
+            while let Some(event) = reader.next_event_folded_unchained(&mut state, || {
+                // A writer that stopped has an error, which is returned
+                // before the fold's verdict on this seal is looked at.
+                feed.chain().unwrap_or(genesis)
+            })? {
+                if let Err(violation) = event.folded {
+                    refusal.note(StoreError::Rule {
+                        path: parent_path.to_owned(),
+                        violation,
+                    });
+                    break;
+                }
+                if !feed.push(event.record.body()) {
+                    break;
+                }
+            }
+            Ok::<(), StoreError>(())
+        })();
+        feed.close();
+        let written = join(writer);
+        let synced = syncer.map_or(Ok(()), join);
+        read?;
+        synced?;
+        state.set_chain(written?);
+        let summary = reader.finish()?;
+        refusal.into_result()?;
+        if let Some(torn) = &summary.torn_tail {
+            warn_torn_parent(parent_path, torn);
+        }
+        Ok(state)
+    })
+}
+
+/// The reading thread of [`copy_parent`]: reads `file` to its end in
+/// chunks of [`BLOCK_BYTES`] (filled again from `used`, those the fold is
+/// done with), sent in order; a read error is sent, and ends it.
+fn read_chunks(
+    file: &mut File,
+    chunks: &SyncSender<std::io::Result<Vec<u8>>>,
+    used: &Receiver<Vec<u8>>,
+) {
+    loop {
+        let mut chunk = used.try_recv().unwrap_or_default();
+        chunk.resize(BLOCK_BYTES, 0);
+        let read = loop {
+            match file.read(&mut chunk) {
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                other => break other,
+            }
+        };
+        let message = match read {
+            Ok(0) => return,
+            Ok(len) => {
+                chunk.truncate(len);
+                Ok(chunk)
+            }
+            Err(error) => Err(error),
+        };
+        let failed = message.is_err();
+        if chunks.send(message).is_err() || failed {
+            return;
+        }
     }
-    let mut state = SessionState::with_header_body(reader.header().clone(), reader.header_body());
+}
+
+/// The parent's bytes as [`read_chunks`] sends them, read by the fold's
+/// thread without a copy of its own.
+#[derive(Debug)]
+struct Chunks {
+    chunks: Receiver<std::io::Result<Vec<u8>>>,
+    /// Where chunks read go back to be filled again.
+    used: SyncSender<Vec<u8>>,
+    chunk: Vec<u8>,
+    /// How much of `chunk` was consumed.
+    at: usize,
+}
+
+impl Read for Chunks {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let available = self.fill_buf()?;
+        let len = available.len().min(buf.len());
+        buf[..len].copy_from_slice(&available[..len]);
+        self.consume(len);
+        Ok(len)
+    }
+}
+
+impl BufRead for Chunks {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        if self.at == self.chunk.len() {
+            // A closed channel is the end of the file.
+            if let Ok(next) = self.chunks.recv() {
+                let used = std::mem::replace(&mut self.chunk, next?);
+                self.at = 0;
+                let _ = self.used.try_send(used);
+            }
+        }
+        Ok(&self.chunk[self.at..])
+    }
+
+    fn consume(&mut self, amount: usize) {
+        self.at = (self.at + amount).min(self.chunk.len());
+    }
+}
+
+/// Bytes of records' bodies handed to the writer thread at a time.
+const BLOCK_BYTES: usize = 1 << 20;
+
+/// Blocks that may wait in the channel to the writer thread.
+const BLOCKS_IN_FLIGHT: usize = 2;
+
+/// Bytes written to a child between two fdatasyncs that start its
+/// write-back early.
+const WRITE_BACK_BYTES: u64 = 16 << 20;
+
+/// The bodies of consecutive records, one after the other, and where each
+/// ends.
+#[derive(Debug, Default)]
+struct Block {
+    text: String,
+    ends: Vec<usize>,
+}
+
+impl Block {
+    fn bodies(&self) -> impl Iterator<Item = &str> {
+        let mut start = 0;
+        self.ends.iter().map(move |&end| {
+            let body = &self.text[start..end];
+            start = end;
+            body
+        })
+    }
+
+    fn clear(&mut self) {
+        self.text.clear();
+        self.ends.clear();
+    }
+}
+
+/// What the reading thread sends the writer thread.
+#[derive(Debug)]
+enum ToWriter {
+    /// Records to hash and write.
+    Block(Block),
+    /// A request for the chain value through every record sent.
+    Chain,
+}
+
+/// The reading thread's end of the channels to the writer thread.
+#[derive(Debug)]
+struct Feed {
+    block: Block,
+    /// `None` once closed.
+    blocks: Option<SyncSender<ToWriter>>,
+    chains: Receiver<ChainValue>,
+    /// Blocks the writer is done with, to fill again.
+    spare: Receiver<Block>,
+}
+
+impl Feed {
+    /// Adds a record's body; false when the writer thread has stopped (on
+    /// an error, which joining it returns).
+    fn push(&mut self, body: &str) -> bool {
+        self.block.text.push_str(body);
+        self.block.ends.push(self.block.text.len());
+        self.block.text.len() < BLOCK_BYTES || self.send_block()
+    }
+
+    fn send_block(&mut self) -> bool {
+        if self.block.ends.is_empty() {
+            return true;
+        }
+        let next = self.spare.try_recv().unwrap_or_else(|_| Block {
+            text: String::with_capacity(BLOCK_BYTES + (64 << 10)),
+            ends: Vec::with_capacity(BLOCK_BYTES / 128),
+        });
+        let full = std::mem::replace(&mut self.block, next);
+        self.send(ToWriter::Block(full))
+    }
+
+    fn send(&mut self, message: ToWriter) -> bool {
+        self.blocks
+            .as_ref()
+            .is_some_and(|blocks| blocks.send(message).is_ok())
+    }
+
+    /// The chain value through every record pushed; `None` when the writer
+    /// thread has stopped.
+    fn chain(&mut self) -> Option<ChainValue> {
+        if !self.send_block() || !self.send(ToWriter::Chain) {
+            return None;
+        }
+        self.chains.recv().ok()
+    }
+
+    /// Sends what is left and closes the channel: the writer thread ends
+    /// when it has written it.
+    fn close(&mut self) {
+        self.send_block();
+        self.blocks = None;
+    }
+}
+
+/// The writer thread's ends of the channels.
+#[derive(Debug)]
+struct WriterPipe {
+    blocks: Receiver<ToWriter>,
+    chains: SyncSender<ChainValue>,
+    spare: SyncSender<Block>,
+    /// To the thread that fdatasyncs the child early, if any.
+    write_back: Option<SyncSender<()>>,
+}
+
+/// The writer thread: runs the hash chain from `genesis` over the bodies
+/// received, and writes each record signed for `child` into `file` (at
+/// `path`) in chunks of about [`SPOOL_CHUNK_BYTES`], until the channel is
+/// closed. Returns the chain through the last record.
+fn write_records(
+    child: &SessionId,
+    genesis: ChainValue,
+    pipe: WriterPipe,
+    file: &mut File,
+    path: &Path,
+    io: &Io,
+) -> Result<ChainValue, StoreError> {
+    let mut chain = genesis;
     let mut buffer = Vec::with_capacity(SPOOL_CHUNK_BYTES + (64 << 10));
+    let mut unsynced = 0u64;
     let mut flush = |buffer: &mut Vec<u8>| -> Result<(), StoreError> {
-        io.write_all(&mut spool.file, &spool.path, buffer)
-            .map_err(|source| StoreError::io("write", &spool.path, source))?;
+        io.write_all(file, path, buffer)
+            .map_err(|source| StoreError::io("write", path, source))?;
+        unsynced += buffer.len() as u64;
         buffer.clear();
+        if let Some(write_back) = &pipe.write_back {
+            // The syncer takes every byte written so far: while it is
+            // busy, one request waits and more are not needed.
+            if unsynced >= WRITE_BACK_BYTES && write_back.try_send(()).is_ok() {
+                unsynced = 0;
+            }
+        }
         Ok(())
     };
-    while let Some(event) = reader.next_event_folded(&mut state)? {
-        if let Err(violation) = event.folded {
-            refusal.note(StoreError::Rule {
-                path: parent_path.to_owned(),
-                violation,
-            });
-            break;
-        }
-        encode_line_into(child, event.record.body(), &mut buffer);
-        if buffer.len() >= SPOOL_CHUNK_BYTES {
-            flush(&mut buffer)?;
+    for message in pipe.blocks {
+        match message {
+            ToWriter::Block(mut block) => {
+                for body in block.bodies() {
+                    chain = chain.next(body);
+                    encode_line_into(child, body, &mut buffer);
+                    if buffer.len() >= SPOOL_CHUNK_BYTES {
+                        flush(&mut buffer)?;
+                    }
+                }
+                block.clear();
+                let _ = pipe.spare.try_send(block);
+            }
+            ToWriter::Chain => {
+                if pipe.chains.send(chain).is_err() {
+                    break;
+                }
+            }
         }
     }
     flush(&mut buffer)?;
-    let summary = reader.finish()?;
-    refusal.into_result()?;
-    if let Some(torn) = &summary.torn_tail {
-        warn_torn_parent(parent_path, torn);
-    }
-    Ok(state)
+    Ok(chain)
+}
+
+/// The result of a thread of [`copy_parent`]; its panic goes on.
+fn join<T>(handle: ScopedJoinHandle<'_, Result<T, StoreError>>) -> Result<T, StoreError> {
+    handle
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// Says, through `tracing`, that a fork ignores its parent's torn tail.
@@ -389,6 +709,7 @@ mod tests {
     use super::*;
     use crate::store::tests::{event, header, id, note, ok};
     use crate::{Durability, Store, WriterOptions};
+    use sessionlog_projections::ViolationKind;
     use sessionlog_schema::ApprovalPolicy;
 
     /// A store in `folder` with session `p` of 1,500 events (a policy, a
@@ -488,5 +809,74 @@ mod tests {
         assert!(!child_path.exists(), "nothing is published");
         assert!(!direct.temp.exists(), "nothing is left behind");
         assert_eq!(fork_of(&store, "c").seed_length, 1_501);
+    }
+
+    /// A store in `folder` with session `p`: three runs of 400 notes, each
+    /// followed by an unsigned seal (seqs 401, 802, 1,203), closed by a
+    /// writer that kept a state snapshot.
+    fn sealed_parent(folder: &Path) -> Store {
+        let store = ok(Store::create(folder));
+        ok(store.create_session(&header("p"), &[], Durability::Fsync));
+        let mut writer = ok(store.open_writer(&id("p"), WriterOptions::default()));
+        for run in 0..3 {
+            let notes = (0..400).map(|n| note(&format!("{run}-{n}"))).collect();
+            ok(writer.append_batch(notes, None));
+            ok(writer.seal(None, None));
+        }
+        drop(writer);
+        store
+    }
+
+    /// The parent's log with the chain of its seal at `seq` changed (its
+    /// CRC recomputed, so that only the seal check can find it).
+    fn break_seal(log: &Path, seq: u64) {
+        let text = ok(std::fs::read_to_string(log));
+        let mut out = Vec::new();
+        for line in text.lines() {
+            let body = &line[..line.rfind(",\"crc\":").unwrap_or(line.len())];
+            if body.starts_with(&format!("{{\"seq\":{seq},")) {
+                assert!(body.contains(r#""type":"seal""#), "{body}");
+                let at = body.find("sha256:").unwrap_or(0) + "sha256:".len();
+                let flipped = if &body[at..=at] == "0" { "1" } else { "0" };
+                let edited = format!("{}{flipped}{}", &body[..at], &body[at + 1..]);
+                encode_line_into(&id("p"), &edited, &mut out);
+            } else {
+                out.extend_from_slice(line.as_bytes());
+                out.push(b'\n');
+            }
+        }
+        ok(std::fs::write(log, out));
+    }
+
+    #[test]
+    fn the_parents_own_seals_are_checked_against_the_chain_its_copy_runs() {
+        for with_snapshot in [true, false] {
+            let folder = ok(tempfile::tempdir());
+            let store = sealed_parent(folder.path());
+            let parent_log = store.session_path(&id("p"));
+            let sidecar = crate::jsonl::state_snapshot_path(&parent_log);
+            if !with_snapshot {
+                ok(std::fs::remove_file(&sidecar));
+            }
+            assert_eq!(fork_of(&store, "good").seed_length, 1_203);
+            let (_, violations) = ok(store.snapshot(&id("good"))).fold();
+            assert!(violations.is_empty(), "{violations:?}");
+
+            break_seal(&parent_log, 802);
+            let refused = store.fork(&id("p"), &id("c"), Some("go"), &Defaults::default());
+            match refused {
+                Err(StoreError::Rule { violation, .. }) => {
+                    assert_eq!(violation.kind, ViolationKind::Seal, "{violation}");
+                    assert_eq!(violation.seq, 802, "{violation}");
+                }
+                other => panic!("with snapshot {with_snapshot}: a seal failure, not {other:?}"),
+            }
+            assert!(!store.session_path(&id("c")).exists());
+            let leftovers = ok(std::fs::read_dir(store.path()))
+                .filter_map(Result::ok)
+                .filter(|entry| entry.file_name().to_string_lossy().contains(".tmp-"))
+                .count();
+            assert_eq!(leftovers, 0, "no temporary file is left");
+        }
     }
 }

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 
 use sessionlog_projections::{Anchor, SessionState, Violation};
 use sessionlog_schema::{
-    ChainValue, Corruption, EventRecord, HeaderVocabularyError, LogScanner, Position, ScanSummary,
-    SessionHeader, SessionId, TornTail, MAX_RECORD_BYTES,
+    ChainValue, Corruption, EventRecord, EventView, HeaderVocabularyError, LogScanner, Position,
+    ScanSummary, SessionHeader, SessionId, ShapeError, TornTail, MAX_RECORD_BYTES,
 };
 
 use crate::{Refusal, StoreError};
@@ -197,9 +197,42 @@ impl<R: BufRead> LogReader<R> {
         &mut self,
         state: &mut SessionState,
     ) -> Result<Option<FoldedEvent>, StoreError> {
+        self.next_event_folded_by(|record, view| match view {
+            Some(view) => state.apply_viewed(record, view),
+            None => state.apply(record),
+        })
+    }
+
+    /// [`next_event_folded`](Self::next_event_folded), the chain left to
+    /// the caller ([`SessionState::apply_viewed_unchained`]): `chain_before`
+    /// is called before an own seal is checked, and must return the chain
+    /// through every event this reader returned before.
+    pub fn next_event_folded_unchained(
+        &mut self,
+        state: &mut SessionState,
+        chain_before: impl FnOnce() -> ChainValue,
+    ) -> Result<Option<FoldedEvent>, StoreError> {
+        self.next_event_folded_by(|record, view| match view {
+            Some(view) => state.apply_viewed_unchained(record, view, chain_before),
+            None => {
+                let view = EventView::parse(record.event_type(), record.data());
+                state.apply_viewed_unchained(record, view, chain_before)
+            }
+        })
+    }
+
+    /// The next event of the good prefix, folded by `fold`, given the view
+    /// of its data when the scan that decoded it read one.
+    fn next_event_folded_by(
+        &mut self,
+        fold: impl FnOnce(
+            &EventRecord,
+            Option<Result<EventView<'_>, ShapeError>>,
+        ) -> Result<(), Violation>,
+    ) -> Result<Option<FoldedEvent>, StoreError> {
         loop {
             if let Some(record) = self.queue.pop_front() {
-                let folded = state.apply(&record);
+                let folded = fold(&record, None);
                 return Ok(Some(FoldedEvent { record, folded }));
             }
             if self.exhausted {
@@ -221,7 +254,7 @@ impl<R: BufRead> LogReader<R> {
                 })?;
             match (view, self.ready.pop()) {
                 (Some(view), Some(record)) => {
-                    let folded = state.apply_viewed(&record, view);
+                    let folded = fold(&record, Some(view));
                     return Ok(Some(FoldedEvent { record, folded }));
                 }
                 (_, last) => {
