@@ -108,10 +108,11 @@ impl Target {
                     }
                     None => store.ids()?,
                 };
+                let store_part = format!("{}#", store.path().display());
                 Ok(ids
                     .into_iter()
                     .map(|id| SessionRef {
-                        label: format!("{}#{id}", store.path().display()),
+                        label: [store_part.as_str(), id.as_str()].concat(),
                         id,
                     })
                     .collect())
@@ -130,14 +131,18 @@ impl Target {
         let audit = store.audit(true)?;
         let ids = match session {
             Some(_) => self.sessions(session)?,
-            None => audit
-                .ids
-                .into_iter()
-                .map(|id| SessionRef {
-                    label: format!("{}#{id}", store.path().display()),
-                    id,
-                })
-                .collect(),
+            None => {
+                // `store#id`, from the store's part formatted once.
+                let store_part = format!("{}#", store.path().display());
+                audit
+                    .ids
+                    .into_iter()
+                    .map(|id| SessionRef {
+                        label: [store_part.as_str(), id.as_str()].concat(),
+                        id,
+                    })
+                    .collect()
+            }
         };
         Ok((ids, audit.damage))
     }

@@ -114,24 +114,46 @@ pub(crate) fn audit_catalogue(
     event_owners: Vec<String>,
 ) -> StoreAudit {
     let mut audit = StoreAudit::default();
-    let rows: BTreeSet<String> = session_rows.iter().cloned().collect();
+    // Both lists come sorted from SQLite (`ORDER BY`): then one walk
+    // through them both finds the owners without a row, with no set of
+    // every id.
+    let orphans: Vec<&String> = match session_rows.is_sorted() && event_owners.is_sorted() {
+        true => {
+            let mut rows = session_rows.iter().peekable();
+            event_owners
+                .iter()
+                .filter(|owner| {
+                    while rows.next_if(|row| row < owner).is_some() {}
+                    rows.peek() != Some(owner)
+                })
+                .collect()
+        }
+        false => {
+            let rows: BTreeSet<&String> = session_rows.iter().collect();
+            event_owners
+                .iter()
+                .filter(|owner| !rows.contains(owner))
+                .collect()
+        }
+    };
+    for owner in orphans {
+        audit.damage.push(damaged(
+            database,
+            format!("events of session {owner:?} have no session row"),
+        ));
+    }
+    let mut invalid = Vec::new();
     for text in session_rows {
         match SessionId::parse(&text) {
             Ok(id) => audit.ids.push(id),
-            Err(error) => audit.damage.push(damaged(
+            Err(error) => invalid.push(damaged(
                 database,
                 format!("a session row holds the invalid id {text:?} ({error})"),
             )),
         }
     }
-    for owner in event_owners {
-        if !rows.contains(&owner) {
-            audit.damage.push(damaged(
-                database,
-                format!("events of session {owner:?} have no session row"),
-            ));
-        }
-    }
+    invalid.append(&mut audit.damage);
+    audit.damage = invalid;
     audit.ids.sort();
     audit
 }
@@ -360,6 +382,33 @@ mod tests {
             assert_eq!(column.as_str(), text);
             let inline = matches!(column, TypeColumn::Inline { .. });
             assert_eq!(inline, text.len() <= INLINE_TYPE_BYTES, "{text}");
+        }
+    }
+
+    #[test]
+    fn orphan_events_are_found_in_sorted_and_unsorted_lists_alike() {
+        let owned =
+            |texts: &[&str]| -> Vec<String> { texts.iter().map(|t| (*t).to_owned()).collect() };
+        for (rows, owners) in [
+            (owned(&["a", "c", "e"]), owned(&["a", "b", "c", "d", "f"])),
+            (owned(&["e", "a", "c"]), owned(&["f", "b", "a", "d", "c"])),
+        ] {
+            let audit = audit_catalogue(Path::new("s.db"), rows, owners);
+            let (ids, damage) = words(&audit);
+            assert_eq!(ids, ["a", "c", "e"]);
+            let named: Vec<&str> = damage
+                .iter()
+                .map(|message| {
+                    ["\"b\"", "\"d\"", "\"f\""]
+                        .into_iter()
+                        .find(|owner| message.contains(owner))
+                        .unwrap_or("?")
+                })
+                .collect();
+            assert_eq!(named.len(), 3, "{damage:#?}");
+            let mut sorted = named.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, ["\"b\"", "\"d\"", "\"f\""], "{damage:#?}");
         }
     }
 

@@ -137,6 +137,7 @@ use crate::StoreError;
 
 mod committer;
 mod schema;
+mod sweep;
 #[cfg(test)]
 mod tests;
 
@@ -186,6 +187,8 @@ impl Drop for HeldRead {
             let reader = shared.reader();
             let _ = reader.execute_batch("COMMIT");
             shared.held_reads.fetch_add(1, Ordering::Relaxed);
+            // What was read ahead is of the read ended.
+            *shared.sweep() = sweep::Sweep::default();
         }
     }
 }
@@ -218,6 +221,9 @@ struct Shared {
     /// rows to their end while the count is still the one it was made at:
     /// then it reads the snapshot its session row was read in.
     held_reads: AtomicU64,
+    /// The rows read ahead in the held read, if any (locked after
+    /// `reader`, and only with it).
+    sweep: Mutex<sweep::Sweep>,
     /// `None` for a store opened read-only: it writes nothing.
     committer: Option<Committer>,
     /// The schema version of the file: older than [`SCHEMA_VERSION`] only
@@ -425,6 +431,7 @@ impl SqliteStore {
                 locks,
                 reader: Mutex::new(reader),
                 held_reads: AtomicU64::new(0),
+                sweep: Mutex::new(sweep::Sweep::default()),
                 committer,
                 schema_version,
             }),
@@ -615,7 +622,18 @@ impl SqliteStore {
     /// no statement pays for taking and releasing SQLite's locks. Writers
     /// of other connections go on meanwhile, but the WAL cannot be
     /// checkpointed past the snapshot until the guard is dropped.
+    ///
+    /// Meanwhile sessions streamed one after the other in id order are
+    /// read ahead, in chunks of session rows and of event rows in key
+    /// order (`sweep`), rather than by statements of their own.
     pub(crate) fn hold_read(&self) -> Result<HeldRead, StoreError> {
+        self.hold(true)
+    }
+
+    /// [`SqliteStore::hold_read`], reading ahead only when `read_ahead`
+    /// (not for the one session of a snapshot). A read held already stays
+    /// as it is.
+    fn hold(&self, read_ahead: bool) -> Result<HeldRead, StoreError> {
         let reader = self.shared.reader();
         if !reader.is_autocommit() {
             return Ok(HeldRead { shared: None });
@@ -623,7 +641,10 @@ impl SqliteStore {
         reader
             .execute_batch("BEGIN DEFERRED")
             .map_err(sqlite_error("begin a read", &self.shared.path))?;
-        self.shared.held_reads.fetch_add(1, Ordering::Relaxed);
+        let held = self.shared.held_reads.fetch_add(1, Ordering::Relaxed) + 1;
+        if read_ahead {
+            self.shared.sweep().start(held);
+        }
         drop(reader);
         Ok(HeldRead {
             shared: Some(Arc::clone(&self.shared)),
@@ -644,7 +665,7 @@ impl SqliteStore {
     pub fn snapshot(&self, id: &SessionId) -> Result<Snapshot, StoreError> {
         // One read transaction for the whole session (nested in a held
         // read when there is one).
-        let _held = self.hold_read()?;
+        let _held = self.hold(false)?;
         let (row, held) = {
             let reader = self.shared.reader();
             let row = self.shared.read_session_row(&reader, id)?;
@@ -903,11 +924,21 @@ impl RowPages for SqliteRows {
 
     fn rows_to_end(&mut self, id: &SessionId, from: u64) -> Result<Option<ToEnd>, StoreError> {
         let reader = self.shared.reader();
-        if self.held.is_none() || self.shared.held_read() != self.held {
+        let Some(held) = self
+            .held
+            .filter(|held| self.shared.held_read() == Some(*held))
+        else {
             return Ok(None);
-        }
-        let rows = self.shared.read_rows(&reader, id, from, u64::MAX)?;
-        let whole = rows.len() < PAGE_ROWS;
+        };
+        let mut sweep = self.shared.sweep();
+        let (rows, whole) = match sweep.reads(held) {
+            true => sweep.rows_to_end(&reader, &self.shared.path, id, from, PAGE_ROWS)?,
+            false => {
+                let rows = self.shared.read_rows(&reader, id, from, u64::MAX)?;
+                let whole = rows.len() < PAGE_ROWS;
+                (rows, whole)
+            }
+        };
         Ok(Some(ToEnd { rows, whole }))
     }
 }
@@ -994,6 +1025,11 @@ impl Shared {
         self.reader.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The rows read ahead (call with the reader locked).
+    fn sweep(&self) -> MutexGuard<'_, sweep::Sweep> {
+        self.sweep.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The read held on the reader now, if one is (call with the reader
     /// locked).
     fn held_read(&self) -> Option<u64> {
@@ -1065,7 +1101,15 @@ impl Shared {
         connection: &Connection,
         id: &SessionId,
     ) -> Result<SessionRow, StoreError> {
-        let Some(row) = self.read_header_row(connection, id)? else {
+        // In a held read, sessions read one after the other in id order
+        // (a store-wide verify or stats) are read ahead in chunks.
+        let row = match self.held_read() {
+            Some(held) if self.schema_version == SCHEMA_VERSION && self.sweep().reads(held) => {
+                self.sweep().session_row(connection, &self.path, id)?
+            }
+            _ => self.read_header_row(connection, id)?,
+        };
+        let Some(row) = row else {
             return Err(StoreError::NotFound {
                 id: id.to_string(),
                 path: self.path.clone(),
@@ -1200,28 +1244,31 @@ impl Shared {
     }
 }
 
-/// The distinct session ids of `events`, found by seeking from one to the
-/// next through the primary key (a lookup per session, not a scan of every
-/// event).
+/// The session ids of `events` that no session row has, found by seeking
+/// from one owner of events to the next through the primary key (a lookup
+/// per session, not a scan of every event), in one statement that gives
+/// back only the owners without a row: a store whose rows are whole has
+/// none to give.
 fn event_owners(connection: &Connection, path: &Path) -> Result<Vec<String>, StoreError> {
-    let mut statement = connection
+    connection
         .prepare_cached(
-            "SELECT session_id FROM events WHERE session_id > ?1 ORDER BY session_id LIMIT 1",
+            "WITH RECURSIVE owners(id) AS (
+                 SELECT (SELECT min(session_id) FROM events)
+                 UNION ALL
+                 SELECT (SELECT session_id FROM events WHERE session_id > owners.id
+                          ORDER BY session_id LIMIT 1)
+                   FROM owners WHERE owners.id IS NOT NULL
+             )
+             SELECT id FROM owners
+              WHERE id IS NOT NULL
+                AND NOT EXISTS (SELECT 1 FROM sessions WHERE sessions.id = owners.id)",
         )
-        .map_err(sqlite_error("list the sessions of events", path))?;
-    let first: Option<String> = connection
-        .query_row("SELECT min(session_id) FROM events", [], |row| row.get(0))
-        .map_err(sqlite_error("list the sessions of events", path))?;
-    let mut owners = Vec::new();
-    let mut next = first;
-    while let Some(owner) = next {
-        next = statement
-            .query_row([owner.as_str()], |row| row.get(0))
-            .optional()
-            .map_err(sqlite_error("list the sessions of events", path))?;
-        owners.push(owner);
-    }
-    Ok(owners)
+        .and_then(|mut statement| {
+            statement
+                .query_map([], |row| row.get(0))
+                .and_then(|rows| rows.collect())
+        })
+        .map_err(sqlite_error("list the sessions of events", path))
 }
 
 /// The `state` bytes of the snapshot row `rowid`, read through SQLite's

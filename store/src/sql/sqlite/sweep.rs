@@ -1,0 +1,299 @@
+//! Reading ahead in key order inside a held read
+//! ([`SqliteStore::hold_read`](super::SqliteStore::hold_read)).
+//!
+//! A store-wide `verify` or `stats` streams every session in id order. One
+//! statement per session row and one per session's rows cost a seek each
+//! through the trees of the whole file, and a statement's start and end,
+//! for a handful of rows. Inside a held read the database is one snapshot,
+//! so the rows can instead be read ahead in chunks, in key order: the
+//! session rows from the id asked for on, and the event rows from
+//! (session, seq) on, across sessions. A later request that falls inside
+//! what was read ahead is served from it; any other (an id asked for twice,
+//! out of order, or past the chunk) reads a new chunk from where it asks.
+//! The rows given back are exactly those the per-session statements give
+//! (the same columns, `seq >= from`), and are checked by the same code.
+
+use std::collections::VecDeque;
+use std::path::Path;
+
+use rusqlite::{params, Connection};
+use sessionlog_schema::SessionId;
+
+use super::committer::sqlite_error;
+use crate::sql::checks::{EventRow, TypeColumn};
+use crate::sql::HeaderRow;
+use crate::StoreError;
+
+/// Session rows one read ahead takes: the literal `LIMIT` of its
+/// statement (a bound LIMIT makes SQLite prepare the statement again at
+/// each read).
+macro_rules! session_chunk {
+    () => {
+        128
+    };
+}
+
+/// Event rows one read ahead takes (the same bound as a page of one
+/// session's rows).
+macro_rules! event_chunk {
+    () => {
+        512
+    };
+}
+const EVENT_CHUNK: usize = event_chunk!();
+const SESSION_CHUNK: usize = session_chunk!();
+
+/// What was read ahead in one held read.
+#[derive(Debug, Default)]
+pub(super) struct Sweep {
+    /// The held read (`Shared::held_reads`) that reads ahead, if any.
+    held: Option<u64>,
+    sessions: SessionsAhead,
+    events: EventsAhead,
+}
+
+/// Session rows read ahead: every row whose id is at or past `start`
+/// (after it, when `start_exclusive`) up to the last one held is in
+/// `rows`, and past it too when `at_end`.
+#[derive(Debug, Default)]
+struct SessionsAhead {
+    start: Option<(String, bool)>,
+    rows: VecDeque<(String, HeaderRow)>,
+    at_end: bool,
+}
+
+/// Event rows read ahead, grouped by session: every row whose key
+/// (session, seq) is at or past `start` up to the last one held is in
+/// `groups`, and past it too when `at_end`.
+#[derive(Debug, Default)]
+struct EventsAhead {
+    start: Option<(String, i128)>,
+    groups: VecDeque<(String, VecDeque<EventRow>)>,
+    at_end: bool,
+}
+
+impl Sweep {
+    /// Reads ahead in the held read `held` from now on.
+    pub(super) fn start(&mut self, held: u64) {
+        *self = Sweep {
+            held: Some(held),
+            ..Sweep::default()
+        };
+    }
+
+    /// Whether the held read `held` reads ahead.
+    pub(super) fn reads(&self, held: u64) -> bool {
+        self.held == Some(held)
+    }
+
+    /// The session row of `id` (`None`: there is none), read ahead with
+    /// the rows after it.
+    pub(super) fn session_row(
+        &mut self,
+        connection: &Connection,
+        path: &Path,
+        id: &SessionId,
+    ) -> Result<Option<HeaderRow>, StoreError> {
+        let ahead = &mut self.sessions;
+        let id = id.as_str();
+        let covered =
+            ahead
+                .start
+                .as_ref()
+                .is_some_and(|(start, exclusive)| match id.cmp(start.as_str()) {
+                    std::cmp::Ordering::Greater => true,
+                    std::cmp::Ordering::Equal => !exclusive,
+                    std::cmp::Ordering::Less => false,
+                });
+        if covered {
+            while ahead
+                .rows
+                .front()
+                .is_some_and(|(front, _)| front.as_str() < id)
+            {
+                ahead.rows.pop_front();
+            }
+        }
+        if !covered || (ahead.rows.is_empty() && !ahead.at_end) {
+            ahead.fetch(connection, path, id)?;
+        }
+        let found = match ahead.rows.front() {
+            Some((front, _)) if front == id => ahead.rows.pop_front().map(|(_, row)| row),
+            _ => None,
+        };
+        ahead.start = Some((id.to_owned(), found.is_some()));
+        Ok(found)
+    }
+
+    /// Up to `max` rows of session `id` from seq `from` on, read ahead
+    /// with the rows after them, and whether they are all of its rows from
+    /// `from` on.
+    pub(super) fn rows_to_end(
+        &mut self,
+        connection: &Connection,
+        path: &Path,
+        id: &SessionId,
+        from: u64,
+        max: usize,
+    ) -> Result<(Vec<EventRow>, bool), StoreError> {
+        let ahead = &mut self.events;
+        let id = id.as_str();
+        let mut from = i128::from(from);
+        let mut rows = Vec::new();
+        loop {
+            if from > i128::from(i64::MAX) {
+                // No row has a seq past the largest integer.
+                return Ok((rows, true));
+            }
+            let covered = ahead
+                .start
+                .as_ref()
+                .is_some_and(|(start, seq)| (id, from) >= (start.as_str(), *seq));
+            if covered {
+                ahead.skip_before(id, from);
+            }
+            if !covered || (ahead.groups.is_empty() && !ahead.at_end) {
+                ahead.fetch(connection, path, id, from)?;
+            }
+            let whole = match ahead.groups.front_mut() {
+                Some((session, group)) if session == id => {
+                    while rows.len() < max {
+                        let Some(row) = group.pop_front() else { break };
+                        from = i128::from(row.seq) + 1;
+                        rows.push(row);
+                    }
+                    if !group.is_empty() {
+                        // A full page, and more rows of the session.
+                        Some(false)
+                    } else if ahead.groups.len() > 1 || ahead.at_end {
+                        // The next row held is another session's, or
+                        // there is none: every row was read.
+                        ahead.groups.pop_front();
+                        Some(true)
+                    } else {
+                        // The rows held end with this session's: read on.
+                        ahead.groups.pop_front();
+                        (rows.len() == max).then_some(false)
+                    }
+                }
+                // Rows held, the first another session's; or none at all.
+                Some(_) => Some(true),
+                None => ahead.at_end.then_some(true),
+            };
+            ahead.start = Some((id.to_owned(), from));
+            if let Some(whole) = whole {
+                return Ok((rows, whole));
+            }
+        }
+    }
+}
+
+impl SessionsAhead {
+    /// Reads the session rows from `id` on.
+    fn fetch(&mut self, connection: &Connection, path: &Path, id: &str) -> Result<(), StoreError> {
+        let sql = concat!(
+            "SELECT id, header_body, header_crc, last_seq, seed_source FROM sessions
+             WHERE id >= ?1 ORDER BY id LIMIT ",
+            session_chunk!()
+        );
+        self.rows.clear();
+        let mut statement = connection
+            .prepare_cached(sql)
+            .map_err(sqlite_error("read a header", path))?;
+        let mut found = statement
+            .query([id])
+            .map_err(sqlite_error("read a header", path))?;
+        while let Some(row) = found.next().map_err(sqlite_error("read a header", path))? {
+            let read = || -> rusqlite::Result<(String, HeaderRow)> {
+                Ok((
+                    row.get(0)?,
+                    HeaderRow {
+                        body: row.get(1)?,
+                        crc: row.get(2)?,
+                        last_seq: row.get(3)?,
+                        seed_source: row.get(4)?,
+                    },
+                ))
+            };
+            self.rows
+                .push_back(read().map_err(sqlite_error("read a header", path))?);
+        }
+        self.at_end = self.rows.len() < SESSION_CHUNK;
+        self.start = Some((id.to_owned(), false));
+        Ok(())
+    }
+}
+
+impl EventsAhead {
+    /// Drops the rows held before (`id`, `from`).
+    fn skip_before(&mut self, id: &str, from: i128) {
+        while let Some((session, group)) = self.groups.front_mut() {
+            match session.as_str().cmp(id) {
+                std::cmp::Ordering::Less => {
+                    self.groups.pop_front();
+                }
+                std::cmp::Ordering::Equal => {
+                    while group.front().is_some_and(|row| i128::from(row.seq) < from) {
+                        group.pop_front();
+                    }
+                    if group.is_empty() {
+                        self.groups.pop_front();
+                    }
+                    return;
+                }
+                std::cmp::Ordering::Greater => return,
+            }
+        }
+    }
+
+    /// Reads the event rows from (`id`, `from`) on.
+    fn fetch(
+        &mut self,
+        connection: &Connection,
+        path: &Path,
+        id: &str,
+        from: i128,
+    ) -> Result<(), StoreError> {
+        let sql = concat!(
+            "SELECT session_id, seq, ts, type, batch, body, crc FROM events
+             WHERE (session_id, seq) >= (?1, ?2) ORDER BY session_id, seq LIMIT ",
+            event_chunk!()
+        );
+        self.groups.clear();
+        let seq = i64::try_from(from).unwrap_or(i64::MAX);
+        let mut statement = connection
+            .prepare_cached(sql)
+            .map_err(sqlite_error("read events", path))?;
+        let mut found = statement
+            .query(params![id, seq])
+            .map_err(sqlite_error("read events", path))?;
+        let mut count = 0;
+        while let Some(row) = found.next().map_err(sqlite_error("read events", path))? {
+            let session = row
+                .get_ref(0)
+                .and_then(|value| Ok(value.as_str()?))
+                .map_err(sqlite_error("read events", path))?;
+            let read = || -> rusqlite::Result<EventRow> {
+                Ok(EventRow {
+                    seq: row.get(1)?,
+                    ts: row.get(2)?,
+                    event_type: TypeColumn::new(row.get_ref(3)?.as_str()?),
+                    batch: row.get(4)?,
+                    body: row.get(5)?,
+                    crc: row.get(6)?,
+                })
+            };
+            let event = read().map_err(sqlite_error("read events", path))?;
+            match self.groups.back_mut() {
+                Some((last, group)) if last == session => group.push_back(event),
+                _ => self
+                    .groups
+                    .push_back((session.to_owned(), VecDeque::from([event]))),
+            }
+            count += 1;
+        }
+        self.at_end = count < EVENT_CHUNK;
+        self.start = Some((id.to_owned(), from));
+        Ok(())
+    }
+}
