@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 mod build;
+mod compact;
 mod event;
 mod forms;
 mod id;
@@ -27,10 +28,10 @@ pub use event::{
 };
 pub use id::{InvalidSessionId, SessionId, MAX_SESSION_ID_LEN};
 pub use record::{
-    check_crc, compact_json, decode_checked_body, decode_event, decode_event_viewed, decode_header,
-    encode_line, encode_line_into, record_crc, split_crc, DecodeError, DecodedHeader, EventRecord,
-    HeaderVocabularyError, SessionHeader, ViewedEvent, CRC_SUFFIX_LEN, FORMAT_VERSION,
-    MAX_RECORD_BYTES,
+    check_crc, checked_body_fields, compact_json, decode_checked_body, decode_event,
+    decode_event_viewed, decode_header, encode_line, encode_line_into, record_crc, split_crc,
+    BodyFields, DecodeError, DecodedHeader, EventRecord, HeaderVocabularyError, SessionHeader,
+    ViewedEvent, CRC_SUFFIX_LEN, FORMAT_VERSION, MAX_RECORD_BYTES,
 };
 pub use scan::{Corruption, LogScanner, Position, ScanSummary, TornTail, MAX_BATCH_RECORDS};
 pub use seal::{

@@ -9,10 +9,10 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use crate::compact::is_json;
 use crate::{ApprovalPolicy, EventView, SandboxMode, SessionId, ShapeError};
 
 /// The only format version this build reads and writes.
@@ -409,7 +409,7 @@ pub fn decode_event(id: &SessionId, line: &[u8]) -> Result<EventRecord, DecodeEr
     let text = utf8(line)?;
     if let Some(prefix) = CanonicalPrefix::read(text, body.len()) {
         let data = &text[prefix.data.clone()];
-        if serde_json::from_str::<IgnoredAny>(data).is_ok() {
+        if is_json(data) {
             return Ok(prefix.into_record(text));
         }
     }
@@ -434,13 +434,58 @@ pub fn decode_checked_body(
         )));
     }
     if let Some(prefix) = CanonicalPrefix::read(&body, body.len()) {
-        if serde_json::from_str::<IgnoredAny>(&body[prefix.data.clone()]).is_ok() {
+        if is_json(&body[prefix.data.clone()]) {
             return Ok(prefix.into_record_owning(body));
         }
     }
     let mut line = body;
     line.push_str(&format!(",\"crc\":\"{crc:08x}\"}}"));
     decode_event(id, line.as_bytes())
+}
+
+/// The members of an event body checked by [`checked_body_fields`], which
+/// borrow from the body where it spells them without escapes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BodyFields<'a> {
+    /// `seq`.
+    pub seq: u64,
+    /// `ts`.
+    pub ts: u64,
+    /// `batch`, on the first record of a batch.
+    pub batch: Option<u64>,
+    /// `type`.
+    pub event_type: Cow<'a, str>,
+}
+
+/// [`decode_checked_body`] of a body the caller keeps: the same checks and
+/// the same error, and the fields of the record it would give, with no
+/// record made (a body in the writers' layout is neither copied nor
+/// allocated for). For a reader that only writes bodies out.
+pub fn checked_body_fields<'a>(
+    id: &SessionId,
+    body: &'a str,
+    crc: u32,
+) -> Result<BodyFields<'a>, DecodeError> {
+    let line_len = body.len() + CRC_SUFFIX_LEN;
+    if line_len <= MAX_RECORD_BYTES {
+        if let Some(prefix) = CanonicalPrefix::read(body, body.len()) {
+            if is_json(&body[prefix.data.clone()]) {
+                return Ok(BodyFields {
+                    seq: prefix.seq,
+                    ts: prefix.ts,
+                    batch: prefix.batch,
+                    event_type: Cow::Borrowed(&body[prefix.event_type]),
+                });
+            }
+        }
+    }
+    let record = decode_checked_body(id, body.to_owned(), crc)?;
+    Ok(BodyFields {
+        seq: record.seq(),
+        ts: record.ts(),
+        batch: record.batch(),
+        event_type: Cow::Owned(record.event_type().to_owned()),
+    })
 }
 
 /// [`decode_event`], and the view a fold reads of the event's `data`,
@@ -804,6 +849,23 @@ mod tests {
             by_members,
             "{body}"
         );
+        let fields = checked_body_fields(&id, body, crc).map(|fields| {
+            (
+                fields.seq,
+                fields.ts,
+                fields.batch,
+                fields.event_type.into_owned(),
+            )
+        });
+        let of_record = by_members.as_ref().map(|record| {
+            (
+                record.seq(),
+                record.ts(),
+                record.batch(),
+                record.event_type().to_owned(),
+            )
+        });
+        assert_eq!(fields, of_record.map_err(Clone::clone), "{body}");
         let viewed = decode_event_viewed(&id, line);
         match (&by_members, viewed) {
             (Ok(record), Ok(viewed)) => {
@@ -994,6 +1056,14 @@ mod tests {
             let expected = decode_event(&id, line);
             assert_eq!(expected.is_ok(), line_len == MAX_RECORD_BYTES, "{line_len}");
             let crc = record_crc(&id, body.as_bytes());
+            let fields = checked_body_fields(&id, &body, crc).map(|fields| fields.seq);
+            assert_eq!(
+                fields,
+                expected
+                    .as_ref()
+                    .map(EventRecord::seq)
+                    .map_err(Clone::clone)
+            );
             assert_eq!(decode_checked_body(&id, body, crc), expected);
         }
     }

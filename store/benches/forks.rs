@@ -4,8 +4,9 @@
 //!   200,000 events of about 300 bytes) against a fork of a 10-event parent,
 //!   in the same run (target ≤ 5×), and the database's growth for the long
 //!   fork against the parent's size (target < 10%);
-//! - reading a session as `export` does (the store's checked records,
-//!   written as export lines, without CRCs, into a buffer) against a
+//! - reading a session as `export` does (the store's stream, each checked
+//!   body lent by `next_body` and written as an export line, without its
+//!   CRC, into a buffer) against a
 //!   rusqlite loop of `SELECT body, crc FROM events WHERE session_id = ?
 //!   ORDER BY seq` writing the same lines into the same kind of buffer
 //!   (target ≤ 2×).
@@ -132,12 +133,13 @@ fn main() -> BenchResult<()> {
     let mut sink = Vec::with_capacity(256 << 20);
     let mut export = || -> BenchResult<()> {
         sink.clear();
-        let (decoded, events) = store.records(&session)?;
-        sink.write_all(decoded.body.as_bytes())?;
+        // As `sessionlog export` reads and writes a session: each body
+        // (lent by the stream), then `}`.
+        let mut stream = store.stream(&session)?;
+        sink.write_all(stream.header_body().as_bytes())?;
         sink.write_all(b"}\n")?;
-        for record in events {
-            // As `sessionlog export` writes a record: its body, then `}`.
-            sink.write_all(record?.body().as_bytes())?;
+        while let Some(body) = stream.next_body()? {
+            sink.write_all(body.as_str().as_bytes())?;
             sink.write_all(b"}\n")?;
         }
         Ok(())

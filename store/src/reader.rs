@@ -413,6 +413,28 @@ impl<R: BufRead> LineReader<R> {
     }
 }
 
+/// The body of an event (its bytes before `,"crc":`), as
+/// [`SessionStream::next_body`] gives it.
+#[derive(Debug)]
+pub enum EventBody<'a> {
+    /// Lent by the stream until its next read: the body of an event
+    /// checked as [`SessionStream::next_event`] checks it, with no record
+    /// made.
+    Lent(&'a str),
+    /// The event's record.
+    Record(EventRecord),
+}
+
+impl EventBody<'_> {
+    /// The body's text.
+    pub fn as_str(&self) -> &str {
+        match self {
+            EventBody::Lent(body) => body,
+            EventBody::Record(record) => record.body(),
+        }
+    }
+}
+
 /// The events of one session read in order, whatever the backend: the
 /// header first, then the good prefix, then what was found at its end.
 pub trait SessionStream: std::fmt::Debug {
@@ -437,6 +459,13 @@ pub trait SessionStream: std::fmt::Debug {
         };
         let folded = state.apply(&record);
         Ok(Some(FoldedEvent { record, folded }))
+    }
+    /// The body of the next event of the good prefix, checked as
+    /// [`next_event`](Self::next_event) checks it; `None` at its end. For
+    /// a reader that only writes bodies out (`export`): a database stream
+    /// lends the bodies of the page it has read, and makes no record.
+    fn next_body(&mut self) -> Result<Option<EventBody<'_>>, StoreError> {
+        Ok(self.next_event()?.map(EventBody::Record))
     }
     /// Reads to the end: the torn tail after the good prefix, if any.
     fn finish(self: Box<Self>) -> Result<Option<TornTail>, StoreError>;

@@ -18,8 +18,9 @@ use sessionlog_schema::{
 };
 
 use crate::jsonl::{JsonlStore, ListEntry};
-use crate::reader::{SessionStream, Snapshot};
+use crate::reader::{EventBody, SessionStream, Snapshot};
 use crate::sql::checks::StoreAudit;
+use crate::sql::events::SqlEvents;
 #[cfg(feature = "postgres")]
 use crate::sql::postgres::PostgresStore;
 #[cfg(feature = "sqlite")]
@@ -89,7 +90,7 @@ impl Backend {
 /// transaction is whole or absent).
 struct RowStream {
     decoded: DecodedHeader,
-    events: EventStream,
+    events: SqlEvents,
 }
 
 impl std::fmt::Debug for RowStream {
@@ -117,10 +118,13 @@ impl SessionStream for RowStream {
         self.events.next().transpose()
     }
 
-    fn finish(self: Box<Self>) -> Result<Option<TornTail>, StoreError> {
-        for record in self.events {
-            record?;
-        }
+    fn next_body(&mut self) -> Result<Option<EventBody<'_>>, StoreError> {
+        self.events.next_body()
+    }
+
+    fn finish(mut self: Box<Self>) -> Result<Option<TornTail>, StoreError> {
+        // Every row checked, no record made.
+        while self.events.next_body()?.is_some() {}
         Ok(None)
     }
 }
@@ -352,16 +356,13 @@ impl Store {
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => {
                 let (decoded, events) = store.header_and_events_from(id, 1)?;
-                Box::new(RowStream {
-                    events: Box::new(events),
-                    decoded,
-                })
+                Box::new(RowStream { events, decoded })
             }
             #[cfg(feature = "postgres")]
-            Store::Postgres(_) => {
-                let (decoded, events) = self.records(id)?;
-                Box::new(RowStream { decoded, events })
-            }
+            Store::Postgres(store) => Box::new(RowStream {
+                decoded: store.decoded_header(id)?,
+                events: store.events(id)?,
+            }),
         })
     }
 

@@ -11,10 +11,11 @@
 //! as every append).
 
 use std::collections::BTreeSet;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use sessionlog_schema::{
-    decode_checked_body, record_crc, EventRecord, SessionId, MAX_BATCH_RECORDS,
+    checked_body_fields, decode_checked_body, record_crc, EventRecord, SessionId, MAX_BATCH_RECORDS,
 };
 
 use crate::StoreError;
@@ -32,54 +33,81 @@ pub struct StoreAudit {
     pub damage: Vec<StoreError>,
 }
 
-/// One row of `events`, as stored.
+/// One row of `events`, as stored, its type and body in its [`RowPage`].
 #[derive(Debug)]
 pub(crate) struct EventRow {
     pub(crate) seq: i64,
     pub(crate) ts: i64,
-    pub(crate) event_type: TypeColumn,
+    event_type: Range<usize>,
     pub(crate) batch: Option<i64>,
-    pub(crate) body: String,
+    body: Range<usize>,
     pub(crate) crc: i64,
 }
 
-/// The longest `type` column a row holds inline.
-const INLINE_TYPE_BYTES: usize = 47;
-
-/// A row's `type` column, only compared with the type its body spells:
-/// one as short as every type the schema names is held inline, so a row
-/// read allocates for its body alone.
-#[derive(Debug, Clone)]
-pub(crate) enum TypeColumn {
-    /// The first `len` bytes (a whole UTF-8 text).
-    Inline {
-        len: u8,
-        bytes: [u8; INLINE_TYPE_BYTES],
-    },
-    /// A longer one.
-    Long(String),
+/// A page of rows: their columns, their bodies one after the other in one
+/// text and their types in one buffer, both kept from page to page, so a
+/// page read allocates nothing per row and a reader that only writes
+/// bodies out can lend them. A type column is only compared, byte for
+/// byte, with the type its body spells (one that is not UTF-8 never
+/// equals it).
+#[derive(Debug, Default)]
+pub(crate) struct RowPage {
+    pub(crate) rows: Vec<EventRow>,
+    text: String,
+    types: Vec<u8>,
 }
 
-impl TypeColumn {
-    pub(crate) fn new(text: &str) -> TypeColumn {
-        match u8::try_from(text.len()) {
-            Ok(len) if text.len() <= INLINE_TYPE_BYTES => {
-                let mut bytes = [0; INLINE_TYPE_BYTES];
-                bytes[..text.len()].copy_from_slice(text.as_bytes());
-                TypeColumn::Inline { len, bytes }
-            }
-            _ => TypeColumn::Long(text.to_owned()),
-        }
+impl RowPage {
+    /// Empties the page, keeping its memory.
+    pub(crate) fn clear(&mut self) {
+        self.rows.clear();
+        self.text.clear();
+        self.types.clear();
     }
 
-    pub(crate) fn as_str(&self) -> &str {
-        match self {
-            // Copied whole from a `str`: always UTF-8.
-            TypeColumn::Inline { len, bytes } => {
-                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
-            }
-            TypeColumn::Long(text) => text,
-        }
+    /// Adds a row at the end of the page.
+    pub(crate) fn push(
+        &mut self,
+        seq: i64,
+        ts: i64,
+        event_type: &[u8],
+        batch: Option<i64>,
+        body: &str,
+        crc: i64,
+    ) {
+        let (body_start, type_start) = (self.text.len(), self.types.len());
+        self.text.push_str(body);
+        self.types.extend_from_slice(event_type);
+        self.rows.push(EventRow {
+            seq,
+            ts,
+            event_type: type_start..self.types.len(),
+            batch,
+            body: body_start..self.text.len(),
+            crc,
+        });
+    }
+
+    /// Adds `row`, a row of `other`, at the end of this page.
+    pub(crate) fn push_from(&mut self, other: &RowPage, row: &EventRow) {
+        self.push(
+            row.seq,
+            row.ts,
+            other.event_type(row),
+            row.batch,
+            other.body(row),
+            row.crc,
+        );
+    }
+
+    /// The body of `row`, a row of this page.
+    pub(crate) fn body(&self, row: &EventRow) -> &str {
+        self.text.get(row.body.clone()).unwrap_or_default()
+    }
+
+    /// The type column of `row`, a row of this page.
+    pub(crate) fn event_type(&self, row: &EventRow) -> &[u8] {
+        self.types.get(row.event_type.clone()).unwrap_or_default()
     }
 }
 
@@ -200,67 +228,139 @@ impl<'a> SeqCheck<'a> {
         corrupt_session(self.database, self.id, seq, reason)
     }
 
-    /// Checks the next row and gives back its record. The row is stored
-    /// among the rows of session `owner` when
+    /// Checks the next row, a row of `page`, and gives back its
+    /// record. The row is stored among the rows of session `owner` when
     /// it is not the session read (an event a fork by reference refers
     /// to): its CRC is the one computed for the owner's id, and findings
     /// name the session read, its seq and the owner.
     pub(crate) fn accept_from(
         &mut self,
-        row: EventRow,
+        page: &RowPage,
+        row: &EventRow,
         owner: Option<&SessionId>,
     ) -> Result<EventRecord, StoreError> {
-        let expected = self.next_seq;
-        let corrupt = |reason: String| match owner {
+        let body = page.body(row);
+        let computed = self.check_crc(row, body, owner)?;
+        // The record is decoded from the row's body, its CRC checked above
+        // once, and keeps its type in it.
+        let record = decode_checked_body(owner.unwrap_or(self.id), body.to_owned(), computed)
+            .map_err(|error| {
+                self.row_corrupt(owner, format!("the body does not decode: {error}"))
+            })?;
+        self.check_columns(
+            row,
+            page.event_type(row),
+            owner,
+            (
+                record.seq(),
+                record.ts(),
+                record.event_type(),
+                record.batch(),
+            ),
+        )?;
+        Ok(record)
+    }
+
+    /// [`accept_from`](Self::accept_from) with no record made: the same
+    /// checks and findings, for a reader that only writes the body out.
+    pub(crate) fn check_from(
+        &mut self,
+        page: &RowPage,
+        row: &EventRow,
+        owner: Option<&SessionId>,
+    ) -> Result<(), StoreError> {
+        let body = page.body(row);
+        let computed = self.check_crc(row, body, owner)?;
+        let fields =
+            checked_body_fields(owner.unwrap_or(self.id), body, computed).map_err(|error| {
+                self.row_corrupt(owner, format!("the body does not decode: {error}"))
+            })?;
+        self.check_columns(
+            row,
+            page.event_type(row),
+            owner,
+            (fields.seq, fields.ts, &fields.event_type, fields.batch),
+        )
+    }
+
+    /// A finding about the next row (of `owner`'s rows, for a fork by
+    /// reference).
+    fn row_corrupt(&self, owner: Option<&SessionId>, reason: String) -> StoreError {
+        match owner {
             Some(owner) => self.corrupt(
-                expected,
+                self.next_seq,
                 format!("{reason} (in the rows of session {owner}, which this fork refers to)"),
             ),
-            None => self.corrupt(expected, reason),
-        };
-        let crc_id = owner.unwrap_or(self.id);
-        if u64::try_from(row.seq).ok() != Some(expected) {
-            return Err(corrupt(format!(
-                "seqs are not contiguous: the next row has seq {}",
-                row.seq
-            )));
+            None => self.corrupt(self.next_seq, reason),
         }
-        let computed = record_crc(crc_id, row.body.as_bytes());
+    }
+
+    /// Checks the row's seq and its body's CRC, and gives back the CRC.
+    fn check_crc(
+        &self,
+        row: &EventRow,
+        body: &str,
+        owner: Option<&SessionId>,
+    ) -> Result<u32, StoreError> {
+        if u64::try_from(row.seq).ok() != Some(self.next_seq) {
+            return Err(self.row_corrupt(
+                owner,
+                format!("seqs are not contiguous: the next row has seq {}", row.seq),
+            ));
+        }
+        let computed = record_crc(owner.unwrap_or(self.id), body.as_bytes());
         if i64::from(computed) != row.crc {
-            return Err(corrupt(format!(
-                "CRC mismatch (stored {:08x}, computed {computed:08x})",
-                row.crc
-            )));
+            return Err(self.row_corrupt(
+                owner,
+                format!(
+                    "CRC mismatch (stored {:08x}, computed {computed:08x})",
+                    row.crc
+                ),
+            ));
         }
-        // The record is decoded from the row's own body (which it keeps,
-        // with no copy, and its type in it), its CRC checked above once.
-        let record = decode_checked_body(crc_id, row.body, computed)
-            .map_err(|error| corrupt(format!("the body does not decode: {error}")))?;
-        let columns_agree = record.seq() == expected
-            && i64::try_from(record.ts()).ok() == Some(row.ts)
-            && record.event_type() == row.event_type.as_str()
-            && record.batch().map(i64::try_from).transpose().ok() == Some(row.batch);
+        Ok(computed)
+    }
+
+    /// Checks the row's columns against the seq, ts, type and batch of its
+    /// decoded body, and its batch against the batch before, and moves on
+    /// to the next seq.
+    fn check_columns(
+        &mut self,
+        row: &EventRow,
+        type_column: &[u8],
+        owner: Option<&SessionId>,
+        (seq, ts, event_type, batch): (u64, u64, &str, Option<u64>),
+    ) -> Result<(), StoreError> {
+        let columns_agree = seq == self.next_seq
+            && i64::try_from(ts).ok() == Some(row.ts)
+            && event_type.as_bytes() == type_column
+            && batch.map(i64::try_from).transpose().ok() == Some(row.batch);
         if !columns_agree {
-            return Err(corrupt(
+            return Err(self.row_corrupt(
+                owner,
                 "the columns seq, ts, type or batch disagree with the body".to_owned(),
             ));
         }
-        match (record.batch(), self.batch_remaining) {
+        match (batch, self.batch_remaining) {
             (Some(_), remaining) if remaining > 0 => {
-                return Err(corrupt(format!(
-                    "a new batch starts while {remaining} records of the previous one are missing"
-                )));
+                return Err(self.row_corrupt(
+                    owner,
+                    format!(
+                        "a new batch starts while {remaining} records of the previous one are missing"
+                    ),
+                ));
             }
             (Some(count), _) if count > MAX_BATCH_RECORDS => {
-                return Err(corrupt(format!(
-                    "batch of {count} records is above the limit of {MAX_BATCH_RECORDS}"
-                )));
+                return Err(self.row_corrupt(
+                    owner,
+                    format!("batch of {count} records is above the limit of {MAX_BATCH_RECORDS}"),
+                ));
             }
             (Some(count), _) => self.batch_remaining = count - 1,
             (None, remaining) => self.batch_remaining = remaining.saturating_sub(1),
         }
         self.next_seq += 1;
-        Ok(record)
+        Ok(())
     }
 
     /// Checks the end of the rows: the last batch finished, the seeded
@@ -374,14 +474,23 @@ mod tests {
     }
 
     #[test]
-    fn a_type_column_gives_back_its_text_inline_or_not() {
-        let at_limit = "é".repeat(INLINE_TYPE_BYTES / 2) + "x";
-        let past_limit = format!("{at_limit}y");
-        for text in ["", "turn/start", "x-vendor/ünïcode", &at_limit, &past_limit] {
-            let column = TypeColumn::new(text);
-            assert_eq!(column.as_str(), text);
-            let inline = matches!(column, TypeColumn::Inline { .. });
-            assert_eq!(inline, text.len() <= INLINE_TYPE_BYTES, "{text}");
+    fn a_page_gives_back_each_row_s_type_and_body() {
+        let mut page = RowPage::default();
+        for round in 0..2 {
+            page.clear();
+            let rows = [
+                ("turn/start", "{\"a\""),
+                ("", ""),
+                ("x-vendor/ünïcode", "{\"é\":1"),
+            ];
+            for (seq, (event_type, body)) in (1..).zip(rows) {
+                page.push(seq, seq + round, event_type.as_bytes(), None, body, seq);
+            }
+            assert_eq!(page.rows.len(), rows.len());
+            for (row, (event_type, body)) in page.rows.iter().zip(rows) {
+                assert_eq!(page.body(row), body);
+                assert_eq!(page.event_type(row), event_type.as_bytes());
+            }
         }
     }
 

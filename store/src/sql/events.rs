@@ -16,13 +16,14 @@
 //! seq.
 
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::path::PathBuf;
 
-use sessionlog_schema::{EventRecord, SessionId};
+use sessionlog_schema::{decode_checked_body, record_crc, EventRecord, SessionId};
 
-use super::checks::{check_no_rows_past, corrupt_session, EventRow, SeqCheck};
+use super::checks::{check_no_rows_past, corrupt_session, RowPage, SeqCheck};
 use super::{decode_header_row, HeaderRow};
-use crate::StoreError;
+use crate::{EventBody, StoreError};
 
 /// How many sessions a chain of forks by reference may run through before
 /// the reader calls it a loop (only damage can make one: a fork refers to
@@ -32,13 +33,14 @@ const MAX_REFERENCE_DEPTH: usize = 100_000;
 /// How an engine fetches a session's rows.
 pub(crate) trait RowPages: Send {
     /// Up to one page of session `id`'s rows from seq `from` through seq
-    /// `through`, in seq order.
+    /// `through`, in seq order, into `page` (emptied first).
     fn rows(
         &mut self,
         id: &SessionId,
         from: u64,
         through: u64,
-    ) -> Result<Vec<EventRow>, StoreError>;
+        page: &mut RowPage,
+    ) -> Result<(), StoreError>;
 
     /// The last seq session `id`'s row records (`None`: the row is gone)
     /// and the lowest and highest seqs of its rows, read in one statement
@@ -49,25 +51,22 @@ pub(crate) trait RowPages: Send {
     fn session_row(&mut self, id: &SessionId) -> Result<Option<HeaderRow>, StoreError>;
 
     /// Up to one page of session `id`'s rows from seq `from` on, with no
-    /// upper bound, when they are read in the same snapshot of the
-    /// database as the session row this reader was made from (one read
-    /// transaction held for both); `None` otherwise, and then the caller
-    /// reads bounded pages and [`bounds`](Self::bounds). In one snapshot,
-    /// the rows read to their end say all that `bounds` would: the last
-    /// seq is the one already read, and a row past it is in the page.
-    fn rows_to_end(&mut self, _id: &SessionId, _from: u64) -> Result<Option<ToEnd>, StoreError> {
+    /// upper bound, into `page` (emptied first), when they are read in the
+    /// same snapshot of the database as the session row this reader was
+    /// made from (one read transaction held for both), and then whether
+    /// they are every row from `from` on (the page was not full); `None`
+    /// otherwise, and then the caller reads bounded pages and
+    /// [`bounds`](Self::bounds). In one snapshot, the rows read to their
+    /// end say all that `bounds` would: the last seq is the one already
+    /// read, and a row past it is in the page.
+    fn rows_to_end(
+        &mut self,
+        _id: &SessionId,
+        _from: u64,
+        _page: &mut RowPage,
+    ) -> Result<Option<bool>, StoreError> {
         Ok(None)
     }
-}
-
-/// What [`RowPages::rows_to_end`] reads.
-#[derive(Debug)]
-pub(crate) struct ToEnd {
-    /// The rows, in seq order.
-    pub(crate) rows: Vec<EventRow>,
-    /// Whether they are every row from the seq asked for on (the page was
-    /// not full).
-    pub(crate) whole: bool,
 }
 
 /// How far the rows of the session read are known, from a read to their
@@ -121,6 +120,15 @@ pub struct SqlEvents {
     recorded_last_seq: u64,
     next_seq: u64,
     batch_remaining: u64,
+    /// The rows read last, kept from page to page.
+    rows: RowPage,
+    /// The session whose rows `rows` are, when not the session read (a
+    /// fork by reference).
+    rows_owner: Option<SessionId>,
+    /// The rows of `rows` checked and not given out yet, for
+    /// [`next_body`](Self::next_body).
+    lent: Range<usize>,
+    /// The records checked and not given out yet, for `next_event`.
     page: VecDeque<EventRecord>,
     rows_end: RowsEnd,
     finished: bool,
@@ -159,6 +167,9 @@ impl SqlEvents {
             recorded_last_seq,
             next_seq: from_seq.max(1),
             batch_remaining: 0,
+            rows: RowPage::default(),
+            rows_owner: None,
+            lent: 0..0,
             page: VecDeque::new(),
             rows_end: RowsEnd::Unknown,
             finished: false,
@@ -171,12 +182,62 @@ impl SqlEvents {
     }
 
     fn next_event(&mut self) -> Result<Option<EventRecord>, StoreError> {
-        if let Some(record) = self.page.pop_front() {
-            return Ok(Some(record));
+        loop {
+            if let Some(record) = self.page.pop_front() {
+                return Ok(Some(record));
+            }
+            if let Some(index) = self.lent.next() {
+                // A body checked for `next_body`, taken as a record after
+                // all: it decodes as it did when it was checked.
+                let owner = self.rows_owner.as_ref().unwrap_or(&self.id);
+                let body = self.rows.body(&self.rows.rows[index]);
+                let crc = record_crc(owner, body.as_bytes());
+                let seq = self.rows.rows[index].seq.unsigned_abs();
+                return decode_checked_body(owner, body.to_owned(), crc)
+                    .map(Some)
+                    .map_err(|error| {
+                        corrupt_session(
+                            &self.store,
+                            &self.id,
+                            seq,
+                            format!("the body does not decode: {error}"),
+                        )
+                    });
+            }
+            if self.finished {
+                return Ok(None);
+            }
+            self.read_page(false)?;
         }
-        if self.finished {
-            return Ok(None);
+    }
+
+    /// The body of the next event, checked as `next_event` checks it, lent
+    /// from the page read until the next read (no record is made); `None`
+    /// at the end.
+    pub fn next_body(&mut self) -> Result<Option<EventBody<'_>>, StoreError> {
+        loop {
+            if let Some(record) = self.page.pop_front() {
+                return Ok(Some(EventBody::Record(record)));
+            }
+            if !self.lent.is_empty() || self.finished {
+                break;
+            }
+            if let Err(error) = self.read_page(true) {
+                self.finished = true;
+                self.lent = 0..0;
+                return Err(error);
+            }
         }
+        Ok(self
+            .lent
+            .next()
+            .map(|index| EventBody::Lent(self.rows.body(&self.rows.rows[index]))))
+    }
+
+    /// Reads and checks the next page of rows: into records in `page`, or
+    /// when `lend`, into bodies lent from `rows`. Sets `finished` at the
+    /// end.
+    fn read_page(&mut self, lend: bool) -> Result<(), StoreError> {
         if self.segments.is_none() {
             self.segments = Some(self.resolve()?);
         }
@@ -185,36 +246,41 @@ impl SqlEvents {
                 .iter()
                 .find(|segment| self.next_seq <= segment.through)
         });
-        let (rows, owner) = match segment {
-            None => (Vec::new(), None),
-            Some(_) if self.rows_end == RowsEnd::Read => (Vec::new(), None),
+        self.rows.clear();
+        self.rows_owner = None;
+        match segment {
+            None => {}
+            Some(_) if self.rows_end == RowsEnd::Read => {}
             Some(segment) => {
                 let owner = (segment.owner != self.id).then(|| segment.owner.clone());
                 // A session of its own rows only, in a held read: its rows
                 // to their end, and no statement for the end.
                 let to_end = match (&owner, &self.seed_source, self.rows_end) {
                     (None, None, RowsEnd::Unknown) => {
-                        self.pages.rows_to_end(&self.id, self.next_seq)?
+                        self.pages
+                            .rows_to_end(&self.id, self.next_seq, &mut self.rows)?
                     }
                     _ => None,
                 };
-                let rows = match to_end {
-                    Some(ToEnd { mut rows, whole }) => {
+                match to_end {
+                    Some(whole) => {
                         let through = i64::try_from(segment.through).unwrap_or(i64::MAX);
-                        let past = rows.iter().position(|row| row.seq > through);
+                        let past = self.rows.rows.iter().position(|row| row.seq > through);
                         if let Some(first_past) = past {
-                            rows.truncate(first_past);
+                            self.rows.rows.truncate(first_past);
                             self.rows_end = RowsEnd::PastLastSeq;
                         } else if whole {
                             self.rows_end = RowsEnd::Read;
                         }
-                        rows
                     }
-                    None => self
-                        .pages
-                        .rows(&segment.owner, self.next_seq, segment.through)?,
-                };
-                if rows.is_empty() {
+                    None => self.pages.rows(
+                        &segment.owner,
+                        self.next_seq,
+                        segment.through,
+                        &mut self.rows,
+                    )?,
+                }
+                if self.rows.rows.is_empty() {
                     if let Some(owner) = &owner {
                         return Err(corrupt_session(
                             &self.store,
@@ -228,10 +294,10 @@ impl SqlEvents {
                         ));
                     }
                 }
-                (rows, owner)
+                self.rows_owner = owner;
             }
-        };
-        let bounds = match (rows.is_empty(), self.rows_end) {
+        }
+        let bounds = match (self.rows.rows.is_empty(), self.rows_end) {
             (false, _) => None,
             // Read in the snapshot of the session row: its last seq, and
             // no row past it.
@@ -244,8 +310,17 @@ impl SqlEvents {
         };
         let store = &self.store;
         let mut check = SeqCheck::resume(store, &self.id, self.next_seq, self.batch_remaining);
-        for row in rows {
-            self.page.push_back(check.accept_from(row, owner.as_ref())?);
+        let owner = self.rows_owner.as_ref();
+        for row in &self.rows.rows {
+            if lend {
+                check.check_from(&self.rows, row, owner)?;
+            } else {
+                self.page
+                    .push_back(check.accept_from(&self.rows, row, owner)?);
+            }
+        }
+        if lend {
+            self.lent = 0..self.rows.rows.len();
         }
         if let Some(RowBounds {
             recorded,
@@ -290,11 +365,10 @@ impl SqlEvents {
         }
         self.next_seq = check.next_seq;
         self.batch_remaining = check.batch_remaining;
-        if self.page.is_empty() {
+        if self.rows.rows.is_empty() {
             self.finished = true;
-            return Ok(None);
         }
-        Ok(self.page.pop_front())
+        Ok(())
     }
 }
 
@@ -366,6 +440,7 @@ impl Iterator for SqlEvents {
             Err(error) => {
                 self.finished = true;
                 self.page.clear();
+                self.lent = 0..0;
                 Some(Err(error))
             }
         }

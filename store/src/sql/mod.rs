@@ -32,7 +32,7 @@ use crate::StoreError;
 pub(crate) use checks::corrupt_session as corrupt;
 // What the PostgreSQL module takes from here (SQLite's reads `checks` itself).
 #[cfg(feature = "postgres")]
-pub(crate) use checks::{audit_catalogue, session_locator, EventRow};
+pub(crate) use checks::{audit_catalogue, session_locator};
 
 /// A session's header row, as stored.
 #[derive(Debug)]

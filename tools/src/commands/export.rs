@@ -35,8 +35,8 @@ pub fn run(args: &SessionArgs) -> Result<u8> {
     for session in &sessions {
         let mut stream = target.stream(session)?;
         writeln!(out, "{}}}", stream.header_body())?;
-        while let Some(record) = stream.next_event()? {
-            out.write_all(record.body().as_bytes())?;
+        while let Some(body) = stream.next_body()? {
+            out.write_all(body.as_str().as_bytes())?;
             out.write_all(b"}\n")?;
         }
     }

@@ -70,11 +70,11 @@ use self::location::Location;
 use self::statements as sql;
 use super::{
     audit_catalogue, check_header_vocabulary, corrupt, decode_header_row, fold_session,
-    session_locator, sql_integer, stage, EventRow, FoldedSession, HeaderRow,
+    session_locator, sql_integer, stage, FoldedSession, HeaderRow,
 };
 use crate::jsonl::{check_new_session, ListEntry};
 use crate::reader::Snapshot;
-use crate::sql::checks::{check_seed_source_rows, StoreAudit, TypeColumn};
+use crate::sql::checks::{check_seed_source_rows, RowPage, StoreAudit};
 use crate::sql::events::{RowBounds, RowPages, SqlEvents};
 use crate::state_snapshot;
 use crate::writer::{
@@ -640,7 +640,8 @@ impl RowPages for PostgresRows {
         id: &SessionId,
         from: u64,
         through: u64,
-    ) -> Result<Vec<EventRow>, StoreError> {
+        page: &mut RowPage,
+    ) -> Result<(), StoreError> {
         let (from, through) = (sql_integer(from), sql_integer(through));
         let rows = self.shared.with_connection("read events", |connection| {
             let statement = connection.prepared(sql::READ_EVENTS)?;
@@ -648,9 +649,11 @@ impl RowPages for PostgresRows {
                 .client
                 .query(&statement, &[&id.as_str(), &from, &through, &PAGE_ROWS])
         })?;
-        rows.iter()
-            .map(|row| event_row_of(row).map_err(self.shared.error("read events")))
-            .collect()
+        page.clear();
+        for row in &rows {
+            push_event_row(page, row).map_err(self.shared.error("read events"))?;
+        }
+        Ok(())
     }
 
     fn bounds(&mut self, id: &SessionId) -> Result<RowBounds, StoreError> {
@@ -1335,15 +1338,16 @@ fn header_row(row: &Row) -> Result<HeaderRow, postgres::Error> {
     })
 }
 
-fn event_row_of(row: &Row) -> Result<EventRow, postgres::Error> {
-    Ok(EventRow {
-        seq: row.try_get(0)?,
-        ts: row.try_get(1)?,
-        event_type: TypeColumn::new(row.try_get(2)?),
-        batch: row.try_get(3)?,
-        body: row.try_get(4)?,
-        crc: row.try_get(5)?,
-    })
+fn push_event_row(page: &mut RowPage, row: &Row) -> Result<(), postgres::Error> {
+    page.push(
+        row.try_get(0)?,
+        row.try_get(1)?,
+        row.try_get::<_, &str>(2)?.as_bytes(),
+        row.try_get(3)?,
+        row.try_get(4)?,
+        row.try_get(5)?,
+    );
+    Ok(())
 }
 
 /// The advisory-lock key of `name` in `schema`: FNV-1a (64 bits) over

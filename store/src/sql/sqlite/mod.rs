@@ -124,10 +124,8 @@ use crate::io::Io;
 use crate::jsonl::{check_new_session, ListEntry};
 use crate::reader::Snapshot;
 pub(crate) use crate::sql::checks::session_locator;
-use crate::sql::checks::{
-    audit_catalogue, corrupt_session, damaged, EventRow, StoreAudit, TypeColumn,
-};
-use crate::sql::events::{RowBounds, RowPages, SqlEvents, ToEnd};
+use crate::sql::checks::{audit_catalogue, corrupt_session, damaged, RowPage, StoreAudit};
+use crate::sql::events::{RowBounds, RowPages, SqlEvents};
 use crate::sql::{
     check_header_vocabulary, decode_header_row, fold_session, stage, FoldedSession, HeaderRow,
 };
@@ -907,9 +905,10 @@ impl RowPages for SqliteRows {
         id: &SessionId,
         from: u64,
         through: u64,
-    ) -> Result<Vec<EventRow>, StoreError> {
+        page: &mut RowPage,
+    ) -> Result<(), StoreError> {
         let reader = self.shared.reader();
-        self.shared.read_rows(&reader, id, from, through)
+        self.shared.read_rows(&reader, id, from, through, page)
     }
 
     fn bounds(&mut self, id: &SessionId) -> Result<RowBounds, StoreError> {
@@ -922,7 +921,12 @@ impl RowPages for SqliteRows {
         self.shared.read_header_row(&reader, id)
     }
 
-    fn rows_to_end(&mut self, id: &SessionId, from: u64) -> Result<Option<ToEnd>, StoreError> {
+    fn rows_to_end(
+        &mut self,
+        id: &SessionId,
+        from: u64,
+        page: &mut RowPage,
+    ) -> Result<Option<bool>, StoreError> {
         let reader = self.shared.reader();
         let Some(held) = self
             .held
@@ -931,15 +935,12 @@ impl RowPages for SqliteRows {
             return Ok(None);
         };
         let mut sweep = self.shared.sweep();
-        let (rows, whole) = match sweep.reads(held) {
-            true => sweep.rows_to_end(&reader, &self.shared.path, id, from, PAGE_ROWS)?,
-            false => {
-                let rows = self.shared.read_rows(&reader, id, from, u64::MAX)?;
-                let whole = rows.len() < PAGE_ROWS;
-                (rows, whole)
-            }
-        };
-        Ok(Some(ToEnd { rows, whole }))
+        if sweep.reads(held) {
+            let whole = sweep.rows_to_end(&reader, &self.shared.path, id, from, PAGE_ROWS, page)?;
+            return Ok(Some(whole));
+        }
+        self.shared.read_rows(&reader, id, from, u64::MAX, page)?;
+        Ok(Some(page.rows.len() < PAGE_ROWS))
     }
 }
 
@@ -1174,14 +1175,15 @@ impl Shared {
     }
 
     /// One page ([`PAGE_ROWS`]) of the rows of session `id` from
-    /// `from_seq` through `to_seq`.
+    /// `from_seq` through `to_seq`, into `page` (emptied first).
     fn read_rows(
         &self,
         connection: &Connection,
         id: &SessionId,
         from_seq: u64,
         to_seq: u64,
-    ) -> Result<Vec<EventRow>, StoreError> {
+        page: &mut RowPage,
+    ) -> Result<(), StoreError> {
         let from_seq = i64::try_from(from_seq).unwrap_or(i64::MAX);
         let to_seq = i64::try_from(to_seq).unwrap_or(i64::MAX);
         // A page's LIMIT is a literal: bound as a parameter, SQLite plans
@@ -1195,19 +1197,29 @@ impl Shared {
         let mut statement = connection
             .prepare_cached(sql)
             .map_err(sqlite_error("read events", &self.path))?;
-        statement
-            .query_map(params![id.as_str(), from_seq, to_seq], |row| {
-                Ok(EventRow {
-                    seq: row.get(0)?,
-                    ts: row.get(1)?,
-                    event_type: TypeColumn::new(row.get_ref(2)?.as_str()?),
-                    batch: row.get(3)?,
-                    body: row.get(4)?,
-                    crc: row.get(5)?,
-                })
-            })
-            .and_then(|rows| rows.collect())
-            .map_err(sqlite_error("read events", &self.path))
+        page.clear();
+        let mut rows = statement
+            .query(params![id.as_str(), from_seq, to_seq])
+            .map_err(sqlite_error("read events", &self.path))?;
+        // Each body is read in place and copied once, into the page.
+        let mut push = |row: &rusqlite::Row<'_>| -> rusqlite::Result<()> {
+            page.push(
+                row.get(0)?,
+                row.get(1)?,
+                row.get_ref(2)?.as_bytes()?,
+                row.get(3)?,
+                row.get_ref(4)?.as_str()?,
+                row.get(5)?,
+            );
+            Ok(())
+        };
+        while let Some(row) = rows
+            .next()
+            .map_err(sqlite_error("read events", &self.path))?
+        {
+            push(row).map_err(sqlite_error("read events", &self.path))?;
+        }
+        Ok(())
     }
 
     /// The last seq the session row of `id` records (`None`: the row is

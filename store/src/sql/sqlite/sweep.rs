@@ -14,13 +14,14 @@
 //! (the same columns, `seq >= from`), and are checked by the same code.
 
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::path::Path;
 
 use rusqlite::{params, Connection};
 use sessionlog_schema::SessionId;
 
 use super::committer::sqlite_error;
-use crate::sql::checks::{EventRow, TypeColumn};
+use crate::sql::checks::RowPage;
 use crate::sql::HeaderRow;
 use crate::StoreError;
 
@@ -64,11 +65,13 @@ struct SessionsAhead {
 
 /// Event rows read ahead, grouped by session: every row whose key
 /// (session, seq) is at or past `start` up to the last one held is in
-/// `groups`, and past it too when `at_end`.
+/// `groups` (each a range of the rows of `page` not given out yet), and
+/// past it too when `at_end`.
 #[derive(Debug, Default)]
 struct EventsAhead {
     start: Option<(String, i128)>,
-    groups: VecDeque<(String, VecDeque<EventRow>)>,
+    page: RowPage,
+    groups: VecDeque<(String, Range<usize>)>,
     at_end: bool,
 }
 
@@ -126,8 +129,8 @@ impl Sweep {
     }
 
     /// Up to `max` rows of session `id` from seq `from` on, read ahead
-    /// with the rows after them, and whether they are all of its rows from
-    /// `from` on.
+    /// with the rows after them, into `page` (emptied first), and whether
+    /// they are all of its rows from `from` on.
     pub(super) fn rows_to_end(
         &mut self,
         connection: &Connection,
@@ -135,15 +138,16 @@ impl Sweep {
         id: &SessionId,
         from: u64,
         max: usize,
-    ) -> Result<(Vec<EventRow>, bool), StoreError> {
+        page: &mut RowPage,
+    ) -> Result<bool, StoreError> {
         let ahead = &mut self.events;
         let id = id.as_str();
         let mut from = i128::from(from);
-        let mut rows = Vec::new();
+        page.clear();
         loop {
             if from > i128::from(i64::MAX) {
                 // No row has a seq past the largest integer.
-                return Ok((rows, true));
+                return Ok(true);
             }
             let covered = ahead
                 .start
@@ -157,12 +161,13 @@ impl Sweep {
             }
             let whole = match ahead.groups.front_mut() {
                 Some((session, group)) if session == id => {
-                    while rows.len() < max {
-                        let Some(row) = group.pop_front() else { break };
+                    while page.rows.len() < max {
+                        let Some(index) = group.next() else { break };
+                        let row = &ahead.page.rows[index];
                         from = i128::from(row.seq) + 1;
-                        rows.push(row);
+                        page.push_from(&ahead.page, row);
                     }
-                    if !group.is_empty() {
+                    if group.start < group.end {
                         // A full page, and more rows of the session.
                         Some(false)
                     } else if ahead.groups.len() > 1 || ahead.at_end {
@@ -173,7 +178,7 @@ impl Sweep {
                     } else {
                         // The rows held end with this session's: read on.
                         ahead.groups.pop_front();
-                        (rows.len() == max).then_some(false)
+                        (page.rows.len() == max).then_some(false)
                     }
                 }
                 // Rows held, the first another session's; or none at all.
@@ -182,7 +187,7 @@ impl Sweep {
             };
             ahead.start = Some((id.to_owned(), from));
             if let Some(whole) = whole {
-                return Ok((rows, whole));
+                return Ok(whole);
             }
         }
     }
@@ -233,10 +238,14 @@ impl EventsAhead {
                     self.groups.pop_front();
                 }
                 std::cmp::Ordering::Equal => {
-                    while group.front().is_some_and(|row| i128::from(row.seq) < from) {
-                        group.pop_front();
+                    let rows = &self.page.rows;
+                    while rows
+                        .get(group.start)
+                        .is_some_and(|row| group.start < group.end && i128::from(row.seq) < from)
+                    {
+                        group.start += 1;
                     }
-                    if group.is_empty() {
+                    if group.start >= group.end {
                         self.groups.pop_front();
                     }
                     return;
@@ -260,6 +269,7 @@ impl EventsAhead {
             event_chunk!()
         );
         self.groups.clear();
+        self.page.clear();
         let seq = i64::try_from(from).unwrap_or(i64::MAX);
         let mut statement = connection
             .prepare_cached(sql)
@@ -269,26 +279,25 @@ impl EventsAhead {
             .map_err(sqlite_error("read events", path))?;
         let mut count = 0;
         while let Some(row) = found.next().map_err(sqlite_error("read events", path))? {
-            let session = row
-                .get_ref(0)
-                .and_then(|value| Ok(value.as_str()?))
-                .map_err(sqlite_error("read events", path))?;
-            let read = || -> rusqlite::Result<EventRow> {
-                Ok(EventRow {
-                    seq: row.get(1)?,
-                    ts: row.get(2)?,
-                    event_type: TypeColumn::new(row.get_ref(3)?.as_str()?),
-                    batch: row.get(4)?,
-                    body: row.get(5)?,
-                    crc: row.get(6)?,
-                })
-            };
-            let event = read().map_err(sqlite_error("read events", path))?;
+            let page = &mut self.page;
+            let session = (|| -> rusqlite::Result<&str> {
+                // Each body is read in place and copied once, into the page.
+                page.push(
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get_ref(3)?.as_bytes()?,
+                    row.get(4)?,
+                    row.get_ref(5)?.as_str()?,
+                    row.get(6)?,
+                );
+                Ok(row.get_ref(0)?.as_str()?)
+            })()
+            .map_err(sqlite_error("read events", path))?;
             match self.groups.back_mut() {
-                Some((last, group)) if last == session => group.push_back(event),
+                Some((last, group)) if last == session => group.end = count + 1,
                 _ => self
                     .groups
-                    .push_back((session.to_owned(), VecDeque::from([event]))),
+                    .push_back((session.to_owned(), count..count + 1)),
             }
             count += 1;
         }
