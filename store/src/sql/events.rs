@@ -347,6 +347,16 @@ impl SqlEvents {
                 )
             })?;
             check_no_rows_past(store, &self.id, recorded, max_row_seq)?;
+            if let Some(min) = min_row_seq.filter(|min| *min < 1) {
+                // Nothing writes one: a read from the start sees such a row
+                // first, and this finds it in a session with no rows to read.
+                return Err(corrupt_session(
+                    store,
+                    &self.id,
+                    0,
+                    format!("a row at seq {min}: seqs start at 1"),
+                ));
+            }
             if let (Some(source), Some(min)) = (&self.seed_source, min_row_seq) {
                 if min <= i64::try_from(self.seed_length).unwrap_or(i64::MAX) {
                     return Err(corrupt_session(

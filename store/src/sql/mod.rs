@@ -101,6 +101,18 @@ pub(crate) fn stage(
     Ok(())
 }
 
+/// The lowest seq a read of a session's rows from `from` asks the
+/// database for. Seqs start at 1, so a row below 1 is damage (nothing
+/// writes one); a read from the start of a session asks from the lowest
+/// integer, so that such a row comes first and is refused as out of
+/// sequence, instead of lying below every read where no check sees it.
+pub(crate) fn lowest_row_seq(from: u64) -> i64 {
+    match from {
+        0 | 1 => i64::MIN,
+        _ => sql_integer(from),
+    }
+}
+
 /// A value checked by `check_storable` (saturates otherwise).
 pub(crate) fn sql_integer(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)

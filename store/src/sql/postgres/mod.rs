@@ -642,7 +642,7 @@ impl RowPages for PostgresRows {
         through: u64,
         page: &mut RowPage,
     ) -> Result<(), StoreError> {
-        let (from, through) = (sql_integer(from), sql_integer(through));
+        let (from, through) = (crate::sql::lowest_row_seq(from), sql_integer(through));
         let rows = self.shared.with_connection("read events", |connection| {
             let statement = connection.prepared(sql::READ_EVENTS)?;
             connection

@@ -257,6 +257,12 @@ const DAMAGE: &[(&str, u64, &str)] = &[
         "disagree",
     ),
     ("UPDATE sessions SET header_crc = 0", 0, "header CRC"),
+    (
+        "INSERT INTO events (session_id, seq, ts, type, batch, body, crc)
+         SELECT session_id, 0, ts, type, batch, body, crc FROM events WHERE seq = 1",
+        1,
+        "the next row has seq 0",
+    ),
 ];
 
 #[test]

@@ -1184,7 +1184,7 @@ impl Shared {
         to_seq: u64,
         page: &mut RowPage,
     ) -> Result<(), StoreError> {
-        let from_seq = i64::try_from(from_seq).unwrap_or(i64::MAX);
+        let from_seq = crate::sql::lowest_row_seq(from_seq);
         let to_seq = i64::try_from(to_seq).unwrap_or(i64::MAX);
         // A page's LIMIT is a literal: bound as a parameter, SQLite plans
         // with its value and prepares the statement again at every read,

@@ -142,7 +142,7 @@ impl Sweep {
     ) -> Result<bool, StoreError> {
         let ahead = &mut self.events;
         let id = id.as_str();
-        let mut from = i128::from(from);
+        let mut from = i128::from(crate::sql::lowest_row_seq(from));
         page.clear();
         loop {
             if from > i128::from(i64::MAX) {

@@ -569,6 +569,27 @@ fn altered_body_is_corruption_naming_session_and_seq() {
     );
 }
 
+/// A copy of the row at seq 1 at seq 0, which nothing writes.
+const BELOW_ONE: &str = "INSERT INTO events (session_id, seq, ts, type, batch, body, crc)
+     SELECT session_id, 0, ts, type, batch, body, crc FROM events WHERE seq = 1";
+
+#[test]
+fn a_row_below_seq_1_is_corruption_in_every_read() {
+    let folder = ok(tempfile::tempdir());
+    let store = store_with_events(folder.path(), 3);
+    ok(raw(store.path()).execute(BELOW_ONE, []));
+    assert_corrupt_at(store.snapshot(&id("a")), 1, "the next row has seq 0");
+    // A session with no events at all: its bounds name the row.
+    let folder = ok(tempfile::tempdir());
+    let store = store_with_events(folder.path(), 1);
+    ok(raw(store.path()).execute("UPDATE events SET seq = -7", []));
+    ok(raw(store.path()).execute("UPDATE sessions SET last_seq = 0", []));
+    assert_corrupt_at(store.snapshot(&id("a")), 0, "a row at seq -7");
+    let held = ok(store.hold_read());
+    assert_corrupt_at(store.snapshot(&id("a")), 0, "a row at seq -7");
+    drop(held);
+}
+
 #[test]
 fn seq_gap_is_corruption_naming_session_and_seq() {
     let folder = ok(tempfile::tempdir());
@@ -735,6 +756,7 @@ fn a_held_read_finds_the_damage_a_read_without_it_finds() {
         "UPDATE sessions SET last_seq = 1",
         "UPDATE sessions SET last_seq = 4",
         "UPDATE events SET body = replace(body, '{}', '{\"x\":1}') WHERE seq = 3",
+        BELOW_ONE,
     ];
     for damage in damages {
         let folder = ok(tempfile::tempdir());
