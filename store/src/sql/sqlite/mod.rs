@@ -136,6 +136,7 @@ use crate::StoreError;
 mod committer;
 mod schema;
 mod sweep;
+
 #[cfg(test)]
 mod tests;
 
@@ -1201,23 +1202,11 @@ impl Shared {
         let mut rows = statement
             .query(params![id.as_str(), from_seq, to_seq])
             .map_err(sqlite_error("read events", &self.path))?;
-        // Each body is read in place and copied once, into the page.
-        let mut push = |row: &rusqlite::Row<'_>| -> rusqlite::Result<()> {
-            page.push(
-                row.get(0)?,
-                row.get(1)?,
-                row.get_ref(2)?.as_bytes()?,
-                row.get(3)?,
-                row.get_ref(4)?.as_str()?,
-                row.get(5)?,
-            );
-            Ok(())
-        };
         while let Some(row) = rows
             .next()
             .map_err(sqlite_error("read events", &self.path))?
         {
-            push(row).map_err(sqlite_error("read events", &self.path))?;
+            push_event_row(page, row, 0).map_err(sqlite_error("read events", &self.path))?;
         }
         Ok(())
     }
@@ -1294,4 +1283,23 @@ fn snapshot_state(reader: &Connection, rowid: i64) -> rusqlite::Result<Vec<u8>> 
     let mut bytes = vec![0u8; blob.len()];
     blob.read_at_exact(&mut bytes, 0)?;
     Ok(bytes)
+}
+
+/// Adds to `page` the event row whose columns `seq, ts, type, batch, body,
+/// crc` start at column `first` of `row`; each body is read in place and
+/// copied once, into the page.
+fn push_event_row(
+    page: &mut RowPage,
+    row: &rusqlite::Row<'_>,
+    first: usize,
+) -> rusqlite::Result<()> {
+    page.push(
+        row.get(first)?,
+        row.get(first + 1)?,
+        row.get_ref(first + 2)?.as_bytes()?,
+        row.get(first + 3)?,
+        row.get_ref(first + 4)?.as_str()?,
+        row.get(first + 5)?,
+    );
+    Ok(())
 }

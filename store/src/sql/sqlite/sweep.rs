@@ -280,19 +280,9 @@ impl EventsAhead {
         let mut count = 0;
         while let Some(row) = found.next().map_err(sqlite_error("read events", path))? {
             let page = &mut self.page;
-            let session = (|| -> rusqlite::Result<&str> {
-                // Each body is read in place and copied once, into the page.
-                page.push(
-                    row.get(1)?,
-                    row.get(2)?,
-                    row.get_ref(3)?.as_bytes()?,
-                    row.get(4)?,
-                    row.get_ref(5)?.as_str()?,
-                    row.get(6)?,
-                );
-                Ok(row.get_ref(0)?.as_str()?)
-            })()
-            .map_err(sqlite_error("read events", path))?;
+            let session = super::push_event_row(page, row, 1)
+                .and_then(|()| Ok(row.get_ref(0)?.as_str()?))
+                .map_err(sqlite_error("read events", path))?;
             match self.groups.back_mut() {
                 Some((last, group)) if last == session => group.end = count + 1,
                 _ => self
