@@ -505,9 +505,11 @@ impl SessionState {
     /// It validates exactly what `check` validates, but through the borrowed
     /// [`EventView`]: a fold over a long log copies only the ids it keeps.
     pub fn apply(&mut self, record: &EventRecord) -> Result<(), Violation> {
-        self.apply_parsed(record, || {
-            EventView::parse(record.event_type(), record.data())
-        })
+        self.fold_parsed(
+            record,
+            || EventView::parse(record.event_type(), record.data()),
+            true,
+        )
     }
 
     /// [`apply`](Self::apply), given `view`: what `EventView::parse` returns
@@ -519,7 +521,7 @@ impl SessionState {
         record: &EventRecord,
         view: Result<EventView<'_>, ShapeError>,
     ) -> Result<(), Violation> {
-        self.apply_parsed(record, || view)
+        self.fold_parsed(record, || view, true)
     }
 
     /// [`apply_viewed`](Self::apply_viewed), with the hash chain left to
@@ -550,17 +552,7 @@ impl SessionState {
     }
 
     /// [`apply`](Self::apply) with the parse of the record's data, called
-    /// only once the seq is right.
-    fn apply_parsed<'v>(
-        &mut self,
-        record: &EventRecord,
-        parse: impl FnOnce() -> Result<EventView<'v>, ShapeError>,
-    ) -> Result<(), Violation> {
-        self.fold_parsed(record, parse, true)
-    }
-
-    /// [`apply_parsed`](Self::apply_parsed), advancing the chain only when
-    /// `chained`.
+    /// only once the seq is right, advancing the chain only when `chained`.
     fn fold_parsed<'v>(
         &mut self,
         record: &EventRecord,
