@@ -238,13 +238,11 @@ impl EventsAhead {
                     self.groups.pop_front();
                 }
                 std::cmp::Ordering::Equal => {
-                    let rows = &self.page.rows;
-                    while rows
-                        .get(group.start)
-                        .is_some_and(|row| group.start < group.end && i128::from(row.seq) < from)
-                    {
-                        group.start += 1;
-                    }
+                    let rows = &self.page.rows[group.clone()];
+                    group.start += rows
+                        .iter()
+                        .take_while(|row| i128::from(row.seq) < from)
+                        .count();
                     if group.start >= group.end {
                         self.groups.pop_front();
                     }
