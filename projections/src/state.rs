@@ -919,7 +919,11 @@ impl SessionState {
                 self.reviewed_seqs.push(seq);
             }
             EventView::ToolSettle { call_id } => {
-                if let Some(index) = self.calls.position(&self.ids, &call_id) {
+                // A settle of a call already settled (a seeded prefix is
+                // folded unchecked) changes nothing, so nothing is journaled:
+                // a rollback must not unsettle what was settled before the mark.
+                let index = self.calls.position(&self.ids, &call_id);
+                if let Some(index) = index.filter(|&index| !self.calls.get(index).settled) {
                     let call = self.calls.get(index);
                     self.calls.set(
                         index,
@@ -955,7 +959,10 @@ impl SessionState {
                 self.requests.insert(&self.ids, request);
             }
             EventView::ApprovalDecided { request_id } => {
-                if let Some(index) = self.requests.position(&self.ids, &request_id) {
+                // As for a settle: deciding again changes nothing and is not
+                // journaled, or a rollback would reopen the request.
+                let index = self.requests.position(&self.ids, &request_id);
+                if let Some(index) = index.filter(|&index| !self.requests.get(index).decided) {
                     let request = RequestEntry {
                         decided: true,
                         ..self.requests.get(index)
@@ -1627,6 +1634,34 @@ pub(crate) mod tests {
                 seq 2 (tool/start): callId "c1" is already used by the tool/start at seq 1 [rule]
                 seq 3 (approval/policy): data.policy: "sometimes" is not a valid approval policy (expected ask | never) [vocabulary]"#]],
         );
+    }
+
+    #[test]
+    fn a_rollback_keeps_what_was_settled_or_decided_before_the_mark() {
+        // A seeded prefix is folded without the turn rules, so a call may be
+        // settled twice and a request decided twice in it; the second time
+        // changes nothing, and rolling it back must not undo the first.
+        let mut log = Log::root("parent")
+            .turn_start("t1")
+            .step_start("s1", "t1")
+            .tool_start("c1", "s1")
+            .tool_settle("c1")
+            .ask("r1", "t1")
+            .decide("r1")
+            .tool_settle("c1")
+            .decide("r1");
+        log.header.seed_length = 8;
+        log.header.parent_session = Some(crate::test_log::id("grandparent"));
+        let (before, violations) = crate::fold(log.header.clone(), &log.events[..6]);
+        assert_eq!(violations, Vec::new());
+        let mut state = before.clone();
+        let mark = state.mark();
+        for record in &log.events[6..] {
+            assert_eq!(state.apply(record), Ok(()));
+        }
+        state.rollback(mark);
+        assert_eq!(state, before);
+        assert_eq!(state.pending_approvals(), Vec::<&str>::new());
     }
 
     #[test]
