@@ -1066,7 +1066,7 @@ impl Eq for SessionState {}
 
 impl Ids {
     /// The ids a decoded snapshot holds: the text at `range` of `bytes`,
-    /// which the caller checked is UTF-8.
+    /// each id proved UTF-8 as it is read ([`get`](Self::get)).
     pub(crate) fn frozen(bytes: Frozen, range: Range<usize>) -> Ids {
         Ids {
             frozen: Some((bytes, range)),

@@ -35,11 +35,12 @@ pub enum SnapshotTrust {
     /// Every field, row, span and seq, and the order of the ids: bytes from
     /// anywhere decode to a state consistent with itself or to an error.
     Nothing,
-    /// Every field, count and text, and the requests' rows (the pending
-    /// approvals are rebuilt from them); the calls' rows and the reviewed
-    /// seqs, the bulk of a long session's state, are left as they are and
-    /// read in place when a lookup lands on them, so that opening a writer
-    /// costs no pass over them. For bytes whose CRC matched the one their
+    /// Every field and count, every text but the ids', and the requests'
+    /// rows (the pending approvals are rebuilt from them); the calls' rows,
+    /// the reviewed seqs and the ids' text, the bulk of a long session's
+    /// state, are left as they are and read in place when a lookup lands
+    /// on them (an id that is not UTF-8 reads as empty), so that opening a
+    /// writer costs no pass over them. For bytes whose CRC matched the one their
     /// writer computed over what `encode_snapshot` gave: torn or damaged
     /// bytes never get here. Bytes written to match their CRC on purpose
     /// could hold rows out of order or spans off the ids: a lookup then
@@ -56,6 +57,12 @@ impl SnapshotTrust {
             SnapshotTrust::Nothing => usize::MAX,
             SnapshotTrust::CrcMatched => 0,
         }
+    }
+
+    /// Whether a decode proves the ids' text UTF-8 as a whole (else each
+    /// id is, as it is looked up).
+    fn text_checked(self) -> bool {
+        self == SnapshotTrust::Nothing
     }
 }
 
@@ -205,7 +212,14 @@ impl SessionState {
                 ))
             }
         };
-        let text = input.text("ids")?;
+        // Each id read from the snapshot is proved UTF-8 when it is looked
+        // up (`Ids::get`); bytes whose CRC matched are not proved UTF-8 as
+        // a whole, which would be a pass over every id at every open.
+        let ids_at = input.at;
+        let text = input.bytes("ids")?;
+        if trust.text_checked() && std::str::from_utf8(text).is_err() {
+            return Err(format!("ids: the text at byte {ids_at} is not UTF-8"));
+        }
         let text_at = from + input.at - text.len();
         let ids = Ids::frozen(Arc::clone(&frozen), text_at..text_at + text.len());
         let open_turn = input.option("open turn", |input| input.span(text, "open turn"))?;
@@ -219,7 +233,7 @@ impl SessionState {
             row: call_row(width),
             width,
         });
-        let mut previous: Option<&str> = None;
+        let mut previous: Option<&[u8]> = None;
         let rows = rows.take(trust.rows_checked());
         for (index, row) in rows.enumerate() {
             let row = Row {
@@ -242,7 +256,7 @@ impl SessionState {
             row: request_row(width),
             width,
         });
-        let mut previous: Option<&str> = None;
+        let mut previous: Option<&[u8]> = None;
         let mut pending_approvals = BTreeMap::new();
         for (index, row) in rows.enumerate() {
             let row = Row {
@@ -454,10 +468,15 @@ impl<'b> Reader<'b> {
 
     fn text(&mut self, what: &str) -> Result<&'b str, String> {
         let at = self.at;
-        let len = self.count(what, 1)?;
-        let bytes = self.take(len, what)?;
-        std::str::from_utf8(bytes)
+        std::str::from_utf8(self.bytes(what)?)
             .map_err(|_| format!("{what}: the text at byte {at} is not UTF-8"))
+    }
+
+    /// The bytes of a text, as [`text`](Self::text) reads them, not proved
+    /// UTF-8.
+    fn bytes(&mut self, what: &str) -> Result<&'b [u8], String> {
+        let len = self.count(what, 1)?;
+        self.take(len, what)
     }
 
     fn flags(&mut self, what: &str) -> Result<u8, String> {
@@ -480,7 +499,7 @@ impl<'b> Reader<'b> {
         Ok(found)
     }
 
-    fn span(&mut self, ids: &str, what: &str) -> Result<IdSpan, String> {
+    fn span(&mut self, ids: &[u8], what: &str) -> Result<IdSpan, String> {
         let at = self.at;
         let start = self.offset(what)?;
         let end = self.offset(what)?;
@@ -537,7 +556,7 @@ impl Row<'_> {
         }
     }
 
-    fn span(&self, place: usize, ids: &str, what: &str) -> Result<IdSpan, String> {
+    fn span(&self, place: usize, ids: &[u8], what: &str) -> Result<IdSpan, String> {
         let start = self.offset(place);
         let end = self.offset(place + self.width);
         id_span(ids, start, end).ok_or_else(|| {
@@ -587,19 +606,18 @@ fn le_u64(bytes: &[u8], place: usize) -> u64 {
 }
 
 /// The id from offset `start` to `end` of `ids`, when both are on character
-/// boundaries within it, in order.
-fn id_span(ids: &str, start: u64, end: u64) -> Option<IdSpan> {
+/// boundaries within it (as `str::is_char_boundary` has it: at its end, or
+/// at a byte that does not continue a character), in order.
+fn id_span(ids: &[u8], start: u64, end: u64) -> Option<IdSpan> {
     let start = usize::try_from(start).ok()?;
     let end = usize::try_from(end).ok()?;
-    let within = start <= end
-        && end <= ids.len()
-        && ids.is_char_boundary(start)
-        && ids.is_char_boundary(end);
+    let boundary = |at: usize| ids.get(at).is_none_or(|&byte| byte & 0xc0 != 0x80);
+    let within = start <= end && end <= ids.len() && boundary(start) && boundary(end);
     within.then_some(IdSpan { start, end })
 }
 
-/// The text of `span`, which [`id_span`] found within `ids`.
-fn id_text(ids: &str, span: IdSpan) -> &str {
+/// The bytes of `span`, which [`id_span`] found within `ids`.
+fn id_text(ids: &[u8], span: IdSpan) -> &[u8] {
     ids.get(span.start..span.end).unwrap_or_default()
 }
 
@@ -645,12 +663,14 @@ pub(crate) fn request_from_row(row: &[u8], width: usize) -> RequestEntry {
 /// not after `previous`, the id of the row before it: a table keeps each
 /// id once, in the order of the ids. Then `id` is the one before the next.
 fn in_id_order<'a>(
-    previous: &mut Option<&'a str>,
-    id: &'a str,
+    previous: &mut Option<&'a [u8]>,
+    id: &'a [u8],
     what: &str,
     at: usize,
 ) -> Result<(), String> {
+    // Bytes compare as the texts they spell do (UTF-8 keeps the order).
     if let Some(before) = previous.filter(|&before| before >= id) {
+        let (id, before) = (String::from_utf8_lossy(id), String::from_utf8_lossy(before));
         return Err(format!(
             "{what} id {id:?} at byte {at} is not after the one before ({before:?}): \
              the {what}s are kept once each, in the order of their ids"
@@ -742,6 +762,49 @@ mod tests {
                 at + row
             ))
         );
+    }
+
+    #[test]
+    fn ids_that_are_not_utf8_refuse_a_checked_decode_and_read_as_empty_once_the_crc_matched() {
+        let log = Log::root("s")
+            .turn_start("t1")
+            .step_start("s1", "t1")
+            .tool_start("c1", "s1")
+            .tool_settle("c1");
+        let at = log.events.len() - 1;
+        let (state, _) = crate::fold(log.header.clone(), &log.events[..at]);
+        let settle = &log.events[at];
+        let body = log.header.to_body();
+        let mut bytes = state.encode_snapshot();
+        // The undamaged bytes settle c1 either way.
+        let mut trusted =
+            decode_crc_matched(&log, &bytes).unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!(trusted.apply(settle).err(), None);
+        // c1's second byte made a lone continuation byte (its first stays:
+        // the ids beside it keep their character boundaries).
+        let c1 = bytes.windows(2).position(|pair| pair == b"c1");
+        let Some(c1) = c1 else {
+            panic!("no c1 in the snapshot")
+        };
+        // The ids text is the one text that holds it: its length is the
+        // eight bytes before it starts.
+        let ids_at = (0..c1.saturating_sub(8)).rev().find(|&at| {
+            let len = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
+            usize::try_from(len).is_ok_and(|len| at + 8 <= c1 && c1 < at + 8 + len && len < 64)
+        });
+        let Some(ids_at) = ids_at else {
+            panic!("no ids text around c1")
+        };
+        bytes[c1 + 1] = 0x80;
+        assert_eq!(
+            SessionState::decode_snapshot(log.header.clone(), &body, &bytes).err(),
+            Some(format!("ids: the text at byte {ids_at} is not UTF-8"))
+        );
+        // Read as bytes whose CRC matched, the damaged id reads as empty:
+        // the call is not found, and its settle breaks a rule.
+        let mut trusted =
+            decode_crc_matched(&log, &bytes).unwrap_or_else(|error| panic!("{error}"));
+        assert!(trusted.apply(settle).is_err());
     }
 
     proptest! {
