@@ -265,10 +265,37 @@ fn a_tampered_foreign_or_stale_sqlite_snapshot_is_ignored() {
     long_session(&store, "a", 8192 + 20, 3);
     long_session(&store, "b", 8192 + 40, 4);
     let raw = ok(rusqlite::Connection::open(&path));
+    // The good snapshot row of `a`, put back before each case, so that each
+    // case damages it alone (a writer that folded the whole log leaves a
+    // snapshot of its own when it closes).
+    let good: (Vec<u8>, i64, i64, i64) = ok(raw.query_row(
+        "SELECT state, seq, anchor_crc, format FROM snapshots WHERE session_id = 'a'",
+        [],
+        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+    ));
+    let restore = || {
+        let (state, seq, anchor_crc, format) = &good;
+        ok(raw.execute(
+            "UPDATE snapshots SET state = ?1, seq = ?2, anchor_crc = ?3, format = ?4
+              WHERE session_id = 'a'",
+            rusqlite::params![state, seq, anchor_crc, format],
+        ));
+    };
+    // Event 2 of `a` damaged (its CRC off by one) or mended: a read from
+    // the first row finds it, a resume from a snapshot never reads it. So
+    // whether a snapshot was used shows.
+    let damage_event_2 = |by: i64| {
+        ok(raw.execute(
+            "UPDATE events SET crc = crc + ?1 WHERE session_id = 'a' AND seq = 2",
+            [by],
+        ));
+    };
     let cases = [
         (
             "tampered",
-            "UPDATE snapshots SET state = CAST(substr(state, 1, 100) || x'00' || substr(state, 102) AS BLOB) WHERE session_id = 'a'",
+            "UPDATE snapshots SET state = CAST(substr(state, 1, 100)
+               || CASE WHEN substr(state, 101, 1) = x'00' THEN x'01' ELSE x'00' END
+               || substr(state, 102) AS BLOB) WHERE session_id = 'a'",
         ),
         (
             "foreign",
@@ -278,7 +305,20 @@ fn a_tampered_foreign_or_stale_sqlite_snapshot_is_ignored() {
         ("unknown format", "UPDATE snapshots SET format = 99 WHERE session_id = 'a'"),
     ];
     for (case, sql) in cases {
-        ok(raw.execute(sql, []));
+        restore();
+        damage_event_2(1);
+        let resumed = store.current_state(&id("a")).map(|state| state.seq());
+        assert!(
+            resumed.is_ok(),
+            "{case}: the good snapshot is used: {resumed:?}"
+        );
+        assert_eq!(ok(raw.execute(sql, [])), 1, "{case}: one row changed");
+        let folded = store.current_state(&id("a")).map(|state| state.seq());
+        assert!(
+            matches!(folded, Err(StoreError::CorruptRow { seq: 2, .. })),
+            "{case}: the snapshot is ignored and every row read: {folded:?}"
+        );
+        damage_event_2(-1);
         check_ignored(&store, "a", case);
     }
 }
