@@ -257,6 +257,55 @@ fn a_torn_tampered_foreign_stale_or_unknown_jsonl_snapshot_is_ignored() {
     check_ignored(&other, "s", "stale, another history");
 }
 
+/// The damage each database case does to session `a`'s snapshot row, as
+/// SQL of either engine: the statement that tampers with one byte of its
+/// state (`tamper`), then the foreign, stale and unknown-format ones.
+fn database_cases(tamper: &'static str) -> [(&'static str, &'static str); 4] {
+    [
+        ("tampered", tamper),
+        (
+            "foreign",
+            "UPDATE snapshots SET state = (SELECT state FROM snapshots WHERE session_id = 'b') WHERE session_id = 'a'",
+        ),
+        ("stale", "UPDATE snapshots SET anchor_crc = anchor_crc + 1 WHERE session_id = 'a'"),
+        ("unknown format", "UPDATE snapshots SET format = 99 WHERE session_id = 'a'"),
+    ]
+}
+
+/// Checks on a database `store` holding long sessions `a` and `b` that each
+/// case of [`database_cases`] makes `a`'s snapshot ignored, each damaging
+/// the good row alone: `restore` puts the good row back first (a writer
+/// that folded the whole log leaves a snapshot of its own when it closes),
+/// and `execute` runs a statement, giving the rows it changed.
+fn check_database_cases(
+    store: &Store,
+    tamper: &'static str,
+    restore: &mut dyn FnMut(),
+    execute: &mut dyn FnMut(&str, i64) -> u64,
+) {
+    // Event 2 of `a` damaged (its CRC off by one) or mended: a read from
+    // the first row finds it, a resume from a snapshot never reads it. So
+    // whether a snapshot was used shows.
+    let damage_event_2 = "UPDATE events SET crc = crc + $1 WHERE session_id = 'a' AND seq = 2";
+    for (case, sql) in database_cases(tamper) {
+        restore();
+        assert_eq!(execute(damage_event_2, 1), 1, "{case}: event 2 damaged");
+        let resumed = store.current_state(&id("a")).map(|state| state.seq());
+        assert!(
+            resumed.is_ok(),
+            "{case}: the good snapshot is used: {resumed:?}"
+        );
+        assert_eq!(execute(sql, 0), 1, "{case}: one row changed");
+        let folded = store.current_state(&id("a")).map(|state| state.seq());
+        assert!(
+            matches!(folded, Err(StoreError::CorruptRow { seq: 2, .. })),
+            "{case}: the snapshot is ignored and every row read: {folded:?}"
+        );
+        assert_eq!(execute(damage_event_2, -1), 1, "{case}: event 2 mended");
+        check_ignored(store, "a", case);
+    }
+}
+
 #[test]
 fn a_tampered_foreign_or_stale_sqlite_snapshot_is_ignored() {
     let folder = ok(tempfile::tempdir());
@@ -265,15 +314,12 @@ fn a_tampered_foreign_or_stale_sqlite_snapshot_is_ignored() {
     long_session(&store, "a", 8192 + 20, 3);
     long_session(&store, "b", 8192 + 40, 4);
     let raw = ok(rusqlite::Connection::open(&path));
-    // The good snapshot row of `a`, put back before each case, so that each
-    // case damages it alone (a writer that folded the whole log leaves a
-    // snapshot of its own when it closes).
     let good: (Vec<u8>, i64, i64, i64) = ok(raw.query_row(
         "SELECT state, seq, anchor_crc, format FROM snapshots WHERE session_id = 'a'",
         [],
         |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
     ));
-    let restore = || {
+    let mut restore = || {
         let (state, seq, anchor_crc, format) = &good;
         ok(raw.execute(
             "UPDATE snapshots SET state = ?1, seq = ?2, anchor_crc = ?3, format = ?4
@@ -281,46 +327,61 @@ fn a_tampered_foreign_or_stale_sqlite_snapshot_is_ignored() {
             rusqlite::params![state, seq, anchor_crc, format],
         ));
     };
-    // Event 2 of `a` damaged (its CRC off by one) or mended: a read from
-    // the first row finds it, a resume from a snapshot never reads it. So
-    // whether a snapshot was used shows.
-    let damage_event_2 = |by: i64| {
-        ok(raw.execute(
-            "UPDATE events SET crc = crc + ?1 WHERE session_id = 'a' AND seq = 2",
-            [by],
+    let mut execute = |sql: &str, by: i64| -> u64 {
+        let changed = match sql.contains("$1") {
+            true => raw.execute(sql, [by]),
+            false => raw.execute(sql, []),
+        };
+        ok(changed) as u64
+    };
+    let tamper = "UPDATE snapshots SET state = CAST(substr(state, 1, 100)
+          || CASE WHEN substr(state, 101, 1) = x'00' THEN x'01' ELSE x'00' END
+          || substr(state, 102) AS BLOB) WHERE session_id = 'a'";
+    check_database_cases(&store, tamper, &mut restore, &mut execute);
+}
+
+#[test]
+fn a_tampered_foreign_or_stale_postgres_snapshot_is_ignored() {
+    let Some(server) = crate::postgres::test_server() else {
+        return;
+    };
+    let schema = crate::postgres::Schema::new(&server, "ignored");
+    let store = ok(Store::create(&schema.path()));
+    long_session(&store, "a", 8192 + 20, 3);
+    long_session(&store, "b", 8192 + 40, 4);
+    let Store::Postgres(postgres) = &store else {
+        unreachable!()
+    };
+    let client = std::cell::RefCell::new(ok(postgres.connect()));
+    let good = ok(client.borrow_mut().query_one(
+        "SELECT state, seq, anchor_crc, format FROM snapshots WHERE session_id = 'a'",
+        &[],
+    ));
+    let good: (Vec<u8>, i64, i64, i64) = (
+        ok(good.try_get(0)),
+        ok(good.try_get(1)),
+        ok(good.try_get(2)),
+        ok(good.try_get(3)),
+    );
+    let mut restore = || {
+        let (state, seq, anchor_crc, format) = &good;
+        ok(client.borrow_mut().execute(
+            "UPDATE snapshots SET state = $1, seq = $2, anchor_crc = $3, format = $4
+              WHERE session_id = 'a'",
+            &[state, seq, anchor_crc, format],
         ));
     };
-    let cases = [
-        (
-            "tampered",
-            "UPDATE snapshots SET state = CAST(substr(state, 1, 100)
-               || CASE WHEN substr(state, 101, 1) = x'00' THEN x'01' ELSE x'00' END
-               || substr(state, 102) AS BLOB) WHERE session_id = 'a'",
-        ),
-        (
-            "foreign",
-            "UPDATE snapshots SET state = (SELECT state FROM snapshots WHERE session_id = 'b') WHERE session_id = 'a'",
-        ),
-        ("stale", "UPDATE snapshots SET anchor_crc = anchor_crc + 1 WHERE session_id = 'a'"),
-        ("unknown format", "UPDATE snapshots SET format = 99 WHERE session_id = 'a'"),
-    ];
-    for (case, sql) in cases {
-        restore();
-        damage_event_2(1);
-        let resumed = store.current_state(&id("a")).map(|state| state.seq());
-        assert!(
-            resumed.is_ok(),
-            "{case}: the good snapshot is used: {resumed:?}"
-        );
-        assert_eq!(ok(raw.execute(sql, [])), 1, "{case}: one row changed");
-        let folded = store.current_state(&id("a")).map(|state| state.seq());
-        assert!(
-            matches!(folded, Err(StoreError::CorruptRow { seq: 2, .. })),
-            "{case}: the snapshot is ignored and every row read: {folded:?}"
-        );
-        damage_event_2(-1);
-        check_ignored(&store, "a", case);
-    }
+    let mut execute = |sql: &str, by: i64| -> u64 {
+        let mut client = client.borrow_mut();
+        let changed = match sql.contains("$1") {
+            true => client.execute(sql, &[&by]),
+            false => client.execute(sql, &[]),
+        };
+        ok(changed)
+    };
+    let tamper = "UPDATE snapshots SET state = set_byte(state, 100,
+          CASE WHEN get_byte(state, 100) = 0 THEN 1 ELSE 0 END) WHERE session_id = 'a'";
+    check_database_cases(&store, tamper, &mut restore, &mut execute);
 }
 
 #[test]
