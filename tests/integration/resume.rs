@@ -472,8 +472,15 @@ proptest! {
 /// removed before most rounds, so that the process writes one right after
 /// its first acknowledgement: some kills land inside that write. After
 /// each: `verify` exits 0 or 3, every acknowledged event is there, and the
-/// resumed state is the whole fold's. `remove_snapshot` removes it.
-fn snapshot_kills(store_path: &Path, kills: usize, seed: u64, remove_snapshot: impl Fn()) {
+/// resumed state is the whole fold's. `remove_snapshot` removes it. What
+/// the campaign did is printed, named by `backend`.
+fn snapshot_kills(
+    backend: &str,
+    store_path: &Path,
+    kills: usize,
+    seed: u64,
+    remove_snapshot: impl Fn(),
+) {
     let store = ok(Store::open(store_path));
     let (prepared, rest) = long_session(&store, "k", 8192 + 10, seed);
     drop(store);
@@ -488,12 +495,15 @@ fn snapshot_kills(store_path: &Path, kills: usize, seed: u64, remove_snapshot: i
     let mut rng = Rng::new(seed);
     let mut have = events.len();
     let start = have;
+    let (mut rounds, mut removed, mut torn) = (0, 0, 0);
     for round in 0..kills {
         if have - start >= lines.len() {
             break;
         }
+        rounds += 1;
         if rng.below(4) != 0 {
             remove_snapshot();
+            removed += 1;
         }
         let chunk = 1 + rng.below(20);
         let from = have - start;
@@ -508,6 +518,7 @@ fn snapshot_kills(store_path: &Path, kills: usize, seed: u64, remove_snapshot: i
             verify.stdout,
             verify.stderr
         );
+        torn += usize::from(verify.code == 3);
         let store = ok(Store::open(store_path));
         let snapshot = ok(store.snapshot(&id("k")));
         let acknowledged = acked.load(Ordering::SeqCst) as usize;
@@ -539,6 +550,10 @@ fn snapshot_kills(store_path: &Path, kills: usize, seed: u64, remove_snapshot: i
         .map(read_back)
         .collect();
     assert_eq!(found, events);
+    eprintln!(
+        "kill -9 of append while a snapshot is written ({backend}): {rounds} kills, the snapshot removed before {removed}, {} events acknowledged after the first {start}, {torn} torn tails found by verify (exit 3); nothing acknowledged lost, every resumed state the whole fold's",
+        (acked.load(Ordering::SeqCst) as usize).saturating_sub(start),
+    );
 }
 
 #[test]
@@ -546,7 +561,7 @@ fn kill_9_while_a_jsonl_snapshot_is_written_never_breaks_the_session() {
     let folder = ok(tempfile::tempdir());
     let path = folder.path().to_owned();
     let snapshot = sidecar(&path, "k");
-    snapshot_kills(&path, kills(30, 600), 41, || {
+    snapshot_kills("JSONL", &path, kills(30, 600), 41, || {
         let _ = std::fs::remove_file(&snapshot);
     });
     let Store::Jsonl(store) = ok(Store::open(&path)) else {
@@ -561,7 +576,7 @@ fn kill_9_while_a_sqlite_snapshot_is_written_never_breaks_the_session() {
     let folder = ok(tempfile::tempdir());
     let path = folder.path().join("k.db");
     ok(SqliteStore::open(&path));
-    snapshot_kills(&path, kills(30, 600), 43, || {
+    snapshot_kills("SQLite", &path, kills(30, 600), 43, || {
         let raw = ok(rusqlite::Connection::open(&path));
         ok(raw.busy_timeout(Duration::from_secs(5)));
         ok(raw.execute("DELETE FROM snapshots", []));
