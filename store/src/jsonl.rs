@@ -513,10 +513,16 @@ fn fold_log(
     fold: Fold,
 ) -> Result<Option<FoldedLog>, StoreError> {
     let keep_events = fold == Fold::KeepEvents;
+    // A fold that may resume reads the header through a small buffer: a
+    // whole read's buffer would take in 256 KiB of events a resume skips.
+    let buffer = match keep_events {
+        true => 256 * 1024,
+        false => crate::reader::HEADER_BUFFER_BYTES,
+    };
     let reader = LogReader::new(
-        BufReader::with_capacity(256 * 1024, reading),
+        BufReader::with_capacity(buffer, reading),
         path,
-        expected_id,
+        expected_id.clone(),
     )?;
     let header = reader.header().clone();
     let header_body = reader.header_body().to_owned();
@@ -533,8 +539,9 @@ fn fold_log(
     };
     let mut events = keep_events.then(Vec::new);
     let (mut state, mut reader, resumed) = match resumed {
-        Some((state, anchor, bytes)) => {
-            let reader = reader.resume_at(anchor.offset, anchor.seq + 1, anchor.lines, path)?;
+        Some((state, anchor, bytes, tail)) => {
+            let reader =
+                reader.resume_at(anchor.offset, anchor.seq + 1, anchor.lines, tail, path)?;
             (state, reader, Some((anchor, bytes)))
         }
         None if fold == Fold::FromSnapshotOnly => return Ok(None),
@@ -543,6 +550,10 @@ fn fold_log(
                 header.clone(),
                 &header_body,
             );
+            let reader = match keep_events {
+                true => reader,
+                false => reader.restarted(expected_id)?,
+            };
             (state, reader, None)
         }
     };
@@ -635,7 +646,8 @@ fn state_snapshot_temporary(snapshot: &Path) -> PathBuf {
 
 /// The state of the snapshot at `snapshot` and its anchor, when it is whole,
 /// of this session and header, and the log `file` still holds at its
-/// anchor's offset the record it was taken after; with its size in bytes.
+/// anchor's offset the record it was taken after; with its size in bytes
+/// and the bytes the log has after the anchor.
 fn resume_point(
     snapshot: &Path,
     file: &File,
@@ -645,6 +657,7 @@ fn resume_point(
     sessionlog_projections::SessionState,
     state_snapshot::SnapshotAnchor,
     usize,
+    u64,
 )> {
     let bytes = match read_snapshot_file(snapshot) {
         Ok(Some(bytes)) => bytes,
@@ -656,11 +669,11 @@ fn resume_point(
     };
     let size = bytes.len();
     let checked = state_snapshot::decode(bytes, header, header_body).and_then(|(state, anchor)| {
-        record_ends_at(file, &header.id, anchor)?;
-        Ok((state, anchor))
+        let length = record_ends_at(file, &header.id, anchor)?;
+        Ok((state, anchor, length - anchor.offset))
     });
     match checked {
-        Ok((state, anchor)) => Some((state, anchor, size)),
+        Ok((state, anchor, tail)) => Some((state, anchor, size, tail)),
         Err(why) => {
             state_snapshot::ignored(&header.id, snapshot, &why);
             None
@@ -689,12 +702,13 @@ fn read_snapshot_file(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
 }
 
 /// Whether the log `file` holds, ending at byte `anchor.offset`, an intact
-/// record of seq `anchor.seq` whose CRC is `anchor.record_crc`; why not.
+/// record of seq `anchor.seq` whose CRC is `anchor.record_crc`: the log's
+/// length in bytes when it does, why not otherwise.
 fn record_ends_at(
     file: &File,
     id: &SessionId,
     anchor: state_snapshot::SnapshotAnchor,
-) -> Result<(), String> {
+) -> Result<u64, String> {
     use std::os::unix::fs::FileExt;
     let length = file.metadata().map_err(|error| error.to_string())?.len();
     if anchor.offset > length || anchor.offset < 2 {
@@ -724,7 +738,7 @@ fn record_ends_at(
                     format!("the record before byte {}: {error}", anchor.offset)
                 })?;
                 return match (record.seq() == anchor.seq, crc == anchor.record_crc) {
-                    (true, true) => Ok(()),
+                    (true, true) => Ok(length),
                     _ => Err(format!(
                         "the log holds seq {} (CRC {crc}) before byte {}, not the anchored seq {}",
                         record.seq(),

@@ -21,6 +21,11 @@ use crate::{Refusal, StoreError};
 
 const READ_BUFFER_BYTES: usize = 256 * 1024;
 
+/// The buffer of a reader that reads a log's header to resume it from a
+/// state snapshot: enough for the header, not the 256 KiB of events a
+/// whole read would take in at once (a resume reads only the tail).
+pub(crate) const HEADER_BUFFER_BYTES: usize = 16 * 1024;
+
 /// Streams the events of one log, in order, stopping at the end of its good
 /// prefix. Corruption is an error when it is met (or, for damage, when the
 /// intact record after it is met).
@@ -107,27 +112,45 @@ impl LogReader<BufReader<File>> {
         self.lines.source.get_ref()
     }
 
+    /// This reader, which has read only the header, read again from the
+    /// start of its file with the buffer of a whole read: what a resume
+    /// that found no state snapshot to resume from folds the log with.
+    pub(crate) fn restarted(self, expected_id: Option<SessionId>) -> Result<Self, StoreError> {
+        use std::io::{Seek, SeekFrom};
+        let mut file = self.lines.source.into_inner();
+        file.seek(SeekFrom::Start(0))
+            .map_err(|source| StoreError::io("seek", &self.path, source))?;
+        LogReader::new(
+            BufReader::with_capacity(READ_BUFFER_BYTES, file),
+            &self.path,
+            expected_id,
+        )
+    }
+
     /// This reader, which has read only the header, moved on to byte
     /// `offset` of its file, as if it had read a good prefix of `lines`
     /// lines ending there whose next seq is `next_seq` (a state snapshot's
     /// anchor, checked by the caller): it reads and checks every line
-    /// after, as it would have.
+    /// after, as it would have. Its buffer holds the `tail` bytes the file
+    /// has after `offset` (a few pages for a short tail), up to the 256
+    /// KiB of a whole read.
     pub(crate) fn resume_at(
         self,
         offset: u64,
         next_seq: u64,
         lines: u64,
+        tail: u64,
         path: &Path,
     ) -> Result<Self, StoreError> {
         use std::io::{Seek, SeekFrom};
         let mut file = self.lines.source.into_inner();
         file.seek(SeekFrom::Start(offset))
             .map_err(|source| StoreError::io("seek", path, source))?;
+        let capacity = usize::try_from(tail)
+            .unwrap_or(READ_BUFFER_BYTES)
+            .clamp(HEADER_BUFFER_BYTES, READ_BUFFER_BYTES);
         Ok(LogReader {
-            lines: LineReader::starting_at(
-                BufReader::with_capacity(READ_BUFFER_BYTES, file),
-                offset,
-            ),
+            lines: LineReader::starting_at(BufReader::with_capacity(capacity, file), offset),
             path: self.path,
             scanner: self.scanner.resumed_at(next_seq, offset, lines),
             ready: Vec::new(),
