@@ -40,11 +40,11 @@ pub enum SnapshotTrust {
     /// the reviewed seqs and the ids' text, the bulk of a long session's
     /// state, are left as they are and read in place when a lookup lands
     /// on them (an id that is not UTF-8 reads as empty), so that opening a
-    /// writer costs no pass over them. For bytes whose CRC matched the one their
-    /// writer computed over what `encode_snapshot` gave: torn or damaged
-    /// bytes never get here. Bytes written to match their CRC on purpose
-    /// could hold rows out of order or spans off the ids: a lookup then
-    /// misses or reads an empty id, but never panics, and the log the
+    /// writer costs no pass over them. For bytes whose CRC matched the one
+    /// their writer computed over what `encode_snapshot` gave: torn or
+    /// damaged bytes never get here. Bytes written to match their CRC on
+    /// purpose could hold rows out of order or spans off the ids: a lookup
+    /// then misses or reads an empty id, but never panics, and the log the
     /// state is checked against is still checked record by record.
     CrcMatched,
 }
