@@ -516,7 +516,7 @@ fn fold_log(
     // A fold that may resume reads the header through a small buffer: a
     // whole read's buffer would take in 256 KiB of events a resume skips.
     let buffer = match keep_events {
-        true => 256 * 1024,
+        true => crate::reader::READ_BUFFER_BYTES,
         false => crate::reader::HEADER_BUFFER_BYTES,
     };
     let reader = LogReader::new(

@@ -19,7 +19,8 @@ use sessionlog_schema::{
 
 use crate::{Refusal, StoreError};
 
-const READ_BUFFER_BYTES: usize = 256 * 1024;
+/// The buffer of a whole read of a log.
+pub(crate) const READ_BUFFER_BYTES: usize = 256 * 1024;
 
 /// The buffer of a reader that reads a log's header to resume it from a
 /// state snapshot: enough for the header, not the 256 KiB of events a
