@@ -28,8 +28,8 @@ use sessionlog_projections::{
 };
 use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
 use sessionlog_store::{
-    fold_through, migrate, Durability, JsonlStore, LogReader, NewEvent, SessionStream, Store,
-    WriterOptions,
+    fold_stream, fold_through, migrate, Durability, JsonlStore, LogReader, NewEvent, SessionStream,
+    Store, WriterOptions,
 };
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
@@ -501,13 +501,13 @@ fn verify(path: &Path, id: Option<SessionId>) -> BenchResult<(u64, Vec<Violation
     let mut violations = Vec::new();
     let mut state = SessionState::with_header_body(stream.header().clone(), stream.header_body());
     let mut count = 0;
-    while let Some(event) = stream.next_event_folded(&mut state)? {
-        std::hint::black_box(&event.record);
+    fold_stream(&mut *stream, &mut state, |record, folded, _| {
+        std::hint::black_box(record);
         count += 1;
-        if let Err(violation) = event.folded {
+        if let Err(violation) = folded {
             violations.push(violation);
         }
-    }
+    })?;
     stream.finish()?;
     std::hint::black_box(&state);
     Ok((count, violations))

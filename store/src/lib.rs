@@ -78,6 +78,7 @@
 #[cfg(feature = "async")]
 mod asynchronous;
 mod error;
+mod fold;
 mod follow;
 mod fork;
 mod io;
@@ -96,6 +97,7 @@ mod writer;
 #[cfg(feature = "async")]
 pub use asynchronous::{AsyncStore, AsyncWriter, Follow, FOLLOW_POLL_INTERVAL};
 pub use error::{ErrorClass, Refusal, StoreError};
+pub use fold::fold_stream;
 pub use follow::LogFollower;
 pub use fork::fork_log_file;
 pub use jsonl::{

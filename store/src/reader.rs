@@ -672,9 +672,22 @@ pub fn fold_through(
         });
     }
     let mut state = SessionState::with_header_body(stream.header().clone(), stream.header_body());
+    let Some(at) = at else {
+        crate::fold_stream(&mut *stream, &mut state, |_, folded, _| {
+            if let Err(violation) = folded {
+                refusal.note(StoreError::Rule {
+                    path: path.to_owned(),
+                    violation,
+                });
+            }
+        })?;
+        let torn_tail = stream.finish()?;
+        refusal.into_result()?;
+        return Ok((state, torn_tail));
+    };
     // Seqs rise by one from 1, so the events through `at` are the first
     // `at`: fold those while reading, then only read on to the end.
-    while at.is_none_or(|at| state.seq() < at) {
+    while state.seq() < at {
         let Some(event) = stream.next_event_folded(&mut state)? else {
             break;
         };
@@ -685,7 +698,7 @@ pub fn fold_through(
             });
         }
     }
-    if at.is_some_and(|at| state.seq() >= at) {
+    if state.seq() >= at {
         // Through `at` only: what comes after it is not read, so damage
         // there is left for `verify` (and a torn tail is not looked for).
         refusal.into_result()?;

@@ -11,7 +11,7 @@ use anyhow::Result;
 use serde::Serialize;
 use sessionlog_projections::SessionState;
 use sessionlog_schema::{EventType, CRC_SUFFIX_LEN};
-use sessionlog_store::{ErrorClass, FoldedEvent, StoreError};
+use sessionlog_store::{fold_stream, ErrorClass, StoreError};
 
 use crate::cli::SessionArgs;
 use crate::target::{SessionRef, Target};
@@ -132,7 +132,7 @@ fn read(
     stats.bytes = (stream.header_body().len() + CRC_SUFFIX_LEN + 1) as u64;
     stats.violations = stream.header_vocabulary_errors().len() as u64;
     let mut state = SessionState::with_header_body(stream.header().clone(), stream.header_body());
-    while let Some(FoldedEvent { record, folded }) = stream.next_event_folded(&mut state)? {
+    fold_stream(&mut *stream, &mut state, |record, folded, _| {
         stats.violations += u64::from(folded.is_err());
         stats.events += 1;
         stats.last_seq = record.seq();
@@ -142,7 +142,7 @@ fn read(
             count_one(unknown_types, name);
         }
         count_one(by_type, name);
-    }
+    })?;
     stats.torn_tail_bytes = stream.finish()?.map(|torn| torn.bytes);
     Ok(())
 }

@@ -13,7 +13,7 @@ use sessionlog_projections::{
     check_sealed, check_trusted, parse_anchor_file, Anchor, SessionState, Violation, ViolationKind,
 };
 use sessionlog_schema::{parse_trust_file, SealPublicKey};
-use sessionlog_store::{FoldedEvent, StoreError};
+use sessionlog_store::{fold_stream, StoreError};
 
 use crate::cli::SessionArgs;
 use crate::target::{read_input, require_sessions, SessionRef, Target};
@@ -405,7 +405,7 @@ fn scan(
         .iter()
         .map(|anchor| (anchor.seq == 0).then(|| state.chain()))
         .collect();
-    while let Some(FoldedEvent { record, folded }) = stream.next_event_folded(&mut state)? {
+    fold_stream(&mut *stream, &mut state, |record, folded, state| {
         verdict.events += 1;
         verdict.last_seq = record.seq();
         match folded {
@@ -440,7 +440,7 @@ fn scan(
                 }
             }
         }
-    }
+    })?;
     for (anchor, chain) in anchors.iter().zip(anchored) {
         if let Err(message) = anchor.check(state.seq(), chain) {
             verdict
