@@ -157,12 +157,13 @@ struct Notifier {
 }
 
 /// The writer side of one session: its own connection, which holds the
-/// session's lock.
+/// session's lock (under `lock_key`) until the sink is dropped.
 #[derive(Debug)]
 struct PostgresSink {
     shared: Arc<Shared>,
     id: SessionId,
     connection: Connection,
+    lock_key: i64,
     pending: Vec<EventRecord>,
     last_seq: u64,
     /// The CRC of the last record appended (a snapshot's anchor), and of
@@ -511,6 +512,7 @@ impl PostgresStore {
             shared: Arc::clone(&self.shared),
             id: id.clone(),
             connection,
+            lock_key: key,
             pending: Vec::new(),
             last_seq: folded.state.seq(),
             last_crc: folded.last_crc,
@@ -730,6 +732,21 @@ impl LogSink for PostgresSink {
             ],
         )?;
         Ok(bytes.len())
+    }
+}
+
+impl Drop for PostgresSink {
+    /// Gives the lock back before the connection closes. Should that fail
+    /// (the connection is lost), the server releases the lock as it sees
+    /// the connection end, which is what it always did.
+    fn drop(&mut self) {
+        let location = &self.shared.location;
+        let _ = self.connection.query_one(
+            location,
+            "unlock a session",
+            sql::UNLOCK_SESSION,
+            &[&self.lock_key],
+        );
     }
 }
 

@@ -195,6 +195,11 @@ pub(super) const READ_LAST_SEQ: &str = "SELECT last_seq FROM sessions WHERE id =
 /// (a session-level advisory lock; false when another connection holds it).
 pub(super) const TRY_LOCK_SESSION: &str = "SELECT pg_try_advisory_lock($1)";
 
+/// Gives the writer's lock back as the writer closes, so that the next
+/// writer can take it at once: the server would release it only once it
+/// saw the connection end, some time after the client has let it go.
+pub(super) const UNLOCK_SESSION: &str = "SELECT pg_advisory_unlock($1)";
+
 /// Wakes the followers of sessions, after their appends committed: one
 /// payload `{"session":…,"seq":…}` per session, on the channel named after
 /// the schema, in one statement (and one transaction that writes no WAL).
