@@ -245,13 +245,22 @@ pub(crate) trait Keyed: Copy {
 }
 
 /// Seqs in increasing order: a decoded snapshot's, read in place from its
-/// bytes (8 bytes each, little-endian, as the decode checked or the
+/// bytes (4 or 8 bytes each, little-endian, as the decode checked or the
 /// snapshot's CRC vouches), then the ones added since.
 #[derive(Clone, Default)]
 pub(crate) struct Seqs {
-    /// A decoded snapshot's seqs: its bytes, where the first starts, how many.
-    frozen: Option<(Frozen, usize, usize)>,
+    frozen: Option<FrozenSeqs>,
     added: Vec<u64>,
+}
+
+/// A decoded snapshot's seqs: its bytes, where the first starts, how many,
+/// and the bytes of each.
+#[derive(Clone)]
+struct FrozenSeqs {
+    bytes: Frozen,
+    start: usize,
+    count: usize,
+    width: usize,
 }
 
 /// Folds `records` in order over `header`, collecting every violation.
@@ -1087,11 +1096,6 @@ impl Ids {
         self.frozen_bytes().len() + self.added.len()
     }
 
-    /// The text of every id kept: the snapshot's, then the ones added.
-    pub(crate) fn parts(&self) -> (&[u8], &str) {
-        (self.frozen_bytes(), &self.added)
-    }
-
     /// Keeps `id`; where it is.
     fn push(&mut self, id: &str) -> IdSpan {
         let start = self.len();
@@ -1108,7 +1112,7 @@ impl Ids {
     /// lookup never panics on one.
     ///
     /// [`SnapshotTrust::CrcMatched`]: crate::SnapshotTrust::CrcMatched
-    fn bytes(&self, span: IdSpan) -> &[u8] {
+    pub(crate) fn bytes(&self, span: IdSpan) -> &[u8] {
         let frozen = self.frozen_bytes();
         let bytes = match span.start.checked_sub(frozen.len()) {
             Some(start) => span
@@ -1347,17 +1351,23 @@ impl<T: Keyed> IdTable<T> {
 }
 
 impl Seqs {
-    /// The `count` seqs of a decoded snapshot, from byte `start` of
-    /// `bytes`, which increase (checked, or vouched for by a CRC).
-    pub(crate) fn frozen(bytes: Frozen, start: usize, count: usize) -> Seqs {
+    /// The `count` seqs of a decoded snapshot, of `width` bytes each (4
+    /// or 8) from byte `start` of `bytes`, which increase (checked, or
+    /// vouched for by a CRC).
+    pub(crate) fn frozen(bytes: Frozen, start: usize, count: usize, width: usize) -> Seqs {
         Seqs {
-            frozen: Some((bytes, start, count)),
+            frozen: Some(FrozenSeqs {
+                bytes,
+                start,
+                count,
+                width,
+            }),
             added: Vec::new(),
         }
     }
 
     fn frozen_count(&self) -> usize {
-        self.frozen.as_ref().map_or(0, |(_, _, count)| *count)
+        self.frozen.as_ref().map_or(0, |frozen| frozen.count)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -1367,12 +1377,11 @@ impl Seqs {
     /// The seq at `index` (below [`len`](Self::len)).
     fn get(&self, index: usize) -> u64 {
         match &self.frozen {
-            Some((bytes, start, count)) if index < *count => {
-                let at = start + index * 8;
-                let mut seq = [0u8; 8];
-                seq.copy_from_slice(&bytes[at..at + 8]);
-                u64::from_le_bytes(seq)
-            }
+            Some(frozen) if index < frozen.count => crate::state_codec::le_number(
+                &frozen.bytes,
+                frozen.start + index * frozen.width,
+                frozen.width,
+            ),
             _ => self.added[index - self.frozen_count()],
         }
     }

@@ -68,26 +68,57 @@ impl SnapshotTrust {
 
 impl SessionState {
     /// The state's bytes, for [`decode_snapshot`](Self::decode_snapshot)
-    /// (the header is not among them): the bytes of the ids the state keeps,
-    /// plus 33 bytes per call, 17 per request and 8 per reviewed event (id
-    /// offsets take 4 bytes each, 8 once the ids pass 4 GiB).
+    /// (the header is not among them): the bytes of the ids its rows and
+    /// its open turn and step name (a tool's name or a step's id once for
+    /// a run of calls that share it), plus 29 bytes per call, 13 per
+    /// request and 4 per reviewed event (8, 24 and 8 more once the ids pass
+    /// 4 GiB or the seqs 2³²−1).
     pub fn encode_snapshot(&self) -> Vec<u8> {
-        let width = match u32::try_from(self.ids.len()) {
-            Ok(_) => 4,
-            Err(_) => 8,
-        };
-        self.encode_snapshot_with_offsets_of(width)
+        self.encode_snapshot_with_offsets_of(4)
     }
 
-    /// [`encode_snapshot`](Self::encode_snapshot) with id offsets of `width`
-    /// bytes (4, or 8: at least enough for the ids' length).
+    /// [`encode_snapshot`](Self::encode_snapshot) with id offsets of at
+    /// least `width` bytes (4, or 8; 8 whatever `width` once the ids pass
+    /// 4 GiB).
     fn encode_snapshot_with_offsets_of(&self, width: usize) -> Vec<u8> {
         let parts = self;
+        // The ids the rows name, each kept once (tool names and step ids
+        // once for all their calls), in the order the rows name them: the
+        // bytes depend on what the state projects, not on the order its
+        // ids were kept in nor on the ids it no longer names (the turns
+        // that ended, say).
+        let mut ids = SnapshotIds::of(&parts.ids);
+        let open_turn = parts.open_turn.map(|turn| ids.keep(turn));
+        let open_step = parts.open_step.map(|step| ids.share(step));
+        let calls: Vec<CallEntry> = parts
+            .calls
+            .in_id_order(&parts.ids)
+            .map(|call| CallEntry {
+                call_id: ids.keep(call.call_id),
+                step_id: ids.share(call.step_id),
+                name: ids.share(call.name),
+                ..call
+            })
+            .collect();
+        let requests: Vec<RequestEntry> = parts
+            .requests
+            .in_id_order(&parts.ids)
+            .map(|request| RequestEntry {
+                request_id: ids.keep(request.request_id),
+                ..request
+            })
+            .collect();
+        let text = ids.text;
+        // Every seq a row holds is at most the state's.
+        let width = match (u32::try_from(text.len()), u32::try_from(parts.seq)) {
+            (Ok(_), Ok(_)) => width,
+            _ => 8,
+        };
         let capacity = 256
-            + parts.ids.len()
-            + parts.calls.len() * call_row(width)
-            + parts.requests.len() * request_row(width)
-            + parts.reviewed_seqs.len() * 8;
+            + text.len()
+            + calls.len() * call_row(width)
+            + requests.len() * request_row(width)
+            + parts.reviewed_seqs.len() * width;
         let mut out = Writer {
             bytes: Vec::with_capacity(capacity),
             width,
@@ -100,24 +131,22 @@ impl SessionState {
         out.option(parts.sandbox_switch, |out, mode| out.text(mode.as_str()));
         out.option(parts.preset_switch, |out, preset| out.text(preset.as_str()));
         out.byte(width as u8);
-        let (frozen_ids, added_ids) = parts.ids.parts();
-        out.u64((frozen_ids.len() + added_ids.len()) as u64);
-        out.bytes.extend_from_slice(frozen_ids);
-        out.bytes.extend_from_slice(added_ids.as_bytes());
-        out.option(parts.open_turn, Writer::span);
-        out.option(parts.open_step, Writer::span);
-        out.u64(parts.calls.len() as u64);
-        for call in parts.calls.in_id_order(&parts.ids) {
+        out.u64(text.len() as u64);
+        out.bytes.extend_from_slice(&text);
+        out.option(open_turn, Writer::span);
+        out.option(open_step, Writer::span);
+        out.u64(calls.len() as u64);
+        for call in calls {
             out.span(call.call_id);
-            out.u64(call.seq);
+            out.number(call.seq);
             out.span(call.step_id);
             out.span(call.name);
             out.byte(u8::from(call.own) | u8::from(call.settled) << 1);
         }
-        out.u64(parts.requests.len() as u64);
-        for request in parts.requests.in_id_order(&parts.ids) {
+        out.u64(requests.len() as u64);
+        for request in requests {
             out.span(request.request_id);
-            out.u64(request.seq);
+            out.number(request.seq);
             out.byte(u8::from(request.own) | u8::from(request.decided) << 1);
         }
         out.option(parts.last_own_request_header, |out, (seq, policy)| {
@@ -128,7 +157,7 @@ impl SessionState {
         out.option(parts.last_checkpoint_seq, Writer::u64);
         out.u64(parts.reviewed_seqs.len() as u64);
         for seq in parts.reviewed_seqs.iter() {
-            out.u64(seq);
+            out.number(seq);
         }
         out.u64(parts.violation_count);
         out.bytes.extend_from_slice(parts.chain.as_bytes());
@@ -243,9 +272,9 @@ impl SessionState {
             };
             let call_id = row.span(0, text, "call id")?;
             row.seq_at_most(2 * width, seq, "call")?;
-            row.span(2 * width + 8, text, "call step")?;
-            row.span(4 * width + 8, text, "call name")?;
-            row.flags(6 * width + 8, "call")?;
+            row.span(3 * width, text, "call step")?;
+            row.span(5 * width, text, "call name")?;
+            row.flags(7 * width, "call")?;
             in_id_order(&mut previous, id_text(text, call_id), "call", row.at)?;
         }
         let (rows_at, rows) = input.table("requests", request_row(width))?;
@@ -266,7 +295,7 @@ impl SessionState {
             };
             let request_id = row.span(0, text, "request id")?;
             let request_seq = row.seq_at_most(2 * width, seq, "request")?;
-            let flags = row.flags(2 * width + 8, "request")?;
+            let flags = row.flags(3 * width, "request")?;
             if flags & 1 != 0 && flags & 2 == 0 {
                 pending_approvals.insert(request_seq, request_id);
             }
@@ -284,17 +313,17 @@ impl SessionState {
         })?;
         let last_checkpoint_seq =
             input.option("checkpoint", |input| input.seq_at_most(seq, "checkpoint"))?;
-        let (rows_at, rows) = input.table("reviewed seqs", 8)?;
-        let reviewed_seqs = Seqs::frozen(Arc::clone(&frozen), from + rows_at, rows.len());
+        let (rows_at, rows) = input.table("reviewed seqs", width)?;
+        let reviewed_seqs = Seqs::frozen(Arc::clone(&frozen), from + rows_at, rows.len(), width);
         let mut previous = 0u64;
         let rows = rows.take(trust.rows_checked());
         for (index, row) in rows.enumerate() {
-            let reviewed = le_u64(row, 0);
+            let reviewed = le_number(row, 0, width);
             if reviewed <= previous || reviewed > seq {
                 return Err(format!(
                     "reviewed seq {reviewed} at byte {} is not above the one before \
                      ({previous}) and at most {seq}",
-                    rows_at + index * 8
+                    rows_at + index * width
                 ));
             }
             previous = reviewed;
@@ -349,16 +378,69 @@ impl SessionState {
     }
 }
 
-/// The bytes of a call's row, with id offsets of `width` bytes: its id,
-/// seq, step id, name and flags.
+/// The bytes of a call's row, with numbers of `width` bytes: its id, seq,
+/// step id, name and flags.
 fn call_row(width: usize) -> usize {
-    6 * width + 8 + 1
+    7 * width + 1
 }
 
 /// The bytes of a request's row, with id offsets of `width` bytes: its id,
 /// seq and flags.
 fn request_row(width: usize) -> usize {
-    2 * width + 8 + 1
+    3 * width + 1
+}
+
+/// The ids text of a snapshot being written: each id a row names, copied
+/// from the state's [`Ids`]; an id many rows share (a tool's name, a step's
+/// id) copied once for a run of them.
+struct SnapshotIds<'s> {
+    from: &'s Ids,
+    text: Vec<u8>,
+    /// The last few shared ids, most recent first.
+    shared: Vec<IdSpan>,
+}
+
+/// How many shared ids [`SnapshotIds::share`] looks among: a session calls
+/// a handful of tools, and the calls of one step follow one another.
+const SHARED_IDS: usize = 8;
+
+impl<'s> SnapshotIds<'s> {
+    fn of(from: &'s Ids) -> SnapshotIds<'s> {
+        SnapshotIds {
+            from,
+            text: Vec::with_capacity(from.len()),
+            shared: Vec::with_capacity(SHARED_IDS),
+        }
+    }
+
+    /// Copies the id at `span` of the state's ids; where it now is.
+    fn keep(&mut self, span: IdSpan) -> IdSpan {
+        let start = self.text.len();
+        self.text.extend_from_slice(self.from.bytes(span));
+        IdSpan {
+            start,
+            end: self.text.len(),
+        }
+    }
+
+    /// [`keep`](Self::keep), or where an equal id shared lately already is.
+    fn share(&mut self, span: IdSpan) -> IdSpan {
+        let id = self.from.bytes(span);
+        let text = &self.text;
+        let found = self
+            .shared
+            .iter()
+            .position(|kept| &text[kept.start..kept.end] == id);
+        let kept = match found {
+            Some(at) => self.shared.remove(at),
+            None => {
+                self.shared.truncate(SHARED_IDS - 1);
+                self.keep(span)
+            }
+        };
+        self.shared.insert(0, kept);
+        kept
+    }
 }
 
 struct Writer {
@@ -381,12 +463,17 @@ impl Writer {
         self.bytes.extend_from_slice(text.as_bytes());
     }
 
-    /// Its start and end offsets in the ids, of [`width`](Self::width) bytes.
+    /// A number of a row (an id offset or a seq), of
+    /// [`width`](Self::width) bytes.
+    fn number(&mut self, value: u64) {
+        self.bytes
+            .extend_from_slice(&value.to_le_bytes()[..self.width]);
+    }
+
+    /// Its start and end offsets in the ids.
     fn span(&mut self, span: IdSpan) {
-        for offset in [span.start, span.end] {
-            let bytes = (offset as u64).to_le_bytes();
-            self.bytes.extend_from_slice(&bytes[..self.width]);
-        }
+        self.number(span.start as u64);
+        self.number(span.end as u64);
     }
 
     fn option<T>(&mut self, value: Option<T>, write: impl FnOnce(&mut Writer, T)) {
@@ -546,14 +633,7 @@ struct Row<'b> {
 
 impl Row<'_> {
     fn offset(&self, place: usize) -> u64 {
-        match self.width {
-            4 => {
-                let mut bytes = [0u8; 4];
-                bytes.copy_from_slice(&self.bytes[place..place + 4]);
-                u64::from(u32::from_le_bytes(bytes))
-            }
-            _ => le_u64(self.bytes, place),
-        }
+        le_number(self.bytes, place, self.width)
     }
 
     fn span(&self, place: usize, ids: &[u8], what: &str) -> Result<IdSpan, String> {
@@ -576,7 +656,7 @@ impl Row<'_> {
     }
 
     fn seq_at_most(&self, place: usize, seq: u64, what: &str) -> Result<u64, String> {
-        let found = le_u64(self.bytes, place);
+        let found = self.offset(place);
         if found == 0 || found > seq {
             return Err(format!(
                 "{what}: seq {found} at byte {} is not a seq of 1 to {seq}",
@@ -598,11 +678,21 @@ impl Row<'_> {
     }
 }
 
-/// The little-endian u64 at `place` of `bytes`, which hold it.
-fn le_u64(bytes: &[u8], place: usize) -> u64 {
-    let mut value = [0u8; 8];
-    value.copy_from_slice(&bytes[place..place + 8]);
-    u64::from_le_bytes(value)
+/// The little-endian number of `width` bytes (4 or 8) at `place` of
+/// `bytes`, which hold it.
+pub(crate) fn le_number(bytes: &[u8], place: usize, width: usize) -> u64 {
+    match width {
+        4 => {
+            let mut value = [0u8; 4];
+            value.copy_from_slice(&bytes[place..place + 4]);
+            u64::from(u32::from_le_bytes(value))
+        }
+        _ => {
+            let mut value = [0u8; 8];
+            value.copy_from_slice(&bytes[place..place + 8]);
+            u64::from_le_bytes(value)
+        }
+    }
 }
 
 /// The id from offset `start` to `end` of `ids`, when both are on character
@@ -631,12 +721,12 @@ pub(crate) fn call_from_row(row: &[u8], width: usize) -> CallEntry {
         at: 0,
         width,
     };
-    let flags = row.bytes[6 * width + 8];
+    let flags = row.bytes[7 * width];
     CallEntry {
         call_id: row.checked_span(0),
-        seq: le_u64(row.bytes, 2 * width),
-        step_id: row.checked_span(2 * width + 8),
-        name: row.checked_span(4 * width + 8),
+        seq: row.offset(2 * width),
+        step_id: row.checked_span(3 * width),
+        name: row.checked_span(5 * width),
         own: flags & 1 != 0,
         settled: flags & 2 != 0,
     }
@@ -650,10 +740,10 @@ pub(crate) fn request_from_row(row: &[u8], width: usize) -> RequestEntry {
         at: 0,
         width,
     };
-    let flags = row.bytes[2 * width + 8];
+    let flags = row.bytes[3 * width];
     RequestEntry {
         request_id: row.checked_span(0),
-        seq: le_u64(row.bytes, 2 * width),
+        seq: row.offset(2 * width),
         own: flags & 1 != 0,
         decided: flags & 2 != 0,
     }
@@ -716,6 +806,43 @@ mod tests {
             Some(at) => (at, row),
             None => panic!("no call count {calls} in the snapshot"),
         }
+    }
+
+    #[test]
+    fn a_snapshot_keeps_each_id_its_rows_name_once_and_no_other() {
+        // 50 turns of two calls of one step each, all named "shell"; the
+        // last turn and step are still open.
+        let mut log = Log::root("s");
+        for turn in 0..50 {
+            let (t, s) = (format!("turn-{turn}"), format!("step-{turn}"));
+            log = log.turn_start(&t).step_start(&s, &t);
+            for call in 0..2 {
+                let c = format!("call-{turn}-{call}");
+                log = log.tool_start(&c, &s).tool_settle(&c);
+            }
+            if turn < 49 {
+                log = log.step_end(&s).turn_end(&t);
+            }
+        }
+        let (state, violations) = log.fold();
+        assert_eq!(violations, []);
+        let bytes = state.encode_snapshot();
+        let count = |needle: &str| {
+            bytes
+                .windows(needle.len())
+                .filter(|window| *window == needle.as_bytes())
+                .count()
+        };
+        assert_eq!(count("shell"), 1, "one name for a hundred calls");
+        assert_eq!(count("step-7"), 1, "one step id for its two calls");
+        assert_eq!(count("turn-7"), 0, "an ended turn's id is not kept");
+        assert_eq!(count("turn-49"), 1, "the open turn's id is kept");
+        assert_eq!(count("call-7-1"), 1);
+        let body = log.header.to_body();
+        let decoded = SessionState::decode_snapshot(log.header.clone(), &body, &bytes)
+            .unwrap_or_else(|error| panic!("{error}"));
+        assert_eq!(decoded, state);
+        assert_eq!(decoded.encode_snapshot(), bytes);
     }
 
     #[test]

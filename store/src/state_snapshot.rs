@@ -16,7 +16,7 @@ use sessionlog_projections::{SessionState, SnapshotTrust};
 use sessionlog_schema::{SessionHeader, SessionId};
 
 /// The snapshot format this build writes and reads.
-pub(crate) const STATE_SNAPSHOT_FORMAT: u32 = 3;
+pub(crate) const STATE_SNAPSHOT_FORMAT: u32 = 4;
 
 /// The first bytes of every snapshot.
 const MAGIC: &[u8; 16] = b"sessionlog-state";
@@ -243,7 +243,7 @@ mod tests {
     fn a_snapshot_of_a_format_before_or_an_unknown_one_is_refused_naming_both() {
         let (bytes, header) = snapshot_bytes();
         let body = header.to_body();
-        for format in [1, 2, STATE_SNAPSHOT_FORMAT + 1] {
+        for format in [1, 2, 3, STATE_SNAPSHOT_FORMAT + 1] {
             let refused = decode(with_format(bytes.clone(), format), &header, &body);
             assert_eq!(
                 refused.err(),
