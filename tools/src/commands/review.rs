@@ -15,8 +15,8 @@ use sessionlog_projections::{
 use sessionlog_reviewer::{HttpReviewer, HttpReviewerOptions};
 use sessionlog_schema::{EventRecord, HeaderVocabularyError, TornTail};
 use sessionlog_store::{
-    ask_reviewer, Durability, ErrorClass, ReviewCallError, ReviewOptions, StoreError, Verdict,
-    WriterOptions,
+    ask_reviewer, fold_stream, Durability, ErrorClass, ReviewCallError, ReviewOptions, StoreError,
+    Verdict, WriterOptions,
 };
 
 use crate::cli::{ReviewerArgs, SessionArgs};
@@ -229,20 +229,27 @@ fn read_for_review(target: &Target, session: &SessionRef) -> Result<ReadForRevie
         seal_failed: false,
         torn_tail: None,
     };
-    while let Some(event) = stream.next_event_folded(&mut read.state)? {
-        if let Err(violation) = event.folded {
-            read.seal_failed |= violation.kind == ViolationKind::Seal;
-            read.first_violation.get_or_insert(violation);
+    let ReadForReview {
+        state,
+        fragments,
+        request_header,
+        first_violation,
+        seal_failed,
+        ..
+    } = &mut read;
+    fold_stream(&mut *stream, state, |record, folded, state| {
+        if let Err(violation) = folded {
+            *seal_failed |= violation.kind == ViolationKind::Seal;
+            first_violation.get_or_insert(violation);
         }
-        if read.first_violation.is_some() {
-            continue;
+        if first_violation.is_some() {
+            return;
         }
-        read.fragments
-            .absorb(&read.state, std::slice::from_ref(&event.record));
-        if read.state.latest_request_header_seq() == Some(event.record.seq()) {
-            read.request_header = Some(event.record);
+        fragments.absorb(state, std::slice::from_ref(record));
+        if state.latest_request_header_seq() == Some(record.seq()) {
+            *request_header = Some(record.clone());
         }
-    }
+    })?;
     read.torn_tail = stream.finish()?;
     Ok(read)
 }
