@@ -129,6 +129,10 @@ pub fn event_type_error(text: &str) -> Option<String> {
     if text.is_empty() {
         return Some("the event type is empty".to_owned());
     }
+    // Printable ASCII, every type of the vocabulary: nothing to decode.
+    if text.bytes().all(|byte| (b' '..=b'~').contains(&byte)) {
+        return None;
+    }
     let bad = text.chars().find(|c| is_unprintable(*c))?;
     Some(format!(
         "the event type {:?} holds the character U+{:04X}, which no type may hold (control and bidirectional formatting characters)",
@@ -641,6 +645,33 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_type_is_refused_for_a_control_or_bidirectional_character_and_for_nothing_else() {
+        for allowed in [
+            "tool/start",
+            "future/kind v2",
+            "~x",
+            "café/événement",
+            "型/x",
+        ] {
+            assert_eq!(event_type_error(allowed), None, "{allowed:?}");
+        }
+        for (refused, code) in [
+            ("a\tb", "U+0009"),
+            ("del\u{7f}", "U+007F"),
+            ("x\u{1b}[2J", "U+001B"),
+            ("c1\u{9b}", "U+009B"),
+            ("é\u{202e}x", "U+202E"),
+        ] {
+            let error = event_type_error(refused).unwrap_or_default();
+            assert!(error.contains(code), "{refused:?}: {error:?}");
+        }
+        assert_eq!(
+            event_type_error("").as_deref(),
+            Some("the event type is empty")
+        );
+    }
 
     #[test]
     fn every_type_parses_from_its_spelling_and_nothing_else_does() {
