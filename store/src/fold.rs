@@ -38,8 +38,9 @@ const BATCHES_QUEUED: usize = 3;
 /// [`SessionStream::next_event_folded`] folds it. Past its first few
 /// thousand events the fold goes on on a second thread while this one
 /// reads, so that a long read costs about what the slower of the two costs,
-/// not their sum. An error of the stream ends the read once every record
-/// before it is folded; a panic of `each` goes on on this thread.
+/// not their sum (should no thread be had, it goes on on this one). An
+/// error of the stream ends the read once every record before it is
+/// folded; a panic of `each` goes on on this thread.
 ///
 /// ```
 /// use sessionlog_projections::SessionState;
@@ -81,26 +82,40 @@ where
     }
     let (batches, to_fold) = mpsc::sync_channel::<Vec<EventRecord>>(BATCHES_QUEUED);
     let (spare, spares) = mpsc::channel::<Vec<EventRecord>>();
-    thread::scope(|scope| {
-        let folder = scope.spawn(move || {
-            for batch in to_fold {
-                for record in &batch {
-                    let folded = state.apply(record);
-                    each(record, folded, state);
+    let handed_over = thread::scope(|scope| {
+        let (state, each) = (&mut *state, &mut each);
+        let folder = thread::Builder::new()
+            .name("sessionlog-fold".to_owned())
+            .spawn_scoped(scope, move || {
+                for batch in to_fold {
+                    for record in &batch {
+                        let folded = state.apply(record);
+                        each(record, folded, state);
+                    }
+                    // The records go back to be freed by the thread that
+                    // allocated them, whose allocator then needs no lock.
+                    // The reader may be done and gone: the batch is then
+                    // freed here.
+                    let _ = spare.send(batch);
                 }
-                // The records go back to be freed by the thread that
-                // allocated them, whose allocator then needs no lock. The
-                // reader may be done and gone: the batch is then freed here.
-                let _ = spare.send(batch);
-            }
-        });
+            });
+        // A thread that cannot be had (a limit on threads, say) leaves the
+        // fold on this one.
+        let folder = folder.ok()?;
         let read = hand_over(stream, &batches, &spares);
         drop(batches);
         if let Err(panic) = folder.join() {
             std::panic::resume_unwind(panic);
         }
-        read
-    })
+        Some(read)
+    });
+    if let Some(read) = handed_over {
+        return read;
+    }
+    while let Some(FoldedEvent { record, folded }) = stream.next_event_folded(state)? {
+        each(&record, folded, state);
+    }
+    Ok(())
 }
 
 /// Reads `stream` to its end in batches sent to `batches`, reusing the
