@@ -74,13 +74,13 @@ impl SessionState {
     /// request and 4 per reviewed event (8, 24 and 8 more once the ids pass
     /// 4 GiB or the seqs 2³²−1).
     pub fn encode_snapshot(&self) -> Vec<u8> {
-        self.encode_snapshot_with_offsets_of(4)
+        self.encode_snapshot_with_numbers_of(4)
     }
 
-    /// [`encode_snapshot`](Self::encode_snapshot) with id offsets of at
-    /// least `width` bytes (4, or 8; 8 whatever `width` once the ids pass
-    /// 4 GiB).
-    fn encode_snapshot_with_offsets_of(&self, width: usize) -> Vec<u8> {
+    /// [`encode_snapshot`](Self::encode_snapshot) with rows' numbers (id
+    /// offsets and seqs) of at least `width` bytes (4, or 8; 8 whatever
+    /// `width` once the ids pass 4 GiB or the seq 2³²−1).
+    fn encode_snapshot_with_numbers_of(&self, width: usize) -> Vec<u8> {
         let parts = self;
         // The ids the rows name, each kept once (tool names and step ids
         // once for all their calls), in the order the rows name them: the
@@ -384,7 +384,7 @@ fn call_row(width: usize) -> usize {
     7 * width + 1
 }
 
-/// The bytes of a request's row, with id offsets of `width` bytes: its id,
+/// The bytes of a request's row, with numbers of `width` bytes: its id,
 /// seq and flags.
 fn request_row(width: usize) -> usize {
     3 * width + 1
@@ -627,18 +627,19 @@ struct Row<'b> {
     bytes: &'b [u8],
     /// Where the row starts in the state's bytes.
     at: usize,
-    /// The bytes of an id offset, 4 or 8.
+    /// The bytes of a number (an id offset or a seq), 4 or 8.
     width: usize,
 }
 
 impl Row<'_> {
-    fn offset(&self, place: usize) -> u64 {
+    /// The number (an id offset or a seq) at `place`.
+    fn number(&self, place: usize) -> u64 {
         le_number(self.bytes, place, self.width)
     }
 
     fn span(&self, place: usize, ids: &[u8], what: &str) -> Result<IdSpan, String> {
-        let start = self.offset(place);
-        let end = self.offset(place + self.width);
+        let start = self.number(place);
+        let end = self.number(place + self.width);
         id_span(ids, start, end).ok_or_else(|| {
             format!(
                 "{what}: the id at byte {} is not within the ids kept",
@@ -650,13 +651,13 @@ impl Row<'_> {
     /// The id at `place`, its offsets as they are (one that does not fit a
     /// `usize` reads as `usize::MAX`, off the ids).
     fn checked_span(&self, place: usize) -> IdSpan {
-        let start = usize::try_from(self.offset(place)).unwrap_or(usize::MAX);
-        let end = usize::try_from(self.offset(place + self.width)).unwrap_or(usize::MAX);
+        let start = usize::try_from(self.number(place)).unwrap_or(usize::MAX);
+        let end = usize::try_from(self.number(place + self.width)).unwrap_or(usize::MAX);
         IdSpan { start, end }
     }
 
     fn seq_at_most(&self, place: usize, seq: u64, what: &str) -> Result<u64, String> {
-        let found = self.offset(place);
+        let found = self.number(place);
         if found == 0 || found > seq {
             return Err(format!(
                 "{what}: seq {found} at byte {} is not a seq of 1 to {seq}",
@@ -711,7 +712,7 @@ fn id_text(ids: &[u8], span: IdSpan) -> &[u8] {
     ids.get(span.start..span.end).unwrap_or_default()
 }
 
-/// The call a row of the snapshot holds, with id offsets of `width` bytes,
+/// The call a row of the snapshot holds, with numbers of `width` bytes,
 /// its fields as they are (whether the decode checked them is as its
 /// [`SnapshotTrust`] said; an offset that does not fit a `usize` reads as
 /// one off the ids).
@@ -724,7 +725,7 @@ pub(crate) fn call_from_row(row: &[u8], width: usize) -> CallEntry {
     let flags = row.bytes[7 * width];
     CallEntry {
         call_id: row.checked_span(0),
-        seq: row.offset(2 * width),
+        seq: row.number(2 * width),
         step_id: row.checked_span(3 * width),
         name: row.checked_span(5 * width),
         own: flags & 1 != 0,
@@ -732,7 +733,7 @@ pub(crate) fn call_from_row(row: &[u8], width: usize) -> CallEntry {
     }
 }
 
-/// The request a row of the snapshot holds, with id offsets of `width`
+/// The request a row of the snapshot holds, with numbers of `width`
 /// bytes, as [`call_from_row`] reads a call.
 pub(crate) fn request_from_row(row: &[u8], width: usize) -> RequestEntry {
     let row = Row {
@@ -743,7 +744,7 @@ pub(crate) fn request_from_row(row: &[u8], width: usize) -> RequestEntry {
     let flags = row.bytes[3 * width];
     RequestEntry {
         request_id: row.checked_span(0),
-        seq: row.offset(2 * width),
+        seq: row.number(2 * width),
         own: flags & 1 != 0,
         decided: flags & 2 != 0,
     }
@@ -997,7 +998,7 @@ mod tests {
             // same state with wide offsets decodes the same.
             let (state, _) = log.fold();
             let body = log.header.to_body();
-            let bytes = state.encode_snapshot_with_offsets_of(8);
+            let bytes = state.encode_snapshot_with_numbers_of(8);
             let decoded = SessionState::decode_snapshot(log.header.clone(), &body, &bytes)
                 .map_err(TestCaseError::fail)?;
             prop_assert_eq!(&decoded, &state);

@@ -74,11 +74,8 @@ where
     S: SessionStream + ?Sized,
     F: FnMut(&EventRecord, Result<(), Violation>, &SessionState) + Send,
 {
-    for _ in 0..FOLDED_BEFORE_HANDOVER {
-        let Some(FoldedEvent { record, folded }) = stream.next_event_folded(state)? else {
-            return Ok(());
-        };
-        each(&record, folded, state);
+    if fold_here(stream, state, &mut each, FOLDED_BEFORE_HANDOVER)? {
+        return Ok(());
     }
     let (batches, to_fold) = mpsc::sync_channel::<Vec<EventRecord>>(BATCHES_QUEUED);
     let (spare, spares) = mpsc::channel::<Vec<EventRecord>>();
@@ -109,13 +106,32 @@ where
         }
         Some(read)
     });
-    if let Some(read) = handed_over {
-        return read;
+    match handed_over {
+        Some(read) => read,
+        None => fold_here(stream, state, &mut each, u64::MAX).map(drop),
     }
-    while let Some(FoldedEvent { record, folded }) = stream.next_event_folded(state)? {
+}
+
+/// Folds at most `events` more events of `stream` on this thread, as
+/// [`SessionStream::next_event_folded`] folds them; whether the stream
+/// ended.
+fn fold_here<S, F>(
+    stream: &mut S,
+    state: &mut SessionState,
+    each: &mut F,
+    events: u64,
+) -> Result<bool, StoreError>
+where
+    S: SessionStream + ?Sized,
+    F: FnMut(&EventRecord, Result<(), Violation>, &SessionState),
+{
+    for _ in 0..events {
+        let Some(FoldedEvent { record, folded }) = stream.next_event_folded(state)? else {
+            return Ok(true);
+        };
         each(&record, folded, state);
     }
-    Ok(())
+    Ok(false)
 }
 
 /// Reads `stream` to its end in batches sent to `batches`, reusing the

@@ -672,39 +672,36 @@ pub fn fold_through(
         });
     }
     let mut state = SessionState::with_header_body(stream.header().clone(), stream.header_body());
-    let Some(at) = at else {
-        crate::fold_stream(&mut *stream, &mut state, |_, folded, _| {
-            if let Err(violation) = folded {
-                refusal.note(StoreError::Rule {
-                    path: path.to_owned(),
-                    violation,
-                });
-            }
-        })?;
-        let torn_tail = stream.finish()?;
-        refusal.into_result()?;
-        return Ok((state, torn_tail));
-    };
-    // Seqs rise by one from 1, so the events through `at` are the first
-    // `at`: fold those while reading, then only read on to the end.
-    while state.seq() < at {
-        let Some(event) = stream.next_event_folded(&mut state)? else {
-            break;
-        };
-        if let Err(violation) = event.folded {
+    let mut note_rule = |folded: Result<(), Violation>| {
+        if let Err(violation) = folded {
             refusal.note(StoreError::Rule {
                 path: path.to_owned(),
                 violation,
             });
         }
+    };
+    match at {
+        None => crate::fold_stream(&mut *stream, &mut state, |_, folded, _| note_rule(folded))?,
+        Some(at) => {
+            // Seqs rise by one from 1, so the events through `at` are the
+            // first `at`: fold those while reading, then only read on to
+            // the end.
+            while state.seq() < at {
+                let Some(event) = stream.next_event_folded(&mut state)? else {
+                    break;
+                };
+                note_rule(event.folded);
+            }
+            if state.seq() >= at {
+                // Through `at` only: what comes after it is not read, so
+                // damage there is left for `verify` (and a torn tail is not
+                // looked for).
+                refusal.into_result()?;
+                return Ok((state, None));
+            }
+            while stream.next_event()?.is_some() {}
+        }
     }
-    if state.seq() >= at {
-        // Through `at` only: what comes after it is not read, so damage
-        // there is left for `verify` (and a torn tail is not looked for).
-        refusal.into_result()?;
-        return Ok((state, None));
-    }
-    while stream.next_event()?.is_some() {}
     let torn_tail = stream.finish()?;
     refusal.into_result()?;
     Ok((state, torn_tail))
