@@ -129,16 +129,14 @@ pub fn delegate_from_state(
         return Err(DelegationError::ChildIsParent { child });
     }
     let seed_length = parent.seq();
-    let header = SessionHeader {
-        id: child,
-        created_at: now_ms,
-        cwd: parent_header.cwd.clone(),
-        parent_session: Some(parent_header.id.clone()),
+    let header = child_header(
+        parent_header,
+        child,
         seed_length,
-        delegation_depth: parent_header.delegation_depth.saturating_add(1),
-        sandbox_mode: parent.sandbox_override(),
-        approval_policy: parent.approval_override(),
-    };
+        parent.sandbox_override(),
+        parent.approval_override(),
+        now_ms,
+    );
     let mut events = Vec::new();
     let mut next_seq = seed_length + 1;
     if let PresetView::Named(preset @ (Preset::Auto | Preset::FullAccess)) = parent.preset(defaults)
@@ -162,6 +160,31 @@ pub fn delegate_from_state(
         ));
     }
     Ok(ChildSeed { header, events })
+}
+
+/// The header of a child of the session whose header is `parent`, seeded
+/// with its first `seed_length` events, under which the parent's sandbox
+/// and approval overrides are `sandbox` and `approval` (its last own
+/// switches, else its own header's baselines): what [`delegate_from_state`]
+/// writes, for a caller that knows these without the parent's fold.
+pub fn child_header(
+    parent: &SessionHeader,
+    child: SessionId,
+    seed_length: u64,
+    sandbox: Option<SandboxMode>,
+    approval: Option<ApprovalPolicy>,
+    now_ms: u64,
+) -> SessionHeader {
+    SessionHeader {
+        id: child,
+        created_at: now_ms,
+        cwd: parent.cwd.clone(),
+        parent_session: Some(parent.id.clone()),
+        seed_length,
+        delegation_depth: parent.delegation_depth.saturating_add(1),
+        sandbox_mode: sandbox,
+        approval_policy: approval,
+    }
 }
 
 /// The events to append, as one atomic batch, to switch a live session to

@@ -77,7 +77,8 @@ mod test_log;
 
 pub use authority::{message_authority, Authority};
 pub use delegation::{
-    delegate, delegate_from_state, preset_switch, ChildSeed, DelegationError, PresetSwitchError,
+    child_header, delegate, delegate_from_state, preset_switch, ChildSeed, DelegationError,
+    PresetSwitchError,
 };
 pub use projection::{PresetView, Projection, Setting, AUTO_REVIEW_INTEGRATION};
 pub use review::*;

@@ -11,10 +11,14 @@
 //! cache, never the truth); when it does not, or when the parent grew in
 //! the meantime, the fork is done again the other way.
 //!
-//! Without a snapshot the header is known only at the end of the parent,
-//! so the records go through a buffer into a *spool* beside the child (a
-//! temporary dot file), and at the end the child's temporary file gets the
-//! header, the spool copied after it in the kernel (`copy_file_range`).
+//! Without a snapshot, the header is predicted from the end of the log (its
+//! last seq, its last own sandbox and approval switches:
+//! [`crate::fork_header`]) and the fork goes the same direct way, held to
+//! the same check. When neither gives a header the fold confirms, it is
+//! known only at the end of the parent, so the records go through a buffer
+//! into a *spool* beside the child (a temporary dot file), and at the end
+//! the child's temporary file gets the header, the spool copied after it in
+//! the kernel (`copy_file_range`).
 //!
 //! Either way the child's own first events follow; the child is fdatasynced
 //! and published like every new log (a hard link, then the folder
@@ -27,7 +31,9 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::ScopedJoinHandle;
 
-use sessionlog_projections::{delegate_from_state, Defaults, DelegationError, SessionState};
+use sessionlog_projections::{
+    delegate_from_state, ChildSeed, Defaults, DelegationError, SessionState,
+};
 use sessionlog_schema::{encode_line_into, ChainValue, EventRecord, SessionHeader, SessionId};
 
 use crate::io::Io;
@@ -133,99 +139,134 @@ pub(crate) fn fork_log(
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
         _ => PathBuf::from("."),
     };
-    let token = leftovers::new_token();
-    let temp = folder.join(format!(".{child}.jsonl.tmp-{token}"));
     let mapped = |error| match error {
         StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists => {
             already_exists()
         }
         other => other,
     };
+    let fork = Fork {
+        parent_path,
+        parent_id,
+        child,
+        child_path,
+        folder: &folder,
+        token: leftovers::new_token(),
+        ts: now_ms(),
+    };
     // A corrupt tail after the snapshot is found again, and reported, by
-    // the copy that reads every record.
-    if let Ok(Some(predicted)) = snapshot_log_state(parent_path, parent_id.clone()) {
-        let direct = Direct {
-            parent_path,
-            parent_id: parent_id.clone(),
-            child,
-            child_path,
-            folder: &folder,
-            temp: temp.clone(),
-        };
-        if let Some(header) = direct.fork(predicted, request, io).map_err(mapped)? {
-            return Ok(header);
-        }
-    }
-    let mut spool =
-        Temporary::create(io, folder.join(format!(".{child}.jsonl.spool.tmp-{token}")))?;
-    let result =
-        copy_parent(parent_path, parent_id, child, &mut spool, false, io).and_then(|mut state| {
-            let seed = delegate_from_state(
+    // the copy that reads every record; so is whatever made a scan's
+    // prediction fail.
+    let predicted = match snapshot_log_state(parent_path, fork.parent_id.clone()) {
+        Ok(Some(state)) => Some(
+            delegate_from_state(
                 &state,
                 child.clone(),
                 request.prompt,
                 request.defaults,
-                now_ms(),
+                fork.ts,
             )
-            .map_err(|error| delegation_error(error, child_path))?;
-            check_own_events(&mut state, &seed.events, child_path)?;
-            check_storable(&seed.header, &seed.events)?;
-            let result = write_child(&temp, &spool, &seed.header, &seed.events, io)
-                .and_then(|()| publish(io, &folder, &temp, child_path));
-            if result.is_err() {
-                let _ = std::fs::remove_file(&temp);
-            }
-            result.map(|()| seed.header)
-        });
-    drop(spool);
-    result.map_err(mapped)
+            .map_err(|error| delegation_error(error, child_path))?
+            .header,
+        ),
+        _ => crate::fork_header::scan_child_header(
+            parent_path,
+            fork.parent_id.clone(),
+            child,
+            fork.ts,
+        ),
+    };
+    if let Some(predicted) = predicted {
+        if let Some(header) = fork.direct(predicted, request, io).map_err(mapped)? {
+            return Ok(header);
+        }
+    }
+    fork.spooled(request, io).map_err(mapped)
 }
 
-/// A fork whose child's header comes from the parent's state snapshot.
-struct Direct<'a> {
+/// One fork of a JSONL log, done one of two ways: directly, with a header
+/// known before the parent is read (from the parent's state snapshot, or
+/// predicted by a scan of the parent: [`crate::fork_header`]), or through a
+/// spool.
+struct Fork<'a> {
     parent_path: &'a Path,
     parent_id: Option<SessionId>,
     child: &'a SessionId,
     child_path: &'a Path,
     folder: &'a Path,
-    temp: PathBuf,
+    /// What names this fork's temporary files.
+    token: String,
+    /// The child's creation time.
+    ts: u64,
 }
 
-impl Direct<'_> {
-    /// Writes the child's header from `predicted` (the parent's state as
-    /// its snapshot gives it), then the parent's records as they are read
-    /// and checked, then the child's own events, and publishes the child.
-    /// `None`, leaving nothing behind, when the fold of every record read
-    /// does not give the same child (the parent grew since, or the
-    /// snapshot was wrong).
-    fn fork(
+impl Fork<'_> {
+    /// The child's temporary file, published when complete.
+    fn temp(&self) -> PathBuf {
+        self.folder
+            .join(format!(".{}.jsonl.tmp-{}", self.child, self.token))
+    }
+
+    /// The child's seed from `state`, the fold of the parent's records.
+    fn seed(
         &self,
-        predicted: SessionState,
+        state: &SessionState,
+        request: ForkRequest<'_>,
+    ) -> Result<ChildSeed, StoreError> {
+        delegate_from_state(
+            state,
+            self.child.clone(),
+            request.prompt,
+            request.defaults,
+            self.ts,
+        )
+        .map_err(|error| delegation_error(error, self.child_path))
+    }
+
+    /// Copies the parent's records into a spool as they are read and
+    /// checked, then writes the child: the header from their fold, the
+    /// spool, the child's own events; and publishes it.
+    fn spooled(&self, request: ForkRequest<'_>, io: &Io) -> Result<SessionHeader, StoreError> {
+        let spool_path = self
+            .folder
+            .join(format!(".{}.jsonl.spool.tmp-{}", self.child, self.token));
+        let mut spool = Temporary::create(io, spool_path)?;
+        let mut state = copy_parent(
+            self.parent_path,
+            self.parent_id.clone(),
+            self.child,
+            &mut spool,
+            false,
+            io,
+        )?;
+        let seed = self.seed(&state, request)?;
+        check_own_events(&mut state, &seed.events, self.child_path)?;
+        check_storable(&seed.header, &seed.events)?;
+        let temp = self.temp();
+        let result = write_child(&temp, &spool, &seed.header, &seed.events, io)
+            .and_then(|()| publish(io, self.folder, &temp, self.child_path));
+        if result.is_err() {
+            let _ = std::fs::remove_file(&temp);
+        }
+        result.map(|()| seed.header)
+    }
+
+    /// Writes the child's header `predicted`, then the parent's records as
+    /// they are read and checked, then the child's own events (from the
+    /// fold of those records), and publishes the child. `None`, leaving
+    /// nothing behind, when the fold of every record read does not give
+    /// the same header (the parent grew since, or the prediction was
+    /// wrong).
+    fn direct(
+        &self,
+        predicted: SessionHeader,
         request: ForkRequest<'_>,
         io: &Io,
     ) -> Result<Option<SessionHeader>, StoreError> {
-        let ts = now_ms();
-        let delegate = |state: &SessionState| {
-            delegate_from_state(
-                state,
-                self.child.clone(),
-                request.prompt,
-                request.defaults,
-                ts,
-            )
-            .map_err(|error| delegation_error(error, self.child_path))
-        };
-        let seed = delegate(&predicted)?;
-        // Only one state at a time: the fold below builds its own.
-        drop(predicted);
-        check_storable(&seed.header, &seed.events)?;
-        let mut child = Temporary::create(io, self.temp.clone())?;
-        io.write_all(
-            &mut child.file,
-            &child.path,
-            seed.header.encode().as_bytes(),
-        )
-        .map_err(|source| StoreError::io("write", &child.path, source))?;
+        check_storable(&predicted, &[])?;
+        let mut child = Temporary::create(io, self.temp())?;
+        io.write_all(&mut child.file, &child.path, predicted.encode().as_bytes())
+            .map_err(|source| StoreError::io("write", &child.path, source))?;
         let mut state = copy_parent(
             self.parent_path,
             self.parent_id.clone(),
@@ -234,9 +275,11 @@ impl Direct<'_> {
             true,
             io,
         )?;
-        if delegate(&state)? != seed {
+        let seed = self.seed(&state, request)?;
+        if seed.header != predicted {
             return Ok(None);
         }
+        check_storable(&seed.header, &seed.events)?;
         check_own_events(&mut state, &seed.events, self.child_path)?;
         end_child(&mut child.file, &child.path, self.child, &seed.events, io)?;
         publish(io, self.folder, &child.path, self.child_path)?;
@@ -738,6 +781,64 @@ mod tests {
     }
 
     #[test]
+    fn the_three_ways_of_forking_write_the_same_child() {
+        let folder = ok(tempfile::tempdir());
+        let store = long_parent(folder.path());
+        let parent_log = store.session_path(&id("p"));
+        let sidecar = crate::jsonl::state_snapshot_path(&parent_log);
+        ok(std::fs::remove_file(&sidecar));
+        let defaults = Defaults::default();
+        let request = ForkRequest {
+            prompt: Some("go"),
+            defaults: &defaults,
+        };
+        let io = Io::default();
+        let ts = 1_800_000_000_000;
+        let (c, d) = (id("c"), id("d"));
+        let (c_path, d_path) = (store.session_path(&c), store.session_path(&d));
+        let fork = |child, child_path| Fork {
+            parent_path: &parent_log,
+            parent_id: Some(id("p")),
+            child,
+            child_path,
+            folder: store.path(),
+            token: "test".to_owned(),
+            ts,
+        };
+        let (state, _) = ok(store.snapshot(&id("p"))).fold();
+        let from_state = ok(fork(&c, &c_path).seed(&state, request)).header;
+        let scanned = crate::fork_header::scan_child_header(&parent_log, None, &c, ts);
+        assert_eq!(scanned.as_ref(), Some(&from_state));
+        let direct = ok(fork(&c, &c_path).direct(from_state.clone(), request, &io));
+        assert_eq!(direct.as_ref(), Some(&from_state));
+        let spooled = ok(fork(&d, &d_path).spooled(request, &io));
+        assert_eq!(
+            spooled,
+            SessionHeader {
+                id: id("d"),
+                ..from_state
+            }
+        );
+        let child = ok(store.snapshot(&id("c")));
+        let other = ok(store.snapshot(&id("d")));
+        let bodies = |snapshot: &crate::Snapshot| -> Vec<String> {
+            snapshot
+                .events
+                .iter()
+                .map(|record| record.body().to_owned())
+                .collect()
+        };
+        assert_eq!(bodies(&child), bodies(&other));
+        assert_eq!(child.events.len() as u64, from_state.seed_length + 1);
+        assert_eq!(child.events[1_501].event_type(), "message", "the prompt");
+        let leftovers = ok(std::fs::read_dir(store.path()))
+            .filter_map(Result::ok)
+            .filter(|entry| entry.file_name().to_string_lossy().contains(".tmp-"))
+            .count();
+        assert_eq!(leftovers, 0, "no temporary file is left");
+    }
+
+    #[test]
     fn a_parent_with_a_state_snapshot_forks_to_the_child_a_full_read_gives() {
         let folder = ok(tempfile::tempdir());
         let store = long_parent(&folder.path().join("with"));
@@ -791,23 +892,25 @@ mod tests {
             ok(stale.apply(record));
         }
         let child_path = folder.path().join("c.jsonl");
-        let direct = Direct {
+        let fork = Fork {
             parent_path: &parent_log,
             parent_id: Some(id("p")),
             child: &id("c"),
             child_path: &child_path,
             folder: folder.path(),
-            temp: folder.path().join(".c.jsonl.tmp-test"),
+            token: "test".to_owned(),
+            ts: 1_800_000_000_000,
         };
         let defaults = Defaults::default();
         let request = ForkRequest {
             prompt: Some("go"),
             defaults: &defaults,
         };
-        let refused = ok(direct.fork(stale, request, &Io::default()));
+        let predicted = ok(fork.seed(&stale, request)).header;
+        let refused = ok(fork.direct(predicted, request, &Io::default()));
         assert_eq!(refused, None, "a child seeded with ten events");
         assert!(!child_path.exists(), "nothing is published");
-        assert!(!direct.temp.exists(), "nothing is left behind");
+        assert!(!fork.temp().exists(), "nothing is left behind");
         assert_eq!(fork_of(&store, "c").seed_length, 1_501);
     }
 

@@ -81,6 +81,7 @@ mod error;
 mod fold;
 mod follow;
 mod fork;
+mod fork_header;
 mod io;
 mod jsonl;
 mod last;

@@ -9,8 +9,9 @@
 //!   `sync` of the copy (its data written to the disk); target: at most 2×.
 //!   The log is left as its writer leaves it, with its state snapshot (a
 //!   writer opened and closed on it), so the child is written directly; the
-//!   fork of the same log without the snapshot (the child spooled, then
-//!   copied after its header) is measured beside it.
+//!   fork of the same log without the snapshot (the child's header then
+//!   predicted from the log's end, and the child written directly too) is
+//!   measured beside it.
 //!
 //! Each pair runs interleaved, best of N; each command's peak resident set
 //! (`/usr/bin/time -f %M`, one more run each) is printed beside, which must
@@ -148,7 +149,7 @@ fn main() -> BenchResult<()> {
             if with_snapshot {
                 "parent with its state snapshot"
             } else {
-                "parent without a state snapshot"
+                "parent without a state snapshot (header predicted)"
             },
             ms(best.0),
             ms(best.1),
