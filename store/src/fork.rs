@@ -26,7 +26,8 @@
 //! the parent's bytes are read once and checked once.
 
 use std::fs::File;
-use std::io::{BufRead, Read};
+use std::io::{BufRead, Read, Seek};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::ScopedJoinHandle;
@@ -34,7 +35,9 @@ use std::thread::ScopedJoinHandle;
 use sessionlog_projections::{
     delegate_from_state, ChildSeed, Defaults, DelegationError, SessionState,
 };
-use sessionlog_schema::{encode_line_into, ChainValue, EventRecord, SessionHeader, SessionId};
+use sessionlog_schema::{
+    encode_line_into, ChainValue, EventRecord, SessionHeader, SessionId, CRC_SUFFIX_LEN,
+};
 
 use crate::io::Io;
 use crate::jsonl::snapshot_log_state;
@@ -313,17 +316,21 @@ impl Drop for Temporary {
 /// Reads the parent's good prefix, folding it, and writes each record into
 /// `out` (the spool, or the child's own temporary file) signed for `child`.
 /// Returns the parent's fold. A rule violation stops the copy but not the
-/// read: corruption further on outranks it.
+/// read: corruption further on outranks it. The fold's hash chain is the
+/// parent's only when the parent has an own seal (which had it checked);
+/// else it is left at the header's: the child's chain starts from its own
+/// header, and nothing reads the parent's.
 ///
 /// The work is spread over the two cores a machine commonly has: a
 /// reading thread reads the parent in chunks of [`BLOCK_BYTES`]
 /// ([`read_chunks`]); this one splits them into records and checks and
 /// folds each (CRC, seq, decode, rules) and hands the bodies of those that
 /// passed, in blocks of about [`BLOCK_BYTES`], to a writer thread, which
-/// runs the hash chain over them and writes them signed for the child
-/// ([`write_records`]). Each hand-over is a bounded channel. The fold asks
-/// the writer for the chain only at an own seal, which must hold it.
-/// Memory is the fold and a few chunks and blocks.
+/// writes them signed for the child and runs the hash chain over them from
+/// the first time the fold asks for it ([`write_records`]). Each hand-over
+/// is a bounded channel. The fold asks the writer for the chain only at an
+/// own seal, which must hold it. Memory is the fold and a few chunks and
+/// blocks.
 ///
 /// With `write_back` (`out` is the child itself), a third thread fdatasyncs
 /// `out` after every [`WRITE_BACK_BYTES`] written, so that its pages go to
@@ -425,7 +432,9 @@ fn copy_parent(
         let synced = syncer.map_or(Ok(()), join);
         read?;
         synced?;
-        state.set_chain(written?);
+        if let Some(chain) = written? {
+            state.set_chain(chain);
+        }
         let summary = reader.finish()?;
         refusal.into_result()?;
         if let Some(torn) = &summary.torn_tail {
@@ -615,10 +624,18 @@ struct WriterPipe {
     write_back: Option<SyncSender<()>>,
 }
 
-/// The writer thread: runs the hash chain from `genesis` over the bodies
-/// received, and writes each record signed for `child` into `file` (at
-/// `path`) in chunks of about [`SPOOL_CHUNK_BYTES`], until the channel is
-/// closed. Returns the chain through the last record.
+/// The writer thread: writes each record received signed for `child` into
+/// `file` (at `path`) in chunks of about [`SPOOL_CHUNK_BYTES`], until the
+/// channel is closed, and runs the parent's hash chain from `genesis` over
+/// their bodies for the fold, which asks for it at each own seal of the
+/// parent. Returns the chain through the last record; `None` when it was
+/// never asked for.
+///
+/// The chain is run only from the first time it is asked for, so a parent
+/// without an own seal never pays for the hash of every record. Asked the
+/// first time, it is run over the records written so far, read back from
+/// `file` (just written, so read from the page cache), then over each body
+/// as it comes.
 fn write_records(
     child: &SessionId,
     genesis: ChainValue,
@@ -626,46 +643,144 @@ fn write_records(
     file: &mut File,
     path: &Path,
     io: &Io,
-) -> Result<ChainValue, StoreError> {
-    let mut chain = genesis;
-    let mut buffer = Vec::with_capacity(SPOOL_CHUNK_BYTES + (64 << 10));
-    let mut unsynced = 0u64;
-    let mut flush = |buffer: &mut Vec<u8>| -> Result<(), StoreError> {
-        io.write_all(file, path, buffer)
-            .map_err(|source| StoreError::io("write", path, source))?;
-        unsynced += buffer.len() as u64;
-        buffer.clear();
-        if let Some(write_back) = &pipe.write_back {
-            // The syncer takes every byte written so far: while it is
-            // busy, one request waits and more are not needed.
-            if unsynced >= WRITE_BACK_BYTES && write_back.try_send(()).is_ok() {
-                unsynced = 0;
-            }
-        }
-        Ok(())
+) -> Result<Option<ChainValue>, StoreError> {
+    let mut out = Output {
+        records_start: file
+            .stream_position()
+            .map_err(|source| StoreError::io("seek", path, source))?,
+        file,
+        path,
+        io,
+        buffer: Vec::with_capacity(SPOOL_CHUNK_BYTES + (64 << 10)),
+        unsynced: 0,
+        write_back: pipe.write_back,
     };
+    let mut chain = None;
     for message in pipe.blocks {
         match message {
             ToWriter::Block(mut block) => {
                 for body in block.bodies() {
-                    chain = chain.next(body);
-                    encode_line_into(child, body, &mut buffer);
-                    if buffer.len() >= SPOOL_CHUNK_BYTES {
-                        flush(&mut buffer)?;
+                    if let Some(chain) = &mut chain {
+                        *chain = ChainValue::next(chain, body);
+                    }
+                    encode_line_into(child, body, &mut out.buffer);
+                    if out.buffer.len() >= SPOOL_CHUNK_BYTES {
+                        out.flush()?;
                     }
                 }
                 block.clear();
                 let _ = pipe.spare.try_send(block);
             }
             ToWriter::Chain => {
-                if pipe.chains.send(chain).is_err() {
+                let value = match chain {
+                    Some(value) => value,
+                    None => *chain.insert(out.chain_of_written(genesis)?),
+                };
+                if pipe.chains.send(value).is_err() {
                     break;
                 }
             }
         }
     }
-    flush(&mut buffer)?;
+    out.flush()?;
     Ok(chain)
+}
+
+/// What the writer thread writes into, and how far.
+struct Output<'a> {
+    file: &'a mut File,
+    path: &'a Path,
+    io: &'a Io,
+    /// Where the first record written starts in `file`.
+    records_start: u64,
+    /// Lines not yet written.
+    buffer: Vec<u8>,
+    /// Bytes written since the syncer was last woken.
+    unsynced: u64,
+    /// To the thread that fdatasyncs the child early, if any.
+    write_back: Option<SyncSender<()>>,
+}
+
+impl Output<'_> {
+    fn flush(&mut self) -> Result<(), StoreError> {
+        self.io
+            .write_all(self.file, self.path, &self.buffer)
+            .map_err(|source| StoreError::io("write", self.path, source))?;
+        self.unsynced += self.buffer.len() as u64;
+        self.buffer.clear();
+        if let Some(write_back) = &self.write_back {
+            // The syncer takes every byte written so far: while it is
+            // busy, one request waits and more are not needed.
+            if self.unsynced >= WRITE_BACK_BYTES && write_back.try_send(()).is_ok() {
+                self.unsynced = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// The chain from `genesis` through every record given to this output
+    /// so far: the buffer is written, and the lines written are read back.
+    /// Each is a body the fold passed and `,"crc":"xxxxxxxx"}`, so its body
+    /// is what the line holds before that suffix.
+    fn chain_of_written(&mut self, genesis: ChainValue) -> Result<ChainValue, StoreError> {
+        self.flush()?;
+        let end = self
+            .file
+            .stream_position()
+            .map_err(|source| StoreError::io("seek", self.path, source))?;
+        // The output was opened to be written only.
+        let written =
+            File::open(self.path).map_err(|source| StoreError::io("open", self.path, source))?;
+        let mut chain = genesis;
+        let mut chunk = vec![0; SPOOL_CHUNK_BYTES];
+        // A line cut by the end of a chunk, carried into the next.
+        let mut carried = Vec::new();
+        let mut at = self.records_start;
+        while at < end {
+            let want = chunk.len().min((end - at) as usize);
+            written
+                .read_exact_at(&mut chunk[..want], at)
+                .map_err(|source| StoreError::io("read", self.path, source))?;
+            at += want as u64;
+            let mut piece = &chunk[..want];
+            while let Some(newline) = memchr::memchr(b'\n', piece) {
+                let line = if carried.is_empty() {
+                    &piece[..newline]
+                } else {
+                    carried.extend_from_slice(&piece[..newline]);
+                    &carried[..]
+                };
+                chain = chain.next(written_body(line, self.path)?);
+                carried.clear();
+                piece = &piece[newline + 1..];
+            }
+            carried.extend_from_slice(piece);
+        }
+        if !carried.is_empty() {
+            return Err(written_damage(self.path));
+        }
+        Ok(chain)
+    }
+}
+
+/// The body of `line`, a line the writer thread wrote.
+fn written_body<'a>(line: &'a [u8], path: &Path) -> Result<&'a str, StoreError> {
+    line.len()
+        .checked_sub(CRC_SUFFIX_LEN)
+        .and_then(|len| std::str::from_utf8(&line[..len]).ok())
+        .ok_or_else(|| written_damage(path))
+}
+
+/// What the writer thread reads back is not what it wrote.
+fn written_damage(path: &Path) -> StoreError {
+    StoreError::io(
+        "read",
+        path,
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "the records just written read back otherwise",
+        ),
+    )
 }
 
 /// The result of a thread of [`copy_parent`]; its panic goes on.
@@ -951,26 +1066,57 @@ mod tests {
         ok(std::fs::write(log, out));
     }
 
+    /// A store in `folder` with session `p`: 6,000 notes of about 300
+    /// bytes (2 MB, more than a chunk of the chain's read-back), then an
+    /// unsigned seal (seq 6,001) and 10 notes more.
+    fn late_sealed_parent(folder: &Path) -> Store {
+        let store = ok(Store::create(folder));
+        ok(store.create_session(&header("p"), &[], Durability::Fsync));
+        let mut writer = ok(store.open_writer(&id("p"), WriterOptions::default()));
+        let text = "x".repeat(300);
+        for run in 0..6 {
+            let notes = (0..1_000)
+                .map(|n| note(&format!("{run}-{n} {text}")))
+                .collect();
+            ok(writer.append_batch(notes, None));
+        }
+        ok(writer.seal(None, None));
+        let notes = (0..10).map(|n| note(&format!("after {n}"))).collect();
+        ok(writer.append_batch(notes, None));
+        drop(writer);
+        store
+    }
+
     #[test]
     fn the_parents_own_seals_are_checked_against_the_chain_its_copy_runs() {
-        for with_snapshot in [true, false] {
+        // How the parent is made, its last seq, the seal broken.
+        type Case = (fn(&Path) -> Store, u64, u64);
+        let cases: [Case; 3] = [
+            (sealed_parent, 1_203, 802),
+            (sealed_parent, 1_203, 401),
+            (late_sealed_parent, 6_011, 6_001),
+        ];
+        for ((parent, seed_length, broken), with_snapshot) in cases
+            .into_iter()
+            .flat_map(|case| [(case, true), (case, false)])
+        {
             let folder = ok(tempfile::tempdir());
-            let store = sealed_parent(folder.path());
+            let store = parent(folder.path());
             let parent_log = store.session_path(&id("p"));
             let sidecar = crate::jsonl::state_snapshot_path(&parent_log);
             if !with_snapshot {
                 ok(std::fs::remove_file(&sidecar));
             }
-            assert_eq!(fork_of(&store, "good").seed_length, 1_203);
+            assert_eq!(fork_of(&store, "good").seed_length, seed_length);
             let (_, violations) = ok(store.snapshot(&id("good"))).fold();
             assert!(violations.is_empty(), "{violations:?}");
 
-            break_seal(&parent_log, 802);
+            break_seal(&parent_log, broken);
             let refused = store.fork(&id("p"), &id("c"), Some("go"), &Defaults::default());
             match refused {
                 Err(StoreError::Rule { violation, .. }) => {
                     assert_eq!(violation.kind, ViolationKind::Seal, "{violation}");
-                    assert_eq!(violation.seq, 802, "{violation}");
+                    assert_eq!(violation.seq, broken, "{violation}");
                 }
                 other => panic!("with snapshot {with_snapshot}: a seal failure, not {other:?}"),
             }
