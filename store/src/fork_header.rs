@@ -22,6 +22,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use sessionlog_projections::child_header;
 use sessionlog_schema::{
@@ -150,18 +151,84 @@ impl Search<'_> {
     /// The last own sandbox and approval switches of the records in
     /// `start..end`, each `None` when there is none; `None` when the
     /// search cannot tell.
+    ///
+    /// A log of more than a few chunks is searched in two halves at once,
+    /// the lower on a thread of its own (the copies out of the page cache
+    /// are most of the cost, and a fork's second core is idle until the
+    /// copy starts); what the upper half settles stands, and the lower
+    /// half stops when the upper settles both.
     fn last_switches(
         &self,
         start: u64,
         end: u64,
     ) -> Option<(Option<SandboxMode>, Option<ApprovalPolicy>)> {
+        let never = AtomicBool::new(false);
+        let (sandbox, approval) = if end - start < 4 * self.chunk_bytes as u64 {
+            self.settle(start, end, end, &never)?
+        } else {
+            let mid = start + (end - start) / 2;
+            let stop = AtomicBool::new(false);
+            std::thread::scope(|scope| {
+                let lower = std::thread::Builder::new()
+                    .name("sessionlog-scan".into())
+                    .spawn_scoped(scope, || self.settle(start, mid, end, &stop));
+                let upper = self.settle(mid, end, end, &never);
+                let settled = |(sandbox, approval): (Judged, Judged)| {
+                    sandbox != Judged::Further && approval != Judged::Further
+                };
+                if upper.is_none_or(settled) {
+                    stop.store(true, Ordering::Relaxed);
+                }
+                let (upper_sandbox, upper_approval) = upper?;
+                let lower = match lower {
+                    Ok(handle) => handle
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                    // No thread to be had: the lower half after the upper.
+                    Err(_) => self.settle(start, mid, end, &stop),
+                };
+                let pick = |upper: Judged, lower: Option<Judged>| match upper {
+                    Judged::Further => lower,
+                    settled => Some(settled),
+                };
+                Some((
+                    pick(upper_sandbox, lower.map(|found| found.0))?,
+                    pick(upper_approval, lower.map(|found| found.1))?,
+                ))
+            })?
+        };
+        let sandbox = match sandbox {
+            Judged::Own(Switch::Sandbox(mode)) => Some(mode),
+            _ => None,
+        };
+        let approval = match approval {
+            Judged::Own(Switch::Approval(policy)) => Some(policy),
+            _ => None,
+        };
+        Some((sandbox, approval))
+    }
+
+    /// What the records that start in `start..high` settle of each key,
+    /// searched backwards from `high` (a key that starts below `high` is
+    /// read on up to `end`); `None` when the search cannot tell. Ends
+    /// early, settling nothing more, once `stop` is set.
+    fn settle(
+        &self,
+        start: u64,
+        high: u64,
+        end: u64,
+        stop: &AtomicBool,
+    ) -> Option<(Judged, Judged)> {
         let mut sandbox = Judged::Further;
         let mut approval = Judged::Further;
         // A key across two chunks is found in the higher one's overlap.
         let overlap = SANDBOX_KEY.len().max(APPROVAL_KEY.len()) - 1;
         let mut buf = vec![0; self.chunk_bytes + overlap];
-        let mut high = end;
-        while high > start && (sandbox == Judged::Further || approval == Judged::Further) {
+        let mut high = high;
+        while high > start
+            && (sandbox == Judged::Further || approval == Judged::Further)
+            && !stop.load(Ordering::Relaxed)
+        {
             let low = high.saturating_sub(self.chunk_bytes as u64).max(start);
             let own_len = (high - low) as usize;
             let len = (own_len + overlap).min((end - low) as usize);
@@ -175,14 +242,6 @@ impl Search<'_> {
             }
             high = low;
         }
-        let sandbox = match sandbox {
-            Judged::Own(Switch::Sandbox(mode)) => Some(mode),
-            _ => None,
-        };
-        let approval = match approval {
-            Judged::Own(Switch::Approval(policy)) => Some(policy),
-            _ => None,
-        };
         Some((sandbox, approval))
     }
 
