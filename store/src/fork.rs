@@ -210,6 +210,17 @@ impl Fork<'_> {
             .join(format!(".{}.jsonl.tmp-{}", self.child, self.token))
     }
 
+    /// The parent's records copied into `out` ([`copy_parent`]).
+    fn copy(
+        &self,
+        out: &mut Temporary,
+        write_back: bool,
+        io: &Io,
+    ) -> Result<SessionState, StoreError> {
+        let parent_id = self.parent_id.clone();
+        copy_parent(self.parent_path, parent_id, self.child, out, write_back, io)
+    }
+
     /// The child's seed from `state`, the fold of the parent's records.
     fn seed(
         &self,
@@ -234,14 +245,7 @@ impl Fork<'_> {
             .folder
             .join(format!(".{}.jsonl.spool.tmp-{}", self.child, self.token));
         let mut spool = Temporary::create(io, spool_path)?;
-        let mut state = copy_parent(
-            self.parent_path,
-            self.parent_id.clone(),
-            self.child,
-            &mut spool,
-            false,
-            io,
-        )?;
+        let mut state = self.copy(&mut spool, false, io)?;
         let seed = self.seed(&state, request)?;
         check_own_events(&mut state, &seed.events, self.child_path)?;
         check_storable(&seed.header, &seed.events)?;
@@ -270,14 +274,7 @@ impl Fork<'_> {
         let mut child = Temporary::create(io, self.temp())?;
         io.write_all(&mut child.file, &child.path, predicted.encode().as_bytes())
             .map_err(|source| StoreError::io("write", &child.path, source))?;
-        let mut state = copy_parent(
-            self.parent_path,
-            self.parent_id.clone(),
-            self.child,
-            &mut child,
-            true,
-            io,
-        )?;
+        let mut state = self.copy(&mut child, true, io)?;
         let seed = self.seed(&state, request)?;
         if seed.header != predicted {
             return Ok(None);

@@ -462,16 +462,18 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_switch_in_a_torn_tail_or_an_unfinished_batch_is_not_counted() {
+    /// A store holding root session `p` made of `steps`.
+    fn root_of(steps: &[Step]) -> (tempfile::TempDir, Store) {
         let folder = ok(tempfile::tempdir());
         let store = ok(Store::create(folder.path()));
         ok(store.create_session(&header("p"), &[], Durability::Buffered));
-        append(
-            &store,
-            "p",
-            &[Step::Sandbox(SandboxMode::ReadOnly), Step::Note],
-        );
+        append(&store, "p", steps);
+        (folder, store)
+    }
+
+    #[test]
+    fn a_switch_in_a_torn_tail_or_an_unfinished_batch_is_not_counted() {
+        let (_folder, store) = root_of(&[Step::Sandbox(SandboxMode::ReadOnly), Step::Note]);
         let expected = folded(&store, "p");
         assert_eq!(expected.sandbox_mode, Some(SandboxMode::ReadOnly));
         let path = store.session_path(&id("p"));
@@ -530,14 +532,7 @@ mod tests {
 
     #[test]
     fn a_hit_that_cannot_be_decoded_gives_no_prediction() {
-        let folder = ok(tempfile::tempdir());
-        let store = ok(Store::create(folder.path()));
-        ok(store.create_session(&header("p"), &[], Durability::Buffered));
-        append(
-            &store,
-            "p",
-            &[Step::Approval(ApprovalPolicy::Never), Step::Note],
-        );
+        let (_folder, store) = root_of(&[Step::Approval(ApprovalPolicy::Never), Step::Note]);
         let path = store.session_path(&id("p"));
         let text = ok(std::fs::read_to_string(&path));
         // The switch's CRC no longer matches its line.
