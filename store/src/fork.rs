@@ -951,6 +951,44 @@ mod tests {
     }
 
     #[test]
+    fn a_header_the_fold_refutes_leaves_the_fork_to_the_spool() {
+        let folder = ok(tempfile::tempdir());
+        let store = long_parent(folder.path());
+        let parent_log = store.session_path(&id("p"));
+        ok(std::fs::remove_file(crate::jsonl::state_snapshot_path(
+            &parent_log,
+        )));
+        // A switch laid out otherwise than this store writes it (a space
+        // after the type's colon), which the search does not see.
+        let body =
+            r#"{"seq":1502,"ts":1700000000600,"type": "sandbox/mode","data":{"mode":"read-only"}"#;
+        let mut log = ok(std::fs::read(&parent_log));
+        log.extend_from_slice(sessionlog_schema::encode_line(&id("p"), body).as_bytes());
+        ok(std::fs::write(&parent_log, log));
+        let parent = ok(store.snapshot(&id("p")));
+        assert_eq!((parent.events.len(), parent.torn_tail), (1_502, None));
+        let predicted = crate::fork_header::scan_child_header(&parent_log, None, &id("c"), 0);
+        assert_eq!(predicted.map(|header| header.sandbox_mode), Some(None));
+
+        let header = fork_of(&store, "c");
+        assert_eq!(header.seed_length, 1_502);
+        assert_eq!(
+            header.sandbox_mode,
+            Some(sessionlog_schema::SandboxMode::ReadOnly)
+        );
+        assert_eq!(header.approval_policy, Some(ApprovalPolicy::Never));
+        let child = ok(store.snapshot(&id("c")));
+        assert_eq!(child.header, header, "the header written is the one returned");
+        let (_, violations) = child.fold();
+        assert!(violations.is_empty(), "{violations:?}");
+        let leftovers = ok(std::fs::read_dir(store.path()))
+            .filter_map(Result::ok)
+            .filter(|entry| entry.file_name().to_string_lossy().contains(".tmp-"))
+            .count();
+        assert_eq!(leftovers, 0, "no temporary file is left");
+    }
+
+    #[test]
     fn a_parent_with_a_state_snapshot_forks_to_the_child_a_full_read_gives() {
         let folder = ok(tempfile::tempdir());
         let store = long_parent(&folder.path().join("with"));
