@@ -978,7 +978,10 @@ mod tests {
         );
         assert_eq!(header.approval_policy, Some(ApprovalPolicy::Never));
         let child = ok(store.snapshot(&id("c")));
-        assert_eq!(child.header, header, "the header written is the one returned");
+        assert_eq!(
+            child.header, header,
+            "the header written is the one returned"
+        );
         let (_, violations) = child.fold();
         assert!(violations.is_empty(), "{violations:?}");
         let leftovers = ok(std::fs::read_dir(store.path()))
