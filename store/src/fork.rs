@@ -888,6 +888,15 @@ mod tests {
         store
     }
 
+    /// No temporary file of a fork is left in `folder`.
+    fn assert_no_temporary_file(folder: &Path) {
+        let leftovers = ok(std::fs::read_dir(folder))
+            .filter_map(Result::ok)
+            .filter(|entry| entry.file_name().to_string_lossy().contains(".tmp-"))
+            .count();
+        assert_eq!(leftovers, 0, "no temporary file is left");
+    }
+
     fn fork_of(store: &Store, child: &str) -> SessionHeader {
         ok(store.fork(&id("p"), &id(child), Some("go"), &Defaults::default()))
     }
@@ -943,11 +952,7 @@ mod tests {
         assert_eq!(bodies(&child), bodies(&other));
         assert_eq!(child.events.len() as u64, from_state.seed_length + 1);
         assert_eq!(child.events[1_501].event_type(), "message", "the prompt");
-        let leftovers = ok(std::fs::read_dir(store.path()))
-            .filter_map(Result::ok)
-            .filter(|entry| entry.file_name().to_string_lossy().contains(".tmp-"))
-            .count();
-        assert_eq!(leftovers, 0, "no temporary file is left");
+        assert_no_temporary_file(store.path());
     }
 
     #[test]
@@ -984,11 +989,7 @@ mod tests {
         );
         let (_, violations) = child.fold();
         assert!(violations.is_empty(), "{violations:?}");
-        let leftovers = ok(std::fs::read_dir(store.path()))
-            .filter_map(Result::ok)
-            .filter(|entry| entry.file_name().to_string_lossy().contains(".tmp-"))
-            .count();
-        assert_eq!(leftovers, 0, "no temporary file is left");
+        assert_no_temporary_file(store.path());
     }
 
     #[test]
@@ -1025,11 +1026,7 @@ mod tests {
                 assert_eq!(ours.body(), theirs.body(), "seq {}", ours.seq());
             }
         }
-        let leftovers = ok(std::fs::read_dir(store.path()))
-            .filter_map(Result::ok)
-            .filter(|entry| entry.file_name().to_string_lossy().contains(".tmp-"))
-            .count();
-        assert_eq!(leftovers, 0, "no temporary file is left");
+        assert_no_temporary_file(store.path());
     }
 
     #[test]
@@ -1159,11 +1156,7 @@ mod tests {
                 other => panic!("with snapshot {with_snapshot}: a seal failure, not {other:?}"),
             }
             assert!(!store.session_path(&id("c")).exists());
-            let leftovers = ok(std::fs::read_dir(store.path()))
-                .filter_map(Result::ok)
-                .filter(|entry| entry.file_name().to_string_lossy().contains(".tmp-"))
-                .count();
-            assert_eq!(leftovers, 0, "no temporary file is left");
+            assert_no_temporary_file(store.path());
         }
     }
 }
