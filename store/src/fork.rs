@@ -27,7 +27,6 @@
 
 use std::fs::File;
 use std::io::{BufRead, Read, Seek};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::ScopedJoinHandle;
@@ -36,13 +35,13 @@ use sessionlog_projections::{
     delegate_from_state, ChildSeed, Defaults, DelegationError, SessionState,
 };
 use sessionlog_schema::{
-    encode_line_into, ChainValue, EventRecord, SessionHeader, SessionId, CRC_SUFFIX_LEN,
+    encode_line_into, split_crc, ChainValue, EventRecord, SessionHeader, SessionId,
 };
 
 use crate::io::Io;
 use crate::jsonl::snapshot_log_state;
 use crate::leftovers;
-use crate::reader::{LogReader, SessionStream};
+use crate::reader::{Line, LineReader, LogReader, SessionStream};
 use crate::writer::{check_storable, now_ms};
 use crate::{Refusal, StoreError};
 
@@ -726,46 +725,29 @@ impl Output<'_> {
             .stream_position()
             .map_err(|source| StoreError::io("seek", self.path, source))?;
         // The output was opened to be written only.
-        let written =
+        let mut written =
             File::open(self.path).map_err(|source| StoreError::io("open", self.path, source))?;
+        written
+            .seek(std::io::SeekFrom::Start(self.records_start))
+            .map_err(|source| StoreError::io("seek", self.path, source))?;
+        let source = std::io::BufReader::with_capacity(SPOOL_CHUNK_BYTES, written)
+            .take(end - self.records_start);
+        let mut lines = LineReader::starting_at(source, self.records_start);
         let mut chain = genesis;
-        let mut chunk = vec![0; SPOOL_CHUNK_BYTES];
-        // A line cut by the end of a chunk, carried into the next.
-        let mut carried = Vec::new();
-        let mut at = self.records_start;
-        while at < end {
-            let want = chunk.len().min((end - at) as usize);
-            written
-                .read_exact_at(&mut chunk[..want], at)
-                .map_err(|source| StoreError::io("read", self.path, source))?;
-            at += want as u64;
-            let mut piece = &chunk[..want];
-            while let Some(newline) = memchr::memchr(b'\n', piece) {
-                let line = if carried.is_empty() {
-                    &piece[..newline]
-                } else {
-                    carried.extend_from_slice(&piece[..newline]);
-                    &carried[..]
-                };
-                chain = chain.next(written_body(line, self.path)?);
-                carried.clear();
-                piece = &piece[newline + 1..];
-            }
-            carried.extend_from_slice(piece);
-        }
-        if !carried.is_empty() {
-            return Err(written_damage(self.path));
+        while let Some((_, line)) = lines
+            .next_line()
+            .map_err(|source| StoreError::io("read", self.path, source))?
+        {
+            let body = match line {
+                Line::Complete { terminated: true } => {
+                    split_crc(lines.line()).and_then(|(body, _)| std::str::from_utf8(body).ok())
+                }
+                _ => None,
+            };
+            chain = chain.next(body.ok_or_else(|| written_damage(self.path))?);
         }
         Ok(chain)
     }
-}
-
-/// The body of `line`, a line the writer thread wrote.
-fn written_body<'a>(line: &'a [u8], path: &Path) -> Result<&'a str, StoreError> {
-    line.len()
-        .checked_sub(CRC_SUFFIX_LEN)
-        .and_then(|len| std::str::from_utf8(&line[..len]).ok())
-        .ok_or_else(|| written_damage(path))
 }
 
 /// What the writer thread reads back is not what it wrote.

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use sessionlog_projections::child_header;
 use sessionlog_schema::{
     decode_event_viewed, ApprovalPolicy, EventView, SandboxMode, SessionHeader, SessionId,
-    MAX_RECORD_BYTES,
+    CRC_SUFFIX_LEN, MAX_RECORD_BYTES,
 };
 
 use crate::last::read_last_events;
@@ -62,7 +62,7 @@ fn scan_in_chunks(
     chunk_bytes: usize,
 ) -> Option<SessionHeader> {
     let last = read_last_events(parent_path, parent_id, 1).ok()?;
-    let parent = last.header.header;
+    let parent = &last.header.header;
     if parent.id == *child {
         return None;
     }
@@ -74,35 +74,18 @@ fn scan_in_chunks(
         last_seq: last.last_seq,
         chunk_bytes,
     };
-    let start = file_offset_after_header(&file)?;
+    // The header's line is its body and `,"crc":"xxxxxxxx"}\n`.
+    let start = (last.header.body.len() + CRC_SUFFIX_LEN + 1) as u64;
     let end = file.metadata().ok()?.len();
     let (sandbox, approval) = search.last_switches(start, end)?;
     Some(child_header(
-        &parent,
+        parent,
         child.clone(),
         last.last_seq,
         sandbox.or(parent.sandbox_mode),
         approval.or(parent.approval_policy),
         now_ms,
     ))
-}
-
-/// Where the first record after the header starts: one past the first
-/// newline.
-fn file_offset_after_header(file: &File) -> Option<u64> {
-    let mut buf = vec![0; 64 * 1024];
-    let mut at = 0u64;
-    while at < MAX_RECORD_BYTES as u64 + 1 {
-        let read = file.read_at(&mut buf, at).ok()?;
-        if read == 0 {
-            return None;
-        }
-        if let Some(newline) = memchr::memchr(b'\n', &buf[..read]) {
-            return Some(at + newline as u64 + 1);
-        }
-        at += read as u64;
-    }
-    None
 }
 
 /// A switch a record makes.
