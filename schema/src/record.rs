@@ -515,6 +515,63 @@ pub fn decode_event_viewed<'a>(
     Ok(ViewedEvent { record, view })
 }
 
+/// [`decode_event`] short of the proof that `data` is JSON, for a reader
+/// that hands its records to a fold on another thread: the fold scans each
+/// `data` whole for its view anyway, and proves it there
+/// ([`prove_data`]), so the data is scanned once, not once on each thread.
+/// Returns the record and whether its `data` is still to be proved: a line
+/// in the layout writers emit is read by hand up to `data` and its `data`
+/// left unproved; any other line is decoded as `decode_event` decodes it,
+/// its general parse proving `data` too. Every other check and error is
+/// `decode_event`'s.
+pub fn decode_event_unproven(
+    id: &SessionId,
+    line: &[u8],
+) -> Result<(EventRecord, bool), DecodeError> {
+    let body = check_crc(id, line)?;
+    let text = utf8(line)?;
+    if let Some(prefix) = CanonicalPrefix::read(text, body.len()) {
+        return Ok((prefix.into_record(text), true));
+    }
+    decode_event_members(text, body.len()).map(|record| (record, false))
+}
+
+/// Proves that the `data` of a record of session `id` that
+/// [`decode_event_unproven`] left unproved is JSON: `Err` with the error
+/// [`decode_event`] gives the record's line where it is not.
+pub fn prove_json(id: &SessionId, record: &EventRecord) -> Result<(), DecodeError> {
+    if is_json(record.data()) {
+        return Ok(());
+    }
+    refused_data(id, record)
+}
+
+/// [`prove_json`], and the view a fold reads of the record's `data`, read
+/// in the same scan: what [`decode_event_viewed`] gives the record's line.
+pub fn prove_data<'r>(
+    id: &SessionId,
+    record: &'r EventRecord,
+) -> Result<Result<EventView<'r>, ShapeError>, DecodeError> {
+    match EventView::parse_json(record.event_type(), record.data()) {
+        Some(view) => Ok(view),
+        None => {
+            refused_data(id, record).map(|()| EventView::parse(record.event_type(), record.data()))
+        }
+    }
+}
+
+/// The error [`decode_event`] gives the line of `record`, whose `data` a
+/// proof found not to be JSON: the line is rebuilt (its body and the one
+/// spelling of its CRC a reader accepts) and decoded whole, so the error is
+/// the one a reader proving `data` itself reports, word for word.
+fn refused_data(id: &SessionId, record: &EventRecord) -> Result<(), DecodeError> {
+    let mut line = encode_line(id, record.body());
+    line.pop();
+    // The general parse agrees with the proof (a property test holds them
+    // together); should it ever accept the line, so does this.
+    decode_event(id, line.as_bytes()).map(drop)
+}
+
 /// Decodes an event line whose CRC matched, member by member through the
 /// general JSON parse: any member order, whitespace and escapes.
 fn decode_event_members(text: &str, body_len: usize) -> Result<EventRecord, DecodeError> {
@@ -875,6 +932,33 @@ mod tests {
             }
             (Err(error), Err(viewed)) => assert_eq!(&viewed, error, "{body}"),
             (expected, viewed) => panic!("{body}: {expected:?} but viewed {viewed:?}"),
+        }
+        // Decoded short of the proof of `data`, then proved (both ways):
+        // the same record, view and error.
+        let unproven = decode_event_unproven(&id, line).and_then(|(record, unproven)| {
+            if unproven {
+                prove_json(&id, &record)?;
+                let view = prove_data(&id, &record)?;
+                assert_eq!(
+                    view,
+                    EventView::parse(record.event_type(), record.data()),
+                    "{body}"
+                );
+            }
+            Ok(record)
+        });
+        assert_eq!(unproven, by_members, "{body}");
+        if let Ok((record, true)) = decode_event_unproven(&id, line) {
+            assert_eq!(
+                prove_json(&id, &record).err(),
+                by_members.clone().err(),
+                "{body}"
+            );
+            assert_eq!(
+                prove_data(&id, &record).err(),
+                by_members.clone().err(),
+                "{body}"
+            );
         }
     }
 

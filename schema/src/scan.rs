@@ -7,7 +7,8 @@
 //! a batch still waiting for its last record are held.
 
 use crate::record::{
-    check_crc, decode_event, decode_event_viewed, decode_header, DecodeError, MAX_RECORD_BYTES,
+    check_crc, decode_event, decode_event_unproven, decode_event_viewed, decode_header, prove_json,
+    DecodeError, MAX_RECORD_BYTES,
 };
 use crate::{EventRecord, EventView, HeaderVocabularyError, SessionHeader, SessionId, ShapeError};
 
@@ -230,6 +231,47 @@ impl LogScanner {
         self.push_event_line(line, terminated, offset, ready, |id, line| {
             decode_event_viewed(id, line).map(|viewed| (viewed.record, viewed.view))
         })
+    }
+
+    /// [`push_line`](Self::push_line), short of the proof that the
+    /// record's `data` is JSON ([`decode_event_unproven`]), for a reader
+    /// whose fold proves it ([`prove_data`](crate::prove_data)) as it scans
+    /// `data` for its view. Returns the line's position when the line's
+    /// record joined the good prefix on its own unproved: it is then the
+    /// last record pushed to `ready`, and the caller must prove it before
+    /// taking it; should the proof fail, the log is to be read again from
+    /// that position ([`resumed_at`](Self::resumed_at) the record's seq,
+    /// offset and line before it) by [`push_line`](Self::push_line), which
+    /// then tells damage, a torn tail and corruption apart as it always
+    /// does.
+    ///
+    /// Any other record is proved here, before it is taken, as `push_line`
+    /// proves it: one that is refused (its error is then the one `push_line`
+    /// gives) and one held for its batch (which may never be finished, and
+    /// would then leave with the torn tail, unproved).
+    pub fn push_line_unproven(
+        &mut self,
+        line: &[u8],
+        terminated: bool,
+        offset: u64,
+        ready: &mut Vec<EventRecord>,
+    ) -> Result<Option<Position>, Corruption> {
+        let (next_seq, batch_remaining) = (self.next_seq, self.batch_remaining);
+        let position = Position {
+            line: self.line + 1,
+            offset,
+        };
+        self.push_event_line(line, terminated, offset, ready, |id, line| {
+            let (record, unproven) = decode_event_unproven(id, line)?;
+            let joins_alone =
+                record.seq() == next_seq && batch_remaining == 0 && record.batch().is_none();
+            if unproven && !joins_alone {
+                prove_json(id, &record)?;
+                return Ok((record, None));
+            }
+            Ok((record, unproven.then_some(position)))
+        })
+        .map(Option::flatten)
     }
 
     /// Feeds one line, decoding an event line with `decode`, which returns

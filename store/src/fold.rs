@@ -6,14 +6,22 @@
 //! order: the reading thread hands over batches of records as a plain read
 //! decodes them, and the folding thread applies them one by one to the one
 //! state, so what it finds is what a fold on one thread finds.
+//!
+//! Each record's `data` is scanned once, on the folding thread: a JSONL
+//! reader hands a record over before proving its `data` JSON
+//! ([`SessionStream::next_event_unproven`]), and the scan that reads the
+//! fold's view of the data proves it ([`prove_data`]). Should it find a
+//! record whose data is not JSON (damage, which an intact record after it
+//! makes corruption), the fold stops there and the log is read again from
+//! that record on the calling thread, as a read alone reads it.
 
 use std::sync::mpsc;
 use std::thread;
 
 use sessionlog_projections::{SessionState, Violation};
-use sessionlog_schema::EventRecord;
+use sessionlog_schema::{prove_data, EventRecord};
 
-use crate::reader::{FoldedEvent, SessionStream};
+use crate::reader::{FoldedEvent, SessionStream, Unproven};
 use crate::StoreError;
 
 /// How many events a fold takes on the reading thread before it moves to a
@@ -28,6 +36,10 @@ const BATCH_RECORDS: usize = 1024;
 /// How many batches may wait for the folding thread before the reading
 /// thread waits for it.
 const BATCHES_QUEUED: usize = 3;
+
+/// Records handed over, each with its mark when the folding thread is to
+/// prove its `data` ([`SessionStream::next_event_unproven`]).
+type Batch = Vec<(EventRecord, Option<Unproven>)>;
 
 /// Folds every event left in `stream` into `state` (which must be the fold
 /// of every event taken from it before), calling `each` with each record,
@@ -77,16 +89,24 @@ where
     if fold_here(stream, state, &mut each, FOLDED_BEFORE_HANDOVER)? {
         return Ok(());
     }
-    let (batches, to_fold) = mpsc::sync_channel::<Vec<EventRecord>>(BATCHES_QUEUED);
-    let (spare, spares) = mpsc::channel::<Vec<EventRecord>>();
+    let id = state.header().id.clone();
+    let (batches, to_fold) = mpsc::sync_channel::<Batch>(BATCHES_QUEUED);
+    let (spare, spares) = mpsc::channel::<Batch>();
     let handed_over = thread::scope(|scope| {
         let (state, each) = (&mut *state, &mut each);
         let folder = thread::Builder::new()
             .name("sessionlog-fold".to_owned())
             .spawn_scoped(scope, move || {
                 for batch in to_fold {
-                    for record in &batch {
-                        let folded = state.apply(record);
+                    for (record, unproven) in &batch {
+                        let folded = match unproven {
+                            None => state.apply(record),
+                            // The view's scan proves `data` JSON.
+                            Some(unproven) => match prove_data(&id, record) {
+                                Ok(view) => state.apply_viewed(record, view),
+                                Err(_) => return Some(*unproven),
+                            },
+                        };
                         each(record, folded, state);
                     }
                     // The records go back to be freed by the thread that
@@ -95,19 +115,29 @@ where
                     // freed here.
                     let _ = spare.send(batch);
                 }
+                None
             });
         // A thread that cannot be had (a limit on threads, say) leaves the
         // fold on this one.
         let folder = folder.ok()?;
         let read = hand_over(stream, &batches, &spares);
         drop(batches);
-        if let Err(panic) = folder.join() {
-            std::panic::resume_unwind(panic);
+        match folder.join() {
+            Ok(refused) => Some((read, refused)),
+            Err(panic) => std::panic::resume_unwind(panic),
         }
-        Some(read)
     });
     match handed_over {
-        Some(read) => read,
+        Some((read, None)) => read,
+        // A record whose `data` is not JSON: what the read gave after it
+        // (it read on) is put aside, and the log is read again from that
+        // record on this thread, proved as a read alone proves it, so that
+        // the damage, torn tail or corruption found there is the one a
+        // fold alone finds.
+        Some((_, Some(refused))) => {
+            stream.read_again(refused)?;
+            fold_here(stream, state, &mut each, u64::MAX).map(drop)
+        }
         None => fold_here(stream, state, &mut each, u64::MAX).map(drop),
     }
 }
@@ -138,8 +168,8 @@ where
 /// batches the fold sends back; stops early when the fold has stopped.
 fn hand_over<S: SessionStream + ?Sized>(
     stream: &mut S,
-    batches: &mpsc::SyncSender<Vec<EventRecord>>,
-    spares: &mpsc::Receiver<Vec<EventRecord>>,
+    batches: &mpsc::SyncSender<Batch>,
+    spares: &mpsc::Receiver<Batch>,
 ) -> Result<(), StoreError> {
     loop {
         let mut batch = match spares.try_recv() {
@@ -151,7 +181,7 @@ fn hand_over<S: SessionStream + ?Sized>(
         };
         let mut ended = None;
         while batch.len() < BATCH_RECORDS {
-            match stream.next_event() {
+            match stream.next_event_unproven() {
                 Ok(Some(record)) => batch.push(record),
                 Ok(None) => {
                     ended = Some(Ok(()));
@@ -163,7 +193,8 @@ fn hand_over<S: SessionStream + ?Sized>(
                 }
             }
         }
-        // A fold that stopped has panicked: the join says so.
+        // A fold that stopped has refused a record or panicked: the join
+        // says which.
         if !batch.is_empty() && batches.send(batch).is_err() {
             return Ok(());
         }
@@ -175,13 +206,13 @@ fn hand_over<S: SessionStream + ?Sized>(
 
 #[cfg(test)]
 mod tests {
-    use std::io::Cursor;
+    use std::io::{BufRead, Cursor};
     use std::path::Path;
 
-    use sessionlog_schema::{SessionHeader, SessionId};
+    use sessionlog_schema::{SessionHeader, SessionId, TornTail};
 
     use super::*;
-    use crate::reader::LogReader;
+    use crate::reader::{LogReader, Rewind};
 
     /// What a fold reports of one event: its seq, what applying it
     /// returned, and the state's seq and chain after it.
@@ -244,32 +275,12 @@ mod tests {
 
     /// The fold on one thread, event by event.
     fn fold_alone(bytes: &[u8]) -> (SessionState, Vec<Seen>, Result<(), String>) {
-        let mut stream = reader(bytes);
-        let mut state =
-            SessionState::with_header_body(stream.header().clone(), stream.header_body());
-        let mut seen = Vec::new();
-        let ended = loop {
-            match stream.next_event_folded(&mut state) {
-                Ok(Some(FoldedEvent { record, folded })) => {
-                    seen.push((record.seq(), folded, state.seq(), *state.chain().as_bytes()));
-                }
-                Ok(None) => break Ok(()),
-                Err(error) => break Err(error.to_string()),
-            }
-        };
-        (state, seen, ended)
+        folded_alone(&mut reader(bytes))
     }
 
     /// The fold of [`fold_stream`].
     fn fold_handed_over(bytes: &[u8]) -> (SessionState, Vec<Seen>, Result<(), String>) {
-        let mut stream = reader(bytes);
-        let mut state =
-            SessionState::with_header_body(stream.header().clone(), stream.header_body());
-        let mut seen = Vec::new();
-        let ended = fold_stream(&mut stream, &mut state, |record, folded, state| {
-            seen.push((record.seq(), folded, state.seq(), *state.chain().as_bytes()));
-        });
-        (state, seen, ended.map_err(|error| error.to_string()))
+        folded_handed_over(&mut reader(bytes))
     }
 
     #[test]
@@ -315,6 +326,255 @@ mod tests {
         assert_eq!(seen.len(), 18_000);
         assert_eq!(state.seq(), 18_000);
         assert_eq!((state, seen, ended), fold_alone(&bytes));
+    }
+
+    /// What may be wrong with one record of [`flawed_log`].
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Flaw {
+        /// Its `data` is not JSON, and its CRC matches: what only the
+        /// proof of `data` finds.
+        NotJson,
+        /// Its `data` is not JSON and its seq is one too many.
+        NotJsonAndGap,
+        /// Its CRC does not match.
+        Crc,
+        /// Its seq is one too many, with a CRC that matches.
+        Gap,
+        /// It announces a batch of this many records.
+        Batch(u64),
+    }
+
+    /// A log of `events` small events (a turn's step, started and ended,
+    /// in a loop), with `flaws` at their seqs, and its last `cut` bytes
+    /// cut off.
+    fn flawed_log(events: u64, flaws: &[(u64, Flaw)], cut: usize) -> Vec<u8> {
+        let id = SessionId::parse("s").expect("a valid id");
+        let mut bytes = SessionHeader::root(id.clone(), 1, "/work".to_owned())
+            .encode()
+            .into_bytes();
+        for seq in 1..=events {
+            let flaw = flaws
+                .iter()
+                .find(|(at, _)| *at == seq)
+                .map(|(_, flaw)| *flaw);
+            let (event_type, data) = match seq % 4 {
+                1 => ("turn/start", format!(r#"{{"turnId":"t{seq}"}}"#)),
+                2 => (
+                    "step/start",
+                    format!(r#"{{"stepId":"s{seq}","turnId":"t{}"}}"#, seq - 1),
+                ),
+                3 => ("step/end", format!(r#"{{"stepId":"s{}"}}"#, seq - 1)),
+                _ => ("turn/end", format!(r#"{{"turnId":"t{}"}}"#, seq - 3)),
+            };
+            let data = match flaw {
+                Some(Flaw::NotJson | Flaw::NotJsonAndGap) => {
+                    format!("{}]", &data[..data.len() - 1])
+                }
+                _ => data,
+            };
+            let stored_seq = match flaw {
+                Some(Flaw::Gap | Flaw::NotJsonAndGap) => seq + 1,
+                _ => seq,
+            };
+            let batch = match flaw {
+                Some(Flaw::Batch(n)) => Some(n),
+                _ => None,
+            };
+            let mut line = EventRecord::new(stored_seq, 10, batch, event_type, &data).encode(&id);
+            if flaw == Some(Flaw::Crc) {
+                line = line.replacen("\"seq\"", "\"seq\" ", 1);
+            }
+            bytes.extend(line.as_bytes());
+        }
+        bytes.truncate(bytes.len().saturating_sub(cut));
+        bytes
+    }
+
+    /// A fold of `fold`, and then what the stream's `finish` gives when the
+    /// fold ended well.
+    type Finished = (
+        (SessionState, Vec<Seen>, Result<(), String>),
+        Option<Result<Option<TornTail>, String>>,
+    );
+
+    fn finished<'b>(
+        bytes: &'b [u8],
+        fold: impl Fn(&mut LogReader<Cursor<&'b [u8]>>) -> (SessionState, Vec<Seen>, Result<(), String>),
+    ) -> Finished {
+        let mut stream = reader(bytes);
+        let folded = fold(&mut stream);
+        let tail = folded
+            .2
+            .is_ok()
+            .then(|| Box::new(stream).finish().map_err(|error| error.to_string()));
+        (folded, tail)
+    }
+
+    /// The fold of `stream` on one thread, event by event.
+    fn folded_alone(
+        stream: &mut LogReader<Cursor<&[u8]>>,
+    ) -> (SessionState, Vec<Seen>, Result<(), String>) {
+        let mut state =
+            SessionState::with_header_body(stream.header().clone(), stream.header_body());
+        let mut seen = Vec::new();
+        let ended = loop {
+            match stream.next_event_folded(&mut state) {
+                Ok(Some(FoldedEvent { record, folded })) => {
+                    seen.push((record.seq(), folded, state.seq(), *state.chain().as_bytes()));
+                }
+                Ok(None) => break Ok(()),
+                Err(error) => break Err(error.to_string()),
+            }
+        };
+        (state, seen, ended)
+    }
+
+    /// The fold of `stream` by [`fold_stream`].
+    fn folded_handed_over<R: BufRead + Rewind + std::fmt::Debug>(
+        stream: &mut LogReader<R>,
+    ) -> (SessionState, Vec<Seen>, Result<(), String>) {
+        let mut state =
+            SessionState::with_header_body(stream.header().clone(), stream.header_body());
+        let mut seen = Vec::new();
+        let ended = fold_stream(stream, &mut state, |record, folded, state| {
+            seen.push((record.seq(), folded, state.seq(), *state.chain().as_bytes()));
+        });
+        (state, seen, ended.map_err(|error| error.to_string()))
+    }
+
+    #[test]
+    fn a_record_whose_data_the_fold_refuses_ends_the_read_where_a_fold_alone_ends_it() {
+        let handover = FOLDED_BEFORE_HANDOVER + 1;
+        let far = FOLDED_BEFORE_HANDOVER + 2 * BATCH_RECORDS as u64 + 7;
+        // (log, what the fold alone must end with)
+        let cases: [(Vec<u8>, &str); 6] = [
+            // Intact records follow: corruption at the refused record.
+            (
+                flawed_log(far + 100, &[(far, Flaw::NotJson)], 0),
+                "intact record follows",
+            ),
+            // The last record: a torn tail, and the fold ends well.
+            (flawed_log(far, &[(far, Flaw::NotJson)], 0), ""),
+            // Only records that are not JSON follow it: a torn tail.
+            (
+                flawed_log(
+                    handover + 3,
+                    &[
+                        (handover + 1, Flaw::NotJson),
+                        (handover + 2, Flaw::NotJson),
+                        (handover + 3, Flaw::NotJson),
+                    ],
+                    0,
+                ),
+                "",
+            ),
+            // Damage after it, and then a torn last line.
+            (
+                flawed_log(far + 3, &[(far, Flaw::NotJson), (far + 1, Flaw::Crc)], 5),
+                "",
+            ),
+            // A gap on the same line: the data's error is the one given.
+            (
+                flawed_log(far + 10, &[(far, Flaw::NotJsonAndGap)], 0),
+                "intact record follows",
+            ),
+            // Right after the handover.
+            (
+                flawed_log(far, &[(handover, Flaw::NotJson)], 0),
+                "intact record follows",
+            ),
+        ];
+        for (bytes, error) in cases {
+            let alone = finished(&bytes, folded_alone);
+            let handed_over = finished(&bytes, folded_handed_over);
+            match &alone.0 .2 {
+                Err(found) => assert!(found.contains(error), "{found}"),
+                Ok(()) => {
+                    assert!(error.is_empty());
+                    let tail = alone
+                        .1
+                        .clone()
+                        .expect("a finished read")
+                        .expect("a torn tail");
+                    assert!(tail.is_some(), "the refused record is a torn tail");
+                }
+            }
+            assert!(alone.0 .1.len() as u64 >= FOLDED_BEFORE_HANDOVER);
+            assert_eq!(handed_over, alone);
+        }
+    }
+
+    #[test]
+    fn a_file_is_read_again_from_the_record_the_fold_refused() {
+        let far = FOLDED_BEFORE_HANDOVER + 2 * BATCH_RECORDS as u64 + 7;
+        let folder = tempfile::tempdir().expect("a temporary folder");
+        let path = folder.path().join("s.jsonl");
+        for (bytes, expected) in [
+            (flawed_log(far + 100, &[(far, Flaw::NotJson)], 0), false),
+            (
+                flawed_log(
+                    far + 2,
+                    &[
+                        (far, Flaw::NotJson),
+                        (far + 1, Flaw::NotJson),
+                        (far + 2, Flaw::NotJson),
+                    ],
+                    0,
+                ),
+                true,
+            ),
+        ] {
+            std::fs::write(&path, &bytes).expect("the log written");
+            let alone = finished(&bytes, folded_alone);
+            // A whole read's buffer, which the reader moves back in, and
+            // one far smaller than what it read ahead, moved back from.
+            for capacity in [crate::reader::READ_BUFFER_BYTES, 4096] {
+                let file = std::fs::File::open(&path).expect("the log opened");
+                let source = std::io::BufReader::with_capacity(capacity, file);
+                let mut stream = LogReader::new(source, Path::new("fold.jsonl"), None)
+                    .expect("a readable header");
+                let folded = folded_handed_over(&mut stream);
+                let tail = folded
+                    .2
+                    .is_ok()
+                    .then(|| Box::new(stream).finish().map_err(|error| error.to_string()));
+                assert_eq!(folded.2.is_ok(), expected);
+                assert_eq!(folded, alone.0);
+                assert_eq!(tail, alone.1);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(40))]
+
+        /// Whatever is wrong with a log and wherever (before, at or after
+        /// the handover, inside a batch, finished or not, in a torn tail),
+        /// the fold handed over sees what a fold alone sees and ends as it
+        /// ends, and the read finishes with the same torn tail.
+        #[test]
+        fn a_flawed_log_folds_handed_over_as_it_folds_alone(
+            events in 4_200..6_600_u64,
+            flaws in proptest::collection::vec(
+                (
+                    4_000..6_600_u64,
+                    proptest::prop_oneof![
+                        4 => proptest::strategy::Just(Flaw::NotJson),
+                        1 => proptest::strategy::Just(Flaw::NotJsonAndGap),
+                        1 => proptest::strategy::Just(Flaw::Crc),
+                        1 => proptest::strategy::Just(Flaw::Gap),
+                        2 => proptest::strategy::Strategy::prop_map(2..40_u64, Flaw::Batch),
+                    ],
+                ),
+                0..4,
+            ),
+            cut in proptest::prop_oneof![3 => proptest::strategy::Just(0_usize), 1 => 1..200_usize],
+        ) {
+            let bytes = flawed_log(events, &flaws, cut);
+            let alone = finished(&bytes, folded_alone);
+            let handed_over = finished(&bytes, folded_handed_over);
+            proptest::prop_assert_eq!(handed_over, alone);
+        }
     }
 
     #[test]

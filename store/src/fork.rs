@@ -494,6 +494,20 @@ impl Read for Chunks {
     }
 }
 
+/// The parent's bytes come once, as the reading thread sends them.
+impl crate::reader::Rewind for Chunks {
+    fn can_rewind(&self) -> bool {
+        false
+    }
+
+    fn rewind_by(&mut self, _bytes: u64) -> std::io::Result<()> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "a fork reads its parent once",
+        ))
+    }
+}
+
 impl BufRead for Chunks {
     fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
         if self.at == self.chunk.len() {

@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Cursor, Read, Seek};
 use std::path::{Path, PathBuf};
 
 use sessionlog_projections::{Anchor, SessionState, Violation};
@@ -64,6 +64,64 @@ pub struct FoldedEvent {
     /// What [`SessionState::apply`] returned for it (on a violation the
     /// state only advanced its seq).
     pub folded: Result<(), Violation>,
+}
+
+/// What [`LogReader::next_step`] found.
+enum Step {
+    /// A record already queued.
+    Queued(EventRecord),
+    /// A line within the record limit, in the line buffer.
+    Line { offset: u64, terminated: bool },
+    /// The end of the file.
+    End,
+}
+
+/// A record a stream gave before proving that its `data` is JSON
+/// ([`SessionStream::next_event_unproven`]): where its line is, and its
+/// seq.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unproven {
+    /// Its line.
+    pub position: Position,
+    /// Its seq.
+    pub seq: u64,
+}
+
+/// A source that a [`LogReader`] can read again from a point it has read
+/// past (a file, a buffer in memory): what lets it leave the proof of each
+/// record's `data` to a fold on another thread, and read the log again
+/// from a record that proof refuses.
+pub trait Rewind {
+    /// Whether [`rewind_by`](Self::rewind_by) can move back.
+    fn can_rewind(&self) -> bool;
+    /// Moves back by `bytes`, which were read from it.
+    fn rewind_by(&mut self, bytes: u64) -> std::io::Result<()>;
+}
+
+impl<R: Read + Seek> Rewind for BufReader<R> {
+    fn can_rewind(&self) -> bool {
+        true
+    }
+
+    fn rewind_by(&mut self, bytes: u64) -> std::io::Result<()> {
+        let back = i64::try_from(bytes).map_err(std::io::Error::other)?;
+        // Within the buffer, the buffer is kept.
+        self.seek_relative(-back)
+    }
+}
+
+impl<T: AsRef<[u8]>> Rewind for Cursor<T> {
+    fn can_rewind(&self) -> bool {
+        true
+    }
+
+    fn rewind_by(&mut self, bytes: u64) -> std::io::Result<()> {
+        let position = self.position().checked_sub(bytes).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "before the start")
+        })?;
+        self.set_position(position);
+        Ok(())
+    }
 }
 
 /// Splits a log into lines with their byte offsets, in bounded memory: a
@@ -255,19 +313,13 @@ impl<R: BufRead> LogReader<R> {
         ) -> Result<(), Violation>,
     ) -> Result<Option<FoldedEvent>, StoreError> {
         loop {
-            if let Some(record) = self.queue.pop_front() {
-                let folded = fold(&record, None);
-                return Ok(Some(FoldedEvent { record, folded }));
-            }
-            if self.exhausted {
-                return Ok(None);
-            }
-            let Some((offset, line)) = self.read_next_line()? else {
-                continue;
-            };
-            let Line::Complete { terminated } = line else {
-                self.push_line(line, offset)?;
-                continue;
+            let (offset, terminated) = match self.next_step()? {
+                Step::Queued(record) => {
+                    let folded = fold(&record, None);
+                    return Ok(Some(FoldedEvent { record, folded }));
+                }
+                Step::End => return Ok(None),
+                Step::Line { offset, terminated } => (offset, terminated),
             };
             let view = self
                 .scanner
@@ -281,9 +333,86 @@ impl<R: BufRead> LogReader<R> {
                     let folded = fold(&record, Some(view));
                     return Ok(Some(FoldedEvent { record, folded }));
                 }
-                (_, last) => {
-                    self.queue.extend(self.ready.drain(..).chain(last));
+                (_, last) => self.queue.extend(self.ready.drain(..).chain(last)),
+            }
+        }
+    }
+
+    /// The next event of the good prefix, leaving the proof that its
+    /// `data` is JSON to the caller ([`LogScanner::push_line_unproven`]):
+    /// see [`SessionStream::next_event_unproven`]. A source that cannot be
+    /// read again proves every record itself, as `next_event` does.
+    pub fn next_event_unproven(
+        &mut self,
+    ) -> Result<Option<(EventRecord, Option<Unproven>)>, StoreError>
+    where
+        R: Rewind,
+    {
+        if !self.lines.source.can_rewind() {
+            return Ok(self.next_event()?.map(|record| (record, None)));
+        }
+        loop {
+            let (offset, terminated) = match self.next_step()? {
+                Step::Queued(record) => return Ok(Some((record, None))),
+                Step::End => return Ok(None),
+                Step::Line { offset, terminated } => (offset, terminated),
+            };
+            let unproven = self
+                .scanner
+                .push_line_unproven(self.lines.line(), terminated, offset, &mut self.ready)
+                .map_err(|corruption| StoreError::Corrupt {
+                    path: self.path.clone(),
+                    corruption,
+                })?;
+            match (unproven, self.ready.pop()) {
+                (Some(position), Some(record)) => {
+                    let seq = record.seq();
+                    return Ok(Some((record, Some(Unproven { position, seq }))));
                 }
+                (_, last) => self.queue.extend(self.ready.drain(..).chain(last)),
+            }
+        }
+    }
+
+    /// Reads the log again from the record `unproven` marks, as if the
+    /// lines before it were the whole of what was read: its line is then
+    /// read, checked and proved as `next_event` reads it.
+    pub fn read_again(&mut self, unproven: Unproven) -> Result<(), StoreError>
+    where
+        R: Rewind,
+    {
+        let Unproven { position, seq } = unproven;
+        self.lines
+            .rewind_to(position.offset)
+            .map_err(|source| StoreError::io("seek", &self.path, source))?;
+        // The record joined the good prefix on its own: before it, no batch
+        // was open and no damage seen, and the prefix ended at its line.
+        self.scanner = self
+            .scanner
+            .resumed_at(seq, position.offset, position.line - 1);
+        self.ready.clear();
+        self.queue.clear();
+        self.exhausted = false;
+        Ok(())
+    }
+
+    /// Takes a record already queued, or reads lines up to the next one
+    /// within the record limit (feeding an oversized one to the scanner):
+    /// what every way of reading the next event starts with.
+    fn next_step(&mut self) -> Result<Step, StoreError> {
+        loop {
+            if let Some(record) = self.queue.pop_front() {
+                return Ok(Step::Queued(record));
+            }
+            if self.exhausted {
+                return Ok(Step::End);
+            }
+            match self.read_next_line()? {
+                Some((offset, Line::Complete { terminated })) => {
+                    return Ok(Step::Line { offset, terminated })
+                }
+                Some((offset, line)) => self.push_line(line, offset)?,
+                None => {}
             }
         }
     }
@@ -370,6 +499,25 @@ impl<R: BufRead> LineReader<R> {
             offset,
             line: Vec::new(),
         }
+    }
+
+    /// Moves back to `offset` (at most [`offset`](Self::offset)) of a
+    /// source that can be read again: the next line is the one starting
+    /// there. The source has given exactly the bytes of the lines read (a
+    /// line is taken up to its `\n`), so moving back is relative to where
+    /// it is, whatever offset it started at.
+    pub fn rewind_to(&mut self, offset: u64) -> std::io::Result<()>
+    where
+        R: Rewind,
+    {
+        let back = self
+            .offset
+            .checked_sub(offset)
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not read yet"))?;
+        self.source.rewind_by(back)?;
+        self.offset = offset;
+        self.line.clear();
+        Ok(())
     }
 
     /// The byte offset just after the last line read.
@@ -484,6 +632,29 @@ pub trait SessionStream: std::fmt::Debug {
         let folded = state.apply(&record);
         Ok(Some(FoldedEvent { record, folded }))
     }
+    /// [`next_event`](Self::next_event), leaving the proof that the
+    /// record's `data` is JSON to the caller where the stream can: with an
+    /// [`Unproven`] mark the caller must prove it
+    /// ([`prove_data`](sessionlog_schema::prove_data)) before taking the
+    /// record, and should the proof fail, give the mark back to
+    /// [`read_again`](Self::read_again) and read on with `next_event`, which
+    /// then gives what it would have given from that record on (damage, a
+    /// torn tail, corruption, as the log has it). For a fold on another
+    /// thread, which scans every `data` for its view anyway: the data is
+    /// scanned once. A stream that proves every record itself gives no mark
+    /// (the default).
+    fn next_event_unproven(
+        &mut self,
+    ) -> Result<Option<(EventRecord, Option<Unproven>)>, StoreError> {
+        Ok(self.next_event()?.map(|record| (record, None)))
+    }
+    /// Reads the log again from the record `unproven` marks (see
+    /// [`next_event_unproven`](Self::next_event_unproven)). A stream that
+    /// gives no mark has nothing to read again.
+    fn read_again(&mut self, unproven: Unproven) -> Result<(), StoreError> {
+        let _ = unproven;
+        Ok(())
+    }
     /// The body of the next event of the good prefix, checked as
     /// [`next_event`](Self::next_event) checks it; `None` at its end. For
     /// a reader that only writes bodies out (`export`): a database stream
@@ -495,7 +666,7 @@ pub trait SessionStream: std::fmt::Debug {
     fn finish(self: Box<Self>) -> Result<Option<TornTail>, StoreError>;
 }
 
-impl<R: BufRead + std::fmt::Debug> SessionStream for LogReader<R> {
+impl<R: BufRead + Rewind + std::fmt::Debug> SessionStream for LogReader<R> {
     fn header(&self) -> &SessionHeader {
         LogReader::header(self)
     }
@@ -517,6 +688,16 @@ impl<R: BufRead + std::fmt::Debug> SessionStream for LogReader<R> {
         state: &mut SessionState,
     ) -> Result<Option<FoldedEvent>, StoreError> {
         LogReader::next_event_folded(self, state)
+    }
+
+    fn next_event_unproven(
+        &mut self,
+    ) -> Result<Option<(EventRecord, Option<Unproven>)>, StoreError> {
+        LogReader::next_event_unproven(self)
+    }
+
+    fn read_again(&mut self, unproven: Unproven) -> Result<(), StoreError> {
+        LogReader::read_again(self, unproven)
     }
 
     fn finish(self: Box<Self>) -> Result<Option<TornTail>, StoreError> {
