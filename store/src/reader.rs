@@ -66,6 +66,14 @@ pub struct FoldedEvent {
     pub folded: Result<(), Violation>,
 }
 
+/// The error of `corruption` found in the log at `path`.
+fn corrupt_in(path: &Path) -> impl Fn(Corruption) -> StoreError + '_ {
+    |corruption| StoreError::Corrupt {
+        path: path.to_owned(),
+        corruption,
+    }
+}
+
 /// What [`LogReader::next_step`] found.
 enum Step {
     /// A record already queued.
@@ -324,10 +332,7 @@ impl<R: BufRead> LogReader<R> {
             let view = self
                 .scanner
                 .push_line_viewed(self.lines.line(), terminated, offset, &mut self.ready)
-                .map_err(|corruption| StoreError::Corrupt {
-                    path: self.path.clone(),
-                    corruption,
-                })?;
+                .map_err(corrupt_in(&self.path))?;
             match (view, self.ready.pop()) {
                 (Some(view), Some(record)) => {
                     let folded = fold(&record, Some(view));
@@ -360,10 +365,7 @@ impl<R: BufRead> LogReader<R> {
             let unproven = self
                 .scanner
                 .push_line_unproven(self.lines.line(), terminated, offset, &mut self.ready)
-                .map_err(|corruption| StoreError::Corrupt {
-                    path: self.path.clone(),
-                    corruption,
-                })?;
+                .map_err(corrupt_in(&self.path))?;
             match (unproven, self.ready.pop()) {
                 (Some(position), Some(record)) => {
                     let seq = record.seq();
@@ -460,10 +462,7 @@ impl<R: BufRead> LogReader<R> {
                 self.scanner.push_oversized_line(len, terminated, offset)
             }
         };
-        pushed.map_err(|corruption| StoreError::Corrupt {
-            path: self.path.clone(),
-            corruption,
-        })?;
+        pushed.map_err(corrupt_in(&self.path))?;
         self.queue.extend(self.ready.drain(..));
         Ok(())
     }
