@@ -399,9 +399,18 @@ mod tests {
 
     fn finished<'b>(
         bytes: &'b [u8],
-        fold: impl Fn(&mut LogReader<Cursor<&'b [u8]>>) -> (SessionState, Vec<Seen>, Result<(), String>),
+        fold: impl FnOnce(
+            &mut LogReader<Cursor<&'b [u8]>>,
+        ) -> (SessionState, Vec<Seen>, Result<(), String>),
     ) -> Finished {
-        let mut stream = reader(bytes);
+        finished_reading(reader(bytes), fold)
+    }
+
+    /// [`finished`] of a stream read from any source.
+    fn finished_reading<R: BufRead + Rewind + std::fmt::Debug>(
+        mut stream: LogReader<R>,
+        fold: impl FnOnce(&mut LogReader<R>) -> (SessionState, Vec<Seen>, Result<(), String>),
+    ) -> Finished {
         let folded = fold(&mut stream);
         let tail = folded
             .2
@@ -531,16 +540,11 @@ mod tests {
             for capacity in [crate::reader::READ_BUFFER_BYTES, 4096] {
                 let file = std::fs::File::open(&path).expect("the log opened");
                 let source = std::io::BufReader::with_capacity(capacity, file);
-                let mut stream = LogReader::new(source, Path::new("fold.jsonl"), None)
+                let stream = LogReader::new(source, Path::new("fold.jsonl"), None)
                     .expect("a readable header");
-                let folded = folded_handed_over(&mut stream);
-                let tail = folded
-                    .2
-                    .is_ok()
-                    .then(|| Box::new(stream).finish().map_err(|error| error.to_string()));
-                assert_eq!(folded.2.is_ok(), expected);
-                assert_eq!(folded, alone.0);
-                assert_eq!(tail, alone.1);
+                let handed_over = finished_reading(stream, folded_handed_over);
+                assert_eq!(handed_over.0 .2.is_ok(), expected);
+                assert_eq!(handed_over, alone);
             }
         }
     }
