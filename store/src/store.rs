@@ -386,6 +386,41 @@ impl Store {
         })
     }
 
+    /// [`Store::hold_read`] for reads on `readers` threads side by side:
+    /// this store and more handles of it, each with a read held, that
+    /// every one of them sees as of the same moment. On SQLite each handle
+    /// has a reader connection of its own, and fewer come back when no
+    /// moment can be caught or no more connections opened (see
+    /// `SqliteStore::hold_read_for`); a JSONL folder's handles are clones
+    /// (each log is read as it is when opened). On PostgreSQL, whose reads
+    /// share one connection, only this store comes back.
+    pub fn hold_read_for(&self, readers: usize) -> Result<Vec<(Store, HeldRead)>, StoreError> {
+        let held = || HeldRead {
+            #[cfg(feature = "sqlite")]
+            _sqlite: None,
+        };
+        Ok(match self {
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(store) => store
+                .hold_read_for(readers)?
+                .into_iter()
+                .map(|(store, read)| {
+                    (
+                        Store::Sqlite(store),
+                        HeldRead {
+                            _sqlite: Some(read),
+                        },
+                    )
+                })
+                .collect(),
+            Store::Jsonl(_) => (0..readers.max(1))
+                .map(|_| (self.clone(), held()))
+                .collect(),
+            #[allow(unreachable_patterns)]
+            _ => vec![(self.clone(), self.hold_read()?)],
+        })
+    }
+
     /// The header of session `id` and a stream of its events.
     pub fn events(&self, id: &SessionId) -> Result<(SessionHeader, EventStream), StoreError> {
         let (decoded, events) = self.records(id)?;

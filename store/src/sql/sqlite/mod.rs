@@ -201,6 +201,10 @@ macro_rules! page_rows {
 }
 const PAGE_ROWS: usize = page_rows!();
 
+/// How many times [`SqliteStore::hold_read_for`] tries to catch one moment
+/// between two commits before it holds one reader only.
+const CATCH_MOMENT_ATTEMPTS: usize = 8;
+
 /// How long a connection waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -650,6 +654,57 @@ impl SqliteStore {
         })
     }
 
+    /// [`SqliteStore::hold_read`] on this store and on `readers - 1` more
+    /// handles of its file, each with a reader connection of its own, all
+    /// holding one snapshot: the reads of a store-wide command can then go
+    /// on side by side, one thread per handle, and still judge the store
+    /// as of one moment. Fewer handles come back when no more can be
+    /// opened (a file only SQLite's `immutable` mode reads, a limit on open
+    /// files), when writers commit so often that no moment between two of
+    /// their commits can be caught, or when a read is held already (its
+    /// snapshot cannot be shared): then only this store, its read held.
+    ///
+    /// SQLite has no way to hand a snapshot from one connection to another
+    /// in this build, so the moment is caught instead: this store's read
+    /// begins, then each other one's, then this store's read ends and
+    /// begins again. `PRAGMA data_version` tells whether any connection
+    /// committed between this store's two reads; when none did, the
+    /// database did not change from the first to the second, and every
+    /// read begun between them sees that same state.
+    pub(crate) fn hold_read_for(
+        &self,
+        readers: usize,
+    ) -> Result<Vec<(SqliteStore, HeldRead)>, StoreError> {
+        let own = |held: HeldRead| vec![(self.clone(), held)];
+        if readers < 2 || !self.shared.reader().is_autocommit() {
+            return Ok(own(self.hold_read()?));
+        }
+        let others: Vec<SqliteStore> = (1..readers)
+            .map_while(|_| SqliteStore::open_read_only(&self.shared.path).ok())
+            .collect();
+        if others.is_empty() {
+            return Ok(own(self.hold_read()?));
+        }
+        for _ in 0..CATCH_MOMENT_ATTEMPTS {
+            let first = self.hold_read()?;
+            let before = self.shared.data_version()?;
+            let mut held = Vec::with_capacity(others.len());
+            for other in &others {
+                let read = other.hold_read()?;
+                other.shared.data_version()?;
+                held.push(read);
+            }
+            drop(first);
+            let first = self.hold_read()?;
+            if self.shared.data_version()? == before {
+                let mut all = own(first);
+                all.extend(others.into_iter().zip(held));
+                return Ok(all);
+            }
+        }
+        Ok(own(self.hold_read()?))
+    }
+
     /// The last seq session `id`'s row records (0: no events): where a read
     /// of its last events starts, without reading the others.
     pub fn last_seq(&self, id: &SessionId) -> Result<u64, StoreError> {
@@ -1025,6 +1080,16 @@ impl Shared {
 
     fn reader(&self) -> MutexGuard<'_, Connection> {
         self.reader.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `PRAGMA data_version` of the reader: within one read transaction
+    /// the same, and changed at the next when any other connection
+    /// committed in between. It begins the snapshot of a read held but
+    /// not yet begun.
+    fn data_version(&self) -> Result<i64, StoreError> {
+        self.reader()
+            .query_row("PRAGMA data_version", [], |row| row.get(0))
+            .map_err(sqlite_error("read the data version", &self.path))
     }
 
     /// The rows read ahead (call with the reader locked).
