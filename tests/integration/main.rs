@@ -90,5 +90,6 @@ mod realistic;
 mod resume;
 mod reviewer;
 mod seals;
+mod side_by_side;
 mod sqlite_damage;
 mod support;

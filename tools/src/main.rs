@@ -9,6 +9,7 @@ mod cli;
 mod commands;
 mod import;
 mod progress;
+mod side_by_side;
 mod target;
 mod terminal;
 

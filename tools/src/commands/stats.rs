@@ -14,6 +14,8 @@ use sessionlog_schema::{EventType, CRC_SUFFIX_LEN};
 use sessionlog_store::{fold_stream, ErrorClass, StoreError};
 
 use crate::cli::SessionArgs;
+use crate::commands::verify::readers_for;
+use crate::side_by_side::Readers;
 use crate::target::{SessionRef, Target};
 use crate::{exit, progress, warn};
 
@@ -59,26 +61,43 @@ struct Report {
 /// Runs `stats`.
 pub fn run(args: &SessionArgs, json: bool, quiet: bool) -> Result<u8> {
     let target = Target::open(&args.store)?;
-    // The whole store as of one moment, and one read transaction for all.
-    let _held = target.hold_read()?;
-    let sessions = target.sessions(args.session.as_deref())?;
+    // The whole store as of one moment, read on each core side by side.
+    let readers = Readers::hold(&target, readers_for(args))?;
+    let sessions = readers.first().sessions(args.session.as_deref())?;
     let bar = progress::bar(quiet, "stats");
     bar.set_length(sessions.len() as u64);
     let mut report = Report {
         totals: Totals::default(),
         sessions: Vec::new(),
     };
-    for session in &sessions {
-        // People's output shows the counts by type of the whole store
-        // only: there they go straight into its totals, with no map per
-        // session.
-        let totals = (!json).then_some(&mut report.totals);
-        let stats = count(&target, session, totals)?;
-        warn_of(&session.label, &stats);
-        report.totals.add(&stats);
-        report.sessions.push(stats);
-        bar.inc(1);
-    }
+    // The chunks come back in the order of `sessions`.
+    let mut labels = sessions.iter();
+    readers.in_order(
+        &sessions,
+        |target, chunk| {
+            // People's output shows the counts by type of the whole store
+            // only: there they go straight into the chunk's counts, with no
+            // map per session.
+            let mut by_type = Totals::default();
+            let stats = chunk
+                .iter()
+                .map(|session| count(target, session, (!json).then_some(&mut by_type)))
+                .collect::<Result<Vec<_>>>()?;
+            Ok((by_type, stats))
+        },
+        |(by_type, chunk)| {
+            report.totals.add_by_type(&by_type);
+            // The chunk first: a zip takes from its first side before it
+            // knows the second has ended.
+            for (stats, session) in chunk.into_iter().zip(labels.by_ref()) {
+                warn_of(&session.label, &stats);
+                report.totals.add(&stats);
+                report.sessions.push(stats);
+                bar.inc(1);
+            }
+            Ok(())
+        },
+    )?;
     bar.finish_and_clear();
     if json {
         crate::terminal::print_json_line(&serde_json::to_string(&report)?)?;
@@ -191,6 +210,20 @@ fn corrupt(error: &anyhow::Error) -> Option<String> {
 }
 
 impl Totals {
+    /// Adds the counts by type of `more`.
+    fn add_by_type(&mut self, more: &Totals) {
+        self.add_counts(&more.events_by_type, &more.unknown_types);
+    }
+
+    fn add_counts(&mut self, by_type: &BTreeMap<String, u64>, unknown: &BTreeMap<String, u64>) {
+        for (name, count) in by_type {
+            add_to(&mut self.events_by_type, name, *count);
+        }
+        for (name, count) in unknown {
+            add_to(&mut self.unknown_types, name, *count);
+        }
+    }
+
     fn add(&mut self, stats: &SessionStats) {
         self.sessions += 1;
         self.events += stats.events;
@@ -198,12 +231,7 @@ impl Totals {
         self.torn_tails += u64::from(stats.torn_tail_bytes.is_some());
         self.corrupt += u64::from(stats.corrupt.is_some());
         self.violations += stats.violations;
-        for (name, count) in &stats.events_by_type {
-            add_to(&mut self.events_by_type, name, *count);
-        }
-        for (name, count) in &stats.unknown_types {
-            add_to(&mut self.unknown_types, name, *count);
-        }
+        self.add_counts(&stats.events_by_type, &stats.unknown_types);
     }
 }
 

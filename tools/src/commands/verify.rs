@@ -16,6 +16,7 @@ use sessionlog_schema::{parse_trust_file, SealPublicKey};
 use sessionlog_store::{fold_stream, StoreError};
 
 use crate::cli::SessionArgs;
+use crate::side_by_side::Readers;
 use crate::target::{read_input, require_sessions, SessionRef, Target};
 use crate::terminal::Mode;
 use crate::{exit, UsageError};
@@ -178,9 +179,9 @@ pub fn run(
     policy: &SealPolicy,
 ) -> Result<u8> {
     let target = Target::open(&args.store)?;
-    // The whole store as of one moment, and one read transaction for all.
-    let _held = target.hold_read()?;
-    let (sessions, damage) = target.audit(args.session.as_deref())?;
+    // The whole store as of one moment, read on each core side by side.
+    let readers = Readers::hold(&target, readers_for(args))?;
+    let (sessions, damage) = readers.first().audit(args.session.as_deref())?;
     if damage.is_empty() {
         require_sessions(&sessions, &args.store, allow_empty)?;
     }
@@ -212,15 +213,26 @@ pub fn run(
         code = exit::worst(code, verdict_code(&verdict));
         print(&verdict)?;
     }
-    for session in &sessions {
-        let verdict = verify_session(&target, session, policy)?;
-        code = exit::worst(code, verdict_code(&verdict));
-        match bar.is_hidden() {
-            true => print(&verdict)?,
-            false => bar.suspend(|| print(&verdict))?,
-        }
-        bar.inc(1);
-    }
+    readers.in_order(
+        &sessions,
+        |target, chunk| {
+            chunk
+                .iter()
+                .map(|session| verify_session(target, session, policy))
+                .collect::<Result<Vec<_>>>()
+        },
+        |verdicts| {
+            for verdict in verdicts {
+                code = exit::worst(code, verdict_code(&verdict));
+                match bar.is_hidden() {
+                    true => print(&verdict)?,
+                    false => bar.suspend(|| print(&verdict))?,
+                }
+                bar.inc(1);
+            }
+            Ok(())
+        },
+    )?;
     bar.finish_and_clear();
     for verdict in missing_anchored_sessions(args, &sessions, policy) {
         code = exit::worst(code, verdict_code(&verdict));
@@ -232,6 +244,15 @@ pub fn run(
         warn_of_leftovers(store)?;
     }
     Ok(code)
+}
+
+/// How many readers a command of the whole store reads through (see
+/// `side_by_side`): one for the one session `--session` picks.
+pub fn readers_for(args: &SessionArgs) -> usize {
+    match args.session {
+        Some(_) => 1,
+        None => crate::side_by_side::MAX_READERS,
+    }
 }
 
 /// Names the temporary files nobody holds (what a killed creation, fork or

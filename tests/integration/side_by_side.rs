@@ -1,0 +1,230 @@
+//! Store-wide `verify` and `stats` read a store of many sessions on more
+//! than one thread: what they print must be what one thread prints, in
+//! session order, each verdict and count on its own session, and all of
+//! one moment of the store.
+
+use std::path::Path;
+
+use sessionlog_schema::{SessionHeader, SessionId};
+use sessionlog_store::{Durability, NewEvent, SqliteStore, Store, WriterOptions};
+
+use crate::cli_support::run;
+
+/// Sessions in the store: many chunks for each reader.
+const SESSIONS: usize = 2_500;
+
+fn id(index: usize) -> SessionId {
+    SessionId::parse(&format!("s{index:05}")).unwrap_or_else(|error| panic!("{error}"))
+}
+
+/// A SQLite store of `SESSIONS` sessions; session `index` holds
+/// `1 + index % 4` events (a turn opened, messages), so that every
+/// session's count is its own.
+fn store_of_many(path: &Path) {
+    let store = Store::create(path).unwrap_or_else(|error| panic!("create: {error}"));
+    let template = SessionId::parse("template").unwrap_or_else(|error| panic!("{error}"));
+    store
+        .create_session(
+            &SessionHeader::root(template.clone(), 1, "/work".into()),
+            &[],
+            Durability::Buffered,
+        )
+        .unwrap_or_else(|error| panic!("create: {error}"));
+    let mut writer = store
+        .open_writer(&template, WriterOptions::default())
+        .unwrap_or_else(|error| panic!("writer: {error}"));
+    writer
+        .append(NewEvent::new("turn/start", r#"{"turnId":"t1"}"#), None)
+        .unwrap_or_else(|error| panic!("append: {error}"));
+    for _ in 0..3 {
+        let message =
+            r#"{"role":"user","source":{"kind":"user"},"content":[{"type":"text","text":"go"}]}"#;
+        writer
+            .append(NewEvent::new("message", message), None)
+            .unwrap_or_else(|error| panic!("append: {error}"));
+    }
+    drop(writer);
+    let events = store
+        .snapshot(&template)
+        .unwrap_or_else(|error| panic!("snapshot: {error}"))
+        .events;
+    let sqlite = SqliteStore::open(path).unwrap_or_else(|error| panic!("open: {error}"));
+    let sessions = (0..SESSIONS)
+        .map(|index| {
+            let header = SessionHeader::root(id(index), 1, "/work".into());
+            (header, events[..1 + index % 4].to_vec())
+        })
+        .collect();
+    sqlite
+        .create_many(sessions, Durability::Buffered)
+        .unwrap_or_else(|error| panic!("create: {error}"));
+    drop(sqlite);
+    // The template is no part of what the tests count.
+    let connection =
+        rusqlite::Connection::open(path).unwrap_or_else(|error| panic!("open: {error}"));
+    connection
+        .execute_batch(
+            "DELETE FROM snapshots WHERE session_id = 'template';
+             DELETE FROM events WHERE session_id = 'template';
+             DELETE FROM sessions WHERE id = 'template';",
+        )
+        .unwrap_or_else(|error| panic!("delete: {error}"));
+}
+
+/// Damages two sessions far apart: a bad CRC in one, a missing row in the
+/// other.
+fn damage(path: &Path, corrupt: usize, gap: usize) {
+    let connection =
+        rusqlite::Connection::open(path).unwrap_or_else(|error| panic!("open: {error}"));
+    connection
+        .execute(
+            "UPDATE events SET crc = crc + 1 WHERE session_id = ?1 AND seq = 1",
+            [id(corrupt).as_str()],
+        )
+        .unwrap_or_else(|error| panic!("update: {error}"));
+    connection
+        .execute(
+            "DELETE FROM events WHERE session_id = ?1 AND seq = 2",
+            [id(gap).as_str()],
+        )
+        .unwrap_or_else(|error| panic!("delete: {error}"));
+}
+
+fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|error| panic!("{line}: {error}")))
+        .collect()
+}
+
+#[test]
+fn verify_of_many_sessions_gives_each_its_own_verdict_in_order() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let path = dir.path().join("store.db");
+    store_of_many(&path);
+    // The session with the gap holds four events: its seq 2 is missing
+    // between two rows.
+    let (corrupt, gap) = (1_234, 2_347);
+    damage(&path, corrupt, gap);
+    let store = path.display().to_string();
+    let verified = run(["verify", &store, "--json"]);
+    verified.expect_code(2);
+    let verdicts = json_lines(&verified.stdout);
+    assert_eq!(verdicts.len(), SESSIONS);
+    for (index, verdict) in verdicts.iter().enumerate() {
+        assert_eq!(verdict["session"], id(index).as_str(), "verdict {index}");
+        let status = if index == corrupt || index == gap {
+            "corrupt"
+        } else {
+            "ok"
+        };
+        assert_eq!(verdict["status"], status, "session {index}");
+        if status == "ok" {
+            assert_eq!(verdict["events"], 1 + index as u64 % 4, "session {index}");
+        }
+    }
+}
+
+#[test]
+fn stats_of_many_sessions_counts_each_once_in_order() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let path = dir.path().join("store.db");
+    store_of_many(&path);
+    let (corrupt, gap) = (7, 2_001);
+    damage(&path, corrupt, gap);
+    let store = path.display().to_string();
+    let counted = run(["stats", &store, "--json"]);
+    counted.expect_code(2);
+    let report: serde_json::Value =
+        serde_json::from_str(&counted.stdout).unwrap_or_else(|error| panic!("{error}"));
+    let sessions = report["sessions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no sessions in {report}"));
+    assert_eq!(sessions.len(), SESSIONS);
+    let mut events = 0;
+    for (index, stats) in sessions.iter().enumerate() {
+        assert_eq!(stats["session"], id(index).as_str(), "stats {index}");
+        let damaged = index == corrupt || index == gap;
+        assert_eq!(stats["corrupt"].is_string(), damaged, "session {index}");
+        if !damaged {
+            assert_eq!(stats["events"], 1 + index as u64 % 4, "session {index}");
+        }
+        events += stats["events"].as_u64().unwrap_or(0);
+    }
+    assert_eq!(report["totals"]["sessions"], SESSIONS as u64);
+    assert_eq!(report["totals"]["corrupt"], 2);
+    assert_eq!(report["totals"]["events"], events);
+    // Session `index` holds `index % 4` messages; the corrupt one's first
+    // record is refused, the other's first event is a turn's start.
+    let messages: u64 = (0..SESSIONS)
+        .filter(|index| *index != corrupt && *index != gap)
+        .map(|index| index as u64 % 4)
+        .sum();
+    assert_eq!(report["totals"]["eventsByType"]["message"], messages);
+
+    // People's output: the same totals, and each damaged session named.
+    let human = run(["stats", &store]);
+    human.expect_code(2);
+    assert!(
+        human.stdout.starts_with(&format!(
+            "sessions  {SESSIONS} (0 with a torn tail, 2 corrupt)"
+        )),
+        "{}",
+        &human.stdout[..human.stdout.len().min(200)]
+    );
+    for index in [corrupt, gap] {
+        let line = human
+            .stdout
+            .lines()
+            .find(|line| line.trim_start().starts_with(id(index).as_str()))
+            .unwrap_or_else(|| panic!("no line for session {index}"));
+        assert!(line.contains("CORRUPT"), "{line}");
+    }
+    let json_types = &report["totals"]["eventsByType"];
+    for (name, count) in json_types
+        .as_object()
+        .unwrap_or_else(|| panic!("{json_types}"))
+    {
+        let line = human
+            .stdout
+            .lines()
+            .find(|line| line.split_whitespace().next() == Some(name.as_str()))
+            .unwrap_or_else(|| panic!("no count of {name}"));
+        assert!(line.ends_with(&count.to_string()), "{line} against {count}");
+    }
+}
+
+#[test]
+fn readers_side_by_side_see_one_moment() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let path = dir.path().join("store.db");
+    let store = Store::create(&path).unwrap_or_else(|error| panic!("create: {error}"));
+    let first = SessionId::parse("a").unwrap_or_else(|error| panic!("{error}"));
+    store
+        .create_session(
+            &SessionHeader::root(first.clone(), 1, "/work".into()),
+            &[],
+            Durability::Fsync,
+        )
+        .unwrap_or_else(|error| panic!("create: {error}"));
+    let reading = Store::open_read_only(&path).unwrap_or_else(|error| panic!("open: {error}"));
+    let readers = reading
+        .hold_read_for(2)
+        .unwrap_or_else(|error| panic!("hold: {error}"));
+    assert_eq!(readers.len(), 2, "two readers of a SQLite store");
+    // A session created after the moment is seen by neither reader.
+    let later = SessionId::parse("b").unwrap_or_else(|error| panic!("{error}"));
+    store
+        .create_session(
+            &SessionHeader::root(later.clone(), 1, "/work".into()),
+            &[],
+            Durability::Fsync,
+        )
+        .unwrap_or_else(|error| panic!("create: {error}"));
+    for (reader, _held) in &readers {
+        let ids = reader.ids().unwrap_or_else(|error| panic!("ids: {error}"));
+        assert_eq!(ids, vec![first.clone()]);
+    }
+    drop(readers);
+    let ids = reading.ids().unwrap_or_else(|error| panic!("ids: {error}"));
+    assert_eq!(ids, vec![first, later]);
+}
