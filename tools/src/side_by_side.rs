@@ -9,7 +9,7 @@
 //! is a handle of the store with a read of its own, all of the same
 //! moment (`Store::hold_read_for`), and the chunks' results come back
 //! through one-chunk channels, so that what is printed is in the order a
-//! single thread would print it, and at most a chunk per reader is held.
+//! single thread would print it, and at most a chunk per reader waits.
 
 use std::sync::mpsc;
 
