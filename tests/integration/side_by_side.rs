@@ -17,19 +17,24 @@ fn id(index: usize) -> SessionId {
     SessionId::parse(&format!("s{index:05}")).unwrap_or_else(|error| panic!("{error}"))
 }
 
+/// Creates the root session `id`, with no events.
+fn create_root(store: &Store, id: &SessionId, durability: Durability) {
+    store
+        .create_session(
+            &SessionHeader::root(id.clone(), 1, "/work".into()),
+            &[],
+            durability,
+        )
+        .unwrap_or_else(|error| panic!("create: {error}"));
+}
+
 /// A SQLite store of `SESSIONS` sessions; session `index` holds
 /// `1 + index % 4` events (a turn opened, messages), so that every
 /// session's count is its own.
 fn store_of_many(path: &Path) {
     let store = Store::create(path).unwrap_or_else(|error| panic!("create: {error}"));
     let template = SessionId::parse("template").unwrap_or_else(|error| panic!("{error}"));
-    store
-        .create_session(
-            &SessionHeader::root(template.clone(), 1, "/work".into()),
-            &[],
-            Durability::Buffered,
-        )
-        .unwrap_or_else(|error| panic!("create: {error}"));
+    create_root(&store, &template, Durability::Buffered);
     let mut writer = store
         .open_writer(&template, WriterOptions::default())
         .unwrap_or_else(|error| panic!("writer: {error}"));
@@ -96,16 +101,23 @@ fn json_lines(text: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
-#[test]
-fn verify_of_many_sessions_gives_each_its_own_verdict_in_order() {
+/// A store of many sessions (in a folder that lives as long as the value)
+/// with sessions `corrupt` and `gap` damaged, and its path.
+fn damaged_store(corrupt: usize, gap: usize) -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
     let path = dir.path().join("store.db");
     store_of_many(&path);
+    damage(&path, corrupt, gap);
+    let store = path.display().to_string();
+    (dir, store)
+}
+
+#[test]
+fn verify_of_many_sessions_gives_each_its_own_verdict_in_order() {
     // The session with the gap holds four events: its seq 2 is missing
     // between two rows.
     let (corrupt, gap) = (1_234, 2_347);
-    damage(&path, corrupt, gap);
-    let store = path.display().to_string();
+    let (_dir, store) = damaged_store(corrupt, gap);
     let verified = run(["verify", &store, "--json"]);
     verified.expect_code(2);
     let verdicts = json_lines(&verified.stdout);
@@ -126,12 +138,8 @@ fn verify_of_many_sessions_gives_each_its_own_verdict_in_order() {
 
 #[test]
 fn stats_of_many_sessions_counts_each_once_in_order() {
-    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
-    let path = dir.path().join("store.db");
-    store_of_many(&path);
     let (corrupt, gap) = (7, 2_001);
-    damage(&path, corrupt, gap);
-    let store = path.display().to_string();
+    let (_dir, store) = damaged_store(corrupt, gap);
     let counted = run(["stats", &store, "--json"]);
     counted.expect_code(2);
     let report: serde_json::Value =
@@ -199,13 +207,7 @@ fn readers_side_by_side_see_one_moment() {
     let path = dir.path().join("store.db");
     let store = Store::create(&path).unwrap_or_else(|error| panic!("create: {error}"));
     let first = SessionId::parse("a").unwrap_or_else(|error| panic!("{error}"));
-    store
-        .create_session(
-            &SessionHeader::root(first.clone(), 1, "/work".into()),
-            &[],
-            Durability::Fsync,
-        )
-        .unwrap_or_else(|error| panic!("create: {error}"));
+    create_root(&store, &first, Durability::Fsync);
     let reading = Store::open_read_only(&path).unwrap_or_else(|error| panic!("open: {error}"));
     let readers = reading
         .hold_read_for(2)
@@ -213,13 +215,7 @@ fn readers_side_by_side_see_one_moment() {
     assert_eq!(readers.len(), 2, "two readers of a SQLite store");
     // A session created after the moment is seen by neither reader.
     let later = SessionId::parse("b").unwrap_or_else(|error| panic!("{error}"));
-    store
-        .create_session(
-            &SessionHeader::root(later.clone(), 1, "/work".into()),
-            &[],
-            Durability::Fsync,
-        )
-        .unwrap_or_else(|error| panic!("create: {error}"));
+    create_root(&store, &later, Durability::Fsync);
     for (reader, _held) in &readers {
         let ids = reader.ids().unwrap_or_else(|error| panic!("ids: {error}"));
         assert_eq!(ids, vec![first.clone()]);
