@@ -519,6 +519,19 @@ impl Store {
         }
     }
 
+    /// SQLite's own check of every page of a database (see
+    /// [`SqliteStore::engine_check`]), what [`audit`](Self::audit) runs
+    /// with `engine_check`; nothing for the other backends, whose files or
+    /// server have no such check to run.
+    pub fn engine_check(&self) -> Result<Vec<StoreError>, StoreError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(store) => store.engine_check(),
+            #[allow(unreachable_patterns)]
+            _ => Ok(Vec::new()),
+        }
+    }
+
     /// Every session with its header.
     ///
     /// ```

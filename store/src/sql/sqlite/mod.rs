@@ -757,25 +757,12 @@ impl SqliteStore {
     /// `PRAGMA quick_check` reports of the file (it reads every page). Each
     /// session's own rows are checked when it is read.
     pub fn audit(&self, engine_check: bool) -> Result<StoreAudit, StoreError> {
+        let mut engine_damage = match engine_check {
+            true => self.engine_check()?,
+            false => Vec::new(),
+        };
         let path = &self.shared.path;
         let reader = self.shared.reader();
-        let mut engine_damage = Vec::new();
-        if engine_check {
-            let lines: Vec<String> = reader
-                .prepare("PRAGMA quick_check(20)")
-                .and_then(|mut statement| {
-                    statement
-                        .query_map([], |row| row.get(0))
-                        .and_then(|rows| rows.collect())
-                })
-                .map_err(sqlite_error("check the database", path))?;
-            if lines.iter().any(|line| line != "ok") {
-                engine_damage.push(damaged(
-                    path,
-                    format!("SQLite's quick_check reports: {}", lines.join("; ")),
-                ));
-            }
-        }
         let transaction = self.shared.begin_read(&reader)?;
         let connection: &Connection = transaction.as_deref().unwrap_or(&reader);
         let session_rows: Vec<String> = connection
@@ -792,6 +779,42 @@ impl SqliteStore {
         engine_damage.append(&mut audit.damage);
         audit.damage = engine_damage;
         Ok(audit)
+    }
+
+    /// What SQLite's own `PRAGMA quick_check` reports of the file (it
+    /// reads every page), as damage of the database as a whole: nothing
+    /// when the file is sound. A check that SQLite itself stops, as it
+    /// does at some damage (a page of a table that is no b-tree page), is
+    /// that damage too: the sessions are still read one by one. Inside a
+    /// held read it checks that moment, so that a handle of
+    /// [`hold_read_for`](Self::hold_read_for) can check the file while
+    /// another lists its sessions.
+    pub fn engine_check(&self) -> Result<Vec<StoreError>, StoreError> {
+        let path = &self.shared.path;
+        let reader = self.shared.reader();
+        let checked = reader
+            .prepare("PRAGMA quick_check(20)")
+            .and_then(|mut statement| {
+                statement
+                    .query_map([], |row| row.get(0))
+                    .and_then(|rows| rows.collect())
+            })
+            .map_err(sqlite_error(
+                "check the database with SQLite's quick_check",
+                path,
+            ));
+        let lines: Vec<String> = match checked {
+            Ok(lines) => lines,
+            Err(error) if error.class() == crate::ErrorClass::Corrupt => return Ok(vec![error]),
+            Err(error) => return Err(error),
+        };
+        Ok(match lines.iter().all(|line| line == "ok") {
+            true => Vec::new(),
+            false => vec![damaged(
+                path,
+                format!("SQLite's quick_check reports: {}", lines.join("; ")),
+            )],
+        })
     }
 
     /// Every session with its header.
