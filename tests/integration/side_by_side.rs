@@ -224,3 +224,66 @@ fn readers_side_by_side_see_one_moment() {
     let ids = reading.ids().unwrap_or_else(|error| panic!("ids: {error}"));
     assert_eq!(ids, vec![first, later]);
 }
+
+/// Damages the first page of a table no session reads (made for the
+/// test, a few pages of rows): only SQLite's check of every page can find
+/// it.
+fn damage_a_page_no_session_reads(path: &Path) {
+    let connection =
+        rusqlite::Connection::open(path).unwrap_or_else(|error| panic!("open: {error}"));
+    connection
+        .execute_batch(
+            "CREATE TABLE extra (x TEXT);
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200)
+             INSERT INTO extra SELECT printf('%0100d', i) FROM n;
+             PRAGMA wal_checkpoint(TRUNCATE);",
+        )
+        .unwrap_or_else(|error| panic!("extra: {error}"));
+    let root: i64 = connection
+        .query_row(
+            "SELECT rootpage FROM sqlite_schema WHERE name = 'extra'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap_or_else(|error| panic!("root: {error}"));
+    let page_size: i64 = connection
+        .query_row("PRAGMA page_size", [], |row| row.get(0))
+        .unwrap_or_else(|error| panic!("page size: {error}"));
+    drop(connection);
+    // The page's type (its header's first byte) made one no b-tree has.
+    let mut bytes = std::fs::read(path).unwrap_or_else(|error| panic!("read: {error}"));
+    let at = usize::try_from((root - 1) * page_size).unwrap_or(usize::MAX);
+    assert!(at < bytes.len(), "page {root} is in the file");
+    bytes[at] = 0x77;
+    std::fs::write(path, bytes).unwrap_or_else(|error| panic!("write: {error}"));
+}
+
+#[test]
+fn damage_only_the_check_of_every_page_finds_is_printed_before_the_sessions() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let path = dir.path().join("store.db");
+    store_of_many(&path);
+    damage_a_page_no_session_reads(&path);
+    let store = path.display().to_string();
+    // The whole store (the check on a reader of its own where there are
+    // two cores), and one session (one reader).
+    for args in [vec![], vec!["--session", "s00042"]] {
+        let verified = run([&["verify", &store, "--json"][..], &args].concat());
+        verified.expect_code(2);
+        let verdicts = json_lines(&verified.stdout);
+        let first = verdicts
+            .first()
+            .unwrap_or_else(|| panic!("no verdict: {}", verified.stderr));
+        assert!(first["session"].is_null(), "{first}");
+        assert_eq!(first["status"], "corrupt", "{first}");
+        let message = first["corruption"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("quick_check"), "{message}");
+        let sessions = &verdicts[1..];
+        assert_eq!(sessions.len(), if args.is_empty() { SESSIONS } else { 1 });
+        assert!(
+            sessions.iter().all(|verdict| verdict["status"] == "ok"),
+            "every session is whole: {}",
+            verified.stdout
+        );
+    }
+}

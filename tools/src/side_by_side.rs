@@ -71,6 +71,11 @@ impl Readers {
         &self.targets[0]
     }
 
+    /// The second reader, when there is more than one.
+    pub fn second(&self) -> Option<&Target> {
+        self.targets.get(1)
+    }
+
     /// Runs `work` on every chunk of `sessions`, the chunks taken in turn
     /// by each reader on a thread of its own, and hands each chunk's
     /// result to `take` in the order of `sessions`. The first error, of

@@ -124,11 +124,34 @@ impl Target {
     /// damage the store's whole check found outside any one session (for
     /// a database: SQLite's own check of every page, session rows with an
     /// invalid id, events without a session row).
-    pub fn audit(&self, session: Option<&str>) -> Result<(Vec<SessionRef>, Vec<StoreError>)> {
+    ///
+    /// SQLite's check of every page runs on `beside` when given (another
+    /// handle of the same store, with a read of the same moment held), on
+    /// a thread of its own while this handle lists the sessions.
+    pub fn audit(
+        &self,
+        session: Option<&str>,
+        beside: Option<&Target>,
+    ) -> Result<(Vec<SessionRef>, Vec<StoreError>)> {
         let Target::Store(store) = self else {
             return Ok((self.sessions(session)?, Vec::new()));
         };
-        let audit = store.audit(true)?;
+        let audit = match beside {
+            Some(Target::Store(other)) => std::thread::scope(|scope| {
+                let engine = scope.spawn(|| other.engine_check());
+                let audit = store.audit(false);
+                let engine = engine
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                audit.and_then(|mut audit| {
+                    let mut damage = engine?;
+                    damage.append(&mut audit.damage);
+                    audit.damage = damage;
+                    Ok(audit)
+                })
+            })?,
+            _ => store.audit(true)?,
+        };
         let ids = match session {
             Some(_) => self.sessions(session)?,
             None => {

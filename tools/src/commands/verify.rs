@@ -181,7 +181,9 @@ pub fn run(
     let target = Target::open(&args.store)?;
     // The whole store as of one moment, read on each core side by side.
     let readers = Readers::hold(&target, readers_for(args))?;
-    let (sessions, damage) = readers.first().audit(args.session.as_deref())?;
+    let (sessions, damage) = readers
+        .first()
+        .audit(args.session.as_deref(), readers.second())?;
     if damage.is_empty() {
         require_sessions(&sessions, &args.store, allow_empty)?;
     }
