@@ -786,9 +786,9 @@ impl SqliteStore {
     /// when the file is sound. A check that SQLite itself stops, as it
     /// does at some damage (a page of a table that is no b-tree page), is
     /// that damage too: the sessions are still read one by one. Inside a
-    /// held read it checks that moment, so that a handle of
-    /// [`hold_read_for`](Self::hold_read_for) can check the file while
-    /// another lists its sessions.
+    /// held read it checks that moment, so that one of the handles that
+    /// [`Store::hold_read_for`](crate::Store::hold_read_for) gives can
+    /// check the file while another lists its sessions.
     pub fn engine_check(&self) -> Result<Vec<StoreError>, StoreError> {
         let path = &self.shared.path;
         let reader = self.shared.reader();
