@@ -510,7 +510,7 @@ impl Store {
         match self {
             Store::Jsonl(store) => Ok(StoreAudit {
                 ids: store.ids()?,
-                damage: Vec::new(),
+                ..StoreAudit::default()
             }),
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.audit(engine_check),
@@ -527,6 +527,22 @@ impl Store {
         match self {
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.engine_check(),
+            #[allow(unreachable_patterns)]
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    /// Events without a session row, listed one owner of events at a
+    /// time (see [`SqliteStore::unowned_events`]): what an
+    /// [`audit`](Self::audit) that counted them away
+    /// ([`StoreAudit::unowned_events_counted`]) leaves to a reader that
+    /// has found a session short of rows. Nothing for the other backends,
+    /// whose audit always lists them (PostgreSQL) or has no such rows
+    /// (a folder of logs).
+    pub fn unowned_events(&self) -> Result<Vec<StoreError>, StoreError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(store) => store.unowned_events(),
             #[allow(unreachable_patterns)]
             _ => Ok(Vec::new()),
         }
@@ -1310,6 +1326,47 @@ pub(crate) mod tests {
                 .map(|seqs| seqs.iter().map(|seq| seq.get()).collect()),
         };
         outcome.map_err(|error| format!("{:?}", error.class()))
+    }
+
+    #[test]
+    fn forks_by_reference_leave_the_rows_accounted_for_by_the_session_rows() {
+        // The audit counts the rows away only when the session rows account
+        // for each: a fork by reference has none for its seeded events.
+        let folder = ok(tempfile::tempdir());
+        let store = sqlite_store(folder.path());
+        ok(store.create_session(&header("p"), &[], Durability::Fsync));
+        let mut writer = ok(store.open_writer(&id("p"), WriterOptions::default()));
+        for n in 0..5 {
+            ok(writer.append(note(&format!("n{n}")), None));
+        }
+        drop(writer);
+        let defaults = Defaults::default();
+        ok(store.fork(&id("p"), &id("c"), Some("go"), &defaults));
+        ok(store.fork(&id("c"), &id("g"), None, &defaults));
+        let mut writer = ok(store.open_writer(&id("c"), WriterOptions::default()));
+        ok(writer.append(note("own"), None));
+        drop(writer);
+        let audit = ok(store.audit(false));
+        assert_eq!(audit.ids, [id("c"), id("g"), id("p")]);
+        assert!(audit.damage.is_empty(), "{:?}", audit.damage);
+        assert!(audit.unowned_events_counted);
+        assert!(ok(store.unowned_events()).is_empty());
+        // One row too many (of a session with no row) and the counts differ:
+        // the owners are listed.
+        let Store::Sqlite(sqlite) = &store else {
+            panic!("a database")
+        };
+        let connection = ok(rusqlite::Connection::open(sqlite.path()));
+        ok(connection.execute_batch(
+            "PRAGMA foreign_keys = OFF;
+             INSERT INTO events (session_id, seq, ts, type, batch, body, crc)
+               SELECT 'q', seq, ts, type, batch, body, crc FROM events
+                WHERE session_id = 'p' AND seq = 1",
+        ));
+        let audit = ok(store.audit(false));
+        assert!(!audit.unowned_events_counted);
+        assert_eq!(audit.damage.len(), 1, "{:?}", audit.damage);
+        assert_eq!(ok(store.unowned_events()).len(), 1);
     }
 
     proptest! {

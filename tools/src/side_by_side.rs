@@ -37,6 +37,9 @@ const CHUNKS_PER_READER: usize = 16;
 #[derive(Debug)]
 pub struct Readers {
     targets: Vec<Target>,
+    /// A handle for a check of the whole store on a thread of its own,
+    /// beside the readers (see [`Readers::hold_with_checker`]).
+    checker: Option<Target>,
     _held: Vec<HeldRead>,
 }
 
@@ -45,21 +48,39 @@ impl Readers {
     /// cores (at most `wanted`); one for a lone log, and fewer when the
     /// store cannot give more (see `Store::hold_read_for`).
     pub fn hold(target: &Target, wanted: usize) -> Result<Readers> {
+        Readers::hold_for(target, wanted, false)
+    }
+
+    /// As [`hold`](Self::hold), with one more handle of the same moment
+    /// when the store can give it: the [`checker`](Self::checker), for a
+    /// check of the whole store (SQLite's check of every page) that runs
+    /// beside the readers, the cores shared among them all.
+    pub fn hold_with_checker(target: &Target, wanted: usize) -> Result<Readers> {
+        Readers::hold_for(target, wanted, true)
+    }
+
+    fn hold_for(target: &Target, wanted: usize, checker: bool) -> Result<Readers> {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let readers = wanted.min(cores).max(1);
         Ok(match target {
             Target::File(path) => Readers {
                 targets: vec![Target::File(path.clone())],
+                checker: None,
                 _held: Vec::new(),
             },
             Target::Store(store) => {
-                let (targets, held) = store
-                    .hold_read_for(readers)?
+                let (mut targets, held): (Vec<Target>, Vec<HeldRead>) = store
+                    .hold_read_for(readers + usize::from(checker))?
                     .into_iter()
                     .map(|(store, held)| (Target::Store(store), held))
                     .unzip();
+                let checker = match checker && targets.len() > readers {
+                    true => targets.pop(),
+                    false => None,
+                };
                 Readers {
                     targets,
+                    checker,
                     _held: held,
                 }
             }
@@ -71,9 +92,10 @@ impl Readers {
         &self.targets[0]
     }
 
-    /// The second reader, when there is more than one.
-    pub fn second(&self) -> Option<&Target> {
-        self.targets.get(1)
+    /// The handle held for a check beside the readers, when the store
+    /// gave one ([`hold_with_checker`](Self::hold_with_checker)).
+    pub fn checker(&self) -> Option<&Target> {
+        self.checker.as_ref()
     }
 
     /// Runs `work` on every chunk of `sessions`, the chunks taken in turn

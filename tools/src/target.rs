@@ -36,6 +36,19 @@ pub fn require_sessions<T>(sessions: &[T], store: &Path, allow_empty: bool) -> R
     Ok(())
 }
 
+/// What `verify` reads of a target before its sessions ([`Target::audit`]).
+#[derive(Debug)]
+pub struct Audit {
+    /// Every session (or just `--session`).
+    pub sessions: Vec<SessionRef>,
+    /// The damage of the store as a whole.
+    pub damage: Vec<StoreError>,
+    /// Events without a session row were ruled out by counting the rows
+    /// (see `StoreAudit::unowned_events_counted`): once a session is
+    /// found short of rows, [`Target::unowned_events`] names any.
+    pub unowned_events_counted: bool,
+}
+
 /// One session of a target.
 #[derive(Debug, Clone)]
 pub struct SessionRef {
@@ -120,38 +133,20 @@ impl Target {
         }
     }
 
-    /// What `verify` reads: every session (or just `--session`), and the
-    /// damage the store's whole check found outside any one session (for
-    /// a database: SQLite's own check of every page, session rows with an
-    /// invalid id, events without a session row).
-    ///
-    /// SQLite's check of every page runs on `beside` when given (another
-    /// handle of the same store, with a read of the same moment held), on
-    /// a thread of its own while this handle lists the sessions.
-    pub fn audit(
-        &self,
-        session: Option<&str>,
-        beside: Option<&Target>,
-    ) -> Result<(Vec<SessionRef>, Vec<StoreError>)> {
+    /// What `verify` reads before the sessions: every session (or just
+    /// `--session`), and the damage outside any one session that listing
+    /// them finds (for a database: session rows with an invalid id,
+    /// events without a session row). SQLite's check of every page is
+    /// [`Target::engine_check`], run beside the sessions' reads.
+    pub fn audit(&self, session: Option<&str>) -> Result<Audit> {
         let Target::Store(store) = self else {
-            return Ok((self.sessions(session)?, Vec::new()));
+            return Ok(Audit {
+                sessions: self.sessions(session)?,
+                damage: Vec::new(),
+                unowned_events_counted: false,
+            });
         };
-        let audit = match beside {
-            Some(Target::Store(other)) => std::thread::scope(|scope| {
-                let engine = scope.spawn(|| other.engine_check());
-                let audit = store.audit(false);
-                let engine = engine
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                audit.and_then(|mut audit| {
-                    let mut damage = engine?;
-                    damage.append(&mut audit.damage);
-                    audit.damage = damage;
-                    Ok(audit)
-                })
-            })?,
-            _ => store.audit(true)?,
-        };
+        let audit = store.audit(false)?;
         let ids = match session {
             Some(_) => self.sessions(session)?,
             None => {
@@ -167,7 +162,30 @@ impl Target {
                     .collect()
             }
         };
-        Ok((ids, audit.damage))
+        Ok(Audit {
+            sessions: ids,
+            damage: audit.damage,
+            unowned_events_counted: audit.unowned_events_counted,
+        })
+    }
+
+    /// What SQLite's own check of every page finds of a database (see
+    /// `Store::engine_check`); nothing for a lone log.
+    pub fn engine_check(&self) -> Result<Vec<StoreError>> {
+        match self {
+            Target::File(_) => Ok(Vec::new()),
+            Target::Store(store) => Ok(store.engine_check()?),
+        }
+    }
+
+    /// Events without a session row (see `Store::unowned_events`), for
+    /// an [`Audit`] that counted them away once a session is found short
+    /// of rows; nothing for a lone log.
+    pub fn unowned_events(&self) -> Result<Vec<StoreError>> {
+        match self {
+            Target::File(_) => Ok(Vec::new()),
+            Target::Store(store) => Ok(store.unowned_events()?),
+        }
     }
 
     /// Holds one moment of a store for a command that reads all of it

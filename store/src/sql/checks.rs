@@ -31,6 +31,14 @@ pub struct StoreAudit {
     /// session rows with an invalid id, events without a session row. Each
     /// is a corruption (`ErrorClass::Corrupt`).
     pub damage: Vec<StoreError>,
+    /// Events without a session row were ruled out by counting, not by
+    /// listing the owners of events: every row of `events` is one that
+    /// the session rows account for (their last seqs, less the seeded
+    /// events of each fork by reference). That holds unless a session
+    /// is short of rows by as many as there are events without a row;
+    /// a reader that finds a session short of rows then asks
+    /// `unowned_events` of the store, which names them.
+    pub unowned_events_counted: bool,
 }
 
 /// One row of `events`, as stored, its type and body in its [`RowPage`].
@@ -141,8 +149,34 @@ pub(crate) fn audit_catalogue(
     session_rows: Vec<String>,
     event_owners: Vec<String>,
 ) -> StoreAudit {
-    let mut audit = StoreAudit::default();
-    // Both lists come sorted from SQLite (`ORDER BY`): then one walk
+    let mut audit = StoreAudit {
+        damage: unowned_events_damage(database, &session_rows, &event_owners),
+        ..StoreAudit::default()
+    };
+    let mut invalid = Vec::new();
+    for text in session_rows {
+        match SessionId::parse(&text) {
+            Ok(id) => audit.ids.push(id),
+            Err(error) => invalid.push(damaged(
+                database,
+                format!("a session row holds the invalid id {text:?} ({error})"),
+            )),
+        }
+    }
+    invalid.append(&mut audit.damage);
+    audit.damage = invalid;
+    audit.ids.sort();
+    audit
+}
+
+/// The owners of events (`event_owners`) that no session row
+/// (`session_rows`) has, each as damage of the database as a whole.
+pub(crate) fn unowned_events_damage(
+    database: &Path,
+    session_rows: &[String],
+    event_owners: &[String],
+) -> Vec<StoreError> {
+    // Both lists come sorted from the database (`ORDER BY`): then one walk
     // through them both finds the owners without a row, with no set of
     // every id.
     let orphans: Vec<&String> = match session_rows.is_sorted() && event_owners.is_sorted() {
@@ -164,26 +198,15 @@ pub(crate) fn audit_catalogue(
                 .collect()
         }
     };
-    for owner in orphans {
-        audit.damage.push(damaged(
-            database,
-            format!("events of session {owner:?} have no session row"),
-        ));
-    }
-    let mut invalid = Vec::new();
-    for text in session_rows {
-        match SessionId::parse(&text) {
-            Ok(id) => audit.ids.push(id),
-            Err(error) => invalid.push(damaged(
+    orphans
+        .into_iter()
+        .map(|owner| {
+            damaged(
                 database,
-                format!("a session row holds the invalid id {text:?} ({error})"),
-            )),
-        }
-    }
-    invalid.append(&mut audit.damage);
-    audit.damage = invalid;
-    audit.ids.sort();
-    audit
+                format!("events of session {owner:?} have no session row"),
+            )
+        })
+        .collect()
 }
 
 /// Checks the rows of one session in order: each must be the next seq,

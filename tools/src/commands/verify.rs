@@ -17,7 +17,7 @@ use sessionlog_store::{fold_stream, StoreError};
 
 use crate::cli::SessionArgs;
 use crate::side_by_side::Readers;
-use crate::target::{read_input, require_sessions, SessionRef, Target};
+use crate::target::{read_input, require_sessions, Audit, SessionRef, Target};
 use crate::terminal::Mode;
 use crate::{exit, UsageError};
 
@@ -179,13 +179,65 @@ pub fn run(
     policy: &SealPolicy,
 ) -> Result<u8> {
     let target = Target::open(&args.store)?;
-    // The whole store as of one moment, read on each core side by side.
-    let readers = Readers::hold(&target, readers_for(args))?;
-    let (sessions, damage) = readers
-        .first()
-        .audit(args.session.as_deref(), readers.second())?;
-    if damage.is_empty() {
-        require_sessions(&sessions, &args.store, allow_empty)?;
+    // The whole store as of one moment, read on each core side by side,
+    // and SQLite's check of every page on a handle of its own beside them.
+    let readers = Readers::hold_with_checker(&target, readers_for(args))?;
+    let code = std::thread::scope(|scope| {
+        let beside = readers
+            .checker()
+            .map(|checker| scope.spawn(|| checker.engine_check()));
+        let engine_check = || match beside {
+            Some(check) => check
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            None => readers.first().engine_check(),
+        };
+        verify_all(
+            args,
+            json,
+            allow_empty,
+            quiet,
+            policy,
+            &readers,
+            engine_check,
+        )
+    })?;
+    if let Target::Store(sessionlog_store::Store::Jsonl(store)) = &target {
+        warn_of_leftovers(store)?;
+    }
+    Ok(code)
+}
+
+/// Prints a verdict on each session of `readers` and on each piece of
+/// damage of the store as a whole: first what listing the sessions finds,
+/// then the sessions, then what the check of every page (`engine_check`,
+/// which may be running already) and a second look for events without a
+/// session row find (docs/FORMAT.md, "SQLite").
+fn verify_all(
+    args: &SessionArgs,
+    json: bool,
+    allow_empty: bool,
+    quiet: bool,
+    policy: &SealPolicy,
+    readers: &Readers,
+    engine_check: impl FnOnce() -> Result<Vec<StoreError>>,
+) -> Result<u8> {
+    let Audit {
+        sessions,
+        damage,
+        unowned_events_counted,
+    } = readers.first().audit(args.session.as_deref())?;
+    let mut engine_check = Some(engine_check);
+    let mut engine_damage = Vec::new();
+    if damage.is_empty() && sessions.is_empty() {
+        // Nothing to read beside the check: the store is empty only when
+        // it is whole.
+        engine_damage = engine_check
+            .take()
+            .map_or(Ok(Vec::new()), |check| check())?;
+        if engine_damage.is_empty() {
+            require_sessions(&sessions, &args.store, allow_empty)?;
+        }
     }
     let bar = crate::progress::bar(quiet, "verify");
     bar.set_length(sessions.len() as u64);
@@ -210,11 +262,15 @@ pub fn run(
         }
         Ok(())
     };
-    for error in &damage {
+    let damage_verdict = |error: &StoreError, code: &mut u8| {
         let verdict = store_damage_verdict(&args.store, error);
-        code = exit::worst(code, verdict_code(&verdict));
-        print(&verdict)?;
+        *code = exit::worst(*code, verdict_code(&verdict));
+        verdict
+    };
+    for error in &damage {
+        print(&damage_verdict(error, &mut code))?;
     }
+    let mut short_of_rows = false;
     readers.in_order(
         &sessions,
         |target, chunk| {
@@ -225,6 +281,7 @@ pub fn run(
         },
         |verdicts| {
             for verdict in verdicts {
+                short_of_rows |= verdict.corruption.is_some();
                 code = exit::worst(code, verdict_code(&verdict));
                 match bar.is_hidden() {
                     true => print(&verdict)?,
@@ -236,15 +293,25 @@ pub fn run(
         },
     )?;
     bar.finish_and_clear();
+    if let Some(check) = engine_check {
+        engine_damage = check()?;
+    }
+    for error in &engine_damage {
+        print(&damage_verdict(error, &mut code))?;
+    }
+    // Counting the rows rules out events without a session row only while
+    // every session reads whole: a corrupt one may be short of rows by as
+    // many, and then they are listed.
+    if unowned_events_counted && short_of_rows {
+        for error in readers.first().unowned_events()? {
+            print(&damage_verdict(&error, &mut code))?;
+        }
+    }
     for verdict in missing_anchored_sessions(args, &sessions, policy) {
         code = exit::worst(code, verdict_code(&verdict));
         print(&verdict)?;
     }
     out.flush()?;
-    drop(out);
-    if let Target::Store(sessionlog_store::Store::Jsonl(store)) = &target {
-        warn_of_leftovers(store)?;
-    }
     Ok(code)
 }
 

@@ -124,7 +124,9 @@ use crate::io::Io;
 use crate::jsonl::{check_new_session, ListEntry};
 use crate::reader::Snapshot;
 pub(crate) use crate::sql::checks::session_locator;
-use crate::sql::checks::{audit_catalogue, corrupt_session, damaged, RowPage, StoreAudit};
+use crate::sql::checks::{
+    audit_catalogue, corrupt_session, damaged, unowned_events_damage, RowPage, StoreAudit,
+};
 use crate::sql::events::{RowBounds, RowPages, SqlEvents};
 use crate::sql::{
     check_header_vocabulary, decode_header_row, fold_session, stage, FoldedSession, HeaderRow,
@@ -773,12 +775,47 @@ impl SqliteStore {
                     .and_then(|rows| rows.collect())
             })
             .map_err(sqlite_error("list sessions", path))?;
-        let event_owners = event_owners(connection, path)?;
+        // Counting the rows is a walk of the table's pages; listing the
+        // owners of events is a seek per session (docs/PERFORMANCE.md).
+        let counted = self.shared.schema_version >= 3
+            && every_event_accounted_for(connection, path)?
+            && session_rows
+                .iter()
+                .all(|text| SessionId::parse(text).is_ok());
+        let event_owners = match counted {
+            true => Vec::new(),
+            false => event_owners(connection, path)?,
+        };
         drop(transaction);
         let mut audit = audit_catalogue(path, session_rows, event_owners);
+        audit.unowned_events_counted = counted;
         engine_damage.append(&mut audit.damage);
         audit.damage = engine_damage;
         Ok(audit)
+    }
+
+    /// Events without a session row, each as damage of the database as a
+    /// whole, found by listing the owners of events (a seek per session):
+    /// what [`audit`](Self::audit) leaves out when its count of the rows
+    /// rules them out ([`StoreAudit::unowned_events_counted`]), for a
+    /// reader that has found a session short of rows. Inside a held read
+    /// it lists that moment.
+    pub fn unowned_events(&self) -> Result<Vec<StoreError>, StoreError> {
+        let path = &self.shared.path;
+        let reader = self.shared.reader();
+        let transaction = self.shared.begin_read(&reader)?;
+        let connection: &Connection = transaction.as_deref().unwrap_or(&reader);
+        let session_rows: Vec<String> = connection
+            .prepare_cached("SELECT id FROM sessions ORDER BY id")
+            .and_then(|mut statement| {
+                statement
+                    .query_map([], |row| row.get(0))
+                    .and_then(|rows| rows.collect())
+            })
+            .map_err(sqlite_error("list sessions", path))?;
+        let event_owners = event_owners(connection, path)?;
+        drop(transaction);
+        Ok(unowned_events_damage(path, &session_rows, &event_owners))
     }
 
     /// What SQLite's own `PRAGMA quick_check` reports of the file (it
@@ -1331,6 +1368,26 @@ impl Shared {
             })
             .map_err(sqlite_error("read the last seq", &self.path))
     }
+}
+
+/// Whether the rows of `events` are exactly as many as the session rows
+/// account for: the sum of their last seqs, less the seeded events of
+/// each fork by reference (which has no rows of its own for them). Each
+/// session's read checks that its own rows are those seqs and no other,
+/// so when every session reads whole, equal counts leave no row to any
+/// session id without a session row.
+fn every_event_accounted_for(connection: &Connection, path: &Path) -> Result<bool, StoreError> {
+    // `total` (a float) does not overflow on a damaged last seq; such a
+    // session does not read whole, and its reader then lists the owners.
+    connection
+        .prepare_cached(
+            "SELECT (SELECT count(*) FROM events) =
+                    (SELECT total(last_seq - CASE WHEN seed_source IS NULL THEN 0
+                                                  ELSE seed_length END)
+                       FROM sessions)",
+        )
+        .and_then(|mut statement| statement.query_row([], |row| row.get(0)))
+        .map_err(sqlite_error("count the rows of events", path))
 }
 
 /// The session ids of `events` that no session row has, found by seeking
