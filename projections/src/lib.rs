@@ -64,6 +64,7 @@
 #![deny(missing_docs)]
 
 mod authority;
+mod chain;
 mod delegation;
 mod projection;
 mod review;

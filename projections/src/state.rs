@@ -21,11 +21,12 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 
 use sessionlog_schema::{
-    event_type_error, ApprovalPolicy, ChainValue, Event, EventRecord, EventView, Preset,
+    event_type_error, ApprovalPolicy, ChainValue, Event, EventRecord, EventType, EventView, Preset,
     SandboxMode, SessionHeader, ShapeError,
 };
 
 use crate::authority::may_be_shown;
+use crate::chain::Chain;
 use crate::seal::check_own_seal;
 use crate::{SealInfo, Violation, ViolationKind};
 
@@ -90,8 +91,8 @@ pub struct SessionState {
     /// the reviewer may be shown, in log order.
     pub(crate) reviewed_seqs: Seqs,
     pub(crate) violation_count: u64,
-    /// The chain value through `seq`.
-    pub(crate) chain: ChainValue,
+    /// The chain through `seq`.
+    pub(crate) chain: Chain,
     /// The last seal folded (own or inherited).
     pub(crate) last_seal: Option<SealInfo>,
     /// The seq of the last own seal folded.
@@ -341,7 +342,7 @@ impl SessionState {
             last_checkpoint_seq: None,
             reviewed_seqs: Seqs::default(),
             violation_count: 0,
-            chain: ChainValue::genesis(header_body),
+            chain: Chain::genesis(header_body),
             last_seal: None,
             last_own_seal_seq: None,
             journal: None,
@@ -369,6 +370,7 @@ impl SessionState {
     pub fn mark(&mut self) -> Mark {
         debug_assert!(self.journal.is_none(), "one mark at a time");
         self.journal = Some(Journal::default());
+        self.chain.settle();
         Mark {
             seq: self.seq,
             approval_switch: self.approval_switch,
@@ -384,7 +386,7 @@ impl SessionState {
             last_checkpoint_seq: self.last_checkpoint_seq,
             reviewed_len: self.reviewed_seqs.len(),
             violation_count: self.violation_count,
-            chain: self.chain,
+            chain: self.chain.value(),
             last_seal: self.last_seal.clone(),
             last_own_seal_seq: self.last_own_seal_seq,
         }
@@ -437,7 +439,7 @@ impl SessionState {
         self.latest_request_header_seq = mark.latest_request_header_seq;
         self.last_checkpoint_seq = mark.last_checkpoint_seq;
         self.violation_count = mark.violation_count;
-        self.chain = mark.chain;
+        self.chain = Chain::settled(mark.chain);
         self.last_seal = mark.last_seal;
         self.last_own_seal_seq = mark.last_own_seal_seq;
     }
@@ -445,7 +447,7 @@ impl SessionState {
     /// The chain value through [`seq`](Self::seq): what an own seal
     /// appended next must carry, and what `sessionlog head` prints.
     pub fn chain(&self) -> ChainValue {
-        self.chain
+        self.chain.value()
     }
 
     /// The last seal folded, own or inherited.
@@ -548,7 +550,7 @@ impl SessionState {
         chain_before: impl FnOnce() -> ChainValue,
     ) -> Result<(), Violation> {
         if matches!(view, Ok(EventView::Seal(_))) && self.is_own(record.seq()) {
-            self.chain = chain_before();
+            self.chain = Chain::settled(chain_before());
         }
         self.fold_parsed(record, || view, false)
     }
@@ -557,7 +559,7 @@ impl SessionState {
     /// [`apply_viewed_unchained`](Self::apply_viewed_unchained) left to its
     /// caller.
     pub fn set_chain(&mut self, chain: ChainValue) {
-        self.chain = chain;
+        self.chain = Chain::settled(chain);
     }
 
     /// [`apply`](Self::apply) with the parse of the record's data, called
@@ -568,10 +570,14 @@ impl SessionState {
         parse: impl FnOnce() -> Result<EventView<'v>, ShapeError>,
         chained: bool,
     ) -> Result<(), Violation> {
+        if record.event_type() == EventType::Seal.as_str() {
+            // Hashed once here, not again for each check of the value.
+            self.chain.settle();
+        }
         let checked = self.check_parsed(record, parse);
         self.seq = self.seq.saturating_add(1);
         if chained {
-            self.chain = self.chain.next(record.body());
+            self.chain.push(record.body());
         }
         match checked {
             Ok(view) => {
@@ -591,7 +597,7 @@ impl SessionState {
     pub fn apply_checked(&mut self, record: &EventRecord, event: Event) {
         debug_assert_eq!(record.seq(), self.seq.saturating_add(1));
         self.seq = self.seq.saturating_add(1);
-        self.chain = self.chain.next(record.body());
+        self.chain.push(record.body());
         self.absorb(self.seq, EventView::of(&event));
     }
 
@@ -741,7 +747,7 @@ impl SessionState {
             self.check_own_rules(view)
                 .map_err(|message| Violation::rule(seq, event_type, message))?;
             if let EventView::Seal(seal) = view {
-                check_own_seal(&self.header.id, seq, seal, &self.chain)
+                check_own_seal(&self.header.id, seq, seal, &self.chain.value())
                     .map_err(|message| Violation::seal(seq, event_type, message))?;
             }
         }

@@ -160,7 +160,7 @@ impl SessionState {
             out.number(seq);
         }
         out.u64(parts.violation_count);
-        out.bytes.extend_from_slice(parts.chain.as_bytes());
+        out.bytes.extend_from_slice(parts.chain.value().as_bytes());
         out.option(parts.last_seal.as_ref(), |out, seal| {
             out.u64(seal.seq);
             out.u64(seal.through_seq);
@@ -371,7 +371,7 @@ impl SessionState {
         state.last_checkpoint_seq = last_checkpoint_seq;
         state.reviewed_seqs = reviewed_seqs;
         state.violation_count = violation_count;
-        state.chain = chain;
+        state.chain = crate::chain::Chain::settled(chain);
         state.last_seal = last_seal;
         state.last_own_seal_seq = last_own_seal_seq;
         Ok(state)
