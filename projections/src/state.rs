@@ -450,6 +450,14 @@ impl SessionState {
         self.chain.value()
     }
 
+    /// Hashes the records whose chain links were put off (see
+    /// [`chain`](Self::chain)), so that reading the value next costs
+    /// nothing: what a writer does before it makes a seal, whose record
+    /// it then folds.
+    pub fn settle_chain(&mut self) {
+        self.chain.settle();
+    }
+
     /// The last seal folded, own or inherited.
     pub fn last_seal(&self) -> Option<&SealInfo> {
         self.last_seal.as_ref()
@@ -597,6 +605,10 @@ impl SessionState {
     pub fn apply_checked(&mut self, record: &EventRecord, event: Event) {
         debug_assert_eq!(record.seq(), self.seq.saturating_add(1));
         self.seq = self.seq.saturating_add(1);
+        if matches!(event, Event::Seal(_)) {
+            // As in a read: the links before a seal are hashed once.
+            self.chain.settle();
+        }
         self.chain.push(record.body());
         self.absorb(self.seq, EventView::of(&event));
     }

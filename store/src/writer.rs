@@ -408,6 +408,7 @@ impl SessionWriter {
         let turn_end = records.iter().rev().find(|record| closes_turn(record));
         let seal = match turn_end {
             Some(turn_end) => {
+                self.state.settle_chain();
                 turn_seal_record(&self.state, &self.options.seal_turns, turn_end.ts())?
             }
             None => None,
@@ -515,6 +516,7 @@ impl SessionWriter {
             let ts = record.ts();
             self.state.apply_checked(&record, event);
             let mut records = vec![record];
+            self.state.settle_chain();
             let seal = turn_seal_record(&self.state, &self.options.seal_turns, ts)?;
             if let Some((seal, _)) = &seal {
                 records.push(seal.clone());
@@ -534,6 +536,7 @@ impl SessionWriter {
 
     /// Stages a seal of every record written so far, now.
     fn stage_seal(&mut self, key: Option<&SealSecretKey>) -> Result<u64, StoreError> {
+        self.state.settle_chain();
         let (record, event) = seal_record(&self.state, now_ms(), key)?;
         self.write(std::slice::from_ref(&record))?;
         self.state.apply_checked(&record, event);
