@@ -767,14 +767,7 @@ impl SqliteStore {
         let reader = self.shared.reader();
         let transaction = self.shared.begin_read(&reader)?;
         let connection: &Connection = transaction.as_deref().unwrap_or(&reader);
-        let session_rows: Vec<String> = connection
-            .prepare_cached("SELECT id FROM sessions ORDER BY id")
-            .and_then(|mut statement| {
-                statement
-                    .query_map([], |row| row.get(0))
-                    .and_then(|rows| rows.collect())
-            })
-            .map_err(sqlite_error("list sessions", path))?;
+        let session_rows = session_row_ids(connection, path)?;
         // Counting the rows is a walk of the table's pages; listing the
         // owners of events is a seek per session (docs/PERFORMANCE.md).
         let counted = self.shared.schema_version >= 3
@@ -805,14 +798,7 @@ impl SqliteStore {
         let reader = self.shared.reader();
         let transaction = self.shared.begin_read(&reader)?;
         let connection: &Connection = transaction.as_deref().unwrap_or(&reader);
-        let session_rows: Vec<String> = connection
-            .prepare_cached("SELECT id FROM sessions ORDER BY id")
-            .and_then(|mut statement| {
-                statement
-                    .query_map([], |row| row.get(0))
-                    .and_then(|rows| rows.collect())
-            })
-            .map_err(sqlite_error("list sessions", path))?;
+        let session_rows = session_row_ids(connection, path)?;
         let event_owners = event_owners(connection, path)?;
         drop(transaction);
         Ok(unowned_events_damage(path, &session_rows, &event_owners))
@@ -1368,6 +1354,19 @@ impl Shared {
             })
             .map_err(sqlite_error("read the last seq", &self.path))
     }
+}
+
+/// The id texts of every session row, sorted (as stored: one that is not
+/// a valid id is damage, which the caller reports).
+fn session_row_ids(connection: &Connection, path: &Path) -> Result<Vec<String>, StoreError> {
+    connection
+        .prepare_cached("SELECT id FROM sessions ORDER BY id")
+        .and_then(|mut statement| {
+            statement
+                .query_map([], |row| row.get(0))
+                .and_then(|rows| rows.collect())
+        })
+        .map_err(sqlite_error("list sessions", path))
 }
 
 /// Whether the rows of `events` are exactly as many as the session rows
