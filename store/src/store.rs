@@ -1328,6 +1328,7 @@ pub(crate) mod tests {
         outcome.map_err(|error| format!("{:?}", error.class()))
     }
 
+    #[cfg(feature = "sqlite")]
     #[test]
     fn forks_by_reference_leave_the_rows_accounted_for_by_the_session_rows() {
         // The audit counts the rows away only when the session rows account
