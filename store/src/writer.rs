@@ -408,8 +408,7 @@ impl SessionWriter {
         let turn_end = records.iter().rev().find(|record| closes_turn(record));
         let seal = match turn_end {
             Some(turn_end) => {
-                self.state.settle_chain();
-                turn_seal_record(&self.state, &self.options.seal_turns, turn_end.ts())?
+                turn_seal_record(&mut self.state, &self.options.seal_turns, turn_end.ts())?
             }
             None => None,
         };
@@ -516,8 +515,7 @@ impl SessionWriter {
             let ts = record.ts();
             self.state.apply_checked(&record, event);
             let mut records = vec![record];
-            self.state.settle_chain();
-            let seal = turn_seal_record(&self.state, &self.options.seal_turns, ts)?;
+            let seal = turn_seal_record(&mut self.state, &self.options.seal_turns, ts)?;
             if let Some((seal, _)) = &seal {
                 records.push(seal.clone());
             }
@@ -536,8 +534,7 @@ impl SessionWriter {
 
     /// Stages a seal of every record written so far, now.
     fn stage_seal(&mut self, key: Option<&SealSecretKey>) -> Result<u64, StoreError> {
-        self.state.settle_chain();
-        let (record, event) = seal_record(&self.state, now_ms(), key)?;
+        let (record, event) = seal_record(&mut self.state, now_ms(), key)?;
         self.write(std::slice::from_ref(&record))?;
         self.state.apply_checked(&record, event);
         self.absorb_fragments(std::slice::from_ref(&record));
@@ -645,16 +642,18 @@ impl SessionWriter {
 }
 
 /// The seal record of every record `state` folded, from the chain value it
-/// keeps (the running chain: no record is read or hashed again). It is
+/// keeps (the running chain: no record is read again, and the links it
+/// put off are hashed here, once, before the seal is folded). It is
 /// made, not parsed: its data is written compact by [`Seal::to_data_json`]
 /// and its signature is the writer's own, so it is neither compacted nor
 /// verified again (a verification costs twice the signature). Readers
 /// check it like any other seal.
 fn seal_record(
-    state: &SessionState,
+    state: &mut SessionState,
     ts: u64,
     key: Option<&SealSecretKey>,
 ) -> Result<(EventRecord, sessionlog_schema::Event), StoreError> {
+    state.settle_chain();
     let through_seq = state.seq();
     let seal = Seal::new(&state.header().id, through_seq, state.chain(), key);
     let record = EventRecord::new(
@@ -671,7 +670,7 @@ fn seal_record(
 /// The seal `seal_turns` asks for after a `turn/end` stamped `ts` that
 /// `state` folded last; none when sealing turns is off.
 fn turn_seal_record(
-    state: &SessionState,
+    state: &mut SessionState,
     seal_turns: &SealTurns,
     ts: u64,
 ) -> Result<Option<(EventRecord, sessionlog_schema::Event)>, StoreError> {

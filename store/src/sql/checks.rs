@@ -146,16 +146,16 @@ pub(crate) fn corrupt_session(
 /// sessions that own events (`event_owners`) into valid ids and damage.
 pub(crate) fn audit_catalogue(
     database: &Path,
-    session_rows: Vec<String>,
-    event_owners: Vec<String>,
+    session_rows: &[String],
+    event_owners: &[String],
 ) -> StoreAudit {
     let mut audit = StoreAudit {
-        damage: unowned_events_damage(database, &session_rows, &event_owners),
+        damage: unowned_events_damage(database, session_rows, event_owners),
         ..StoreAudit::default()
     };
     let mut invalid = Vec::new();
     for text in session_rows {
-        match SessionId::parse(&text) {
+        match SessionId::parse(text) {
             Ok(id) => audit.ids.push(id),
             Err(error) => invalid.push(damaged(
                 database,
@@ -525,7 +525,7 @@ mod tests {
             (owned(&["a", "c", "e"]), owned(&["a", "b", "c", "d", "f"])),
             (owned(&["e", "a", "c"]), owned(&["f", "b", "a", "d", "c"])),
         ] {
-            let audit = audit_catalogue(Path::new("s.db"), rows, owners);
+            let audit = audit_catalogue(Path::new("s.db"), &rows, &owners);
             let (ids, damage) = words(&audit);
             assert_eq!(ids, ["a", "c", "e"]);
             let named: Vec<&str> = damage
@@ -546,11 +546,12 @@ mod tests {
 
     #[test]
     fn invalid_session_rows_and_orphan_events_are_damage_and_valid_rows_stay() {
-        let owned = |texts: &[&str]| texts.iter().map(|t| (*t).to_owned()).collect();
+        let owned =
+            |texts: &[&str]| -> Vec<String> { texts.iter().map(|t| (*t).to_owned()).collect() };
         let audit = audit_catalogue(
             Path::new("s.db"),
-            owned(&["b", "a", "bad/id"]),
-            owned(&["a", "gone"]),
+            &owned(&["b", "a", "bad/id"]),
+            &owned(&["a", "gone"]),
         );
         let (ids, damage) = words(&audit);
         assert_eq!(ids, ["a", "b"]);

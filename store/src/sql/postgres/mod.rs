@@ -465,7 +465,7 @@ impl PostgresStore {
                 let _ = connection.client.batch_execute(sql::ROLLBACK);
                 read
             })?;
-        Ok(audit_catalogue(self.path(), session_rows, event_owners))
+        Ok(audit_catalogue(self.path(), &session_rows, &event_owners))
     }
 
     /// Every session with its header.

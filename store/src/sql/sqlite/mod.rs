@@ -770,18 +770,21 @@ impl SqliteStore {
         let session_rows = session_row_ids(connection, path)?;
         // Counting the rows is a walk of the table's pages; listing the
         // owners of events is a seek per session (docs/PERFORMANCE.md).
-        let counted = self.shared.schema_version >= 3
-            && every_event_accounted_for(connection, path)?
-            && session_rows
-                .iter()
-                .all(|text| SessionId::parse(text).is_ok());
-        let event_owners = match counted {
-            true => Vec::new(),
-            false => event_owners(connection, path)?,
-        };
+        let accounted =
+            self.shared.schema_version >= 3 && every_event_accounted_for(connection, path)?;
+        let mut audit = audit_catalogue(path, &session_rows, &[]);
+        // A session row with an invalid id is damage the counts cannot
+        // vouch for: the owners are listed then too.
+        audit.unowned_events_counted = accounted && audit.damage.is_empty();
+        if !audit.unowned_events_counted {
+            let event_owners = event_owners(connection, path)?;
+            audit.damage.append(&mut unowned_events_damage(
+                path,
+                &session_rows,
+                &event_owners,
+            ));
+        }
         drop(transaction);
-        let mut audit = audit_catalogue(path, session_rows, event_owners);
-        audit.unowned_events_counted = counted;
         engine_damage.append(&mut audit.damage);
         audit.damage = engine_damage;
         Ok(audit)
