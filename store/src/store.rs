@@ -519,6 +519,33 @@ impl Store {
         }
     }
 
+    /// The part of [`audit`](Self::audit) that lists the sessions (see
+    /// [`SqliteStore::list_sessions`]): in a database, events without a
+    /// session row are left to
+    /// [`events_accounted_for`](Self::events_accounted_for) and
+    /// [`unowned_events`](Self::unowned_events). PostgreSQL's listing
+    /// names them itself (one statement lists their owners).
+    pub fn list_sessions(&self) -> Result<StoreAudit, StoreError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(store) => store.list_sessions(),
+            _ => self.audit(false),
+        }
+    }
+
+    /// Whether counting rules out events without a session row that
+    /// [`list_sessions`](Self::list_sessions) left out (see
+    /// [`SqliteStore::events_accounted_for`]): always for the other
+    /// backends, which leave none out.
+    pub fn events_accounted_for(&self) -> Result<bool, StoreError> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(store) => store.events_accounted_for(),
+            #[allow(unreachable_patterns)]
+            _ => Ok(true),
+        }
+    }
+
     /// SQLite's own check of every page of a database (see
     /// [`SqliteStore::engine_check`]), what [`audit`](Self::audit) runs
     /// with `engine_check`; nothing for the other backends, whose files or
@@ -1352,6 +1379,12 @@ pub(crate) mod tests {
         assert!(audit.damage.is_empty(), "{:?}", audit.damage);
         assert!(audit.unowned_events_counted);
         assert!(ok(store.unowned_events()).is_empty());
+        // The listing alone names the same sessions, and the count apart
+        // agrees with the audit's.
+        let listed = ok(store.list_sessions());
+        assert_eq!(listed.ids, audit.ids);
+        assert!(listed.damage.is_empty(), "{:?}", listed.damage);
+        assert!(ok(store.events_accounted_for()));
         // One row too many (of a session with no row) and the counts differ:
         // the owners are listed.
         let Store::Sqlite(sqlite) = &store else {
@@ -1368,6 +1401,9 @@ pub(crate) mod tests {
         assert!(!audit.unowned_events_counted);
         assert_eq!(audit.damage.len(), 1, "{:?}", audit.damage);
         assert_eq!(ok(store.unowned_events()).len(), 1);
+        // The listing leaves them to the count, which does not agree.
+        assert!(ok(store.list_sessions()).damage.is_empty());
+        assert!(!ok(store.events_accounted_for()));
     }
 
     proptest! {

@@ -299,16 +299,16 @@ fn damage_rows(path: &Path, damage: &str) {
 #[test]
 fn events_without_a_session_row_are_named_whether_or_not_the_counts_agree() {
     // Events of a session with no row, the counts of rows then off by
-    // one (found while listing, printed first); and the same with a row
-    // of another session gone, the counts then agreeing (found once that
-    // session reads short, printed after the sessions).
+    // one; and the same with a row of another session gone, the counts
+    // then agreeing (found once that session reads short). Either way the
+    // owners are listed after the sessions are read, and printed last.
     let orphan = "INSERT INTO events (session_id, seq, ts, type, batch, body, crc)
                     SELECT 's00007x', seq, ts, type, batch, body, crc FROM events
                      WHERE session_id = 's00001' AND seq = 1;";
     let short = "DELETE FROM events WHERE session_id = 's00003' AND seq = 4;";
-    for (damage, first) in [
-        (orphan.to_owned(), true),
-        (format!("{orphan} {short}"), false),
+    for (damage, counts_agree) in [
+        (orphan.to_owned(), false),
+        (format!("{orphan} {short}"), true),
     ] {
         let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
         let path = dir.path().join("store.db");
@@ -324,7 +324,7 @@ fn events_without_a_session_row_are_named_whether_or_not_the_counts_agree() {
             .collect();
         assert_eq!(whole.len(), 1, "{}", verified.stdout);
         let (at, verdict) = whole[0];
-        assert_eq!(at, if first { 0 } else { verdicts.len() - 1 }, "{damage}");
+        assert_eq!(at, verdicts.len() - 1, "{damage}");
         let message = verdict["corruption"]["message"]
             .as_str()
             .unwrap_or_default();
@@ -339,8 +339,24 @@ fn events_without_a_session_row_are_named_whether_or_not_the_counts_agree() {
             .collect();
         assert_eq!(
             corrupt,
-            if first { vec![] } else { vec!["s00003"] },
+            if counts_agree { vec!["s00003"] } else { vec![] },
             "{damage}"
         );
+        // `stats` counts beside its reads too, and refuses the store
+        // before it prints a report when the counts leave events without
+        // a row: the session short of rows is found by its own read.
+        let stats = run(["stats", &path.display().to_string(), "--json"]);
+        stats.expect_code(2);
+        match counts_agree {
+            false => {
+                assert!(stats.stdout.is_empty(), "{}", stats.stdout);
+                assert!(stats.stderr.contains("s00007x"), "{}", stats.stderr);
+            }
+            true => {
+                let report: serde_json::Value = serde_json::from_str(stats.stdout.trim())
+                    .unwrap_or_else(|error| panic!("{error}: {}", stats.stdout));
+                assert_eq!(report["totals"]["corrupt"], 1, "{}", stats.stdout);
+            }
+        }
     }
 }

@@ -41,12 +41,10 @@ pub fn require_sessions<T>(sessions: &[T], store: &Path, allow_empty: bool) -> R
 pub struct Audit {
     /// Every session (or just `--session`).
     pub sessions: Vec<SessionRef>,
-    /// The damage of the store as a whole.
+    /// The damage of the store as a whole that listing the sessions finds
+    /// (events without a session row are left to
+    /// [`Target::events_accounted_for`] and [`Target::unowned_events`]).
     pub damage: Vec<StoreError>,
-    /// Events without a session row were ruled out by counting the rows
-    /// (see `StoreAudit::unowned_events_counted`): once a session is
-    /// found short of rows, [`Target::unowned_events`] names any.
-    pub unowned_events_counted: bool,
 }
 
 /// One session of a target.
@@ -135,18 +133,18 @@ impl Target {
 
     /// What `verify` reads before the sessions: every session (or just
     /// `--session`), and the damage outside any one session that listing
-    /// them finds (for a database: session rows with an invalid id,
-    /// events without a session row). SQLite's check of every page is
-    /// [`Target::engine_check`], run beside the sessions' reads.
+    /// them finds (for a database: session rows with an invalid id; for
+    /// PostgreSQL, events without a session row too). SQLite's check of
+    /// every page ([`Target::engine_check`]) and its count of the rows
+    /// ([`Target::events_accounted_for`]) run beside the sessions' reads.
     pub fn audit(&self, session: Option<&str>) -> Result<Audit> {
         let Target::Store(store) = self else {
             return Ok(Audit {
                 sessions: self.sessions(session)?,
                 damage: Vec::new(),
-                unowned_events_counted: false,
             });
         };
-        let audit = store.audit(false)?;
+        let audit = store.list_sessions()?;
         let ids = match session {
             Some(_) => self.sessions(session)?,
             None => {
@@ -165,8 +163,16 @@ impl Target {
         Ok(Audit {
             sessions: ids,
             damage: audit.damage,
-            unowned_events_counted: audit.unowned_events_counted,
         })
+    }
+
+    /// Whether counting the rows rules out events without a session row
+    /// (see `Store::events_accounted_for`); always for a lone log.
+    pub fn events_accounted_for(&self) -> Result<bool> {
+        match self {
+            Target::File(_) => Ok(true),
+            Target::Store(store) => Ok(store.events_accounted_for()?),
+        }
     }
 
     /// What SQLite's own check of every page finds of a database (see
@@ -179,8 +185,8 @@ impl Target {
     }
 
     /// Events without a session row (see `Store::unowned_events`), for
-    /// an [`Audit`] that counted them away once a session is found short
-    /// of rows; nothing for a lone log.
+    /// an [`Audit`] whose counts do not rule them out, or once a session
+    /// is found short of rows; nothing for a lone log.
     pub fn unowned_events(&self) -> Result<Vec<StoreError>> {
         match self {
             Target::File(_) => Ok(Vec::new()),

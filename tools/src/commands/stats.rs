@@ -16,7 +16,7 @@ use sessionlog_store::{fold_stream, ErrorClass, StoreError};
 use crate::cli::SessionArgs;
 use crate::commands::verify::readers_for;
 use crate::side_by_side::Readers;
-use crate::target::{SessionRef, Target};
+use crate::target::{Audit, SessionRef, Target};
 use crate::{exit, progress, warn};
 
 /// The counts of one session.
@@ -61,9 +61,40 @@ struct Report {
 /// Runs `stats`.
 pub fn run(args: &SessionArgs, json: bool, quiet: bool) -> Result<u8> {
     let target = Target::open(&args.store)?;
-    // The whole store as of one moment, read on each core side by side.
-    let readers = Readers::hold(&target, readers_for(args))?;
-    let sessions = readers.first().sessions(args.session.as_deref())?;
+    // The whole store as of one moment, read on each core side by side,
+    // and SQLite's count of the rows on a handle of its own beside them.
+    let readers = Readers::hold_with_checker(&target, readers_for(args))?;
+    readers.beside(
+        |checker| match args.session {
+            Some(_) => Ok(true),
+            None => checker.events_accounted_for(),
+        },
+        |accounted| report(args, json, quiet, &readers, accounted),
+    )
+}
+
+/// Counts the sessions of `readers` and prints the report. Damage of the
+/// store as a whole is refused, as by `list`: a session row with an
+/// invalid id before any session is read; events without a session row,
+/// when the count of the rows (`accounted`, which may be running already)
+/// does not rule them out, before the report is printed.
+fn report(
+    args: &SessionArgs,
+    json: bool,
+    quiet: bool,
+    readers: &Readers,
+    accounted: impl FnOnce() -> Result<bool>,
+) -> Result<u8> {
+    let sessions = match args.session {
+        Some(_) => readers.first().sessions(args.session.as_deref())?,
+        None => {
+            let Audit { sessions, damage } = readers.first().audit(None)?;
+            if let Some(first) = damage.into_iter().next() {
+                return Err(first.into());
+            }
+            sessions
+        }
+    };
     let bar = progress::bar(quiet, "stats");
     bar.set_length(sessions.len() as u64);
     let mut report = Report {
@@ -99,6 +130,11 @@ pub fn run(args: &SessionArgs, json: bool, quiet: bool) -> Result<u8> {
         },
     )?;
     bar.finish_and_clear();
+    if !accounted()? {
+        if let Some(first) = readers.first().unowned_events()?.into_iter().next() {
+            return Err(first.into());
+        }
+    }
     if json {
         crate::terminal::print_json_line(&serde_json::to_string(&report)?)?;
     } else {

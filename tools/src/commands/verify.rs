@@ -180,39 +180,48 @@ pub fn run(
 ) -> Result<u8> {
     let target = Target::open(&args.store)?;
     // The whole store as of one moment, read on each core side by side,
-    // and SQLite's check of every page on a handle of its own beside them.
+    // and SQLite's check of every page and its count of the rows on a
+    // handle of their own beside them.
     let readers = Readers::hold_with_checker(&target, readers_for(args))?;
-    let code = std::thread::scope(|scope| {
-        let beside = readers
-            .checker()
-            .map(|checker| scope.spawn(|| checker.engine_check()));
-        let engine_check = || match beside {
-            Some(check) => check
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            None => readers.first().engine_check(),
-        };
-        verify_all(
-            args,
-            json,
-            allow_empty,
-            quiet,
-            policy,
-            &readers,
-            engine_check,
-        )
-    })?;
+    let code = readers.beside(
+        |checker| {
+            Ok(WholeStore {
+                engine_damage: checker.engine_check()?,
+                events_accounted_for: checker.events_accounted_for()?,
+            })
+        },
+        |whole_store| {
+            verify_all(
+                args,
+                json,
+                allow_empty,
+                quiet,
+                policy,
+                &readers,
+                whole_store,
+            )
+        },
+    )?;
     if let Target::Store(sessionlog_store::Store::Jsonl(store)) = &target {
         warn_of_leftovers(store)?;
     }
     Ok(code)
 }
 
+/// What the checks of a store as a whole find beside the sessions' reads.
+struct WholeStore {
+    /// What SQLite's check of every page finds.
+    engine_damage: Vec<StoreError>,
+    /// Whether counting the rows rules out events without a session row.
+    events_accounted_for: bool,
+}
+
 /// Prints a verdict on each session of `readers` and on each piece of
 /// damage of the store as a whole: first what listing the sessions finds,
-/// then the sessions, then what the check of every page (`engine_check`,
-/// which may be running already) and a second look for events without a
-/// session row find (docs/FORMAT.md, "SQLite").
+/// then the sessions, then what the check of every page and the count of
+/// the rows (`whole_store`, which may be running already) find, and last
+/// events without a session row, looked for one owner at a time when the
+/// count does not rule them out (docs/FORMAT.md, "SQLite").
 fn verify_all(
     args: &SessionArgs,
     json: bool,
@@ -220,24 +229,31 @@ fn verify_all(
     quiet: bool,
     policy: &SealPolicy,
     readers: &Readers,
-    engine_check: impl FnOnce() -> Result<Vec<StoreError>>,
+    whole_store: impl FnOnce() -> Result<WholeStore>,
 ) -> Result<u8> {
-    let Audit {
-        sessions,
-        damage,
-        unowned_events_counted,
-    } = readers.first().audit(args.session.as_deref())?;
-    let mut engine_check = Some(engine_check);
-    let mut engine_damage = Vec::new();
+    let Audit { sessions, damage } = readers.first().audit(args.session.as_deref())?;
+    let mut whole_store = Some(whole_store);
+    let mut found = None;
     if damage.is_empty() && sessions.is_empty() {
-        // Nothing to read beside the check: the store is empty only when
+        // Nothing to read beside the checks: the store is empty only when
         // it is whole.
-        engine_damage = engine_check
-            .take()
-            .map_or(Ok(Vec::new()), |check| check())?;
-        if engine_damage.is_empty() {
+        let whole = whole_store.take().map_or_else(
+            || {
+                Ok(WholeStore {
+                    engine_damage: Vec::new(),
+                    events_accounted_for: true,
+                })
+            },
+            |check| check(),
+        )?;
+        let unowned = match whole.events_accounted_for {
+            true => Vec::new(),
+            false => readers.first().unowned_events()?,
+        };
+        if whole.engine_damage.is_empty() && unowned.is_empty() {
             require_sessions(&sessions, &args.store, allow_empty)?;
         }
+        found = Some((whole.engine_damage, unowned));
     }
     let bar = crate::progress::bar(quiet, "verify");
     bar.set_length(sessions.len() as u64);
@@ -293,19 +309,25 @@ fn verify_all(
         },
     )?;
     bar.finish_and_clear();
-    if let Some(check) = engine_check {
-        engine_damage = check()?;
-    }
-    for error in &engine_damage {
-        print(&damage_verdict(error, &mut code))?;
-    }
-    // Counting the rows rules out events without a session row only while
-    // every session reads whole: a corrupt one may be short of rows by as
-    // many, and then they are listed.
-    if unowned_events_counted && short_of_rows {
-        for error in readers.first().unowned_events()? {
-            print(&damage_verdict(&error, &mut code))?;
+    let (engine_damage, unowned) = match (found, whole_store) {
+        (Some(found), _) => found,
+        (None, Some(check)) => {
+            let whole = check()?;
+            // The count rules out events without a session row only
+            // while every session reads whole and every session row has
+            // a valid id: a corrupt session may be short of rows by as
+            // many, and an invalid id names no session that is read.
+            let counted = whole.events_accounted_for && !short_of_rows && damage.is_empty();
+            let unowned = match counted {
+                true => Vec::new(),
+                false => readers.first().unowned_events()?,
+            };
+            (whole.engine_damage, unowned)
         }
+        (None, None) => (Vec::new(), Vec::new()),
+    };
+    for error in engine_damage.iter().chain(&unowned) {
+        print(&damage_verdict(error, &mut code))?;
     }
     for verdict in missing_anchored_sessions(args, &sessions, policy) {
         code = exit::worst(code, verdict_code(&verdict));

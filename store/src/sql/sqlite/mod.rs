@@ -770,8 +770,7 @@ impl SqliteStore {
         let session_rows = session_row_ids(connection, path)?;
         // Counting the rows is a walk of the table's pages; listing the
         // owners of events is a seek per session (docs/PERFORMANCE.md).
-        let accounted =
-            self.shared.schema_version >= 3 && every_event_accounted_for(connection, path)?;
+        let accounted = self.counts_agree(connection)?;
         let mut audit = audit_catalogue(path, &session_rows, &[]);
         // A session row with an invalid id is damage the counts cannot
         // vouch for: the owners are listed then too.
@@ -788,6 +787,41 @@ impl SqliteStore {
         engine_damage.append(&mut audit.damage);
         audit.damage = engine_damage;
         Ok(audit)
+    }
+
+    /// The part of [`audit`](Self::audit) that lists the sessions: their
+    /// valid ids, and the session rows with an invalid id as damage.
+    /// Events without a session row are left to
+    /// [`events_accounted_for`](Self::events_accounted_for), which may run
+    /// meanwhile on another handle of the same moment, and to
+    /// [`unowned_events`](Self::unowned_events).
+    pub fn list_sessions(&self) -> Result<StoreAudit, StoreError> {
+        let path = &self.shared.path;
+        let reader = self.shared.reader();
+        let session_rows = session_row_ids(&reader, path)?;
+        drop(reader);
+        Ok(audit_catalogue(path, &session_rows, &[]))
+    }
+
+    /// Whether counting the rows rules out events without a session row:
+    /// the rows of `events` are exactly as many as the session rows
+    /// account for (see [`StoreAudit::unowned_events_counted`]). When it
+    /// does not, or a session read is short of rows, or a session row has
+    /// an invalid id, [`unowned_events`](Self::unowned_events) names them.
+    /// Inside a held read it counts that moment.
+    pub fn events_accounted_for(&self) -> Result<bool, StoreError> {
+        let reader = self.shared.reader();
+        let transaction = self.shared.begin_read(&reader)?;
+        let connection: &Connection = transaction.as_deref().unwrap_or(&reader);
+        self.counts_agree(connection)
+    }
+
+    /// [`events_accounted_for`](Self::events_accounted_for) on
+    /// `connection`: never for a database of a schema before the column
+    /// of last seqs.
+    fn counts_agree(&self, connection: &Connection) -> Result<bool, StoreError> {
+        Ok(self.shared.schema_version >= 3
+            && every_event_accounted_for(connection, &self.shared.path)?)
     }
 
     /// Events without a session row, each as damage of the database as a
