@@ -15,6 +15,12 @@ use sessionlog_schema::ChainValue;
 /// session is never hashed unless asked.
 const PENDING_LIMIT: usize = 64 * 1024;
 
+/// Room the chain of a new session starts with, so that a short one (a
+/// store of many small sessions read one after the other) fills it
+/// without growing it: bytes of bodies, and records.
+const START_BYTES: usize = 4 * 1024;
+const START_RECORDS: usize = 16;
+
 /// The chain through the last record pushed.
 #[derive(Debug, Clone)]
 pub(crate) struct Chain {
@@ -37,8 +43,8 @@ impl Chain {
         let mut chain = Chain {
             through: ChainValue::from_bytes([0; 32]),
             from_header: true,
-            pending: String::new(),
-            ends: Vec::new(),
+            pending: String::with_capacity(header_body.len().max(START_BYTES)),
+            ends: Vec::with_capacity(START_RECORDS),
         };
         chain.keep(header_body);
         chain

@@ -352,6 +352,42 @@ pub fn decode_header(line: &[u8]) -> Result<DecodedHeader, DecodeError> {
         .map_err(|e| DecodeError::Malformed(format!("header member id: {e}")))?;
     let body = check_crc(&id, line)?;
     let body = text[..body.len()].to_owned();
+    header_from_wire(wire, id, body)
+}
+
+/// Decodes a header from its body as a database row stores it (the bytes
+/// of the record before `,"crc":`), whose CRC the caller has checked
+/// against the session of the row: the header [`decode_header`] gives for
+/// the line of that body and CRC, with no line made and the CRC not
+/// computed again. A body that is not such a record's (one that closes
+/// its object, or holds a `crc` member of its own) is refused, as its
+/// line would be.
+pub fn decode_header_body(mut body: String) -> Result<DecodedHeader, DecodeError> {
+    // The record's object, closed where its CRC member would begin, for
+    // the time of the parse.
+    body.push('}');
+    let decoded = (|| {
+        let wire: HeaderWire<'_> = parse_record(&body)?;
+        if wire.crc.is_some() {
+            return Err(DecodeError::Malformed(
+                "the header's body holds a crc member of its own".to_owned(),
+            ));
+        }
+        let id = SessionId::parse(&wire.id)
+            .map_err(|e| DecodeError::Malformed(format!("header member id: {e}")))?;
+        header_from_wire(wire, id, String::new())
+    })();
+    body.pop();
+    decoded.map(|decoded| DecodedHeader { body, ..decoded })
+}
+
+/// The header `wire` spells, whose id is `id` and whose body as stored is
+/// `body`.
+fn header_from_wire(
+    wire: HeaderWire<'_>,
+    id: SessionId,
+    body: String,
+) -> Result<DecodedHeader, DecodeError> {
     if wire.kind != "header" {
         return Err(DecodeError::Malformed(format!(
             "line 1 has kind {:?}, expected \"header\"",
@@ -762,8 +798,10 @@ struct HeaderWire<'a> {
     sandbox_mode: Option<Cow<'a, str>>,
     #[serde(rename = "approvalPolicy", borrow, deserialize_with = "nullable")]
     approval_policy: Option<Cow<'a, str>>,
-    #[allow(dead_code)]
-    crc: &'a str,
+    /// Present in a line, where [`split_crc`] has found it last; absent
+    /// from a body as a database row stores it.
+    #[serde(default, borrow)]
+    crc: Option<&'a str>,
 }
 
 #[derive(Deserialize)]
@@ -1168,6 +1206,60 @@ mod tests {
             if whole.is_char_boundary(end) {
                 check_agreement(&whole[..end]);
             }
+        }
+    }
+
+    /// A header body as a database row stores it decodes as its line does;
+    /// one its line would not decode from is refused.
+    fn check_header_body(id: &SessionId, body: &str) {
+        let line = encode_line(id, body);
+        let by_line = decode_header(line.trim_end_matches('\n').as_bytes());
+        let by_body = decode_header_body(body.to_owned());
+        match (&by_line, &by_body) {
+            (Ok(line), Ok(body)) => {
+                assert_eq!(line.header, body.header, "{body:?}");
+                assert_eq!(line.body, body.body);
+                assert_eq!(line.vocabulary_errors, body.vocabulary_errors);
+            }
+            (Err(_), Err(_)) => {}
+            _ => panic!("{body}: by line {by_line:?}, by body {by_body:?}"),
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn a_header_body_decodes_as_its_line_decodes(
+            created_at in any::<u64>(),
+            cwd in "[ -~é]{0,24}",
+            parent in proptest::option::of("[a-z][a-z0-9]{0,6}"),
+            sandbox in prop::sample::select(&[None, Some("read-only"), Some("workspace-write"), Some("nonsense")][..]),
+            seed_length in 0u64..5,
+            cut in 0usize..400,
+            extra in prop::sample::select(&["", ",\"crc\":\"00000000\"", "}", ",\"other\":1", " "][..]),
+        ) {
+            let id = SessionId::parse("s1").expect("a valid id");
+            let mut header = SessionHeader::root(id.clone(), created_at, cwd);
+            header.parent_session = parent.map(|parent| SessionId::parse(&parent).expect("a valid id"));
+            header.seed_length = seed_length;
+            let mut body = header.to_body();
+            if let Some(mode) = sandbox {
+                body = body.replace("\"sandboxMode\":null", &format!("\"sandboxMode\":\"{mode}\""));
+            }
+            body.push_str(extra);
+            check_header_body(&id, &body);
+            // A body cut anywhere (at a character's boundary) as well.
+            let cut = (0..=cut.min(body.len())).rev().find(|at| body.is_char_boundary(*at)).unwrap_or(0);
+            check_header_body(&id, &body[..cut]);
+        }
+    }
+
+    #[test]
+    fn a_header_body_with_a_crc_of_its_own_or_closed_is_refused() {
+        let id = SessionId::parse("s1").expect("a valid id");
+        let body = SessionHeader::root(id, 1, "/w".into()).to_body();
+        assert!(decode_header_body(body.clone()).is_ok());
+        for bad in [format!("{body},\"crc\":\"0badc0de\""), format!("{body}}}")] {
+            assert!(decode_header_body(bad.clone()).is_err(), "{bad}");
         }
     }
 }

@@ -376,7 +376,11 @@ mod tests {
             .first()
             .and_then(|session| session.id.as_str()[1..].parse::<u64>().ok())
             .unwrap_or(0);
-        let spins = if first.is_multiple_of(3) { 200_000 } else { 2_000 };
+        let spins = if first.is_multiple_of(3) {
+            200_000
+        } else {
+            2_000
+        };
         std::hint::black_box((0..spins).fold(0u64, |sum, n| sum.wrapping_add(n)));
         chunk.iter().map(|session| session.id.to_string()).collect()
     }

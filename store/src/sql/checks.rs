@@ -73,6 +73,13 @@ impl RowPage {
         self.types.clear();
     }
 
+    /// The bytes the page holds room for.
+    pub(crate) fn capacity_bytes(&self) -> usize {
+        self.rows.capacity() * std::mem::size_of::<EventRow>()
+            + self.text.capacity()
+            + self.types.capacity()
+    }
+
     /// Adds a row at the end of the page.
     pub(crate) fn push(
         &mut self,

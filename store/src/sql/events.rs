@@ -134,6 +134,67 @@ pub struct SqlEvents {
     finished: bool,
 }
 
+/// The buffers of a read of one session's rows, kept for the next read
+/// on the same thread once it is done: a store-wide `verify` or `stats`
+/// reads many small sessions one after the other, and each would
+/// otherwise grow its buffers from nothing.
+#[derive(Default)]
+struct Buffers {
+    rows: RowPage,
+    records: VecDeque<EventRecord>,
+}
+
+/// Reads' buffers kept on a thread, at most.
+const SPARE_BUFFERS: usize = 4;
+
+/// A read's buffers larger than this (a page of large bodies) are freed,
+/// not kept.
+const SPARE_BYTES: usize = 256 * 1024;
+
+thread_local! {
+    static SPARE: std::cell::RefCell<Vec<Buffers>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Buffers {
+    /// Buffers a read on this thread left, or new ones.
+    fn take_spare() -> Buffers {
+        SPARE
+            .try_with(|spare| spare.borrow_mut().pop())
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+    }
+
+    /// Keeps `self`, emptied, for the next read on this thread, unless
+    /// enough are kept or it is large.
+    fn keep(mut self) {
+        if self.rows.capacity_bytes() > SPARE_BYTES
+            || self.records.capacity() * std::mem::size_of::<EventRecord>() > SPARE_BYTES
+        {
+            return;
+        }
+        self.rows.clear();
+        self.records.clear();
+        // A thread that is ending has no buffers to keep.
+        let _ = SPARE.try_with(|spare| {
+            let mut spare = spare.borrow_mut();
+            if spare.len() < SPARE_BUFFERS {
+                spare.push(self);
+            }
+        });
+    }
+}
+
+impl Drop for SqlEvents {
+    fn drop(&mut self) {
+        Buffers {
+            rows: std::mem::take(&mut self.rows),
+            records: std::mem::take(&mut self.page),
+        }
+        .keep();
+    }
+}
+
 impl std::fmt::Debug for SqlEvents {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqlEvents")
@@ -157,6 +218,7 @@ impl SqlEvents {
         recorded_last_seq: u64,
         from_seq: u64,
     ) -> SqlEvents {
+        let spare = Buffers::take_spare();
         SqlEvents {
             pages,
             store,
@@ -167,10 +229,10 @@ impl SqlEvents {
             recorded_last_seq,
             next_seq: from_seq.max(1),
             batch_remaining: 0,
-            rows: RowPage::default(),
+            rows: spare.rows,
             rows_owner: None,
             lent: 0..0,
-            page: VecDeque::new(),
+            page: spare.records,
             rows_end: RowsEnd::Unknown,
             finished: false,
         }
@@ -410,10 +472,10 @@ impl SqlEvents {
                     "the sessions refer to each other in a loop".to_owned(),
                 ));
             }
-            let Some(row) = self.pages.session_row(&owner)? else {
+            let Some(mut row) = self.pages.session_row(&owner)? else {
                 return Err(corrupt("it has no session row".to_owned()));
             };
-            let decoded = decode_header_row(&self.store, &owner, &row)
+            let decoded = decode_header_row(&self.store, &owner, &mut row)
                 .map_err(|error| corrupt(format!("its row is damaged: {error}")))?;
             if row.last_seq.unsigned_abs() < through {
                 return Err(corrupt(format!(

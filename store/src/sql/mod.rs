@@ -22,9 +22,7 @@ pub(crate) mod sqlite;
 use std::path::Path;
 
 use sessionlog_projections::SessionState;
-use sessionlog_schema::{
-    decode_header, encode_line, record_crc, DecodedHeader, EventRecord, SessionId,
-};
+use sessionlog_schema::{decode_header_body, record_crc, DecodedHeader, EventRecord, SessionId};
 
 use crate::state_snapshot::{self, SnapshotAnchor};
 use crate::writer::check_storable_record;
@@ -48,11 +46,12 @@ pub(crate) struct HeaderRow {
 }
 
 /// Checks a header row (its CRC, that it decodes, that it names `id`) and
-/// decodes it.
+/// decodes it; its body moves into the header decoded (the row keeps its
+/// other columns).
 pub(crate) fn decode_header_row(
     store: &Path,
     id: &SessionId,
-    row: &HeaderRow,
+    row: &mut HeaderRow,
 ) -> Result<DecodedHeader, StoreError> {
     let computed = record_crc(id, row.body.as_bytes());
     if i64::from(computed) != row.crc {
@@ -66,8 +65,7 @@ pub(crate) fn decode_header_row(
             ),
         ));
     }
-    let line = encode_line(id, &row.body);
-    let decoded = decode_header(line.trim_end_matches('\n').as_bytes())
+    let decoded = decode_header_body(std::mem::take(&mut row.body))
         .map_err(|error| corrupt(store, id, 0, format!("header: {error}")))?;
     if &decoded.header.id != id {
         return Err(corrupt(

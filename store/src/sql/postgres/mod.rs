@@ -376,15 +376,15 @@ impl PostgresStore {
     /// The header of session `id` as stored: its fields, its vocabulary
     /// errors and its record body.
     pub fn decoded_header(&self, id: &SessionId) -> Result<DecodedHeader, StoreError> {
-        let row = self.shared.read_header_row(id)?;
-        decode_header_row(self.path(), id, &row)
+        let mut row = self.shared.read_header_row(id)?;
+        decode_header_row(self.path(), id, &mut row)
     }
 
     /// The last seq session `id`'s row records (0: no events), its header
     /// row checked first: where a read of its last events starts.
     pub fn last_seq(&self, id: &SessionId) -> Result<u64, StoreError> {
-        let row = self.shared.read_header_row(id)?;
-        decode_header_row(self.path(), id, &row)?;
+        let mut row = self.shared.read_header_row(id)?;
+        decode_header_row(self.path(), id, &mut row)?;
         Ok(row.last_seq.unsigned_abs())
     }
 
@@ -396,8 +396,8 @@ impl PostgresStore {
     /// The events of session `id` from `from_seq` on, streamed page by
     /// page, through the last seq its row records now.
     pub fn events_from(&self, id: &SessionId, from_seq: u64) -> Result<PostgresEvents, StoreError> {
-        let row = self.shared.read_header_row(id)?;
-        let decoded = decode_header_row(self.path(), id, &row)?;
+        let mut row = self.shared.read_header_row(id)?;
+        let decoded = decode_header_row(self.path(), id, &mut row)?;
         Ok(SqlEvents::new(
             Box::new(PostgresRows {
                 shared: Arc::clone(&self.shared),

@@ -1259,13 +1259,13 @@ impl Shared {
             }
             _ => self.read_header_row(connection, id)?,
         };
-        let Some(row) = row else {
+        let Some(mut row) = row else {
             return Err(StoreError::NotFound {
                 id: id.to_string(),
                 path: self.path.clone(),
             });
         };
-        let decoded = decode_header_row(&self.path, id, &row)?;
+        let decoded = decode_header_row(&self.path, id, &mut row)?;
         let seed_source = row
             .seed_source
             .as_deref()
