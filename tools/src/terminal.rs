@@ -82,13 +82,14 @@ impl<W: Write> Escaping<W> {
     }
 }
 
-/// Whether `bytes` may hold an unprintable character: a C0 byte, DEL, or
-/// the lead byte of a C1 control (`C2`), of U+061C (`D8`) or of the
+/// Whether `bytes` may hold an unprintable character: a C0 byte other
+/// than a newline or a tab (which are printed as they are), DEL, or the
+/// lead byte of a C1 control (`C2`), of U+061C (`D8`) or of the
 /// bidirectional formatting characters around U+2000 (`E2`).
 fn may_hold_unprintable(bytes: &[u8]) -> bool {
-    bytes
-        .iter()
-        .any(|&byte| byte < 0x20 || matches!(byte, 0x7f | 0xc2 | 0xd8 | 0xe2))
+    bytes.iter().any(|&byte| {
+        (byte < 0x20 && byte != b'\n' && byte != b'\t') || matches!(byte, 0x7f | 0xc2 | 0xd8 | 0xe2)
+    })
 }
 
 impl<W: Write> Write for Escaping<W> {
