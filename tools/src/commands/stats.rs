@@ -52,10 +52,30 @@ struct Totals {
     unknown_types: BTreeMap<String, u64>,
 }
 
-#[derive(Debug, Serialize)]
+/// What `stats` prints: the totals, then each session. The sessions are
+/// written out by the reader that counted them, chunk by chunk (each
+/// session's line, or its JSON object), so that the calling thread only
+/// joins the blocks once the totals are known.
+#[derive(Debug, Default)]
 struct Report {
     totals: Totals,
-    sessions: Vec<SessionStats>,
+    /// The sessions' lines (people's output) or JSON objects, a block a
+    /// chunk, in the order of the sessions.
+    sessions: Vec<String>,
+    /// How many sessions the blocks hold.
+    count: usize,
+    /// The corruption of the one session, when there is only one.
+    only_corrupt: Option<String>,
+}
+
+/// How each session of a chunk is written out.
+#[derive(Debug, Clone, Copy)]
+enum Layout {
+    /// `--json`: each session an object of the report's `sessions`.
+    Json,
+    /// People's output: a line each, the ids padded to `id_width`; none
+    /// for a lone session (the totals say it all).
+    Lines { id_width: usize, lone: bool },
 }
 
 /// Runs `stats`.
@@ -97,9 +117,17 @@ fn report(
     };
     let bar = progress::bar(quiet, "stats");
     bar.set_length(sessions.len() as u64);
-    let mut report = Report {
-        totals: Totals::default(),
-        sessions: Vec::new(),
+    let mut report = Report::default();
+    let layout = match json {
+        true => Layout::Json,
+        false => Layout::Lines {
+            id_width: sessions
+                .iter()
+                .map(|session| session.id.as_str().len())
+                .max()
+                .unwrap_or(0),
+            lone: sessions.len() == 1,
+        },
     };
     // The chunks come back in the order of `sessions`.
     let mut labels = sessions.iter();
@@ -114,18 +142,23 @@ fn report(
                 .iter()
                 .map(|session| count(target, session, (!json).then_some(&mut by_type)))
                 .collect::<Result<Vec<_>>>()?;
-            Ok((by_type, stats))
+            let block = write_block(&stats, layout)?;
+            Ok((by_type, stats, block))
         },
-        |(by_type, chunk)| {
+        |(by_type, chunk, block)| {
             report.totals.add_by_type(&by_type);
             // The chunk first: a zip takes from its first side before it
             // knows the second has ended.
             for (stats, session) in chunk.into_iter().zip(labels.by_ref()) {
                 warn_of(&session.label, &stats);
                 report.totals.add(&stats);
-                report.sessions.push(stats);
+                report.count += 1;
+                if sessions.len() == 1 {
+                    report.only_corrupt = stats.corrupt;
+                }
                 bar.inc(1);
             }
+            report.sessions.push(block);
             Ok(())
         },
     )?;
@@ -136,7 +169,20 @@ fn report(
         }
     }
     if json {
-        crate::terminal::print_json_line(&serde_json::to_string(&report)?)?;
+        // What serialising `{"totals", "sessions"}` whole gives, its
+        // sessions written already.
+        let mut line = String::from("{\"totals\":");
+        line.push_str(&serde_json::to_string(&report.totals)?);
+        line.push_str(",\"sessions\":[");
+        let blocks = report.sessions.iter().filter(|block| !block.is_empty());
+        for (index, block) in blocks.enumerate() {
+            if index > 0 {
+                line.push(',');
+            }
+            line.push_str(block);
+        }
+        line.push_str("]}");
+        crate::terminal::print_json_line(&line)?;
     } else {
         let mut out = crate::terminal::stdout(crate::terminal::Mode::Text);
         write_human(&mut out, &report)?;
@@ -272,6 +318,41 @@ impl Totals {
 }
 
 /// Writes the report, as people read it, into `out`.
+/// The sessions of a chunk as `layout` writes them: a line each for
+/// people, or their JSON objects separated by commas.
+fn write_block(chunk: &[SessionStats], layout: Layout) -> Result<String> {
+    let mut block = String::new();
+    match layout {
+        Layout::Json => {
+            for (index, stats) in chunk.iter().enumerate() {
+                if index > 0 {
+                    block.push(',');
+                }
+                block.push_str(&serde_json::to_string(stats)?);
+            }
+        }
+        Layout::Lines { lone: true, .. } => {}
+        Layout::Lines { id_width, .. } => {
+            use std::fmt::Write as _;
+            for stats in chunk {
+                let _ = write!(
+                    block,
+                    "  {:<id_width$}  {:>6} events, last seq {}, {} bytes",
+                    stats.session, stats.events, stats.last_seq, stats.bytes,
+                );
+                if let Some(bytes) = stats.torn_tail_bytes {
+                    let _ = write!(block, ", torn tail of {bytes} bytes");
+                }
+                if let Some(message) = &stats.corrupt {
+                    let _ = write!(block, ", CORRUPT: {message}");
+                }
+                block.push('\n');
+            }
+        }
+    }
+    Ok(block)
+}
+
 fn write_human(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     let totals = &report.totals;
     writeln!(
@@ -303,31 +384,14 @@ fn write_human(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
             )?;
         }
     }
-    if report.sessions.len() > 1 {
+    if report.count > 1 {
         writeln!(out, "per session:")?;
     }
-    let id_width = report.sessions.iter().map(|s| s.session.len()).max();
-    for stats in report.sessions.iter().filter(|_| report.sessions.len() > 1) {
-        let mut line = format!(
-            "  {:<width$}  {:>6} events, last seq {}, {} bytes",
-            stats.session,
-            stats.events,
-            stats.last_seq,
-            stats.bytes,
-            width = id_width.unwrap_or(0)
-        );
-        if let Some(bytes) = stats.torn_tail_bytes {
-            line.push_str(&format!(", torn tail of {bytes} bytes"));
-        }
-        if let Some(message) = &stats.corrupt {
-            line.push_str(&format!(", CORRUPT: {message}"));
-        }
-        writeln!(out, "{line}")?;
+    for block in &report.sessions {
+        out.write_all(block.as_bytes())?;
     }
-    if report.sessions.len() == 1 {
-        if let Some(message) = &report.sessions[0].corrupt {
-            writeln!(out, "corrupt: {message}")?;
-        }
+    if let Some(message) = &report.only_corrupt {
+        writeln!(out, "corrupt: {message}")?;
     }
     Ok(())
 }
