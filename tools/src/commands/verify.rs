@@ -264,15 +264,17 @@ fn verify_all(
     // blocks, as a store of many small sessions has a line for each.
     let line_by_line = crate::terminal::stdout_is_terminal() || !bar.is_hidden();
     let mut line = Vec::new();
-    let mut print = |verdict: &Verdict| -> Result<()> {
-        line.clear();
-        if json {
-            serde_json::to_writer(&mut line, verdict)?;
-            line.push(b'\n');
-        } else {
-            write_human(&mut line, verdict)?;
-        }
-        out.write_all(&line)?;
+    // Prints what is rendered already, or else renders `verdict`.
+    let mut print_either = |verdict: Option<&Verdict>, rendered: &[u8]| -> Result<()> {
+        let bytes = match verdict {
+            Some(verdict) => {
+                line.clear();
+                render(&mut line, verdict, json)?;
+                &line[..]
+            }
+            None => rendered,
+        };
+        out.write_all(bytes)?;
         if line_by_line {
             out.flush()?;
         }
@@ -284,27 +286,38 @@ fn verify_all(
         verdict
     };
     for error in &damage {
-        print(&damage_verdict(error, &mut code))?;
+        print_either(Some(&damage_verdict(error, &mut code)), &[])?;
     }
     let mut short_of_rows = false;
+    // Each reader renders the verdicts of its chunk; the calling thread
+    // prints them in order.
     readers.in_order(
         &sessions,
         |target, chunk| {
-            chunk
+            let mut rendered = Vec::new();
+            let verdicts = chunk
                 .iter()
-                .map(|session| verify_session(target, session, policy))
-                .collect::<Result<Vec<_>>>()
+                .map(|session| {
+                    let verdict = verify_session(target, session, policy)?;
+                    render(&mut rendered, &verdict, json)?;
+                    Ok(Judged {
+                        status: verdict_code(&verdict),
+                        corrupt: verdict.corruption.is_some(),
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok((verdicts, rendered))
         },
-        |verdicts| {
-            for verdict in verdicts {
-                short_of_rows |= verdict.corruption.is_some();
-                code = exit::worst(code, verdict_code(&verdict));
-                match bar.is_hidden() {
-                    true => print(&verdict)?,
-                    false => bar.suspend(|| print(&verdict))?,
-                }
-                bar.inc(1);
+        |(verdicts, rendered)| {
+            for verdict in &verdicts {
+                short_of_rows |= verdict.corrupt;
+                code = exit::worst(code, verdict.status);
             }
+            match bar.is_hidden() {
+                true => print_either(None, &rendered)?,
+                false => bar.suspend(|| print_either(None, &rendered))?,
+            }
+            bar.inc(verdicts.len() as u64);
             Ok(())
         },
     )?;
@@ -327,14 +340,34 @@ fn verify_all(
         (None, None) => (Vec::new(), Vec::new()),
     };
     for error in engine_damage.iter().chain(&unowned) {
-        print(&damage_verdict(error, &mut code))?;
+        print_either(Some(&damage_verdict(error, &mut code)), &[])?;
     }
     for verdict in missing_anchored_sessions(args, &sessions, policy) {
         code = exit::worst(code, verdict_code(&verdict));
-        print(&verdict)?;
+        print_either(Some(&verdict), &[])?;
     }
     out.flush()?;
     Ok(code)
+}
+
+/// What the calling thread keeps of a session's verdict, which its
+/// reader has rendered.
+struct Judged {
+    /// The exit code the verdict calls for.
+    status: u8,
+    corrupt: bool,
+}
+
+/// Appends `verdict` to `out` as `verify` prints it: a JSON line with
+/// `json`, else a line for people.
+fn render(out: &mut Vec<u8>, verdict: &Verdict, json: bool) -> Result<()> {
+    if json {
+        serde_json::to_writer(&mut *out, verdict)?;
+        out.push(b'\n');
+    } else {
+        write_human(out, verdict)?;
+    }
+    Ok(())
 }
 
 /// How many readers a command of the whole store reads through (see
