@@ -164,16 +164,26 @@ pub(crate) fn audit_catalogue(
     for text in session_rows {
         match SessionId::parse(text) {
             Ok(id) => audit.ids.push(id),
-            Err(error) => invalid.push(damaged(
-                database,
-                format!("a session row holds the invalid id {text:?} ({error})"),
-            )),
+            Err(error) => invalid.push(invalid_session_row(database, text, &error)),
         }
     }
     invalid.append(&mut audit.damage);
     audit.damage = invalid;
     audit.ids.sort();
     audit
+}
+
+/// A session row whose id `text` is not a valid id, as damage of the
+/// database as a whole.
+pub(crate) fn invalid_session_row(
+    database: &Path,
+    text: &str,
+    error: &sessionlog_schema::InvalidSessionId,
+) -> StoreError {
+    damaged(
+        database,
+        format!("a session row holds the invalid id {text:?} ({error})"),
+    )
 }
 
 /// The owners of events (`event_owners`) that no session row

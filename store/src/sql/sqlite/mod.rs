@@ -125,7 +125,8 @@ use crate::jsonl::{check_new_session, ListEntry};
 use crate::reader::Snapshot;
 pub(crate) use crate::sql::checks::session_locator;
 use crate::sql::checks::{
-    audit_catalogue, corrupt_session, damaged, unowned_events_damage, RowPage, StoreAudit,
+    audit_catalogue, corrupt_session, damaged, invalid_session_row, unowned_events_damage, RowPage,
+    StoreAudit,
 };
 use crate::sql::events::{RowBounds, RowPages, SqlEvents};
 use crate::sql::{
@@ -796,11 +797,27 @@ impl SqliteStore {
     /// meanwhile on another handle of the same moment, and to
     /// [`unowned_events`](Self::unowned_events).
     pub fn list_sessions(&self) -> Result<StoreAudit, StoreError> {
+        // Each id is checked as its row is read: a store of many small
+        // sessions lists them before any is read, on one core.
         let path = &self.shared.path;
         let reader = self.shared.reader();
-        let session_rows = session_row_ids(&reader, path)?;
-        drop(reader);
-        Ok(audit_catalogue(path, &session_rows, &[]))
+        let mut audit = StoreAudit::default();
+        let listed = (|| -> rusqlite::Result<()> {
+            let mut statement = reader.prepare_cached("SELECT id FROM sessions ORDER BY id")?;
+            let mut rows = statement.query([])?;
+            while let Some(row) = rows.next()? {
+                let text = row.get_ref(0)?.as_str()?;
+                match SessionId::parse(text) {
+                    Ok(id) => audit.ids.push(id),
+                    Err(error) => audit.damage.push(invalid_session_row(path, text, &error)),
+                }
+            }
+            Ok(())
+        })();
+        listed.map_err(sqlite_error("list sessions", path))?;
+        // In id order already; the sort checks it and costs one pass.
+        audit.ids.sort();
+        Ok(audit)
     }
 
     /// Whether counting the rows rules out events without a session row:
