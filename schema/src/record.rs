@@ -362,7 +362,18 @@ pub fn decode_header(line: &[u8]) -> Result<DecodedHeader, DecodeError> {
 /// computed again. A body that is not such a record's (one that closes
 /// its object, or holds a `crc` member of its own) is refused, as its
 /// line would be.
-pub fn decode_header_body(mut body: String) -> Result<DecodedHeader, DecodeError> {
+pub fn decode_header_body(body: String) -> Result<DecodedHeader, DecodeError> {
+    if let Some(wire) = canonical_header(&body) {
+        let id = SessionId::parse(&wire.id)
+            .map_err(|e| DecodeError::Malformed(format!("header member id: {e}")))?;
+        let decoded = header_from_wire(wire, id, String::new())?;
+        return Ok(DecodedHeader { body, ..decoded });
+    }
+    decode_header_body_parsed(body)
+}
+
+/// [`decode_header_body`] by the general parse.
+fn decode_header_body_parsed(mut body: String) -> Result<DecodedHeader, DecodeError> {
     // The record's object, closed where its CRC member would begin, for
     // the time of the parse.
     body.push('}');
@@ -379,6 +390,83 @@ pub fn decode_header_body(mut body: String) -> Result<DecodedHeader, DecodeError
     })();
     body.pop();
     decoded.map(|decoded| DecodedHeader { body, ..decoded })
+}
+
+/// The members of a header body in the layout its writers give it
+/// ([`SessionHeader::to_body`]: its members in order, no whitespace,
+/// strings without escapes, integers as JSON spells a `u64`), read without
+/// the general parse; `None` for any other body, which the general parse
+/// then reads (and refuses, with its messages, when it is not a header's).
+/// On such a body both give the same members.
+fn canonical_header(body: &str) -> Option<HeaderWire<'_>> {
+    let bytes = body.as_bytes();
+    let mut at = expect(bytes, 0, b"{\"kind\":")?;
+    let kind;
+    (kind, at) = canonical_str(body, at)?;
+    at = expect(bytes, at, b",\"formatVersion\":")?;
+    let format_version;
+    (format_version, at) = canonical_u64(bytes, at)?;
+    at = expect(bytes, at, b",\"id\":")?;
+    let id;
+    (id, at) = canonical_str(body, at)?;
+    at = expect(bytes, at, b",\"createdAt\":")?;
+    let created_at;
+    (created_at, at) = canonical_u64(bytes, at)?;
+    at = expect(bytes, at, b",\"cwd\":")?;
+    let cwd;
+    (cwd, at) = canonical_str(body, at)?;
+    at = expect(bytes, at, b",\"parentSession\":")?;
+    let parent_session;
+    (parent_session, at) = canonical_nullable(body, at)?;
+    at = expect(bytes, at, b",\"seedLength\":")?;
+    let seed_length;
+    (seed_length, at) = canonical_u64(bytes, at)?;
+    at = expect(bytes, at, b",\"delegationDepth\":")?;
+    let delegation_depth;
+    (delegation_depth, at) = canonical_u64(bytes, at)?;
+    at = expect(bytes, at, b",\"sandboxMode\":")?;
+    let sandbox_mode;
+    (sandbox_mode, at) = canonical_nullable(body, at)?;
+    at = expect(bytes, at, b",\"approvalPolicy\":")?;
+    let approval_policy;
+    (approval_policy, at) = canonical_nullable(body, at)?;
+    (at == bytes.len()).then_some(HeaderWire {
+        kind: Cow::Borrowed(kind),
+        format_version,
+        id: Cow::Borrowed(id),
+        created_at,
+        cwd: Cow::Borrowed(cwd),
+        parent_session: parent_session.map(Cow::Borrowed),
+        seed_length,
+        delegation_depth,
+        sandbox_mode: sandbox_mode.map(Cow::Borrowed),
+        approval_policy: approval_policy.map(Cow::Borrowed),
+        crc: None,
+    })
+}
+
+/// A JSON string at `at` of `text` without escapes or control characters
+/// (what it holds is then its bytes), and the index after it.
+fn canonical_str(text: &str, at: usize) -> Option<(&str, usize)> {
+    let bytes = text.as_bytes();
+    if bytes.get(at) != Some(&b'"') {
+        return None;
+    }
+    let start = at + 1;
+    let len = bytes[start..]
+        .iter()
+        .position(|&byte| byte == b'"' || byte == b'\\' || byte < 0x20)?;
+    let end = start + len;
+    // Both ends are at an ASCII byte: the slice is on character bounds.
+    (bytes[end] == b'"').then(|| (&text[start..end], end + 1))
+}
+
+/// `null` at `at` (`None`), or else a [`canonical_str`].
+fn canonical_nullable(text: &str, at: usize) -> Option<(Option<&str>, usize)> {
+    match expect(text.as_bytes(), at, b"null") {
+        Some(after) => Some((None, after)),
+        None => canonical_str(text, at).map(|(value, after)| (Some(value), after)),
+    }
 }
 
 /// The header `wire` spells, whose id is `id` and whose body as stored is
@@ -1215,6 +1303,17 @@ mod tests {
         let line = encode_line(id, body);
         let by_line = decode_header(line.trim_end_matches('\n').as_bytes());
         let by_body = decode_header_body(body.to_owned());
+        // The writers' layout read apart decodes as the general parse does.
+        let by_parse = decode_header_body_parsed(body.to_owned());
+        match (&by_body, &by_parse) {
+            (Ok(fast), Ok(parsed)) => {
+                assert_eq!(fast.header, parsed.header, "{body}");
+                assert_eq!(fast.body, parsed.body);
+                assert_eq!(fast.vocabulary_errors, parsed.vocabulary_errors);
+            }
+            (Err(fast), Err(parsed)) => assert_eq!(fast, parsed, "{body}"),
+            _ => panic!("{body}: read apart {by_body:?}, parsed {by_parse:?}"),
+        }
         match (&by_line, &by_body) {
             (Ok(line), Ok(body)) => {
                 assert_eq!(line.header, body.header, "{body:?}");
@@ -1230,7 +1329,7 @@ mod tests {
         #[test]
         fn a_header_body_decodes_as_its_line_decodes(
             created_at in any::<u64>(),
-            cwd in "[ -~é]{0,24}",
+            cwd in "[ -~é\t\u{7}]{0,24}",
             parent in proptest::option::of("[a-z][a-z0-9]{0,6}"),
             sandbox in prop::sample::select(&[None, Some("read-only"), Some("workspace-write"), Some("nonsense")][..]),
             seed_length in 0u64..5,
@@ -1258,6 +1357,10 @@ mod tests {
         let id = SessionId::parse("s1").expect("a valid id");
         let body = SessionHeader::root(id, 1, "/w".into()).to_body();
         assert!(decode_header_body(body.clone()).is_ok());
+        // The writers' layout is read without the general parse.
+        assert!(canonical_header(&body).is_some());
+        let escaped = SessionHeader::root(SessionId::parse("s2").expect("an id"), 1, "/\"w".into());
+        assert!(canonical_header(&escaped.to_body()).is_none());
         for bad in [format!("{body},\"crc\":\"0badc0de\""), format!("{body}}}")] {
             assert!(decode_header_body(bad.clone()).is_err(), "{bad}");
         }
