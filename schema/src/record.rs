@@ -399,73 +399,73 @@ fn decode_header_body_parsed(mut body: String) -> Result<DecodedHeader, DecodeEr
 /// then reads (and refuses, with its messages, when it is not a header's).
 /// On such a body both give the same members.
 fn canonical_header(body: &str) -> Option<HeaderWire<'_>> {
-    let bytes = body.as_bytes();
-    let mut at = expect(bytes, 0, b"{\"kind\":")?;
-    let kind;
-    (kind, at) = canonical_str(body, at)?;
-    at = expect(bytes, at, b",\"formatVersion\":")?;
-    let format_version;
-    (format_version, at) = canonical_u64(bytes, at)?;
-    at = expect(bytes, at, b",\"id\":")?;
-    let id;
-    (id, at) = canonical_str(body, at)?;
-    at = expect(bytes, at, b",\"createdAt\":")?;
-    let created_at;
-    (created_at, at) = canonical_u64(bytes, at)?;
-    at = expect(bytes, at, b",\"cwd\":")?;
-    let cwd;
-    (cwd, at) = canonical_str(body, at)?;
-    at = expect(bytes, at, b",\"parentSession\":")?;
-    let parent_session;
-    (parent_session, at) = canonical_nullable(body, at)?;
-    at = expect(bytes, at, b",\"seedLength\":")?;
-    let seed_length;
-    (seed_length, at) = canonical_u64(bytes, at)?;
-    at = expect(bytes, at, b",\"delegationDepth\":")?;
-    let delegation_depth;
-    (delegation_depth, at) = canonical_u64(bytes, at)?;
-    at = expect(bytes, at, b",\"sandboxMode\":")?;
-    let sandbox_mode;
-    (sandbox_mode, at) = canonical_nullable(body, at)?;
-    at = expect(bytes, at, b",\"approvalPolicy\":")?;
-    let approval_policy;
-    (approval_policy, at) = canonical_nullable(body, at)?;
-    (at == bytes.len()).then_some(HeaderWire {
-        kind: Cow::Borrowed(kind),
-        format_version,
-        id: Cow::Borrowed(id),
-        created_at,
-        cwd: Cow::Borrowed(cwd),
-        parent_session: parent_session.map(Cow::Borrowed),
-        seed_length,
-        delegation_depth,
-        sandbox_mode: sandbox_mode.map(Cow::Borrowed),
-        approval_policy: approval_policy.map(Cow::Borrowed),
+    let mut members = Members { text: body, at: 0 };
+    let wire = HeaderWire {
+        kind: Cow::Borrowed(members.text(b"{\"kind\":")?),
+        format_version: members.number(b",\"formatVersion\":")?,
+        id: Cow::Borrowed(members.text(b",\"id\":")?),
+        created_at: members.number(b",\"createdAt\":")?,
+        cwd: Cow::Borrowed(members.text(b",\"cwd\":")?),
+        parent_session: members.nullable(b",\"parentSession\":")?.map(Cow::Borrowed),
+        seed_length: members.number(b",\"seedLength\":")?,
+        delegation_depth: members.number(b",\"delegationDepth\":")?,
+        sandbox_mode: members.nullable(b",\"sandboxMode\":")?.map(Cow::Borrowed),
+        approval_policy: members
+            .nullable(b",\"approvalPolicy\":")?
+            .map(Cow::Borrowed),
         crc: None,
-    })
+    };
+    (members.at == body.len()).then_some(wire)
 }
 
-/// A JSON string at `at` of `text` without escapes or control characters
-/// (what it holds is then its bytes), and the index after it.
-fn canonical_str(text: &str, at: usize) -> Option<(&str, usize)> {
-    let bytes = text.as_bytes();
-    if bytes.get(at) != Some(&b'"') {
-        return None;
+/// The members of a body in the writers' layout, read one after the
+/// other from `at`: each is the bytes before its value (`,"name":`) and a
+/// value of one canonical spelling, or `None`.
+struct Members<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Members<'a> {
+    /// The member that `before` begins, its value an integer as JSON
+    /// spells a `u64` (followed by the next member's comma).
+    fn number(&mut self, before: &[u8]) -> Option<u64> {
+        let at = expect(self.text.as_bytes(), self.at, before)?;
+        let (value, after) = canonical_u64(self.text.as_bytes(), at)?;
+        self.at = after;
+        Some(value)
     }
-    let start = at + 1;
-    let len = bytes[start..]
-        .iter()
-        .position(|&byte| byte == b'"' || byte == b'\\' || byte < 0x20)?;
-    let end = start + len;
-    // Both ends are at an ASCII byte: the slice is on character bounds.
-    (bytes[end] == b'"').then(|| (&text[start..end], end + 1))
-}
 
-/// `null` at `at` (`None`), or else a [`canonical_str`].
-fn canonical_nullable(text: &str, at: usize) -> Option<(Option<&str>, usize)> {
-    match expect(text.as_bytes(), at, b"null") {
-        Some(after) => Some((None, after)),
-        None => canonical_str(text, at).map(|(value, after)| (Some(value), after)),
+    /// The member that `before` begins, its value a string without
+    /// escapes or control characters (what it holds is then its bytes).
+    fn text(&mut self, before: &[u8]) -> Option<&'a str> {
+        let bytes = self.text.as_bytes();
+        let start = expect(bytes, self.at, before)?;
+        let start = expect(bytes, start, b"\"")?;
+        let len = bytes[start..]
+            .iter()
+            .position(|&byte| byte == b'"' || byte == b'\\' || byte < 0x20)?;
+        let end = start + len;
+        if bytes[end] != b'"' {
+            return None;
+        }
+        self.at = end + 1;
+        // Both ends are at an ASCII byte: the slice is on character bounds.
+        Some(&self.text[start..end])
+    }
+
+    /// The member that `before` begins, its value `null` (`Some(None)`)
+    /// or a string as [`text`](Self::text) reads one.
+    fn nullable(&mut self, before: &[u8]) -> Option<Option<&'a str>> {
+        let bytes = self.text.as_bytes();
+        let at = expect(bytes, self.at, before)?;
+        match expect(bytes, at, b"null") {
+            Some(after) => {
+                self.at = after;
+                Some(None)
+            }
+            None => self.text(before).map(Some),
+        }
     }
 }
 
