@@ -460,21 +460,29 @@ mod tests {
             // One core: every chunk is the calling thread's.
             return;
         }
-        let last = sessions[sessions.len() - 1].id.clone();
+        // The calling thread holds its first chunk until another reader
+        // has taken one, which then panics.
+        let taken = std::sync::atomic::AtomicBool::new(false);
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             readers.in_order(
                 &sessions,
                 |target, chunk| {
-                    // Only a reader of its own thread panics.
-                    let own_thread = !std::ptr::eq(target, readers.first());
-                    match own_thread && chunk.iter().any(|session| session.id != last) {
-                        true => panic!("a reader gave up"),
-                        false => Ok(uneven(chunk)),
+                    if !std::ptr::eq(target, readers.first()) {
+                        taken.store(true, Ordering::SeqCst);
+                        panic!("a reader gave up");
                     }
+                    let started = std::time::Instant::now();
+                    while !taken.load(Ordering::SeqCst)
+                        && started.elapsed() < std::time::Duration::from_secs(30)
+                    {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                    Ok(uneven(chunk))
                 },
                 |_| Ok(()),
             )
         }));
+        assert!(taken.load(Ordering::SeqCst), "another reader took a chunk");
         assert!(outcome.is_err(), "the panic comes back");
     }
 }
