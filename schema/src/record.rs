@@ -348,8 +348,7 @@ pub fn decode_header(line: &[u8]) -> Result<DecodedHeader, DecodeError> {
     }
     let text = utf8(line)?;
     let wire: HeaderWire<'_> = parse_record(text)?;
-    let id = SessionId::parse(&wire.id)
-        .map_err(|e| DecodeError::Malformed(format!("header member id: {e}")))?;
+    let id = wire_id(&wire)?;
     let body = check_crc(&id, line)?;
     let body = text[..body.len()].to_owned();
     header_from_wire(wire, id, body)
@@ -364,8 +363,7 @@ pub fn decode_header(line: &[u8]) -> Result<DecodedHeader, DecodeError> {
 /// line would be.
 pub fn decode_header_body(body: String) -> Result<DecodedHeader, DecodeError> {
     if let Some(wire) = canonical_header(&body) {
-        let id = SessionId::parse(&wire.id)
-            .map_err(|e| DecodeError::Malformed(format!("header member id: {e}")))?;
+        let id = wire_id(&wire)?;
         let decoded = header_from_wire(wire, id, String::new())?;
         return Ok(DecodedHeader { body, ..decoded });
     }
@@ -384,8 +382,7 @@ fn decode_header_body_parsed(mut body: String) -> Result<DecodedHeader, DecodeEr
                 "the header's body holds a crc member of its own".to_owned(),
             ));
         }
-        let id = SessionId::parse(&wire.id)
-            .map_err(|e| DecodeError::Malformed(format!("header member id: {e}")))?;
+        let id = wire_id(&wire)?;
         header_from_wire(wire, id, String::new())
     })();
     body.pop();
@@ -467,6 +464,11 @@ impl<'a> Members<'a> {
             None => self.text(before).map(Some),
         }
     }
+}
+
+/// The session id the header `wire` names.
+fn wire_id(wire: &HeaderWire<'_>) -> Result<SessionId, DecodeError> {
+    SessionId::parse(&wire.id).map_err(|e| DecodeError::Malformed(format!("header member id: {e}")))
 }
 
 /// The header `wire` spells, whose id is `id` and whose body as stored is

@@ -164,21 +164,14 @@ impl Readers {
             let mut run = || -> Result<()> {
                 for next in 0..chunks.len() {
                     let result = loop {
-                        if let Some(result) = board.ready(next) {
-                            break result;
-                        }
-                        match board.claim_now() {
-                            Some(index) if index == next => {
+                        match board.result_or_chunk(next) {
+                            Next::Result(result) => break result,
+                            Next::Chunk(index) if index == next => {
                                 break work(self.first(), chunks[index])
                             }
-                            Some(index) => {
+                            Next::Chunk(index) => {
                                 let result = work(self.first(), chunks[index]);
                                 board.deliver(index, result);
-                            }
-                            None => {
-                                if let Some(result) = board.wait_for(next) {
-                                    break result;
-                                }
                             }
                         }
                     };
@@ -205,6 +198,14 @@ struct Board<C> {
     changed: Condvar,
     chunks: usize,
     ahead: usize,
+}
+
+/// What the calling thread does next (see [`Board::result_or_chunk`]).
+enum Next<C> {
+    /// Takes the result it waits for.
+    Result(Result<C>),
+    /// Works on this chunk meanwhile.
+    Chunk(usize),
 }
 
 struct BoardState<C> {
@@ -238,6 +239,23 @@ impl<C> Board<C> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Waits until the board changes.
+    fn wait<'a>(&self, state: MutexGuard<'a, BoardState<C>>) -> MutexGuard<'a, BoardState<C>> {
+        self.changed
+            .wait(state)
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the next chunk for a reader, when one is left that is not
+    /// too far past the next result the calling thread waits for.
+    fn claim(&self, state: &mut BoardState<C>) -> Option<usize> {
+        let claimable = state.next < self.chunks && state.next < state.taken + self.ahead;
+        claimable.then(|| {
+            state.next += 1;
+            state.next - 1
+        })
+    }
+
     /// The next chunk for a reader of its own thread, waiting while it
     /// would be too far ahead; `None` when there is none left or the run
     /// has stopped.
@@ -247,25 +265,11 @@ impl<C> Board<C> {
             if state.stopped || state.next >= self.chunks {
                 return None;
             }
-            if state.next < state.taken + self.ahead {
-                state.next += 1;
-                return Some(state.next - 1);
+            if let Some(index) = self.claim(&mut state) {
+                return Some(index);
             }
-            state = self
-                .changed
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
+            state = self.wait(state);
         }
-    }
-
-    /// The next chunk for the calling thread, if one is left that is not
-    /// too far ahead.
-    fn claim_now(&self) -> Option<usize> {
-        let mut state = self.lock();
-        (state.next < self.chunks && state.next < state.taken + self.ahead).then(|| {
-            state.next += 1;
-            state.next - 1
-        })
     }
 
     fn deliver(&self, index: usize, result: Result<C>) {
@@ -273,26 +277,19 @@ impl<C> Board<C> {
         self.changed.notify_all();
     }
 
-    /// The result of chunk `index`, if it is there.
-    fn ready(&self, index: usize) -> Option<Result<C>> {
-        self.lock().results.remove(&index)
-    }
-
-    /// The result of chunk `index`, waiting for it or for a chunk the
-    /// calling thread may take (then `None`).
-    fn wait_for(&self, index: usize) -> Option<Result<C>> {
+    /// For the calling thread, which waits for the result of chunk
+    /// `index`: that result once it is there, or else a chunk to work on
+    /// meanwhile, waiting while there is neither.
+    fn result_or_chunk(&self, index: usize) -> Next<C> {
         let mut state = self.lock();
         loop {
             if let Some(result) = state.results.remove(&index) {
-                return Some(result);
+                return Next::Result(result);
             }
-            if state.next < self.chunks && state.next < state.taken + self.ahead {
-                return None;
+            if let Some(chunk) = self.claim(&mut state) {
+                return Next::Chunk(chunk);
             }
-            state = self
-                .changed
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
+            state = self.wait(state);
         }
     }
 

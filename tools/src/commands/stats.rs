@@ -174,13 +174,7 @@ fn report(
         let mut line = String::from("{\"totals\":");
         line.push_str(&serde_json::to_string(&report.totals)?);
         line.push_str(",\"sessions\":[");
-        let blocks = report.sessions.iter().filter(|block| !block.is_empty());
-        for (index, block) in blocks.enumerate() {
-            if index > 0 {
-                line.push(',');
-            }
-            line.push_str(block);
-        }
+        line.push_str(&report.sessions.join(","));
         line.push_str("]}");
         crate::terminal::print_json_line(&line)?;
     } else {
@@ -317,7 +311,6 @@ impl Totals {
     }
 }
 
-/// Writes the report, as people read it, into `out`.
 /// The sessions of a chunk as `layout` writes them: a line each for
 /// people, or their JSON objects separated by commas.
 fn write_block(chunk: &[SessionStats], layout: Layout) -> Result<String> {
@@ -353,6 +346,7 @@ fn write_block(chunk: &[SessionStats], layout: Layout) -> Result<String> {
     Ok(block)
 }
 
+/// Writes the report, as people read it, into `out`.
 fn write_human(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     let totals = &report.totals;
     writeln!(

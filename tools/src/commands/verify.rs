@@ -232,28 +232,35 @@ fn verify_all(
     whole_store: impl FnOnce() -> Result<WholeStore>,
 ) -> Result<u8> {
     let Audit { sessions, damage } = readers.first().audit(args.session.as_deref())?;
+    // What the checks beside the reads find, the first time it is asked
+    // for (`None` after). The count rules out events without a session
+    // row only while every session reads whole (`short_of_rows`: a corrupt
+    // session may be short of rows by as many) and every session row has
+    // a valid id (an invalid one names no session that is read).
     let mut whole_store = Some(whole_store);
+    let mut findings = |short_of_rows: bool| -> Result<Option<(Vec<StoreError>, Vec<StoreError>)>> {
+        let Some(check) = whole_store.take() else {
+            return Ok(None);
+        };
+        let whole = check()?;
+        let vouched = whole.events_accounted_for && !short_of_rows && damage.is_empty();
+        let unowned = match vouched {
+            true => Vec::new(),
+            false => readers.first().unowned_events()?,
+        };
+        Ok(Some((whole.engine_damage, unowned)))
+    };
     let mut found = None;
     if damage.is_empty() && sessions.is_empty() {
         // Nothing to read beside the checks: the store is empty only when
         // it is whole.
-        let whole = whole_store.take().map_or_else(
-            || {
-                Ok(WholeStore {
-                    engine_damage: Vec::new(),
-                    events_accounted_for: true,
-                })
-            },
-            |check| check(),
-        )?;
-        let unowned = match whole.events_accounted_for {
-            true => Vec::new(),
-            false => readers.first().unowned_events()?,
-        };
-        if whole.engine_damage.is_empty() && unowned.is_empty() {
+        found = findings(false)?;
+        if found
+            .as_ref()
+            .is_none_or(|(engine, unowned)| engine.is_empty() && unowned.is_empty())
+        {
             require_sessions(&sessions, &args.store, allow_empty)?;
         }
-        found = Some((whole.engine_damage, unowned));
     }
     let bar = crate::progress::bar(quiet, "verify");
     bar.set_length(sessions.len() as u64);
@@ -263,18 +270,8 @@ fn verify_all(
     // terminal, a progress bar); into a file or a pipe the lines go in
     // blocks, as a store of many small sessions has a line for each.
     let line_by_line = crate::terminal::stdout_is_terminal() || !bar.is_hidden();
-    let mut line = Vec::new();
-    // Prints what is rendered already, or else renders `verdict`.
-    let mut print_either = |verdict: Option<&Verdict>, rendered: &[u8]| -> Result<()> {
-        let bytes = match verdict {
-            Some(verdict) => {
-                line.clear();
-                render(&mut line, verdict, json)?;
-                &line[..]
-            }
-            None => rendered,
-        };
-        out.write_all(bytes)?;
+    let mut print = |rendered: &[u8]| -> Result<()> {
+        out.write_all(rendered)?;
         if line_by_line {
             out.flush()?;
         }
@@ -286,7 +283,7 @@ fn verify_all(
         verdict
     };
     for error in &damage {
-        print_either(Some(&damage_verdict(error, &mut code)), &[])?;
+        print(&render_one(&damage_verdict(error, &mut code), json)?)?;
     }
     let mut short_of_rows = false;
     // Each reader renders the verdicts of its chunk; the calling thread
@@ -314,37 +311,24 @@ fn verify_all(
                 code = exit::worst(code, verdict.status);
             }
             match bar.is_hidden() {
-                true => print_either(None, &rendered)?,
-                false => bar.suspend(|| print_either(None, &rendered))?,
+                true => print(&rendered)?,
+                false => bar.suspend(|| print(&rendered))?,
             }
             bar.inc(verdicts.len() as u64);
             Ok(())
         },
     )?;
     bar.finish_and_clear();
-    let (engine_damage, unowned) = match (found, whole_store) {
-        (Some(found), _) => found,
-        (None, Some(check)) => {
-            let whole = check()?;
-            // The count rules out events without a session row only
-            // while every session reads whole and every session row has
-            // a valid id: a corrupt session may be short of rows by as
-            // many, and an invalid id names no session that is read.
-            let counted = whole.events_accounted_for && !short_of_rows && damage.is_empty();
-            let unowned = match counted {
-                true => Vec::new(),
-                false => readers.first().unowned_events()?,
-            };
-            (whole.engine_damage, unowned)
-        }
-        (None, None) => (Vec::new(), Vec::new()),
+    let (engine_damage, unowned) = match found {
+        Some(found) => found,
+        None => findings(short_of_rows)?.unwrap_or_default(),
     };
     for error in engine_damage.iter().chain(&unowned) {
-        print_either(Some(&damage_verdict(error, &mut code)), &[])?;
+        print(&render_one(&damage_verdict(error, &mut code), json)?)?;
     }
     for verdict in missing_anchored_sessions(args, &sessions, policy) {
         code = exit::worst(code, verdict_code(&verdict));
-        print_either(Some(&verdict), &[])?;
+        print(&render_one(&verdict, json)?)?;
     }
     out.flush()?;
     Ok(code)
@@ -368,6 +352,13 @@ fn render(out: &mut Vec<u8>, verdict: &Verdict, json: bool) -> Result<()> {
         write_human(out, verdict)?;
     }
     Ok(())
+}
+
+/// `verdict` as [`render`] writes it, on its own.
+fn render_one(verdict: &Verdict, json: bool) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    render(&mut out, verdict, json)?;
+    Ok(out)
 }
 
 /// How many readers a command of the whole store reads through (see
