@@ -18,6 +18,8 @@
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::path::PathBuf;
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
+use std::thread;
 
 use sessionlog_schema::{decode_checked_body, record_crc, EventRecord, SessionId};
 
@@ -107,7 +109,11 @@ struct Segment {
 /// seq its row recorded when the read began: events appended meanwhile are
 /// left to the next read, and the rows must reach that seq.
 pub struct SqlEvents {
-    pages: Box<dyn RowPages>,
+    /// How the engine fetches rows, shared with the thread of `ahead`.
+    pages: Arc<Mutex<dyn RowPages>>,
+    /// The pages after the one being checked, read on a thread of their
+    /// own, when a segment's rows fill more than one page.
+    ahead: Option<ReadAhead>,
     /// The database, as messages name it.
     store: PathBuf,
     id: SessionId,
@@ -187,6 +193,11 @@ impl Buffers {
 
 impl Drop for SqlEvents {
     fn drop(&mut self) {
+        if let Some(ahead) = self.ahead.take() {
+            // Its thread ends with the page it is reading; a panic there
+            // has nothing left to spoil.
+            let _ = ahead.stop();
+        }
         Buffers {
             rows: std::mem::take(&mut self.rows),
             records: std::mem::take(&mut self.page),
@@ -210,7 +221,7 @@ impl SqlEvents {
     /// whose row records `recorded_last_seq` and, for a fork by reference,
     /// `seed_source`) from `from_seq` on.
     pub(crate) fn new(
-        pages: Box<dyn RowPages>,
+        pages: Arc<Mutex<dyn RowPages>>,
         store: PathBuf,
         id: SessionId,
         seed_length: u64,
@@ -221,6 +232,7 @@ impl SqlEvents {
         let spare = Buffers::take_spare();
         SqlEvents {
             pages,
+            ahead: None,
             store,
             id,
             seed_length,
@@ -314,19 +326,20 @@ impl SqlEvents {
             None => {}
             Some(_) if self.rows_end == RowsEnd::Read => {}
             Some(segment) => {
-                let owner = (segment.owner != self.id).then(|| segment.owner.clone());
+                let (reading, through) = (segment.owner.clone(), segment.through);
+                let owner = (reading != self.id).then(|| reading.clone());
                 // A session of its own rows only, in a held read: its rows
-                // to their end, and no statement for the end.
-                let to_end = match (&owner, &self.seed_source, self.rows_end) {
-                    (None, None, RowsEnd::Unknown) => {
-                        self.pages
-                            .rows_to_end(&self.id, self.next_seq, &mut self.rows)?
+                // to their end, and no statement for the end. (A read ahead
+                // runs only where the engine said no to this.)
+                let to_end = match (&owner, &self.seed_source, self.rows_end, &self.ahead) {
+                    (None, None, RowsEnd::Unknown, None) => {
+                        lock(&self.pages).rows_to_end(&self.id, self.next_seq, &mut self.rows)?
                     }
                     _ => None,
                 };
                 match to_end {
                     Some(whole) => {
-                        let through = i64::try_from(segment.through).unwrap_or(i64::MAX);
+                        let through = i64::try_from(through).unwrap_or(i64::MAX);
                         let past = self.rows.rows.iter().position(|row| row.seq > through);
                         if let Some(first_past) = past {
                             self.rows.rows.truncate(first_past);
@@ -335,12 +348,7 @@ impl SqlEvents {
                             self.rows_end = RowsEnd::Read;
                         }
                     }
-                    None => self.pages.rows(
-                        &segment.owner,
-                        self.next_seq,
-                        segment.through,
-                        &mut self.rows,
-                    )?,
+                    None => self.read_rows(&reading, through)?,
                 }
                 if self.rows.rows.is_empty() {
                     if let Some(owner) = &owner {
@@ -368,7 +376,7 @@ impl SqlEvents {
                 min: None,
                 max: None,
             }),
-            (true, _) => Some(self.pages.bounds(&self.id)?),
+            (true, _) => Some(lock(&self.pages).bounds(&self.id)?),
         };
         let store = &self.store;
         let mut check = SeqCheck::resume(store, &self.id, self.next_seq, self.batch_remaining);
@@ -445,6 +453,169 @@ impl SqlEvents {
 }
 
 impl SqlEvents {
+    /// One page of `owner`'s rows from `next_seq` through `through`, into
+    /// `rows`: the page read ahead for that place when there is one, else
+    /// read here. When the segment goes on past a page read here, the
+    /// pages after it are read ahead, on a thread of their own, while this
+    /// one is checked.
+    fn read_rows(&mut self, owner: &SessionId, through: u64) -> Result<(), StoreError> {
+        let from = self.next_seq;
+        if let Some(mut ahead) = self.ahead.take() {
+            if ahead.reads(owner, from, through) {
+                if let Some(read) = ahead.next_page(&mut self.rows) {
+                    self.ahead = Some(ahead);
+                    return read;
+                }
+            }
+            // Another place, or its thread ended before this page.
+            if let Err(panic) = ahead.stop() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        lock(&self.pages).rows(owner, from, through, &mut self.rows)?;
+        if let Some(next) = next_page_from(&self.rows, from).filter(|next| *next <= through) {
+            self.ahead = ReadAhead::start(Arc::clone(&self.pages), owner.clone(), next, through);
+        }
+        Ok(())
+    }
+}
+
+/// Pages read ahead on a thread with a page being checked: at most this
+/// many wait to be taken (and one more is being read).
+const PAGES_AHEAD: usize = 1;
+
+/// The pages of one segment's rows (`owner`'s, through seq `through`)
+/// read on a thread of their own, in order, while the caller checks the
+/// page before: a long session's read then costs the engine's reads or
+/// the checks, whichever is longer, rather than both. Each page is read
+/// from the seq after the last row of the page before, as the caller
+/// would read it once that page is checked (the checks require every seq
+/// in turn); the caller takes a page only for the place it would read,
+/// and reads any other itself. The thread ends after an empty page, an
+/// error, or a page that reaches `through`, or when the caller stops
+/// taking pages.
+struct ReadAhead {
+    owner: SessionId,
+    through: u64,
+    /// Where the next page to be taken starts.
+    next_from: u64,
+    pages: mpsc::Receiver<Result<RowPage, StoreError>>,
+    /// Pages taken and done with, to be filled again.
+    spare: mpsc::Sender<RowPage>,
+    thread: thread::JoinHandle<()>,
+}
+
+impl ReadAhead {
+    /// Reads `owner`'s rows from `from` through `through` ahead, page by
+    /// page; `None` when no thread can be had (a limit on threads, say):
+    /// the caller then reads each page itself.
+    fn start(
+        engine: Arc<Mutex<dyn RowPages>>,
+        owner: SessionId,
+        from: u64,
+        through: u64,
+    ) -> Option<ReadAhead> {
+        let (sender, pages) = mpsc::sync_channel(PAGES_AHEAD);
+        let (spare, spares) = mpsc::channel::<RowPage>();
+        let reading = owner.clone();
+        let thread = thread::Builder::new()
+            .name("sessionlog-rows".to_owned())
+            .spawn(move || {
+                let mut from = from;
+                loop {
+                    let mut page = spares.try_recv().unwrap_or_default();
+                    let read = lock(&engine).rows(&reading, from, through, &mut page);
+                    let next = match &read {
+                        Ok(()) => next_page_from(&page, from).filter(|next| *next <= through),
+                        Err(_) => None,
+                    };
+                    // The caller stopped taking pages: nothing more to read.
+                    if sender.send(read.map(|()| page)).is_err() {
+                        return;
+                    }
+                    match next {
+                        Some(next) => from = next,
+                        None => return,
+                    }
+                }
+            })
+            .ok()?;
+        Some(ReadAhead {
+            owner,
+            through,
+            next_from: from,
+            pages,
+            spare,
+            thread,
+        })
+    }
+
+    /// Whether the next page to be taken is the one of `owner`'s rows from
+    /// `from` through `through`.
+    fn reads(&self, owner: &SessionId, from: u64, through: u64) -> bool {
+        (&self.owner, self.next_from, self.through) == (owner, from, through)
+    }
+
+    /// The next page, put into `rows` (whose page goes back to be filled
+    /// again); `None` when the thread ended before it.
+    fn next_page(&mut self, rows: &mut RowPage) -> Option<Result<(), StoreError>> {
+        let mut page = match self.pages.recv().ok()? {
+            Ok(page) => page,
+            Err(error) => return Some(Err(error)),
+        };
+        std::mem::swap(rows, &mut page);
+        page.clear();
+        // The thread may be done: the page is then freed here.
+        let _ = self.spare.send(page);
+        if let Some(next) = next_page_from(rows, self.next_from) {
+            self.next_from = next;
+        }
+        Some(Ok(()))
+    }
+
+    /// Stops reading ahead: the thread ends after the page it is reading,
+    /// and is waited for (a panic there comes back here).
+    fn stop(self) -> thread::Result<()> {
+        let ReadAhead {
+            pages,
+            spare,
+            thread,
+            ..
+        } = self;
+        drop((pages, spare));
+        thread.join()
+    }
+}
+
+impl std::fmt::Debug for ReadAhead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadAhead")
+            .field("owner", &self.owner)
+            .field("next_from", &self.next_from)
+            .field("through", &self.through)
+            .finish()
+    }
+}
+
+/// Where the page after `page` (read from seq `from`) starts: the seq
+/// after its last row; `None` for an empty page, or one whose last seq
+/// does not move the read on (only damage gives one, which the checks of
+/// that page then report).
+fn next_page_from(page: &RowPage, from: u64) -> Option<u64> {
+    let last = page.rows.last()?.seq;
+    u64::try_from(last)
+        .ok()?
+        .checked_add(1)
+        .filter(|next| *next > from)
+}
+
+/// The engine's rows, locked (a panic that poisoned the lock left nothing
+/// half done in them: each call is a statement of its own).
+fn lock(pages: &Mutex<dyn RowPages>) -> MutexGuard<'_, dyn RowPages + 'static> {
+    pages.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl SqlEvents {
     /// The segments of the session: for a fork by reference, its own rows
     /// after its seed, the rows of the session it refers to before that,
     /// and so on up the chain, in seq order.
@@ -472,7 +643,7 @@ impl SqlEvents {
                     "the sessions refer to each other in a loop".to_owned(),
                 ));
             }
-            let Some(mut row) = self.pages.session_row(&owner)? else {
+            let Some(mut row) = lock(&self.pages).session_row(&owner)? else {
                 return Err(corrupt("it has no session row".to_owned()));
             };
             let decoded = decode_header_row(&self.store, &owner, &mut row)

@@ -250,3 +250,130 @@ pub(crate) fn assert_corrupt_at(
         "{message}"
     );
 }
+
+/// Damage done behind a store's back to session `a` of
+/// [`long_session_events`]`(page)` rows, whose reads span several pages
+/// of `page` rows: each with the seq it is reported at and words of its
+/// reason. Each falls on another page, the first of one, and the end.
+#[cfg(test)]
+pub(crate) fn long_session_damage(page: u64) -> Vec<(String, u64, &'static str)> {
+    let last = 3 * page + 10;
+    vec![
+        (
+            format!(
+                "UPDATE events SET body = replace(body, '\"n\":', '\"m\":') WHERE seq = {}",
+                2 * page + 5
+            ),
+            2 * page + 5,
+            "CRC mismatch",
+        ),
+        (
+            format!("DELETE FROM events WHERE seq = {}", page + 1),
+            page + 1,
+            "not contiguous",
+        ),
+        (
+            format!("DELETE FROM events WHERE seq = {last}"),
+            last,
+            "are missing",
+        ),
+        (
+            format!("UPDATE sessions SET last_seq = {}", last - 1),
+            last,
+            "but the session row records",
+        ),
+        (
+            format!(
+                "UPDATE events SET type = 'turn/start' WHERE seq = {}",
+                2 * page
+            ),
+            2 * page,
+            "disagree",
+        ),
+    ]
+}
+
+/// The events of a session whose reads span several pages of `page`
+/// rows: three pages and ten rows more, each of an unknown type.
+#[cfg(test)]
+pub(crate) fn long_session_events(page: u64) -> Vec<EventRecord> {
+    (1..=3 * page + 10)
+        .map(|seq| {
+            EventRecord::new(
+                seq,
+                1_700_000_000_000 + seq,
+                None,
+                "note/test",
+                &format!("{{\"n\":{seq}}}"),
+            )
+        })
+        .collect()
+}
+
+/// Reads a session through `events` both ways an [`events::SqlEvents`]
+/// gives it (records, and bodies lent) and asserts that each gives
+/// `expected`'s bodies in order and ends as `damage` says: after every
+/// record (`None`), or with the corruption of session `a` at that seq,
+/// its reason naming the words given, once every page of `page` rows
+/// before the damaged one was given and nothing past the damage.
+#[cfg(test)]
+pub(crate) fn assert_read_in_order(
+    mut events: impl FnMut() -> events::SqlEvents,
+    expected: &[EventRecord],
+    page: u64,
+    damage: Option<(u64, &str)>,
+) {
+    let ended = |given: usize, error: Option<crate::StoreError>, how: &str| {
+        let Some((seq, reason)) = damage else {
+            assert!(error.is_none(), "{how}: {error:?}");
+            assert_eq!(given, expected.len(), "{how}");
+            return;
+        };
+        let Some(crate::StoreError::CorruptRow {
+            id: found,
+            seq: at,
+            reason: why,
+            ..
+        }) = &error
+        else {
+            panic!("{how}: expected corruption at seq {seq}, got {error:?} after {given}");
+        };
+        assert_eq!((found.as_str(), *at), ("a", seq), "{how}: {why}");
+        assert!(why.contains(reason), "{how}: {why}");
+        let before = usize::try_from(seq - 1).unwrap_or(usize::MAX);
+        let whole_pages = usize::try_from((seq - 1) / page * page).unwrap_or(usize::MAX);
+        assert!(
+            (whole_pages..=before).contains(&given),
+            "{how}: {given} given before the damage at seq {seq}"
+        );
+    };
+    let mut given = 0;
+    let mut error = None;
+    for next in events() {
+        match next {
+            Ok(record) => {
+                assert_eq!(record.seq(), expected[given].seq());
+                assert_eq!(record.body(), expected[given].body());
+                given += 1;
+            }
+            Err(found) => error = Some(found),
+        }
+    }
+    ended(given, error, "records");
+    let mut read = events();
+    let (mut given, mut error) = (0, None);
+    loop {
+        match read.next_body() {
+            Ok(Some(body)) => {
+                assert_eq!(body.as_str(), expected[given].body());
+                given += 1;
+            }
+            Ok(None) => break,
+            Err(found) => {
+                error = Some(found);
+                break;
+            }
+        }
+    }
+    ended(given, error, "bodies lent");
+}

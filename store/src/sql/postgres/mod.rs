@@ -399,9 +399,9 @@ impl PostgresStore {
         let mut row = self.shared.read_header_row(id)?;
         let decoded = decode_header_row(self.path(), id, &mut row)?;
         Ok(SqlEvents::new(
-            Box::new(PostgresRows {
+            Arc::new(Mutex::new(PostgresRows {
                 shared: Arc::clone(&self.shared),
-            }),
+            })),
             self.path().to_owned(),
             id.clone(),
             decoded.header.seed_length,

@@ -562,3 +562,30 @@ fn a_statement_timeout_poisons_the_writer_and_acknowledges_nothing() {
     drop(writer);
     assert_eq!(ok(store.snapshot(&id("a"))).events.len(), 1);
 }
+
+#[test]
+fn a_long_session_reads_in_order_across_its_pages_whole_or_to_its_damage() {
+    // Past its first page a read takes the pages after it from a thread
+    // of their own: what it gives, and where it stops, are a page at a
+    // time's.
+    let page = PAGE_ROWS.unsigned_abs();
+    let expected = crate::sql::long_session_events(page);
+    let mut cases: Vec<(String, Option<(u64, &str)>)> = vec![(String::new(), None)];
+    for (damage, seq, reason) in crate::sql::long_session_damage(page) {
+        cases.push((damage, Some((seq, reason))));
+    }
+    for (damage, found) in cases {
+        let Some(schema) = postgres_store() else {
+            return;
+        };
+        let store = engine(&schema);
+        ok(store.create_session(&header("a"), &expected, Durability::Buffered));
+        if !damage.is_empty() {
+            execute(&schema, &damage);
+        }
+        crate::sql::assert_read_in_order(|| ok(store.events(&id("a"))), &expected, page, found);
+        if let Some((seq, reason)) = found {
+            assert_corrupt_at(store.snapshot(&id("a")), seq, reason);
+        }
+    }
+}

@@ -1165,10 +1165,10 @@ impl Shared {
         held: Option<u64>,
     ) -> SqlEvents {
         SqlEvents::new(
-            Box::new(SqliteRows {
+            Arc::new(Mutex::new(SqliteRows {
                 shared: Arc::clone(self),
                 held,
-            }),
+            })),
             self.path.clone(),
             id.clone(),
             row.decoded.header.seed_length,

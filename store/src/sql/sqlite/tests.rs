@@ -866,3 +866,90 @@ fn sessions_read_ahead_in_a_held_read_are_those_read_one_by_one_in_any_order() {
         drop(held);
     }
 }
+
+#[test]
+fn a_long_session_reads_in_order_across_its_pages_whole_or_to_its_damage() {
+    // Past its first page a read takes the pages after it from a thread
+    // of their own; what it gives, and where it stops, are a page at a
+    // time's, in a held read (which reads ahead in key order) or not.
+    let page = PAGE_ROWS as u64;
+    let expected = crate::sql::long_session_events(page);
+    let mut cases: Vec<(String, Option<(u64, &str)>)> = vec![(String::new(), None)];
+    for (damage, seq, reason) in crate::sql::long_session_damage(page) {
+        cases.push((damage, Some((seq, reason))));
+    }
+    for (damage, found) in cases {
+        let folder = ok(tempfile::tempdir());
+        let store = ok(SqliteStore::open(&database(folder.path())));
+        ok(store.create(&header("a"), &expected, Durability::Buffered));
+        if !damage.is_empty() {
+            ok(raw(store.path()).execute(&damage, []));
+        }
+        let read = || ok(store.events(&id("a")));
+        crate::sql::assert_read_in_order(read, &expected, page, found);
+        let held = ok(store.hold_read());
+        crate::sql::assert_read_in_order(read, &expected, page, found);
+        drop(held);
+        if let Some((seq, reason)) = found {
+            assert_corrupt_at(store.snapshot(&id("a")), seq, reason);
+        }
+    }
+}
+
+#[test]
+fn a_long_read_dropped_halfway_leaves_the_store_to_its_writer_and_readers() {
+    let page = PAGE_ROWS as u64;
+    let expected = crate::sql::long_session_events(page);
+    let folder = ok(tempfile::tempdir());
+    let store = ok(SqliteStore::open(&database(folder.path())));
+    ok(store.create(&header("a"), &expected, Durability::Buffered));
+    for taken in [1, page as usize + 3, 2 * page as usize] {
+        let mut read = ok(store.events(&id("a")));
+        for _ in 0..taken {
+            assert!(matches!(read.next(), Some(Ok(_))));
+        }
+        drop(read);
+        let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+        ok(writer.append(note("after a read dropped"), None));
+        drop(writer);
+    }
+    let events = ok(store.snapshot(&id("a"))).events;
+    assert_eq!(events.len(), expected.len() + 3);
+}
+
+#[test]
+fn a_fork_by_reference_of_a_long_parent_reads_its_rows_then_its_own() {
+    let page = PAGE_ROWS as u64;
+    let seeded = crate::sql::long_session_events(page);
+    let folder = ok(tempfile::tempdir());
+    let path = database(folder.path());
+    let store = ok(crate::Store::create(&path));
+    ok(store.create_session(&header("p"), &seeded, Durability::Buffered));
+    let defaults = sessionlog_projections::Defaults::default();
+    ok(store.fork(&id("p"), &id("a"), Some("go on"), &defaults));
+    let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+    let own: Vec<crate::NewEvent> = (0..page + 7).map(|n| note(&format!("own {n}"))).collect();
+    ok(writer.append_batch(own, None));
+    drop(writer);
+    let sqlite = ok(SqliteStore::open(&path));
+    // No rows of its own for the seeded events: they are the parent's.
+    let rows: i64 = ok(raw(&path).query_row(
+        "SELECT count(*) FROM events WHERE session_id = 'a'",
+        [],
+        |row| row.get(0),
+    ));
+    assert_eq!(rows.unsigned_abs(), page + 8);
+    let whole = ok(sqlite.snapshot(&id("a"))).events;
+    assert_eq!(whole.len() as u64, seeded.len() as u64 + page + 8);
+    let mut expected = seeded.clone();
+    expected.extend_from_slice(&whole[seeded.len()..]);
+    let read = || ok(sqlite.events(&id("a")));
+    crate::sql::assert_read_in_order(read, &expected, page, None);
+    // Damage to a row of the parent's is the child's corruption there.
+    let at = 2 * page + 5;
+    ok(raw(&path).execute(
+        "UPDATE events SET body = replace(body, '\"n\":', '\"m\":') WHERE session_id = 'p' AND seq = ?1",
+        [at.cast_signed()],
+    ));
+    crate::sql::assert_read_in_order(read, &expected, page, Some((at, "CRC mismatch")));
+}
