@@ -7,7 +7,9 @@
 //!   trip: the least a durable row can cost). Target: ≥ 0.8×.
 //! - **group commit**: 64 writers on 64 sessions against one, durable
 //!   appends; the server's `pg_stat_wal.wal_sync` per append commit shows
-//!   how many commits share one WAL flush. Target: ≥ 10×.
+//!   how many commits share one WAL flush, and raw autocommit `INSERT`s on
+//!   64 connections against 1 beside it: the server's and the disk's own
+//!   ceiling on this machine. Target: ≥ 10×.
 //! - **export**: a 300,000-event session read and written out as `export`
 //!   does (header, then each record's JSON line) against `COPY (SELECT body
 //!   …) TO STDOUT` of the same rows. Target: ≤ 2× the time.
@@ -33,6 +35,11 @@ const GROUP_ROUNDS: usize = 7;
 /// Appends each group-commit writer makes before the timed run.
 const WARM_UP: u64 = 8;
 const EXPORT_EVENTS: f64 = 300_000.0;
+/// The table and the one-row autocommit insert of the raw baselines.
+const RAW_TABLE: &str = "CREATE TABLE IF NOT EXISTS raw_events (session_id text, seq bigint,
+    ts bigint, type text, batch bigint, body text, crc bigint, PRIMARY KEY (session_id, seq))";
+const RAW_INSERT: &str = "INSERT INTO raw_events (session_id, seq, ts, type, batch, body, crc)
+    VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
 fn main() -> BenchResult<()> {
     let Ok(server) = std::env::var("SESSIONLOG_TEST_PG") else {
@@ -95,14 +102,8 @@ fn create(store: &PostgresStore, name: &str) -> BenchResult<SessionId> {
 /// Single-session durable appends against raw autocommit inserts.
 fn append(store: &PostgresStore) -> BenchResult<()> {
     let mut raw = store.connect()?;
-    raw.batch_execute(
-        "CREATE TABLE raw_events (session_id text, seq bigint, ts bigint, type text,
-           batch bigint, body text, crc bigint, PRIMARY KEY (session_id, seq))",
-    )?;
-    let insert = raw.prepare(
-        "INSERT INTO raw_events (session_id, seq, ts, type, batch, body, crc)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
-    )?;
+    raw.batch_execute(RAW_TABLE)?;
+    let insert = raw.prepare(RAW_INSERT)?;
     let session = create(store, "append")?;
     let mut writer = store.open_writer(
         &session,
@@ -234,25 +235,90 @@ fn appenders(store: &PostgresStore, round: usize, threads: usize) -> BenchResult
     ))
 }
 
+/// What the server and its disk give the simplest durable row, as a
+/// ceiling for [`appenders`]: `threads` connections, each inserting rows
+/// of its own with one autocommit `INSERT` each for `RUN_FOR`, after
+/// `WARM_UP` rows; rows per second.
+fn raw_appenders(store: &PostgresStore, round: usize, threads: usize) -> BenchResult<f64> {
+    let start = Barrier::new(threads + 1);
+    let (total, elapsed) = std::thread::scope(|scope| -> BenchResult<(u64, Duration)> {
+        let handles: Vec<_> = (0..threads)
+            .map(|thread| {
+                let start = &start;
+                scope.spawn(move || -> Result<u64, String> {
+                    let session = format!("raw{round}-{threads}-{thread}");
+                    let fail = |error: postgres::Error| error.to_string();
+                    let mut client = store.connect().map_err(|error| error.to_string())?;
+                    let insert = client.prepare(RAW_INSERT).map_err(fail)?;
+                    let mut count = 0u64;
+                    let mut insert_next = |count: &mut u64| {
+                        *count += 1;
+                        let event = note(*count);
+                        let record =
+                            EventRecord::new(*count, 1, None, &event.event_type, &event.data);
+                        let row: [&(dyn postgres::types::ToSql + Sync); 7] = [
+                            &session,
+                            &(*count as i64),
+                            &1_i64,
+                            &record.event_type(),
+                            &None::<i64>,
+                            &record.body(),
+                            &0_i64,
+                        ];
+                        client.execute(&insert, &row).map(drop).map_err(fail)
+                    };
+                    for _ in 0..WARM_UP {
+                        insert_next(&mut count)?;
+                    }
+                    start.wait();
+                    let started = Instant::now();
+                    while started.elapsed() < RUN_FOR {
+                        insert_next(&mut count)?;
+                    }
+                    Ok(count - WARM_UP)
+                })
+            })
+            .collect();
+        start.wait();
+        let started = Instant::now();
+        let mut total = 0;
+        for handle in handles {
+            total += handle.join().map_err(|_| "a raw appender panicked")??;
+        }
+        Ok((total, started.elapsed()))
+    })?;
+    Ok(total as f64 / elapsed.as_secs_f64())
+}
+
 /// One writer, then 64, in each of `GROUP_ROUNDS` rounds; the ratio of
 /// each round (the two runs a second apart, so the disk and the machine's
 /// load are alike for both) and their median, which one disturbed round
 /// (another process flushing the disk, a burst of load) does not move.
 fn group_commit(store: &PostgresStore) -> BenchResult<()> {
+    store.connect()?.batch_execute(RAW_TABLE)?;
     appenders(store, 99, THREADS)?;
     let mut rounds = Vec::new();
+    let mut raw_rounds = Vec::new();
     for round in 0..GROUP_ROUNDS {
         let one = appenders(store, round, 1)?;
         let many = appenders(store, round, THREADS)?;
+        let raw = (
+            raw_appenders(store, round, 1)?,
+            raw_appenders(store, round, THREADS)?,
+        );
         println!(
-            "  round {round}: 1 writer {:.0} events/s ({:.2} WAL flushes per commit), {THREADS} writers {:.0} events/s ({:.3} WAL flushes per commit): {:.1}x",
+            "  round {round}: 1 writer {:.0} events/s ({:.2} WAL flushes per commit), {THREADS} writers {:.0} events/s ({:.3} WAL flushes per commit): {:.1}x; raw INSERT+COMMIT 1 connection {:.0} rows/s, {THREADS} {:.0} rows/s: {:.1}x",
             one.0,
             one.1,
             many.0,
             many.1,
-            many.0 / one.0
+            many.0 / one.0,
+            raw.0,
+            raw.1,
+            raw.1 / raw.0
         );
         rounds.push((one, many));
+        raw_rounds.push(raw);
     }
     let median = |mut values: Vec<f64>| {
         values.sort_by(f64::total_cmp);
@@ -261,8 +327,10 @@ fn group_commit(store: &PostgresStore) -> BenchResult<()> {
     let ratio = median(rounds.iter().map(|(one, many)| many.0 / one.0).collect());
     let flushes_one = median(rounds.iter().map(|(one, _)| one.1).collect());
     let flushes_many = median(rounds.iter().map(|(_, many)| many.1).collect());
+    let raw_ratio = median(raw_rounds.iter().map(|(one, many)| many / one).collect());
     println!(
-        "group commit: median of {GROUP_ROUNDS} rounds {ratio:.1}x (target >= 10x); WAL flushes per commit: 1 writer {flushes_one:.2}, {THREADS} writers {flushes_many:.3} ({:.1} commits share a flush)",
+        "group commit: median of {GROUP_ROUNDS} rounds {ratio:.1}x (target >= 10x); WAL flushes per commit: 1 writer {flushes_one:.2}, {THREADS} writers {flushes_many:.3} ({:.1} commits share a flush); \
+         the server's own ceiling, raw INSERT+COMMIT on {THREADS} connections against 1: {raw_ratio:.1}x",
         1.0 / flushes_many
     );
     Ok(())

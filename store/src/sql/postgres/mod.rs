@@ -693,7 +693,7 @@ impl LogSink for PostgresSink {
         if inserted == 0 {
             return Err(self.conflict(first_seq));
         }
-        if inserted.unsigned_abs() != self.pending.len() as u64 {
+        if inserted != self.pending.len() as u64 {
             return Err(StoreError::InvalidStore {
                 store: self.shared.session_path(&self.id),
                 reason: format!(
@@ -810,7 +810,7 @@ impl PostgresBulkCreate {
             let inserted =
                 self.connection
                     .append(location, "insert events", id, first.seq() - 1, chunk)?;
-            if inserted.unsigned_abs() != chunk.len() as u64 {
+            if inserted != chunk.len() as u64 {
                 return Err(StoreError::InvalidStore {
                     store: location.display.clone(),
                     reason: format!(
@@ -973,10 +973,11 @@ impl Connection {
             .map_err(postgres_error(operation, location))
     }
 
-    /// Runs [`sql::APPEND`]: inserts `events` (not empty) of session `id`
-    /// when its last seq is still `last_seq`, moving it to theirs in the
-    /// same statement; how many rows it inserted (0: the last seq had
-    /// moved, another writer got ahead).
+    /// Runs [`sql::APPEND`] ([`sql::APPEND_ONE`] for one event): inserts
+    /// `events` (not empty) of session `id` when its last seq is still
+    /// `last_seq`, moving it to theirs in the same statement; how many
+    /// rows it inserted (0: the last seq had moved, another writer got
+    /// ahead).
     fn append(
         &mut self,
         location: &Location,
@@ -984,26 +985,61 @@ impl Connection {
         id: &SessionId,
         last_seq: u64,
         events: &[EventRecord],
-    ) -> Result<i64, StoreError> {
-        let new_last = events.last().map_or(last_seq, EventRecord::seq);
-        let columns = Columns::of(id, events);
-        let row = self.query_one(
-            location,
-            operation,
-            sql::APPEND,
-            &[
-                &id.as_str(),
-                &sql_integer(last_seq),
-                &sql_integer(new_last),
-                &columns.seq,
-                &columns.ts,
-                &columns.event_type,
-                &columns.batch,
-                &columns.body,
-                &columns.crc,
-            ],
-        )?;
-        row.try_get(0).map_err(postgres_error(operation, location))
+    ) -> Result<u64, StoreError> {
+        let new_last = sql_integer(events.last().map_or(last_seq, EventRecord::seq));
+        let (session, last_seq) = (id.as_str(), sql_integer(last_seq));
+        match events {
+            [event] => self.execute(
+                location,
+                operation,
+                sql::APPEND_ONE,
+                &[
+                    &session,
+                    &last_seq,
+                    &new_last,
+                    &sql_integer(event.seq()),
+                    &sql_integer(event.ts()),
+                    &event.event_type(),
+                    &event.batch().map(sql_integer),
+                    &event.body(),
+                    &i64::from(record_crc(id, event.body().as_bytes())),
+                ],
+            ),
+            _ => {
+                let columns = Columns::of(id, events);
+                self.execute(
+                    location,
+                    operation,
+                    sql::APPEND,
+                    &[
+                        &session,
+                        &last_seq,
+                        &new_last,
+                        &columns.seq,
+                        &columns.ts,
+                        &columns.event_type,
+                        &columns.batch,
+                        &columns.body,
+                        &columns.crc,
+                    ],
+                )
+            }
+        }
+    }
+
+    fn execute(
+        &mut self,
+        location: &Location,
+        operation: &'static str,
+        text: &'static str,
+        parameters: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, StoreError> {
+        let statement = self
+            .prepared(text)
+            .map_err(postgres_error(operation, location))?;
+        self.client
+            .execute(&statement, parameters)
+            .map_err(postgres_error(operation, location))
     }
 
     fn query_one(
@@ -1083,12 +1119,26 @@ impl Drop for Notifier {
 
 /// The notifier's loop: takes every append waiting, keeps the last seq of
 /// each session, and notifies once per session, all in one statement.
+/// The least time between two notification statements of one store: an
+/// append after a quiet spell is announced at once, and the appends of a
+/// busy spell together, each at most this late. A statement per append
+/// is a transaction of the server's on the cores the appenders use: it
+/// cost a lone durable writer a sixth of its rate on a disk that flushes
+/// in a sixth of a millisecond (docs/PERFORMANCE.md, "PostgreSQL").
+const NOTIFY_INTERVAL: Duration = Duration::from_millis(5);
+
 fn run_notifier(location: &Location, appended: &mpsc::Receiver<(SessionId, u64)>) {
     // The connection and its NOTIFY, prepared once: a statement given as
     // text would be parsed again, in a round trip of its own, every time.
     let mut client: Option<(Client, Statement)> = None;
     let channel = location.schema.clone();
+    let mut last_sent: Option<Instant> = None;
     while let Ok((id, seq)) = appended.recv() {
+        // At most one statement a NOTIFY_INTERVAL: an append after a quiet
+        // spell is announced at once, the appends of a busy spell together.
+        if let Some(wait) = last_sent.and_then(|sent| NOTIFY_INTERVAL.checked_sub(sent.elapsed())) {
+            std::thread::sleep(wait);
+        }
         let mut latest = BTreeMap::new();
         latest.insert(id, seq);
         while let Ok((id, seq)) = appended.try_recv() {
@@ -1114,6 +1164,7 @@ fn run_notifier(location: &Location, appended: &mpsc::Receiver<(SessionId, u64)>
         if let Err(error) = connected.execute(&*notify, &[&channel, &payloads]) {
             tracing::warn!(store = %location.display.display(), %error, "notifications not sent; followers will poll");
         }
+        last_sent = Some(Instant::now());
     }
 }
 

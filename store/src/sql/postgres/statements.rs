@@ -155,17 +155,24 @@ pub(super) const INSERT_EVENTS: &str =
 /// in [`INSERT_EVENTS`]) only if it moved. No row is inserted when another
 /// writer appended since (the last seq is not `$2`): the caller reports a
 /// `Conflict`. The `(session_id, seq)` primary key fences what slips past.
-/// Returns the number of events inserted.
+/// Its row count is the number of events inserted.
 pub(super) const APPEND: &str = "WITH moved AS (
         UPDATE sessions SET last_seq = $3 WHERE id = $1 AND last_seq = $2 RETURNING id
-     ), inserted AS (
-        INSERT INTO events (session_id, seq, ts, type, batch, body, crc)
-        SELECT moved.id, new.seq, new.ts, new.type, new.batch, new.body, new.crc
-        FROM moved, unnest($4::bigint[], $5::bigint[], $6::text[], $7::bigint[], $8::text[],
-                           $9::bigint[]) AS new (seq, ts, type, batch, body, crc)
-        RETURNING 1
      )
-     SELECT count(*) FROM inserted";
+     INSERT INTO events (session_id, seq, ts, type, batch, body, crc)
+     SELECT moved.id, new.seq, new.ts, new.type, new.batch, new.body, new.crc
+     FROM moved, unnest($4::bigint[], $5::bigint[], $6::text[], $7::bigint[], $8::text[],
+                        $9::bigint[]) AS new (seq, ts, type, batch, body, crc)";
+
+/// [`APPEND`] of one event, its columns given as values rather than
+/// arrays: the append a runtime makes most, without six arrays for the
+/// server to decode and unnest.
+pub(super) const APPEND_ONE: &str = "WITH moved AS (
+        UPDATE sessions SET last_seq = $3 WHERE id = $1 AND last_seq = $2 RETURNING id
+     )
+     INSERT INTO events (session_id, seq, ts, type, batch, body, crc)
+     SELECT moved.id, $4::bigint, $5::bigint, $6::text, $7::bigint, $8::text, $9::bigint
+     FROM moved";
 
 /// The last seq a session's row records and the lowest and highest seqs
 /// of its rows, read in one statement: rows past the recorded last seq
