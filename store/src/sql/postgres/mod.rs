@@ -1117,8 +1117,6 @@ impl Drop for Notifier {
     }
 }
 
-/// The notifier's loop: takes every append waiting, keeps the last seq of
-/// each session, and notifies once per session, all in one statement.
 /// The least time between two notification statements of one store: an
 /// append after a quiet spell is announced at once, and the appends of a
 /// busy spell together, each at most this late. A statement per append
@@ -1127,6 +1125,9 @@ impl Drop for Notifier {
 /// in a sixth of a millisecond (docs/PERFORMANCE.md, "PostgreSQL").
 const NOTIFY_INTERVAL: Duration = Duration::from_millis(5);
 
+/// The notifier's loop: takes every append waiting, keeps the last seq of
+/// each session, and notifies once per session, all in one statement, at
+/// most one statement every [`NOTIFY_INTERVAL`].
 fn run_notifier(location: &Location, appended: &mpsc::Receiver<(SessionId, u64)>) {
     // The connection and its NOTIFY, prepared once: a statement given as
     // text would be parsed again, in a round trip of its own, every time.
@@ -1134,8 +1135,8 @@ fn run_notifier(location: &Location, appended: &mpsc::Receiver<(SessionId, u64)>
     let channel = location.schema.clone();
     let mut last_sent: Option<Instant> = None;
     while let Ok((id, seq)) = appended.recv() {
-        // At most one statement a NOTIFY_INTERVAL: an append after a quiet
-        // spell is announced at once, the appends of a busy spell together.
+        // Within NOTIFY_INTERVAL of the last statement: wait out the rest,
+        // and take what queued meanwhile along.
         if let Some(wait) = last_sent.and_then(|sent| NOTIFY_INTERVAL.checked_sub(sent.elapsed())) {
             std::thread::sleep(wait);
         }
