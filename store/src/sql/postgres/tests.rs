@@ -589,3 +589,35 @@ fn a_long_session_reads_in_order_across_its_pages_whole_or_to_its_damage() {
         }
     }
 }
+
+#[test]
+fn a_burst_of_appends_is_announced_through_its_last_seq_in_order() {
+    // The notifier sends at most one statement every NOTIFY_INTERVAL and
+    // takes along what queued meanwhile: the last seq of a burst is still
+    // announced, and no announcement goes back.
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    let store = engine(&schema);
+    ok(store.create_session(&header("a"), &[], Durability::Fsync));
+    let mut client = ok(store.connect());
+    ok(client.batch_execute(&format!("LISTEN \"{}\"", schema.schema)));
+    let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+    let burst = 40;
+    for n in 0..burst {
+        ok(writer.append(note(&format!("n{n}")), None));
+    }
+    let mut seqs = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while seqs.last() != Some(&burst) && std::time::Instant::now() < deadline {
+        let mut notifications = client.notifications();
+        let mut waiting = notifications.timeout_iter(Duration::from_millis(200));
+        while let Some(notification) = ok(waiting.next()) {
+            let payload: serde_json::Value = ok(serde_json::from_str(notification.payload()));
+            assert_eq!(payload["session"], "a", "{payload}");
+            seqs.push(payload["seq"].as_u64().unwrap_or_default());
+        }
+    }
+    assert_eq!(seqs.last(), Some(&burst), "{seqs:?}");
+    assert!(seqs.is_sorted() && seqs.len() <= burst as usize, "{seqs:?}");
+}
