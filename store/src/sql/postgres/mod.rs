@@ -1027,6 +1027,8 @@ impl Connection {
         }
     }
 
+    /// Runs the prepared statement `text` with `parameters`, as many rows
+    /// as it changed.
     fn execute(
         &mut self,
         location: &Location,
@@ -1034,14 +1036,12 @@ impl Connection {
         text: &'static str,
         parameters: &[&(dyn ToSql + Sync)],
     ) -> Result<u64, StoreError> {
-        let statement = self
-            .prepared(text)
-            .map_err(postgres_error(operation, location))?;
-        self.client
-            .execute(&statement, parameters)
-            .map_err(postgres_error(operation, location))
+        self.with_prepared(location, operation, text, |client, statement| {
+            client.execute(statement, parameters)
+        })
     }
 
+    /// Runs the prepared statement `text` with `parameters`, its one row.
     fn query_one(
         &mut self,
         location: &Location,
@@ -1049,12 +1049,24 @@ impl Connection {
         text: &'static str,
         parameters: &[&(dyn ToSql + Sync)],
     ) -> Result<Row, StoreError> {
+        self.with_prepared(location, operation, text, |client, statement| {
+            client.query_one(statement, parameters)
+        })
+    }
+
+    /// `call` with the client and the statement `text`, prepared once per
+    /// connection; its errors named as `operation`.
+    fn with_prepared<T>(
+        &mut self,
+        location: &Location,
+        operation: &'static str,
+        text: &'static str,
+        call: impl FnOnce(&mut Client, &Statement) -> Result<T, postgres::Error>,
+    ) -> Result<T, StoreError> {
         let statement = self
             .prepared(text)
             .map_err(postgres_error(operation, location))?;
-        self.client
-            .query_one(&statement, parameters)
-            .map_err(postgres_error(operation, location))
+        call(&mut self.client, &statement).map_err(postgres_error(operation, location))
     }
 
     /// Sets `synchronous_commit` for `durability`: at least `on` for
