@@ -637,6 +637,36 @@ fn tail_follows_a_database_session(poll_only: bool) {
 }
 
 #[test]
+fn tail_follows_from_the_last_n_events_none_printed_with_n_0() {
+    // `-n N -f` prints the last N events, then only what is appended after
+    // them: with `-n 0`, nothing of what was there, in every backend.
+    for (name, file) in [("JSONL", "store"), ("SQLite", "sessions.db")] {
+        let dir = temp();
+        let store_arg = dir.path().join(file).display().to_string();
+        run(["create", &store_arg, "--session", "s1", "--cwd", "/w"]).expect_code(0);
+        append(
+            &store_arg,
+            "{\"type\":\"x/note\",\"data\":{}}\n{\"type\":\"x/note\",\"data\":{}}\n{\"type\":\"x/note\",\"data\":{}}\n",
+        );
+        let none = Follower::start(
+            &["tail", &store_arg, "--session", "s1", "-f", "-n", "0"],
+            false,
+        );
+        let two = Follower::start(
+            &["tail", &store_arg, "--session", "s1", "-f", "-n", "2"],
+            false,
+        );
+        assert_eq!(two.next_seqs(2), vec![2, 3], "{name}");
+        none.assert_quiet();
+        append(&store_arg, "{\"type\":\"x/note\",\"data\":{}}\n");
+        assert_eq!(none.next_seqs(1), vec![4], "{name}");
+        assert_eq!(two.next_seqs(1), vec![4], "{name}");
+        none.assert_quiet();
+        two.assert_quiet();
+    }
+}
+
+#[test]
 fn list_tree_names_orphans_and_unreadable_sessions() {
     let dir = temp();
     write(

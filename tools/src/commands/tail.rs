@@ -214,6 +214,9 @@ impl<W: Write> Tail<'_, W> {
                         None => 1,
                     },
                 };
+                // The events before `from` are passed over, printed or not
+                // (`-n 0` prints none): following goes on after them.
+                self.printed = self.printed.max(from.saturating_sub(1));
                 self.print_rows_from(session, from)?;
                 None
             }
