@@ -157,13 +157,17 @@ const PENDING: &str = r#"{"callId":"call-9","stepId":"step-1","name":"shell","ar
 
 /// Runs `review` on `log` against `server` with the key in the environment.
 fn review(log: &Path, server: &Server, extra: &[&str]) -> Run {
-    let pending = log.with_file_name("pending.json");
-    std::fs::write(&pending, PENDING).expect("write the pending action");
+    review_with(log, &log.with_file_name("pending.json"), server, extra)
+}
+
+/// [`review`] of `store`, the pending action written to `pending`.
+fn review_with(store: &Path, pending: &Path, server: &Server, extra: &[&str]) -> Run {
+    std::fs::write(pending, PENDING).expect("write the pending action");
     let mut command = sessionlog(["review"]);
     command
-        .arg(log)
+        .arg(store)
         .arg("--pending")
-        .arg(&pending)
+        .arg(pending)
         .args(["--endpoint", &server.endpoint])
         .args(extra)
         .env("SESSIONLOG_REVIEWER_KEY", KEY)
@@ -726,4 +730,63 @@ fn a_session_without_calls_under_auto_asks_nothing() {
     assert_eq!(printed["rows"], json!([]));
     assert_eq!(printed["summary"]["calls"], 0);
     assert!(server.received().is_empty());
+}
+
+#[test]
+fn a_decision_is_recorded_in_a_folder_a_database_and_postgresql_as_in_a_lone_log() {
+    // `review --record` writes: it opens the store for writing, as
+    // `append` does, whatever the backend.
+    let (folder, log) = open_step_session();
+    let id = snapshot(&log).header.id.to_string();
+    let server = Server::saying(r#"{"risk":"high","decision":"deny","reason":"no"}"#);
+    let lone = review(&log, &server, &["--record"]);
+    lone.expect_code(0);
+    let expected = export(&log, &id);
+    assert_eq!(
+        expected.len(),
+        12,
+        "the header, 9 events, the call and its settle"
+    );
+    let schema = crate::postgres::test_server()
+        .map(|server| crate::postgres::Schema::new(&server, "review_record"));
+    let mut stores = vec![
+        folder.path().join("store"),
+        folder.path().join("sessions.db"),
+    ];
+    stores.extend(schema.as_ref().map(crate::postgres::Schema::path));
+    for store in stores {
+        let (_source, source_log) = open_step_session();
+        let source = source_log.with_file_name("source");
+        std::fs::create_dir(&source).expect("a folder of logs");
+        std::fs::rename(&source_log, source.join(format!("{id}.jsonl"))).expect("move the log");
+        let mut migrate = sessionlog(["migrate"]);
+        migrate.arg(&source).arg(&store);
+        run_command(migrate, None).expect_code(0);
+        let pending = folder.path().join("pending.json");
+        let run = review_with(&store, &pending, &server, &["--session", &id, "--record"]);
+        run.expect_code(0);
+        assert_eq!(run.stdout, lone.stdout, "{}", store.display());
+        assert_eq!(export(&store, &id), expected, "{}", store.display());
+        verify(&store);
+    }
+}
+
+/// What `export` prints of session `id` of `store`, each line a value,
+/// without the times of the records `review` wrote (after seq 9), which
+/// are the clock's.
+fn export(store: &Path, id: &str) -> Vec<Value> {
+    let mut command = sessionlog(["export"]);
+    command.arg(store).args(["--session", id]);
+    let run = run_command(command, None);
+    run.expect_code(0);
+    run.stdout
+        .lines()
+        .map(|line| {
+            let mut value: Value = serde_json::from_str(line).expect("an export line");
+            if value["seq"].as_u64().is_some_and(|seq| seq > 9) {
+                value["ts"] = Value::Null;
+            }
+            value
+        })
+        .collect()
 }

@@ -72,7 +72,7 @@ pub fn call(
             Err(code) => Ok(code),
         };
     }
-    let target = Target::open(&args.store)?;
+    let target = Target::open_for_writing(&args.store)?;
     let session = target.session(args.session.as_deref())?;
     let options = WriterOptions {
         durability: Durability::Fsync,
