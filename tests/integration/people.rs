@@ -639,7 +639,8 @@ fn tail_follows_a_database_session(poll_only: bool) {
 #[test]
 fn tail_follows_from_the_last_n_events_none_printed_with_n_0() {
     // `-n N -f` prints the last N events, then only what is appended after
-    // them: with `-n 0`, nothing of what was there, in every backend.
+    // them: with `-n 0`, nothing of what was there, in a folder of logs
+    // and in a database (whose first read and follow are its own).
     for (name, file) in [("JSONL", "store"), ("SQLite", "sessions.db")] {
         let dir = temp();
         let store_arg = dir.path().join(file).display().to_string();
