@@ -566,4 +566,21 @@ fn verify_reports_damage_per_session_and_goes_on_to_the_others() {
     for command in ["list", "stats"] {
         assert_eq!(run([command, &text(&database)]).code, 2, "{command}");
     }
+    // Said once, beside the store that is damaged: the line names the
+    // store as its source, and its message does not name it again.
+    let printed = run(["verify", &text(&database)]);
+    let prefix = format!("{}: the database is damaged: ", text(&database));
+    let whole: Vec<&str> = printed
+        .stdout
+        .lines()
+        .filter(|line| line.contains("the database is damaged"))
+        .collect();
+    assert_eq!(whole.len(), 2, "{}", printed.stdout);
+    assert!(
+        whole
+            .iter()
+            .all(|line| line.starts_with(&prefix) && line.matches(&text(&database)).count() == 1),
+        "{}",
+        printed.stdout
+    );
 }

@@ -391,7 +391,9 @@ fn warn_of_leftovers(store: &sessionlog_store::JsonlStore) -> Result<()> {
     Ok(())
 }
 
-/// The verdict on damage of a store as a whole (no session named).
+/// The verdict on damage of a store as a whole (no session named). Its
+/// source is the store, so the message does not name it again, nor point
+/// to `verify`.
 fn store_damage_verdict(store: &Path, error: &StoreError) -> Verdict {
     let mut verdict = Verdict::empty(None, store.display().to_string());
     verdict.status = "corrupt";
@@ -399,7 +401,12 @@ fn store_damage_verdict(store: &Path, error: &StoreError) -> Verdict {
         line: None,
         offset: None,
         seq: None,
-        message: error.to_string(),
+        message: match error {
+            StoreError::DamagedDatabase { reason, .. } => {
+                format!("the database is damaged: {reason}")
+            }
+            other => other.to_string(),
+        },
     });
     verdict
 }
