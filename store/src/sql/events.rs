@@ -326,8 +326,8 @@ impl SqlEvents {
             None => {}
             Some(_) if self.rows_end == RowsEnd::Read => {}
             Some(segment) => {
-                let (reading, through) = (segment.owner.clone(), segment.through);
-                let owner = (reading != self.id).then(|| reading.clone());
+                let through = segment.through;
+                let owner = (segment.owner != self.id).then(|| segment.owner.clone());
                 // A session of its own rows only, in a held read: its rows
                 // to their end, and no statement for the end. (A read ahead
                 // runs only where the engine said no to this.)
@@ -348,7 +348,11 @@ impl SqlEvents {
                             self.rows_end = RowsEnd::Read;
                         }
                     }
-                    None => self.read_rows(&reading, through)?,
+                    None => {
+                        // Its own: `read_rows` takes all of `self`.
+                        let reading = segment.owner.clone();
+                        self.read_rows(&reading, through)?;
+                    }
                 }
                 if self.rows.rows.is_empty() {
                     if let Some(owner) = &owner {
