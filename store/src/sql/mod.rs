@@ -232,22 +232,28 @@ pub(crate) fn assert_corrupt_at(
     seq: u64,
     reason: &str,
 ) {
-    let Err(crate::StoreError::CorruptRow {
+    assert_row_corrupt_at(result.as_ref().err(), seq, reason, "snapshot");
+}
+
+/// Asserts that `error` is the corruption of session `a`'s row at `seq`,
+/// for a `reason` its message names; `how` says what read found it.
+#[cfg(test)]
+fn assert_row_corrupt_at(error: Option<&crate::StoreError>, seq: u64, reason: &str, how: &str) {
+    let Some(crate::StoreError::CorruptRow {
         id: found,
         seq: at,
         reason: why,
         ..
-    }) = &result
+    }) = error
     else {
-        panic!("expected corruption, got {result:?}");
+        panic!("{how}: expected corruption at seq {seq}, got {error:?}");
     };
-    assert_eq!((found.as_str(), *at), ("a", seq), "{why}");
-    assert!(why.contains(reason), "{why}");
-    let message = result.as_ref().map(drop).err().map(ToString::to_string);
-    let message = message.unwrap_or_default();
+    assert_eq!((found.as_str(), *at), ("a", seq), "{how}: {why}");
+    assert!(why.contains(reason), "{how}: {why}");
+    let message = error.map(ToString::to_string).unwrap_or_default();
     assert!(
         message.contains(&format!("session a is corrupt at seq {seq}: ")),
-        "{message}"
+        "{how}: {message}"
     );
 }
 
@@ -329,17 +335,7 @@ pub(crate) fn assert_read_in_order(
             assert_eq!(given, expected.len(), "{how}");
             return;
         };
-        let Some(crate::StoreError::CorruptRow {
-            id: found,
-            seq: at,
-            reason: why,
-            ..
-        }) = &error
-        else {
-            panic!("{how}: expected corruption at seq {seq}, got {error:?} after {given}");
-        };
-        assert_eq!((found.as_str(), *at), ("a", seq), "{how}: {why}");
-        assert!(why.contains(reason), "{how}: {why}");
+        assert_row_corrupt_at(error.as_ref(), seq, reason, how);
         let before = usize::try_from(seq - 1).unwrap_or(usize::MAX);
         let whole_pages = usize::try_from((seq - 1) / page * page).unwrap_or(usize::MAX);
         assert!(
