@@ -786,3 +786,66 @@ fn a_sealed_log_still_reviews_and_a_tampered_one_is_refused_with_exit_7() {
         audited.stderr
     );
 }
+
+/// A long log (the fold of `verify` moves to a thread of its own after
+/// its first 4,096 events) sealed only late, or early and late: the late
+/// seal is checked against the chain of the bytes folded, and a body
+/// edited under it, its CRC recomputed, is caught.
+#[test]
+fn a_long_log_sealed_late_catches_an_edit_under_its_seal_far_past_the_first_events() {
+    // 2,000 turns of three events: 6,000 events, the seal after the
+    // 5,001st (index 5,000) or after the 11th as well.
+    for seal_after in [&[5_000][..], &[10, 5_000]] {
+        let dir = ok(tempfile::tempdir());
+        let (log, _) = written_log(dir.path(), 2_000, seal_after, true);
+        // The extra early seal moves the late one a seq on.
+        let seal_seq = 5_001 + seal_after.len();
+        let whole = verify(dir.path(), &["--json"]);
+        whole.expect_code(0);
+        let line = whole.stdout.lines().next().unwrap_or_default();
+        let verdict: serde_json::Value = ok(serde_json::from_str(line));
+        assert_eq!(verdict["events"], 6_000 + seal_after.len(), "{line}");
+        assert_eq!(verdict["lastSeal"]["seq"], seal_seq, "{line}");
+        assert_eq!(verdict["ownSeals"], seal_after.len(), "{line}");
+        // An edit far past the first seal and before the last.
+        edit_message(&log, "do t1500", "do t9999");
+        let caught = verify(dir.path(), &[]);
+        caught.expect_code(7);
+        assert!(
+            caught.stdout.contains(&format!("seq {seal_seq}")),
+            "{}",
+            caught.stdout
+        );
+    }
+}
+
+#[test]
+fn a_long_unsealed_log_named_by_an_anchor_is_checked_against_it() {
+    let dir = ok(tempfile::tempdir());
+    let store = dir.path().join("store");
+    ok(std::fs::create_dir(&store));
+    let (log, _) = written_log(&store, 2_000, &[], false);
+    let anchor = dir.path().join("anchor.jsonl");
+    let head = run(["head", path_str(&store)]);
+    head.expect_code(0);
+    ok(std::fs::write(&anchor, &head.stdout));
+    verify(&store, &["--anchor", path_str(&anchor)]).expect_code(0);
+    edit_message(&log, "do t1500", "do t9999");
+    // Nothing inside an unsealed log can tell; the anchor can.
+    verify(&store, &[]).expect_code(0);
+    let anchored = verify(&store, &["--anchor", path_str(&anchor)]);
+    anchored.expect_code(7);
+    assert!(anchored.stdout.contains("anchor"), "{}", anchored.stdout);
+}
+
+/// Replaces `from` with `to` in the one body of session `p`'s log that
+/// holds it, its CRC recomputed.
+fn edit_message(log: &Path, from: &str, to: &str) {
+    let mut edited = bodies(log);
+    let holding: Vec<usize> = (0..edited.len())
+        .filter(|&index| edited[index].contains(&format!("\"{from}\"")))
+        .collect();
+    assert_eq!(holding.len(), 1, "one body holds {from:?}");
+    edited[holding[0]] = edited[holding[0]].replace(from, to);
+    write_bodies(log, "p", &edited);
+}
