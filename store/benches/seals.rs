@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 use sessionlog_projections::SessionState;
 use sessionlog_schema::{SealSecretKey, SessionHeader, SessionId};
 use sessionlog_store::{
-    Durability, JsonlStore, LogReader, NewEvent, SealTurns, SessionStream, Store, WriterOptions,
+    fold_stream, Durability, JsonlStore, LogReader, NewEvent, SealTurns, SessionStream, Store,
+    WriterOptions,
 };
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
@@ -146,23 +147,29 @@ fn write_log(
 }
 
 /// What `sessionlog verify` does: stream, fold (own seals checked against
-/// the chain), collect violations. Returns the events and own seals met.
+/// the chain; past its first events on a thread of its own, as
+/// `fold_stream` folds), collect violations. Returns the events and own
+/// seals met.
 fn verify(path: &Path) -> BenchResult<(u64, u64)> {
     let mut stream: Box<dyn SessionStream> = Box::new(LogReader::open(path, None)?);
     let mut state = SessionState::with_header_body(stream.header().clone(), stream.header_body());
     let mut count = 0;
     let mut seals = 0;
-    while let Some(event) = stream.next_event_folded(&mut state)? {
+    let mut broken = None;
+    fold_stream(&mut *stream, &mut state, |record, folded, state| {
         count += 1;
-        if let Err(violation) = event.folded {
-            return Err(format!("the bench log breaks a rule: {violation}").into());
+        if let Err(violation) = folded {
+            broken.get_or_insert(violation);
         }
         if state
             .last_seal()
-            .is_some_and(|seal| seal.seq == event.record.seq())
+            .is_some_and(|seal| seal.seq == record.seq())
         {
             seals += 1;
         }
+    })?;
+    if let Some(violation) = broken {
+        return Err(format!("the bench log breaks a rule: {violation}").into());
     }
     stream.finish()?;
     Ok((count, seals))
