@@ -5,8 +5,11 @@
 //! anchors, read by `verify` or `stats`), so the fold keeps the bodies
 //! since the last value it computed, up to [`PENDING_LIMIT`] bytes of
 //! them, and hashes them only when a value is asked for, a seal is
-//! checked or the bytes reach the limit. The value is the same as
-//! hashing each record as it comes: the same links, in the same order.
+//! checked or the bytes reach the limit. A session whose bodies once
+//! reached the limit would reach it again and again, so from then on each
+//! body is hashed as it is pushed, while the fold has it in the cache,
+//! instead of being copied first. The value is the same as hashing each
+//! record as it comes: the same links, in the same order.
 
 use sessionlog_schema::ChainValue;
 
@@ -34,6 +37,9 @@ pub(crate) struct Chain {
     pending: String,
     /// Where each body of `pending` ends.
     ends: Vec<usize>,
+    /// The bodies once passed [`PENDING_LIMIT`]: each body is hashed as
+    /// it is pushed, and `pending` stays empty.
+    hashing: bool,
 }
 
 impl Chain {
@@ -45,6 +51,7 @@ impl Chain {
             from_header: true,
             pending: String::with_capacity(header_body.len().max(START_BYTES)),
             ends: Vec::with_capacity(START_RECORDS),
+            hashing: false,
         };
         chain.keep(header_body);
         chain
@@ -57,6 +64,7 @@ impl Chain {
             from_header: false,
             pending: String::new(),
             ends: Vec::new(),
+            hashing: false,
         }
     }
 
@@ -88,12 +96,15 @@ impl Chain {
 
     /// The chain one record on, whose body is `body`.
     pub(crate) fn push(&mut self, body: &str) {
+        if self.hashing {
+            self.through = self.through.next(body);
+            return;
+        }
         if self.pending.len() + body.len() > PENDING_LIMIT {
             self.settle();
-            if body.len() > PENDING_LIMIT {
-                self.through = self.through.next(body);
-                return;
-            }
+            self.hashing = true;
+            self.through = self.through.next(body);
+            return;
         }
         self.keep(body);
     }
