@@ -420,6 +420,40 @@ fn an_interrupted_migration_is_finished_by_resume_which_proves_what_is_there() {
     );
 }
 
+/// A refused `migrate` (here: a record edited in the middle of the
+/// source) leaves no empty store it made behind, a folder's missing
+/// parents included; a destination that was there before stays.
+#[test]
+fn a_refused_migrate_leaves_no_destination_it_made() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let source = dir.path().join("source");
+    std::fs::create_dir(&source).unwrap_or_else(|error| panic!("mkdir: {error}"));
+    let log = source.join("auto-review.jsonl");
+    std::fs::copy(examples().join("auto-review.jsonl"), &log)
+        .unwrap_or_else(|error| panic!("copy: {error}"));
+    let text = std::fs::read_to_string(&log).unwrap_or_else(|error| panic!("read: {error}"));
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    // A record in the middle, intact ones after it: corruption.
+    let middle = lines.len() / 2;
+    lines[middle] = lines[middle].replacen("\"ts\":1", "\"ts\":2", 1);
+    std::fs::write(&log, lines.join("\n") + "\n").unwrap_or_else(|error| panic!("write: {error}"));
+    for to in ["copy.db", "copies/2026/december"] {
+        let destination = dir.path().join(to);
+        let refused = run(["migrate", &arg(&source), &arg(&destination)]);
+        refused.expect_code(2);
+        assert!(refused.stderr.contains("corrupt"), "{}", refused.stderr);
+        assert!(!destination.exists(), "{to} was left behind");
+    }
+    assert!(
+        !dir.path().join("copies").exists(),
+        "a parent was left behind"
+    );
+    let existing = dir.path().join("existing");
+    std::fs::create_dir(&existing).unwrap_or_else(|error| panic!("mkdir: {error}"));
+    run(["migrate", &arg(&source), &arg(&existing)]).expect_code(2);
+    assert!(existing.is_dir(), "a folder that was there before is kept");
+}
+
 #[test]
 fn migrate_of_a_store_onto_itself_is_refused() {
     let source = arg(&examples());

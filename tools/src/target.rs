@@ -263,6 +263,73 @@ impl Target {
     }
 }
 
+/// A destination store a command creates when missing (`migrate`,
+/// `import`). Should the command end with no session in it, a store it
+/// made is removed again: a refused `migrate` or an `import` that
+/// imported nothing leaves no empty store behind. A store that was there
+/// before, a PostgreSQL schema, or one that holds anything besides what
+/// creating it wrote is left as it is.
+#[derive(Debug)]
+pub struct NewStore {
+    store: Store,
+    /// The folders and file this command made, deepest first, for a
+    /// store that did not exist before.
+    made: Vec<PathBuf>,
+}
+
+impl NewStore {
+    /// Opens the store at `path`, creating it (and a folder store's
+    /// missing parents) when missing.
+    pub fn create(path: &Path) -> Result<NewStore> {
+        let made = match Backend::of_path(path) {
+            Backend::Postgres => Vec::new(),
+            _ => path
+                .ancestors()
+                .take_while(|folder| !folder.as_os_str().is_empty() && !folder.exists())
+                .map(Path::to_path_buf)
+                .collect(),
+        };
+        let store = Store::create(path)?;
+        Ok(NewStore { store, made })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Removes the store if this command made it and it holds no session:
+    /// a database's file (and the journal files SQLite keeps beside it),
+    /// then each folder made, as long as it is empty. Anything else is
+    /// left, and so is the store when it cannot be listed.
+    pub fn remove_if_empty(self) {
+        let NewStore { store, made } = self;
+        if made.is_empty() || !store.ids().is_ok_and(|ids| ids.is_empty()) {
+            return;
+        }
+        let backend = store.backend();
+        drop(store);
+        let mut made = made.iter();
+        if backend == Backend::Sqlite {
+            let Some(file) = made.next() else { return };
+            for suffix in ["-wal", "-shm", "-journal"] {
+                let mut side = file.clone().into_os_string();
+                side.push(suffix);
+                // Absent once SQLite closed the database cleanly.
+                let _ = std::fs::remove_file(side);
+            }
+            if std::fs::remove_file(file).is_err() {
+                return;
+            }
+        }
+        for folder in made {
+            if std::fs::remove_dir(folder).is_err() {
+                return;
+            }
+        }
+    }
+}
+
 /// Whether `path` names a lone log file rather than a store.
 pub fn is_lone_log(path: &Path) -> bool {
     path.extension().is_some_and(|ext| ext == "jsonl") && !path.is_dir()

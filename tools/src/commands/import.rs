@@ -14,7 +14,7 @@ use sessionlog_store::Store;
 
 use crate::commands::replay::display;
 use crate::import::{self, Format, ImportError, SessionOutcome};
-use crate::target::is_lone_log;
+use crate::target::{is_lone_log, NewStore};
 use crate::{exit, progress, UsageError};
 
 /// What happened to the files of one SOURCE.
@@ -43,7 +43,8 @@ pub fn run(
             into.display()
         )));
     }
-    let store = Store::create(into)?;
+    let created = NewStore::create(into)?;
+    let store = created.store();
     let mut discovered = Vec::with_capacity(sources.len());
     for source in sources {
         discovered.push(import::discover(source, format, into));
@@ -61,7 +62,7 @@ pub fn run(
             Ok(files) => {
                 for file in files {
                     report.files += 1;
-                    import_one(&store, &file, format, &mut report);
+                    import_one(store, &file, format, &mut report);
                     bar.inc(1);
                 }
             }
@@ -71,6 +72,8 @@ pub fn run(
         bar.suspend(|| print_report(source, &report, json))?;
     }
     bar.finish_and_clear();
+    // A store made for an import that imported nothing is not left behind.
+    created.remove_if_empty();
     Ok(if any_failed { exit::USAGE } else { exit::OK })
 }
 

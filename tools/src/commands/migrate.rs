@@ -9,7 +9,7 @@ use sessionlog_store::{
     SessionSource, Store, StoreError,
 };
 
-use crate::target::{is_lone_log, require_sessions};
+use crate::target::{is_lone_log, require_sessions, NewStore};
 use crate::{exit, warn, UsageError};
 
 /// What `migrate` may accept besides a fresh copy.
@@ -43,7 +43,8 @@ pub fn migrate(
     if let Some(source) = &source {
         require_sessions(&source.ids()?, from, options.allow_empty)?;
     }
-    let destination = Store::create(to)?;
+    let created = NewStore::create(to)?;
+    let destination = created.store();
     let bar = crate::progress::bar(quiet, "migrate");
     let mut progress = |update: MigrateProgress| {
         bar.set_prefix(match update.phase {
@@ -57,20 +58,17 @@ pub fn migrate(
         resume: options.resume,
     };
     let migrated = match &source {
-        Some(source) => migrate_with(source, &destination, migrate_options, &mut progress),
-        None => migrate_log(from, &destination, migrate_options, &mut progress),
+        Some(source) => migrate_with(source, destination, migrate_options, &mut progress),
+        None => migrate_log(from, destination, migrate_options, &mut progress),
     };
     let report = match migrated {
         Ok(report) => report,
-        Err(error @ StoreError::AlreadyExists { .. }) => {
+        Err(error) => {
             bar.finish_and_clear();
-            return Err(anyhow::Error::new(error).context(format!(
-                "nothing was written; if an interrupted migrate published it, `sessionlog migrate {} {} --resume` proves and skips the sessions already copied",
-                from.display(),
-                to.display()
-            )));
+            // A refused migration leaves no empty store it made behind.
+            created.remove_if_empty();
+            return Err(refused(error, from, to));
         }
-        Err(error) => return Err(error.into()),
     };
     bar.finish_and_clear();
     for warning in &report.warnings {
@@ -103,6 +101,19 @@ pub fn migrate(
         }
     }
     Ok(exit::OK)
+}
+
+/// The error of a refused migration, with what to do about a session
+/// already at the destination.
+fn refused(error: StoreError, from: &Path, to: &Path) -> anyhow::Error {
+    match error {
+        StoreError::AlreadyExists { .. } => anyhow::Error::new(error).context(format!(
+            "nothing was written; if an interrupted migrate published it, `sessionlog migrate {} {} --resume` proves and skips the sessions already copied",
+            from.display(),
+            to.display()
+        )),
+        error => error.into(),
+    }
 }
 
 /// One side of a `diff`: a store opened read-only, or a lone log (a store
