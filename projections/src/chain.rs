@@ -38,7 +38,7 @@ pub(crate) struct Chain {
     /// Where each body of `pending` ends.
     ends: Vec<usize>,
     /// The bodies once passed [`PENDING_LIMIT`]: each body is hashed as
-    /// it is pushed, and `pending` stays empty.
+    /// it is pushed, and `pending` stays empty, its room given back.
     hashing: bool,
 }
 
@@ -102,6 +102,9 @@ impl Chain {
         }
         if self.pending.len() + body.len() > PENDING_LIMIT {
             self.settle();
+            // Never used again: its room goes back.
+            self.pending = String::new();
+            self.ends = Vec::new();
             self.hashing = true;
             self.through = self.through.next(body);
             return;
@@ -134,6 +137,18 @@ mod tests {
             .fold(ChainValue::genesis(header), |value, body| value.next(body))
     }
 
+    #[test]
+    fn a_chain_past_its_bound_keeps_nothing_pending() {
+        let bodies: Vec<String> = (0..40).map(|n| format!("{n:>3000}")).collect();
+        let mut chain = Chain::genesis("{}");
+        for body in &bodies {
+            chain.push(body);
+        }
+        assert!(chain.hashing, "40 bodies of 3 KB pass 64 KiB");
+        assert_eq!(chain.pending.capacity(), 0);
+        assert_eq!(chain.value(), hashed_as_they_come("{}", &bodies));
+    }
+
     proptest! {
         #[test]
         fn a_chain_put_off_is_the_chain_hashed_as_it_comes(
@@ -156,6 +171,7 @@ mod tests {
                 let expected = hashed_as_they_come(&header, &bodies[..=index]);
                 prop_assert_eq!(chain.value(), expected);
                 prop_assert!(chain.pending.len() <= PENDING_LIMIT);
+                prop_assert!(!chain.hashing || chain.pending.capacity() == 0);
             }
             prop_assert_eq!(chain.value(), hashed_as_they_come(&header, &bodies));
             let settled = Chain::settled(chain.value());
