@@ -471,35 +471,38 @@ fn a_broken_file_is_named_with_its_line_imports_nothing_and_the_others_go_on() {
     assert_eq!(ids, [id(&format!("{CLAUDE_2_0}-agent-a1b2c3d"))]);
 }
 
-/// A store `import` made for sources of which none imported is removed
-/// again, a folder's missing parents with it; a store that was there
-/// before stays, even empty.
+/// A folder `import` made for sources of which none imported is removed
+/// again, with the parents it made; a folder that was there before stays,
+/// even empty, and so does a database file (docs/IMPORT.md says why).
 #[test]
-fn an_import_that_imports_nothing_leaves_no_store_it_made() {
+fn an_import_that_imports_nothing_leaves_no_folder_it_made() {
     let dir = temp();
     let broken = dir
         .path()
         .join("0bad0bad-0000-4000-8000-000000000001.jsonl");
     std::fs::copy(fixtures().join("bad/not-json.jsonl"), &broken)
         .unwrap_or_else(|error| panic!("copy: {error}"));
-    for into in ["audit.db", "audits/2026/december"] {
-        let store = dir.path().join(into);
-        import("claude", std::slice::from_ref(&broken), &store).expect_code(1);
-        assert!(!store.exists(), "{into} was left behind");
-    }
+    let store = dir.path().join("audits/2026/december");
+    import("claude", std::slice::from_ref(&broken), &store).expect_code(1);
     assert!(
         !dir.path().join("audits").exists(),
-        "a parent was left behind"
+        "audits/ was left behind"
     );
     let existing = dir.path().join("existing");
     std::fs::create_dir(&existing).unwrap_or_else(|error| panic!("mkdir: {error}"));
-    import("claude", &[broken], &existing).expect_code(1);
+    import("claude", std::slice::from_ref(&broken), &existing).expect_code(1);
     assert!(existing.is_dir(), "a folder that was there before is kept");
-    // One good source among broken ones: the store stays, with its session.
+    let database = dir.path().join("audit.db");
+    import("claude", std::slice::from_ref(&broken), &database).expect_code(1);
+    assert!(database.is_file(), "a database file is kept");
+    // A good source beside the broken one: the folder stays, with its session.
     let good = fixtures().join("claude/v2.0/-work-shop/agent-a1b2c3d.jsonl");
-    let store = dir.path().join("kept.db");
-    import("claude", &[good], &store).expect_code(0);
-    assert!(store.is_file());
+    let kept = dir.path().join("kept");
+    import("claude", &[broken, good], &kept).expect_code(1);
+    let ids = Store::open(&kept)
+        .and_then(|store| store.ids())
+        .unwrap_or_else(|error| panic!("ids: {error}"));
+    assert_eq!(ids, [id(&format!("{CLAUDE_2_0}-agent-a1b2c3d"))]);
 }
 
 #[test]

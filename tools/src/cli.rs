@@ -350,8 +350,8 @@ pub enum Command {
     Migrate {
         /// The source store, or a lone `.jsonl` log (one session).
         from: PathBuf,
-        /// The destination store (created when missing; removed again when
-        /// the migration is refused, unless a PostgreSQL schema).
+        /// The destination store (created when missing; a folder so created
+        /// is removed again when the migration is refused).
         to: PathBuf,
         /// Print the report as JSON.
         #[arg(long)]
@@ -570,8 +570,8 @@ pub enum Command {
         #[arg(required = true)]
         sources: Vec<PathBuf>,
         /// The store to import into (a folder, a .db/.sqlite database or a
-        /// `postgres://` URL, created when missing; a folder or database
-        /// created for an import that imports nothing is removed again).
+        /// `postgres://` URL, created when missing; a folder created for an
+        /// import that imports nothing is removed again).
         #[arg(long, value_name = "STORE")]
         into: PathBuf,
         /// One JSON object per SOURCE on stdout.

@@ -264,16 +264,22 @@ impl Target {
 }
 
 /// A destination store a command creates when missing (`migrate`,
-/// `import`). Should the command end with no session in it, a store it
-/// made is removed again: a refused `migrate` or an `import` that
-/// imported nothing leaves no empty store behind. A store that was there
-/// before, a PostgreSQL schema, or one that holds anything besides what
-/// creating it wrote is left as it is.
+/// `import`). Should the command end with no session in it, a folder of
+/// logs it made is removed again, with the parents it made: a refused
+/// `migrate` or an `import` that imported nothing leaves no empty folder
+/// behind. Only empty folders are removed, so a writer that opened the
+/// store meanwhile either keeps it (its files are in it) or fails loudly
+/// (its next file has no folder to go to).
+///
+/// A database file it made is kept. Another process may have opened it
+/// meanwhile, and a SQLite writer in WAL mode goes on writing, and
+/// acknowledging, into a file removed under it: removing it could lose
+/// what that process was told is stored. A PostgreSQL schema is kept too.
 #[derive(Debug)]
 pub struct NewStore {
     store: Store,
-    /// The folders and file this command made, deepest first, for a
-    /// store that did not exist before.
+    /// The folders this command made for a folder store that did not
+    /// exist before, deepest first.
     made: Vec<PathBuf>,
 }
 
@@ -282,12 +288,12 @@ impl NewStore {
     /// missing parents) when missing.
     pub fn create(path: &Path) -> Result<NewStore> {
         let made = match Backend::of_path(path) {
-            Backend::Postgres => Vec::new(),
-            _ => path
+            Backend::Jsonl => path
                 .ancestors()
                 .take_while(|folder| !folder.as_os_str().is_empty() && !folder.exists())
                 .map(Path::to_path_buf)
                 .collect(),
+            Backend::Sqlite | Backend::Postgres => Vec::new(),
         };
         let store = Store::create(path)?;
         Ok(NewStore { store, made })
@@ -298,31 +304,15 @@ impl NewStore {
         &self.store
     }
 
-    /// Removes the store if this command made it and it holds no session:
-    /// a database's file (and the journal files SQLite keeps beside it),
-    /// then each folder made, as long as it is empty. Anything else is
-    /// left, and so is the store when it cannot be listed.
+    /// Removes the folders this command made, deepest first, if the store
+    /// holds no session and as long as each is empty.
     pub fn remove_if_empty(self) {
         let NewStore { store, made } = self;
         if made.is_empty() || !store.ids().is_ok_and(|ids| ids.is_empty()) {
             return;
         }
-        let backend = store.backend();
         drop(store);
-        let mut made = made.iter();
-        if backend == Backend::Sqlite {
-            let Some(file) = made.next() else { return };
-            for suffix in ["-wal", "-shm", "-journal"] {
-                let mut side = file.clone().into_os_string();
-                side.push(suffix);
-                // Absent once SQLite closed the database cleanly.
-                let _ = std::fs::remove_file(side);
-            }
-            if std::fs::remove_file(file).is_err() {
-                return;
-            }
-        }
-        for folder in made {
+        for folder in &made {
             if std::fs::remove_dir(folder).is_err() {
                 return;
             }
