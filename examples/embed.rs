@@ -12,7 +12,7 @@
 
 use serde_json::json;
 use sessionlog_projections::{
-    build_review_request, Defaults, PendingAction, DEFAULT_MAX_REQUEST_BYTES,
+    build_review_request_stored, Defaults, PendingAction, DEFAULT_MAX_REQUEST_BYTES,
 };
 use sessionlog_schema::{
     ApprovalPolicy, RequestHeader, SandboxMode, SessionHeader, SessionId, StepEnd, StepStart,
@@ -57,12 +57,14 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
     store.fork(&id, &child, Some("Run the tests"), &Defaults::default())?;
 
     // Before a tool call runs under Auto review: the reviewer's request,
-    // built from the full snapshot, deterministic, failing closed.
+    // built from the full snapshot (its chain from the header as stored),
+    // deterministic, failing closed.
     let snapshot = store.snapshot(&id)?;
     let call = ToolStart::new("c1", "s1", "shell", &json!({"command": "cargo test"}));
     let pending = PendingAction::from_tool_start(&call);
-    let request = build_review_request(
+    let request = build_review_request_stored(
         &snapshot.header,
+        &snapshot.header_body,
         &snapshot.events,
         &pending,
         DEFAULT_MAX_REQUEST_BYTES,

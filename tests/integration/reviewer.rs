@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use sessionlog_projections::{build_review_request, chat_completions_body, PendingAction};
+use sessionlog_projections::{build_review_request_stored, chat_completions_body, PendingAction};
 use sessionlog_store::Snapshot;
 
 use crate::cli_support::{run_command, sessionlog, workspace_root, Run};
@@ -257,8 +257,14 @@ fn the_call_is_the_request_as_chat_completions_with_the_key_in_a_header() {
     );
     let snapshot = snapshot(&log);
     let pending = sessionlog_projections::parse_pending_action(PENDING.as_bytes()).expect("valid");
-    let request = build_review_request(&snapshot.header, &snapshot.events, &pending, 1 << 20)
-        .expect("a request");
+    let request = build_review_request_stored(
+        &snapshot.header,
+        &snapshot.header_body,
+        &snapshot.events,
+        &pending,
+        1 << 20,
+    )
+    .expect("a request");
     assert_eq!(
         call.body,
         chat_completions_body(&request, Some("deepseek-chat")).expect("a body")
@@ -618,8 +624,9 @@ fn an_audit_against_a_reviewer_that_allows_everything_finds_the_denial() {
     else {
         panic!("seq 13 is not a tool/start");
     };
-    let request = build_review_request(
+    let request = build_review_request_stored(
         &snapshot.header,
+        &snapshot.header_body,
         &snapshot.events[..12],
         &PendingAction::from_tool_start(&start),
         1 << 20,

@@ -31,7 +31,7 @@ pub use fragments::ReviewFragments;
 pub use policy::REVIEW_POLICY;
 pub use request::{
     build_review_request, build_review_request_for_state, build_review_request_from_fragments,
-    build_review_request_streamed,
+    build_review_request_stored, build_review_request_streamed,
 };
 pub use result::{
     denial_notice, denial_settle_data, failure_settle_data, parse_review_result, Decision,

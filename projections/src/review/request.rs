@@ -25,10 +25,16 @@ use super::action::PendingAction;
 use super::error::{ReviewError, ReviewErrorCode};
 use super::fragments::{compact, invalid_log, record_at, write_json, ReviewFragments};
 use super::policy::REVIEW_POLICY;
-use crate::{fold, SessionState};
+use crate::{fold_stored, SessionState};
 
 /// Builds the reviewer's request for `pending` from the snapshot `header` +
 /// `events` (its good prefix), after folding and validating all of it.
+///
+/// The hash chain, which every own seal is checked against, starts from
+/// the header as this library writes it. A header read from a store may
+/// be another writer's, in another member order: then give its body as
+/// stored to [`build_review_request_stored`] (a store's `Snapshot` holds
+/// it as `header_body`), or a sealed session is refused as `INVALID_LOG`.
 ///
 /// Fails closed with the first applicable [`ReviewErrorCode`]; the request
 /// is never longer than `max_bytes` (see [`DEFAULT_MAX_REQUEST_BYTES`]).
@@ -40,7 +46,21 @@ pub fn build_review_request(
     pending: &PendingAction,
     max_bytes: usize,
 ) -> Result<String, ReviewError> {
-    let (state, violations) = fold(header.clone(), events);
+    build_review_request_stored(header, &header.to_body(), events, pending, max_bytes)
+}
+
+/// [`build_review_request`] for a session read from a store, whose header
+/// record's body as stored is `header_body` (its bytes before `,"crc":`,
+/// whatever their member order): the hash chain starts from it, as
+/// `sessionlog verify` starts it.
+pub fn build_review_request_stored(
+    header: &SessionHeader,
+    header_body: &str,
+    events: &[EventRecord],
+    pending: &PendingAction,
+    max_bytes: usize,
+) -> Result<String, ReviewError> {
+    let (state, violations) = fold_stored(header.clone(), header_body, events);
     if let Some(first) = violations.first() {
         return Err(ReviewError::new(
             ReviewErrorCode::InvalidLog,

@@ -288,6 +288,38 @@ fn the_same_snapshot_gives_the_same_bytes() {
     assert_eq!(incremental.as_deref(), Ok(first.as_str()));
 }
 
+/// A sealed session whose header another writer stored in another member
+/// order: its chain starts from that body, so only the request built from
+/// the body as stored checks the seal, as `verify` does.
+#[test]
+fn a_sealed_session_with_a_header_in_another_order_needs_its_stored_body() {
+    let log = working_session().tool_start("c1", "s1");
+    let written = log.header.to_body();
+    let (first, rest) = written
+        .trim_start_matches('{')
+        .split_once(",\"formatVersion\"")
+        .unwrap_or_else(|| panic!("a header body: {written}"));
+    let stored = format!("{{\"formatVersion\"{rest},{first}");
+    assert_ne!(stored, written);
+    let (state, violations) = crate::fold_stored(log.header.clone(), &stored, &log.events);
+    assert_eq!(violations, []);
+    let through = log.events.len() as u64;
+    let seal = sessionlog_schema::Seal::unsigned(through, state.chain());
+    let log = log.raw("seal", &seal.to_data_json());
+    let action = shell_call("c2", "ls");
+    let built = super::build_review_request_stored(
+        &log.header,
+        &stored,
+        &log.events,
+        &action,
+        DEFAULT_MAX_REQUEST_BYTES,
+    );
+    assert!(built.is_ok(), "{built:?}");
+    let (code, message) = error_of(&log, &action);
+    assert_eq!(code, ReviewErrorCode::InvalidLog);
+    assert!(message.contains("seal"), "{message}");
+}
+
 #[test]
 fn authority_of_every_kind_of_message_in_a_child() {
     let parent = Log::root("parent")
