@@ -40,6 +40,7 @@ use std::hash::Hasher;
 
 use sessionlog_schema::{EventRecord, LogScanner, SessionHeader, SessionId};
 
+use crate::last::LastEvents;
 use crate::reader::{open_log_for_reading, Line, LineReader};
 use crate::StoreError;
 
@@ -64,19 +65,33 @@ pub struct LogFollower {
     known: Option<(SessionHeader, Chain)>,
 }
 
-/// A digest of the bodies of records 1..=`seq`, chained in seq order.
+/// A digest of the bodies of records `from`..=`seq`, chained in seq order
+/// (from 1 for a follower that read the log from its start; from the
+/// first event it was handed for one that went on from a read of the
+/// log's end, [`LogFollower::after`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 struct Chain {
+    from: u64,
     seq: u64,
     digest: u64,
 }
 
 impl Chain {
+    /// The digest of no record yet, which counts records from seq `from`.
+    fn counting_from(from: u64) -> Chain {
+        Chain {
+            from,
+            ..Chain::default()
+        }
+    }
+
     fn add(&mut self, record: &EventRecord) {
-        let mut hasher = std::hash::DefaultHasher::new();
-        hasher.write_u64(self.digest);
-        hasher.write(record.body().as_bytes());
-        self.digest = hasher.finish();
+        if record.seq() >= self.from {
+            let mut hasher = std::hash::DefaultHasher::new();
+            hasher.write_u64(self.digest);
+            hasher.write(record.body().as_bytes());
+            self.digest = hasher.finish();
+        }
         self.seq = record.seq();
     }
 }
@@ -101,12 +116,12 @@ struct ReadState {
 }
 
 impl ReadState {
-    fn fresh(file: (u64, u64), expected_id: Option<SessionId>) -> ReadState {
+    fn fresh(file: (u64, u64), expected_id: Option<SessionId>, chain: Chain) -> ReadState {
         ReadState {
             file,
             scanner: LogScanner::new(expected_id),
             anchor: Vec::new(),
-            chain: Chain::default(),
+            chain,
             must_match: None,
             caught_up: None,
         }
@@ -139,6 +154,65 @@ impl LogFollower {
             bytes_read: 0,
             known: None,
         }
+    }
+
+    /// A follower that goes on where `last` ended, `last` being what
+    /// [`read_last_events`] read of the log at `path` (with the same
+    /// `expected_id`): it delivers the events after `last.last_seq`, and
+    /// its first poll reads only what was appended since, once the line
+    /// that ended `last`'s good prefix is found still in place. So following
+    /// a long log from its end costs what was read of its end, not the log.
+    ///
+    /// Should the file have been replaced or cut in the meantime, the log
+    /// is read again from its start, as any follower reads it then, and
+    /// must hold the header and the events `last` holds. A `last` whose
+    /// good prefix held no event is followed from the log's start.
+    ///
+    /// ```
+    /// use sessionlog_schema::{SessionHeader, SessionId, TurnEnd, TurnStart};
+    /// use sessionlog_store::{read_last_events, Durability, JsonlStore, LogFollower, WriterOptions};
+    ///
+    /// let folder = tempfile::tempdir()?;
+    /// let store = JsonlStore::create_folder(folder.path())?;
+    /// let id = SessionId::parse("a")?;
+    /// store.create(&SessionHeader::root(id.clone(), 0, "/work".into()), &[], Durability::Fsync)?;
+    /// let mut writer = store.open_writer(&id, WriterOptions::default())?;
+    /// writer.append(TurnStart::new("t1").into(), None)?;
+    /// let path = store.log_path(&id);
+    /// let last = read_last_events(&path, Some(id.clone()), 1)?;
+    /// let mut follower = LogFollower::after(&path, Some(id), &last);
+    /// assert!(follower.poll(100)?.is_empty(), "seq 1 was read already");
+    /// writer.append(TurnEnd::new("t1").into(), None)?;
+    /// let new = follower.poll(100)?;
+    /// assert_eq!(new.iter().map(|record| record.seq()).collect::<Vec<_>>(), [2]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// [`read_last_events`]: crate::read_last_events
+    pub fn after(path: &Path, expected_id: Option<SessionId>, last: &LastEvents) -> LogFollower {
+        let mut follower = LogFollower::new(path, expected_id, last.last_seq + 1);
+        let Some(end) = &last.end else {
+            return follower;
+        };
+        let mut chain = Chain::counting_from(
+            last.events
+                .first()
+                .map_or(last.last_seq + 1, EventRecord::seq),
+        );
+        for record in &last.events {
+            chain.add(record);
+        }
+        chain.seq = last.last_seq;
+        follower.known = Some((last.header.header.clone(), chain));
+        follower.read = Some(ReadState {
+            file: end.file,
+            scanner: end.scanner.clone(),
+            anchor: end.anchor.clone(),
+            chain,
+            must_match: None,
+            caught_up: None,
+        });
+        follower
     }
 
     /// The seq of the next event to deliver.
@@ -237,7 +311,12 @@ impl LogFollower {
     /// A read from the start of the file `identity`, which must find again
     /// what was read before, if anything was.
     fn fresh_read(&self, identity: (u64, u64)) -> ReadState {
-        let mut state = ReadState::fresh(identity, self.expected_id.clone());
+        let from = self.known.as_ref().map_or(0, |(_, known)| known.from);
+        let mut state = ReadState::fresh(
+            identity,
+            self.expected_id.clone(),
+            Chain::counting_from(from),
+        );
         state.must_match = self.known.clone();
         state
     }
@@ -681,11 +760,21 @@ mod tests {
         /// exactly once, in order, and nothing of a unit not yet whole.
         #[test]
         fn a_follower_delivers_each_event_once_in_order(
-            steps in proptest::collection::vec(step(), 1..40)
+            steps in proptest::collection::vec(step(), 1..40),
+            start in 0u64..6,
+            from_the_end in proptest::option::of(0usize..4),
         ) {
-            let (_folder, path) = setup(0);
-            let mut follower = LogFollower::new(&path, Some(id("a")), 1);
-            let mut next_seq = 1;
+            // A follower of a log of `start` events, from its start or
+            // going on from a read of its last events.
+            let (_folder, path) = setup(start);
+            let mut follower = match from_the_end {
+                None => LogFollower::new(&path, Some(id("a")), start + 1),
+                Some(count) => {
+                    let last = ok(crate::read_last_events(&path, Some(id("a")), count));
+                    LogFollower::after(&path, Some(id("a")), &last)
+                }
+            };
+            let mut next_seq = start + 1;
             let mut whole_units_end = vec![0u64];
             let mut delivered = Vec::new();
             // Nothing is delivered of a unit not yet whole in the file (a
@@ -738,8 +827,86 @@ mod tests {
                 }
                 delivered.extend(seqs(&polled));
             }
-            assert_eq!(delivered, (1..next_seq).collect::<Vec<_>>());
+            assert_eq!(delivered, (start + 1..next_seq).collect::<Vec<_>>());
         }
+    }
+
+    #[test]
+    fn a_follower_after_a_read_of_the_end_reads_only_what_comes_next() {
+        let (_folder, path) = setup(200);
+        let last = ok(crate::read_last_events(&path, Some(id("a")), 3));
+        assert_eq!(seqs(&last.events), [198, 199, 200]);
+        let mut follower = LogFollower::after(&path, Some(id("a")), &last);
+        assert_eq!(follower.next_seq(), 201);
+        assert!(ok(follower.poll(100)).is_empty());
+        let anchor = line("a", &note(200)).len() as u64;
+        assert_eq!(
+            follower.bytes_read(),
+            anchor,
+            "the check of the last line handed over, nothing before it"
+        );
+        let appended = format!("{}{}", line("a", &note(201)), line("a", &note(202)));
+        append(&path, &appended);
+        assert_eq!(seqs(&ok(follower.poll(100))), [201, 202]);
+        assert_eq!(follower.bytes_read(), 2 * anchor + appended.len() as u64);
+    }
+
+    #[test]
+    fn a_follower_after_a_read_of_the_end_checks_a_replaced_log_against_it() {
+        let replace = |folder: &tempfile::TempDir, path: &Path, text: &str| {
+            let replacement = folder.path().join(".a.jsonl.new");
+            ok(std::fs::write(&replacement, text));
+            ok(std::fs::rename(&replacement, path));
+        };
+        let follower_of = |path: &Path| {
+            let last = ok(crate::read_last_events(path, Some(id("a")), 3));
+            LogFollower::after(path, Some(id("a")), &last)
+        };
+
+        // The same records and two more, in another file: only the two.
+        let (folder, path) = setup(10);
+        let mut follower = follower_of(&path);
+        replace(&folder, &path, &log(12));
+        assert_eq!(seqs(&ok(follower.poll(100))), [11, 12]);
+
+        // One of the records handed over rewritten: reported.
+        let (folder, path) = setup(10);
+        let mut follower = follower_of(&path);
+        let mut text = header_line("a");
+        for seq in 1..=12 {
+            let record = match seq {
+                9 => EventRecord::new(9, 1_700_000_000_999, None, "note/test", r#"{"n":9}"#),
+                seq => note(seq),
+            };
+            text.push_str(&line("a", &record));
+        }
+        replace(&folder, &path, &text);
+        let rewritten = follower.poll(100);
+        assert!(
+            matches!(&rewritten, Err(StoreError::HistoryChanged { reason, .. }) if reason.contains("seq 10")),
+            "{rewritten:?}"
+        );
+
+        // Fewer records than were handed over: reported.
+        let (folder, path) = setup(10);
+        let mut follower = follower_of(&path);
+        replace(&folder, &path, &log(9));
+        let shorter = follower.poll(100);
+        assert!(
+            matches!(&shorter, Err(StoreError::HistoryChanged { reason, .. }) if reason.contains("removed")),
+            "{shorter:?}"
+        );
+    }
+
+    #[test]
+    fn a_read_of_the_end_that_found_no_event_is_followed_from_the_start() {
+        let (_folder, path) = setup(0);
+        let last = ok(crate::read_last_events(&path, Some(id("a")), 10));
+        assert!(last.end.is_none());
+        let mut follower = LogFollower::after(&path, Some(id("a")), &last);
+        assert!(ok(follower.poll(100)).is_empty());
+        append(&path, &line("a", &note(1)));
+        assert_eq!(seqs(&ok(follower.poll(100))), [1]);
     }
 
     #[test]

@@ -21,7 +21,7 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::BufReader;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 
 use sessionlog_schema::{
@@ -50,6 +50,22 @@ pub struct LastEvents {
     pub last_seq: u64,
     /// The torn tail after the good prefix, if any.
     pub torn_tail: Option<TornTail>,
+    /// Where the good prefix ends, for a follower to go on from there
+    /// ([`LogFollower::after`](crate::LogFollower::after)); `None` when
+    /// the prefix holds no event or its last line is above the record
+    /// limit.
+    pub(crate) end: Option<PrefixEnd>,
+}
+
+/// The end of a log's good prefix as a read from the end found it.
+#[derive(Debug)]
+pub(crate) struct PrefixEnd {
+    /// Device and inode of the file read.
+    pub(crate) file: (u64, u64),
+    /// The scanner at the end of the good prefix.
+    pub(crate) scanner: LogScanner,
+    /// The line that ends the good prefix, with its `\n`.
+    pub(crate) anchor: Vec<u8>,
 }
 
 /// The last `count` events of the good prefix of the log at `path` (whose
@@ -84,10 +100,10 @@ pub fn read_last_events(
         corruption,
     };
     let (header, header_end) = read_header_line(&file, path, expected_id)?;
-    let len = file
+    let metadata = file
         .metadata()
-        .map_err(|source| StoreError::io("stat", path, source))?
-        .len();
+        .map_err(|source| StoreError::io("stat", path, source))?;
+    let len = metadata.len();
     let mut lines = BackwardLines::new(&file, path, header_end, len);
     // The window's lines, earliest first, and how many are intact records.
     let mut window: VecDeque<BackLine> = VecDeque::new();
@@ -110,18 +126,29 @@ pub fn read_last_events(
             }
         }
         extend_to_batch_start(&mut window, &mut lines, &header.header.id)?;
-        let (events, summary) = scan(&header, header_end, &window, count).map_err(corrupt)?;
+        let (events, summary, end) = scan(&header, header_end, &window, count).map_err(corrupt)?;
         if events.len() >= count || lines.at_start() {
+            let end = end.map(|(scanner, anchor)| PrefixEnd {
+                file: (metadata.dev(), metadata.ino()),
+                scanner,
+                anchor,
+            });
             return Ok(LastEvents {
                 header,
                 events,
                 last_seq: summary.last_seq,
                 torn_tail: summary.torn_tail,
+                end,
             });
         }
         wanted = wanted.saturating_mul(2);
     }
 }
+
+/// What [`scan`] found: the last events, the summary, and the scanner at
+/// the end of the good prefix with the line that ends it (when a line of
+/// the window, not above the record limit, does).
+type Scanned = (Vec<EventRecord>, ScanSummary, Option<(LogScanner, Vec<u8>)>);
 
 /// Scans `window` forwards from its first line, resuming the scanner there,
 /// and keeps the last `count` events of the good prefix.
@@ -130,7 +157,7 @@ fn scan(
     header_end: u64,
     window: &VecDeque<BackLine>,
     count: usize,
-) -> Result<(Vec<EventRecord>, ScanSummary), sessionlog_schema::Corruption> {
+) -> Result<Scanned, sessionlog_schema::Corruption> {
     let (offset, next_seq) = match window.front() {
         Some(BackLine {
             offset,
@@ -159,8 +186,19 @@ fn scan(
             }
         }
     }
+    let at_end = scanner.at_good_prefix_end();
+    let end = window.iter().find_map(|line| {
+        let bytes = line.bytes.as_ref()?;
+        let ends_prefix = line.terminated && line.offset + line.len + 1 == at_end.good_bytes();
+        ends_prefix.then(|| {
+            let mut anchor = Vec::with_capacity(bytes.len() + 1);
+            anchor.extend_from_slice(bytes);
+            anchor.push(b'\n');
+            anchor
+        })
+    });
     let summary = scanner.finish()?;
-    Ok((last.into(), summary))
+    Ok((last.into(), summary, end.map(|anchor| (at_end, anchor))))
 }
 
 /// When the window's first record is inside a batch, takes the lines back

@@ -100,3 +100,67 @@ fn tail_of_a_database_reads_only_its_last_rows() {
     none.expect_code(0);
     assert!(none.stdout.is_empty(), "{}", none.stdout);
 }
+
+/// `tail -f` of a log goes on from the last events it printed: what it
+/// follows is read from there, so damage earlier in the log (left for
+/// `verify`) is never reached, where a follower reading the log from its
+/// start would stop at it.
+#[test]
+fn tail_follow_of_a_log_goes_on_from_its_end() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    let folder = ok(tempfile::tempdir());
+    let store = folder.path().join("logs");
+    notes(&store, 10);
+    let log = store.join("s.jsonl");
+    let bytes = ok(std::fs::read_to_string(&log));
+    let damaged = bytes.replacen("{\"n\":2}", "{\"n\":9}", 1);
+    assert_ne!(damaged, bytes, "seq 2 carries n 2");
+    ok(std::fs::write(&log, damaged));
+
+    let mut command =
+        crate::cli_support::sessionlog(["tail", &text(&store), "--session", "s", "-f", "-n", "2"]);
+    command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .stdin(Stdio::null());
+    let mut child = ok(command.spawn());
+    let stdout = child.stdout.take().unwrap_or_else(|| panic!("piped"));
+    let (sender, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut next_note = || {
+        let line = lines
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|error| panic!("tail -f printed nothing new: {error}"));
+        let record: serde_json::Value = ok(serde_json::from_str(&line));
+        record["data"]["n"].as_u64()
+    };
+    assert_eq!([next_note(), next_note()], [Some(9), Some(10)]);
+    // A writer refuses the damaged log, so seq 11 is appended as one would
+    // have written it.
+    let body = "{\"seq\":11,\"ts\":1,\"type\":\"x-test/note\",\"data\":{\"n\":11}";
+    let mut file = ok(std::fs::OpenOptions::new().append(true).open(&log));
+    ok(std::io::Write::write_all(
+        &mut file,
+        crate::support::sign("s", body).as_bytes(),
+    ));
+    drop(file);
+    assert_eq!(next_note(), Some(11));
+    assert!(
+        ok(child.try_wait()).is_none(),
+        "tail -f still follows: it never read seq 2"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    run(["verify", &text(&store)]).expect_code(2);
+}

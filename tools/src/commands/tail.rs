@@ -14,8 +14,9 @@
 //! session too, woken by a notification of each append instead. `-n N`
 //! reads only the last N events: a log from its end (`read_last_events`,
 //! which reports damage only in what it read), a database session's rows
-//! from the last seq its session row records. What is printed is never
-//! gathered first: only the events shown are held.
+//! from the last seq its session row records; `-f` then follows a log from
+//! the end of that read (`LogFollower::after`), never from its start. What
+//! is printed is never gathered first: only the events shown are held.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -23,7 +24,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
-use sessionlog_store::{read_last_events, LogFollower, Store, Wake};
+use sessionlog_store::{read_last_events, LastEvents, LogFollower, Store, Wake};
 
 use crate::cli::SessionArgs;
 use crate::commands::replay::describe;
@@ -115,19 +116,30 @@ impl<W: Write> Tail<'_, W> {
         if let Start::From(from) = start {
             self.printed = from.saturating_sub(1);
         }
-        self.first_read(start, session)?;
+        let last = self.first_read(start, session)?;
         let Some(wake) = &mut wake else {
             return Ok(());
         };
-        let mut follower = match &self.source {
-            Source::File {
-                path, expected_id, ..
-            } => Some(LogFollower::new(
+        // A log whose end was read goes on from there: following a long
+        // log does not read it whole.
+        let mut follower = match (&self.source, &last) {
+            (
+                Source::File {
+                    path, expected_id, ..
+                },
+                Some(last),
+            ) => Some(LogFollower::after(path, expected_id.clone(), last)),
+            (
+                Source::File {
+                    path, expected_id, ..
+                },
+                None,
+            ) => Some(LogFollower::new(
                 path,
                 expected_id.clone(),
                 self.printed + 1,
             )),
-            Source::Database { .. } => None,
+            (Source::Database { .. }, _) => None,
         };
         // A PostgreSQL session wakes the loop on its notifications, any
         // other on a change in its folder (`Wake`); each still reads by seq
@@ -177,8 +189,10 @@ impl<W: Write> Tail<'_, W> {
     /// `count` events read from its end, or its events from a seq on read
     /// as they stream; a database's last `count` rows (an index range from
     /// the seq its session row records) or its rows from a seq on. Only the
-    /// events printed are held.
-    fn first_read(&mut self, start: Start, session: &SessionRef) -> Result<()> {
+    /// events printed are held. Returns what was read of a log's end, for
+    /// following it from there.
+    fn first_read(&mut self, start: Start, session: &SessionRef) -> Result<Option<LastEvents>> {
+        let mut read_from_end = None;
         let torn = match (&self.source, start) {
             (
                 Source::File {
@@ -188,12 +202,14 @@ impl<W: Write> Tail<'_, W> {
             ) => {
                 let count = usize::try_from(count).unwrap_or(usize::MAX);
                 let last = read_last_events(path, expected_id.clone(), count)?;
-                self.header = Some(last.header.header);
+                self.header = Some(last.header.header.clone());
                 for record in &last.events {
                     self.print(record)?;
                 }
                 self.printed = self.printed.max(last.last_seq);
-                last.torn_tail
+                let torn = last.torn_tail.clone();
+                read_from_end = Some(last);
+                torn
             }
             (Source::File { target, .. }, Start::From(from)) => {
                 let mut stream = target.stream(session)?;
@@ -228,7 +244,7 @@ impl<W: Write> Tail<'_, W> {
             ));
         }
         self.out.flush()?;
-        Ok(())
+        Ok(read_from_end)
     }
 
     /// Prints a database session's rows from seq `from` on, as they
