@@ -47,6 +47,11 @@ use crate::StoreError;
 /// The read buffer of a poll: appends are small, a first read is not.
 const READ_BUFFER_BYTES: usize = 64 * 1024;
 
+/// How far back from a log's last event a follower starting at a seq reads
+/// from the end ([`LogFollower::from_seq_near_the_end`]); further back it
+/// reads from the start, which costs about as much.
+const FROM_THE_END_EVENTS: u64 = 4096;
+
 /// Follows one JSONL log. See the module docs.
 #[derive(Debug)]
 pub struct LogFollower {
@@ -213,6 +218,40 @@ impl LogFollower {
             caught_up: None,
         });
         follower
+    }
+
+    /// A follower of the log at `path` that delivers its events from
+    /// `from_seq` on, reading the log from its end when `from_seq` is past
+    /// its last event or within its last [`FROM_THE_END_EVENTS`]: the
+    /// events from `from_seq` on are read from the end
+    /// ([`read_last_events`](crate::read_last_events)) and the follower
+    /// goes on from there ([`after`](Self::after)), so following a long
+    /// session from about where it is costs what is read of its end.
+    /// Further back, the log is read from its start at the first poll.
+    pub fn from_seq_near_the_end(
+        path: &Path,
+        expected_id: Option<SessionId>,
+        from_seq: u64,
+    ) -> Result<LogFollower, StoreError> {
+        if from_seq <= 1 {
+            return Ok(LogFollower::new(path, expected_id, from_seq));
+        }
+        let end = crate::read_last_events(path, expected_id.clone(), 0)?;
+        let last = match end.last_seq.checked_sub(from_seq) {
+            None => end,
+            Some(before) if before < FROM_THE_END_EVENTS => {
+                crate::read_last_events(path, expected_id.clone(), before as usize + 1)?
+            }
+            Some(_) => return Ok(LogFollower::new(path, expected_id, from_seq)),
+        };
+        let mut follower = LogFollower::after(path, expected_id, &last);
+        follower.queue = last
+            .events
+            .into_iter()
+            .filter(|record| record.seq() >= from_seq)
+            .collect();
+        follower.next_seq = follower.next_seq.max(from_seq);
+        Ok(follower)
     }
 
     /// The seq of the next event to deliver.
@@ -896,6 +935,49 @@ mod tests {
             matches!(&shorter, Err(StoreError::HistoryChanged { reason, .. }) if reason.contains("removed")),
             "{shorter:?}"
         );
+    }
+
+    #[test]
+    fn a_follower_from_a_seq_near_the_end_reads_the_log_from_there() {
+        let (_folder, path) = setup(200);
+        let size = ok(std::fs::metadata(&path)).len();
+        let mut follower = ok(LogFollower::from_seq_near_the_end(
+            &path,
+            Some(id("a")),
+            198,
+        ));
+        assert_eq!(seqs(&ok(follower.poll(100))), [198, 199, 200]);
+        assert!(
+            follower.bytes_read() < size / 10,
+            "{} of {size}",
+            follower.bytes_read()
+        );
+        append(&path, &line("a", &note(201)));
+        assert_eq!(seqs(&ok(follower.poll(100))), [201]);
+
+        // A seq not written yet: nothing before it.
+        let mut ahead = ok(LogFollower::from_seq_near_the_end(
+            &path,
+            Some(id("a")),
+            203,
+        ));
+        assert!(ok(ahead.poll(100)).is_empty());
+        append(
+            &path,
+            &format!("{}{}", line("a", &note(202)), line("a", &note(203))),
+        );
+        assert_eq!(seqs(&ok(ahead.poll(100))), [203]);
+    }
+
+    #[test]
+    fn a_follower_from_a_seq_far_from_the_end_reads_the_log_from_its_start() {
+        let events = FROM_THE_END_EVENTS + 10;
+        let (_folder, path) = setup(events);
+        let size = ok(std::fs::metadata(&path)).len();
+        let mut follower = ok(LogFollower::from_seq_near_the_end(&path, Some(id("a")), 2));
+        let delivered = seqs(&ok(follower.poll(usize::MAX)));
+        assert_eq!(delivered, (2..=events).collect::<Vec<_>>());
+        assert_eq!(follower.bytes_read(), size);
     }
 
     #[test]

@@ -174,10 +174,12 @@ impl JsonlStore {
     }
 
     /// A follower of session `id` that delivers its events from
-    /// `from_seq` on, reading only what is appended (see [`LogFollower`]).
+    /// `from_seq` on, reading only what is appended (see [`LogFollower`]);
+    /// from a seq near the log's end, it reads the log from there
+    /// ([`LogFollower::from_seq_near_the_end`]).
     pub fn follower(&self, id: &SessionId, from_seq: u64) -> Result<LogFollower, StoreError> {
         let path = self.existing_log(id)?;
-        Ok(LogFollower::new(&path, Some(id.clone()), from_seq))
+        LogFollower::from_seq_near_the_end(&path, Some(id.clone()), from_seq)
     }
 
     /// The good prefix of session `id`, in memory.
