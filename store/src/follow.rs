@@ -222,8 +222,8 @@ impl LogFollower {
 
     /// A follower of the log at `path` that delivers its events from
     /// `from_seq` on, reading the log from its end when `from_seq` is past
-    /// its last event or within its last [`FROM_THE_END_EVENTS`]: the
-    /// events from `from_seq` on are read from the end
+    /// its last event or within its last 4,096: the events from `from_seq`
+    /// on are read from the end
     /// ([`read_last_events`](crate::read_last_events)) and the follower
     /// goes on from there ([`after`](Self::after)), so following a long
     /// session from about where it is costs what is read of its end.
