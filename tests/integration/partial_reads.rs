@@ -138,7 +138,7 @@ fn tail_follow_of_a_log_goes_on_from_its_end() {
             }
         }
     });
-    let mut next_note = || {
+    let next_note = || {
         let line = lines
             .recv_timeout(Duration::from_secs(20))
             .unwrap_or_else(|error| panic!("tail -f printed nothing new: {error}"));
