@@ -187,7 +187,8 @@ fn scan(
         }
     }
     let at_end = scanner.at_good_prefix_end();
-    let end = window.iter().find_map(|line| {
+    // The good prefix ends at or near the window's end.
+    let end = window.iter().rev().find_map(|line| {
         let bytes = line.bytes.as_ref()?;
         let ends_prefix = line.terminated && line.offset + line.len + 1 == at_end.good_bytes();
         ends_prefix.then(|| {

@@ -9,10 +9,11 @@
 //! sessionlog-tests` alone after an edit), stops the run with the command
 //! that builds it, so no test ever runs a stale binary.
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, OnceLock};
+use std::time::Duration;
 
 /// What a finished run of the binary left behind.
 #[derive(Debug)]
@@ -204,4 +205,85 @@ fn newest_source_after(built: std::time::SystemTime) -> Option<PathBuf> {
             .and_then(|metadata| metadata.modified())
             .is_ok_and(|modified| modified > built)
     })
+}
+
+/// A running `tail -f` whose stdout lines arrive on a channel.
+pub struct Follower {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Follower {
+    /// Starts `sessionlog ARGS`, watching the store's folder or, with
+    /// `poll_only`, with the polling fallback alone.
+    pub fn start(args: &[&str], poll_only: bool) -> Follower {
+        let mut command = sessionlog(args);
+        if poll_only {
+            command.env(sessionlog_store::POLL_ONLY_VARIABLE, "1");
+        } else {
+            command.env_remove(sessionlog_store::POLL_ONLY_VARIABLE);
+        }
+        command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .stdin(Stdio::null());
+        let mut child = command
+            .spawn()
+            .unwrap_or_else(|error| panic!("spawn tail: {error}"));
+        let stdout = child
+            .stdout
+            .take()
+            .unwrap_or_else(|| panic!("piped stdout"));
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if sender.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Follower { child, lines }
+    }
+
+    /// The seqs of the next `count` lines.
+    pub fn next_seqs(&self, count: usize) -> Vec<u64> {
+        (0..count)
+            .map(|_| {
+                let line = self
+                    .lines
+                    .recv_timeout(Duration::from_secs(20))
+                    .unwrap_or_else(|error| panic!("tail -f printed nothing new: {error}"));
+                let record: serde_json::Value =
+                    serde_json::from_str(&line).unwrap_or_else(|error| panic!("{line:?}: {error}"));
+                record["seq"]
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("no seq in {line}"))
+            })
+            .collect()
+    }
+
+    /// Fails if a line comes within 600 ms.
+    pub fn assert_quiet(&self) {
+        if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(600)) {
+            panic!("tail -f printed {line} twice or out of nowhere");
+        }
+    }
+}
+
+impl Follower {
+    /// Whether the command is still running (it has not exited).
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .try_wait()
+            .unwrap_or_else(|error| panic!("wait for tail: {error}"))
+            .is_none()
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

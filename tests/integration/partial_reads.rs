@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::cli_support::{run, run_with_stdin, Run};
+use crate::cli_support::{run, run_with_stdin, Follower, Run};
 
 fn ok<T, E: std::fmt::Display>(result: Result<T, E>) -> T {
     result.unwrap_or_else(|error| panic!("{error}"))
@@ -107,11 +107,6 @@ fn tail_of_a_database_reads_only_its_last_rows() {
 /// start would stop at it.
 #[test]
 fn tail_follow_of_a_log_goes_on_from_its_end() {
-    use std::io::{BufRead, BufReader};
-    use std::process::Stdio;
-    use std::sync::mpsc;
-    use std::time::Duration;
-
     let folder = ok(tempfile::tempdir());
     let store = folder.path().join("logs");
     notes(&store, 10);
@@ -121,31 +116,12 @@ fn tail_follow_of_a_log_goes_on_from_its_end() {
     assert_ne!(damaged, bytes, "seq 2 carries n 2");
     ok(std::fs::write(&log, damaged));
 
-    let mut command =
-        crate::cli_support::sessionlog(["tail", &text(&store), "--session", "s", "-f", "-n", "2"]);
-    command
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .stdin(Stdio::null());
-    let mut child = ok(command.spawn());
-    let stdout = child.stdout.take().unwrap_or_else(|| panic!("piped"));
-    let (sender, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if sender.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let next_note = || {
-        let line = lines
-            .recv_timeout(Duration::from_secs(20))
-            .unwrap_or_else(|error| panic!("tail -f printed nothing new: {error}"));
-        let record: serde_json::Value = ok(serde_json::from_str(&line));
-        record["data"]["n"].as_u64()
-    };
-    assert_eq!([next_note(), next_note()], [Some(9), Some(10)]);
+    // Notes n 1..=10 are seqs 1..=10.
+    let mut tail = Follower::start(
+        &["tail", &text(&store), "--session", "s", "-f", "-n", "2"],
+        false,
+    );
+    assert_eq!(tail.next_seqs(2), [9, 10]);
     // A writer refuses the damaged log, so seq 11 is appended as one would
     // have written it.
     let body = "{\"seq\":11,\"ts\":1,\"type\":\"x-test/note\",\"data\":{\"n\":11}";
@@ -155,12 +131,11 @@ fn tail_follow_of_a_log_goes_on_from_its_end() {
         crate::support::sign("s", body).as_bytes(),
     ));
     drop(file);
-    assert_eq!(next_note(), Some(11));
+    assert_eq!(tail.next_seqs(1), [11]);
     assert!(
-        ok(child.try_wait()).is_none(),
+        tail.is_running(),
         "tail -f still follows: it never read seq 2"
     );
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(tail);
     run(["verify", &text(&store)]).expect_code(2);
 }

@@ -2,15 +2,13 @@
 //! binary: the example sessions, replay, tail -f, salvage, stats, the HTML
 //! report (opened in headless Chromium), help, completions and the README.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::mpsc;
-use std::time::Duration;
 
 use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
 
-use crate::cli_support::{run, run_with_stdin, sessionlog, workspace_root, Run};
+use crate::cli_support::{run, run_with_stdin, sessionlog, workspace_root, Follower, Run};
 
 #[allow(dead_code)]
 #[path = "../../examples/write_sessions.rs"]
@@ -485,74 +483,6 @@ fn tail_prints_the_last_events_or_from_a_seq() {
         entries[1]["summary"],
         "unknown type, kept as is: {\"inputTokens\":18342,\"outputTokens\":1207}"
     );
-}
-
-/// A running `tail -f` whose stdout lines arrive on a channel.
-struct Follower {
-    child: std::process::Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Follower {
-    /// Starts `sessionlog ARGS`, watching the store's folder or, with
-    /// `poll_only`, with the polling fallback alone.
-    fn start(args: &[&str], poll_only: bool) -> Follower {
-        let mut command = sessionlog(args);
-        if poll_only {
-            command.env(sessionlog_store::POLL_ONLY_VARIABLE, "1");
-        } else {
-            command.env_remove(sessionlog_store::POLL_ONLY_VARIABLE);
-        }
-        command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .stdin(Stdio::null());
-        let mut child = command
-            .spawn()
-            .unwrap_or_else(|error| panic!("spawn tail: {error}"));
-        let stdout = child
-            .stdout
-            .take()
-            .unwrap_or_else(|| panic!("piped stdout"));
-        let (sender, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if sender.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        Follower { child, lines }
-    }
-
-    /// The seqs of the next `count` lines.
-    fn next_seqs(&self, count: usize) -> Vec<u64> {
-        (0..count)
-            .map(|_| {
-                let line = self
-                    .lines
-                    .recv_timeout(Duration::from_secs(20))
-                    .unwrap_or_else(|error| panic!("tail -f printed nothing new: {error}"));
-                json(&line)["seq"]
-                    .as_u64()
-                    .unwrap_or_else(|| panic!("no seq in {line}"))
-            })
-            .collect()
-    }
-
-    fn assert_quiet(&self) {
-        if let Ok(line) = self.lines.recv_timeout(Duration::from_millis(600)) {
-            panic!("tail -f printed {line} twice or out of nowhere");
-        }
-    }
-}
-
-impl Drop for Follower {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn append(store: &str, lines: &str) {

@@ -304,13 +304,10 @@ impl NewStore {
         &self.store
     }
 
-    /// Removes the folders this command made, deepest first, if the store
-    /// holds no session and as long as each is empty.
+    /// Removes the folders this command made, deepest first, as long as
+    /// each is empty: a folder store that holds a session (a file) stays.
     pub fn remove_if_empty(self) {
         let NewStore { store, made } = self;
-        if made.is_empty() || !store.ids().is_ok_and(|ids| ids.is_empty()) {
-            return;
-        }
         drop(store);
         for folder in &made {
             if std::fs::remove_dir(folder).is_err() {

@@ -122,24 +122,14 @@ impl<W: Write> Tail<'_, W> {
         };
         // A log whose end was read goes on from there: following a long
         // log does not read it whole.
-        let mut follower = match (&self.source, &last) {
-            (
-                Source::File {
-                    path, expected_id, ..
-                },
-                Some(last),
-            ) => Some(LogFollower::after(path, expected_id.clone(), last)),
-            (
-                Source::File {
-                    path, expected_id, ..
-                },
-                None,
-            ) => Some(LogFollower::new(
-                path,
-                expected_id.clone(),
-                self.printed + 1,
-            )),
-            (Source::Database { .. }, _) => None,
+        let mut follower = match &self.source {
+            Source::File {
+                path, expected_id, ..
+            } => Some(match &last {
+                Some(last) => LogFollower::after(path, expected_id.clone(), last),
+                None => LogFollower::new(path, expected_id.clone(), self.printed + 1),
+            }),
+            Source::Database { .. } => None,
         };
         // A PostgreSQL session wakes the loop on its notifications, any
         // other on a change in its folder (`Wake`); each still reads by seq
