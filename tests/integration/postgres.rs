@@ -11,7 +11,8 @@
 //!   `import --into` a PostgreSQL store writes what a folder gets.
 //! - `kill -9` of `append` (CI 100 kills, `SESSIONLOG_LONG=1` 1,000).
 //! - The server itself stopped with `pg_ctl stop -m immediate` while
-//!   `append` runs, restarted, and the store reopened.
+//!   `append` runs, restarted, and the store reopened; and again while 16
+//!   writers of one process append, their appends committed in groups.
 //!
 //! The server is the one `SESSIONLOG_TEST_PG` names (`.ci/run` starts it
 //! with `tools/pg-test-server.sh`); each test works in a schema of its own.
@@ -21,9 +22,11 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Barrier;
 use std::time::Duration;
 
-use sessionlog_store::Store;
+use sessionlog_schema::SessionHeader;
+use sessionlog_store::{Durability, NewEvent, Store, WriterOptions};
 
 use crate::cli_support::{run, run_with_stdin, sessionlog, workspace_root, Run};
 use crate::crash::{kill_sessions_within, kills, text};
@@ -565,5 +568,87 @@ fn the_server_stopped_immediately_mid_append_loses_nothing_acknowledged() {
         "{\"type\":\"x-test/probe\",\"data\":{\"n\":0}}\n",
     )
     .expect_code(0);
+    drop(server);
+}
+
+#[test]
+fn the_server_stopped_immediately_under_grouped_appends_loses_nothing_acknowledged() {
+    const WRITERS: usize = 16;
+    if test_server().is_none() {
+        return;
+    }
+    let folder = ok(tempfile::tempdir());
+    let dir = text(&folder.path().join("cluster"));
+    let server = PrivateServer { dir: dir.clone() };
+    let url = server_script(&["start", &server.dir]);
+    let store = ok(Store::create(Path::new(&url)));
+    let sessions: Vec<String> = (0..WRITERS).map(|n| format!("g{n:02}")).collect();
+    for session in &sessions {
+        let header = SessionHeader::root(id(session), 1_700_000_000_000, "/work".into());
+        ok(store.create_session(&header, &[], Durability::Fsync));
+    }
+    let start = Barrier::new(WRITERS + 1);
+    // Each writer appends until its append fails, and keeps what was
+    // acknowledged: the appends of the 16 wait for one another, so most
+    // are committed in groups, and the stop lands inside one.
+    let acknowledged: Vec<u64> = std::thread::scope(|scope| {
+        let writers: Vec<_> = sessions
+            .iter()
+            .map(|session| {
+                let (store, start) = (&store, &start);
+                scope.spawn(move || {
+                    let mut writer = ok(store.open_writer(&id(session), WriterOptions::default()));
+                    start.wait();
+                    let mut last = 0;
+                    for n in 1u64.. {
+                        let data = format!("{{\"n\":{n}}}");
+                        let event = NewEvent::new("x-test/probe", &data);
+                        match writer.append(event, None) {
+                            Ok(seq) => last = seq.get(),
+                            Err(_) => break,
+                        }
+                    }
+                    assert!(writer.is_poisoned());
+                    last
+                })
+            })
+            .collect();
+        start.wait();
+        std::thread::sleep(Duration::from_millis(1000));
+        server_script(&["crash", &dir]);
+        writers
+            .into_iter()
+            .map(|writer| {
+                writer
+                    .join()
+                    .unwrap_or_else(|_| panic!("a writer panicked"))
+            })
+            .collect()
+    });
+    drop(store);
+    server_script(&["start", &dir]);
+    run(["verify", &url]).expect_code(0);
+    let store = ok(Store::open(Path::new(&url)));
+    let mut found_total = 0;
+    for (session, acknowledged) in sessions.iter().zip(&acknowledged) {
+        assert!(
+            *acknowledged > 0,
+            "{session}: nothing acknowledged before the stop"
+        );
+        let events = ok(store.snapshot(&id(session))).events;
+        assert!(
+            events.len() as u64 >= *acknowledged,
+            "{session}: {acknowledged} acknowledged, {} found",
+            events.len()
+        );
+        for (n, record) in events.iter().enumerate() {
+            assert_eq!(record.data(), format!("{{\"n\":{}}}", n + 1), "{session}");
+        }
+        found_total += events.len();
+    }
+    eprintln!(
+        "pg_ctl stop -m immediate under {WRITERS} grouped writers: {} acknowledged, {found_total} found after restart",
+        acknowledged.iter().sum::<u64>()
+    );
     drop(server);
 }

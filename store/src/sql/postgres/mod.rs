@@ -23,11 +23,15 @@
 //! one seq — the loser gets `Conflict` and is poisoned, and the
 //! `(session_id, seq)` primary key fences anything else. Under
 //! `Durability::Fsync` every connection runs with `synchronous_commit` at
-//! `on` or stronger, so the commit returns only once its WAL is flushed;
-//! concurrent appenders, each on its own connection, share flushes through
-//! the server's group commit. An append is acknowledged only after its
-//! commit returned: a connection lost before that leaves the append whole
-//! or absent, never acknowledged.
+//! `on` or stronger, so the commit returns only once its WAL is flushed.
+//! The durable appends of one store's writers (and its clones') are
+//! committed in groups (`group`): one statement, one transaction and one
+//! flush for every append waiting, the fence applied to each; a lone
+//! writer's append runs on its own connection as before, and appenders in
+//! other processes share flushes through the server's own group commit.
+//! An append is acknowledged only after the commit that carried it
+//! returned: a connection lost before that leaves the append whole or
+//! absent, never acknowledged.
 //!
 //! # One writer per session
 //!
@@ -47,10 +51,11 @@
 //! notification (or sits behind a pooler that never delivers them) catches
 //! up at its next poll.
 
+mod group;
 mod location;
 mod statements;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
@@ -66,6 +71,7 @@ use sessionlog_schema::{
     record_crc, DecodedHeader, EventRecord, HeaderVocabularyError, SessionHeader, SessionId,
 };
 
+use self::group::{Append, GroupCommit, Outcome};
 use self::location::Location;
 use self::statements as sql;
 use super::{
@@ -132,6 +138,8 @@ struct Shared {
     /// reaches the server.
     read_only: bool,
     notifier: Mutex<Option<Notifier>>,
+    /// The durable appends of this store's writers, committed in groups.
+    group: GroupCommit,
 }
 
 /// A client with its prepared statements and its `synchronous_commit`.
@@ -243,6 +251,7 @@ impl PostgresStore {
                 current: AtomicBool::new(current),
                 read_only,
                 notifier: Mutex::new(None),
+                group: GroupCommit::default(),
             }),
         }
     }
@@ -681,11 +690,38 @@ impl LogSink for PostgresSink {
         let location = &self.shared.location;
         self.connection.set_durability(location, durability)?;
         let first_seq = first.seq();
-        let new_last = self.pending.last().map_or(self.last_seq, EventRecord::seq);
-        let appended =
-            self.connection
-                .append(location, "append", &self.id, self.last_seq, &self.pending);
-        let inserted = match appended {
+        let append = Append {
+            id: self.id.clone(),
+            last_seq: self.last_seq,
+            events: std::mem::take(&mut self.pending),
+        };
+        // Durable appends share a commit with the store's other writers';
+        // a buffered one waits for no flush, so has nothing to share.
+        let (append, outcome) = match durability {
+            Durability::Fsync => self
+                .shared
+                .group
+                .commit(&mut self.connection, location, append),
+            Durability::Buffered => {
+                let ran = self.connection.append(
+                    location,
+                    "append",
+                    &append.id,
+                    append.last_seq,
+                    &append.events,
+                );
+                (append, Outcome::Ran(ran))
+            }
+        };
+        self.pending = append.events;
+        let inserted = match outcome {
+            Outcome::Ran(ran) => ran,
+            Outcome::Unresolved => {
+                self.connection
+                    .append_again(location, &self.id, self.last_seq, &self.pending)
+            }
+        };
+        let inserted = match inserted {
             Ok(inserted) => inserted,
             Err(error) if is_unique_violation(&error) => return Err(self.conflict(first_seq)),
             Err(error) => return Err(error),
@@ -702,6 +738,7 @@ impl LogSink for PostgresSink {
                 ),
             });
         }
+        let new_last = self.pending.last().map_or(self.last_seq, EventRecord::seq);
         if let Some(last) = self.pending.last() {
             self.last_crc = record_crc(&self.id, last.body().as_bytes());
         }
@@ -1027,6 +1064,92 @@ impl Connection {
         }
     }
 
+    /// Runs an append again, alone, after the group it was in did not
+    /// answer: the group may have committed it or not. Refused by the
+    /// fence (or the primary key), it was committed by the group when the
+    /// row at its last seq holds its last event's body; how many rows it
+    /// inserted, as [`Connection::append`].
+    fn append_again(
+        &mut self,
+        location: &Location,
+        id: &SessionId,
+        last_seq: u64,
+        events: &[EventRecord],
+    ) -> Result<u64, StoreError> {
+        match self.append(location, "append", id, last_seq, events) {
+            Ok(0) => {}
+            Err(error) if is_unique_violation(&error) => {}
+            ran => return ran,
+        }
+        let Some(last) = events.last() else {
+            return Ok(0);
+        };
+        let operation = "read an appended event";
+        let stored = self.query_opt(
+            location,
+            operation,
+            sql::READ_EVENT_BODY,
+            &[&id.as_str(), &sql_integer(last.seq())],
+        )?;
+        let committed = match stored {
+            Some(row) => {
+                row.try_get::<_, &str>(0)
+                    .map_err(postgres_error(operation, location))?
+                    == last.body()
+            }
+            None => false,
+        };
+        Ok(if committed { events.len() as u64 } else { 0 })
+    }
+
+    /// Runs [`sql::APPEND_GROUP`]: the appends of several sessions (no
+    /// session twice) in one statement, all or none; the ids of the
+    /// sessions whose last seq it moved, and so whose events it inserted.
+    fn append_group(
+        &mut self,
+        location: &Location,
+        appends: &[&Append],
+    ) -> Result<HashSet<String>, StoreError> {
+        let ids: Vec<&str> = appends.iter().map(|append| append.id.as_str()).collect();
+        let last_seqs: Vec<i64> = appends.iter().map(|a| sql_integer(a.last_seq)).collect();
+        let new_lasts: Vec<i64> = appends
+            .iter()
+            .map(|a| sql_integer(a.events.last().map_or(a.last_seq, EventRecord::seq)))
+            .collect();
+        let mut sessions = Vec::new();
+        let mut columns = Columns::default();
+        for append in appends {
+            sessions.extend(append.events.iter().map(|_| append.id.as_str()));
+            columns.extend(&append.id, &append.events);
+        }
+        let rows = self.with_prepared(
+            location,
+            "append",
+            sql::APPEND_GROUP,
+            |client, statement| {
+                client.query(
+                    statement,
+                    &[
+                        &ids,
+                        &last_seqs,
+                        &new_lasts,
+                        &sessions,
+                        &columns.seq,
+                        &columns.ts,
+                        &columns.event_type,
+                        &columns.batch,
+                        &columns.body,
+                        &columns.crc,
+                    ],
+                )
+            },
+        )?;
+        rows.iter()
+            .map(|row| row.try_get(0))
+            .collect::<Result<_, postgres::Error>>()
+            .map_err(postgres_error("append", location))
+    }
+
     /// Runs the prepared statement `text` with `parameters`, as many rows
     /// as it changed.
     fn execute(
@@ -1051,6 +1174,24 @@ impl Connection {
     ) -> Result<Row, StoreError> {
         self.with_prepared(location, operation, text, |client, statement| {
             client.query_one(statement, parameters)
+        })
+    }
+
+    fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+
+    /// Runs the prepared statement `text` with `parameters`, its row if
+    /// any.
+    fn query_opt(
+        &mut self,
+        location: &Location,
+        operation: &'static str,
+        text: &'static str,
+        parameters: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, StoreError> {
+        self.with_prepared(location, operation, text, |client, statement| {
+            client.query_opt(statement, parameters)
         })
     }
 
@@ -1181,8 +1322,9 @@ fn run_notifier(location: &Location, appended: &mpsc::Receiver<(SessionId, u64)>
     }
 }
 
-/// The columns of event records, as the arrays `INSERT_EVENTS` and
-/// `APPEND` unnest.
+/// The columns of event records, as the arrays `INSERT_EVENTS`, `APPEND`
+/// and `APPEND_GROUP` unnest.
+#[derive(Default)]
 struct Columns<'a> {
     seq: Vec<i64>,
     ts: Vec<i64>,
@@ -1194,16 +1336,21 @@ struct Columns<'a> {
 
 impl<'a> Columns<'a> {
     fn of(id: &SessionId, records: &'a [EventRecord]) -> Columns<'a> {
-        Columns {
-            seq: records.iter().map(|r| sql_integer(r.seq())).collect(),
-            ts: records.iter().map(|r| sql_integer(r.ts())).collect(),
-            event_type: records.iter().map(EventRecord::event_type).collect(),
-            batch: records.iter().map(|r| r.batch().map(sql_integer)).collect(),
-            body: records.iter().map(EventRecord::body).collect(),
-            crc: records
-                .iter()
-                .map(|r| i64::from(record_crc(id, r.body().as_bytes())))
-                .collect(),
+        let mut columns = Columns::default();
+        columns.extend(id, records);
+        columns
+    }
+
+    /// Adds `records` of session `id`.
+    fn extend(&mut self, id: &SessionId, records: &'a [EventRecord]) {
+        for record in records {
+            self.seq.push(sql_integer(record.seq()));
+            self.ts.push(sql_integer(record.ts()));
+            self.event_type.push(record.event_type());
+            self.batch.push(record.batch().map(sql_integer));
+            self.body.push(record.body());
+            self.crc
+                .push(i64::from(record_crc(id, record.body().as_bytes())));
         }
     }
 }

@@ -174,6 +174,40 @@ pub(super) const APPEND_ONE: &str = "WITH moved AS (
      SELECT moved.id, $4::bigint, $5::bigint, $6::text, $7::bigint, $8::text, $9::bigint
      FROM moved";
 
+/// Appends of several sessions in one statement, so one transaction and
+/// one WAL flush (the group commit of `group`): `$1..$3` are each
+/// session's id, the last seq its writer expects and its new last seq (no
+/// id twice); `$4..$10` the events of all of them, each with its session
+/// id, as in [`APPEND`]. A session's events are inserted only if its last
+/// seq moved; the statement answers the ids of those sessions. (The
+/// `INSERT` runs to completion although nothing reads its rows: a
+/// data-modifying `WITH` always does.)
+pub(super) const APPEND_GROUP: &str = "WITH moved AS (
+        UPDATE sessions SET last_seq = claim.new_last
+        FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS claim (id, last_seq, new_last)
+        WHERE sessions.id = claim.id AND sessions.last_seq = claim.last_seq
+        RETURNING sessions.id
+     ), inserted AS (
+        INSERT INTO events (session_id, seq, ts, type, batch, body, crc)
+        SELECT moved.id, new.seq, new.ts, new.type, new.batch, new.body, new.crc
+        FROM unnest($4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::bigint[],
+                    $9::text[], $10::bigint[]) AS new (session_id, seq, ts, type, batch, body, crc)
+        JOIN moved ON moved.id = new.session_id
+     )
+     SELECT id FROM moved";
+
+/// How long the group connection's statements wait for a row lock before
+/// giving up. An append's row locks are only ever held for an instant by
+/// another append; a session row held longer (an administrator's
+/// `SELECT … FOR UPDATE`) must not stall the other appends of a group, so
+/// the group gives up, and each of its writers runs its append alone.
+pub(super) const GROUP_LOCK_TIMEOUT: &str = "SET lock_timeout TO '20ms'";
+
+/// The body of one event row: whether an append whose group did not
+/// answer was committed all the same.
+pub(super) const READ_EVENT_BODY: &str =
+    "SELECT body FROM events WHERE session_id = $1 AND seq = $2";
+
 /// The last seq a session's row records and the lowest and highest seqs
 /// of its rows, read in one statement: rows past the recorded last seq
 /// are damage, and so are rows among a fork by reference's seeded events.

@@ -12,7 +12,7 @@ use crate::sql::assert_corrupt_at;
 use crate::store::tests::{header, id, note, ok, postgres_store, record, PostgresSchema};
 use crate::Store;
 
-fn engine(schema: &PostgresSchema) -> &PostgresStore {
+pub(super) fn engine(schema: &PostgresSchema) -> &PostgresStore {
     match &schema.store {
         Store::Postgres(store) => store,
         other => panic!("not a PostgreSQL store: {other:?}"),
@@ -21,7 +21,7 @@ fn engine(schema: &PostgresSchema) -> &PostgresStore {
 
 /// Runs `sql` in the test's schema, as something other than sessionlog
 /// would (damage, a newer version).
-fn execute(schema: &PostgresSchema, sql: &str) {
+pub(super) fn execute(schema: &PostgresSchema, sql: &str) {
     let mut client = ok(engine(schema).connect());
     ok(client.batch_execute(sql));
 }
@@ -509,6 +509,8 @@ fn sixty_four_connections_appending_keep_every_acknowledged_event_exactly_once()
             });
         }
     });
+    // The appends waited for one another: some were committed in groups.
+    assert!(store.shared.group.grouped() > 0);
     for writer in 0..WRITERS {
         let events = ok(store.snapshot(&id(&format!("s{writer}")))).events;
         assert_eq!(events.len(), EVENTS, "session s{writer}");

@@ -1,0 +1,513 @@
+//! Group commit of the durable appends of one store's writers.
+//!
+//! Each writer has its own connection (it carries the session's lock), and
+//! the server already lets concurrent commits share a WAL flush. But a
+//! commit of its own per append costs the server a statement, a
+//! transaction and a backend woken for each, and on two cores that work,
+//! not the flush, is what 64 appenders queue on. So the durable appends of
+//! the writers of one [`PostgresStore`](super::PostgresStore) (and its
+//! clones) are grouped. The first writer to arrive *leads*: it takes every
+//! append waiting at that moment and commits them in one statement
+//! ([`APPEND_GROUP`](super::statements::APPEND_GROUP)), so one
+//! transaction and one flush, on one of the store's group connections.
+//! Appends that arrive meanwhile wait for the next group, which the first
+//! of their writers to be woken leads; a second group starts beside the
+//! first only once [`SECOND_GROUP`] appends wait. A lone writer leads a
+//! group of one: its append runs as it always did, on its own connection,
+//! with no other thread involved.
+//!
+//! What makes it safe to carry another writer's append is the fence every
+//! append already has: a session's rows are inserted only if its row's
+//! `last_seq` is still the seq the writer last wrote, moved in the same
+//! statement. The statement is all or nothing, so a group either commits
+//! every append the fence lets through or none. When the group's statement
+//! fails (a row that breaks a constraint, a session row held locked past
+//! [`GROUP_LOCK_TIMEOUT`](super::statements::GROUP_LOCK_TIMEOUT), the
+//! group connection lost), each writer finds out what became of its own
+//! append on its own connection (`Outcome::Unresolved`): it runs it again
+//! alone, and an append the fence refuses because the group did commit it
+//! is recognised by its last row's body.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::thread::{self, Thread};
+
+#[cfg(test)]
+use sessionlog_schema::record_crc;
+use sessionlog_schema::{EventRecord, SessionId};
+
+use super::location::Location;
+use super::statements as sql;
+use super::Connection;
+use crate::StoreError;
+
+/// How many groups may be committed at once. A second group overlaps its
+/// statement with the first's WAL flush; on the two-core development
+/// machine a third gained nothing (docs/PERFORMANCE.md).
+const LEADERS: usize = 2;
+
+/// How many appends must wait before a second group starts beside the one
+/// being committed: a group pays a flush of its own, so a small second
+/// group costs more than it saves, and its appends do better in the next
+/// group (measured with 64 appenders: 32 best of 1–40).
+const SECOND_GROUP: usize = 32;
+
+/// The events a group takes at most (it always takes its first append,
+/// however long): a bound on the arrays of one statement.
+const GROUP_EVENTS: usize = 4096;
+
+/// The appends waiting to be committed, and the one group being committed.
+#[derive(Debug, Default)]
+pub(super) struct GroupCommit {
+    queue: Mutex<Queue>,
+    /// How many appends were committed in groups of more than one.
+    grouped: AtomicU64,
+    /// The idle connections groups of more than one append are committed
+    /// on ([`LEADERS`] at most), made on first use and again after one was
+    /// lost: server backends that stay warm, with the group statement
+    /// prepared, whichever writer leads. (A writer's own connection would
+    /// be a different backend each time, with cold caches and its first
+    /// executions of the statement planned afresh.)
+    connections: Mutex<Vec<Connection>>,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    /// How many groups are being committed ([`LEADERS`] at most).
+    leading: usize,
+    next_ticket: u64,
+    waiting: Vec<Waiting>,
+    decided: HashMap<u64, (Append, Outcome)>,
+}
+
+#[derive(Debug)]
+struct Waiting {
+    ticket: u64,
+    append: Append,
+    /// The writer's thread, unparked once its append is decided or when
+    /// it is to lead the next group.
+    thread: Thread,
+}
+
+/// One writer's append: its events, to insert if its session's last seq
+/// is still `last_seq`.
+#[derive(Debug)]
+pub(super) struct Append {
+    pub(super) id: SessionId,
+    pub(super) last_seq: u64,
+    pub(super) events: Vec<EventRecord>,
+}
+
+/// What became of an append.
+#[derive(Debug)]
+pub(super) enum Outcome {
+    /// Its statement ran: the rows it inserted (0 when the fence refused
+    /// it: another writer appended since), or, for an append that ran
+    /// alone, the error its statement returned.
+    Ran(Result<u64, StoreError>),
+    /// It was in a group whose statement did not answer: for its writer
+    /// to find out on its own connection.
+    Unresolved,
+}
+
+impl GroupCommit {
+    /// Commits `append` with whatever else is waiting, leading the group
+    /// on `connection` when no other writer is; returns it with its
+    /// outcome. `connection` commits durably (`synchronous_commit` on).
+    pub(super) fn commit(
+        &self,
+        connection: &mut Connection,
+        location: &Location,
+        append: Append,
+    ) -> (Append, Outcome) {
+        let mut queue = self.lock();
+        let ticket = queue.next_ticket;
+        queue.next_ticket += 1;
+        queue.waiting.push(Waiting {
+            ticket,
+            append,
+            thread: thread::current(),
+        });
+        loop {
+            if let Some(decided) = queue.decided.remove(&ticket) {
+                return decided;
+            }
+            if !queue.may_lead() {
+                drop(queue);
+                thread::park();
+                queue = self.lock();
+                continue;
+            }
+            queue.leading += 1;
+            let mut leading = Leading {
+                commit: self,
+                group: queue.take_group(),
+                outcomes: Vec::new(),
+            };
+            drop(queue);
+            leading.outcomes = self.run(connection, location, &leading.group);
+            drop(leading);
+            queue = self.lock();
+        }
+    }
+
+    /// How many appends were committed in groups of more than one.
+    #[cfg(test)]
+    pub(super) fn grouped(&self) -> u64 {
+        self.grouped.load(Ordering::Relaxed)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lock_connections(&self) -> MutexGuard<'_, Vec<Connection>> {
+        self.connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A group connection: an idle one, else a new one (durable commits,
+    /// and [`GROUP_LOCK_TIMEOUT`](sql::GROUP_LOCK_TIMEOUT)). The leader
+    /// gives it back after its group unless it was lost.
+    fn group_connection(&self, location: &Location) -> Result<Connection, StoreError> {
+        if let Some(connection) = self.lock_connections().pop() {
+            return Ok(connection);
+        }
+        let mut connection = Connection::open(location, false)?;
+        connection.run(
+            location,
+            "set the group connection's lock timeout",
+            sql::GROUP_LOCK_TIMEOUT,
+        )?;
+        Ok(connection)
+    }
+}
+
+impl Queue {
+    /// Whether a group should start now: when none is being committed and
+    /// an append waits, or beside one when [`SECOND_GROUP`] wait.
+    fn may_lead(&self) -> bool {
+        match self.leading {
+            0 => !self.waiting.is_empty(),
+            leading => leading < LEADERS && self.waiting.len() >= SECOND_GROUP,
+        }
+    }
+
+    /// The waiting appends of distinct sessions, oldest first, up to
+    /// [`GROUP_EVENTS`] events; the rest wait for the next group. (One
+    /// writer per session makes a second append of a session in one group
+    /// unlikely, but its fence would need the first's new last seq.)
+    fn take_group(&mut self) -> Vec<Waiting> {
+        let mut sessions = HashSet::new();
+        let mut events = 0;
+        let (mut group, mut rest) = (Vec::new(), Vec::new());
+        for waiting in self.waiting.drain(..) {
+            let fits = group.is_empty() || events + waiting.append.events.len() <= GROUP_EVENTS;
+            if fits && sessions.insert(waiting.append.id.clone()) {
+                events += waiting.append.events.len();
+                group.push(waiting);
+            } else {
+                rest.push(waiting);
+            }
+        }
+        self.waiting = rest;
+        group
+    }
+}
+
+/// A group being committed. Dropped, it hands every append of the group
+/// back with its outcome (`Unresolved` for any its leader did not decide,
+/// should it have unwound) and lets the next leader in.
+struct Leading<'a> {
+    commit: &'a GroupCommit,
+    group: Vec<Waiting>,
+    outcomes: Vec<Outcome>,
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        let mut queue = self.commit.lock();
+        let mut outcomes = std::mem::take(&mut self.outcomes).into_iter();
+        let mut decided = Vec::with_capacity(self.group.len());
+        for Waiting {
+            ticket,
+            append,
+            thread,
+        } in self.group.drain(..)
+        {
+            let outcome = outcomes.next().unwrap_or(Outcome::Unresolved);
+            queue.decided.insert(ticket, (append, outcome));
+            decided.push(thread);
+        }
+        queue.leading -= 1;
+        let next = match queue.may_lead() {
+            true => queue.waiting.first().map(|waiting| waiting.thread.clone()),
+            false => None,
+        };
+        drop(queue);
+        next.iter().chain(&decided).for_each(Thread::unpark);
+    }
+}
+
+impl GroupCommit {
+    /// Commits `group`: a lone append on its writer's `connection`, as it
+    /// always ran; more than one in one statement on the group connection.
+    fn run(
+        &self,
+        connection: &mut Connection,
+        location: &Location,
+        group: &[Waiting],
+    ) -> Vec<Outcome> {
+        if let [Waiting { append, .. }] = group {
+            let ran = connection.append(
+                location,
+                "append",
+                &append.id,
+                append.last_seq,
+                &append.events,
+            );
+            return vec![Outcome::Ran(ran)];
+        }
+        let appends: Vec<&Append> = group.iter().map(|waiting| &waiting.append).collect();
+        let ran = self.group_connection(location).and_then(|mut shared| {
+            let ran = shared.append_group(location, &appends);
+            if !shared.is_closed() {
+                self.lock_connections().push(shared);
+            }
+            ran
+        });
+        match ran {
+            Ok(moved) => {
+                self.grouped
+                    .fetch_add(appends.len() as u64, Ordering::Relaxed);
+                appends
+                    .iter()
+                    .map(|append| match moved.contains(append.id.as_str()) {
+                        true => Outcome::Ran(Ok(append.events.len() as u64)),
+                        false => Outcome::Ran(Ok(0)),
+                    })
+                    .collect()
+            }
+            Err(error) => {
+                tracing::debug!(
+                    store = %location.display.display(),
+                    appends = appends.len(),
+                    %error,
+                    "a group's append failed; each writer runs its own again"
+                );
+                appends.iter().map(|_| Outcome::Unresolved).collect()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::sql::postgres::tests::{engine, execute};
+    use crate::store::tests::{header, id, ok, postgres_store, record, PostgresSchema};
+    use crate::writer::Durability;
+
+    /// A store whose sessions `a`, `b` and `c` each hold one event, and a
+    /// connection of its own to commit groups on.
+    fn three_sessions(schema: &PostgresSchema) -> Connection {
+        let store = engine(schema);
+        for session in ["a", "b", "c"] {
+            let events = [record(1, "note/test", r#"{"n":1}"#)];
+            ok(store.create_session(&header(session), &events, Durability::Fsync));
+        }
+        ok(Connection::open(&store.shared.location, false))
+    }
+
+    /// The append of events `seqs` to `session` by a writer that last
+    /// wrote `last_seq`.
+    fn waiting(session: &str, last_seq: u64, seqs: std::ops::RangeInclusive<u64>) -> Waiting {
+        let events = seqs
+            .map(|seq| {
+                record(
+                    seq,
+                    "note/test",
+                    &format!(r#"{{"session":"{session}","n":{seq}}}"#),
+                )
+            })
+            .collect();
+        Waiting {
+            ticket: 0,
+            append: Append {
+                id: id(session),
+                last_seq,
+                events,
+            },
+            thread: thread::current(),
+        }
+    }
+
+    /// How many events session `name` holds.
+    fn events(schema: &PostgresSchema, name: &str) -> usize {
+        ok(engine(schema).snapshot(&id(name))).events.len()
+    }
+
+    fn inserted(outcome: &Outcome) -> Option<u64> {
+        match outcome {
+            Outcome::Ran(Ok(inserted)) => Some(*inserted),
+            Outcome::Ran(Err(error)) => panic!("the group's append failed: {error}"),
+            Outcome::Unresolved => None,
+        }
+    }
+
+    #[test]
+    fn a_group_commits_what_each_fence_lets_through_in_one_statement() {
+        let Some(schema) = postgres_store() else {
+            return;
+        };
+        let mut connection = three_sessions(&schema);
+        let store = engine(&schema);
+        let group = [
+            waiting("a", 1, 2..=2),
+            waiting("b", 0, 1..=1),
+            waiting("c", 1, 2..=3),
+        ];
+        let outcomes = store
+            .shared
+            .group
+            .run(&mut connection, &store.shared.location, &group);
+        let inserted: Vec<_> = outcomes.iter().map(inserted).collect();
+        // b's writer expected no event yet: another writer got ahead.
+        assert_eq!(inserted, [Some(1), Some(0), Some(2)]);
+        assert_eq!(
+            [
+                events(&schema, "a"),
+                events(&schema, "b"),
+                events(&schema, "c")
+            ],
+            [2, 1, 3]
+        );
+        assert_eq!(store.shared.group.grouped(), 3);
+    }
+
+    #[test]
+    fn a_failed_group_commits_nothing_and_each_append_is_settled_alone() {
+        let Some(schema) = postgres_store() else {
+            return;
+        };
+        let mut connection = three_sessions(&schema);
+        let store = engine(&schema);
+        let location = &store.shared.location;
+        // A stray row where b's append goes: its insert breaks the
+        // primary key, and the statement with it.
+        let stray = r#"{"seq":2,"ts":5,"type":"note/test","data":{}}"#;
+        execute(
+            &schema,
+            &format!(
+                "INSERT INTO events VALUES ('b', 2, 5, 'note/test', NULL, '{stray}', {})",
+                record_crc(&id("b"), stray.as_bytes())
+            ),
+        );
+        let group = [waiting("a", 1, 2..=2), waiting("b", 1, 2..=2)];
+        let outcomes = store.shared.group.run(&mut connection, location, &group);
+        assert!(
+            outcomes.iter().all(|outcome| inserted(outcome).is_none()),
+            "{outcomes:?}"
+        );
+        assert_eq!(events(&schema, "a"), 1, "a group is all or nothing");
+        assert_eq!(store.shared.group.grouped(), 0);
+        let again = |connection: &mut Connection, waiting: &Waiting| {
+            let Append {
+                id,
+                last_seq,
+                events,
+            } = &waiting.append;
+            ok(connection.append_again(location, id, *last_seq, events))
+        };
+        assert_eq!(again(&mut connection, &group[0]), 1);
+        assert_eq!(
+            again(&mut connection, &group[1]),
+            0,
+            "the stray row is not b's append"
+        );
+        assert_eq!(events(&schema, "a"), 2);
+    }
+
+    #[test]
+    fn an_append_its_group_committed_is_recognised_when_run_again() {
+        let Some(schema) = postgres_store() else {
+            return;
+        };
+        let mut connection = three_sessions(&schema);
+        let store = engine(&schema);
+        let location = &store.shared.location;
+        let group = [waiting("a", 1, 2..=3), waiting("c", 1, 2..=2)];
+        let outcomes = store.shared.group.run(&mut connection, location, &group);
+        assert_eq!(
+            outcomes.iter().map(inserted).collect::<Vec<_>>(),
+            [Some(2), Some(1)]
+        );
+        // As if the group's answer had been lost: the fence refuses the
+        // append now, and the stored rows say the group committed it.
+        let Append {
+            id,
+            last_seq,
+            events: appended,
+        } = &group[0].append;
+        assert_eq!(
+            ok(connection.append_again(location, id, *last_seq, appended)),
+            2
+        );
+        // Another append at the same seqs was not committed.
+        let other = waiting("a", 1, 2..=2);
+        let Append {
+            id,
+            last_seq,
+            events: other_events,
+        } = &other.append;
+        let mut changed = other_events.clone();
+        changed[0] = record(2, "note/test", r#"{"other":true}"#);
+        assert_eq!(
+            ok(connection.append_again(location, id, *last_seq, &changed)),
+            0
+        );
+        assert_eq!(events(&schema, "a"), 3);
+    }
+
+    #[test]
+    fn a_session_row_held_locked_does_not_stall_its_group() {
+        let Some(schema) = postgres_store() else {
+            return;
+        };
+        let mut connection = three_sessions(&schema);
+        let store = engine(&schema);
+        let mut blocker = ok(store.connect());
+        ok(blocker.batch_execute("BEGIN; SELECT * FROM sessions WHERE id = 'b' FOR UPDATE"));
+        let group = [waiting("a", 1, 2..=2), waiting("b", 1, 2..=2)];
+        let (done, finished) = std::sync::mpsc::channel::<()>();
+        let (outcomes, waited) = thread::scope(|scope| {
+            // Should the group wait for the row after all, it gets it
+            // after 10 s, and the assertions below say so.
+            scope.spawn(move || {
+                let _ = finished.recv_timeout(Duration::from_secs(10));
+                ok(blocker.batch_execute("ROLLBACK"));
+            });
+            let started = Instant::now();
+            let outcomes = store
+                .shared
+                .group
+                .run(&mut connection, &store.shared.location, &group);
+            let waited = started.elapsed();
+            drop(done);
+            (outcomes, waited)
+        });
+        assert!(
+            outcomes.iter().all(|outcome| inserted(outcome).is_none()),
+            "{outcomes:?}"
+        );
+        assert!(
+            waited < Duration::from_secs(5),
+            "the group waited {waited:?} for the row"
+        );
+        assert_eq!(events(&schema, "a"), 1);
+    }
+}
