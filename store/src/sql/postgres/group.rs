@@ -33,8 +33,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread::{self, Thread};
 
-#[cfg(test)]
-use sessionlog_schema::record_crc;
 use sessionlog_schema::{EventRecord, SessionId};
 
 use super::location::Location;
@@ -50,14 +48,15 @@ const LEADERS: usize = 2;
 /// How many appends must wait before a second group starts beside the one
 /// being committed: a group pays a flush of its own, so a small second
 /// group costs more than it saves, and its appends do better in the next
-/// group (measured with 64 appenders: 32 best of 1–40).
+/// group (with 64 appenders, 32 measured best of 1 and 16–40).
 const SECOND_GROUP: usize = 32;
 
 /// The events a group takes at most (it always takes its first append,
 /// however long): a bound on the arrays of one statement.
 const GROUP_EVENTS: usize = 4096;
 
-/// The appends waiting to be committed, and the one group being committed.
+/// The appends waiting to be committed, the outcomes of those committed,
+/// and the connections groups are committed on.
 #[derive(Debug, Default)]
 pub(super) struct GroupCommit {
     queue: Mutex<Queue>,
@@ -106,15 +105,17 @@ pub(super) enum Outcome {
     /// it: another writer appended since), or, for an append that ran
     /// alone, the error its statement returned.
     Ran(Result<u64, StoreError>),
-    /// It was in a group whose statement did not answer: for its writer
-    /// to find out on its own connection.
+    /// It was in a group whose statement failed or did not answer: for
+    /// its writer to find out on its own connection.
     Unresolved,
 }
 
 impl GroupCommit {
-    /// Commits `append` with whatever else is waiting, leading the group
-    /// on `connection` when no other writer is; returns it with its
-    /// outcome. `connection` commits durably (`synchronous_commit` on).
+    /// Commits `append` with whatever else is waiting, returning it with
+    /// its outcome: leads a group when none is being committed (or when
+    /// [`SECOND_GROUP`] appends wait), else waits for a leader to decide
+    /// it. `connection`, the writer's own, commits durably
+    /// (`synchronous_commit` on); a group of one runs on it.
     pub(super) fn commit(
         &self,
         connection: &mut Connection,
@@ -306,6 +307,8 @@ impl GroupCommit {
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, Instant};
+
+    use sessionlog_schema::record_crc;
 
     use super::*;
     use crate::sql::postgres::tests::{engine, execute};
