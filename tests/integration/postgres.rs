@@ -486,6 +486,17 @@ struct PrivateServer {
     dir: String,
 }
 
+impl PrivateServer {
+    /// Starts a server of its own in `folder`; it and its URL.
+    fn start(folder: &Path) -> (PrivateServer, String) {
+        let server = PrivateServer {
+            dir: text(&folder.join("cluster")),
+        };
+        let url = server_script(&["start", &server.dir]);
+        (server, url)
+    }
+}
+
 impl Drop for PrivateServer {
     fn drop(&mut self) {
         let _ = std::process::Command::new(workspace_root().join("tools/pg-test-server.sh"))
@@ -500,9 +511,8 @@ fn the_server_stopped_immediately_mid_append_loses_nothing_acknowledged() {
         return;
     }
     let folder = ok(tempfile::tempdir());
-    let dir = text(&folder.path().join("cluster"));
-    let server = PrivateServer { dir: dir.clone() };
-    let url = server_script(&["start", &server.dir]);
+    let (server, url) = PrivateServer::start(folder.path());
+    let dir = server.dir.clone();
     run(["create", &url, "--session", "s"]).expect_code(0);
     let mut appender = ok(sessionlog(["append", &url, "--session", "s"])
         .stdin(Stdio::piped())
@@ -578,9 +588,7 @@ fn the_server_stopped_immediately_under_grouped_appends_loses_nothing_acknowledg
         return;
     }
     let folder = ok(tempfile::tempdir());
-    let dir = text(&folder.path().join("cluster"));
-    let server = PrivateServer { dir: dir.clone() };
-    let url = server_script(&["start", &server.dir]);
+    let (server, url) = PrivateServer::start(folder.path());
     drop(ok(Store::create(Path::new(&url))));
     let crashes = kills(1, 12);
     let (mut acknowledged, mut found) = (0, 0);
@@ -588,7 +596,7 @@ fn the_server_stopped_immediately_under_grouped_appends_loses_nothing_acknowledg
         // 0.3 s to 1.4 s of appending, so the stop lands in groups of
         // every size the writers reach.
         let after = Duration::from_millis(300 + (round as u64 * 97) % 1100);
-        let figures = crash_under_grouped_writers(&url, &dir, round, after);
+        let figures = crash_under_grouped_writers(&url, &server.dir, round, after);
         acknowledged += figures.0;
         found += figures.1;
     }
