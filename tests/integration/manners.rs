@@ -546,6 +546,35 @@ fn diff_and_migrate_take_a_lone_log_as_a_store_of_one_session() {
 }
 
 #[test]
+fn stats_and_list_of_a_folder_without_sessions_say_so_on_stderr() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    std::fs::write(dir.path().join("notes.txt"), "not a log\n")
+        .unwrap_or_else(|error| panic!("write: {error}"));
+    let folder = arg(dir.path());
+    for command in [vec!["stats", &folder], vec!["list", &folder]] {
+        // Zero counts and an empty list are what the folder holds (exit
+        // 0, as for a new store), but not alone: a mistyped path says the
+        // same.
+        let counted = run(command.clone());
+        counted.expect_code(0);
+        assert!(
+            counted.stderr.contains("warning: no sessions found in")
+                && counted.stderr.contains(&folder),
+            "sessionlog {command:?}: {}",
+            counted.stderr
+        );
+        let quiet = run([&["--quiet"][..], &command].concat());
+        quiet.expect_code(0);
+        assert!(
+            quiet.stderr.is_empty(),
+            "sessionlog --quiet {command:?}: {}",
+            quiet.stderr
+        );
+        assert_eq!(quiet.stdout, counted.stdout);
+    }
+}
+
+#[test]
 fn a_file_named_as_a_store_is_called_a_file_not_a_missing_folder() {
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
     let notes = dir.path().join("notes.txt");

@@ -29,11 +29,27 @@ pub enum Target {
 pub fn require_sessions<T>(sessions: &[T], store: &Path, allow_empty: bool) -> Result<()> {
     if sessions.is_empty() && !allow_empty {
         bail!(UsageError(format!(
-            "no sessions found in {} (a store holds <id>.jsonl logs or is a .db/.sqlite database); pass --allow-empty to accept an empty store",
-            store.display()
+            "{}; pass --allow-empty to accept an empty store",
+            no_sessions(store)
         )));
     }
     Ok(())
+}
+
+/// Warns that `store` holds no session, for the commands that count or
+/// list what a store holds: they report an empty store as it is (exit 0),
+/// but zero counts alone would not tell a mistyped path from a new store.
+pub fn warn_if_no_sessions(sessions: usize, store: &Path) {
+    if sessions == 0 {
+        crate::terminal::warn(no_sessions(store));
+    }
+}
+
+fn no_sessions(store: &Path) -> String {
+    format!(
+        "no sessions found in {} (a store holds <id>.jsonl logs or is a .db/.sqlite database)",
+        store.display()
+    )
 }
 
 /// What `verify` reads of a target before its sessions ([`Target::audit`]).

@@ -32,16 +32,19 @@ pub fn run(store: &Path, tree: bool, json: bool) -> Result<u8> {
             let header = sessionlog_store::read_header_as_is(path, None)?.header;
             vec![(header.id.to_string(), Ok(header))]
         }
-        Target::Store(store) => store
-            .list()?
-            .into_iter()
-            .map(|entry| {
-                (
-                    entry.id.to_string(),
-                    entry.header.map_err(|e| e.to_string()),
-                )
-            })
-            .collect(),
+        Target::Store(opened) => {
+            let entries = opened.list()?;
+            crate::target::warn_if_no_sessions(entries.len(), store);
+            entries
+                .into_iter()
+                .map(|entry| {
+                    (
+                        entry.id.to_string(),
+                        entry.header.map_err(|e| e.to_string()),
+                    )
+                })
+                .collect()
+        }
     };
     let mut code = exit::OK;
     if entries.iter().any(|(_, header)| header.is_err()) {

@@ -112,6 +112,7 @@ fn report(
             if let Some(first) = damage.into_iter().next() {
                 return Err(first.into());
             }
+            crate::target::warn_if_no_sessions(sessions.len(), &args.store);
             sessions
         }
     };
