@@ -390,6 +390,9 @@ pub enum Command {
         target: SessionArgs,
     },
     /// List the sessions of a store from their headers.
+    ///
+    /// A store with no sessions lists nothing, exit 0, with a warning on
+    /// stderr ("no sessions found in X"): a mistyped path holds none either.
     #[command(after_help = "Example:\n  sessionlog list examples/sessions --tree")]
     List {
         /// The store.
@@ -481,6 +484,9 @@ pub enum Command {
         json: bool,
     },
     /// Count sessions, events by type (unknown types too), bytes and torn tails.
+    ///
+    /// A store with no sessions counts zero, exit 0, with a warning on
+    /// stderr ("no sessions found in X"): a mistyped path holds none either.
     #[command(
         after_help = "Examples:\n  sessionlog stats examples/sessions\n  sessionlog stats ./sessions.db --json | jq .totals.eventsByType"
     )]
