@@ -1048,17 +1048,7 @@ impl Connection {
                     location,
                     operation,
                     sql::APPEND,
-                    &[
-                        &session,
-                        &last_seq,
-                        &new_last,
-                        &columns.seq,
-                        &columns.ts,
-                        &columns.event_type,
-                        &columns.batch,
-                        &columns.body,
-                        &columns.crc,
-                    ],
+                    &columns.after(&[&session, &last_seq, &new_last]),
                 )
             }
         }
@@ -1129,18 +1119,7 @@ impl Connection {
             |client, statement| {
                 client.query(
                     statement,
-                    &[
-                        &ids,
-                        &last_seqs,
-                        &new_lasts,
-                        &sessions,
-                        &columns.seq,
-                        &columns.ts,
-                        &columns.event_type,
-                        &columns.batch,
-                        &columns.body,
-                        &columns.crc,
-                    ],
+                    &columns.after(&[&ids, &last_seqs, &new_lasts, &sessions]),
                 )
             },
         )?;
@@ -1341,6 +1320,19 @@ impl<'a> Columns<'a> {
         columns
     }
 
+    /// The statement's parameters: `first`, then the six columns.
+    fn after<'b>(&'b self, first: &[&'b (dyn ToSql + Sync)]) -> Vec<&'b (dyn ToSql + Sync)> {
+        let columns: [&(dyn ToSql + Sync); 6] = [
+            &self.seq,
+            &self.ts,
+            &self.event_type,
+            &self.batch,
+            &self.body,
+            &self.crc,
+        ];
+        first.iter().copied().chain(columns).collect()
+    }
+
     /// Adds `records` of session `id`.
     fn extend(&mut self, id: &SessionId, records: &'a [EventRecord]) {
         for record in records {
@@ -1407,18 +1399,7 @@ fn insert_session(
         let columns = Columns::of(&header.id, chunk);
         connection
             .client
-            .execute(
-                &statement,
-                &[
-                    &header.id.as_str(),
-                    &columns.seq,
-                    &columns.ts,
-                    &columns.event_type,
-                    &columns.batch,
-                    &columns.body,
-                    &columns.crc,
-                ],
-            )
+            .execute(&statement, &columns.after(&[&header.id.as_str()]))
             .map_err(postgres_error("insert events", location))?;
     }
     Ok(())
