@@ -98,6 +98,18 @@ pub(super) struct Append {
     pub(super) events: Vec<EventRecord>,
 }
 
+impl Append {
+    /// Runs this append alone, in a statement of its own on `connection`:
+    /// how many rows it inserted (0: the fence refused it).
+    pub(super) fn run_alone(
+        &self,
+        connection: &mut Connection,
+        location: &Location,
+    ) -> Result<u64, StoreError> {
+        connection.append(location, "append", &self.id, self.last_seq, &self.events)
+    }
+}
+
 /// What became of an append.
 #[derive(Debug)]
 pub(super) enum Outcome {
@@ -248,7 +260,14 @@ impl Drop for Leading<'_> {
             false => None,
         };
         drop(queue);
-        next.iter().chain(&decided).for_each(Thread::unpark);
+        // The leader's own append, when it was in the group, needs no
+        // waking: unparked, its thread would wake for nothing the next
+        // time it waits.
+        let leader = thread::current().id();
+        next.iter()
+            .chain(&decided)
+            .filter(|thread| thread.id() != leader)
+            .for_each(Thread::unpark);
     }
 }
 
@@ -262,14 +281,7 @@ impl GroupCommit {
         group: &[Waiting],
     ) -> Vec<Outcome> {
         if let [Waiting { append, .. }] = group {
-            let ran = connection.append(
-                location,
-                "append",
-                &append.id,
-                append.last_seq,
-                &append.events,
-            );
-            return vec![Outcome::Ran(ran)];
+            return vec![Outcome::Ran(append.run_alone(connection, location))];
         }
         let appends: Vec<&Append> = group.iter().map(|waiting| &waiting.append).collect();
         let ran = self.group_connection(location).and_then(|mut shared| {
@@ -354,6 +366,20 @@ mod tests {
         ok(engine(schema).snapshot(&id(name))).events.len()
     }
 
+    /// Commits `group` through the store's group commit, `connection`
+    /// standing for the leader's own.
+    fn run(
+        schema: &PostgresSchema,
+        connection: &mut Connection,
+        group: &[Waiting],
+    ) -> Vec<Outcome> {
+        let store = engine(schema);
+        store
+            .shared
+            .group
+            .run(connection, &store.shared.location, group)
+    }
+
     fn inserted(outcome: &Outcome) -> Option<u64> {
         match outcome {
             Outcome::Ran(Ok(inserted)) => Some(*inserted),
@@ -368,16 +394,12 @@ mod tests {
             return;
         };
         let mut connection = three_sessions(&schema);
-        let store = engine(&schema);
         let group = [
             waiting("a", 1, 2..=2),
             waiting("b", 0, 1..=1),
             waiting("c", 1, 2..=3),
         ];
-        let outcomes = store
-            .shared
-            .group
-            .run(&mut connection, &store.shared.location, &group);
+        let outcomes = run(&schema, &mut connection, &group);
         let inserted: Vec<_> = outcomes.iter().map(inserted).collect();
         // b's writer expected no event yet: another writer got ahead.
         assert_eq!(inserted, [Some(1), Some(0), Some(2)]);
@@ -389,7 +411,7 @@ mod tests {
             ],
             [2, 1, 3]
         );
-        assert_eq!(store.shared.group.grouped(), 3);
+        assert_eq!(engine(&schema).shared.group.grouped(), 3);
     }
 
     #[test]
@@ -411,27 +433,16 @@ mod tests {
             ),
         );
         let group = [waiting("a", 1, 2..=2), waiting("b", 1, 2..=2)];
-        let outcomes = store.shared.group.run(&mut connection, location, &group);
+        let outcomes = run(&schema, &mut connection, &group);
         assert!(
             outcomes.iter().all(|outcome| inserted(outcome).is_none()),
             "{outcomes:?}"
         );
         assert_eq!(events(&schema, "a"), 1, "a group is all or nothing");
         assert_eq!(store.shared.group.grouped(), 0);
-        let again = |connection: &mut Connection, waiting: &Waiting| {
-            let Append {
-                id,
-                last_seq,
-                events,
-            } = &waiting.append;
-            ok(connection.append_again(location, id, *last_seq, events))
-        };
-        assert_eq!(again(&mut connection, &group[0]), 1);
-        assert_eq!(
-            again(&mut connection, &group[1]),
-            0,
-            "the stray row is not b's append"
-        );
+        let mut again = |waiting: &Waiting| ok(connection.append_again(location, &waiting.append));
+        assert_eq!(again(&group[0]), 1);
+        assert_eq!(again(&group[1]), 0, "the stray row is not b's append");
         assert_eq!(events(&schema, "a"), 2);
     }
 
@@ -441,38 +452,20 @@ mod tests {
             return;
         };
         let mut connection = three_sessions(&schema);
-        let store = engine(&schema);
-        let location = &store.shared.location;
+        let location = &engine(&schema).shared.location;
         let group = [waiting("a", 1, 2..=3), waiting("c", 1, 2..=2)];
-        let outcomes = store.shared.group.run(&mut connection, location, &group);
+        let outcomes = run(&schema, &mut connection, &group);
         assert_eq!(
             outcomes.iter().map(inserted).collect::<Vec<_>>(),
             [Some(2), Some(1)]
         );
         // As if the group's answer had been lost: the fence refuses the
         // append now, and the stored rows say the group committed it.
-        let Append {
-            id,
-            last_seq,
-            events: appended,
-        } = &group[0].append;
-        assert_eq!(
-            ok(connection.append_again(location, id, *last_seq, appended)),
-            2
-        );
+        assert_eq!(ok(connection.append_again(location, &group[0].append)), 2);
         // Another append at the same seqs was not committed.
-        let other = waiting("a", 1, 2..=2);
-        let Append {
-            id,
-            last_seq,
-            events: other_events,
-        } = &other.append;
-        let mut changed = other_events.clone();
-        changed[0] = record(2, "note/test", r#"{"other":true}"#);
-        assert_eq!(
-            ok(connection.append_again(location, id, *last_seq, &changed)),
-            0
-        );
+        let mut other = waiting("a", 1, 2..=2).append;
+        other.events[0] = record(2, "note/test", r#"{"other":true}"#);
+        assert_eq!(ok(connection.append_again(location, &other)), 0);
         assert_eq!(events(&schema, "a"), 3);
     }
 
@@ -495,10 +488,7 @@ mod tests {
                 ok(blocker.batch_execute("ROLLBACK"));
             });
             let started = Instant::now();
-            let outcomes = store
-                .shared
-                .group
-                .run(&mut connection, &store.shared.location, &group);
+            let outcomes = run(&schema, &mut connection, &group);
             let waited = started.elapsed();
             drop(done);
             (outcomes, waited)

@@ -703,24 +703,15 @@ impl LogSink for PostgresSink {
                 .group
                 .commit(&mut self.connection, location, append),
             Durability::Buffered => {
-                let ran = self.connection.append(
-                    location,
-                    "append",
-                    &append.id,
-                    append.last_seq,
-                    &append.events,
-                );
+                let ran = append.run_alone(&mut self.connection, location);
                 (append, Outcome::Ran(ran))
             }
         };
-        self.pending = append.events;
         let inserted = match outcome {
             Outcome::Ran(ran) => ran,
-            Outcome::Unresolved => {
-                self.connection
-                    .append_again(location, &self.id, self.last_seq, &self.pending)
-            }
+            Outcome::Unresolved => self.connection.append_again(location, &append),
         };
+        self.pending = append.events;
         let inserted = match inserted {
             Ok(inserted) => inserted,
             Err(error) if is_unique_violation(&error) => return Err(self.conflict(first_seq)),
@@ -1059,19 +1050,13 @@ impl Connection {
     /// fence (or the primary key), it was committed by the group when the
     /// row at its last seq holds its last event's body; how many rows it
     /// inserted, as [`Connection::append`].
-    fn append_again(
-        &mut self,
-        location: &Location,
-        id: &SessionId,
-        last_seq: u64,
-        events: &[EventRecord],
-    ) -> Result<u64, StoreError> {
-        match self.append(location, "append", id, last_seq, events) {
+    fn append_again(&mut self, location: &Location, append: &Append) -> Result<u64, StoreError> {
+        match append.run_alone(self, location) {
             Ok(0) => {}
             Err(error) if is_unique_violation(&error) => {}
             ran => return ran,
         }
-        let Some(last) = events.last() else {
+        let Some(last) = append.events.last() else {
             return Ok(0);
         };
         let operation = "read an appended event";
@@ -1079,7 +1064,7 @@ impl Connection {
             location,
             operation,
             sql::READ_EVENT_BODY,
-            &[&id.as_str(), &sql_integer(last.seq())],
+            &[&append.id.as_str(), &sql_integer(last.seq())],
         )?;
         let committed = match stored {
             Some(row) => {
@@ -1089,7 +1074,11 @@ impl Connection {
             }
             None => false,
         };
-        Ok(if committed { events.len() as u64 } else { 0 })
+        Ok(if committed {
+            append.events.len() as u64
+        } else {
+            0
+        })
     }
 
     /// Runs [`sql::APPEND_GROUP`]: the appends of several sessions (no
