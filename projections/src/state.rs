@@ -563,6 +563,25 @@ impl SessionState {
         self.fold_parsed(record, || view, false)
     }
 
+    /// [`apply_viewed`](Self::apply_viewed), for a fold that only projects
+    /// and so has no use for the hash chain: the chain is not advanced, and
+    /// from the first such record on [`chain`](Self::chain) is not the
+    /// session's (this state is not to be sealed from, saved as a snapshot
+    /// or resumed). An own seal cannot be checked without the chain: given
+    /// one, nothing is applied and `None` is returned, for the caller to
+    /// fold the log again with its chain. Any other record: same
+    /// acceptance, same violations, same effects.
+    pub fn apply_viewed_unhashed(
+        &mut self,
+        record: &EventRecord,
+        view: Result<EventView<'_>, ShapeError>,
+    ) -> Option<Result<(), Violation>> {
+        if record.event_type() == EventType::Seal.as_str() && self.is_own(record.seq()) {
+            return None;
+        }
+        Some(self.fold_parsed(record, || view, false))
+    }
+
     /// Sets the chain value through [`seq`](Self::seq), which a fold by
     /// [`apply_viewed_unchained`](Self::apply_viewed_unchained) left to its
     /// caller.

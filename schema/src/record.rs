@@ -55,7 +55,7 @@ pub struct EventRecord {
     ts: u64,
     batch: Option<u64>,
     event_type: TypeText,
-    body: Box<str>,
+    body: String,
     data: Range<usize>,
 }
 
@@ -190,14 +190,16 @@ impl EventRecord {
             serde_json::Value::from(event_type)
         );
         let start = prefix.len();
-        let body = prefix + data;
+        let mut body = String::with_capacity(start + data.len());
+        body.push_str(&prefix);
+        body.push_str(data);
         EventRecord {
             seq,
             ts,
             batch,
             event_type: TypeText::Own(event_type.into()),
             data: start..body.len(),
-            body: body.into(),
+            body,
         }
     }
 
@@ -227,6 +229,12 @@ impl EventRecord {
     /// The raw JSON text of `data`, exactly as logged.
     pub fn data(&self) -> &str {
         &self.body[self.data.clone()]
+    }
+
+    /// The record's body, given up: room for the body of another record
+    /// ([`decode_event_unproven_into`]).
+    pub fn into_body(self) -> String {
+        self.body
     }
 
     /// The record's body: its line up to, not including, `,"crc":`.
@@ -654,10 +662,24 @@ pub fn decode_event_unproven(
     id: &SessionId,
     line: &[u8],
 ) -> Result<(EventRecord, bool), DecodeError> {
+    decode_event_unproven_into(id, line, String::new())
+}
+
+/// [`decode_event_unproven`], the body of a record in the writers' layout
+/// written into `buffer` (its text dropped, its room kept): a reader that
+/// is given back the records it returned makes no new bodies
+/// ([`EventRecord::into_body`]).
+pub fn decode_event_unproven_into(
+    id: &SessionId,
+    line: &[u8],
+    mut buffer: String,
+) -> Result<(EventRecord, bool), DecodeError> {
     let body = check_crc(id, line)?;
     let text = utf8(line)?;
     if let Some(prefix) = CanonicalPrefix::read(text, body.len()) {
-        return Ok((prefix.into_record(text), true));
+        buffer.clear();
+        buffer.push_str(&text[..prefix.data.end]);
+        return Ok((prefix.into_record_owning(buffer), true));
     }
     decode_event_members(text, body.len()).map(|record| (record, false))
 }
@@ -807,7 +829,7 @@ impl CanonicalPrefix {
             ts: self.ts,
             batch: self.batch,
             event_type: TypeText::InBody(self.event_type),
-            body: body.into_boxed_str(),
+            body,
             data: self.data,
         }
     }

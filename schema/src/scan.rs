@@ -7,8 +7,8 @@
 //! a batch still waiting for its last record are held.
 
 use crate::record::{
-    check_crc, decode_event, decode_event_unproven, decode_event_viewed, decode_header, prove_json,
-    DecodeError, MAX_RECORD_BYTES,
+    check_crc, decode_event, decode_event_unproven_into, decode_event_viewed, decode_header,
+    prove_json, DecodeError, MAX_RECORD_BYTES,
 };
 use crate::{EventRecord, EventView, HeaderVocabularyError, SessionHeader, SessionId, ShapeError};
 
@@ -234,7 +234,7 @@ impl LogScanner {
     }
 
     /// [`push_line`](Self::push_line), short of the proof that the
-    /// record's `data` is JSON ([`decode_event_unproven`]), for a reader
+    /// record's `data` is JSON ([`decode_event_unproven`](crate::decode_event_unproven)), for a reader
     /// whose fold proves it ([`prove_data`](crate::prove_data)) as it scans
     /// `data` for its view. Returns the line's position when the line's
     /// record joined the good prefix on its own unproved: it is then the
@@ -249,12 +249,16 @@ impl LogScanner {
     /// proves it: one that is refused (its error is then the one `push_line`
     /// gives) and one held for its batch (which may never be finished, and
     /// would then leave with the torn tail, unproved).
+    ///
+    /// The record's body is written into `buffer` where it can be
+    /// ([`decode_event_unproven_into`]).
     pub fn push_line_unproven(
         &mut self,
         line: &[u8],
         terminated: bool,
         offset: u64,
         ready: &mut Vec<EventRecord>,
+        buffer: String,
     ) -> Result<Option<Position>, Corruption> {
         let (next_seq, batch_remaining) = (self.next_seq, self.batch_remaining);
         let position = Position {
@@ -262,7 +266,7 @@ impl LogScanner {
             offset,
         };
         self.push_event_line(line, terminated, offset, ready, |id, line| {
-            let (record, unproven) = decode_event_unproven(id, line)?;
+            let (record, unproven) = decode_event_unproven_into(id, line, buffer)?;
             let joins_alone =
                 record.seq() == next_seq && batch_remaining == 0 && record.batch().is_none();
             if unproven && !joins_alone {

@@ -19,7 +19,7 @@ use std::sync::mpsc;
 use std::thread;
 
 use sessionlog_projections::{SessionState, Violation};
-use sessionlog_schema::{prove_data, EventRecord};
+use sessionlog_schema::{prove_data, EventRecord, EventView};
 
 use crate::reader::{FoldedEvent, SessionStream, Unproven};
 use crate::StoreError;
@@ -86,26 +86,117 @@ where
     S: SessionStream + ?Sized,
     F: FnMut(&EventRecord, Result<(), Violation>, &SessionState) + Send,
 {
-    if fold_here(stream, state, &mut each, FOLDED_BEFORE_HANDOVER)? {
-        return Ok(());
+    match fold(stream, state, &mut each, Hashing::Every)? {
+        Folded::Whole => Ok(()),
+        // A fold that hashes every record never stops for the chain.
+        Folded::ChainNeeded => unreachable!("a fold with its chain stopped for the chain"),
     }
+}
+
+/// Whether [`fold_unhashed`] folded the whole stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Folded {
+    /// Every event left in the stream is folded.
+    Whole,
+    /// The fold stopped before an own seal, which only the chain can
+    /// check, or before damage, which a read alone must find (see
+    /// [`fold_unhashed`]): the state is to be thrown away and the session
+    /// folded again from its start by [`fold_stream`].
+    ChainNeeded,
+}
+
+/// [`fold_stream`] for a read that only projects (a whole `project`): past
+/// the first few thousand events, unless an own seal came in those, the
+/// records are folded without the hash chain ([`SessionState::apply_viewed_unhashed`]),
+/// whose SHA-256 of every body costs a long fold more than its rules and
+/// views together and which no projection uses.
+///
+/// An own seal further on must still be checked against the chain, and
+/// only against the bytes this fold judged: the fold then stops and
+/// returns [`Folded::ChainNeeded`], for the caller to fold the session
+/// again from its start with its chain, and so does a record whose `data`
+/// is not JSON (the read alone that finds what that damage is would
+/// fold on with the chain this fold left behind). On [`Folded::Whole`] the
+/// state holds every projection of the stream, but its chain is not the
+/// session's: it is not to be sealed from or saved.
+pub(crate) fn fold_unhashed<S, F>(
+    stream: &mut S,
+    state: &mut SessionState,
+    mut each: F,
+) -> Result<Folded, StoreError>
+where
+    S: SessionStream + ?Sized,
+    F: FnMut(&EventRecord, Result<(), Violation>, &SessionState) + Send,
+{
+    fold(stream, state, &mut each, Hashing::UntilOwnSeal)
+}
+
+/// Which records a fold hashes into the chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hashing {
+    /// Every record.
+    Every,
+    /// Those of the first few thousand events, and every record of a
+    /// session with an own seal among those; the others only once an own
+    /// seal asks (by [`Folded::ChainNeeded`]).
+    UntilOwnSeal,
+}
+
+/// Why the folding thread stopped before the end of the stream.
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    /// At a record whose `data` is not JSON.
+    Refused(Unproven),
+    /// At an own seal, in a fold that left the chain behind.
+    OwnSeal,
+}
+
+fn fold<S, F>(
+    stream: &mut S,
+    state: &mut SessionState,
+    each: &mut F,
+    hashing: Hashing,
+) -> Result<Folded, StoreError>
+where
+    S: SessionStream + ?Sized,
+    F: FnMut(&EventRecord, Result<(), Violation>, &SessionState) + Send,
+{
+    if fold_here(stream, state, each, FOLDED_BEFORE_HANDOVER)? {
+        return Ok(Folded::Whole);
+    }
+    // A session sealed in its first events is sealed on: hashing as it
+    // goes costs it less than a second read.
+    let hashed = hashing == Hashing::Every || state.last_own_seal_seq().is_some();
     let id = state.header().id.clone();
     let (batches, to_fold) = mpsc::sync_channel::<Batch>(BATCHES_QUEUED);
     let (spare, spares) = mpsc::channel::<Batch>();
     let handed_over = thread::scope(|scope| {
-        let (state, each) = (&mut *state, &mut each);
+        let (state, each) = (&mut *state, &mut *each);
         let folder = thread::Builder::new()
             .name("sessionlog-fold".to_owned())
             .spawn_scoped(scope, move || {
                 for batch in to_fold {
                     for (record, unproven) in &batch {
-                        let folded = match unproven {
-                            None => state.apply(record),
-                            // The view's scan proves `data` JSON.
+                        // The view's scan proves `data` JSON.
+                        let view = match unproven {
+                            None => None,
                             Some(unproven) => match prove_data(&id, record) {
-                                Ok(view) => state.apply_viewed(record, view),
-                                Err(_) => return Some(*unproven),
+                                Ok(view) => Some(view),
+                                Err(_) => return Some(Stop::Refused(*unproven)),
                             },
+                        };
+                        let folded = match (hashed, view) {
+                            (true, None) => state.apply(record),
+                            (true, Some(view)) => state.apply_viewed(record, view),
+                            (false, view) => {
+                                let view = view.unwrap_or_else(|| {
+                                    EventView::parse(record.event_type(), record.data())
+                                });
+                                match state.apply_viewed_unhashed(record, view) {
+                                    Some(folded) => folded,
+                                    None => return Some(Stop::OwnSeal),
+                                }
+                            }
                         };
                         each(record, folded, state);
                     }
@@ -118,27 +209,30 @@ where
                 None
             });
         // A thread that cannot be had (a limit on threads, say) leaves the
-        // fold on this one.
+        // fold on this one, with its chain (nothing was folded without).
         let folder = folder.ok()?;
-        let read = hand_over(stream, &batches, &spares);
+        let read = hand_over(stream, &batches, &spares, !hashed);
         drop(batches);
         match folder.join() {
-            Ok(refused) => Some((read, refused)),
+            Ok(stopped) => Some((read, stopped)),
             Err(panic) => std::panic::resume_unwind(panic),
         }
     });
     match handed_over {
-        Some((read, None)) => read,
+        Some((read, None)) => read.map(|()| Folded::Whole),
+        // Only a fold without its chain stops at a seal.
+        Some((_, Some(Stop::OwnSeal))) => Ok(Folded::ChainNeeded),
+        Some((_, Some(Stop::Refused(_)))) if !hashed => Ok(Folded::ChainNeeded),
         // A record whose `data` is not JSON: what the read gave after it
         // (it read on) is put aside, and the log is read again from that
         // record on this thread, proved as a read alone proves it, so that
         // the damage, torn tail or corruption found there is the one a
         // fold alone finds.
-        Some((_, Some(refused))) => {
+        Some((_, Some(Stop::Refused(refused)))) => {
             stream.read_again(refused)?;
-            fold_here(stream, state, &mut each, u64::MAX).map(drop)
+            fold_here(stream, state, each, u64::MAX).map(|_| Folded::Whole)
         }
-        None => fold_here(stream, state, &mut each, u64::MAX).map(drop),
+        None => fold_here(stream, state, each, u64::MAX).map(|_| Folded::Whole),
     }
 }
 
@@ -166,13 +260,32 @@ where
 
 /// Reads `stream` to its end in batches sent to `batches`, reusing the
 /// batches the fold sends back; stops early when the fold has stopped.
+///
+/// With `give_back`, the records of a batch back from the fold go back to
+/// the stream, whose reader writes the bodies of records to come into
+/// theirs ([`SessionStream::give_back`]); otherwise they are freed. That
+/// pays where the reader is the slower thread (a fold without the chain):
+/// a body allocated and freed per record is the largest cost it can shed.
+/// Where the fold is the slower one (the chain hashed), it costs more than
+/// it saves: each body the reader writes again is a cache line the fold
+/// must then take back from the reader's core (docs/PERFORMANCE.md,
+/// "Read + fold where SHA-256 is the fold's largest part").
 fn hand_over<S: SessionStream + ?Sized>(
     stream: &mut S,
     batches: &mpsc::SyncSender<Batch>,
     spares: &mpsc::Receiver<Batch>,
+    give_back: bool,
 ) -> Result<(), StoreError> {
     loop {
         let mut batch = match spares.try_recv() {
+            Ok(mut folded) if give_back => {
+                for (record, _) in folded.drain(..) {
+                    stream.give_back(record);
+                }
+                folded
+            }
+            // The records are freed by the thread that allocated them,
+            // whose allocator then needs no lock.
             Ok(mut folded) => {
                 folded.clear();
                 folded
@@ -209,7 +322,7 @@ mod tests {
     use std::io::{BufRead, Cursor};
     use std::path::Path;
 
-    use sessionlog_schema::{SessionHeader, SessionId, TornTail};
+    use sessionlog_schema::{ChainValue, Seal, SessionHeader, SessionId, TornTail};
 
     use super::*;
     use crate::reader::{LogReader, Rewind};
@@ -589,7 +702,151 @@ mod tests {
             let alone = finished(&bytes, folded_alone);
             let handed_over = finished(&bytes, folded_handed_over);
             proptest::prop_assert_eq!(handed_over, alone);
+            // Without the chain: the same, or, for data that is not JSON
+            // past the handover, a stop that asks for the fold with it.
+            let (_, _, ended, _) = fold_without_chain(&bytes);
+            let not_json = flaws
+                .iter()
+                .any(|(_, flaw)| matches!(flaw, Flaw::NotJson | Flaw::NotJsonAndGap));
+            match ended {
+                Ok(Folded::ChainNeeded) => proptest::prop_assert!(not_json),
+                _ => assert_folds_whole_as_alone(&bytes),
+            }
         }
+    }
+
+    /// What a fold reports of one event, short of the chain: what a fold
+    /// without it is held to.
+    type SeenUnhashed = (u64, Result<(), Violation>, u64);
+
+    /// The projections and violation count of `state`: what a fold
+    /// without the chain must agree on with one that keeps it.
+    fn projected(state: &SessionState) -> (String, u64) {
+        let projection = state.projection(&sessionlog_projections::Defaults::default());
+        (
+            serde_json::to_string(&projection).expect("a projection as JSON"),
+            state.violation_count(),
+        )
+    }
+
+    /// What [`fold_without_chain`] gives: the state, what it saw, how it
+    /// ended, and what the stream's `finish` gave when it folded it whole.
+    type FoldedWithoutChain = (
+        SessionState,
+        Vec<SeenUnhashed>,
+        Result<Folded, String>,
+        Option<Result<Option<TornTail>, String>>,
+    );
+
+    /// The fold of `bytes` by [`fold_unhashed`], then what the stream's
+    /// `finish` gives when it folded the whole log.
+    fn fold_without_chain(bytes: &[u8]) -> FoldedWithoutChain {
+        let mut stream = reader(bytes);
+        let mut state =
+            SessionState::with_header_body(stream.header().clone(), stream.header_body());
+        let mut seen = Vec::new();
+        let ended = fold_unhashed(&mut stream, &mut state, |record, folded, state| {
+            seen.push((record.seq(), folded, state.seq()));
+        })
+        .map_err(|error| error.to_string());
+        let tail = (ended == Ok(Folded::Whole))
+            .then(|| Box::new(stream).finish().map_err(|error| error.to_string()));
+        (state, seen, ended, tail)
+    }
+
+    /// Asserts that a fold of `bytes` without the chain folded it whole and
+    /// saw, found and projected what a fold alone does.
+    fn assert_folds_whole_as_alone(bytes: &[u8]) {
+        let ((state, seen, ended), tail) = finished(bytes, folded_alone);
+        let (unhashed, unhashed_seen, unhashed_ended, unhashed_tail) = fold_without_chain(bytes);
+        let seen: Vec<SeenUnhashed> = seen
+            .into_iter()
+            .map(|(seq, folded, state_seq, _)| (seq, folded, state_seq))
+            .collect();
+        assert_eq!(unhashed_seen, seen);
+        assert_eq!(unhashed_ended, ended.map(|()| Folded::Whole));
+        assert_eq!(unhashed_tail, tail);
+        assert_eq!(projected(&unhashed), projected(&state));
+        assert_eq!(unhashed.seq(), state.seq());
+    }
+
+    /// [`flawed_log`] without flaws, with an own seal after each seq of
+    /// `seals_after` holding the chain through it.
+    fn sealed_log(events: u64, seals_after: &[u64]) -> Vec<u8> {
+        let id = SessionId::parse("s").expect("a valid id");
+        let plain = flawed_log(events, &[], 0);
+        let body = |line: &str| -> String {
+            let end = line.rfind(",\"crc\":").expect("a CRC member");
+            line[..end].to_owned()
+        };
+        let text = String::from_utf8(plain).expect("a UTF-8 log");
+        let mut lines = text.split_inclusive('\n');
+        let header = lines.next().expect("a header line");
+        let mut chain = ChainValue::genesis(&body(header));
+        let mut bytes = header.as_bytes().to_vec();
+        let mut seq = 0;
+        for line in lines {
+            let record = sessionlog_schema::decode_event(&id, line.trim_end().as_bytes())
+                .expect("a record of the plain log");
+            seq += 1;
+            let renumbered =
+                EventRecord::new(seq, record.ts(), None, record.event_type(), record.data())
+                    .encode(&id);
+            chain = chain.next(&body(&renumbered));
+            bytes.extend(renumbered.as_bytes());
+            if seals_after.contains(&record.seq()) {
+                let seal = Seal::new(&id, seq, chain, None);
+                seq += 1;
+                let line =
+                    EventRecord::new(seq, 10, None, "seal", &seal.to_data_json()).encode(&id);
+                chain = chain.next(&body(&line));
+                bytes.extend(line.as_bytes());
+            }
+        }
+        bytes
+    }
+
+    #[test]
+    fn a_fold_without_the_chain_sees_and_projects_what_a_fold_alone_does() {
+        // Violations on both sides of the handover.
+        assert_folds_whole_as_alone(&log(4_000, None));
+        // Damage after the handover that a plain read refuses.
+        assert_folds_whole_as_alone(&log(4_000, Some(18_001)));
+        // A short log, folded before any handover, and one sealed in its
+        // first events, which keeps its chain past the handover.
+        assert_folds_whole_as_alone(&log(10, None));
+        let early = sealed_log(9_000, &[100, 8_000]);
+        assert_folds_whole_as_alone(&early);
+        let (state, _, ended, _) = fold_without_chain(&early);
+        assert_eq!(ended, Ok(Folded::Whole));
+        assert_eq!(state.last_own_seal_seq(), Some(8_002));
+        let ((alone, _, _), _) = finished(&early, folded_alone);
+        assert_eq!(state.chain(), alone.chain());
+        assert_eq!(state.violation_count(), 0);
+    }
+
+    #[test]
+    fn an_own_seal_past_the_first_events_of_an_unsealed_start_asks_for_the_chain() {
+        for seal_after in [FOLDED_BEFORE_HANDOVER + 1, 8_000] {
+            let bytes = sealed_log(9_000, &[seal_after]);
+            // The seal holds: a fold alone finds nothing wrong.
+            let ((alone, _, ended), _) = finished(&bytes, folded_alone);
+            assert_eq!((ended, alone.violation_count()), (Ok(()), 0));
+            let (state, seen, ended, tail) = fold_without_chain(&bytes);
+            assert_eq!(ended, Ok(Folded::ChainNeeded));
+            assert_eq!(tail, None);
+            // Stopped before the seal, which was not folded.
+            assert_eq!(state.seq(), seal_after);
+            assert_eq!(seen.last().map(|seen| seen.0), Some(seal_after));
+        }
+    }
+
+    #[test]
+    fn data_that_is_not_json_past_the_handover_asks_for_the_chain() {
+        let far = FOLDED_BEFORE_HANDOVER + 2 * BATCH_RECORDS as u64 + 7;
+        let bytes = flawed_log(far + 100, &[(far, Flaw::NotJson)], 0);
+        let (_, _, ended, _) = fold_without_chain(&bytes);
+        assert_eq!(ended, Ok(Folded::ChainNeeded));
     }
 
     #[test]

@@ -11,12 +11,13 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Cursor, Read, Seek};
 use std::path::{Path, PathBuf};
 
-use sessionlog_projections::{Anchor, SessionState, Violation};
+use sessionlog_projections::{Anchor, Defaults, Projection, SessionState, Violation};
 use sessionlog_schema::{
     ChainValue, Corruption, EventRecord, EventView, HeaderVocabularyError, LogScanner, Position,
     ScanSummary, SessionHeader, SessionId, ShapeError, TornTail, MAX_RECORD_BYTES,
 };
 
+use crate::fold::Folded;
 use crate::{Refusal, StoreError};
 
 /// The buffer of a whole read of a log.
@@ -38,7 +39,18 @@ pub struct LogReader<R> {
     ready: Vec<EventRecord>,
     queue: VecDeque<EventRecord>,
     exhausted: bool,
+    /// Bodies of records given back ([`SessionStream::give_back`]), room
+    /// for the bodies of records to come.
+    spare_bodies: Vec<String>,
 }
+
+/// How many bodies given back a reader keeps: a batch of a fold on its
+/// own thread (`fold.rs`).
+const SPARE_BODIES: usize = 1024;
+
+/// The largest body given back that a reader keeps as room for others:
+/// one long body does not stay held.
+const SPARE_BODY_BYTES: usize = 4 * 1024;
 
 /// The good prefix of a log, all in memory.
 #[derive(Debug, Clone)]
@@ -223,6 +235,7 @@ impl LogReader<BufReader<File>> {
             ready: Vec::new(),
             queue: VecDeque::new(),
             exhausted: false,
+            spare_bodies: Vec::new(),
         })
     }
 }
@@ -237,6 +250,7 @@ impl<R: BufRead> LogReader<R> {
             ready: Vec::new(),
             queue: VecDeque::new(),
             exhausted: false,
+            spare_bodies: Vec::new(),
         };
         if !reader.push_next_line()? {
             return Err(StoreError::Corrupt {
@@ -364,7 +378,13 @@ impl<R: BufRead> LogReader<R> {
             };
             let unproven = self
                 .scanner
-                .push_line_unproven(self.lines.line(), terminated, offset, &mut self.ready)
+                .push_line_unproven(
+                    self.lines.line(),
+                    terminated,
+                    offset,
+                    &mut self.ready,
+                    self.spare_bodies.pop().unwrap_or_default(),
+                )
                 .map_err(corrupt_in(&self.path))?;
             match (unproven, self.ready.pop()) {
                 (Some(position), Some(record)) => {
@@ -654,6 +674,12 @@ pub trait SessionStream: std::fmt::Debug {
         let _ = unproven;
         Ok(())
     }
+    /// Takes back a record this stream gave, whose body may hold the body
+    /// of one to come (a JSONL reader then makes no new one): what a long
+    /// fold that is done with its records does.
+    fn give_back(&mut self, record: EventRecord) {
+        drop(record);
+    }
     /// The body of the next event of the good prefix, checked as
     /// [`next_event`](Self::next_event) checks it; `None` at its end. For
     /// a reader that only writes bodies out (`export`): a database stream
@@ -697,6 +723,13 @@ impl<R: BufRead + Rewind + std::fmt::Debug> SessionStream for LogReader<R> {
 
     fn read_again(&mut self, unproven: Unproven) -> Result<(), StoreError> {
         LogReader::read_again(self, unproven)
+    }
+
+    fn give_back(&mut self, record: EventRecord) {
+        let body = record.into_body();
+        if self.spare_bodies.len() < SPARE_BODIES && body.capacity() <= SPARE_BODY_BYTES {
+            self.spare_bodies.push(body);
+        }
     }
 
     fn finish(self: Box<Self>) -> Result<Option<TornTail>, StoreError> {
@@ -806,16 +839,56 @@ pub fn read_snapshot_from<R: Read>(source: R, path: &Path) -> Result<Snapshot, S
     Snapshot::from_reader(reader)
 }
 
-/// Folds the session that `stream` reads through seq `at`, reading nothing
+/// A session's projections as of a seq: what [`fold_through`] folded,
+/// without the session's hash chain, which no projection uses.
+#[derive(Debug, Clone)]
+pub struct Projections {
+    state: SessionState,
+}
+
+impl Projections {
+    /// The last seq folded (0 = header only).
+    pub fn seq(&self) -> u64 {
+        self.state.seq()
+    }
+
+    /// The session's header.
+    pub fn header(&self) -> &SessionHeader {
+        self.state.header()
+    }
+
+    /// The projections, with `defaults` where the log sets none (what
+    /// `sessionlog project` prints).
+    pub fn projection(&self, defaults: &Defaults) -> Projection {
+        self.state.projection(defaults)
+    }
+
+    /// The open turn, if any.
+    pub fn open_turn(&self) -> Option<&str> {
+        self.state.open_turn()
+    }
+}
+
+/// Folds the session that `open` reads through seq `at`, reading nothing
 /// after it (the events of a batch that `at` falls in are read whole, as a
 /// batch is taken only with all its records); with `at` `None`, folds every
 /// event and reads to the end of the good prefix, so that corruption
 /// anywhere in it is refused too. Either way a rule violation does not stop
 /// the read: corruption further on, in what is read, outranks it. A header
-/// value outside its vocabulary and the first rule violation are refused
-/// (`HeaderVocabulary`, `Rule`, naming `path`). Returns the state (whose
-/// seq is below `at` when the log ends first) and the torn tail after the
-/// good prefix, when the read got there.
+/// value outside its vocabulary, a seal that does not hold and the first
+/// rule violation are refused (`HeaderVocabulary`, `Rule`, naming `path`).
+/// Returns the projections (whose seq is below `at` when the log ends
+/// first) and the torn tail after the good prefix, when the read got there.
+///
+/// A whole fold hashes the chain only while some own seal may ask for it
+/// (see `fold_unhashed`): should one come after the session's first few
+/// thousand events, the session is opened again (`open` is called a second
+/// time) and folded from its start with its chain, so that each seal is
+/// checked against the bytes the fold judged. `ends_sealed` says that the
+/// session is known to end in a seal (its last event is one:
+/// [`Store::last_event`](crate::Store::last_event)), which a fold must
+/// check: it then hashes the chain from the start instead of reading the
+/// session twice. It is only a hint: either way the fold finds the same.
 ///
 /// ```
 /// use sessionlog_store::fold_through;
@@ -829,21 +902,36 @@ pub fn read_snapshot_from<R: Read>(source: R, path: &Path) -> Result<Snapshot, S
 /// # let mut writer = store.open_writer(&id, sessionlog_store::WriterOptions::default())?;
 /// # writer.append(sessionlog_schema::TurnStart::new("t1").into(), None)?;
 /// # drop(writer);
-/// let (state, torn_tail) = fold_through(store.stream(&id)?, &store.session_path(&id), None)?;
-/// assert_eq!(state.seq(), 1);
-/// assert_eq!(state.open_turn(), Some("t1"));
+/// let open = || store.stream(&id);
+/// let (folded, torn_tail) = fold_through(open, &store.session_path(&id), None, false)?;
+/// assert_eq!(folded.seq(), 1);
+/// assert_eq!(folded.open_turn(), Some("t1"));
 /// assert!(torn_tail.is_none());
-/// let (before, _) = fold_through(store.stream(&id)?, &store.session_path(&id), Some(0))?;
+/// let (before, _) = fold_through(open, &store.session_path(&id), Some(0), false)?;
 /// assert_eq!(before.open_turn(), None);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn fold_through(
-    mut stream: Box<dyn SessionStream>,
+pub fn fold_through<E: From<StoreError>>(
+    mut open: impl FnMut() -> Result<Box<dyn SessionStream>, E>,
     path: &Path,
     at: Option<u64>,
-) -> Result<(SessionState, Option<TornTail>), StoreError> {
-    // A rule violation does not stop the read: corruption further on
-    // outranks it, and `Refusal` keeps whichever ranks highest.
+    ends_sealed: bool,
+) -> Result<(Projections, Option<TornTail>), E> {
+    let folded = match at {
+        Some(at) => fold_prefix(open()?, path, at)?,
+        None if ends_sealed => fold_whole(open()?, path)?,
+        None => match fold_whole_unhashed(open()?, path)? {
+            Some(folded) => folded,
+            None => fold_whole(open()?, path)?,
+        },
+    };
+    let (state, torn_tail) = folded;
+    Ok((Projections { state }, torn_tail))
+}
+
+/// A fresh state of the session `stream` reads, and the refusal of its
+/// header's values outside their vocabularies.
+fn fold_start(stream: &dyn SessionStream, path: &Path) -> (SessionState, Refusal) {
     let mut refusal = Refusal::default();
     if let Some(error) = stream.header_vocabulary_errors().first() {
         refusal.note(StoreError::HeaderVocabulary {
@@ -851,40 +939,83 @@ pub fn fold_through(
             error: error.clone(),
         });
     }
-    let mut state = SessionState::with_header_body(stream.header().clone(), stream.header_body());
-    let mut note_rule = |folded: Result<(), Violation>| {
-        if let Err(violation) = folded {
-            refusal.note(StoreError::Rule {
-                path: path.to_owned(),
-                violation,
-            });
-        }
-    };
-    match at {
-        None => crate::fold_stream(&mut *stream, &mut state, |_, folded, _| note_rule(folded))?,
-        Some(at) => {
-            // Seqs rise by one from 1, so the events through `at` are the
-            // first `at`: fold those while reading, then only read on to
-            // the end.
-            while state.seq() < at {
-                let Some(event) = stream.next_event_folded(&mut state)? else {
-                    break;
-                };
-                note_rule(event.folded);
-            }
-            if state.seq() >= at {
-                // Through `at` only: what comes after it is not read, so
-                // damage there is left for `verify` (and a torn tail is not
-                // looked for).
-                refusal.into_result()?;
-                return Ok((state, None));
-            }
-            while stream.next_event()?.is_some() {}
-        }
+    let state = SessionState::with_header_body(stream.header().clone(), stream.header_body());
+    (state, refusal)
+}
+
+/// Notes a rule violation of the fold in `refusal`.
+fn note_rule(refusal: &mut Refusal, path: &Path, folded: Result<(), Violation>) {
+    if let Err(violation) = folded {
+        refusal.note(StoreError::Rule {
+            path: path.to_owned(),
+            violation,
+        });
     }
+}
+
+/// [`fold_through`] of every event, the chain hashed only while an own
+/// seal may ask for it: `None` when one did, and the fold stopped there.
+fn fold_whole_unhashed(
+    mut stream: Box<dyn SessionStream>,
+    path: &Path,
+) -> Result<Option<(SessionState, Option<TornTail>)>, StoreError> {
+    // A rule violation does not stop the read: corruption further on
+    // outranks it, and `Refusal` keeps whichever ranks highest.
+    let (mut state, mut refusal) = fold_start(&*stream, path);
+    let each = |_: &EventRecord, folded, _: &SessionState| note_rule(&mut refusal, path, folded);
+    match crate::fold::fold_unhashed(&mut *stream, &mut state, each)? {
+        Folded::ChainNeeded => Ok(None),
+        Folded::Whole => fold_finish(stream, state, refusal).map(Some),
+    }
+}
+
+/// [`fold_through`] of every event, the chain hashed for every record.
+fn fold_whole(
+    mut stream: Box<dyn SessionStream>,
+    path: &Path,
+) -> Result<(SessionState, Option<TornTail>), StoreError> {
+    let (mut state, mut refusal) = fold_start(&*stream, path);
+    crate::fold_stream(&mut *stream, &mut state, |_, folded, _| {
+        note_rule(&mut refusal, path, folded)
+    })?;
+    fold_finish(stream, state, refusal)
+}
+
+/// The end of a whole fold: the torn tail after the good prefix, or the
+/// refusal of what the fold found.
+fn fold_finish(
+    stream: Box<dyn SessionStream>,
+    state: SessionState,
+    refusal: Refusal,
+) -> Result<(SessionState, Option<TornTail>), StoreError> {
     let torn_tail = stream.finish()?;
     refusal.into_result()?;
     Ok((state, torn_tail))
+}
+
+/// [`fold_through`] through `at`.
+fn fold_prefix(
+    mut stream: Box<dyn SessionStream>,
+    path: &Path,
+    at: u64,
+) -> Result<(SessionState, Option<TornTail>), StoreError> {
+    let (mut state, mut refusal) = fold_start(&*stream, path);
+    // Seqs rise by one from 1, so the events through `at` are the first
+    // `at`: fold those while reading, then only read on to the end.
+    while state.seq() < at {
+        let Some(event) = stream.next_event_folded(&mut state)? else {
+            break;
+        };
+        note_rule(&mut refusal, path, event.folded);
+    }
+    if state.seq() >= at {
+        // Through `at` only: what comes after it is not read, so damage
+        // there is left for `verify` (and a torn tail is not looked for).
+        refusal.into_result()?;
+        return Ok((state, None));
+    }
+    while stream.next_event()?.is_some() {}
+    fold_finish(stream, state, refusal)
 }
 
 /// The head of a session (what `sessionlog head` prints, and what an
@@ -948,6 +1079,63 @@ mod tests {
         let torn = EventRecord::new(8, 10, Some(2), "step/end", r#"{"stepId":"s1"}"#);
         bytes.extend(torn.encode(&id).as_bytes());
         bytes
+    }
+
+    #[test]
+    fn a_reader_given_back_its_records_reads_the_next_ones_as_a_fresh_reader_does() {
+        let id = SessionId::parse("s").expect("a valid id");
+        let mut bytes = SessionHeader::root(id.clone(), 1, "/work".to_owned())
+            .encode()
+            .into_bytes();
+        // Bodies of lengths that rise and fall, so that a body is written
+        // into one longer, and into one shorter, than itself; and one too
+        // long to be kept.
+        for seq in 1..=3_000_u64 {
+            let pad = match seq {
+                1_500 => "y".repeat(SPARE_BODY_BYTES + 1),
+                _ => "x".repeat((seq * 7 % 23) as usize),
+            };
+            let (event_type, data) = match seq % 2 {
+                1 => ("turn/start", format!(r#"{{"turnId":"t{seq}{pad}"}}"#)),
+                _ => ("turn/end", format!(r#"{{"turnId":"t{}{pad}"}}"#, seq - 1)),
+            };
+            bytes.extend(
+                EventRecord::new(seq, 1, None, event_type, &data)
+                    .encode(&id)
+                    .as_bytes(),
+            );
+        }
+        let path = Path::new("given-back.jsonl");
+        let open = || LogReader::new(Cursor::new(&bytes[..]), path, None).expect("a readable log");
+        let (mut reusing, mut fresh) = (open(), open());
+        let mut held = Vec::new();
+        let mut kept = 0;
+        for _ in 0..3_000 {
+            let (record, _) = reusing
+                .next_event_unproven()
+                .expect("a good record")
+                .expect("one more record");
+            assert!(
+                record
+                    == fresh
+                        .next_event()
+                        .expect("a good record")
+                        .expect("one more")
+            );
+            held.push(record);
+            if held.len() == 97 {
+                for record in held.drain(..) {
+                    SessionStream::give_back(&mut reusing, record);
+                }
+                kept = kept.max(reusing.spare_bodies.len());
+            }
+        }
+        assert!(reusing.next_event_unproven().expect("the end").is_none());
+        assert!(kept > 0 && kept <= SPARE_BODIES, "{kept} bodies kept");
+        assert!(reusing
+            .spare_bodies
+            .iter()
+            .all(|body| body.capacity() <= SPARE_BODY_BYTES));
     }
 
     #[test]

@@ -459,6 +459,22 @@ impl Store {
         }
     }
 
+    /// The last event of session `id`'s good prefix, read from its end (a
+    /// log from the end of its file, a database from the seq its session
+    /// row records); `None` when it holds only its header. What it reads
+    /// is checked as any read checks it.
+    pub fn last_event(&self, id: &SessionId) -> Result<Option<EventRecord>, StoreError> {
+        match self.recorded_last_seq(id)? {
+            Some(0) => Ok(None),
+            Some(last) => self.events_from(id, last)?.next().transpose(),
+            None => Ok(
+                crate::read_last_events(&self.session_path(id), Some(id.clone()), 1)?
+                    .events
+                    .pop(),
+            ),
+        }
+    }
+
     /// The state of session `id` as of its last seq, the one a writer
     /// opened now would start from: folded from the session's state
     /// snapshot and only the events after it when the snapshot still
@@ -964,7 +980,25 @@ pub(crate) mod tests {
         a_value_either_backend_cannot_store_is_refused_alone,
         staged_events_are_seen_only_once_synced_and_a_dropped_writer_leaves_none,
         a_store_opened_read_only_reads_and_refuses_every_write,
+        the_last_event_is_read_from_the_end,
     );
+
+    fn the_last_event_is_read_from_the_end(store: &Store) {
+        ok(store.create_session(&header("a"), &[], Durability::Fsync));
+        assert_eq!(ok(store.last_event(&id("a"))), None);
+        let mut writer = ok(store.open_writer(&id("a"), buffered()));
+        for turn in ["t1", "t2"] {
+            let data = format!(r#"{{"turnId":"{turn}"}}"#);
+            ok(writer.append(event("turn/start", &data, 5), None));
+            ok(writer.append(event("turn/end", &data, 6), None));
+        }
+        ok(writer.seal(None, None));
+        drop(writer);
+        let last = ok(store.last_event(&id("a"))).expect("a last event");
+        assert_eq!((last.seq(), last.event_type()), (5, "seal"));
+        assert_eq!(Some(&last), ok(store.snapshot(&id("a"))).events.last());
+        assert!(store.last_event(&id("missing")).is_err());
+    }
 
     fn a_store_opened_read_only_reads_and_refuses_every_write(store: &Store) {
         let events = [record(1, "turn/start", r#"{"turnId":"t1"}"#)];

@@ -790,7 +790,10 @@ fn a_sealed_log_still_reviews_and_a_tampered_one_is_refused_with_exit_7() {
 /// A long log (the fold of `verify` moves to a thread of its own after
 /// its first 4,096 events) sealed only late, or early and late: the late
 /// seal is checked against the chain of the bytes folded, and a body
-/// edited under it, its CRC recomputed, is caught.
+/// edited under it, its CRC recomputed, is caught, by `verify` and by
+/// `project` (whose fold leaves the chain out of a long log sealed in none
+/// of its first events, and so folds it again with its chain once the
+/// late seal comes).
 #[test]
 fn a_long_log_sealed_late_catches_an_edit_under_its_seal_far_past_the_first_events() {
     // 2,000 turns of three events: 6,000 events, the seal after the
@@ -807,6 +810,15 @@ fn a_long_log_sealed_late_catches_an_edit_under_its_seal_far_past_the_first_even
         assert_eq!(verdict["events"], 6_000 + seal_after.len(), "{line}");
         assert_eq!(verdict["lastSeal"]["seq"], seal_seq, "{line}");
         assert_eq!(verdict["ownSeals"], seal_after.len(), "{line}");
+        let projected = run(["project", path_str(dir.path())]);
+        projected.expect_code(0);
+        let projection: serde_json::Value = ok(serde_json::from_str(&projected.stdout));
+        assert_eq!(
+            projection["seq"],
+            6_000 + seal_after.len(),
+            "{}",
+            projected.stdout
+        );
         // An edit far past the first seal and before the last.
         edit_message(&log, "do t1500", "do t9999");
         let caught = verify(dir.path(), &[]);
@@ -816,7 +828,68 @@ fn a_long_log_sealed_late_catches_an_edit_under_its_seal_far_past_the_first_even
             "{}",
             caught.stdout
         );
+        let refused = run(["project", path_str(dir.path())]);
+        refused.expect_code(7);
+        assert!(
+            refused.stderr.contains(&format!("seq {seal_seq}")),
+            "{}",
+            refused.stderr
+        );
+        assert!(refused.stdout.is_empty(), "{}", refused.stdout);
     }
+}
+
+/// What `project` of a long log, its chain left out of the fold, still
+/// refuses: a seal that fails anywhere past its first events (exit 7),
+/// and a rule violation before it, which the seal outranks; and what it
+/// cannot tell without one: an unsealed log edited with its CRC
+/// recomputed projects as the edit says.
+#[test]
+fn a_long_log_projects_with_its_late_seals_checked() {
+    let dir = ok(tempfile::tempdir());
+    let (log, _) = written_log(dir.path(), 2_000, &[], true);
+    edit_message(&log, "do t1500", "do t9999");
+    run(["project", path_str(dir.path())]).expect_code(0);
+
+    // Sealed at its end only (a hint the fold hashes the chain from the
+    // start on): the seal is checked all the same.
+    let dir = ok(tempfile::tempdir());
+    let (log, _) = written_log(dir.path(), 2_000, &[5_999], false);
+    let projected = run(["project", path_str(dir.path())]);
+    projected.expect_code(0);
+    assert!(
+        projected.stdout.contains(r#""seq": 6001"#),
+        "{}",
+        projected.stdout
+    );
+    edit_message(&log, "do t1500", "do t9999");
+    let refused = run(["project", path_str(dir.path())]);
+    refused.expect_code(7);
+    assert!(refused.stderr.contains("seq 6001"), "{}", refused.stderr);
+
+    // Two seals far past the first events, the first of them wrong.
+    let dir = ok(tempfile::tempdir());
+    let (log, _) = written_log(dir.path(), 2_000, &[4_500, 5_000], false);
+    run(["project", path_str(dir.path())]).expect_code(0);
+    edit_message(&log, "do t1200", "do t8888");
+    let refused = run(["project", path_str(dir.path())]);
+    refused.expect_code(7);
+    assert!(refused.stderr.contains("seq 4502"), "{}", refused.stderr);
+
+    // A rule broken before the seal: 7 outranks 4.
+    let mut edited = bodies(&log);
+    let turn_end = (0..edited.len())
+        .find(|&index| {
+            edited[index].contains("turn/end") && edited[index].contains(r#""turnId":"t1000"}"#)
+        })
+        .unwrap_or_else(|| panic!("no turn/end of t1000"));
+    edited[turn_end] = edited[turn_end].replace("t1000", "t1000x");
+    write_bodies(&log, "p", &edited);
+    run(["project", path_str(dir.path())]).expect_code(7);
+    rechain_seals(&mut edited);
+    write_bodies(&log, "p", &edited);
+    run(["verify", path_str(dir.path())]).expect_code(4);
+    run(["project", path_str(dir.path())]).expect_code(4);
 }
 
 #[test]

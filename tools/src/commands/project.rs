@@ -1,8 +1,8 @@
 //! `sessionlog project`: the projections of a session (docs/EVENTS.md), as of any seq.
 
 use anyhow::{bail, Result};
-use sessionlog_projections::{Defaults, SessionState};
-use sessionlog_store::fold_through;
+use sessionlog_projections::Defaults;
+use sessionlog_store::{fold_through, Projections};
 
 use crate::cli::{DefaultArgs, SessionArgs};
 use crate::target::Target;
@@ -12,12 +12,14 @@ use crate::{exit, warn, UsageError};
 pub fn run(args: &SessionArgs, at: Option<u64>, defaults: &DefaultArgs) -> Result<u8> {
     let target = Target::open(&args.store)?;
     let session = target.session(args.session.as_deref())?;
-    let state = fold_checked(&target, &session, at)?;
+    let folded = fold_checked(&target, &session, at)?;
     let defaults = Defaults {
         approval: defaults.default_approval,
         sandbox: defaults.default_sandbox,
     };
-    crate::terminal::print_json_line(&serde_json::to_string_pretty(&state.projection(&defaults))?)?;
+    crate::terminal::print_json_line(&serde_json::to_string_pretty(
+        &folded.projection(&defaults),
+    )?)?;
     Ok(exit::OK)
 }
 
@@ -29,11 +31,12 @@ pub fn fold_checked(
     target: &Target,
     session: &crate::target::SessionRef,
     at: Option<u64>,
-) -> Result<SessionState> {
-    let (state, torn_tail) = fold_through(
-        target.stream(session)?,
+) -> Result<Projections> {
+    let (folded, torn_tail) = fold_through(
+        || target.stream(session),
         std::path::Path::new(&session.label),
         at,
+        at.is_none() && target.ends_in_seal(session),
     )?;
     if let Some(torn) = torn_tail {
         warn(format!(
@@ -42,13 +45,13 @@ pub fn fold_checked(
         ));
     }
     if let Some(at) = at {
-        if at > state.seq() {
+        if at > folded.seq() {
             bail!(UsageError(format!(
                 "--at {at} is past the last seq {} of {}",
-                state.seq(),
+                folded.seq(),
                 session.label
             )));
         }
     }
-    Ok(state)
+    Ok(folded)
 }
