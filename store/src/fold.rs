@@ -151,6 +151,9 @@ enum Stop {
     OwnSeal,
 }
 
+/// The fold of [`fold_stream`] (`hashing` [`Hashing::Every`]) and of
+/// [`fold_unhashed`]: the first events on this thread, the rest on a
+/// thread of its own, hashed as `hashing` says.
 fn fold<S, F>(
     stream: &mut S,
     state: &mut SessionState,
