@@ -728,9 +728,17 @@ fn resume(table: &mut Table, folder: &Path, long: usize) -> BenchResult<()> {
         ("JSONL", Store::create(&folder.join("resume"))?),
         ("SQLite", Store::create(&folder.join("resume.db"))?),
     ];
+    // The PostgreSQL schema goes when the section ends, however it ends:
+    // its million events are some 400 MB of the test server's disk.
+    let mut _dropped = None;
     if let Ok(server) = std::env::var("SESSIONLOG_TEST_PG") {
-        let url = format!("{server}?schema=bench_resume_{}", std::process::id());
-        stores.push(("PostgreSQL", Store::create(Path::new(&url))?));
+        let schema = format!("bench_resume_{}", std::process::id());
+        let store = Store::create(Path::new(&format!("{server}?schema={schema}")))?;
+        _dropped = Some(SchemaDropped {
+            store: store.clone(),
+            schema,
+        });
+        stores.push(("PostgreSQL", store));
     }
     for (name, store) in &stores {
         let started = Instant::now();
@@ -824,6 +832,31 @@ fn resume(table: &mut Table, folder: &Path, long: usize) -> BenchResult<()> {
         );
     }
     Ok(())
+}
+
+/// Drops a bench's PostgreSQL schema, and every table in it, when dropped.
+struct SchemaDropped {
+    store: Store,
+    schema: String,
+}
+
+impl Drop for SchemaDropped {
+    fn drop(&mut self) {
+        let Store::Postgres(store) = &self.store else {
+            return;
+        };
+        let statement = format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema);
+        let dropped: BenchResult<()> = store
+            .connect()
+            .map_err(Into::into)
+            .and_then(|mut client| Ok(client.batch_execute(&statement)?));
+        if let Err(error) = dropped {
+            eprintln!(
+                "the bench's schema {} was left behind: {error}",
+                self.schema
+            );
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
