@@ -730,14 +730,18 @@ fn resume(table: &mut Table, folder: &Path, long: usize) -> BenchResult<()> {
     ];
     // The PostgreSQL schema goes when the section ends, however it ends:
     // its million events are some 400 MB of the test server's disk.
+    #[cfg(feature = "postgres")]
     let mut _dropped = None;
     if let Ok(server) = std::env::var("SESSIONLOG_TEST_PG") {
         let schema = format!("bench_resume_{}", std::process::id());
         let store = Store::create(Path::new(&format!("{server}?schema={schema}")))?;
-        _dropped = Some(SchemaDropped {
-            store: store.clone(),
-            schema,
-        });
+        #[cfg(feature = "postgres")]
+        {
+            _dropped = Some(SchemaDropped {
+                store: store.clone(),
+                schema,
+            });
+        }
         stores.push(("PostgreSQL", store));
     }
     for (name, store) in &stores {
@@ -835,11 +839,13 @@ fn resume(table: &mut Table, folder: &Path, long: usize) -> BenchResult<()> {
 }
 
 /// Drops a bench's PostgreSQL schema, and every table in it, when dropped.
+#[cfg(feature = "postgres")]
 struct SchemaDropped {
     store: Store,
     schema: String,
 }
 
+#[cfg(feature = "postgres")]
 impl Drop for SchemaDropped {
     fn drop(&mut self) {
         let Store::Postgres(store) = &self.store else {
