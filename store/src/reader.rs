@@ -48,9 +48,13 @@ pub struct LogReader<R> {
 /// own thread (`fold.rs`).
 const SPARE_BODIES: usize = 1024;
 
-/// The largest body given back that a reader keeps as room for others:
-/// one long body does not stay held.
-const SPARE_BODY_BYTES: usize = 4 * 1024;
+/// The largest body given back that a reader keeps as room for others. A
+/// body kept keeps its room, so every record in flight between the two
+/// threads of a fold (some five batches) could come to hold this much:
+/// at 4 KiB a `project` of a log of 430-byte records peaked at 31.6 MiB,
+/// at 1 KiB at 16.8 MiB (`tests/integration/memory.rs`), most records of a
+/// session being well under it.
+const SPARE_BODY_BYTES: usize = 1024;
 
 /// The good prefix of a log, all in memory.
 #[derive(Debug, Clone)]
