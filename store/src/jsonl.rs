@@ -661,8 +661,8 @@ fn resume_point(
     usize,
     u64,
 )> {
-    let bytes = match read_snapshot_file(snapshot) {
-        Ok(Some(bytes)) => bytes,
+    let (bytes, content_crc) = match read_snapshot_file(snapshot) {
+        Ok(Some(read)) => read,
         Ok(None) => return None,
         Err(error) => {
             state_snapshot::ignored(&header.id, snapshot, &error.to_string());
@@ -670,10 +670,12 @@ fn resume_point(
         }
     };
     let size = bytes.len();
-    let checked = state_snapshot::decode(bytes, header, header_body).and_then(|(state, anchor)| {
-        let length = record_ends_at(file, &header.id, anchor)?;
-        Ok((state, anchor, length - anchor.offset))
-    });
+    let checked = state_snapshot::decode_hashed(bytes, content_crc, header, header_body).and_then(
+        |(state, anchor)| {
+            let length = record_ends_at(file, &header.id, anchor)?;
+            Ok((state, anchor, length - anchor.offset))
+        },
+    );
     match checked {
         Ok((state, anchor, tail)) => Some((state, anchor, size, tail)),
         Err(why) => {
@@ -683,9 +685,14 @@ fn resume_point(
     }
 }
 
-/// The bytes of the snapshot file, `None` when there is none. Opened
-/// without following a symlink, and only a regular file.
-fn read_snapshot_file(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+/// How much of a snapshot file is read before that part is hashed: well
+/// within a core's own cache.
+const SNAPSHOT_READ_PART: u64 = 128 * 1024;
+
+/// The bytes of the snapshot file and the CRC32 of all but their last
+/// four, `None` when there is none. Opened without following a symlink,
+/// and only a regular file.
+fn read_snapshot_file(path: &Path) -> std::io::Result<Option<(Vec<u8>, u32)>> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
@@ -695,12 +702,29 @@ fn read_snapshot_file(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(error) => return Err(error),
     };
-    if !file.metadata()?.is_file() {
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)?;
-    Ok(Some(bytes))
+    // Read a part at a time and hash each while it is still in the cache
+    // (every byte but the last four, the CRC itself, which may only be
+    // told once the file ends).
+    let mut bytes = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
+    let mut hasher = crc32fast::Hasher::new();
+    let mut hashed = 0;
+    loop {
+        let read = (&mut file)
+            .take(SNAPSHOT_READ_PART)
+            .read_to_end(&mut bytes)?;
+        let unhashed_end = bytes.len().saturating_sub(4);
+        if unhashed_end > hashed {
+            hasher.update(&bytes[hashed..unhashed_end]);
+            hashed = unhashed_end;
+        }
+        if read == 0 {
+            return Ok(Some((bytes, hasher.finalize())));
+        }
+    }
 }
 
 /// Whether the log `file` holds, ending at byte `anchor.offset`, an intact

@@ -113,10 +113,26 @@ pub(crate) fn decode(
     header: &SessionHeader,
     header_body: &str,
 ) -> Result<(SessionState, SnapshotAnchor), String> {
+    let content_crc = bytes
+        .split_last_chunk::<4>()
+        .map_or(0, |(content, _)| crc32fast::hash(content));
+    decode_hashed(bytes, content_crc, header, header_body)
+}
+
+/// [`decode`] of `bytes` whose CRC was taken as they were read:
+/// `content_crc` is the CRC32 of all of them but their last four (what
+/// those four must hold), each part hashed while the read still had it in
+/// the cache instead of in a second pass over the whole buffer.
+pub(crate) fn decode_hashed(
+    bytes: Vec<u8>,
+    content_crc: u32,
+    header: &SessionHeader,
+    header_body: &str,
+) -> Result<(SessionState, SnapshotAnchor), String> {
     let Some((content, crc)) = bytes.split_last_chunk::<4>() else {
         return Err("shorter than a snapshot".to_owned());
     };
-    if crc32fast::hash(content) != u32::from_le_bytes(*crc) {
+    if content_crc != u32::from_le_bytes(*crc) {
         return Err("its CRC does not match: torn or changed".to_owned());
     }
     let mut input = Fields { bytes: content };
