@@ -870,7 +870,31 @@ fn a_long_log_projects_with_its_late_seals_checked() {
     // Two seals far past the first events, the first of them wrong.
     let dir = ok(tempfile::tempdir());
     let (log, _) = written_log(dir.path(), 2_000, &[4_500, 5_000], false);
-    run(["project", path_str(dir.path())]).expect_code(0);
+    let projected = run(["project", path_str(dir.path())]);
+    projected.expect_code(0);
+    // The same in a database, whose rows are read as a log's lines are:
+    // an edited row under the late seals is caught there too.
+    let database = dir.path().join("copy.db");
+    run(["migrate", path_str(dir.path()), path_str(&database)]).expect_code(0);
+    let from_database = run(["project", path_str(&database)]);
+    from_database.expect_code(0);
+    assert_eq!(from_database.stdout, projected.stdout);
+    let connection = ok(rusqlite::Connection::open(&database));
+    let body: String = ok(connection.query_row(
+        "SELECT body FROM events WHERE session_id = 'p' AND body LIKE '%\"do t1300\"%'",
+        [],
+        |row| row.get(0),
+    ));
+    let edited = body.replace("do t1300", "do t7777");
+    let crc = crate::support::spec_crc("p", edited.as_bytes());
+    ok(connection.execute(
+        "UPDATE events SET body = ?1, crc = ?2 WHERE session_id = 'p' AND body = ?3",
+        rusqlite::params![edited, i64::from(crc), body],
+    ));
+    drop(connection);
+    let refused = run(["project", path_str(&database)]);
+    refused.expect_code(7);
+    assert!(refused.stderr.contains("seq 4502"), "{}", refused.stderr);
     edit_message(&log, "do t1200", "do t8888");
     let refused = run(["project", path_str(dir.path())]);
     refused.expect_code(7);
