@@ -25,8 +25,8 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 
 use sessionlog_schema::{
-    decode_event, DecodedHeader, EventRecord, LogScanner, ScanSummary, SessionId, TornTail,
-    MAX_BATCH_RECORDS, MAX_RECORD_BYTES,
+    decode_event, DecodedHeader, EventRecord, EventType, LogScanner, ScanSummary, SessionId,
+    TornTail, MAX_BATCH_RECORDS, MAX_RECORD_BYTES,
 };
 
 use crate::reader::{open_log_for_reading, Line, LineReader};
@@ -55,6 +55,22 @@ pub struct LastEvents {
     /// the prefix holds no event or its last line is above the record
     /// limit.
     pub(crate) end: Option<PrefixEnd>,
+}
+
+/// Whether the log at `path` ends in a seal, its last event read from the
+/// end of the file: the `ends_sealed` hint of
+/// [`fold_through`](crate::fold_through). A log whose end cannot be read
+/// says no; the fold that follows reports what is wrong with it.
+pub fn log_ends_in_seal(path: &Path) -> bool {
+    is_seal(read_last_events(path, None, 1).map(|mut last| last.events.pop()))
+}
+
+/// Whether `last`, a session's last event as read from its end, is a
+/// seal; no when it could not be read.
+pub(crate) fn is_seal(last: Result<Option<EventRecord>, StoreError>) -> bool {
+    last.ok()
+        .flatten()
+        .is_some_and(|record| record.event_type() == EventType::Seal.as_str())
 }
 
 /// The end of a log's good prefix as a read from the end found it.

@@ -105,7 +105,7 @@ pub use jsonl::{
     create_log_file, open_log_writer, read_header, read_header_as_is, sync_log_file, JsonlStore,
     ListEntry,
 };
-pub use last::{read_last_events, LastEvents};
+pub use last::{log_ends_in_seal, read_last_events, LastEvents};
 pub use leftovers::Leftover;
 pub use migrate::{
     diff, diff_sources, migrate, migrate_log, migrate_with, Difference, MigrateOptions,

@@ -475,6 +475,14 @@ impl Store {
         }
     }
 
+    /// Whether session `id` ends in a seal ([`last_event`](Self::last_event)):
+    /// the `ends_sealed` hint of [`fold_through`](crate::fold_through). A
+    /// session whose end cannot be read says no; the fold that follows
+    /// reports what is wrong with it.
+    pub fn ends_in_seal(&self, id: &SessionId) -> bool {
+        crate::last::is_seal(self.last_event(id))
+    }
+
     /// The state of session `id` as of its last seq, the one a writer
     /// opened now would start from: folded from the session's state
     /// snapshot and only the events after it when the snapshot still
@@ -984,20 +992,35 @@ pub(crate) mod tests {
     );
 
     fn the_last_event_is_read_from_the_end(store: &Store) {
+        // As the store tells it, and for a log as its file alone tells it.
+        let ends_in_seal = |session: &str| {
+            let told = store.ends_in_seal(&id(session));
+            if store.backend() == Backend::Jsonl {
+                assert_eq!(
+                    crate::log_ends_in_seal(&store.session_path(&id(session))),
+                    told
+                );
+            }
+            told
+        };
         ok(store.create_session(&header("a"), &[], Durability::Fsync));
         assert_eq!(ok(store.last_event(&id("a"))), None);
+        assert!(!ends_in_seal("a"));
         let mut writer = ok(store.open_writer(&id("a"), buffered()));
         for turn in ["t1", "t2"] {
             let data = format!(r#"{{"turnId":"{turn}"}}"#);
             ok(writer.append(event("turn/start", &data, 5), None));
             ok(writer.append(event("turn/end", &data, 6), None));
         }
+        assert!(!ends_in_seal("a"));
         ok(writer.seal(None, None));
         drop(writer);
         let last = ok(store.last_event(&id("a"))).expect("a last event");
         assert_eq!((last.seq(), last.event_type()), (5, "seal"));
         assert_eq!(Some(&last), ok(store.snapshot(&id("a"))).events.last());
+        assert!(ends_in_seal("a"));
         assert!(store.last_event(&id("missing")).is_err());
+        assert!(!ends_in_seal("missing"));
     }
 
     fn a_store_opened_read_only_reads_and_refuses_every_write(store: &Store) {

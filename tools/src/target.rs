@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use sessionlog_schema::{EventType, SessionId, TornTail};
+use sessionlog_schema::{SessionId, TornTail};
 use sessionlog_store::testing::Io;
 use sessionlog_store::{
     open_log_writer, Backend, HeldRead, LogReader, SessionStream, SessionWriter, Snapshot, Store,
@@ -244,15 +244,10 @@ impl Target {
     /// (`fold_through`). What cannot be read says no; the fold that follows
     /// reports it.
     pub fn ends_in_seal(&self, session: &SessionRef) -> bool {
-        let last = match self {
-            Target::File(path) => {
-                sessionlog_store::read_last_events(path, None, 1).map(|mut last| last.events.pop())
-            }
-            Target::Store(store) => store.last_event(&session.id),
-        };
-        last.ok()
-            .flatten()
-            .is_some_and(|record| record.event_type() == EventType::Seal.as_str())
+        match self {
+            Target::File(path) => sessionlog_store::log_ends_in_seal(path),
+            Target::Store(store) => store.ends_in_seal(&session.id),
+        }
     }
 
     /// Reads one session to its end without keeping it: its last seq and

@@ -249,10 +249,7 @@ impl NativeStore {
             let at = at.map(|at| at as u64);
             // A session that ends in a seal has its chain hashed from
             // the start rather than be read twice (`fold_through`).
-            let ends_sealed = at.is_none()
-                && store.last_event(&id).ok().flatten().is_some_and(|record| {
-                    record.event_type() == sessionlog_schema::EventType::Seal.as_str()
-                });
+            let ends_sealed = at.is_none() && store.ends_in_seal(&id);
             let (folded, _torn_tail) = fold_through(
                 || store.stream(&id),
                 &store.session_path(&id),
