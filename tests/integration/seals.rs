@@ -436,19 +436,7 @@ fn both_backends_give_the_same_head_and_catch_an_edited_sqlite_row() {
     .expect_code(0);
     // Someone with write access to the database edits a message and
     // recomputes the row's CRC.
-    let connection = ok(rusqlite::Connection::open(&database));
-    let body: String = ok(connection.query_row(
-        "SELECT body FROM events WHERE session_id = 's' AND seq = 2",
-        [],
-        |row| row.get(0),
-    ));
-    let edited = body.replace("do t1", "do t9");
-    let crc = crate::support::spec_crc("s", edited.as_bytes());
-    ok(connection.execute(
-        "UPDATE events SET body = ?1, crc = ?2 WHERE session_id = 's' AND seq = 2",
-        rusqlite::params![edited, i64::from(crc)],
-    ));
-    drop(connection);
+    edit_row_message(&database, "s", 2, "do t1", "do t9");
     let verdict = verify(&database, &[]);
     verdict.expect_code(7);
     assert!(verdict.stdout.contains("seq 4"), "{}", verdict.stdout);
@@ -879,19 +867,8 @@ fn a_long_log_projects_with_its_late_seals_checked() {
     let from_database = run(["project", path_str(&database)]);
     from_database.expect_code(0);
     assert_eq!(from_database.stdout, projected.stdout);
-    let connection = ok(rusqlite::Connection::open(&database));
-    let body: String = ok(connection.query_row(
-        "SELECT body FROM events WHERE session_id = 'p' AND body LIKE '%\"do t1300\"%'",
-        [],
-        |row| row.get(0),
-    ));
-    let edited = body.replace("do t1300", "do t7777");
-    let crc = crate::support::spec_crc("p", edited.as_bytes());
-    ok(connection.execute(
-        "UPDATE events SET body = ?1, crc = ?2 WHERE session_id = 'p' AND body = ?3",
-        rusqlite::params![edited, i64::from(crc), body],
-    ));
-    drop(connection);
+    // Turn t1300's message: three events a turn, the message second.
+    edit_row_message(&database, "p", 1_300 * 3 + 2, "do t1300", "do t7777");
     let refused = run(["project", path_str(&database)]);
     refused.expect_code(7);
     assert!(refused.stderr.contains("seq 4502"), "{}", refused.stderr);
@@ -933,6 +910,28 @@ fn a_long_unsealed_log_named_by_an_anchor_is_checked_against_it() {
     let anchored = verify(&store, &["--anchor", path_str(&anchor)]);
     anchored.expect_code(7);
     assert!(anchored.stdout.contains("anchor"), "{}", anchored.stdout);
+}
+
+/// Replaces `from` with `to` in the body of session `session`'s row `seq`
+/// of `database`, which must hold it, its CRC recomputed: what someone
+/// with write access to the database would do.
+fn edit_row_message(database: &Path, session: &str, seq: i64, from: &str, to: &str) {
+    let connection = ok(rusqlite::Connection::open(database));
+    let body: String = ok(connection.query_row(
+        "SELECT body FROM events WHERE session_id = ?1 AND seq = ?2",
+        rusqlite::params![session, seq],
+        |row| row.get(0),
+    ));
+    assert!(
+        body.contains(&format!("\"{from}\"")),
+        "row {seq} holds {from:?}: {body}"
+    );
+    let edited = body.replace(from, to);
+    let crc = crate::support::spec_crc(session, edited.as_bytes());
+    ok(connection.execute(
+        "UPDATE events SET body = ?1, crc = ?2 WHERE session_id = ?3 AND seq = ?4",
+        rusqlite::params![edited, i64::from(crc), session, seq],
+    ));
 }
 
 /// Replaces `from` with `to` in the one body of session `p`'s log that
