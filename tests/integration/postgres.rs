@@ -399,6 +399,48 @@ fn jsonl_to_postgres_to_sqlite_to_jsonl_gives_back_every_byte() {
 }
 
 #[test]
+fn events_without_a_session_row_are_damage_and_a_row_with_events_stays() {
+    let Some(server) = test_server() else {
+        return;
+    };
+    let schema = Schema::new(&server, "orphans");
+    run(["migrate", &text(&examples()), &schema.url]).expect_code(0);
+    let Ok(Store::Postgres(store)) = Store::open(&schema.path()) else {
+        panic!("{} is not a PostgreSQL store", schema.url);
+    };
+    let mut client = ok(store.connect());
+    let owner: String =
+        ok(ok(client.query_one("SELECT min(session_id) FROM events", &[])).try_get(0));
+    // The server refuses to take the header of a session with events.
+    let removed = client.execute("DELETE FROM sessions WHERE id = $1", &[&owner]);
+    let refusal = removed.expect_err("a session row with events was removed");
+    assert_eq!(
+        refusal.as_db_error().map(|error| error.code().code()),
+        Some("23503"),
+        "{refusal:?}"
+    );
+    run(["verify", &schema.url]).expect_code(0);
+    // Events of a session that has no row, written behind the store's
+    // back: every command that lists the store names them.
+    ok(client.execute(
+        "INSERT INTO events SELECT 'ghost', seq, ts, type, batch, body, crc
+         FROM events WHERE session_id = $1 AND seq = 1",
+        &[&owner],
+    ));
+    for command in ["verify", "list", "stats"] {
+        let listed = run([command, &schema.url]);
+        listed.expect_code(2);
+        assert!(
+            listed.stdout.contains("\"ghost\" have no session row")
+                || listed.stderr.contains("\"ghost\" have no session row"),
+            "{command}: {}{}",
+            listed.stdout,
+            listed.stderr
+        );
+    }
+}
+
+#[test]
 fn two_writers_from_two_processes_exactly_one_holds_the_session() {
     let Some(server) = test_server() else {
         return;

@@ -111,6 +111,11 @@ fn v2_fixture_opens_reads_and_accepts_appends() {
     check_fixture_upgrade(2);
 }
 
+#[test]
+fn v3_fixture_opens_reads_and_accepts_appends() {
+    check_fixture_upgrade(3);
+}
+
 /// Loads the fixture of `version` into an empty schema, checks that a
 /// read-only reader reads it without changing it, and that a writer
 /// brings it to the current version and appends.
@@ -120,18 +125,28 @@ fn check_fixture_upgrade(version: i64) {
     };
     execute(
         &schema,
-        "DROP TABLE snapshots; DROP TABLE events; DROP TABLE sessions; DROP TABLE schema_version;",
+        "DROP TABLE snapshots; DROP TABLE events; DROP TABLE sessions; DROP TABLE schema_version;
+         DROP FUNCTION keep_sessions_with_events();",
     );
     execute(&schema, &ok(std::fs::read_to_string(fixture_path(version))));
     // A read-only reader of the old schema creates nothing and, without a
-    // snapshots table, folds every row.
+    // snapshots table (before version 3), folds every row.
     let reader = ok(PostgresStore::open_read_only(Path::new(&schema.url)));
     assert_eq!(ok(reader.current_state(&id("root"))).seq(), 4);
     drop(reader);
     let mut client = ok(engine(&schema).connect());
     let snapshots: bool =
         ok(ok(client.query_one("SELECT to_regclass('snapshots') IS NOT NULL", &[])).try_get(0));
-    assert!(!snapshots, "a read-only reader created the snapshots table");
+    assert_eq!(
+        snapshots,
+        version >= 3,
+        "what the reader found is what it left"
+    );
+    assert_eq!(
+        events_foreign_keys(&mut client),
+        1,
+        "the reader altered nothing"
+    );
     let store = ok(PostgresStore::open(Path::new(&schema.url)));
     let ids: Vec<String> = ok(store.ids()).iter().map(ToString::to_string).collect();
     assert_eq!(ids, ["child", "root"]);
@@ -158,7 +173,51 @@ fn check_fixture_upgrade(version: i64) {
     let snapshots: bool =
         ok(ok(client.query_one("SELECT to_regclass('snapshots') IS NOT NULL", &[])).try_get(0));
     assert!(snapshots, "the upgrade added the snapshots table");
+    assert_eq!(
+        events_foreign_keys(&mut client),
+        0,
+        "the upgrade dropped the key"
+    );
     assert_eq!(ok(store.current_state(&id("root"))).seq(), 5);
+    assert_session_rows_with_events_stay(&schema, "root");
+}
+
+/// How many foreign keys `events` has.
+fn events_foreign_keys(client: &mut postgres::Client) -> i64 {
+    let row = client.query_one(
+        "SELECT count(*) FROM pg_constraint WHERE conrelid = 'events'::regclass AND contype = 'f'",
+        &[],
+    );
+    ok(ok(row).try_get(0))
+}
+
+/// Removing the row of `session`, which has events, is refused, as the
+/// foreign key of the schemas before version 4 refused it, from a
+/// connection whatever its `search_path`.
+fn assert_session_rows_with_events_stay(schema: &PostgresSchema, session: &str) {
+    let mut client = ok(engine(schema).connect());
+    let events: i64 = ok(ok(client.query_one(
+        "SELECT count(*) FROM events WHERE session_id = $1",
+        &[&session],
+    ))
+    .try_get(0));
+    assert!(events > 0, "session {session} has no events to keep");
+    let qualified = format!(
+        "{}.sessions",
+        engine(schema).shared.location.quoted_schema()
+    );
+    ok(client.batch_execute("SET search_path TO public"));
+    let Err(error) = client.execute(
+        &format!("DELETE FROM {qualified} WHERE id = $1"),
+        &[&session],
+    ) else {
+        panic!("the row of session {session} was removed with its events left");
+    };
+    let Some(refused) = error.as_db_error() else {
+        panic!("not the server's refusal: {error:?}");
+    };
+    assert_eq!(refused.code().code(), "23503", "{refused:?}");
+    assert!(refused.message().contains(session), "{refused:?}");
 }
 
 #[test]
@@ -307,6 +366,42 @@ fn a_session_row_with_an_invalid_id_is_damage_of_the_store_not_skipped() {
     assert_eq!(audit.damage.len(), 1, "{:?}", audit.damage);
     assert!(
         matches!(&audit.damage[0], StoreError::DamagedDatabase { reason, .. } if reason.contains("\"bad/id\"")),
+        "{:?}",
+        audit.damage
+    );
+    let ids = store.ids();
+    assert!(
+        matches!(&ids, Err(StoreError::DamagedDatabase { .. })),
+        "{ids:?}"
+    );
+}
+
+#[test]
+fn a_session_row_stays_while_it_has_events_and_events_without_one_are_damage() {
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    let store = store_with_events(&schema, 2);
+    ok(store.create_session(&header("empty"), &[], Durability::Fsync));
+    assert_session_rows_with_events_stay(&schema, "a");
+    // The rows stand as they were, and a row with no events goes, as the
+    // foreign key of the schemas before version 4 let it go.
+    assert_eq!(ok(store.snapshot(&id("a"))).events.len(), 2);
+    execute(&schema, "DELETE FROM sessions WHERE id = 'empty'");
+    assert_eq!(ok(store.ids()), [id("a")]);
+    // Events written behind the store's back for a session without a row
+    // are named by every listing of the store.
+    execute(
+        &schema,
+        "INSERT INTO events SELECT 'ghost', seq, ts, type, batch, body, crc
+         FROM events WHERE session_id = 'a' AND seq = 1",
+    );
+    let audit = ok(store.audit());
+    assert_eq!(audit.ids, [id("a")]);
+    assert_eq!(audit.damage.len(), 1, "{:?}", audit.damage);
+    assert!(
+        matches!(&audit.damage[0], StoreError::DamagedDatabase { reason, .. }
+            if reason.contains("\"ghost\"") && reason.contains("no session row")),
         "{:?}",
         audit.damage
     );
