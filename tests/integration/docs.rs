@@ -7,6 +7,8 @@
 
 use sessionlog_schema::{CRC_SUFFIX_LEN, FORMAT_VERSION, MAX_BATCH_RECORDS, MAX_RECORD_BYTES};
 
+use sessionlog_store::{POSTGRES_SCHEMA_VERSION, SCHEMA_VERSION};
+
 use crate::support::{assert_same_events, scan, spec_crc, LogBuilder};
 
 const FORMAT_MD: &str = include_str!("../../docs/FORMAT.md");
@@ -128,4 +130,31 @@ fn the_pending_action_and_reply_examples_parse() {
 #[test]
 fn the_format_page_points_to_the_events_page() {
     assert!(FORMAT_MD.contains("[EVENTS.md](EVENTS.md)"));
+}
+
+/// The version numbers of the rows of the versions table under `heading`.
+fn versions_table(heading: &str) -> Vec<i64> {
+    let start = FORMAT_MD
+        .find(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("FORMAT.md has the heading {heading:?}"));
+    FORMAT_MD[start..]
+        .lines()
+        .skip_while(|line| !line.starts_with('|'))
+        .take_while(|line| line.starts_with('|'))
+        .filter_map(|line| line.split('|').nth(1)?.trim().parse().ok())
+        .collect()
+}
+
+#[test]
+fn each_versions_table_has_a_row_for_every_version_of_its_schema() {
+    for (heading, version) in [
+        ("### Schema versions", SCHEMA_VERSION),
+        ("### PostgreSQL schema versions", POSTGRES_SCHEMA_VERSION),
+    ] {
+        assert_eq!(
+            versions_table(heading),
+            (1..=version).collect::<Vec<_>>(),
+            "the table under {heading:?}"
+        );
+    }
 }

@@ -1271,6 +1271,7 @@ fn run_notifier(location: &Location, appended: &mpsc::Receiver<(SessionId, u64)>
             client = connect(location, "connect to notify")
                 .ok()
                 .and_then(|mut client| {
+                    client.batch_execute(sql::SYNCHRONOUS_COMMIT_OFF).ok()?;
                     let notify = client.prepare(sql::NOTIFY).ok()?;
                     Some((client, notify))
                 });

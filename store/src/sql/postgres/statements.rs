@@ -274,7 +274,10 @@ pub(super) const UNLOCK_SESSION: &str = "SELECT pg_advisory_unlock($1)";
 
 /// Wakes the followers of sessions, after their appends committed: one
 /// payload `{"session":…,"seq":…}` per session, on the channel named after
-/// the schema, in one statement (and one transaction that writes no WAL).
+/// the schema, in one statement and a transaction of its own. Notifying
+/// gives that transaction an id, so its commit writes a WAL record: the
+/// notifier's connection commits with `synchronous_commit` off, since a
+/// notification lost in a crash only leaves a follower to its poll.
 pub(super) const NOTIFY: &str = "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload";
 
 /// Subscribes a follower's connection to the schema's channel (`$channel`
