@@ -3,12 +3,19 @@
 //! accepts, its stated CRC is the CRC, and the limits it names are the
 //! limits the code enforces; EVENTS.md's example lines are one log that
 //! keeps every rule, shows every type and projects as the page says, and its
-//! pending action and reply parse.
+//! pending action and reply parse. FORMAT.md's schemas are the tables a new
+//! SQLite database and a new PostgreSQL store have, column for column, and
+//! each versions table has a row for every version the code knows.
 
 use sessionlog_schema::{CRC_SUFFIX_LEN, FORMAT_VERSION, MAX_BATCH_RECORDS, MAX_RECORD_BYTES};
 
-use sessionlog_store::{POSTGRES_SCHEMA_VERSION, SCHEMA_VERSION};
+use std::collections::BTreeSet;
+use std::path::Path;
 
+use sessionlog_store::{Store, POSTGRES_SCHEMA_VERSION, SCHEMA_VERSION};
+
+use crate::faults::ok;
+use crate::postgres::{test_server, Schema};
 use crate::support::{assert_same_events, scan, spec_crc, LogBuilder};
 
 const FORMAT_MD: &str = include_str!("../../docs/FORMAT.md");
@@ -157,4 +164,113 @@ fn each_versions_table_has_a_row_for_every_version_of_its_schema() {
             "the table under {heading:?}"
         );
     }
+}
+
+/// `(table, column)` of every column the `CREATE TABLE` statements in the
+/// ```` ```sql ```` blocks of FORMAT.md's section `heading` declare, and of
+/// the `snapshots` table of "State snapshots", which serves both
+/// databases. A statement runs from `CREATE TABLE name (` to a line that
+/// starts with `)` (or to the end of its own line); its columns are the
+/// first words of its items, constraints left out.
+fn documented_columns(heading: &str) -> BTreeSet<(String, String)> {
+    let start = FORMAT_MD
+        .find(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("FORMAT.md has the heading {heading:?}"));
+    let length = FORMAT_MD[start + 1..]
+        .find("\n## ")
+        .unwrap_or(FORMAT_MD.len() - start - 1);
+    let mut blocks = fenced_blocks(&FORMAT_MD[start..start + 1 + length], "```sql");
+    let snapshots = FORMAT_MD
+        .find("```sql\nCREATE TABLE snapshots (")
+        .expect("FORMAT.md shows the snapshots table")
+        + "```sql\n".len();
+    let end = FORMAT_MD[snapshots..]
+        .find("```")
+        .expect("the block is closed");
+    blocks.push(&FORMAT_MD[snapshots..snapshots + end]);
+    let mut columns = BTreeSet::new();
+    for block in blocks {
+        let mut lines = block.lines();
+        while let Some(line) = lines.next() {
+            let Some(rest) = line.strip_prefix("CREATE TABLE ") else {
+                continue;
+            };
+            let (table, first) = rest.split_once(" (").expect("CREATE TABLE name (");
+            let mut text = String::from(first);
+            let one_line = first.split("--").next().unwrap_or("").trim_end();
+            if !one_line.ends_with(");") {
+                for line in lines.by_ref() {
+                    if line.starts_with(')') {
+                        break;
+                    }
+                    text.push('\n');
+                    text.push_str(line);
+                }
+            }
+            let without_comments: String = text
+                .lines()
+                .map(|line| line.split("--").next().unwrap_or(""))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let mut depth = 0;
+            let mut item = String::new();
+            let mut items = Vec::new();
+            for character in without_comments.chars() {
+                match character {
+                    '(' => depth += 1,
+                    ')' => depth -= 1,
+                    ',' if depth == 0 => {
+                        items.push(std::mem::take(&mut item));
+                        continue;
+                    }
+                    _ => {}
+                }
+                item.push(character);
+            }
+            items.push(item);
+            for item in items {
+                let Some(word) = item.split_whitespace().next() else {
+                    continue;
+                };
+                if !["PRIMARY", "FOREIGN", "UNIQUE", "CHECK", ");"].contains(&word) {
+                    columns.insert((table.to_owned(), word.to_owned()));
+                }
+            }
+        }
+    }
+    columns
+}
+
+#[test]
+fn the_sqlite_schema_shown_is_every_column_a_new_database_has() {
+    let folder = ok(tempfile::tempdir());
+    let path = folder.path().join("store.db");
+    ok(Store::create(&path));
+    let database = ok(rusqlite::Connection::open(&path));
+    let mut tables = ok(database
+        .prepare("SELECT m.name, c.name FROM sqlite_schema m, pragma_table_info(m.name) c WHERE m.type = 'table'"));
+    let columns: BTreeSet<(String, String)> = ok(ok(
+        tables.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+    )
+    .collect::<Result<_, _>>());
+    assert_eq!(documented_columns("## SQLite schema"), columns);
+}
+
+#[test]
+fn the_postgres_schema_shown_is_every_column_a_new_store_has() {
+    let Some(server) = test_server() else {
+        return;
+    };
+    let schema = Schema::new(&server, "docs");
+    let Ok(Store::Postgres(store)) = Store::create(Path::new(&schema.url)) else {
+        panic!("{} is not a PostgreSQL store", schema.url);
+    };
+    let rows = ok(ok(store.connect()).query(
+        "SELECT table_name::text, column_name::text FROM information_schema.columns
+         WHERE table_schema = current_schema()",
+        &[],
+    ));
+    let columns: BTreeSet<(String, String)> =
+        rows.iter().map(|row| (row.get(0), row.get(1))).collect();
+    assert_eq!(documented_columns("## PostgreSQL schema"), columns);
 }

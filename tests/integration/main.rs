@@ -11,8 +11,9 @@
 //! - `codec`: round trips and hostile lines (proptest).
 //! - `damage`: truncation at every offset, bit flips, and one row per
 //!   corruption and torn-tail class.
-//! - `docs`: docs/FORMAT.md's worked example and limits, and docs/EVENTS.md's
-//!   example log, projection, pending action and reply, match the code.
+//! - `docs`: docs/FORMAT.md's worked example, limits, schemas and versions
+//!   tables, and docs/EVENTS.md's example log, projection, pending action
+//!   and reply, match the code (the schemas: the tables a new store has).
 //! - `embedding`: `examples/embed.rs` and `examples/embed_async.rs` run.
 //! - `cli_support`: runs the real `sessionlog` binary (built once if missing).
 //! - `people`: the command line as auditors and runtime authors use it:
