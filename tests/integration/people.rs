@@ -1091,12 +1091,9 @@ fn a_big_report_is_an_index_and_pages_that_link_each_other() {
 // help, completions, README
 // ---------------------------------------------------------------------------
 
-#[test]
-fn every_command_shows_an_example_in_its_help() {
-    let help = run(["--help"]);
-    help.expect_code(0);
-    let commands: Vec<&str> = help
-        .stdout
+/// The commands `sessionlog --help` lists, `help` left out.
+fn listed_commands(help: &Run) -> Vec<&str> {
+    help.stdout
         .split("Commands:\n")
         .nth(1)
         .unwrap_or_else(|| panic!("no command list in {}", help.stdout))
@@ -1104,7 +1101,14 @@ fn every_command_shows_an_example_in_its_help() {
         .take_while(|line| !line.trim().is_empty())
         .filter_map(|line| line.split_whitespace().next())
         .filter(|name| *name != "help")
-        .collect();
+        .collect()
+}
+
+#[test]
+fn every_command_shows_an_example_in_its_help() {
+    let help = run(["--help"]);
+    help.expect_code(0);
+    let commands = listed_commands(&help);
     for expected in [
         "replay",
         "tail",
@@ -1146,6 +1150,19 @@ fn completions_cover_every_command() {
         }
     }
     run(["completions", "tcsh"]).expect_code(1); // a usage error (README.md, "Exit codes")
+}
+
+#[test]
+fn the_readme_shows_every_command() {
+    let readme = String::from_utf8(read(&workspace_root().join("README.md")))
+        .unwrap_or_else(|error| panic!("README.md is UTF-8: {error}"));
+    let help = run(["--help"]);
+    help.expect_code(0);
+    let unshown: Vec<&str> = listed_commands(&help)
+        .into_iter()
+        .filter(|command| !readme.contains(&format!("sessionlog {command} ")))
+        .collect();
+    assert!(unshown.is_empty(), "README.md never shows {unshown:?}");
 }
 
 #[test]
