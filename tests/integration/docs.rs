@@ -139,12 +139,21 @@ fn the_format_page_points_to_the_events_page() {
     assert!(FORMAT_MD.contains("[EVENTS.md](EVENTS.md)"));
 }
 
-/// The version numbers of the rows of the versions table under `heading`.
-fn versions_table(heading: &str) -> Vec<i64> {
+/// FORMAT.md from the line `heading` to the next `## ` heading (or its end).
+fn section(heading: &str) -> &'static str {
     let start = FORMAT_MD
         .find(&format!("\n{heading}\n"))
-        .unwrap_or_else(|| panic!("FORMAT.md has the heading {heading:?}"));
-    FORMAT_MD[start..]
+        .unwrap_or_else(|| panic!("FORMAT.md has the heading {heading:?}"))
+        + 1;
+    let length = FORMAT_MD[start..]
+        .find("\n## ")
+        .unwrap_or(FORMAT_MD.len() - start);
+    &FORMAT_MD[start..start + length]
+}
+
+/// The version numbers of the rows of the versions table under `heading`.
+fn versions_table(heading: &str) -> Vec<i64> {
+    section(heading)
         .lines()
         .skip_while(|line| !line.starts_with('|'))
         .take_while(|line| line.starts_with('|'))
@@ -173,21 +182,13 @@ fn each_versions_table_has_a_row_for_every_version_of_its_schema() {
 /// starts with `)` (or to the end of its own line); its columns are the
 /// first words of its items, constraints left out.
 fn documented_columns(heading: &str) -> BTreeSet<(String, String)> {
-    let start = FORMAT_MD
-        .find(&format!("\n{heading}\n"))
-        .unwrap_or_else(|| panic!("FORMAT.md has the heading {heading:?}"));
-    let length = FORMAT_MD[start + 1..]
-        .find("\n## ")
-        .unwrap_or(FORMAT_MD.len() - start - 1);
-    let mut blocks = fenced_blocks(&FORMAT_MD[start..start + 1 + length], "```sql");
-    let snapshots = FORMAT_MD
-        .find("```sql\nCREATE TABLE snapshots (")
-        .expect("FORMAT.md shows the snapshots table")
-        + "```sql\n".len();
-    let end = FORMAT_MD[snapshots..]
-        .find("```")
-        .expect("the block is closed");
-    blocks.push(&FORMAT_MD[snapshots..snapshots + end]);
+    let mut blocks = fenced_blocks(section(heading), "```sql");
+    blocks.push(
+        fenced_blocks(FORMAT_MD, "```sql")
+            .into_iter()
+            .find(|block| block.starts_with("CREATE TABLE snapshots ("))
+            .expect("FORMAT.md shows the snapshots table"),
+    );
     let mut columns = BTreeSet::new();
     for block in blocks {
         let mut lines = block.lines();

@@ -1152,10 +1152,15 @@ fn completions_cover_every_command() {
     run(["completions", "tcsh"]).expect_code(1); // a usage error (README.md, "Exit codes")
 }
 
+/// README.md's text.
+fn readme() -> String {
+    String::from_utf8(read(&workspace_root().join("README.md")))
+        .unwrap_or_else(|error| panic!("README.md is UTF-8: {error}"))
+}
+
 #[test]
 fn the_readme_shows_every_command() {
-    let readme = String::from_utf8(read(&workspace_root().join("README.md")))
-        .unwrap_or_else(|error| panic!("README.md is UTF-8: {error}"));
+    let readme = readme();
     let help = run(["--help"]);
     help.expect_code(0);
     let unshown: Vec<&str> = listed_commands(&help)
@@ -1167,8 +1172,7 @@ fn the_readme_shows_every_command() {
 
 #[test]
 fn readme_shows_the_embedding_example_verbatim_and_the_ci_commands() {
-    let readme = String::from_utf8(read(&workspace_root().join("README.md")))
-        .unwrap_or_else(|error| panic!("README.md is UTF-8: {error}"));
+    let readme = readme();
     let embed = String::from_utf8(read(&workspace_root().join("examples/embed.rs")))
         .unwrap_or_else(|error| panic!("embed.rs is UTF-8: {error}"));
     let shown = readme

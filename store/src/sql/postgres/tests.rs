@@ -135,8 +135,7 @@ fn check_fixture_upgrade(version: i64) {
     assert_eq!(ok(reader.current_state(&id("root"))).seq(), 4);
     drop(reader);
     let mut client = ok(engine(&schema).connect());
-    let snapshots: bool =
-        ok(ok(client.query_one("SELECT to_regclass('snapshots') IS NOT NULL", &[])).try_get(0));
+    let snapshots = has_snapshots_table(&mut client);
     assert_eq!(
         snapshots,
         version >= 3,
@@ -170,8 +169,7 @@ fn check_fixture_upgrade(version: i64) {
     ))
     .try_get(0));
     assert_eq!(options, Some(vec!["fillfactor=10".to_owned()]));
-    let snapshots: bool =
-        ok(ok(client.query_one("SELECT to_regclass('snapshots') IS NOT NULL", &[])).try_get(0));
+    let snapshots = has_snapshots_table(&mut client);
     assert!(snapshots, "the upgrade added the snapshots table");
     assert_eq!(
         events_foreign_keys(&mut client),
@@ -180,6 +178,12 @@ fn check_fixture_upgrade(version: i64) {
     );
     assert_eq!(ok(store.current_state(&id("root"))).seq(), 5);
     assert_session_rows_with_events_stay(&schema, "root");
+}
+
+/// Whether the schema has the snapshots table.
+fn has_snapshots_table(client: &mut postgres::Client) -> bool {
+    let row = client.query_one("SELECT to_regclass('snapshots') IS NOT NULL", &[]);
+    ok(ok(row).try_get(0))
 }
 
 /// How many foreign keys `events` has.
