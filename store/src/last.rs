@@ -35,9 +35,43 @@ use crate::StoreError;
 /// Bytes read at a time, backwards.
 const CHUNK_BYTES: usize = 64 * 1024;
 
-/// What a batch's first record holds (its `batch` field); a line without
-/// these bytes cannot start a batch.
+/// What a batch's first record holds (its `batch` field), spelled plainly.
 const BATCH_KEY: &[u8] = b"\"batch\"";
+
+/// The start of a `\uXXXX` escape: the only other way a member's key can
+/// spell `batch` (docs/FORMAT.md, "Members").
+const ESCAPE: &[u8] = b"\\u";
+
+/// Finds the lines that may be a batch's first record: those holding
+/// `"batch"` or an escape that could spell it. Any other line cannot
+/// start a batch, and the look-back passes over it without decoding it.
+struct BatchStartFinder {
+    key: memchr::memmem::Finder<'static>,
+    escape: memchr::memmem::Finder<'static>,
+}
+
+impl BatchStartFinder {
+    fn new() -> BatchStartFinder {
+        BatchStartFinder {
+            key: memchr::memmem::Finder::new(BATCH_KEY),
+            escape: memchr::memmem::Finder::new(ESCAPE),
+        }
+    }
+
+    /// Where the last line of `bytes` that may start a batch holds what
+    /// makes it one (a forward, vectorised search for each needle).
+    fn last_in(&self, bytes: &[u8]) -> Option<usize> {
+        let key = self.key.find_iter(bytes).last();
+        let escape = self.escape.find_iter(bytes).last();
+        key.max(escape)
+    }
+
+    /// Whether `line` may be a batch's first record.
+    fn may_start_batch(line: &[u8]) -> bool {
+        memchr::memmem::find(line, BATCH_KEY).is_some()
+            || memchr::memmem::find(line, ESCAPE).is_some()
+    }
+}
 
 /// The last events of a log's good prefix.
 #[derive(Debug)]
@@ -247,7 +281,7 @@ fn extend_to_batch_start(
     // reaches into it.
     // Whole chunks are searched for `"batch"` and their lines counted in
     // bulk; only a line holding it is taken and decoded.
-    let finder = memchr::memmem::Finder::new(BATCH_KEY);
+    let finder = BatchStartFinder::new();
     let mut looked = 0u64;
     let mut batch_start = None;
     while looked < MAX_BATCH_RECORDS {
@@ -428,7 +462,7 @@ impl<'f> BackwardLines<'f> {
             }));
         }
         let line = &self.buffer[line_start..body_end];
-        let decode = terminated && (always || memchr::memmem::find(line, BATCH_KEY).is_some());
+        let decode = terminated && (always || BatchStartFinder::may_start_batch(line));
         let record = if decode {
             decode_event(id, line).ok()
         } else {
@@ -456,7 +490,7 @@ impl<'f> BackwardLines<'f> {
     /// longer than the buffer, left to `take_line`).
     fn skip_lines_without(
         &mut self,
-        finder: &memchr::memmem::Finder<'_>,
+        finder: &BatchStartFinder,
         limit: u64,
     ) -> Result<u64, StoreError> {
         let mut skipped = 0;
@@ -478,7 +512,7 @@ impl<'f> BackwardLines<'f> {
                 }
             };
             let whole = &self.buffer[whole_from..];
-            let (cut, found) = match finder.find_iter(whole).last() {
+            let (cut, found) = match finder.last_in(whole) {
                 Some(index) => {
                     let line_end = memchr::memchr(b'\n', &whole[index..])
                         .map_or(whole.len(), |newline| index + newline + 1);
@@ -580,6 +614,7 @@ mod tests {
     use super::*;
     use crate::reader::read_snapshot_from;
     use crate::store::tests::{header, id};
+    use sessionlog_schema::encode_line;
 
     /// A log of `units` (each a lone event, or a batch of that many), then
     /// `tail` appended as it is.
@@ -749,6 +784,38 @@ mod tests {
         let whole = log_of(&records, 0);
         let (events, last_seq, tail) = backward(&whole, 1).expect("read");
         assert_eq!((seqs(&events), last_seq, tail), (vec![8], 8, None));
+    }
+
+    #[test]
+    fn a_batch_whose_key_is_spelled_with_an_escape_is_found_from_the_end() {
+        // Two lone events, then a batch of four whose first record spells
+        // its key `"b\u0061tch"` (a reader accepts any spelling: the CRC
+        // pins the bytes), its last record missing.
+        let plain = r#"{"text":"x"}"#.to_owned();
+        let mut records = vec![(None, plain.clone()), (None, plain.clone())];
+        records.push((Some(4), plain.clone()));
+        records.extend(vec![(None, plain); 3]);
+        let respelled: Vec<u8> = log_of(&records, 1)
+            .split_inclusive(|byte| *byte == b'\n')
+            .flat_map(|line| {
+                let text = String::from_utf8(line.to_vec()).expect("utf-8");
+                if !text.contains(r#""batch":"#) {
+                    return text.into_bytes();
+                }
+                let body = text
+                    .rsplit_once(r#","crc":"#)
+                    .expect("a record line")
+                    .0
+                    .replace(r#""batch":"#, r#""b\u0061tch":"#);
+                encode_line(&id("s"), &body).into_bytes()
+            })
+            .collect();
+        assert!(respelled.windows(7).any(|bytes| bytes == br"b\u0061"));
+        let (events, last_seq, tail) = backward(&respelled, 1).expect("read");
+        assert_eq!((seqs(&events), last_seq), (vec![2], 2));
+        let tail = tail.expect("the unfinished batch is a torn tail");
+        assert_eq!((tail.position.line, tail.dropped_records), (4, 3));
+        assert_eq!(backward(&respelled, 2), forward(&respelled, 2));
     }
 
     #[test]
