@@ -343,3 +343,46 @@ fn a_deleted_parent_row_makes_the_fork_corrupt_naming_the_child_and_seq() {
     let said = format!("{}{}", verified.stdout, verified.stderr);
     assert!(said.contains("grandkid: corrupt at seq 4: "), "{said}");
 }
+
+#[test]
+fn a_fork_whose_row_refers_to_another_session_than_its_parent_is_corrupt() {
+    // The reference is the row's `seed_source`; the header names the
+    // parent. Pointed at another session with as many rows, the fork would
+    // read that session's events as its own: every reader refuses it.
+    let folder = ok(tempfile::tempdir());
+    let examples = workspace_root().join("examples/sessions");
+    let database = folder.path().join("sessions.db");
+    run(["migrate", &text(&examples), &text(&database)]).expect_code(0);
+    fork_family(&text(&database));
+    let said_corrupt = |store: &str| {
+        for session in ["kid", "grandkid"] {
+            let verified = run(["verify", store, "--session", session]);
+            verified.expect_code(2);
+            let said = format!("{}{}", verified.stdout, verified.stderr);
+            assert!(said.contains("lead-tests"), "{said}");
+            run(["export", store, "--session", session]).expect_code(2);
+        }
+    };
+    run(["verify", &text(&database)]).expect_code(0);
+    let connection = ok(rusqlite::Connection::open(&database));
+    ok(connection.execute(
+        "UPDATE sessions SET seed_source = 'lead-tests' WHERE id = 'kid'",
+        [],
+    ));
+    drop(connection);
+    said_corrupt(&text(&database));
+    let Some(server) = test_server() else {
+        return;
+    };
+    let schema = Schema::new(&server, "forksource");
+    run(["migrate", &text(&examples), &schema.url]).expect_code(0);
+    fork_family(&schema.url);
+    run(["verify", &schema.url]).expect_code(0);
+    let store = match ok(sessionlog_store::Store::open(&schema.path())) {
+        sessionlog_store::Store::Postgres(store) => store,
+        _ => panic!("not a PostgreSQL store"),
+    };
+    let mut client = ok(store.connect());
+    ok(client.batch_execute("UPDATE sessions SET seed_source = 'lead-tests' WHERE id = 'kid'"));
+    said_corrupt(&schema.url);
+}

@@ -83,6 +83,24 @@ pub(crate) fn decode_header_row(
             format!("the session row records last seq {}", row.last_seq),
         ));
     }
+    // A fork by reference reads its seeded events from the rows of the
+    // session its row names: only its parent's are the records a copied
+    // child would have.
+    if let Some(source) = &row.seed_source {
+        let parent = decoded.header.parent_session.as_ref();
+        if parent.map(SessionId::as_str) != Some(source.as_str()) {
+            let parent = parent.map_or_else(|| "none".to_owned(), |parent| parent.to_string());
+            return Err(corrupt(
+                store,
+                id,
+                0,
+                format!(
+                    "the session row takes its seeded events from session {source:?}, but \
+                     its header's parent is {parent}"
+                ),
+            ));
+        }
+    }
     Ok(decoded)
 }
 
