@@ -798,6 +798,54 @@ pub fn is_postgres_url(text: &str) -> bool {
     text.starts_with("postgres://") || text.starts_with("postgresql://")
 }
 
+/// How messages, reports and listings name the store at `path`: a
+/// PostgreSQL URL never with its password (docs/FORMAT.md, "PostgreSQL
+/// schema"); any other path as given.
+pub fn store_display(path: &Path) -> String {
+    match path.to_str() {
+        Some(text) if is_postgres_url(text) => postgres_display(text),
+        _ => path.display().to_string(),
+    }
+}
+
+#[cfg(feature = "postgres")]
+fn postgres_display(text: &str) -> String {
+    crate::sql::postgres::display_of(text)
+}
+
+#[cfg(not(feature = "postgres"))]
+fn postgres_display(text: &str) -> String {
+    redact_url(text)
+}
+
+/// The URL `text` with any password taken out (from its user information
+/// and from a `password` parameter).
+pub(crate) fn redact_url(text: &str) -> String {
+    let (scheme, rest) = text.split_once("://").unwrap_or(("", text));
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(end) => rest.split_at(end),
+        None => (rest, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{user}@{host}")
+        }
+        None => authority.to_owned(),
+    };
+    let tail: String = match tail.split_once('?') {
+        Some((path, query)) => {
+            let kept: Vec<&str> = query
+                .split('&')
+                .filter(|pair| !pair.starts_with("password="))
+                .collect();
+            format!("{path}?{}", kept.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{authority}{tail}")
+}
+
 /// Without the `postgres` feature a PostgreSQL URL is refused.
 #[cfg(not(feature = "postgres"))]
 fn postgres_unsupported(path: &Path) -> StoreError {

@@ -727,3 +727,50 @@ fn crash_under_grouped_writers(url: &str, dir: &str, round: usize, after: Durati
     }
     (acknowledged.iter().sum(), found)
 }
+
+#[test]
+fn a_password_in_the_url_never_shows_in_messages_or_the_report() {
+    let Some(server) = test_server() else {
+        return;
+    };
+    // The test server trusts local connections, so any password is let in.
+    const PASSWORD: &str = "pw-never-shown";
+    let Some((scheme, rest)) = server.split_once("://") else {
+        panic!("{server}: not a URL");
+    };
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    let with_password = format!("{scheme}://postgres:{PASSWORD}@{rest}");
+    let schema = Schema::new(&with_password, "password");
+    let empty = Schema::new(&with_password, "password_empty");
+    let folder = ok(tempfile::tempdir());
+    let html = folder.path().join("report.html");
+    let runs = [
+        run(["create", &schema.url, "--session", "s1"]),
+        run(["migrate", &text(&examples()), &empty.url]),
+        run(["list", &schema.url]),
+        run(["verify", &schema.url]),
+        run(["report", &schema.url, "--html", &text(&html)]),
+        run([
+            "stats",
+            &format!("{with_password}?schema=no_such_schema_here"),
+        ]),
+    ];
+    for (index, ran) in runs.iter().enumerate() {
+        let said = format!("{}{}", ran.stdout, ran.stderr);
+        assert!(!said.contains(PASSWORD), "run {index}: {said}");
+    }
+    assert!(runs[0]
+        .stdout
+        .contains("created session s1 in postgres://postgres@"));
+    assert!(
+        runs[1].stdout.contains("migrated 5 sessions"),
+        "{}",
+        runs[1].stdout
+    );
+    let report = ok(std::fs::read_to_string(&html));
+    assert!(
+        report.contains("postgres://postgres@"),
+        "the report names its store"
+    );
+    assert!(!report.contains(PASSWORD));
+}

@@ -46,10 +46,13 @@ pub fn warn_if_no_sessions(sessions: usize, store: &Path) {
 }
 
 fn no_sessions(store: &Path) -> String {
-    format!(
-        "no sessions found in {} (a store holds <id>.jsonl logs or is a .db/.sqlite database)",
-        store.display()
-    )
+    let shown = sessionlog_store::store_display(store);
+    match Backend::of_path(store) {
+        Backend::Postgres => format!("no sessions found in {shown} (its schema holds none)"),
+        _ => format!(
+            "no sessions found in {shown} (a store holds <id>.jsonl logs or is a .db/.sqlite database)"
+        ),
+    }
 }
 
 /// What `verify` reads of a target before its sessions ([`Target::audit`]).

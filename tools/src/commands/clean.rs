@@ -34,13 +34,16 @@ pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u
         Target::Store(Store::Jsonl(_)) => JsonlStore::open(store)?,
         Target::Store(Store::Sqlite(_) | Store::Postgres(_)) => {
             if !json {
-                crate::outln!("{}: a database keeps no temporary files", store.display())?;
+                crate::outln!(
+                    "{}: a database keeps no temporary files",
+                    sessionlog_store::store_display(store)
+                )?;
             }
             return Ok(exit::OK);
         }
         Target::File(_) => bail!(UsageError(format!(
             "{}: clean takes the folder of logs, not one log",
-            store.display()
+            sessionlog_store::store_display(store)
         ))),
     };
     let min_age = Duration::from_secs(older_than);

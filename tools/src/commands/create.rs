@@ -48,7 +48,11 @@ pub fn run(store: &Path, session: &str, cwd: Option<String>, json: bool) -> Resu
     if json {
         crate::terminal::print_json_line(&header_json(&header))?;
     } else {
-        crate::outln!("created session {} in {}", header.id, store.display())?;
+        crate::outln!(
+            "created session {} in {}",
+            header.id,
+            sessionlog_store::store_display(store)
+        )?;
     }
     Ok(exit::OK)
 }

@@ -40,7 +40,7 @@ pub fn run(
     if is_lone_log(into) {
         bail!(UsageError(format!(
             "--into {}: a store is a folder, a .db/.sqlite database or a postgres:// URL, not a .jsonl file",
-            into.display()
+            sessionlog_store::store_display(into)
         )));
     }
     let created = NewStore::create(into)?;

@@ -89,14 +89,14 @@ pub fn migrate(
             "migrated {} sessions ({} events) from {} to {}; the copy is identical",
             report.sessions,
             report.events,
-            from.display(),
-            to.display()
+            sessionlog_store::store_display(from),
+            sessionlog_store::store_display(to)
         )?;
         if report.skipped > 0 {
             crate::outln!(
                 "skipped {} sessions already in {}, each proved identical to its source",
                 report.skipped,
-                to.display()
+                sessionlog_store::store_display(to)
             )?;
         }
     }
@@ -109,8 +109,8 @@ fn refused(error: StoreError, from: &Path, to: &Path) -> anyhow::Error {
     match error {
         StoreError::AlreadyExists { .. } => anyhow::Error::new(error).context(format!(
             "nothing was written; if an interrupted migrate published it, `sessionlog migrate {} {} --resume` proves and skips the sessions already copied",
-            from.display(),
-            to.display()
+            sessionlog_store::store_display(from),
+            sessionlog_store::store_display(to)
         )),
         error => error.into(),
     }
@@ -152,8 +152,8 @@ fn refuse_same_store(from: &Path, to: &Path) -> Result<()> {
     if same {
         bail!(UsageError(format!(
             "{} and {} are the same store: migrate copies into another one",
-            from.display(),
-            to.display()
+            sessionlog_store::store_display(from),
+            sessionlog_store::store_display(to)
         )));
     }
     Ok(())

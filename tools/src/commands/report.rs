@@ -347,7 +347,7 @@ pub fn run(
             ));
         }
     }
-    let store = args.store.display().to_string();
+    let store = sessionlog_store::store_display(&args.store);
     let events: usize = sections.iter().map(Section::events).sum();
     let written = Written {
         target: &target,

@@ -395,7 +395,7 @@ fn warn_of_leftovers(store: &sessionlog_store::JsonlStore) -> Result<()> {
 /// source is the store, so the message does not name it again, nor point
 /// to `verify`.
 fn store_damage_verdict(store: &Path, error: &StoreError) -> Verdict {
-    let mut verdict = Verdict::empty(None, store.display().to_string());
+    let mut verdict = Verdict::empty(None, sessionlog_store::store_display(store));
     verdict.status = "corrupt";
     verdict.corruption = Some(CorruptionReport {
         line: None,
@@ -435,13 +435,16 @@ fn missing_anchored_sessions(
                 .is_none_or(|wanted| wanted == id.as_str())
         })
         .map(|id| {
-            let mut verdict = Verdict::empty(Some(id.clone()), args.store.display().to_string());
+            let mut verdict = Verdict::empty(
+                Some(id.clone()),
+                sessionlog_store::store_display(&args.store),
+            );
             verdict.status = "seal-failure";
             verdict.seal_failures.push(SealFailureReport {
                 seq: None,
                 message: format!(
                     "session {id}, named in the anchor file {anchor_file}, is missing from {}",
-                    args.store.display()
+                    sessionlog_store::store_display(&args.store)
                 ),
             });
             verdict

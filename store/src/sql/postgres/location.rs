@@ -18,6 +18,7 @@ use std::time::Duration;
 use postgres::config::Host;
 use postgres::Config;
 
+use crate::store::redact_url as redact;
 use crate::StoreError;
 
 /// The schema a store uses when its URL names none.
@@ -46,6 +47,15 @@ impl std::fmt::Debug for Location {
 }
 
 impl Location {
+    /// How messages name the store `text` (a PostgreSQL URL): as parsed,
+    /// without a password; redacted as given when it does not parse.
+    pub(crate) fn display_of(text: &str) -> String {
+        match Location::parse(Path::new(text)) {
+            Ok(location) => location.display.display().to_string(),
+            Err(_) => redact(text),
+        }
+    }
+
     /// Parses a STORE argument.
     pub(crate) fn parse(path: &Path) -> Result<Location, StoreError> {
         let text = path.to_str().unwrap_or_default();
@@ -184,34 +194,6 @@ fn display_url(config: &Config, schema: &str) -> String {
         text.push_str(&format!("?schema={schema}"));
     }
     text
-}
-
-/// `text` with any password taken out, for an error about a URL that did
-/// not parse.
-fn redact(text: &str) -> String {
-    let (scheme, rest) = text.split_once("://").unwrap_or(("", text));
-    let (authority, tail) = match rest.find(['/', '?']) {
-        Some(end) => rest.split_at(end),
-        None => (rest, ""),
-    };
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or_default();
-            format!("{user}@{host}")
-        }
-        None => authority.to_owned(),
-    };
-    let tail: String = match tail.split_once('?') {
-        Some((path, query)) => {
-            let kept: Vec<&str> = query
-                .split('&')
-                .filter(|pair| !pair.starts_with("password="))
-                .collect();
-            format!("{path}?{}", kept.join("&"))
-        }
-        None => tail.to_owned(),
-    };
-    format!("{scheme}://{authority}{tail}")
 }
 
 #[cfg(test)]

@@ -90,6 +90,11 @@ use crate::StoreError;
 
 pub use location::DEFAULT_SCHEMA;
 
+/// How messages name the PostgreSQL store `text`: without its password.
+pub(crate) fn display_of(text: &str) -> String {
+    Location::display_of(text)
+}
+
 /// The schema version this build reads and writes (`schema_version`).
 pub const POSTGRES_SCHEMA_VERSION: i64 = statements::SCHEMA_STEPS.len() as i64;
 
