@@ -222,7 +222,10 @@ impl JsonlStore {
     }
 
     /// The ids of every session, sorted. Files that are not `<valid id>.jsonl`
-    /// (temporary files start with a dot) are skipped.
+    /// (temporary files start with a dot) are skipped, and so, with a
+    /// warning, is a `<valid id>.jsonl` that is no regular file (a folder,
+    /// a FIFO, a symbolic link, which no log is opened through): one such
+    /// name must not keep every other session from being read.
     pub fn ids(&self) -> Result<Vec<SessionId>, StoreError> {
         let entries = std::fs::read_dir(&self.folder)
             .map_err(|source| StoreError::io("read folder", &self.folder, source))?;
@@ -234,9 +237,27 @@ impl JsonlStore {
             let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".jsonl")) else {
                 continue;
             };
-            if let Ok(id) = SessionId::parse(stem) {
-                ids.push(id);
+            let Ok(id) = SessionId::parse(stem) else {
+                continue;
+            };
+            let file_type = entry
+                .file_type()
+                .map_err(|source| StoreError::io("read folder", &entry.path(), source))?;
+            if !file_type.is_file() {
+                let what = if file_type.is_dir() {
+                    "a folder"
+                } else if file_type.is_symlink() {
+                    "a symbolic link"
+                } else {
+                    "a FIFO, socket or device"
+                };
+                tracing::warn!(
+                    path = %entry.path().display(),
+                    "passed over: {what}, not a regular file, so no log of session {id}"
+                );
+                continue;
             }
+            ids.push(id);
         }
         ids.sort();
         Ok(ids)
