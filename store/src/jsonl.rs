@@ -242,7 +242,7 @@ impl JsonlStore {
             };
             let file_type = entry
                 .file_type()
-                .map_err(|source| StoreError::io("read folder", &entry.path(), source))?;
+                .map_err(|source| StoreError::io("read folder", entry.path(), source))?;
             if !file_type.is_file() {
                 let what = if file_type.is_dir() {
                     "a folder"
