@@ -392,18 +392,26 @@ impl<'a> Conversation<'a> {
             }
         }
         if !parts.is_empty() {
-            let text = blocks
-                .iter()
-                .filter_map(|block| str_of(block, "text"))
-                .collect::<Vec<_>>()
-                .join("\n");
             if flag("isCompactSummary") {
+                let text = blocks
+                    .iter()
+                    .filter_map(|block| str_of(block, "text"))
+                    .collect::<Vec<_>>()
+                    .join("\n");
                 self.builder.checkpoint(&text);
             } else {
-                let origin = self.origin(&text, flag("isMeta") || has_results);
-                match origin {
-                    Origin::User | Origin::Parent(_) => self.builder.prompt(origin, parts),
-                    origin => self.builder.message(origin, parts),
+                // Each text block is judged on its own: Claude Code puts
+                // injected blocks (`<system-reminder>`) beside what the
+                // person typed, before or after it, and neither may take
+                // the other's authority. Runs of blocks alike are one
+                // message each, in their order.
+                let injected = flag("isMeta") || has_results;
+                for (text, parts) in runs_of_origin(parts) {
+                    let origin = self.origin(&text, injected);
+                    match origin {
+                        Origin::User | Origin::Parent(_) => self.builder.prompt(origin, parts),
+                        origin => self.builder.message(origin, parts),
+                    }
                 }
             }
         }
@@ -450,6 +458,41 @@ impl<'a> Conversation<'a> {
         }
         self.pending_key = None;
     }
+}
+
+/// The parts of a user line in runs that share an origin, each with its
+/// text (its text parts' joined): a text part that opens with a tag or is
+/// an interruption marker (injected) starts a run of its own kind, and
+/// any other part joins the run before it.
+fn runs_of_origin(parts: Vec<Value>) -> Vec<(String, Vec<Value>)> {
+    let mut runs: Vec<(bool, String, Vec<Value>)> = Vec::new();
+    for part in parts {
+        let text = (str_of(&part, "type") == Some("text")).then(|| str_of(&part, "text"));
+        let marked = text.flatten().map(|text| {
+            let trimmed = text.trim_start();
+            opening_tag(trimmed).is_some() || trimmed.starts_with("[Request interrupted")
+        });
+        let joins = match (runs.last(), marked) {
+            (Some((run_marked, _, _)), Some(marked)) => *run_marked == marked && !marked,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if !joins {
+            runs.push((marked.unwrap_or(false), String::new(), Vec::new()));
+        }
+        if let (Some((_, run_text, run_parts)), Some(text)) = (runs.last_mut(), text.flatten()) {
+            if !run_text.is_empty() {
+                run_text.push('\n');
+            }
+            run_text.push_str(text);
+            run_parts.push(part);
+        } else if let Some((_, _, run_parts)) = runs.last_mut() {
+            run_parts.push(part);
+        }
+    }
+    runs.into_iter()
+        .map(|(_, text, parts)| (text, parts))
+        .collect()
 }
 
 fn image_block(block: &Value) -> Value {

@@ -356,7 +356,9 @@ fn mirror_side(item: &Item<'_>) -> Option<(Side, String)> {
             Some("assistant") => Some((Side::AssistantItem, content_text_joined(item.payload))),
             _ => None,
         },
-        (Kind::Event, Some("user_message")) => {
+        // An event whose `kind` says Codex wrote it (environment context,
+        // user instructions) mirrors no prompt.
+        (Kind::Event, Some("user_message")) if typed_by_the_person(item.payload) => {
             Some((Side::UserEvent, str_of(item.payload, "message")?.to_owned()))
         }
         (Kind::Event, Some("agent_message")) => Some((
@@ -448,7 +450,9 @@ impl State {
                 Some("user") => {
                     self.input_epoch += 1;
                     let parts = content_parts(payload);
-                    if self.mirrors.contains(&index) || self.legacy_prompt(payload) {
+                    let mirrored = self.mirrors.contains(&index)
+                        && opening_tag(&content_text(payload)).is_none();
+                    if mirrored || self.legacy_prompt(payload) {
                         builder.prompt(self.prompter.clone(), parts);
                     } else {
                         builder.message(injected_origin(&content_text(payload)), parts);
@@ -532,11 +536,16 @@ impl State {
             }
             Some("user_message") if !self.mirrors.contains(&index) => {
                 self.input_epoch += 1;
-                let mut parts = vec![text_part(str_of(payload, "message").unwrap_or_default())];
+                let text = str_of(payload, "message").unwrap_or_default();
+                let mut parts = vec![text_part(text)];
                 if let Some(images) = payload.get("images").and_then(Value::as_array) {
                     parts.extend(images.iter().map(|url| data_url_image(url.as_str())));
                 }
-                builder.prompt(self.prompter.clone(), parts);
+                if typed_by_the_person(payload) && opening_tag(text).is_none() {
+                    builder.prompt(self.prompter.clone(), parts);
+                } else {
+                    builder.message(injected_origin(text), parts);
+                }
             }
             Some("agent_message") if !self.mirrors.contains(&index) => {
                 builder.model_output(&self.response_key());
@@ -604,6 +613,16 @@ fn reasoning_texts(payload: &Value) -> Vec<String> {
 /// What injected a user-role item that is not a prompt: an instructions
 /// file (AGENTS.md, as `<user_instructions>` or `# AGENTS.md instructions`),
 /// else context named by its opening tag.
+/// Whether a `user_message` event holds what the person typed: its `kind`
+/// is absent or `plain` (Codex marks the environment context and the user
+/// instructions it sends as user messages with their own kind).
+fn typed_by_the_person(payload: &Value) -> bool {
+    match payload.get("kind") {
+        None | Some(Value::Null) => true,
+        Some(kind) => kind.as_str() == Some("plain"),
+    }
+}
+
 fn injected_origin(text: &str) -> Origin {
     let trimmed = text.trim_start();
     if trimmed.starts_with("<user_instructions>") || trimmed.starts_with("# AGENTS.md instructions")

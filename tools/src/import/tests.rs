@@ -204,3 +204,102 @@ fn a_transcript_line_that_looks_like_a_seal_is_never_imported_as_one() {
         assert!(!types.contains(&"seal"), "{types:?}");
     }
 }
+
+/// `source.kind` and text of each message of the first session.
+fn message_kinds(sessions: &[ImportedSession]) -> Vec<String> {
+    sessions[0]
+        .events
+        .iter()
+        .filter(|draft| draft.event_type == "message")
+        .map(|draft| {
+            let data: serde_json::Value = serde_json::from_str(&draft.data).unwrap_or_default();
+            let texts: Vec<&str> = data["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|part| part["text"].as_str())
+                .collect();
+            format!("{}:{}", data["source"]["kind"], texts.join("|"))
+        })
+        .collect()
+}
+
+#[test]
+fn an_injected_block_beside_typed_text_gets_no_user_authority_before_or_after() {
+    let line = |blocks: &str| {
+        format!(
+            r#"{{"type":"user","sessionId":"c-1","message":{{"role":"user","content":[{blocks}]}}}}"#
+        )
+    };
+    let typed = r#"{"type":"text","text":"typed"}"#;
+    let reminder = r#"{"type":"text","text":"<system-reminder>injected</system-reminder>"}"#;
+    let image =
+        r#"{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}}"#;
+    let text = format!(
+        "{}\n{}\n{}\n",
+        line(&format!("{typed},{reminder}")),
+        line(&format!("{reminder},{typed},{image}")),
+        line(&format!("{reminder},{reminder}")),
+    );
+    let sessions = check_all_valid(Format::Claude, &text);
+    assert_eq!(
+        message_kinds(&sessions),
+        [
+            r#""user":typed"#,
+            r#""context":<system-reminder>injected</system-reminder>"#,
+            r#""context":<system-reminder>injected</system-reminder>"#,
+            r#""user":typed"#,
+            r#""context":<system-reminder>injected</system-reminder>"#,
+            r#""context":<system-reminder>injected</system-reminder>"#,
+        ]
+    );
+    // The image goes with the typed text before it.
+    let user_parts: Vec<usize> = sessions[0]
+        .events
+        .iter()
+        .filter(|draft| draft.event_type == "message" && draft.data.contains(r#""kind":"user""#))
+        .map(|draft| draft.data.matches(r#""type":"#).count())
+        .collect();
+    assert_eq!(user_parts.len(), 2);
+    assert!(user_parts[1] > user_parts[0], "{user_parts:?}");
+}
+
+#[test]
+fn codex_context_sent_as_a_user_message_gets_no_user_authority() {
+    let item = |text: &str| {
+        format!(
+            r#"{{"type":"response_item","payload":{{"type":"message","role":"user","content":[{{"type":"input_text","text":"{text}"}}]}}}}"#
+        )
+    };
+    let event = |text: &str, kind: &str| {
+        format!(
+            r#"{{"type":"event_msg","payload":{{"type":"user_message","message":"{text}"{kind}}}}}"#
+        )
+    };
+    let environment = "<environment_context>cwd</environment_context>";
+    let text = [
+        CODEX_META.to_owned(),
+        // An item and its mirror, the event of kind environment_context.
+        item(environment),
+        event(environment, r#","kind":"environment_context""#),
+        // An event alone of that kind, one of user_instructions.
+        event("set up", r#","kind":"environment_context""#),
+        event("be brief", r#","kind":"user_instructions""#),
+        // A plain pair: the person's prompt.
+        item("typed"),
+        event("typed", r#","kind":"plain""#),
+    ]
+    .join("\n");
+    let sessions = check_all_valid(Format::Codex, &format!("{text}\n"));
+    let kinds = message_kinds(&sessions);
+    assert_eq!(
+        kinds,
+        [
+            format!(r#""context":{environment}"#),
+            format!(r#""context":{environment}"#),
+            r#""context":set up"#.to_owned(),
+            r#""context":be brief"#.to_owned(),
+            r#""user":typed"#.to_owned(),
+        ]
+    );
+}
