@@ -14,6 +14,7 @@ use sessionlog_schema::{Event, EventRecord, SessionHeader, SessionId};
 use sessionlog_store::Store;
 
 use crate::cli_support::{run, workspace_root, Run};
+use crate::faults::ok;
 
 const CODEX: &str = "codex-019aa234-a2a1-75c3-a9bf-d8425e1785f5";
 const CODEX_CHILD: &str = "codex-019aa240-0000-7000-8000-00000000beef";
@@ -542,4 +543,39 @@ fn folder_bytes(folder: &Path) -> BTreeMap<String, Vec<u8>> {
             (entry.file_name().to_string_lossy().into_owned(), bytes)
         })
         .collect()
+}
+
+#[test]
+fn a_file_that_fails_writes_none_of_its_sessions() {
+    let source = fixtures().join("claude/v1.0");
+    let main = "claude-3b9e0c1d-2e3f-4a5b-9c6d-7e8f9a0b1c2d";
+    // The file's last session cannot be written: its name is a folder.
+    let folder = temp();
+    let store = folder.path().join("blocked");
+    ok(std::fs::create_dir_all(
+        store.join(format!("{main}-sidechain-s5.jsonl")),
+    ));
+    let failed = import("claude", std::slice::from_ref(&source), &store);
+    failed.expect_code(1);
+    assert!(failed.stderr.contains("sidechain-s5"), "{}", failed.stderr);
+    let logs: Vec<_> = ok(std::fs::read_dir(&store))
+        .filter_map(Result::ok)
+        .filter(|entry| entry.path().is_file())
+        .collect();
+    assert!(logs.is_empty(), "written: {logs:?}");
+    // One of its sessions is in the store already, damaged: the file
+    // fails again, and the session the store lost is not written back.
+    let store = folder.path().join("damaged");
+    import("claude", std::slice::from_ref(&source), &store).expect_code(0);
+    let sidechain = store.join(format!("{main}-sidechain-s1.jsonl"));
+    let text = ok(std::fs::read_to_string(&sidechain));
+    ok(std::fs::write(
+        &sidechain,
+        text.replacen("\"seq\":2", "\"seq\":9", 1),
+    ));
+    ok(std::fs::remove_file(store.join(format!("{main}.jsonl"))));
+    let failed = import("claude", &[source], &store);
+    failed.expect_code(1);
+    assert!(failed.stderr.contains("sidechain-s1"), "{}", failed.stderr);
+    assert!(!store.join(format!("{main}.jsonl")).exists());
 }

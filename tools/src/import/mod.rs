@@ -244,12 +244,51 @@ pub fn write(
         let records = records_of(path, &session)?;
         prepared.push((session.header, records));
     }
-    let mut sessions = Vec::with_capacity(prepared.len());
+    // Then every session the store holds already is compared, before the
+    // first is written: one that cannot be read (damaged, no regular
+    // file) fails the file with nothing of it written.
+    let mut decided = Vec::with_capacity(prepared.len());
     for (header, records) in prepared {
-        let outcome = write_session(store, path, &header, &records)?;
+        let store_error = |error: StoreError| session_error(path, &header.id, error);
+        let outcome = match store.contains(&header.id).map_err(store_error)? {
+            true => Some(compare(store, &header.id, &header, &records).map_err(store_error)?),
+            false => None,
+        };
+        decided.push((header, records, outcome));
+    }
+    let mut sessions: Vec<(SessionHeader, SessionOutcome)> = Vec::with_capacity(decided.len());
+    for (header, records, outcome) in decided {
+        let outcome = match outcome {
+            Some(outcome) => outcome,
+            None => write_session(store, path, &header, &records).map_err(|error| {
+                // Only a failure of the store itself (the disk full, the
+                // server gone) gets here; what was written is named.
+                let written: Vec<&str> = sessions
+                    .iter()
+                    .filter(|(_, outcome)| matches!(outcome, SessionOutcome::Created { .. }))
+                    .map(|(header, _)| header.id.as_str())
+                    .collect();
+                match written.is_empty() {
+                    true => error,
+                    false => ImportError::file(
+                        path,
+                        format!(
+                            "{}; written before it, each whole: {}",
+                            error.reason,
+                            written.join(", ")
+                        ),
+                    ),
+                }
+            })?,
+        };
         sessions.push((header, outcome));
     }
     Ok(FileImport { sessions })
+}
+
+/// An error of the store about session `id` of the source `path`.
+fn session_error(path: &Path, id: &SessionId, error: StoreError) -> ImportError {
+    ImportError::file(path, format!("session {id}: {error}"))
 }
 
 fn records_of(path: &Path, session: &ImportedSession) -> Result<Vec<EventRecord>, ImportError> {
@@ -279,9 +318,8 @@ fn write_session(
     header: &SessionHeader,
     records: &[EventRecord],
 ) -> Result<SessionOutcome, ImportError> {
-    let store_error =
-        |error: StoreError| ImportError::file(path, format!("session {}: {error}", header.id));
-    if !store.contains(&header.id).map_err(store_error)? {
+    let store_error = |error: StoreError| session_error(path, &header.id, error);
+    {
         match store.create_session(header, records, Durability::Fsync) {
             Ok(()) => {
                 let unknown_lines = records
