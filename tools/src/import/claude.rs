@@ -75,7 +75,7 @@ pub fn translate(file: &Path, lines: &[SourceLine]) -> Result<Translation, Impor
     }
     let session_id = lines
         .iter()
-        .find_map(|line| str_of(&line.value, "sessionId"))
+        .find_map(|line| str_of(&line.value, "sessionId").filter(|id| !id.trim().is_empty()))
         .map_or_else(|| file_stem(file), str::to_owned);
     let created_at = lines
         .iter()

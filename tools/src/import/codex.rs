@@ -170,6 +170,7 @@ impl<'a> Item<'a> {
 fn header(file: &Path, era: Era, meta: Option<&Value>, items: &[Item<'_>]) -> SessionHeader {
     let source_id = meta
         .and_then(|meta| str_of(meta, "id"))
+        .filter(|id| !id.trim().is_empty())
         .map(str::to_owned)
         .or_else(|| uuid_in_file_name(file))
         .unwrap_or_else(|| file_stem(file));

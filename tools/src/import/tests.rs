@@ -303,3 +303,23 @@ fn codex_context_sent_as_a_user_message_gets_no_user_authority() {
         ]
     );
 }
+
+#[test]
+fn an_empty_source_id_falls_back_to_the_file_name() {
+    let uuid = "11111111-2222-3333-4444-555555555555";
+    let name = format!("rollout-2025-01-01T00-00-00-{uuid}.jsonl");
+    let codex = format!("{}\n", CODEX_META.replace(r#""id":"s-1""#, r#""id":"""#));
+    let translation = translate_bytes(Path::new(&name), codex.as_bytes(), Format::Codex)
+        .unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(
+        translation.sessions[0].header.id.as_str(),
+        format!("codex-{uuid}")
+    );
+    let claude = format!(
+        "{}\n",
+        CLAUDE_LINES[0].replace(r#""sessionId":"c-1""#, r#""sessionId":" ""#)
+    );
+    let translation = translate_bytes(Path::new("c-2.jsonl"), claude.as_bytes(), Format::Claude)
+        .unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(translation.sessions[0].header.id.as_str(), "claude-c-2");
+}
