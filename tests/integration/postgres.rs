@@ -438,6 +438,24 @@ fn events_without_a_session_row_are_damage_and_a_row_with_events_stays() {
             listed.stderr
         );
     }
+    // Nor is a session created over them: it would read them as its own.
+    for args in [
+        vec!["create", &schema.url, "--session", "ghost"],
+        vec!["fork", &schema.url, "--session", &owner, "--child", "ghost"],
+    ] {
+        let refused = run(&args);
+        refused.expect_code(2);
+        assert!(
+            refused.stderr.contains("\"ghost\" have no session row"),
+            "{}",
+            refused.stderr
+        );
+    }
+    let rows: i64 = ok(ok(
+        client.query_one("SELECT count(*) FROM sessions WHERE id = 'ghost'", &[])
+    )
+    .try_get(0));
+    assert_eq!(rows, 0, "a session row was left");
 }
 
 #[test]
@@ -773,4 +791,53 @@ fn a_password_in_the_url_never_shows_in_messages_or_the_report() {
         "the report names its store"
     );
     assert!(!report.contains(PASSWORD));
+}
+
+#[test]
+fn a_session_row_whose_columns_disagree_with_its_header_is_corrupt() {
+    // The columns copy the header for queries; the body is the truth, and
+    // a reader names a column that says otherwise, in both databases.
+    let folder = ok(tempfile::tempdir());
+    let database = folder.path().join("sessions.db");
+    let database = text(&database);
+    run(["migrate", &text(&examples()), &database]).expect_code(0);
+    let edits = [
+        ("cwd = '/etc'", "cwd"),
+        ("sandbox_mode = 'bogus'", "sandbox_mode"),
+        ("seed_length = -5", "seed_length"),
+        ("parent_session = 'lead'", "parent_session"),
+        ("created_at = created_at + 1", "created_at"),
+    ];
+    let said_corrupt = |store: &str, column: &str| {
+        let verified = run(["verify", store]);
+        verified.expect_code(2);
+        let said = format!("{}{}", verified.stdout, verified.stderr);
+        assert!(said.contains(&format!("column {column} is")), "{said}");
+        run(["export", store, "--session", "approval"]).expect_code(2);
+    };
+    for (edit, column) in edits {
+        let copy = folder.path().join(format!("{column}.db"));
+        ok(std::fs::copy(&database, &copy));
+        let connection = ok(rusqlite::Connection::open(&copy));
+        ok(connection.execute(
+            &format!("UPDATE sessions SET {edit} WHERE id = 'approval'"),
+            [],
+        ));
+        drop(connection);
+        said_corrupt(&text(&copy), column);
+    }
+    let Some(server) = test_server() else {
+        return;
+    };
+    for (edit, column) in edits {
+        let schema = Schema::new(&server, &format!("columns_{column}"));
+        run(["migrate", &text(&examples()), &schema.url]).expect_code(0);
+        let store = match ok(Store::open(&schema.path())) {
+            Store::Postgres(store) => store,
+            _ => panic!("not a PostgreSQL store"),
+        };
+        let mut client = ok(store.connect());
+        ok(client.batch_execute(&format!("UPDATE sessions SET {edit} WHERE id = 'approval'")));
+        said_corrupt(&schema.url, column);
+    }
 }

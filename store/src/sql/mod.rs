@@ -43,6 +43,84 @@ pub(crate) struct HeaderRow {
     /// For a fork by reference: the session whose first `seedLength`
     /// event rows are this session's seeded events.
     pub(crate) seed_source: Option<String>,
+    /// The header's fields the row copies into columns for queries.
+    pub(crate) columns: HeaderColumns,
+}
+
+/// The columns of a session row that copy its header's fields, for
+/// queries; a reader checks them against the header body, the truth.
+#[derive(Debug)]
+pub(crate) struct HeaderColumns {
+    pub(crate) created_at: i64,
+    pub(crate) cwd: String,
+    pub(crate) parent_session: Option<String>,
+    pub(crate) seed_length: i64,
+    pub(crate) delegation_depth: i64,
+    pub(crate) sandbox_mode: Option<String>,
+    pub(crate) approval_policy: Option<String>,
+}
+
+impl HeaderColumns {
+    /// The first column that disagrees with `header`: its name, its value
+    /// and the header's.
+    fn disagreement(&self, decoded: &DecodedHeader) -> Option<(&'static str, String, String)> {
+        let header = &decoded.header;
+        let text =
+            |value: Option<&str>| value.map_or_else(|| "null".to_owned(), |v| format!("{v:?}"));
+        let checks = [
+            (
+                "created_at",
+                self.created_at.to_string(),
+                sql_integer(header.created_at).to_string(),
+            ),
+            (
+                "cwd",
+                format!("{:?}", self.cwd),
+                format!("{:?}", header.cwd),
+            ),
+            (
+                "parent_session",
+                text(self.parent_session.as_deref()),
+                text(header.parent_session.as_ref().map(SessionId::as_str)),
+            ),
+            (
+                "seed_length",
+                self.seed_length.to_string(),
+                sql_integer(header.seed_length).to_string(),
+            ),
+            (
+                "delegation_depth",
+                self.delegation_depth.to_string(),
+                sql_integer(header.delegation_depth).to_string(),
+            ),
+            (
+                "sandbox_mode",
+                text(self.sandbox_mode.as_deref()),
+                text(header.sandbox_mode.map(|mode| mode.as_str())),
+            ),
+            (
+                "approval_policy",
+                text(self.approval_policy.as_deref()),
+                text(header.approval_policy.map(|policy| policy.as_str())),
+            ),
+        ];
+        // A value out of vocabulary is the header's rule violation (exit
+        // 4), reported as such: its column may hold it as written, or
+        // nothing, as a store that decoded the header writes it.
+        let out_of_vocabulary = |column: &str, stored: &str| {
+            decoded.vocabulary_errors.iter().any(|error| {
+                let member = match error.field {
+                    "sandboxMode" => "sandbox_mode",
+                    "approvalPolicy" => "approval_policy",
+                    _ => return false,
+                };
+                member == column && (stored == "null" || stored == text(Some(&error.value)))
+            })
+        };
+        checks
+            .into_iter()
+            .find(|(column, stored, header)| stored != header && !out_of_vocabulary(column, stored))
+    }
 }
 
 /// Checks a header row (its CRC, that it decodes, that it names `id`) and
@@ -81,6 +159,14 @@ pub(crate) fn decode_header_row(
             id,
             0,
             format!("the session row records last seq {}", row.last_seq),
+        ));
+    }
+    if let Some((column, stored, header)) = row.columns.disagreement(&decoded) {
+        return Err(corrupt(
+            store,
+            id,
+            0,
+            format!("the session row's column {column} is {stored}, but its header says {header}"),
         ));
     }
     // A fork by reference reads its seeded events from the rows of the

@@ -76,7 +76,7 @@ use self::location::Location;
 use self::statements as sql;
 use super::{
     audit_catalogue, check_header_vocabulary, corrupt, decode_header_row, fold_session,
-    session_locator, sql_integer, stage, FoldedSession, HeaderRow,
+    session_locator, sql_integer, stage, FoldedSession, HeaderColumns, HeaderRow,
 };
 use crate::jsonl::{check_new_session, ListEntry};
 use crate::reader::Snapshot;
@@ -1387,6 +1387,27 @@ fn insert_session(
             path: location.display.clone(),
         });
     }
+    // No foreign key keeps event rows from outliving their session row
+    // (schema version 4): rows of this id written by something else are
+    // damage of the store, and a new session would read them as its own.
+    let statement = connection
+        .prepared(sql::HAS_EVENTS)
+        .map_err(postgres_error("look for events of a new session", location))?;
+    let orphaned: bool = connection
+        .client
+        .query_one(&statement, &[&header.id.as_str()])
+        .and_then(|row| row.try_get(0))
+        .map_err(postgres_error("look for events of a new session", location))?;
+    if orphaned {
+        return Err(crate::sql::checks::damaged(
+            &location.display,
+            format!(
+                "events of session {:?} have no session row; no session of that id is created \
+                 over them",
+                header.id.as_str()
+            ),
+        ));
+    }
     let statement = connection
         .prepared(sql::INSERT_EVENTS)
         .map_err(postgres_error("insert events", location))?;
@@ -1539,6 +1560,15 @@ fn header_row(row: &Row) -> Result<HeaderRow, postgres::Error> {
         crc: row.try_get(1)?,
         last_seq: row.try_get(2)?,
         seed_source: row.try_get(3)?,
+        columns: HeaderColumns {
+            created_at: row.try_get(4)?,
+            cwd: row.try_get(5)?,
+            parent_session: row.try_get(6)?,
+            seed_length: row.try_get(7)?,
+            delegation_depth: row.try_get(8)?,
+            sandbox_mode: row.try_get(9)?,
+            approval_policy: row.try_get(10)?,
+        },
     })
 }
 

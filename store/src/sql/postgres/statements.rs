@@ -153,12 +153,14 @@ pub(super) const SESSION_IDS: &str = "SELECT id FROM sessions";
 /// A session's header row, the last seq it records and, for a fork by
 /// reference, the session whose rows hold its seeded events.
 pub(super) const READ_HEADER: &str =
-    "SELECT header_body, header_crc, last_seq, seed_source FROM sessions WHERE id = $1";
+    "SELECT header_body, header_crc, last_seq, seed_source, created_at, cwd, parent_session,
+       seed_length, delegation_depth, sandbox_mode, approval_policy FROM sessions WHERE id = $1";
 
 /// [`READ_HEADER`] in a schema from before version 3 (opened by a reader,
 /// which never upgrades it): no session there is a fork by reference.
 pub(super) const READ_HEADER_BEFORE_V3: &str =
-    "SELECT header_body, header_crc, last_seq, NULL::text FROM sessions WHERE id = $1";
+    "SELECT header_body, header_crc, last_seq, NULL::text, created_at, cwd, parent_session,
+       seed_length, delegation_depth, sandbox_mode, approval_policy FROM sessions WHERE id = $1";
 
 /// A page of a session's events, from seq `$2` through seq `$3`, in order.
 pub(super) const READ_EVENTS: &str = "SELECT seq, ts, type, batch, body, crc FROM events
@@ -172,6 +174,10 @@ pub(super) const INSERT_SESSION: &str = "INSERT INTO sessions (id, created_at, c
         last_seq, seed_source)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
      ON CONFLICT (id) DO NOTHING";
+
+/// Whether any event row carries session id `$1` (a new session's id must
+/// have none).
+pub(super) const HAS_EVENTS: &str = "SELECT EXISTS (SELECT 1 FROM events WHERE session_id = $1)";
 
 /// Inserts a new session's first events (parallel arrays of seq, ts,
 /// type, batch, body, crc), in the transaction of its header row.

@@ -1314,13 +1314,20 @@ impl Shared {
         let sql = match self.schema_version {
             1 => {
                 "SELECT header_body, header_crc,
-                   ifnull((SELECT max(seq) FROM events WHERE session_id = sessions.id), 0), NULL
+                   ifnull((SELECT max(seq) FROM events WHERE session_id = sessions.id), 0), NULL,
+                   created_at, cwd, parent_session, seed_length, delegation_depth, sandbox_mode,
+                   approval_policy
                  FROM sessions WHERE id = ?1"
             }
-            2 => "SELECT header_body, header_crc, last_seq, NULL FROM sessions WHERE id = ?1",
+            2 => {
+                "SELECT header_body, header_crc, last_seq, NULL, created_at, cwd, parent_session,
+                   seed_length, delegation_depth, sandbox_mode, approval_policy
+                 FROM sessions WHERE id = ?1"
+            }
             _ => {
-                "SELECT header_body, header_crc, last_seq, seed_source FROM sessions
-                 WHERE id = ?1"
+                "SELECT header_body, header_crc, last_seq, seed_source, created_at, cwd,
+                   parent_session, seed_length, delegation_depth, sandbox_mode, approval_policy
+                 FROM sessions WHERE id = ?1"
             }
         };
         connection
@@ -1333,6 +1340,7 @@ impl Shared {
                             crc: row.get(1)?,
                             last_seq: row.get(2)?,
                             seed_source: row.get(3)?,
+                            columns: header_columns(row, 4)?,
                         })
                     })
                     .optional()
@@ -1500,4 +1508,21 @@ fn push_event_row(
         row.get(first + 5)?,
     );
     Ok(())
+}
+
+/// The [`HeaderColumns`](crate::sql::HeaderColumns) of a session row,
+/// from its column `first` on.
+pub(crate) fn header_columns(
+    row: &rusqlite::Row<'_>,
+    first: usize,
+) -> rusqlite::Result<crate::sql::HeaderColumns> {
+    Ok(crate::sql::HeaderColumns {
+        created_at: row.get(first)?,
+        cwd: row.get(first + 1)?,
+        parent_session: row.get(first + 2)?,
+        seed_length: row.get(first + 3)?,
+        delegation_depth: row.get(first + 4)?,
+        sandbox_mode: row.get(first + 5)?,
+        approval_policy: row.get(first + 6)?,
+    })
 }

@@ -197,8 +197,9 @@ impl SessionsAhead {
     /// Reads the session rows from `id` on.
     fn fetch(&mut self, connection: &Connection, path: &Path, id: &str) -> Result<(), StoreError> {
         let sql = concat!(
-            "SELECT id, header_body, header_crc, last_seq, seed_source FROM sessions
-             WHERE id >= ?1 ORDER BY id LIMIT ",
+            "SELECT id, header_body, header_crc, last_seq, seed_source, created_at, cwd,
+               parent_session, seed_length, delegation_depth, sandbox_mode, approval_policy
+             FROM sessions WHERE id >= ?1 ORDER BY id LIMIT ",
             session_chunk!()
         );
         self.rows.clear();
@@ -217,6 +218,7 @@ impl SessionsAhead {
                         crc: row.get(2)?,
                         last_seq: row.get(3)?,
                         seed_source: row.get(4)?,
+                        columns: super::header_columns(row, 5)?,
                     },
                 ))
             };
