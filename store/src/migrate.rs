@@ -356,7 +356,13 @@ fn migrate_from(
     let mut events = 0u64;
     let held = from.hold_read()?;
     for (index, id) in ids.iter().enumerate() {
-        let (digest, torn_tail) = stage_source_session(from, id, &mut staging)?;
+        let (digest, torn_tail) =
+            stage_source_session(from, id, &mut staging).map_err(|error| match error {
+                StoreError::InvalidEvent(reason) => {
+                    StoreError::InvalidEvent(format!("session {id}: {reason}"))
+                }
+                error => error,
+            })?;
         if let Some(torn_tail) = torn_tail {
             warnings.push(MigrateWarning {
                 session: id.clone(),

@@ -386,3 +386,37 @@ fn a_fork_whose_row_refers_to_another_session_than_its_parent_is_corrupt() {
     ok(client.batch_execute("UPDATE sessions SET seed_source = 'lead-tests' WHERE id = 'kid'"));
     said_corrupt(&schema.url);
 }
+
+#[test]
+fn a_time_no_backend_stores_is_neither_forked_nor_migrated_and_names_its_session() {
+    // A log written by something else, with a ts above 2^63 - 1: both
+    // backends refuse to write it, so a fork does not copy it and migrate
+    // names the session it is in.
+    let folder = ok(tempfile::tempdir());
+    let logs = folder.path().join("logs");
+    ok(std::fs::create_dir(&logs));
+    let body = r#"{"seq":1,"ts":18446744073709551615,"type":"turn/start","data":{"turnId":"t1"}"#;
+    let crc = crate::support::spec_crc("big", body.as_bytes());
+    let header = run(["create", &text(&logs), "--session", "big"]);
+    header.expect_code(0);
+    let log = logs.join("big.jsonl");
+    let mut bytes = ok(std::fs::read(&log));
+    bytes.extend_from_slice(format!("{body},\"crc\":\"{crc:08x}\"}}\n").as_bytes());
+    ok(std::fs::write(&log, bytes));
+    let forked = run(["fork", &text(&logs), "--session", "big", "--child", "kid"]);
+    forked.expect_code(1);
+    assert!(
+        forked.stderr.contains("big.jsonl: seq 1"),
+        "{}",
+        forked.stderr
+    );
+    assert!(!logs.join("kid.jsonl").exists(), "the child was written");
+    let database = folder.path().join("sessions.db");
+    let migrated = run(["migrate", &text(&logs), &text(&database)]);
+    migrated.expect_code(1);
+    assert!(
+        migrated.stderr.contains("session big: seq 1"),
+        "{}",
+        migrated.stderr
+    );
+}
