@@ -19,6 +19,8 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use serde_json::Value;
 use sessionlog_schema::{ApprovalPolicy, Preset, SandboxMode, SessionHeader, SessionId};
 
@@ -384,10 +386,12 @@ impl<'a> Conversation<'a> {
                 }
                 Some("text") => parts.push(text_part(str_of(block, "text").unwrap_or_default())),
                 Some("image") => parts.push(image_block(block)),
-                Some("document") => parts.push(serde_json::json!({
-                    "type": "attachment",
-                    "name": str_of(block, "title").unwrap_or("document"),
-                })),
+                Some("document") => {
+                    let part = document_block(block);
+                    // Only referred to (a URL, a file id): the line keeps it.
+                    unmapped |= part.get("data").is_none();
+                    parts.push(part);
+                }
                 _ => unmapped = true,
             }
         }
@@ -493,6 +497,30 @@ fn runs_of_origin(parts: Vec<Value>) -> Vec<(String, Vec<Value>)> {
     runs.into_iter()
         .map(|(_, text, parts)| (text, parts))
         .collect()
+}
+
+/// A `document` block as an attachment part: its title, and its bytes
+/// when the source holds them (base64 inline, or plain text, kept as
+/// base64 of its UTF-8), with their media type. A document only referred
+/// to (a URL, a file id) keeps its line too: see the caller.
+fn document_block(block: &Value) -> Value {
+    let source = block.get("source").unwrap_or(&Value::Null);
+    let mut part = serde_json::json!({
+        "type": "attachment",
+        "name": str_of(block, "title").unwrap_or("document"),
+    });
+    let data = match str_of(source, "type") {
+        Some("base64") => str_of(source, "data").map(str::to_owned),
+        Some("text") => str_of(source, "data").map(|text| BASE64.encode(text)),
+        _ => None,
+    };
+    if let Some(media_type) = str_of(source, "media_type") {
+        part["mediaType"] = Value::from(media_type);
+    }
+    if let Some(data) = data {
+        part["data"] = Value::from(data);
+    }
+    part
 }
 
 fn image_block(block: &Value) -> Value {

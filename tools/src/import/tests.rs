@@ -323,3 +323,46 @@ fn an_empty_source_id_falls_back_to_the_file_name() {
         .unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(translation.sessions[0].header.id.as_str(), "claude-c-2");
 }
+
+#[test]
+fn a_claude_document_keeps_its_bytes_and_media_type() {
+    let line = |source: &str| {
+        format!(
+            r#"{{"type":"user","sessionId":"c-1","message":{{"role":"user","content":[{{"type":"text","text":"read this"}},{{"type":"document","title":"d.pdf","source":{source}}}]}}}}"#
+        )
+    };
+    let text = format!(
+        "{}\n{}\n{}\n",
+        line(r#"{"type":"base64","media_type":"application/pdf","data":"JVBERg=="}"#),
+        line(r#"{"type":"text","media_type":"text/plain","data":"hi"}"#),
+        line(r#"{"type":"url","url":"https://example.com/d.pdf"}"#),
+    );
+    let sessions = check_all_valid(Format::Claude, &text);
+    let attachments: Vec<serde_json::Value> = sessions[0]
+        .events
+        .iter()
+        .filter(|draft| draft.event_type == "message")
+        .filter_map(|draft| {
+            let data: serde_json::Value = serde_json::from_str(&draft.data).ok()?;
+            data["content"]
+                .as_array()?
+                .iter()
+                .find(|part| part["type"] == "attachment")
+                .cloned()
+        })
+        .collect();
+    assert_eq!(attachments.len(), 3);
+    assert_eq!(attachments[0]["data"], "JVBERg==");
+    assert_eq!(attachments[0]["mediaType"], "application/pdf");
+    assert_eq!(attachments[1]["data"], "aGk=");
+    assert!(attachments[2].get("data").is_none());
+    // The document only referred to keeps its line whole.
+    let kept = sessions[0]
+        .events
+        .iter()
+        .filter(|draft| {
+            draft.event_type.starts_with("x-claude/") && draft.data.contains("example.com")
+        })
+        .count();
+    assert_eq!(kept, 1);
+}
