@@ -227,6 +227,7 @@ impl Store {
     /// PostgreSQL URL, a database for `.db` and `.sqlite`, otherwise a
     /// folder (0700).
     pub fn create(path: &Path) -> Result<Store, StoreError> {
+        refuse_url_lookalike(path)?;
         match Backend::of_path(path) {
             #[cfg(feature = "postgres")]
             Backend::Postgres => PostgresStore::create(path).map(Store::Postgres),
@@ -790,6 +791,47 @@ fn require_existing(path: &Path, reason: &str) -> Result<(), StoreError> {
         path,
         std::io::Error::new(std::io::ErrorKind::NotFound, reason.to_owned()),
     ))
+}
+
+/// Refuses to make a new store of a path that reads as a URL but is no
+/// PostgreSQL URL (`POSTGRES://…`, `postgres:/…`, `pg://…`, a space before
+/// it): taken for a folder, it would become a local store that the person
+/// meant to be a server's, an existing folder of that name aside.
+fn refuse_url_lookalike(path: &Path) -> Result<(), StoreError> {
+    let Some(text) = path.to_str() else {
+        return Ok(());
+    };
+    if is_postgres_url(text) || path.exists() {
+        return Ok(());
+    }
+    let lower = text.trim_start().to_ascii_lowercase();
+    let url_like =
+        text.contains("://") || lower.starts_with("postgres:") || lower.starts_with("postgresql:");
+    if !url_like {
+        return Ok(());
+    }
+    let shown = match text.contains("://") {
+        true => redact_url(text.trim_start()),
+        // `scheme:/user:password@…`: the password goes all the same.
+        false => match text.split_once('@') {
+            Some((before, after)) => match before.rsplit_once(':') {
+                Some((user, _)) if user.contains(":/") => format!("{user}@{after}"),
+                _ => text.to_owned(),
+            },
+            None => text.to_owned(),
+        },
+    };
+    let space = match text.starts_with(char::is_whitespace) {
+        true => " (it starts with a space)",
+        false => "",
+    };
+    Err(StoreError::InvalidStore {
+        store: PathBuf::from(shown),
+        reason: format!(
+            "reads as a URL but is not a PostgreSQL URL, which starts with postgres:// or \
+             postgresql:// (lowercase){space}; no folder of that name is made"
+        ),
+    })
 }
 
 /// Whether `text` is a PostgreSQL URL (`postgres://` or `postgresql://`),

@@ -841,3 +841,46 @@ fn a_session_row_whose_columns_disagree_with_its_header_is_corrupt() {
         said_corrupt(&schema.url, column);
     }
 }
+
+#[test]
+fn a_url_that_is_not_a_postgres_url_makes_no_folder() {
+    let folder = ok(tempfile::tempdir());
+    for store in [
+        "POSTGRES://user:pw@127.0.0.1:5432/db?schema=r",
+        "postgres:/user:pw@127.0.0.1:5432/db",
+        "pg://127.0.0.1/db",
+        " postgres://127.0.0.1/db",
+    ] {
+        let refused = crate::cli_support::sessionlog(["create", store, "--session", "s1"])
+            .current_dir(folder.path())
+            .output();
+        let refused = ok(refused);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(1), "{store}: {stderr}");
+        assert!(
+            stderr.contains("is not a PostgreSQL URL"),
+            "{store}: {stderr}"
+        );
+        assert!(!stderr.contains("pw"), "{store}: {stderr}");
+    }
+    let made: Vec<_> = ok(std::fs::read_dir(folder.path())).collect();
+    assert!(made.is_empty(), "{made:?}");
+    // Nor is a store made in the server's own schemas.
+    let Some(server) = test_server() else {
+        return;
+    };
+    for schema in ["information_schema", "pg_catalog"] {
+        let refused = run([
+            "create",
+            &format!("{server}?schema={schema}"),
+            "--session",
+            "s1",
+        ]);
+        refused.expect_code(1);
+        assert!(
+            refused.stderr.contains("the server's own"),
+            "{}",
+            refused.stderr
+        );
+    }
+}

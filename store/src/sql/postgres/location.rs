@@ -71,6 +71,12 @@ impl Location {
                  starting with a letter or _, at most 63 bytes)"
             )));
         }
+        if is_system_schema(&schema) {
+            return Err(invalid(format!(
+                "schema {schema:?} is the server's own (pg_*, information_schema): a store \
+                 lives in a schema of its own"
+            )));
+        }
         let mut config = Config::from_str(&url)
             .map_err(|error| invalid(format!("not a PostgreSQL URL: {error}")))?;
         apply_environment(&mut config);
@@ -126,6 +132,13 @@ fn valid_schema_name(name: &str) -> bool {
     first_ok
         && name.len() <= 63
         && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// Whether `name` is a schema the server keeps for itself: `pg_*` names
+/// are reserved to it, and `information_schema` is the SQL standard's
+/// catalog views.
+fn is_system_schema(name: &str) -> bool {
+    name.starts_with("pg_") || name == "information_schema"
 }
 
 /// Fills what the URL left out from the `PG*` variables and libpq's
@@ -199,6 +212,20 @@ fn display_url(config: &Config, schema: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_servers_own_schemas_are_refused() {
+        for schema in ["information_schema", "pg_catalog", "pg_temp", "pg_toast"] {
+            let url = format!("postgres://alice@127.0.0.1:5433/app?schema={schema}");
+            let refused = Location::parse(Path::new(&url)).map(|location| location.schema);
+            assert!(
+                matches!(&refused, Err(StoreError::InvalidStore { reason, .. }) if reason.contains("the server's own")),
+                "{schema}: {refused:?}"
+            );
+        }
+        let url = "postgres://alice@127.0.0.1:5433/app?schema=pgx_information_schema";
+        assert!(Location::parse(Path::new(url)).is_ok());
+    }
 
     #[test]
     fn the_schema_parameter_is_ours_and_the_password_never_shows() {
