@@ -61,65 +61,67 @@ pub(crate) struct HeaderColumns {
 }
 
 impl HeaderColumns {
-    /// The first column that disagrees with `header`: its name, its value
-    /// and the header's.
+    /// The first column that disagrees with the header: its name, its
+    /// value and the header's. Compared as values; text is made only for a
+    /// disagreement (a store-wide `verify` checks every session row).
     fn disagreement(&self, decoded: &DecodedHeader) -> Option<(&'static str, String, String)> {
         let header = &decoded.header;
         let text =
             |value: Option<&str>| value.map_or_else(|| "null".to_owned(), |v| format!("{v:?}"));
-        let checks = [
-            (
-                "created_at",
-                self.created_at.to_string(),
-                sql_integer(header.created_at).to_string(),
-            ),
-            (
-                "cwd",
-                format!("{:?}", self.cwd),
-                format!("{:?}", header.cwd),
-            ),
-            (
-                "parent_session",
-                text(self.parent_session.as_deref()),
-                text(header.parent_session.as_ref().map(SessionId::as_str)),
-            ),
-            (
-                "seed_length",
-                self.seed_length.to_string(),
-                sql_integer(header.seed_length).to_string(),
-            ),
-            (
-                "delegation_depth",
-                self.delegation_depth.to_string(),
-                sql_integer(header.delegation_depth).to_string(),
-            ),
-            (
-                "sandbox_mode",
-                text(self.sandbox_mode.as_deref()),
-                text(header.sandbox_mode.map(|mode| mode.as_str())),
-            ),
-            (
-                "approval_policy",
-                text(self.approval_policy.as_deref()),
-                text(header.approval_policy.map(|policy| policy.as_str())),
-            ),
-        ];
+        let number = |stored: i64, header: u64| {
+            (stored != sql_integer(header)).then(|| (stored.to_string(), header.to_string()))
+        };
         // A value out of vocabulary is the header's rule violation (exit
         // 4), reported as such: its column may hold it as written, or
         // nothing, as a store that decoded the header writes it.
-        let out_of_vocabulary = |column: &str, stored: &str| {
-            decoded.vocabulary_errors.iter().any(|error| {
-                let member = match error.field {
-                    "sandboxMode" => "sandbox_mode",
-                    "approvalPolicy" => "approval_policy",
-                    _ => return false,
-                };
-                member == column && (stored == "null" || stored == text(Some(&error.value)))
-            })
-        };
-        checks
-            .into_iter()
-            .find(|(column, stored, header)| stored != header && !out_of_vocabulary(column, stored))
+        let optional =
+            |column: &'static str, member: &str, stored: Option<&str>, header: Option<&str>| {
+                if stored == header {
+                    return None;
+                }
+                let out_of_vocabulary = decoded.vocabulary_errors.iter().any(|error| {
+                    error.field == member && stored.is_none_or(|stored| stored == error.value)
+                });
+                (!out_of_vocabulary).then(|| (column, text(stored), text(header)))
+            };
+        if let Some((stored, header)) = number(self.created_at, header.created_at) {
+            return Some(("created_at", stored, header));
+        }
+        if self.cwd != header.cwd {
+            return Some((
+                "cwd",
+                format!("{:?}", self.cwd),
+                format!("{:?}", header.cwd),
+            ));
+        }
+        let parent = header.parent_session.as_ref().map(SessionId::as_str);
+        if self.parent_session.as_deref() != parent {
+            return Some((
+                "parent_session",
+                text(self.parent_session.as_deref()),
+                text(parent),
+            ));
+        }
+        if let Some((stored, header)) = number(self.seed_length, header.seed_length) {
+            return Some(("seed_length", stored, header));
+        }
+        if let Some((stored, header)) = number(self.delegation_depth, header.delegation_depth) {
+            return Some(("delegation_depth", stored, header));
+        }
+        optional(
+            "sandbox_mode",
+            "sandboxMode",
+            self.sandbox_mode.as_deref(),
+            header.sandbox_mode.map(|mode| mode.as_str()),
+        )
+        .or_else(|| {
+            optional(
+                "approval_policy",
+                "approvalPolicy",
+                self.approval_policy.as_deref(),
+                header.approval_policy.map(|policy| policy.as_str()),
+            )
+        })
     }
 }
 
