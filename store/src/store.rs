@@ -810,23 +810,12 @@ fn refuse_url_lookalike(path: &Path) -> Result<(), StoreError> {
     if !url_like {
         return Ok(());
     }
-    let shown = match text.contains("://") {
-        true => redact_url(text.trim_start()),
-        // `scheme:/user:password@…`: the password goes all the same.
-        false => match text.split_once('@') {
-            Some((before, after)) => match before.rsplit_once(':') {
-                Some((user, _)) if user.contains(":/") => format!("{user}@{after}"),
-                _ => text.to_owned(),
-            },
-            None => text.to_owned(),
-        },
-    };
     let space = match text.starts_with(char::is_whitespace) {
         true => " (it starts with a space)",
         false => "",
     };
     Err(StoreError::InvalidStore {
-        store: PathBuf::from(shown),
+        store: PathBuf::from(redact_url(text.trim_start())),
         reason: format!(
             "reads as a URL but is not a PostgreSQL URL, which starts with postgres:// or \
              postgresql:// (lowercase){space}; no folder of that name is made"
@@ -861,9 +850,17 @@ fn postgres_display(text: &str) -> String {
 }
 
 /// The URL `text` with any password taken out (from its user information
-/// and from a `password` parameter).
+/// and from a `password` parameter), whether its scheme ends in `://` or,
+/// mistyped, in `:/`.
 pub(crate) fn redact_url(text: &str) -> String {
-    let (scheme, rest) = text.split_once("://").unwrap_or(("", text));
+    let (scheme, rest) = text
+        .split_once("://")
+        .map(|(scheme, rest)| (format!("{scheme}://"), rest))
+        .or_else(|| {
+            let (scheme, rest) = text.split_once(":/")?;
+            Some((format!("{scheme}:/"), rest))
+        })
+        .unwrap_or_else(|| ("://".to_owned(), text));
     let (authority, tail) = match rest.find(['/', '?']) {
         Some(end) => rest.split_at(end),
         None => (rest, ""),
@@ -885,7 +882,7 @@ pub(crate) fn redact_url(text: &str) -> String {
         }
         None => tail.to_owned(),
     };
-    format!("{scheme}://{authority}{tail}")
+    format!("{scheme}{authority}{tail}")
 }
 
 /// Without the `postgres` feature a PostgreSQL URL is refused.

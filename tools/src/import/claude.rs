@@ -469,30 +469,34 @@ impl<'a> Conversation<'a> {
 /// an interruption marker (injected) starts a run of its own kind, and
 /// any other part joins the run before it.
 fn runs_of_origin(parts: Vec<Value>) -> Vec<(String, Vec<Value>)> {
+    // Each run: whether it is injected, its text, its parts.
     let mut runs: Vec<(bool, String, Vec<Value>)> = Vec::new();
     for part in parts {
-        let text = (str_of(&part, "type") == Some("text")).then(|| str_of(&part, "text"));
-        let marked = text.flatten().map(|text| {
+        let text = match str_of(&part, "type") {
+            Some("text") => str_of(&part, "text"),
+            _ => None,
+        };
+        let marked = text.is_some_and(|text| {
             let trimmed = text.trim_start();
             opening_tag(trimmed).is_some() || trimmed.starts_with("[Request interrupted")
         });
-        let joins = match (runs.last(), marked) {
-            (Some((run_marked, _, _)), Some(marked)) => *run_marked == marked && !marked,
-            (Some(_), None) => true,
-            (None, _) => false,
+        let joins = match runs.last() {
+            Some((run_marked, _, _)) => text.is_none() || !(marked || *run_marked),
+            None => false,
         };
         if !joins {
-            runs.push((marked.unwrap_or(false), String::new(), Vec::new()));
+            runs.push((marked, String::new(), Vec::new()));
         }
-        if let (Some((_, run_text, run_parts)), Some(text)) = (runs.last_mut(), text.flatten()) {
+        let Some((_, run_text, run_parts)) = runs.last_mut() else {
+            unreachable!("a run was pushed")
+        };
+        if let Some(text) = text {
             if !run_text.is_empty() {
                 run_text.push('\n');
             }
             run_text.push_str(text);
-            run_parts.push(part);
-        } else if let Some((_, _, run_parts)) = runs.last_mut() {
-            run_parts.push(part);
         }
+        run_parts.push(part);
     }
     runs.into_iter()
         .map(|(_, text, parts)| (text, parts))

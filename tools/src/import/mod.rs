@@ -319,22 +319,20 @@ fn write_session(
     records: &[EventRecord],
 ) -> Result<SessionOutcome, ImportError> {
     let store_error = |error: StoreError| session_error(path, &header.id, error);
-    {
-        match store.create_session(header, records, Durability::Fsync) {
-            Ok(()) => {
-                let unknown_lines = records
-                    .iter()
-                    .filter(|record| record.event_type().starts_with("x-"))
-                    .count() as u64;
-                return Ok(SessionOutcome::Created {
-                    events: records.len() as u64,
-                    unknown_lines,
-                });
-            }
-            // Another import created it meanwhile: compare, as below.
-            Err(StoreError::AlreadyExists { .. }) => {}
-            Err(error) => return Err(store_error(error)),
+    match store.create_session(header, records, Durability::Fsync) {
+        Ok(()) => {
+            let unknown_lines = records
+                .iter()
+                .filter(|record| record.event_type().starts_with("x-"))
+                .count() as u64;
+            return Ok(SessionOutcome::Created {
+                events: records.len() as u64,
+                unknown_lines,
+            });
         }
+        // Another import created it meanwhile: compare, as `write` does.
+        Err(StoreError::AlreadyExists { .. }) => {}
+        Err(error) => return Err(store_error(error)),
     }
     compare(store, &header.id, header, records).map_err(store_error)
 }
