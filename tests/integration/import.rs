@@ -579,3 +579,86 @@ fn a_file_that_fails_writes_none_of_its_sessions() {
     assert!(failed.stderr.contains("sidechain-s1"), "{}", failed.stderr);
     assert!(!store.join(format!("{main}.jsonl")).exists());
 }
+
+/// A transcript line whose event would pass the 16 MiB record limit fails
+/// its file with the line it came from; an assistant message gathered from
+/// several lines is named by its first.
+#[test]
+fn a_record_above_the_limit_is_named_with_its_source_line() {
+    let huge = "x".repeat(sessionlog_schema::MAX_RECORD_BYTES);
+    let dir = temp();
+    let claude_line = |kind: &str, uuid: &str, message: Value| {
+        serde_json::json!({
+            "type": kind,
+            "sessionId": "0b160000-0000-4000-8000-000000000001",
+            "cwd": "/work",
+            "uuid": uuid,
+            "timestamp": "2025-12-01T10:00:01.000Z",
+            "message": message,
+        })
+        .to_string()
+    };
+    let assistant = |text: &str| {
+        serde_json::json!({
+            "id": "msg_01",
+            "role": "assistant",
+            "content": [{ "type": "text", "text": text }],
+        })
+    };
+    let claude = [
+        claude_line(
+            "user",
+            "u1",
+            serde_json::json!({ "role": "user", "content": "hi" }),
+        ),
+        claude_line("assistant", "a1", assistant("Looking.")),
+        claude_line("assistant", "a2", assistant(&huge)),
+        claude_line(
+            "user",
+            "u2",
+            serde_json::json!({ "role": "user", "content": "next" }),
+        ),
+    ];
+    let claude_file = dir
+        .path()
+        .join("0b160000-0000-4000-8000-000000000001.jsonl");
+    ok(std::fs::write(&claude_file, claude.join("\n") + "\n"));
+    let run = import("claude", &[claude_file], &dir.path().join("a"));
+    run.expect_code(1);
+    assert!(
+        run.stderr
+            .contains("000000000001.jsonl line 2: session claude-")
+            && run.stderr.contains("record limit"),
+        "{}",
+        run.stderr
+    );
+
+    let codex = [
+        r#"{"timestamp":"2025-11-20T16:59:09.000Z","type":"session_meta","payload":{"id":"0b160000-0000-4000-8000-000000000002","timestamp":"2025-11-20T16:59:09.000Z","cwd":"/work"}}"#.to_owned(),
+        r#"{"timestamp":"2025-11-20T16:59:10.000Z","type":"event_msg","payload":{"type":"task_started","turn_id":"t-1"}}"#.to_owned(),
+        r#"{"timestamp":"2025-11-20T16:59:10.000Z","type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"small"}]}}"#.to_owned(),
+        serde_json::json!({
+            "timestamp": "2025-11-20T16:59:11.000Z",
+            "type": "response_item",
+            "payload": {
+                "type": "message",
+                "role": "assistant",
+                "content": [{ "type": "output_text", "text": huge }],
+            },
+        })
+        .to_string(),
+    ];
+    let codex_file = dir
+        .path()
+        .join("rollout-2025-11-20T16-59-09-0b160000-0000-4000-8000-000000000002.jsonl");
+    ok(std::fs::write(&codex_file, codex.join("\n") + "\n"));
+    let run = import("codex", &[codex_file], &dir.path().join("b"));
+    run.expect_code(1);
+    assert!(
+        run.stderr
+            .contains("000000000002.jsonl line 4: session codex-")
+            && run.stderr.contains("record limit"),
+        "{}",
+        run.stderr
+    );
+}

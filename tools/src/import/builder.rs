@@ -24,6 +24,9 @@ pub struct Draft {
     pub data: String,
     /// Unix milliseconds.
     pub ts: u64,
+    /// The 1-based line of the source it was made from (its first, for a
+    /// message gathered from several); 0 before the first line.
+    pub line: usize,
 }
 
 /// Who a message came from, as the importer judged it.
@@ -58,6 +61,7 @@ pub struct SessionBuilder {
     tool: &'static str,
     events: Vec<Draft>,
     ts: u64,
+    line: usize,
     open_turn: Option<String>,
     turn_has_content: bool,
     open_step: Option<String>,
@@ -81,6 +85,7 @@ impl SessionBuilder {
             tool,
             events: Vec::new(),
             ts: created_at,
+            line: 0,
             open_turn: None,
             turn_has_content: false,
             open_step: None,
@@ -102,6 +107,17 @@ impl SessionBuilder {
         if let Some(ts) = ts {
             self.ts = ts;
         }
+    }
+
+    /// The source line what follows is made from, named by an error about
+    /// one of its events.
+    pub fn set_line(&mut self, number: usize) {
+        self.line = number;
+    }
+
+    /// The source line set last.
+    pub fn line(&self) -> usize {
+        self.line
     }
 
     /// The source started a turn (Codex `task_started`), named `source_id`.
@@ -301,6 +317,7 @@ impl SessionBuilder {
             event_type: format!("x-{}/{kind}", self.tool),
             data,
             ts: self.ts,
+            line: self.line,
         });
     }
 
@@ -338,6 +355,7 @@ impl SessionBuilder {
             event_type: event_type.to_owned(),
             data: data.to_string(),
             ts: self.ts,
+            line: self.line,
         });
     }
 }

@@ -221,6 +221,8 @@ struct Conversation<'a> {
     /// The text blocks of the current API response, not yet written.
     pending_text: Vec<Value>,
     pending_key: Option<String>,
+    /// The line the pending text starts at.
+    pending_line: usize,
 }
 
 impl<'a> Conversation<'a> {
@@ -232,6 +234,7 @@ impl<'a> Conversation<'a> {
             seen_blocks: HashSet::new(),
             pending_text: Vec::new(),
             pending_key: None,
+            pending_line: 0,
         }
     }
 
@@ -247,6 +250,7 @@ impl<'a> Conversation<'a> {
             }
             self.builder
                 .set_time(str_of(&line.value, "timestamp").and_then(parse_time));
+            self.builder.set_line(line.number);
             self.line(line);
         }
         if let Some(child) = announced.get(&lines.len()) {
@@ -306,6 +310,9 @@ impl<'a> Conversation<'a> {
                     }
                     self.builder.model_output(&key);
                     self.pending_key = Some(key.clone());
+                    if self.pending_text.is_empty() {
+                        self.pending_line = line.number;
+                    }
                     self.pending_text
                         .push(text_part(str_of(block, "text").unwrap_or_default()));
                 }
@@ -458,7 +465,10 @@ impl<'a> Conversation<'a> {
     fn flush_text(&mut self) {
         if !self.pending_text.is_empty() {
             let parts = std::mem::take(&mut self.pending_text);
+            let current = self.builder.line();
+            self.builder.set_line(self.pending_line);
             self.builder.message(Origin::Assistant, parts);
+            self.builder.set_line(current);
         }
         self.pending_key = None;
     }

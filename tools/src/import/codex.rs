@@ -83,6 +83,7 @@ pub fn translate(file: &Path, lines: &[SourceLine]) -> Result<Translation, Impor
     };
     for (index, item) in items.iter().enumerate() {
         builder.set_time(item.ts);
+        builder.set_line(item.line.number);
         state.apply(&mut builder, index, item);
     }
     Ok(Translation {

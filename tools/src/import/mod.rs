@@ -297,15 +297,16 @@ fn records_of(path: &Path, session: &ImportedSession) -> Result<Vec<EventRecord>
         let seq = index as u64 + 1;
         let record = EventRecord::new(seq, draft.ts, None, &draft.event_type, &draft.data);
         if record.body().len() + CRC_SUFFIX_LEN >= MAX_RECORD_BYTES {
-            return Err(ImportError::file(
-                path,
-                format!(
-                    "session {} seq {seq} ({}): {} bytes, above the {MAX_RECORD_BYTES}-byte record limit",
-                    session.header.id,
-                    draft.event_type,
-                    record.body().len()
-                ),
-            ));
+            let reason = format!(
+                "session {} seq {seq} ({}): {} bytes, above the {MAX_RECORD_BYTES}-byte record limit",
+                session.header.id,
+                draft.event_type,
+                record.body().len()
+            );
+            return Err(match draft.line {
+                0 => ImportError::file(path, reason),
+                line => ImportError::at(path, line, reason),
+            });
         }
         records.push(record);
     }
