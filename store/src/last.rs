@@ -7,7 +7,8 @@
 //! ([`LogScanner::resume`]). So what it reports (a torn tail, corruption
 //! inside the window, a seq gap, a `seedLength` above the last seq) is
 //! what a read from the start would report of those bytes, at the same
-//! line and offset; damage before the window is not read and left for
+//! offset, and at the same line (counted from the start of the file when
+//! damage is reported); damage before the window is not read and left for
 //! `verify`. The window starts at a unit: when its first record is inside a
 //! batch (found by a batch member within the `MAX_BATCH_RECORDS` lines
 //! before it: whole chunks are searched for `"batch"` and their lines
@@ -16,7 +17,8 @@
 //! batch whose last record never arrived is a torn tail here too. When the
 //! scan finds fewer than N records of the good prefix (a torn tail took some
 //! of the lines), the window grows and is scanned again. Memory is the
-//! window's lines; the time does not depend on the log's length.
+//! window's lines; the time does not depend on the log's length, except
+//! that a report of damage counts the lines before it.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -176,7 +178,16 @@ pub fn read_last_events(
             }
         }
         extend_to_batch_start(&mut window, &mut lines, &header.header.id)?;
-        let (events, summary, end) = scan(&header, header_end, &window, count).map_err(corrupt)?;
+        let (events, mut summary, end) = match scan(&header, header_end, &window, count) {
+            Ok(scanned) => scanned,
+            Err(mut corruption) => {
+                corruption.position.line = line_at(&file, path, corruption.position.offset)?;
+                return Err(corrupt(corruption));
+            }
+        };
+        if let Some(torn) = summary.torn_tail.as_mut() {
+            torn.position.line = line_at(&file, path, torn.position.offset)?;
+        }
         if events.len() >= count || lines.at_start() {
             let end = end.map(|(scanner, anchor)| PrefixEnd {
                 file: (metadata.dev(), metadata.ino()),
@@ -317,6 +328,29 @@ fn extend_to_batch_start(
         }
     }
     Ok(())
+}
+
+/// The 1-based number of the line that starts at `offset`, its newlines
+/// counted from the start of the file. The scan of the window numbers its
+/// lines from their seqs (the line of seq K is K + 1 in a sound log); a
+/// report of damage names the line counted, which stays right when lines
+/// before the window are missing or doubled. Only damage pays for it.
+fn line_at(file: &File, path: &Path, offset: u64) -> Result<u64, StoreError> {
+    let mut buffer = vec![0u8; CHUNK_BYTES];
+    let mut newlines = 0u64;
+    let mut at = 0u64;
+    while at < offset {
+        let want = (offset - at).min(CHUNK_BYTES as u64) as usize;
+        let read = file
+            .read_at(&mut buffer[..want], at)
+            .map_err(|source| StoreError::io("read", path, source))?;
+        if read == 0 {
+            break;
+        }
+        newlines += memchr::memchr_iter(b'\n', &buffer[..read]).count() as u64;
+        at += read as u64;
+    }
+    Ok(newlines + 1)
 }
 
 /// Reads and checks line 1; returns it decoded and where it ends.
@@ -729,6 +763,44 @@ mod tests {
 
     fn seqs(events: &[EventRecord]) -> Vec<u64> {
         events.iter().map(EventRecord::seq).collect()
+    }
+
+    /// The 1-based line that starts at `offset` of `bytes`.
+    fn line_of(bytes: &[u8], offset: u64) -> u64 {
+        bytes[..offset as usize]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count() as u64
+            + 1
+    }
+
+    #[test]
+    fn damage_read_from_the_end_is_named_by_its_line_in_the_file_whatever_was_lost_before() {
+        // Ten lone events whose seq 3 line is lost (damage before the window
+        // that a read from the end does not see): from there on the line of
+        // seq K is K, not K + 1.
+        let whole = log(&[1; 10], 8, b"");
+        let text = String::from_utf8_lossy(&whole).into_owned();
+        let mut lines: Vec<&str> = text.split_inclusive('\n').collect();
+        lines.remove(3);
+        let short = lines.concat().into_bytes();
+
+        // A torn tail after seq 10: line 11, not the 12 that seq 10 implies.
+        let mut torn_log = short.clone();
+        torn_log.extend_from_slice(b"{\"seq\":");
+        let (events, last_seq, torn) = backward(&torn_log, 2).expect("read");
+        assert_eq!((seqs(&events), last_seq), (vec![9, 10], 10));
+        let torn = torn.expect("a torn tail");
+        assert_eq!(torn.position.line, 11);
+        assert_eq!(torn.position.line, line_of(&torn_log, torn.position.offset));
+
+        // A damaged line between seq 8 and seq 10 (seq 9's, garbled): line 9.
+        let text = String::from_utf8_lossy(&short).into_owned();
+        let mut lines: Vec<String> = text.split_inclusive('\n').map(str::to_owned).collect();
+        lines[8] = "garbage\n".to_owned();
+        let garbled = lines.concat().into_bytes();
+        let error = backward(&garbled, 3).expect_err("corruption in the window");
+        assert!(error.contains("corrupt at line 9 (byte offset "), "{error}");
     }
 
     #[test]
