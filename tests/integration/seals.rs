@@ -316,6 +316,25 @@ fn the_last_seal_and_later_records_cut_off_fail_the_anchor_and_require_sealed() 
     let missing = verify(&store, &["--anchor", path_str(&anchor)]);
     missing.expect_code(7);
     assert!(missing.stdout.contains("missing"), "{}", missing.stdout);
+    // Every log deleted: still a seal failure naming the anchored session,
+    // with the empty store warned of (not refused as a mistyped path).
+    ok(std::fs::remove_file(store.join("other.jsonl")));
+    let emptied = verify(&store, &["--anchor", path_str(&anchor)]);
+    emptied.expect_code(7);
+    assert!(
+        emptied
+            .stdout
+            .contains("session s, named in the anchor file"),
+        "{}",
+        emptied.stdout
+    );
+    assert!(
+        emptied.stderr.contains("no sessions found"),
+        "{}",
+        emptied.stderr
+    );
+    // Without the anchor file an empty store is refused as before.
+    verify(&store, &[]).expect_code(1);
 }
 
 #[test]
