@@ -185,10 +185,10 @@ pub fn read_last_events(
                 return Err(corrupt(corruption));
             }
         };
-        if let Some(torn) = summary.torn_tail.as_mut() {
-            torn.position.line = line_at(&file, path, torn.position.offset)?;
-        }
         if events.len() >= count || lines.at_start() {
+            if let Some(torn) = summary.torn_tail.as_mut() {
+                torn.position.line = line_at(&file, path, torn.position.offset)?;
+            }
             let end = end.map(|(scanner, anchor)| PrefixEnd {
                 file: (metadata.dev(), metadata.ino()),
                 scanner,
