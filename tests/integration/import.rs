@@ -619,18 +619,24 @@ fn a_record_above_the_limit_is_named_with_its_source_line() {
             serde_json::json!({ "role": "user", "content": "next" }),
         ),
     ];
-    let claude_file = dir
-        .path()
-        .join("0b160000-0000-4000-8000-000000000001.jsonl");
-    ok(std::fs::write(&claude_file, claude.join("\n") + "\n"));
-    let run = import("claude", &[claude_file], &dir.path().join("a"));
-    run.expect_code(1);
-    assert!(
-        run.stderr
-            .contains("000000000001.jsonl line 2: session claude-")
-            && run.stderr.contains("record limit"),
-        "{}",
-        run.stderr
+    // Each transcript fails, named by file, line and session.
+    let fails_at = |format: &str, name: &str, lines: &[String], named: &str| {
+        let file = dir.path().join(name);
+        ok(std::fs::write(&file, lines.join("\n") + "\n"));
+        let run = import(format, &[file], &dir.path().join(format));
+        run.expect_code(1);
+        let expected = format!("{name} line {named}");
+        assert!(
+            run.stderr.contains(&expected) && run.stderr.contains("record limit"),
+            "{expected:?} in {}",
+            run.stderr
+        );
+    };
+    fails_at(
+        "claude",
+        "0b160000-0000-4000-8000-000000000001.jsonl",
+        &claude,
+        "2: session claude-",
     );
 
     let codex = [
@@ -648,17 +654,10 @@ fn a_record_above_the_limit_is_named_with_its_source_line() {
         })
         .to_string(),
     ];
-    let codex_file = dir
-        .path()
-        .join("rollout-2025-11-20T16-59-09-0b160000-0000-4000-8000-000000000002.jsonl");
-    ok(std::fs::write(&codex_file, codex.join("\n") + "\n"));
-    let run = import("codex", &[codex_file], &dir.path().join("b"));
-    run.expect_code(1);
-    assert!(
-        run.stderr
-            .contains("000000000002.jsonl line 4: session codex-")
-            && run.stderr.contains("record limit"),
-        "{}",
-        run.stderr
+    fails_at(
+        "codex",
+        "rollout-2025-11-20T16-59-09-0b160000-0000-4000-8000-000000000002.jsonl",
+        &codex,
+        "4: session codex-",
     );
 }
