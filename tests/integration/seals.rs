@@ -964,3 +964,51 @@ fn edit_message(log: &Path, from: &str, to: &str) {
     edited[holding[0]] = edited[holding[0]].replace(from, to);
     write_bodies(log, "p", &edited);
 }
+
+/// `keygen --json` and `seal --json` print their members in a fixed order
+/// that reads as the text line does (the session first), not sorted.
+#[test]
+fn seal_and_keygen_json_lines_keep_their_member_order() {
+    let dir = ok(tempfile::tempdir());
+    let key = dir.path().join("k.key");
+    let keygen = run(["keygen", path_str(&key), "--json"]);
+    keygen.expect_code(0);
+    let keys = |line: &str| -> Vec<String> {
+        let value: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{line}: {e}"));
+        value.keys().cloned().collect()
+    };
+    // serde_json keeps the order of the text only with `preserve_order`:
+    // read the members from the text itself.
+    let order = |line: &str, members: &[&str]| {
+        let at: Vec<usize> = members
+            .iter()
+            .map(|member| {
+                line.find(&format!("\"{member}\":"))
+                    .unwrap_or_else(|| panic!("{member} in {line}"))
+            })
+            .collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{members:?} in {line}");
+        assert_eq!(keys(line).len(), members.len(), "{line}");
+    };
+    order(
+        &keygen.stdout,
+        &["secretKeyFile", "publicKeyFile", "publicKey"],
+    );
+    let store = dir.path().join("logs");
+    run(["create", path_str(&store), "--session", "s"]).expect_code(0);
+    let sealed = run([
+        "seal",
+        path_str(&store),
+        "--session",
+        "s",
+        "--key",
+        path_str(&key),
+        "--json",
+    ]);
+    sealed.expect_code(0);
+    order(
+        &sealed.stdout,
+        &["session", "seq", "throughSeq", "chain", "key"],
+    );
+}

@@ -37,14 +37,19 @@ pub fn keygen(file: &Path, json: bool) -> Result<u8> {
     let public_key = key.public_key();
     write_new_file(&public_file, 0o644, format!("{public_key}\n").as_bytes())?;
     if json {
-        crate::terminal::print_json_line(
-            &serde_json::json!({
-                "secretKeyFile": file.display().to_string(),
-                "publicKeyFile": public_file.display().to_string(),
-                "publicKey": public_key.to_string(),
-            })
-            .to_string(),
-        )?;
+        /// What `keygen --json` prints, its members in this order.
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct NewKey {
+            secret_key_file: String,
+            public_key_file: String,
+            public_key: String,
+        }
+        crate::terminal::print_json_line(&serde_json::to_string(&NewKey {
+            secret_key_file: file.display().to_string(),
+            public_key_file: public_file.display().to_string(),
+            public_key: public_key.to_string(),
+        })?)?;
     } else {
         crate::outln!(
             "wrote the secret key to {} (mode 0600) and the public key {public_key} to {}",
@@ -70,16 +75,23 @@ pub fn seal(args: &SessionArgs, key_file: Option<&Path>, json: bool) -> Result<u
     let seq = writer.seal(key.as_ref(), None)?.get();
     let public_key = key.as_ref().map(|key| key.public_key().to_string());
     if json {
-        crate::terminal::print_json_line(
-            &serde_json::json!({
-                "session": session.id.as_str(),
-                "seq": seq,
-                "throughSeq": through_seq,
-                "chain": chain.to_string(),
-                "key": public_key,
-            })
-            .to_string(),
-        )?;
+        /// What `seal --json` prints, its members in this order.
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Sealed<'a> {
+            session: &'a str,
+            seq: u64,
+            through_seq: u64,
+            chain: String,
+            key: Option<String>,
+        }
+        crate::terminal::print_json_line(&serde_json::to_string(&Sealed {
+            session: session.id.as_str(),
+            seq,
+            through_seq,
+            chain: chain.to_string(),
+            key: public_key,
+        })?)?;
     } else {
         crate::outln!(
             "{}: sealed through seq {through_seq} at seq {seq} ({chain}), {}",
