@@ -126,6 +126,33 @@ impl Run {
     }
 }
 
+/// Panics unless the one JSON object on `line` has exactly `members` at
+/// its top level, in that order (read from the text: `serde_json`'s map
+/// sorts its keys).
+#[track_caller]
+pub fn expect_members_in_order(line: &str, members: &[&str]) {
+    let object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(line.trim())
+        .unwrap_or_else(|error| panic!("not one JSON object ({error}): {line}"));
+    let mut sorted: Vec<&str> = members.to_vec();
+    sorted.sort_unstable();
+    assert_eq!(
+        object.keys().map(String::as_str).collect::<Vec<_>>(),
+        sorted,
+        "{line}"
+    );
+    let at: Vec<usize> = members
+        .iter()
+        .map(|member| {
+            line.find(&format!("\"{member}\":"))
+                .unwrap_or_else(|| panic!("{member} in {line}"))
+        })
+        .collect();
+    assert!(
+        at.windows(2).all(|pair| pair[0] < pair[1]),
+        "{members:?} in this order in {line}"
+    );
+}
+
 /// The root of the workspace (where `examples/` and `Cargo.toml` live).
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

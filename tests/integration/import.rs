@@ -526,6 +526,22 @@ fn json_reports_one_object_per_source() {
         .map(|line| serde_json::from_str(line).unwrap_or_else(|error| panic!("{line}: {error}")))
         .collect();
     assert_eq!(reports.len(), 2);
+    for line in run.stdout.lines() {
+        crate::cli_support::expect_members_in_order(
+            line,
+            &[
+                "source",
+                "files",
+                "sessions",
+                "events",
+                "unknownLines",
+                "unchanged",
+                "skipped",
+                "failed",
+                "imported",
+            ],
+        );
+    }
     assert_eq!(reports[0]["sessions"], 2);
     // 14 kept lines in the rollout, 2 in its sub-agent's.
     assert_eq!(reports[0]["unknownLines"], 14 + 2);

@@ -317,6 +317,10 @@ fn preset_switches_a_session_in_one_batch_that_the_projection_follows() {
         "--json",
     ]);
     switched.expect_code(0);
+    crate::cli_support::expect_members_in_order(
+        &switched.stdout,
+        &["session", "preset", "seqs", "sandboxMode", "approvalPolicy"],
+    );
     let report: serde_json::Value =
         serde_json::from_str(&switched.stdout).unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(report["seqs"], serde_json::json!([1, 2, 3]));
@@ -388,6 +392,10 @@ fn an_interrupted_migration_is_finished_by_resume_which_proves_what_is_there() {
 
     let resumed = run(["migrate", &source, &arg(&destination), "--resume", "--json"]);
     resumed.expect_code(0);
+    crate::cli_support::expect_members_in_order(
+        &resumed.stdout,
+        &["sessions", "skipped", "events", "warnings", "identical"],
+    );
     let report: serde_json::Value =
         serde_json::from_str(&resumed.stdout).unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(report["sessions"], 1);
@@ -489,6 +497,18 @@ fn diff_keeps_1_for_different_and_9_for_what_it_cannot_compare() {
     .expect_code(0);
     let different = run(["diff", &source, &arg(&other), "--json"]);
     different.expect_code(1);
+    crate::cli_support::expect_members_in_order(
+        &different.stdout,
+        &[
+            "identical",
+            "session",
+            "seq",
+            "field",
+            "left",
+            "right",
+            "message",
+        ],
+    );
     let missing = run(["diff", &source, &arg(&dir.path().join("missing"))]);
     missing.expect_code(9);
     assert!(

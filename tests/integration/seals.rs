@@ -15,7 +15,9 @@ use sessionlog_schema::{SealSecretKey, SessionHeader};
 use sessionlog_store::{Durability, JsonlStore, SealTurns, Store, WriterOptions};
 use sha2::{Digest, Sha256};
 
-use crate::cli_support::{run, run_command, run_with_stdin, sessionlog, Run};
+use crate::cli_support::{
+    expect_members_in_order, run, run_command, run_with_stdin, sessionlog, Run,
+};
 use crate::faults::{id, ok};
 use crate::support::sign;
 
@@ -973,25 +975,7 @@ fn seal_and_keygen_json_lines_keep_their_member_order() {
     let key = dir.path().join("k.key");
     let keygen = run(["keygen", path_str(&key), "--json"]);
     keygen.expect_code(0);
-    let keys = |line: &str| -> Vec<String> {
-        let value: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("{line}: {e}"));
-        value.keys().cloned().collect()
-    };
-    // serde_json keeps the order of the text only with `preserve_order`:
-    // read the members from the text itself.
-    let order = |line: &str, members: &[&str]| {
-        let at: Vec<usize> = members
-            .iter()
-            .map(|member| {
-                line.find(&format!("\"{member}\":"))
-                    .unwrap_or_else(|| panic!("{member} in {line}"))
-            })
-            .collect();
-        assert!(at.windows(2).all(|w| w[0] < w[1]), "{members:?} in {line}");
-        assert_eq!(keys(line).len(), members.len(), "{line}");
-    };
-    order(
+    expect_members_in_order(
         &keygen.stdout,
         &["secretKeyFile", "publicKeyFile", "publicKey"],
     );
@@ -1007,7 +991,7 @@ fn seal_and_keygen_json_lines_keep_their_member_order() {
         "--json",
     ]);
     sealed.expect_code(0);
-    order(
+    expect_members_in_order(
         &sealed.stdout,
         &["session", "seq", "throughSeq", "chain", "key"],
     );

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
-use serde_json::json;
+use serde::Serialize;
 use sessionlog_store::Store;
 
 use crate::commands::replay::display;
@@ -21,12 +21,47 @@ use crate::{exit, progress, UsageError};
 #[derive(Debug, Default)]
 struct SourceReport {
     files: u64,
-    imported: Vec<serde_json::Value>,
+    imported: Vec<Imported>,
     events: u64,
     unknown_lines: u64,
     unchanged: u64,
     skipped: Vec<(String, String)>,
     failed: Vec<ImportError>,
+}
+
+/// A session written, as `--json` lists it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Imported {
+    session: String,
+    parent_session: Option<String>,
+    file: String,
+    events: u64,
+    unknown_lines: u64,
+}
+
+/// A file that failed or was skipped, as `--json` lists it.
+#[derive(Debug, Serialize)]
+struct FileNote<'a> {
+    file: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line: Option<Option<usize>>,
+    reason: &'a str,
+}
+
+/// The `--json` line of one SOURCE, its members in this order.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SourceLine<'a> {
+    source: String,
+    files: u64,
+    sessions: usize,
+    events: u64,
+    unknown_lines: u64,
+    unchanged: u64,
+    skipped: Vec<FileNote<'a>>,
+    failed: Vec<FileNote<'a>>,
+    imported: &'a [Imported],
 }
 
 /// Runs `import`.
@@ -102,13 +137,13 @@ fn import_one(store: &Store, file: &Path, format: Format, report: &mut SourceRep
             } => {
                 report.events += events;
                 report.unknown_lines += unknown_lines;
-                report.imported.push(json!({
-                    "session": header.id.as_str(),
-                    "parentSession": header.parent_session.as_ref().map(|p| p.as_str()),
-                    "file": file.display().to_string(),
-                    "events": events,
-                    "unknownLines": unknown_lines,
-                }));
+                report.imported.push(Imported {
+                    session: header.id.to_string(),
+                    parent_session: header.parent_session.as_ref().map(ToString::to_string),
+                    file: file.display().to_string(),
+                    events,
+                    unknown_lines,
+                });
             }
             SessionOutcome::Unchanged => report.unchanged += 1,
             SessionOutcome::Changed { stored, now } => report.skipped.push((
@@ -135,34 +170,36 @@ fn print_report(source: &Path, report: &SourceReport, json: bool) -> std::io::Re
         );
     }
     if json {
-        let failed: Vec<_> = report
+        let failed = report
             .failed
             .iter()
-            .map(|error| {
-                json!({
-                    "file": error.file.display().to_string(),
-                    "line": error.line,
-                    "reason": error.reason,
-                })
+            .map(|error| FileNote {
+                file: error.file.display().to_string(),
+                line: Some(error.line),
+                reason: &error.reason,
             })
             .collect();
-        let skipped: Vec<_> = report
+        let skipped = report
             .skipped
             .iter()
-            .map(|(file, reason)| json!({ "file": file, "reason": reason }))
+            .map(|(file, reason)| FileNote {
+                file: file.clone(),
+                line: None,
+                reason,
+            })
             .collect();
-        let line = json!({
-            "source": source.display().to_string(),
-            "files": report.files,
-            "sessions": report.imported.len(),
-            "events": report.events,
-            "unknownLines": report.unknown_lines,
-            "unchanged": report.unchanged,
-            "skipped": skipped,
-            "failed": failed,
-            "imported": report.imported,
-        });
-        return crate::terminal::print_json_line(&line.to_string());
+        let line = SourceLine {
+            source: source.display().to_string(),
+            files: report.files,
+            sessions: report.imported.len(),
+            events: report.events,
+            unknown_lines: report.unknown_lines,
+            unchanged: report.unchanged,
+            skipped,
+            failed,
+            imported: &report.imported,
+        };
+        return crate::terminal::print_json_line(&serde_json::to_string(&line)?);
     }
     let mut summary = format!(
         "{}: {} sessions imported ({} events, {} unknown lines kept)",

@@ -76,14 +76,22 @@ pub fn migrate(
     }
     if json {
         let warnings: Vec<String> = report.warnings.iter().map(ToString::to_string).collect();
-        let json = serde_json::json!({
-            "sessions": report.sessions,
-            "skipped": report.skipped,
-            "events": report.events,
-            "warnings": warnings,
-            "identical": true,
-        });
-        crate::terminal::print_json_line(&json.to_string())?;
+        /// What `migrate --json` prints, its members in this order.
+        #[derive(serde::Serialize)]
+        struct Migrated {
+            sessions: usize,
+            skipped: usize,
+            events: u64,
+            warnings: Vec<String>,
+            identical: bool,
+        }
+        crate::terminal::print_json_line(&serde_json::to_string(&Migrated {
+            sessions: report.sessions,
+            skipped: report.skipped,
+            events: report.events,
+            warnings,
+            identical: true,
+        })?)?;
     } else {
         crate::outln!(
             "migrated {} sessions ({} events) from {} to {}; the copy is identical",
@@ -198,16 +206,27 @@ pub fn diff(a: &Path, b: &Path, json: bool) -> Result<u8> {
         }
         Some(difference) => {
             if json {
-                let json = serde_json::json!({
-                    "identical": false,
-                    "session": difference.session.as_ref().map(|s| s.as_str()),
-                    "seq": difference.seq,
-                    "field": difference.field,
-                    "left": difference_value(&difference.field, &difference.left),
-                    "right": difference_value(&difference.field, &difference.right),
-                    "message": difference.to_string(),
-                });
-                crate::terminal::print_json_line(&json.to_string())?;
+                /// What `diff --json` prints of a difference, its members
+                /// in this order.
+                #[derive(serde::Serialize)]
+                struct Different<'a> {
+                    identical: bool,
+                    session: Option<&'a str>,
+                    seq: Option<u64>,
+                    field: &'a str,
+                    left: serde_json::Value,
+                    right: serde_json::Value,
+                    message: String,
+                }
+                crate::terminal::print_json_line(&serde_json::to_string(&Different {
+                    identical: false,
+                    session: difference.session.as_ref().map(|s| s.as_str()),
+                    seq: difference.seq,
+                    field: &difference.field,
+                    left: difference_value(&difference.field, &difference.left),
+                    right: difference_value(&difference.field, &difference.right),
+                    message: difference.to_string(),
+                })?)?;
             } else {
                 crate::outln!("{difference}")?;
             }

@@ -62,14 +62,23 @@ pub fn run(
     let sandbox = state.effective_sandbox(&defaults);
     let approval = state.effective_approval(&defaults);
     if json {
-        let report = serde_json::json!({
-            "session": session.id.as_str(),
-            "preset": switch.preset.as_str(),
-            "seqs": seqs,
-            "sandboxMode": sandbox.as_str(),
-            "approvalPolicy": approval.as_str(),
-        });
-        crate::terminal::print_json_line(&report.to_string())?;
+        /// What `preset --json` prints, its members in this order.
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Switched<'a> {
+            session: &'a str,
+            preset: &'a str,
+            seqs: Vec<u64>,
+            sandbox_mode: &'a str,
+            approval_policy: &'a str,
+        }
+        crate::terminal::print_json_line(&serde_json::to_string(&Switched {
+            session: session.id.as_str(),
+            preset: switch.preset.as_str(),
+            seqs,
+            sandbox_mode: sandbox.as_str(),
+            approval_policy: approval.as_str(),
+        })?)?;
     } else {
         crate::outln!(
             "session {} now runs under preset {} (sandbox {}, approval {}): seq {}",
