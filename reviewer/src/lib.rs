@@ -13,10 +13,16 @@
 //! instead (a private CA, a corporate proxy).
 //!
 //! The key is sent only in the `Authorization` header. It never appears in
-//! an error (every message is scrubbed of it), in `Debug` output, or in a
-//! log line: the transport logs nothing, and ureq's wire-level `trace`
-//! logging, which is not redacted, must be kept off by the program (the
-//! `sessionlog` binary caps the `log` facade at `debug`).
+//! an error, a reason or a failure made of the answer (each is scrubbed of
+//! it, after the answer was read as it came: see [`Reviewer::scrub`]), in
+//! `Debug` output, or in a log line: the transport logs nothing, and ureq's
+//! wire-level `trace` logging, which is not redacted, must be kept off by
+//! the program (the `sessionlog` binary caps the `log` facade at `debug`).
+//! A key shorter than [`MIN_SCRUBBED_KEY`] characters is a placeholder
+//! (local servers take `EMPTY` or `dummy`), not a secret: taking it out
+//! would rewrite ordinary words of a reason, so it is left. A password in
+//! the endpoint's URL is never shown either: messages name the URL
+//! without it.
 #![deny(missing_docs)]
 
 use std::fmt;
@@ -30,6 +36,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The largest answer read: 16 MiB (a reviewer's answer is a few KiB).
 const MAX_ANSWER_BYTES: u64 = 16 << 20;
+
+/// The shortest key scrubbed from what is printed and recorded: 8
+/// characters. See the crate docs.
+pub const MIN_SCRUBBED_KEY: usize = 8;
 
 /// A reviewer model behind an OpenAI-compatible Chat Completions endpoint.
 ///
@@ -49,6 +59,9 @@ const MAX_ANSWER_BYTES: u64 = 16 << 20;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct HttpReviewer {
+    /// The URL posted to, as given.
+    target: String,
+    /// `target` without the password of its user information.
     url: String,
     key: Option<String>,
     agent: ureq::Agent,
@@ -99,7 +112,7 @@ impl fmt::Debug for HttpReviewer {
 impl fmt::Debug for HttpReviewerOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HttpReviewerOptions")
-            .field("endpoint", &self.endpoint)
+            .field("endpoint", &without_password(&self.endpoint))
             .field("key", &self.key.as_ref().map(|_| "(redacted)"))
             .field("timeout", &self.timeout)
             .finish()
@@ -113,7 +126,7 @@ impl HttpReviewer {
         let endpoint = options.endpoint.trim_end_matches('/');
         if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
             return Err(HttpReviewerError::Endpoint {
-                endpoint: options.endpoint.clone(),
+                endpoint: without_password(&options.endpoint),
             });
         }
         let config = ureq::Agent::config_builder()
@@ -122,14 +135,17 @@ impl HttpReviewer {
             .max_redirects(0)
             .tls_config(tls_config()?)
             .build();
+        let target = format!("{endpoint}/chat/completions");
         Ok(HttpReviewer {
-            url: format!("{endpoint}/chat/completions"),
+            url: without_password(&target),
+            target,
             key: options.key.filter(|key| !key.is_empty()),
             agent: ureq::Agent::new_with_config(config),
         })
     }
 
-    /// The URL every call is POSTed to.
+    /// The URL every call is POSTed to, as messages show it (without the
+    /// password of its user information).
     pub fn url(&self) -> &str {
         &self.url
     }
@@ -137,7 +153,7 @@ impl HttpReviewer {
     fn exchange(&self, body: &str) -> Result<ReviewerResponse, ureq::Error> {
         let mut request = self
             .agent
-            .post(&self.url)
+            .post(&self.target)
             .header("Content-Type", "application/json");
         if let Some(key) = &self.key {
             request = request.header("Authorization", &format!("Bearer {key}"));
@@ -152,50 +168,46 @@ impl HttpReviewer {
         Ok(ReviewerResponse { status, body })
     }
 
-    /// `body` with every occurrence of the key replaced: a server that
-    /// echoes the key (in an error, in a reason) must not get it printed
-    /// or recorded.
-    fn scrub_bytes(&self, body: Vec<u8>) -> Vec<u8> {
-        let Some(key) = self.key.as_deref().map(str::as_bytes) else {
-            return body;
-        };
-        if !body.windows(key.len()).any(|window| window == key) {
-            return body;
-        }
-        let mut scrubbed = Vec::with_capacity(body.len());
-        let mut rest = body.as_slice();
-        while !rest.is_empty() {
-            if rest.starts_with(key) {
-                scrubbed.extend_from_slice(b"(redacted)");
-                rest = &rest[key.len()..];
-            } else {
-                scrubbed.push(rest[0]);
-                rest = &rest[1..];
-            }
-        }
-        scrubbed
-    }
-
-    /// `message` with every occurrence of the key replaced.
-    fn scrub(&self, message: String) -> String {
+    /// `message` with every occurrence of the key replaced (a key of at
+    /// least [`MIN_SCRUBBED_KEY`] characters).
+    fn scrub_key(&self, message: String) -> String {
         match &self.key {
-            Some(key) => message.replace(key.as_str(), "(redacted)"),
-            None => message,
+            Some(key)
+                if key.chars().count() >= MIN_SCRUBBED_KEY && message.contains(key.as_str()) =>
+            {
+                message.replace(key.as_str(), "(redacted)")
+            }
+            _ => message,
         }
+    }
+}
+
+/// `url` without the password of its user information
+/// (`http://user:secret@host/` → `http://user@host/`).
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}@{host}{tail}")
+        }
+        None => url.to_owned(),
     }
 }
 
 impl Reviewer for HttpReviewer {
     fn send(&self, body: &str) -> Result<ReviewerResponse, ReviewerError> {
-        match self.exchange(body) {
-            Ok(response) => Ok(ReviewerResponse {
-                status: response.status,
-                body: self.scrub_bytes(response.body),
-            }),
-            Err(error) => Err(ReviewerError {
-                message: self.scrub(describe(&error, &self.url)),
-            }),
-        }
+        self.exchange(body).map_err(|error| ReviewerError {
+            message: self.scrub_key(describe(&error, &self.url)),
+        })
+    }
+
+    fn scrub(&self, text: String) -> String {
+        self.scrub_key(text)
     }
 }
 
@@ -256,10 +268,56 @@ mod tests {
             "echo (redacted) back"
         );
         assert_eq!(
-            reviewer.scrub_bytes(b"{\"e\":\"Bearer sk-secret-1234sk-secret-1234\"}".to_vec()),
-            b"{\"e\":\"Bearer (redacted)(redacted)\"}"
+            reviewer.scrub("{\"e\":\"Bearer sk-secret-1234sk-secret-1234\"}".to_owned()),
+            "{\"e\":\"Bearer (redacted)(redacted)\"}"
         );
-        assert_eq!(reviewer.scrub_bytes(b"sk-secret".to_vec()), b"sk-secret");
+        assert_eq!(reviewer.scrub("sk-secret".to_owned()), "sk-secret");
+    }
+
+    #[test]
+    fn a_placeholder_key_is_not_scrubbed_from_words() {
+        let reviewer = HttpReviewer::new(HttpReviewerOptions {
+            endpoint: "http://127.0.0.1:9/v1".to_owned(),
+            key: Some("dummy".to_owned()),
+            timeout: Duration::from_secs(5),
+        })
+        .expect("a reviewer");
+        assert_eq!(
+            reviewer.scrub("uploads ~/.ssh to a dummy host".to_owned()),
+            "uploads ~/.ssh to a dummy host"
+        );
+    }
+
+    #[test]
+    fn a_password_in_the_endpoint_is_never_shown() {
+        let options = HttpReviewerOptions {
+            endpoint: "http://user:hunter2@127.0.0.1:9/v1".to_owned(),
+            key: None,
+            timeout: Duration::from_secs(5),
+        };
+        assert!(!format!("{options:?}").contains("hunter2"));
+        let reviewer = HttpReviewer::new(options).expect("a reviewer");
+        assert_eq!(
+            reviewer.url(),
+            "http://user@127.0.0.1:9/v1/chat/completions"
+        );
+        assert!(!format!("{reviewer:?}").contains("hunter2"));
+        let error = reviewer.send("{}").expect_err("nothing listens on port 9");
+        assert!(
+            error
+                .message
+                .contains("http://user@127.0.0.1:9/v1/chat/completions")
+                && !error.message.contains("hunter2"),
+            "{}",
+            error.message
+        );
+        let refused = HttpReviewer::new(HttpReviewerOptions {
+            endpoint: "ftp://user:hunter2@example.invalid".to_owned(),
+            key: None,
+            timeout: DEFAULT_TIMEOUT,
+        })
+        .expect_err("refused");
+        assert!(!refused.to_string().contains("hunter2"), "{refused}");
     }
 
     #[test]

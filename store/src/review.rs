@@ -36,8 +36,17 @@ use crate::StoreError;
 pub trait Reviewer: Send + Sync + fmt::Debug {
     /// POSTs `body` (compact JSON) and returns the status and body of the
     /// answer, or why no answer came (a connection failure, a timeout).
-    /// The error's text must never hold the key.
+    /// The error's text must never hold the key. The answer's body is
+    /// given back as received: the decision is read from it as the
+    /// reviewer wrote it, and only the text made of it is scrubbed.
     fn send(&self, body: &str) -> Result<ReviewerResponse, ReviewerError>;
+
+    /// `text` (a denial's reason, or a failure's message quoting the
+    /// answer) with every credential of this reviewer taken out, before it
+    /// is printed or recorded. By default it is left as it is.
+    fn scrub(&self, text: String) -> String {
+        text
+    }
 }
 
 /// The answer of a reviewer model's endpoint.
@@ -189,10 +198,18 @@ impl SessionWriter {
 /// Sends the reviewer's `request` (as `build_review_request` built it) to
 /// `reviewer` as one Chat Completions call and reads its answer strictly.
 /// `model` overrides the request's model.
+/// The answer is read as it came; the reviewer's `scrub` then takes any
+/// credential out of the text made of it (the reason, the failure's
+/// message), so that the decision itself is never what scrubbing changed.
 pub fn ask_reviewer(reviewer: &dyn Reviewer, request: &str, model: Option<&str>) -> Verdict {
     match try_ask(reviewer, request, model) {
-        Ok(decision) => Verdict::Decided(decision),
-        Err(failure) => Verdict::Failed(failure),
+        Ok(mut decision) => {
+            decision.reason = decision.reason.map(|reason| reviewer.scrub(reason));
+            Verdict::Decided(decision)
+        }
+        Err(failure) => Verdict::Failed(ReviewFailure {
+            message: reviewer.scrub(failure.message),
+        }),
     }
 }
 

@@ -506,6 +506,85 @@ fn a_server_that_echoes_the_key_never_gets_it_shown() {
 }
 
 #[test]
+fn the_decision_is_read_before_the_key_is_scrubbed_from_its_reason() {
+    // A reason that holds the key: printed and recorded without it, the
+    // denial as the reviewer wrote it.
+    let (_folder, log) = open_step_session();
+    let content =
+        json!({"risk": "high", "decision": "deny", "reason": format!("sends {KEY} away")})
+            .to_string();
+    let server = Server::start(move |_| Answer::Body(200, chat(json!(content), "stop")));
+    let run = review(&log, &server, &["--record"]);
+    run.expect_code(0);
+    let printed: Value = serde_json::from_str(run.stdout.trim()).expect("JSON");
+    assert_eq!(
+        printed,
+        json!({"risk": "high", "decision": "deny", "reason": "sends (redacted) away"})
+    );
+    assert_eq!(
+        recorded(&log)[1].1["error"]["reason"],
+        "sends (redacted) away"
+    );
+
+    // A placeholder key (a local server's `low`, `dummy`) that is also a
+    // word of the answer: the decision and the reason stay as written.
+    let (folder, log) = open_step_session();
+    let content = json!({"risk": "low", "decision": "allow"}).to_string();
+    let allow = Server::start(move |_| Answer::Body(200, chat(json!(content), "stop")));
+    let denial =
+        json!({"risk": "high", "decision": "deny", "reason": "uploads keys to a dummy host"})
+            .to_string();
+    let deny = Server::start(move |_| Answer::Body(200, chat(json!(denial), "stop")));
+    let pending = folder.path().join("pending.json");
+    std::fs::write(&pending, PENDING).expect("write the pending action");
+    for (server, key, expected) in [
+        (&allow, "low", json!({"risk": "low", "decision": "allow"})),
+        (
+            &deny,
+            "dummy",
+            json!({"risk": "high", "decision": "deny", "reason": "uploads keys to a dummy host"}),
+        ),
+    ] {
+        let mut command = sessionlog(["review"]);
+        command
+            .arg(&log)
+            .arg("--pending")
+            .arg(&pending)
+            .args(["--endpoint", &server.endpoint])
+            .env("SESSIONLOG_REVIEWER_KEY", key);
+        let run = run_command(command, None);
+        run.expect_code(0);
+        let printed: Value = serde_json::from_str(run.stdout.trim()).expect("JSON");
+        assert_eq!(printed, expected, "key {key:?}");
+    }
+}
+
+#[test]
+fn a_password_in_the_endpoint_is_neither_printed_nor_recorded() {
+    let (_folder, log) = open_step_session();
+    std::fs::write(log.with_file_name("pending.json"), PENDING).expect("write");
+    let mut command = sessionlog(["review"]);
+    command
+        .arg(&log)
+        .arg("--pending")
+        .arg(log.with_file_name("pending.json"))
+        .args([
+            "--endpoint",
+            "http://user:hunter2@127.0.0.1:9/v1",
+            "--record",
+        ]);
+    let run = run_command(command, None);
+    let message = failure_of(&run);
+    assert!(
+        message.contains("http://user@127.0.0.1:9/v1/chat/completions"),
+        "{message}"
+    );
+    assert!(!run.stdout.contains("hunter2") && !run.stderr.contains("hunter2"));
+    let text = std::fs::read_to_string(&log).expect("the log");
+    assert!(text.contains("AUTO_REVIEW_FAILED") && !text.contains("hunter2"));
+}
+
+#[test]
 fn a_request_that_fails_closed_is_never_sent_nor_recorded() {
     let (folder, log) = open_step_session();
     let server = Server::saying(r#"{"risk":"low","decision":"allow"}"#);
