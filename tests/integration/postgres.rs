@@ -565,6 +565,9 @@ impl Drop for PrivateServer {
     }
 }
 
+/// Over TCP and over the server's unix socket (where the lost connection
+/// shows as a broken pipe, which must not pass for standard output's
+/// reader going away: exit 141 and no message).
 #[test]
 fn the_server_stopped_immediately_mid_append_loses_nothing_acknowledged() {
     if test_server().is_none() {
@@ -573,8 +576,21 @@ fn the_server_stopped_immediately_mid_append_loses_nothing_acknowledged() {
     let folder = ok(tempfile::tempdir());
     let (server, url) = PrivateServer::start(folder.path());
     let dir = server.dir.clone();
-    run(["create", &url, "--session", "s"]).expect_code(0);
-    let mut appender = ok(sessionlog(["append", &url, "--session", "s"])
+    let port = url
+        .rsplit_once(':')
+        .and_then(|(_, rest)| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no port in {url}"))
+        .to_owned();
+    let socket = format!("postgres:///postgres?host={dir}&port={port}&user=postgres");
+    for (transport, url, session) in [("TCP", &url, "s"), ("unix socket", &socket, "u")] {
+        stop_mid_append(url, &dir, session, transport);
+    }
+    drop(server);
+}
+
+fn stop_mid_append(url: &str, dir: &str, session: &str, transport: &str) {
+    run(["create", url, "--session", session]).expect_code(0);
+    let mut appender = ok(sessionlog(["append", url, "--session", session])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -604,24 +620,40 @@ fn the_server_stopped_immediately_mid_append_loses_nothing_acknowledged() {
         }
         last
     });
+    let mut stderr = appender
+        .stderr
+        .take()
+        .unwrap_or_else(|| panic!("no stderr"));
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+        text
+    });
     std::thread::sleep(Duration::from_millis(1500));
-    server_script(&["crash", &dir]);
+    server_script(&["crash", dir]);
     let status = ok(appender.wait());
     let acknowledged = reader.join().unwrap_or_else(|_| panic!("reader panicked"));
+    let errors = errors
+        .join()
+        .unwrap_or_else(|_| panic!("stderr reader panicked"));
     drop(feeder.join());
     assert_eq!(
         status.code(),
         Some(1),
-        "append fails when its server goes away"
+        "append over {transport} fails when its server goes away: {errors}"
+    );
+    assert!(
+        errors.starts_with("sessionlog: "),
+        "over {transport} the failure is named: {errors:?}"
     );
     assert!(
         acknowledged > 0,
         "appends were acknowledged before the stop"
     );
-    server_script(&["start", &dir]);
-    run(["verify", &url]).expect_code(0);
-    let store = ok(Store::open(Path::new(&url)));
-    let events = ok(store.snapshot(&id("s"))).events;
+    server_script(&["start", dir]);
+    run(["verify", url]).expect_code(0);
+    let store = ok(Store::open(Path::new(url)));
+    let events = ok(store.snapshot(&id(session))).events;
     assert!(
         events.len() as u64 >= acknowledged,
         "{acknowledged} acknowledged, {} found",
@@ -631,15 +663,14 @@ fn the_server_stopped_immediately_mid_append_loses_nothing_acknowledged() {
         assert_eq!(record.data(), format!("{{\"n\":{}}}", n + 1));
     }
     eprintln!(
-        "pg_ctl stop -m immediate mid-append: {acknowledged} acknowledged, {} found after restart",
+        "pg_ctl stop -m immediate mid-append over {transport}: {acknowledged} acknowledged, {} found after restart",
         events.len()
     );
     run_with_stdin(
-        ["append", &url, "--session", "s"],
+        ["append", url, "--session", session],
         "{\"type\":\"x-test/probe\",\"data\":{\"n\":0}}\n",
     )
     .expect_code(0);
-    drop(server);
 }
 
 #[test]

@@ -116,7 +116,7 @@ fn main() -> ExitCode {
     let result = run(cli);
     match result {
         Ok(code) => ExitCode::from(code),
-        Err(error) if terminal::is_broken_pipe(&error) => ExitCode::from(exit::READER_GONE),
+        Err(error) if terminal::is_reader_gone(&error) => ExitCode::from(exit::READER_GONE),
         Err(error) => {
             let code = exit_code(&error);
             crate::errln!("sessionlog: {}", render(&error));

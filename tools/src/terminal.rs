@@ -19,6 +19,7 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use sessionlog_schema::is_unprintable;
 
@@ -156,12 +157,47 @@ impl<W: Write> Drop for Escaping<W> {
 /// STORE | head -1`): 128 + SIGPIPE, the status a shell reports for a
 /// program a broken pipe stopped, so `set -o pipefail` still sees that the
 /// command did not finish. Every write here returns its error, and `main`
-/// turns a broken pipe anywhere in an error's chain into this status and
-/// prints nothing more.
+/// turns a broken pipe of standard output or error ([`is_reader_gone`])
+/// into this status and prints nothing more.
 pub const READER_GONE: u8 = 141;
 
+/// Set when a write to standard output or error finds its reader gone.
+static READER_WENT: AtomicBool = AtomicBool::new(false);
+
+/// Standard output or error, noting a write that finds its reader gone:
+/// a broken pipe elsewhere (a server's socket, a FIFO given as a file) is
+/// an error like any other, not the reader going away.
+#[derive(Debug)]
+pub struct Watched<W>(W);
+
+impl<W: Write> Write for Watched<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        note_reader_gone(self.0.write(buf))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        note_reader_gone(self.0.flush())
+    }
+}
+
+fn note_reader_gone<T>(result: io::Result<T>) -> io::Result<T> {
+    if let Err(error) = &result {
+        if error.kind() == io::ErrorKind::BrokenPipe {
+            READER_WENT.store(true, Ordering::Relaxed);
+        }
+    }
+    result
+}
+
+/// Whether `error` is the reader of standard output or error going away: a
+/// write to one of them found a closed pipe, and a broken pipe is in the
+/// error's chain.
+pub fn is_reader_gone(error: &anyhow::Error) -> bool {
+    READER_WENT.load(Ordering::Relaxed) && is_broken_pipe(error)
+}
+
 /// Whether `error` (anywhere in its chain) is a write to a closed pipe.
-pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
         cause
             .downcast_ref::<io::Error>()
@@ -174,14 +210,14 @@ pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
 
 /// Standard output, buffered and escaped as `mode` says.
 #[allow(clippy::disallowed_methods)]
-pub fn stdout(mode: Mode) -> Escaping<io::BufWriter<io::StdoutLock<'static>>> {
-    Escaping::new(io::BufWriter::new(io::stdout().lock()), mode)
+pub fn stdout(mode: Mode) -> Escaping<io::BufWriter<Watched<io::StdoutLock<'static>>>> {
+    Escaping::new(io::BufWriter::new(Watched(io::stdout().lock())), mode)
 }
 
 /// Standard error, escaped as text.
 #[allow(clippy::disallowed_methods)]
-pub fn stderr() -> Escaping<io::StderrLock<'static>> {
-    Escaping::new(io::stderr().lock(), Mode::Text)
+pub fn stderr() -> Escaping<Watched<io::StderrLock<'static>>> {
+    Escaping::new(Watched(io::stderr().lock()), Mode::Text)
 }
 
 /// A writer of standard error for `tracing`, escaped as text.
@@ -189,7 +225,7 @@ pub fn stderr() -> Escaping<io::StderrLock<'static>> {
 pub struct TracingStderr;
 
 impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for TracingStderr {
-    type Writer = Escaping<io::StderrLock<'static>>;
+    type Writer = Escaping<Watched<io::StderrLock<'static>>>;
 
     fn make_writer(&'a self) -> Self::Writer {
         stderr()

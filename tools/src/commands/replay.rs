@@ -784,7 +784,7 @@ fn header_summary(header: &SessionHeader) -> String {
 }
 
 /// Standard output as `terminal` gives it.
-type Stdout = Escaping<std::io::BufWriter<std::io::StdoutLock<'static>>>;
+type Stdout = Escaping<std::io::BufWriter<crate::terminal::Watched<std::io::StdoutLock<'static>>>>;
 
 /// Where the entries of `replay` go as they are made.
 enum Printer {
