@@ -126,7 +126,9 @@ pub use sql::postgres::{
 };
 #[cfg(feature = "sqlite")]
 pub use sql::sqlite::{SqliteEvents, SqliteStore, SCHEMA_VERSION};
-pub use store::{is_postgres_url, store_display, Backend, EventStream, HeldRead, Store};
+pub use store::{
+    is_postgres_url, redact_url, store_display, Backend, EventStream, HeldRead, Store,
+};
 pub use wake::{Wake, POLL_ONLY_VARIABLE};
 pub use writer::{
     now_ms, AcknowledgedSeq, Durability, NewEvent, SealTurns, SessionWriter, WriterOptions,

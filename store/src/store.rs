@@ -852,7 +852,16 @@ fn postgres_display(text: &str) -> String {
 /// The URL `text` with any password taken out (from its user information
 /// and from a `password` parameter), whether its scheme ends in `://` or,
 /// mistyped, in `:/`.
-pub(crate) fn redact_url(text: &str) -> String {
+///
+/// ```
+/// use sessionlog_store::redact_url;
+///
+/// assert_eq!(
+///     redact_url("postgres://app:s3cret@db/logs?password=s3cret&schema=a"),
+///     "postgres://app@db/logs?schema=a"
+/// );
+/// ```
+pub fn redact_url(text: &str) -> String {
     let (scheme, rest) = text
         .split_once("://")
         .map(|(scheme, rest)| (format!("{scheme}://"), rest))

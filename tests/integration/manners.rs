@@ -732,3 +732,42 @@ fn review_request_reads_the_pending_action_from_stdin_and_says_what_helps_when_t
         "{message}"
     );
 }
+
+/// clap quotes an argument it refuses; a URL among the arguments is shown
+/// without its password there too, as in every other message.
+#[test]
+fn a_refused_argument_never_shows_a_password() {
+    let database = "postgres://app:s3cretPW@/postgres?host=/nowhere&port=1";
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["verify", database, database],
+            "'postgres://app@/postgres?host=/nowhere&port=1'",
+        ),
+        (
+            vec!["migrate", "a", "b", "postgres://app:s3cretPW@db/logs"],
+            "'postgres://app@db/logs'",
+        ),
+        // A value given as `--flag=VALUE` that clap quotes back.
+        (
+            vec![
+                "review",
+                "logs",
+                "--pending",
+                "p.json",
+                "--endpoint",
+                "http://127.0.0.1:9/v1",
+                "--timeout=http://app:s3cretPW@127.0.0.1:9/v1",
+            ],
+            "'http://app@127.0.0.1:9/v1'",
+        ),
+    ];
+    for (args, named) in cases {
+        let refused = run(&args);
+        refused.expect_code(1);
+        assert!(
+            refused.stderr.contains(named) && !refused.stderr.contains("s3cretPW"),
+            "{args:?}: {}",
+            refused.stderr
+        );
+    }
+}

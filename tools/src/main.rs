@@ -94,12 +94,43 @@ pub struct Exit {
     pub message: String,
 }
 
+/// `text` with every URL argument of the command line shown without its
+/// password (`postgres://app:secret@db/x` as `postgres://app@db/x`, also in
+/// `--endpoint=URL`); `None` when no argument holds one.
+fn without_passwords(text: &str) -> Option<String> {
+    let mut shown = text.to_owned();
+    for argument in std::env::args_os().skip(1) {
+        let argument = argument.to_string_lossy();
+        let url = match argument.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") && !flag.contains("://") => value,
+            _ => &argument,
+        };
+        if !url.contains(":/") {
+            continue;
+        }
+        let redacted = sessionlog_store::redact_url(url);
+        if redacted != url && shown.contains(url) {
+            shown = shown.replace(url, &redacted);
+        }
+    }
+    (shown != text).then_some(shown)
+}
+
 fn main() -> ExitCode {
     // clap exits 2 on a usage error, which README.md, "Exit codes" gives to corruption.
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {
-            if let Err(printing) = error.print() {
+            let printed = match without_passwords(&error.to_string()) {
+                // clap quotes the arguments it refuses, URLs with their
+                // passwords included: those go out without them (and
+                // without colour).
+                Some(text) if error.use_stderr() => {
+                    std::io::Write::write_all(&mut crate::terminal::stderr(), text.as_bytes())
+                }
+                _ => error.print(),
+            };
+            if let Err(printing) = printed {
                 if printing.kind() == std::io::ErrorKind::BrokenPipe {
                     return ExitCode::from(exit::READER_GONE);
                 }
