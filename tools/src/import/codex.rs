@@ -199,23 +199,22 @@ fn header(file: &Path, era: Era, meta: Option<&Value>, items: &[Item<'_>]) -> Se
     header
 }
 
-/// Who the prompts of a rollout come from: a spawned sub-agent's come from
-/// its parent session's agent (never the person), those of a sub-agent
-/// with no parent named are context; a fork's and a root session's come
-/// from the person.
+/// Who the prompts of a rollout come from: a spawned sub-agent's
+/// (`thread_spawn`, or a top-level `parent_thread_id`) come from its parent
+/// session's agent, never the person; any other sub-agent's (review,
+/// compaction) are the harness's, so context, even when the rollout was
+/// forked from another; a fork's and a root session's come from the
+/// person.
 fn prompter(meta: Option<&Value>, header: &SessionHeader) -> Origin {
-    let spawned = meta.is_some_and(|meta| {
-        meta.get("source")
-            .and_then(|source| source.get("subagent"))
-            .is_some()
-            || meta.get("parent_thread_id").is_some()
-    });
-    match (&header.parent_session, spawned) {
-        (Some(parent), true) => Origin::Parent(parent.to_string()),
-        // A review or compaction sub-agent names no parent: its prompts are
-        // the harness's, so context.
-        (None, true) => Origin::Context("subagent".to_owned()),
-        (_, false) => Origin::User,
+    let subagent = meta
+        .and_then(|meta| meta.get("source"))
+        .and_then(|source| source.get("subagent"));
+    let spawned = subagent.is_some_and(|subagent| subagent.get("thread_spawn").is_some())
+        || meta.is_some_and(|meta| meta.get("parent_thread_id").is_some());
+    match (&header.parent_session, spawned, subagent.is_some()) {
+        (Some(parent), true, _) => Origin::Parent(parent.to_string()),
+        (_, _, true) | (None, true, false) => Origin::Context("subagent".to_owned()),
+        (_, false, false) => Origin::User,
     }
 }
 
@@ -559,8 +558,12 @@ impl State {
                 match str_of(turn_item, "type") {
                     Some("UserMessage") => {
                         self.input_epoch += 1;
-                        let parts = vec![text_part(&content_text_joined(turn_item))];
-                        builder.prompt(self.prompter.clone(), parts);
+                        let text = content_text_joined(turn_item);
+                        let parts = vec![text_part(&text)];
+                        match opening_tag(&text) {
+                            None => builder.prompt(self.prompter.clone(), parts),
+                            Some(_) => builder.message(injected_origin(&text), parts),
+                        }
                     }
                     Some("AgentMessage") => {
                         builder.model_output(&self.response_key());
@@ -612,9 +615,6 @@ fn reasoning_texts(payload: &Value) -> Vec<String> {
     }
 }
 
-/// What injected a user-role item that is not a prompt: an instructions
-/// file (AGENTS.md, as `<user_instructions>` or `# AGENTS.md instructions`),
-/// else context named by its opening tag.
 /// Whether a `user_message` event holds what the person typed: its `kind`
 /// is absent or `plain` (Codex marks the environment context and the user
 /// instructions it sends as user messages with their own kind).
@@ -625,6 +625,9 @@ fn typed_by_the_person(payload: &Value) -> bool {
     }
 }
 
+/// What injected a user-role item that is not a prompt: an instructions
+/// file (AGENTS.md, as `<user_instructions>` or `# AGENTS.md instructions`),
+/// else context named by its opening tag.
 fn injected_origin(text: &str) -> Origin {
     let trimmed = text.trim_start();
     if trimmed.starts_with("<user_instructions>") || trimmed.starts_with("# AGENTS.md instructions")

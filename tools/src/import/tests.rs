@@ -366,3 +366,57 @@ fn a_claude_document_keeps_its_bytes_and_media_type() {
         .count();
     assert_eq!(kept, 1);
 }
+
+#[test]
+fn codex_context_in_an_unmirrored_item_completed_gets_no_user_authority() {
+    let completed = |text: &str| {
+        format!(
+            r#"{{"type":"event_msg","payload":{{"type":"item_completed","item":{{"type":"UserMessage","id":"u","content":[{{"type":"text","text":"{text}"}}]}}}}}}"#
+        )
+    };
+    let environment = "<environment_context>cwd</environment_context>";
+    let text = [
+        CODEX_META.to_owned(),
+        completed(environment),
+        completed("<user_instructions>be brief</user_instructions>"),
+        completed("typed"),
+    ]
+    .join("\n");
+    let sessions = check_all_valid(Format::Codex, &format!("{text}\n"));
+    assert_eq!(
+        message_kinds(&sessions),
+        [
+            format!(r#""context":{environment}"#),
+            r#""instructions":<user_instructions>be brief</user_instructions>"#.to_owned(),
+            r#""user":typed"#.to_owned(),
+        ]
+    );
+}
+
+#[test]
+fn a_codex_review_sub_agent_forked_from_a_thread_prompts_as_context() {
+    let meta = |source: &str| {
+        format!(
+            r#"{{"type":"session_meta","payload":{{"id":"s-2","cwd":"/w","forked_from_id":"s-1","source":{source}}}}}"#
+        )
+    };
+    let prompt = r#"{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"review it"}]}}
+{"type":"event_msg","payload":{"type":"user_message","message":"review it"}}"#;
+    let kinds = |source: &str| {
+        let text = format!("{}\n{prompt}\n", meta(source));
+        message_kinds(&check_all_valid(Format::Codex, &text))
+    };
+    // The harness's review prompt: context, though the rollout names the
+    // thread it was forked from.
+    assert_eq!(
+        kinds(r#"{"subagent":"review"}"#),
+        [r#""context":review it"#]
+    );
+    // A spawned one speaks for its parent's agent; a plain fork for the
+    // person.
+    assert_eq!(
+        kinds(r#"{"subagent":{"thread_spawn":{"parent_thread_id":"s-1","depth":1}}}"#),
+        [r#""agent-message":review it"#]
+    );
+    assert_eq!(kinds(r#""cli""#), [r#""user":review it"#]);
+}
