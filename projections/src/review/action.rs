@@ -142,9 +142,7 @@ fn check_raw(value: &RawValue, path: &str) -> Result<(), ReviewError> {
         return Err(invalid(format!("member {path} of {ACTION} is null")));
     }
     match find_nested_duplicate(value) {
-        Some(detail) => Err(invalid(format!(
-            "member {path} of {ACTION} is ambiguous: {detail}"
-        ))),
+        Some(unclear) => Err(invalid(format!("member {path} of {ACTION} {unclear}"))),
         None => Ok(()),
     }
 }
@@ -324,7 +322,7 @@ mod tests {
             ("[]", "the pending action is not a JSON object"),
             (
                 r#"{"callId":"c"} x"#,
-                "the pending action is not exactly one JSON object: trailing characters",
+                "the pending action is not exactly one JSON object: trailing characters at line 1 column 16",
             ),
         ];
         for (json, expected) in cases {

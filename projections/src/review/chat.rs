@@ -351,7 +351,7 @@ mod tests {
             ("[]", "the request is not a JSON object"),
             (
                 "{} x",
-                "the request is not exactly one JSON object: trailing characters",
+                "the request is not exactly one JSON object: trailing characters at line 1 column 4",
             ),
             (
                 r#"{"partitions":{},"model":{}}"#,
@@ -410,9 +410,9 @@ mod tests {
     #[test]
     fn an_answer_without_the_shape_says_what_is_missing() {
         let cases: Vec<(Vec<u8>, &str)> = vec![
-            (b"not json".to_vec(), "the reviewer's answer is not exactly one JSON object: expected ident"),
+            (b"not json".to_vec(), "the reviewer's answer is not exactly one JSON object: expected ident at line 1 column 2"),
             (b"[]".to_vec(), "the reviewer's answer is not a JSON object"),
-            (b"{\"choices\":[]} trailing".to_vec(), "the reviewer's answer is not exactly one JSON object: trailing characters"),
+            (b"{\"choices\":[]} trailing".to_vec(), "the reviewer's answer is not exactly one JSON object: trailing characters at line 1 column 16"),
             (b"{}".to_vec(), "the reviewer's answer has no member choices"),
             (br#"{"choices":{}}"#.to_vec(), "member choices of the reviewer's answer must be an array, found an object"),
             (br#"{"choices":[]}"#.to_vec(), "the reviewer's answer has no choices"),
@@ -457,7 +457,7 @@ mod tests {
         );
         assert_eq!(
             reply(r#"{"risk":"low","decision":"allow"} and more"#, "stop"),
-            Err("the text block is not exactly one JSON object: trailing characters".to_owned())
+            Err("the text block is not exactly one JSON object: trailing characters at line 1 column 35".to_owned())
         );
         assert_eq!(
             reply(r#"{"risk":"low","risk":"high","decision":"allow"}"#, "stop"),

@@ -433,11 +433,11 @@ mod tests {
             (r#"{"decision":"deny","risk":"high","decision":"allow"}"#, "duplicate member decision in the text block"),
             (r#"{"risk":"low"}"#, "the text block has no member decision"),
             (r#"{"risk":1,"decision":"allow"}"#, "member risk must be a string"),
-            (r#"{"risk":"low","decision":"allow"} {"risk":"low","decision":"allow"}"#, "the text block is not exactly one JSON object: trailing characters"),
-            (r#"Sure! {"risk":"low","decision":"allow"}"#, "the text block is not exactly one JSON object: expected value"),
+            (r#"{"risk":"low","decision":"allow"} {"risk":"low","decision":"allow"}"#, "the text block is not exactly one JSON object: trailing characters at line 1 column 35"),
+            (r#"Sure! {"risk":"low","decision":"allow"}"#, "the text block is not exactly one JSON object: expected value at line 1 column 1"),
             (r#"```json
 {"risk":"low","decision":"allow"}
-```"#, "the text block is not exactly one JSON object: expected value"),
+```"#, "the text block is not exactly one JSON object: expected value at line 1 column 1"),
             (r#"["low","allow"]"#, "the text block is not a JSON object"),
         ];
         for (object, expected) in cases {
@@ -510,7 +510,7 @@ mod tests {
             ("[]".to_owned(), "the reply is not a JSON object"),
             (
                 "".to_owned(),
-                "the reply is not exactly one JSON object: EOF while parsing a value",
+                "the reply is not exactly one JSON object: EOF while parsing a value at line 1 column 0",
             ),
         ];
         for (reply_json, expected) in cases {

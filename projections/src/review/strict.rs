@@ -33,11 +33,12 @@ pub(super) fn object_members(json: &str) -> Result<Members<'_>, ObjectError> {
         .deserialize_any(MembersVisitor)
         .map_err(|error| match error.classify() {
             serde_json::error::Category::Data => ObjectError::NotObject,
-            _ => ObjectError::NotJson(without_position(&error.to_string())),
+            // serde_json says where, in the text read: kept.
+            _ => ObjectError::NotJson(error.to_string()),
         })?;
     deserializer
         .end()
-        .map_err(|error| ObjectError::NotJson(without_position(&error.to_string())))?;
+        .map_err(|error| ObjectError::NotJson(error.to_string()))?;
     Ok(members)
 }
 
@@ -55,6 +56,11 @@ pub(super) fn utf8_text<'a>(bytes: &'a [u8], what: &str) -> Result<&'a str, Stri
 /// Reads `json` as exactly one JSON object without a repeated member; the
 /// error is the message that says what is wrong with `what`.
 pub(super) fn unique_members<'a>(json: &'a str, what: &str) -> Result<Members<'a>, String> {
+    if json.starts_with('\u{feff}') {
+        return Err(format!(
+            "{what} starts with a byte order mark (bytes EF BB BF), which JSON does not allow"
+        ));
+    }
     let members = object_members(json).map_err(|error| match error {
         ObjectError::NotObject => format!("{what} is not a JSON object"),
         ObjectError::NotJson(detail) => {
@@ -76,14 +82,41 @@ fn first_duplicate<'m>(members: &'m Members<'_>) -> Option<&'m str> {
         .find(|name| !seen.insert(*name))
 }
 
-/// Checks that no object anywhere inside `value` repeats a member, returning
-/// the repeated name.
-pub(super) fn find_nested_duplicate(value: &RawValue) -> Option<String> {
-    let mut deserializer = serde_json::Deserializer::from_str(value.get());
-    match NoDuplicates.deserialize(&mut deserializer) {
-        Ok(()) => None,
-        Err(error) => Some(without_position(&error.to_string())),
+/// What makes a raw value mean different things to different readers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Unclear {
+    /// An object repeats this member: readers keep the first or the last.
+    Duplicate(String),
+    /// A string or number no strict reader takes (a lone surrogate escape, a
+    /// number out of range): one reader refuses it, another reads a
+    /// replacement or an infinity. serde_json's words.
+    Unreadable(String),
+}
+
+impl fmt::Display for Unclear {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unclear::Duplicate(name) => write!(f, "is ambiguous: duplicate member {name}"),
+            Unclear::Unreadable(detail) => {
+                write!(f, "holds a value JSON readers do not agree on: {detail}")
+            }
+        }
     }
+}
+
+/// Checks that no object anywhere inside `value` repeats a member and that
+/// every string and number in it reads strictly.
+pub(super) fn find_nested_duplicate(value: &RawValue) -> Option<Unclear> {
+    let mut deserializer = serde_json::Deserializer::from_str(value.get());
+    let error = NoDuplicates.deserialize(&mut deserializer).err()?;
+    // The position is inside the value, not the text it came in: left out.
+    let detail = without_position(&error.to_string());
+    Some(match detail.strip_prefix("duplicate member ") {
+        Some(name) if error.classify() == serde_json::error::Category::Data => {
+            Unclear::Duplicate(name.to_owned())
+        }
+        _ => Unclear::Unreadable(detail),
+    })
 }
 
 /// Whether a raw JSON value is the literal `null`.
@@ -96,7 +129,8 @@ pub(super) fn as_string(value: &RawValue) -> Option<String> {
     serde_json::from_str::<String>(value.get()).ok()
 }
 
-/// serde_json appends " at line L column C"; our messages say where already.
+/// serde_json appends " at line L column C", which inside a raw value is
+/// not where the value is in its text.
 fn without_position(message: &str) -> String {
     match message.rfind(" at line ") {
         Some(index) => message[..index].to_owned(),
@@ -225,7 +259,32 @@ mod tests {
         );
         assert_eq!(
             find_nested_duplicate(&raw(r#"{"a":[1,{"x":{"y":1,"y":2}}]}"#)),
-            Some("duplicate member y".to_owned())
+            Some(Unclear::Duplicate("y".to_owned()))
         );
+    }
+
+    #[test]
+    fn values_readers_disagree_on_are_not_called_duplicates() {
+        for (json, detail) in [
+            (r#"{"a":"\ud800"}"#, "hex escape"),
+            (r#"{"a":1e999}"#, "number out of range"),
+        ] {
+            // As a member of an object read, the raw value is kept unread
+            // (a raw value made alone would be refused at once).
+            let text = format!(r#"{{"arguments":{json}}}"#);
+            let members = object_members(&text).expect("an object");
+            match find_nested_duplicate(members[0].1) {
+                Some(Unclear::Unreadable(found)) => assert!(found.contains(detail), "{found}"),
+                other => panic!("{json}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_top_level_error_says_where_and_a_byte_order_mark_is_named() {
+        let cut = unique_members("{\"a\":1,\n\"b\":", "the action").expect_err("cut short");
+        assert!(cut.ends_with("at line 2 column 4"), "{cut}");
+        let marked = unique_members("\u{feff}{}", "the action").expect_err("a BOM");
+        assert!(marked.contains("byte order mark"), "{marked}");
     }
 }

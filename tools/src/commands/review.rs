@@ -9,8 +9,9 @@ use std::time::Duration;
 use anyhow::Result;
 use serde::Serialize;
 use sessionlog_projections::{
-    build_review_request_streamed, parse_pending_action, parse_review_result, ReviewError,
-    ReviewErrorCode, ReviewFragments, SessionState, Violation, ViolationKind, AUTO_REVIEW_FAILED,
+    build_review_request_streamed, parse_pending_action, parse_review_result, PendingAction,
+    ReviewError, ReviewErrorCode, ReviewFragments, SessionState, Violation, ViolationKind,
+    AUTO_REVIEW_FAILED,
 };
 use sessionlog_reviewer::{HttpReviewer, HttpReviewerOptions};
 use sessionlog_schema::{EventRecord, HeaderVocabularyError, TornTail};
@@ -41,10 +42,39 @@ fn print_error(code: &str, message: String) -> Result<()> {
     Ok(())
 }
 
+/// The pending action's bytes, and where they came from.
+struct Pending {
+    bytes: Vec<u8>,
+    /// The file as messages name it, or `standard input` for `-`.
+    source: String,
+}
+
+impl Pending {
+    /// Reads `path`; `-` is standard input, so a runtime can pipe the
+    /// action in.
+    fn read(path: &Path) -> Result<Pending> {
+        let stdin = path == Path::new("-");
+        Ok(Pending {
+            bytes: read_input((!stdin).then_some(path))?,
+            source: match stdin {
+                true => "standard input".to_owned(),
+                false => path.display().to_string(),
+            },
+        })
+    }
+
+    /// The action, read strictly; a refusal names the file it came from.
+    fn parse(&self) -> Result<PendingAction, ReviewError> {
+        parse_pending_action(&self.bytes).map_err(|mut error| {
+            error.message = format!("--pending {}: {}", self.source, error.message);
+            error
+        })
+    }
+}
+
 /// Runs `review-request`.
 pub fn request(args: &SessionArgs, pending: &Path, max_bytes: usize) -> Result<u8> {
-    // `-` is standard input, so a runtime can pipe the action in.
-    let pending = read_input((pending != Path::new("-")).then_some(pending))?;
+    let pending = Pending::read(pending)?;
     match request_from_snapshot(args, &pending, max_bytes)? {
         Ok(request) => {
             crate::terminal::print_json_line(&request)?;
@@ -64,7 +94,7 @@ pub fn call(
     record: bool,
 ) -> Result<u8> {
     let reviewer = reviewer(reviewer_args)?;
-    let pending = read_input((pending != Path::new("-")).then_some(pending))?;
+    let pending = Pending::read(pending)?;
     let model = reviewer_args.model.as_deref();
     if !record {
         return match request_from_snapshot(args, &pending, max_bytes)? {
@@ -83,7 +113,7 @@ pub fn call(
         Ok(writer) => writer,
         Err(error) => return invalid_log(error),
     };
-    let action = match parse_pending_action(&pending) {
+    let action = match pending.parse() {
         Ok(action) => action,
         Err(error) => return refused(&error),
     };
@@ -156,7 +186,7 @@ fn refused(error: &ReviewError) -> Result<u8> {
 /// (the calls, and the messages since the last checkpoint), never the log.
 fn request_from_snapshot(
     args: &SessionArgs,
-    pending: &[u8],
+    pending: &Pending,
     max_bytes: usize,
 ) -> Result<Result<String, u8>> {
     let target = Target::open(&args.store)?;
@@ -185,7 +215,7 @@ fn request_from_snapshot(
             exit::RULE
         }));
     }
-    let action = match parse_pending_action(pending) {
+    let action = match pending.parse() {
         Ok(action) => action,
         Err(error) => return refused(&error).map(Err),
     };
