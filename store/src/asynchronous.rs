@@ -27,7 +27,8 @@
 //! polls the store every `FOLLOW_POLL_INTERVAL` for new events: a
 //! JSONL log through a [`LogFollower`], which reads only what was appended
 //! since the last poll (nothing at all when the file did not change); a
-//! SQLite session with a query from the next seq.
+//! database session through a [`RowFollower`], a query from the last seq
+//! delivered, which must still hold what was delivered.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -45,6 +46,7 @@ use crate::reader::Snapshot;
 use crate::review::{
     ask_reviewer, verdict_events, ReviewCallError, ReviewOptions, Reviewed, Reviewer,
 };
+use crate::row_follow::RowFollower;
 use crate::store::Store;
 use crate::writer::{
     build_record, AcknowledgedSeq, Durability, NewEvent, SessionWriter, WriterOptions,
@@ -325,19 +327,14 @@ impl AsyncStore {
                     }
                 },
                 #[cfg(feature = "sqlite")]
-                Store::Sqlite(_) => Following::Query {
-                    next_seq: from_seq.max(1),
-                },
+                Store::Sqlite(_) => Following::Rows(RowFollower::new(id.clone(), from_seq)),
                 #[cfg(feature = "postgres")]
-                Store::Postgres(_) => Following::Query {
-                    next_seq: from_seq.max(1),
-                },
+                Store::Postgres(_) => Following::Rows(RowFollower::new(id.clone(), from_seq)),
             };
             while !sender.is_closed() {
                 let reading = Arc::clone(&store);
-                let id = id.clone();
                 let polled = blocking(move || {
-                    let batch = following.next_batch(&reading, &id);
+                    let batch = following.next_batch(&reading);
                     Ok((following, batch))
                 })
                 .await;
@@ -654,29 +651,17 @@ impl Stream for Follow {
 enum Following {
     /// A JSONL log: read from where the last poll stopped.
     Log(Box<LogFollower>),
-    /// A SQLite session: queried from the next seq.
-    Query { next_seq: u64 },
+    /// A database session: queried from the last seq delivered, which
+    /// must still hold what was delivered.
+    Rows(RowFollower),
 }
 
 impl Following {
     /// Up to `FOLLOW_CHANNEL_CAPACITY` events not delivered yet.
-    fn next_batch(
-        &mut self,
-        store: &Store,
-        id: &SessionId,
-    ) -> Result<Vec<EventRecord>, StoreError> {
+    fn next_batch(&mut self, store: &Store) -> Result<Vec<EventRecord>, StoreError> {
         match self {
             Following::Log(follower) => follower.poll(FOLLOW_CHANNEL_CAPACITY),
-            Following::Query { next_seq } => {
-                let records = store
-                    .events_from(id, *next_seq)?
-                    .take(FOLLOW_CHANNEL_CAPACITY)
-                    .collect::<Result<Vec<_>, _>>()?;
-                if let Some(last) = records.last() {
-                    *next_seq = last.seq() + 1;
-                }
-                Ok(records)
-            }
+            Following::Rows(follower) => follower.poll(store, FOLLOW_CHANNEL_CAPACITY),
         }
     }
 }

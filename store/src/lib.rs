@@ -89,6 +89,7 @@ mod leftovers;
 mod migrate;
 mod reader;
 mod review;
+mod row_follow;
 mod sql;
 mod state_snapshot;
 mod store;
@@ -119,6 +120,7 @@ pub use review::{
     ask_reviewer, verdict_events, ReviewCallError, ReviewOptions, Reviewed, Reviewer,
     ReviewerError, ReviewerResponse, Verdict,
 };
+pub use row_follow::RowFollower;
 pub use sql::checks::StoreAudit;
 #[cfg(feature = "postgres")]
 pub use sql::postgres::{

@@ -296,6 +296,14 @@ fn tail_follow_reports_a_log_replaced_by_another_sessions() {
     let replacement = folder.path().join(".a.new");
     ok(std::fs::write(&replacement, other.build()));
     ok(std::fs::rename(&replacement, &path));
+    let (code, stderr) = exit_of(child);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("another header"), "{stderr}");
+}
+
+/// The exit code and standard error of a `tail -f` that must stop by
+/// itself within 20 s.
+fn exit_of(mut child: Child) -> (Option<i32>, String) {
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
         if let Some(status) = ok(child.try_wait()) {
@@ -304,7 +312,7 @@ fn tail_follow_reports_a_log_replaced_by_another_sessions() {
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("tail -f went on following a log of another session");
+            panic!("tail -f went on following a session whose history changed");
         }
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -312,8 +320,71 @@ fn tail_follow_reports_a_log_replaced_by_another_sessions() {
     if let Some(mut pipe) = child.stderr.take() {
         ok(std::io::Read::read_to_string(&mut pipe, &mut stderr));
     }
-    assert_eq!(status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("another header"), "{stderr}");
+    (status.code(), stderr)
+}
+
+/// A database session replaced by another history from outside (in one
+/// SQLite transaction), or whose last row read is removed: `tail -f`
+/// stops with exit 2, as for a log file, and never prints the other
+/// history's events after what it printed.
+#[test]
+fn tail_follow_reports_a_database_session_replaced_or_cut() {
+    let folder = ok(tempfile::tempdir());
+    let database = folder.path().join("a.db");
+    let other = folder.path().join("b.db");
+    let store = database.display().to_string();
+    for (path, cwd, kind, count) in [(&database, "/a", "x-old", 3), (&other, "/b", "x-new", 6)] {
+        let path = path.display().to_string();
+        run(["create", &path, "--session", "s1", "--cwd", cwd]).expect_code(0);
+        let events = format!("{{\"type\":\"{kind}\",\"data\":{{}}}}\n").repeat(count);
+        run_with_stdin(["append", &path, "--session", "s1"], &events).expect_code(0);
+    }
+    let follow = || {
+        ok(sessionlog(["tail", &store, "--session", "s1", "-f"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn())
+    };
+    let by_hand = |sql: &str| {
+        let connection = ok(rusqlite::Connection::open(&database));
+        ok(connection.execute_batch(sql));
+    };
+    let child = follow();
+    std::thread::sleep(Duration::from_millis(800));
+    by_hand(&format!(
+        "ATTACH '{}' AS b; BEGIN;
+         DELETE FROM events WHERE session_id = 's1';
+         DELETE FROM snapshots WHERE session_id = 's1';
+         DELETE FROM sessions WHERE id = 's1';
+         INSERT INTO sessions SELECT * FROM b.sessions;
+         INSERT INTO events SELECT * FROM b.events; COMMIT;",
+        other.display()
+    ));
+    let (code, stderr) = exit_of(child);
+    assert_eq!(code, Some(2), "{stderr}");
+    // Which it notices first (the header, or the last row it printed)
+    // depends on when the swap falls between its two reads.
+    assert!(
+        stderr.contains("changed under the reader")
+            && (stderr.contains("another header") || stderr.contains("another record")),
+        "{stderr}"
+    );
+
+    // Now its own history cut: the last row read deleted, with the seq its
+    // session row records.
+    let child = follow();
+    std::thread::sleep(Duration::from_millis(800));
+    by_hand(
+        "BEGIN; DELETE FROM events WHERE session_id = 's1' AND seq = 6;
+         UPDATE sessions SET last_seq = 5 WHERE id = 's1'; COMMIT;",
+    );
+    let (code, stderr) = exit_of(child);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("seq 6, delivered before, was removed"),
+        "{stderr}"
+    );
 }
 
 #[test]

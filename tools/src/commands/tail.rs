@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
-use sessionlog_store::{read_last_events, LastEvents, LogFollower, Store, Wake};
+use sessionlog_store::{read_last_events, LastEvents, LogFollower, RowFollower, Store, Wake};
 
 use crate::cli::SessionArgs;
 use crate::commands::replay::describe;
@@ -51,6 +51,7 @@ pub fn run(args: &SessionArgs, start: Start, follow: bool, json: bool) -> Result
     let mut tail = Tail {
         source: Source::of(&target, &session),
         header: None,
+        rows: None,
         printed: 0,
         json,
         out: crate::terminal::stdout(crate::terminal::Mode::Json),
@@ -68,13 +69,16 @@ enum Source<'a> {
         /// The session its header must name (none for a lone file).
         expected_id: Option<SessionId>,
     },
-    /// A database session, queried from the next seq.
+    /// A database session, queried from the last seq read, which must
+    /// still hold what was read ([`RowFollower`]).
     Database { store: &'a Store },
 }
 
 struct Tail<'a, W: Write> {
     source: Source<'a>,
     header: Option<SessionHeader>,
+    /// A database session's follower, from where the first read ended.
+    rows: Option<RowFollower>,
     /// The last seq printed (0: none).
     printed: u64,
     json: bool,
@@ -131,6 +135,11 @@ impl<W: Write> Tail<'_, W> {
             }),
             Source::Database { .. } => None,
         };
+        let database = match &self.source {
+            Source::Database { store } => Some(*store),
+            Source::File { .. } => None,
+        };
+        let mut rows = self.rows.take();
         // A PostgreSQL session wakes the loop on its notifications, any
         // other on a change in its folder (`Wake`); each still reads by seq
         // and looks at least every poll interval. After a wake that found
@@ -153,16 +162,15 @@ impl<W: Write> Tail<'_, W> {
                 }
                 None => wake.wait(timeout),
             };
-            let found = match &mut follower {
-                Some(follower) => {
-                    let records = follower.poll(usize::MAX)?;
-                    for record in &records {
-                        self.print(record)?;
-                    }
-                    records.len()
-                }
-                None => self.print_rows_from(session, self.printed + 1)?,
+            let records = match (&mut follower, &mut rows, database) {
+                (Some(follower), ..) => follower.poll(usize::MAX)?,
+                (None, Some(rows), Some(store)) => rows.poll(store, usize::MAX)?,
+                _ => Vec::new(),
             };
+            for record in &records {
+                self.print(record)?;
+            }
+            let found = records.len();
             self.out.flush()?;
             soon = match (found == 0, woken, soon) {
                 (false, ..) => None,
@@ -212,7 +220,9 @@ impl<W: Write> Tail<'_, W> {
                 stream.finish()?
             }
             (Source::Database { store }, start) => {
-                self.header = Some(store.events(&session.id)?.0);
+                let store: &Store = store;
+                let (header, _) = store.records(&session.id)?;
+                self.header = Some(header.header);
                 let from = match start {
                     Start::From(from) => from,
                     Start::Last(count) => match store.recorded_last_seq(&session.id)? {
@@ -221,9 +231,21 @@ impl<W: Write> Tail<'_, W> {
                     },
                 };
                 // The events before `from` are passed over, printed or not
-                // (`-n 0` prints none): following goes on after them.
+                // (`-n 0` prints none): following goes on after them, and
+                // checks that the session still holds the last one printed.
                 self.printed = self.printed.max(from.saturating_sub(1));
-                self.print_rows_from(session, from)?;
+                let mut last = None;
+                for record in store.events_from(&session.id, from)? {
+                    let record = record?;
+                    self.print(&record)?;
+                    last = Some(record);
+                }
+                self.rows = Some(RowFollower::after(
+                    session.id.clone(),
+                    header.body,
+                    last,
+                    self.printed + 1,
+                ));
                 None
             }
         };
@@ -235,20 +257,6 @@ impl<W: Write> Tail<'_, W> {
         }
         self.out.flush()?;
         Ok(read_from_end)
-    }
-
-    /// Prints a database session's rows from seq `from` on, as they
-    /// stream; returns how many were read.
-    fn print_rows_from(&mut self, session: &SessionRef, from: u64) -> Result<usize> {
-        let Source::Database { store } = &self.source else {
-            return Ok(0);
-        };
-        let mut read = 0;
-        for record in store.events_from(&session.id, from)? {
-            self.print(&record?)?;
-            read += 1;
-        }
-        Ok(read)
     }
 
     /// Prints `record` when it is above the last seq printed.
