@@ -284,7 +284,7 @@ fn tail_follow_reports_a_log_replaced_by_another_sessions() {
     let folder = ok(tempfile::tempdir());
     let log = LogBuilder::new("a").event("turn/start", r#"{"turnId":"t1"}"#);
     let path = write_log(folder.path(), "a.jsonl", &log);
-    let mut child = ok(sessionlog(["tail", &path.display().to_string(), "-f"])
+    let child = ok(sessionlog(["tail", &path.display().to_string(), "-f"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
