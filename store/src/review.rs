@@ -496,7 +496,7 @@ mod tests {
                     status: 200,
                     body: b"<html>".to_vec(),
                 }),
-                "the reviewer's answer is not exactly one JSON object: expected value",
+                "the reviewer's answer is not exactly one JSON object: expected value at line 1 column 1",
             ),
             (
                 Err(ReviewerError {

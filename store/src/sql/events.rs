@@ -138,6 +138,10 @@ pub struct SqlEvents {
     page: VecDeque<EventRecord>,
     rows_end: RowsEnd,
     finished: bool,
+    /// Damage found in the page read last, given out once the whole units
+    /// of rows before it are: a read stops where a read of a log file
+    /// stops, after the events before the damage.
+    damage: Option<StoreError>,
 }
 
 /// The buffers of a read of one session's rows, kept for the next read
@@ -247,6 +251,7 @@ impl SqlEvents {
             page: spare.records,
             rows_end: RowsEnd::Unknown,
             finished: false,
+            damage: None,
         }
     }
 
@@ -278,6 +283,9 @@ impl SqlEvents {
                         )
                     });
             }
+            if let Some(damage) = self.damage.take() {
+                return Err(damage);
+            }
             if self.finished {
                 return Ok(None);
             }
@@ -293,7 +301,13 @@ impl SqlEvents {
             if let Some(record) = self.page.pop_front() {
                 return Ok(Some(EventBody::Record(record)));
             }
-            if !self.lent.is_empty() || self.finished {
+            if !self.lent.is_empty() {
+                break;
+            }
+            if let Some(damage) = self.damage.take() {
+                return Err(damage);
+            }
+            if self.finished {
                 break;
             }
             if let Err(error) = self.read_page(true) {
@@ -385,12 +399,25 @@ impl SqlEvents {
         let store = &self.store;
         let mut check = SeqCheck::resume(store, &self.id, self.next_seq, self.batch_remaining);
         let owner = self.rows_owner.as_ref();
-        for row in &self.rows.rows {
-            if lend {
-                check.check_from(&self.rows, row, owner)?;
-            } else {
-                self.page
-                    .push_back(check.accept_from(&self.rows, row, owner)?);
+        // The rows that end whole units (a lone event, a batch with all its
+        // records): what is given out before damage met in the page.
+        let mut whole = 0;
+        for (index, row) in self.rows.rows.iter().enumerate() {
+            let checked = match lend {
+                true => check.check_from(&self.rows, row, owner),
+                false => check
+                    .accept_from(&self.rows, row, owner)
+                    .map(|record| self.page.push_back(record)),
+            };
+            if let Err(damage) = checked {
+                self.page.truncate(whole);
+                self.lent = 0..if lend { whole } else { 0 };
+                self.damage = Some(damage);
+                self.finished = true;
+                return Ok(());
+            }
+            if check.batch_remaining == 0 {
+                whole = index + 1;
             }
         }
         if lend {
@@ -688,6 +715,7 @@ impl Iterator for SqlEvents {
                 self.finished = true;
                 self.page.clear();
                 self.lent = 0..0;
+                self.damage = None;
                 Some(Err(error))
             }
         }
