@@ -139,3 +139,45 @@ fn tail_follow_of_a_log_goes_on_from_its_end() {
     drop(tail);
     run(["verify", &text(&store)]).expect_code(2);
 }
+
+/// Damage at seq 7 of ten: every backend gives out the six events before
+/// it, then the error, as a read of a log file does. `project --at 3`
+/// succeeds, `tail --from 1` prints seqs 1–6 and exits 2, `stats` counts
+/// six events of a corrupt session.
+#[test]
+fn a_damaged_session_reads_the_same_up_to_its_damage_in_every_backend() {
+    let folder = ok(tempfile::tempdir());
+    let logs = folder.path().join("logs");
+    let database = folder.path().join("s.db");
+    notes(&logs, 10);
+    run(["migrate", &text(&logs), &text(&database)]).expect_code(0);
+    // Seq 7's data changed, its CRC left as it was.
+    let log = logs.join("s.jsonl");
+    let bytes = ok(std::fs::read_to_string(&log));
+    ok(std::fs::write(
+        &log,
+        bytes.replacen("{\"n\":7}", "{\"n\":0}", 1),
+    ));
+    let connection = ok(rusqlite::Connection::open(&database));
+    let changed = ok(connection.execute(
+        "UPDATE events SET body = replace(body, '\"n\":7', '\"n\":0') WHERE seq = 7",
+        [],
+    ));
+    assert_eq!(changed, 1);
+    drop(connection);
+    for store in [text(&logs), text(&database)] {
+        run(["project", &store, "--session", "s", "--at", "3"]).expect_code(0);
+        run(["project", &store, "--session", "s", "--at", "7"]).expect_code(2);
+        let tail = run(["tail", &store, "--session", "s", "--from", "1"]);
+        tail.expect_code(2);
+        assert_eq!(printed_notes(&tail), [1, 2, 3, 4, 5, 6], "{store}");
+        let stats = run(["stats", &store, "--json"]);
+        stats.expect_code(2);
+        let report: serde_json::Value = ok(serde_json::from_str(&stats.stdout));
+        assert_eq!(
+            report["sessions"][0]["events"], 6,
+            "{store}: {}",
+            stats.stdout
+        );
+    }
+}
