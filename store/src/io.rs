@@ -129,7 +129,7 @@ impl Io {
     /// Replaces the file `path` with `bytes` as a whole: written to
     /// `temporary` (created 0600, never through a symlink), then renamed
     /// over `path`. A kill midway leaves `path` as it was (and `temporary`,
-    /// which the next replacement truncates). Not synced: what it writes is
+    /// which the next replacement unlinks before it creates its own). Not synced: what it writes is
     /// a cache, and a reader refuses one that a power loss cut short.
     pub(crate) fn replace_file(
         &self,
@@ -139,10 +139,16 @@ impl Io {
     ) -> io::Result<()> {
         use std::os::unix::fs::OpenOptionsExt;
         self.run(FaultPoint::Snapshot, path, || {
+            // Whatever sits at the temporary name (one a killed writer left,
+            // a hard link, a FIFO, a file of another mode) is unlinked, not
+            // written through: the new file is created here, 0600.
+            match std::fs::remove_file(temporary) {
+                Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+                _ => {}
+            }
             let mut file = std::fs::OpenOptions::new()
                 .write(true)
-                .create(true)
-                .truncate(true)
+                .create_new(true)
                 .mode(0o600)
                 .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                 .open(temporary)?;
@@ -164,5 +170,43 @@ impl Io {
         operation: impl FnOnce() -> io::Result<T>,
     ) -> io::Result<T> {
         self.run(FaultPoint::Commit, path, operation)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    use super::*;
+
+    /// What sits at the temporary name is unlinked, never written through:
+    /// a hard link to a file elsewhere keeps that file as it was, a file of
+    /// a looser mode gives the replacement none of it, a FIFO does not
+    /// block the write.
+    #[test]
+    fn a_replacement_never_writes_through_what_sits_at_its_temporary_name() {
+        let folder = tempfile::tempdir().expect("tempdir");
+        let path = folder.path().join(".s.jsonl.state");
+        let temporary = folder.path().join(".s.jsonl.state.new");
+        let victim = folder.path().join("victim");
+        std::fs::write(&victim, "not a snapshot").expect("write");
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        std::fs::hard_link(&victim, &temporary).expect("link");
+        let io = Io::default();
+        io.replace_file(&temporary, &path, b"snapshot one")
+            .expect("replaced");
+        assert_eq!(std::fs::read(&victim).expect("read"), b"not a snapshot");
+        let metadata = std::fs::metadata(&path).expect("stat");
+        assert_eq!(metadata.permissions().mode() & 0o777, 0o600);
+        assert_eq!(metadata.nlink(), 1);
+
+        let made = std::process::Command::new("mkfifo")
+            .arg(&temporary)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        io.replace_file(&temporary, &path, b"snapshot two")
+            .expect("replaced past a FIFO");
+        assert_eq!(std::fs::read(&path).expect("read"), b"snapshot two");
     }
 }
