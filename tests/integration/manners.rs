@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use crate::cli_support::{run, sessionlog, workspace_root};
+use crate::cli_support::{run, run_command, sessionlog, workspace_root};
 
 fn examples() -> PathBuf {
     workspace_root().join("examples").join("sessions")
@@ -767,6 +767,35 @@ fn a_refused_argument_never_shows_a_password() {
         assert!(
             refused.stderr.contains(named) && !refused.stderr.contains("s3cretPW"),
             "{args:?}: {}",
+            refused.stderr
+        );
+    }
+}
+
+/// An argument clap refuses is quoted back: a control character in it (a
+/// hostile file name reaching the command line through a glob) never
+/// reaches the terminal as it is.
+#[test]
+fn a_refused_argument_never_sends_a_control_character() {
+    for args in [
+        vec!["verify", "logs", "--bogus\u{1b}]0;PWN\u{7}\u{1b}[31mRED"],
+        vec!["preset", "x.jsonl", "\u{1b}[31mx\u{1b}]0;T\u{7}"],
+        vec!["migrate", "a", "b", "c\u{1b}[2J"],
+    ] {
+        // As on a terminal: clap would style its message, and pass what it
+        // quotes through as it is.
+        let mut command = sessionlog(&args);
+        command.env("CLICOLOR_FORCE", "1");
+        let refused = run_command(command, None);
+        refused.expect_code(1);
+        assert!(
+            !refused.stderr.contains('\u{1b}') && !refused.stderr.contains('\u{7}'),
+            "{args:?}: {:?}",
+            refused.stderr
+        );
+        assert!(
+            refused.stderr.starts_with("error: "),
+            "{:?}",
             refused.stderr
         );
     }

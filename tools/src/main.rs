@@ -121,14 +121,17 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {
-            let printed = match without_passwords(&error.to_string()) {
-                // clap quotes the arguments it refuses, URLs with their
-                // passwords included: those go out without them (and
-                // without colour).
-                Some(text) if error.use_stderr() => {
+            let printed = match error.use_stderr() {
+                // clap quotes the arguments it refuses as they were typed:
+                // they go out through the escaping writer (a control
+                // character in a file name cannot reach the terminal), URLs
+                // without their passwords, and without colour.
+                true => {
+                    let text = error.to_string();
+                    let text = without_passwords(&text).unwrap_or(text);
                     std::io::Write::write_all(&mut crate::terminal::stderr(), text.as_bytes())
                 }
-                _ => error.print(),
+                false => error.print(),
             };
             if let Err(printing) = printed {
                 if printing.kind() == std::io::ErrorKind::BrokenPipe {
