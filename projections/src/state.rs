@@ -611,7 +611,10 @@ impl SessionState {
                 self.absorb(self.seq, view);
                 Ok(())
             }
-            Err(violation) => {
+            Err((violation, kept)) => {
+                if let Some(view) = kept {
+                    self.absorb(self.seq, view);
+                }
                 self.violation_count += 1;
                 Err(violation)
             }
@@ -751,18 +754,28 @@ impl SessionState {
     }
 
     /// [`check`](Self::check) through the borrowed view that `parse`
-    /// returns for the record's data.
+    /// returns for the record's data. A seal that fails its check against
+    /// the chain comes back with its view: it still counts as the last
+    /// seal (docs/FORMAT.md, "Verification options"), so that
+    /// `--require-sealed` and a verdict name the seal that failed, not a
+    /// log that seems unsealed.
+    #[allow(clippy::type_complexity)]
     fn check_parsed<'v>(
         &self,
         record: &EventRecord,
         parse: impl FnOnce() -> Result<EventView<'v>, ShapeError>,
-    ) -> Result<EventView<'v>, Violation> {
+    ) -> Result<EventView<'v>, (Violation, Option<EventView<'v>>)> {
         let seq = record.seq();
         let event_type = record.event_type();
-        self.check_next_seq(record)?;
-        let view = parse().map_err(|error| Violation::from_shape(seq, event_type, &error))?;
-        self.check_rules(seq, event_type, &view)?;
-        Ok(view)
+        self.check_next_seq(record)
+            .map_err(|violation| (violation, None))?;
+        let view =
+            parse().map_err(|error| (Violation::from_shape(seq, event_type, &error), None))?;
+        match self.check_rules(seq, event_type, &view) {
+            Ok(()) => Ok(view),
+            Err(violation) if violation.kind == ViolationKind::Seal => Err((violation, Some(view))),
+            Err(violation) => Err((violation, None)),
+        }
     }
 
     /// The whole-log rules, then, for an own event, the own rules.

@@ -996,3 +996,55 @@ fn seal_and_keygen_json_lines_keep_their_member_order() {
         &["session", "seq", "throughSeq", "chain", "key"],
     );
 }
+
+/// A seal that fails its check still counts as a seal: `--require-sealed`
+/// and the verdict name the seal that failed, never "events after its
+/// last seal" nor "no seal of its own" for a log that ends in its seals.
+#[test]
+fn a_failed_seal_still_counts_as_the_last_seal() {
+    let dir = ok(tempfile::tempdir());
+    let (store, _) = signed_store(dir.path());
+    let log = log_path(&store);
+    let original = bodies(&log);
+    // A record under the last seal (seq 12) edited.
+    let mut edited = original.clone();
+    edited[10] = edited[10].replace("do t3", "do t9");
+    write_bodies(&log, "s", &edited);
+    let checked = verify(&store, &["--require-sealed", "--json"]);
+    checked.expect_code(7);
+    let verdict: serde_json::Value = ok(serde_json::from_str(checked.stdout.trim()));
+    let failures: Vec<u64> = verdict["sealFailures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|failure| failure["seq"].as_u64())
+        .collect();
+    assert_eq!(failures, [12], "{}", checked.stdout);
+    assert_eq!(verdict["ownSeals"], 3, "{}", checked.stdout);
+    assert_eq!(verdict["lastSeal"]["seq"], 12, "{}", checked.stdout);
+    assert!(
+        !checked.stdout.contains("after its last seal"),
+        "{}",
+        checked.stdout
+    );
+    // The header edited: every seal fails, and each is named.
+    let mut edited = original;
+    edited[0] = edited[0].replace("\"cwd\":\"/w\"", "\"cwd\":\"/x\"");
+    write_bodies(&log, "s", &edited);
+    let checked = verify(&store, &["--require-sealed"]);
+    checked.expect_code(7);
+    assert!(
+        !checked.stdout.contains("no seal of its own"),
+        "{}",
+        checked.stdout
+    );
+    for seq in [4, 8, 12] {
+        assert!(
+            checked
+                .stdout
+                .contains(&format!("seq {seq} (seal): seal failure")),
+            "{}",
+            checked.stdout
+        );
+    }
+}
