@@ -607,14 +607,16 @@ impl SessionState {
             self.chain.push(record.body());
         }
         match checked {
-            Ok(view) => {
+            Checked::Accepted(view) => {
                 self.absorb(self.seq, view);
                 Ok(())
             }
-            Err((violation, kept)) => {
-                if let Some(view) = kept {
-                    self.absorb(self.seq, view);
-                }
+            Checked::FailedSeal(view, violation) => {
+                self.absorb(self.seq, view);
+                self.violation_count += 1;
+                Err(violation)
+            }
+            Checked::Refused(violation) => {
                 self.violation_count += 1;
                 Err(violation)
             }
@@ -759,22 +761,26 @@ impl SessionState {
     /// seal (docs/FORMAT.md, "Verification options"), so that
     /// `--require-sealed` and a verdict name the seal that failed, not a
     /// log that seems unsealed.
-    #[allow(clippy::type_complexity)]
     fn check_parsed<'v>(
         &self,
         record: &EventRecord,
         parse: impl FnOnce() -> Result<EventView<'v>, ShapeError>,
-    ) -> Result<EventView<'v>, (Violation, Option<EventView<'v>>)> {
+    ) -> Checked<'v> {
         let seq = record.seq();
         let event_type = record.event_type();
-        self.check_next_seq(record)
-            .map_err(|violation| (violation, None))?;
-        let view =
-            parse().map_err(|error| (Violation::from_shape(seq, event_type, &error), None))?;
+        if let Err(violation) = self.check_next_seq(record) {
+            return Checked::Refused(violation);
+        }
+        let view = match parse() {
+            Ok(view) => view,
+            Err(error) => return Checked::Refused(Violation::from_shape(seq, event_type, &error)),
+        };
         match self.check_rules(seq, event_type, &view) {
-            Ok(()) => Ok(view),
-            Err(violation) if violation.kind == ViolationKind::Seal => Err((violation, Some(view))),
-            Err(violation) => Err((violation, None)),
+            Ok(()) => Checked::Accepted(view),
+            Err(violation) if violation.kind == ViolationKind::Seal => {
+                Checked::FailedSeal(view, violation)
+            }
+            Err(violation) => Checked::Refused(violation),
         }
     }
 
@@ -1054,6 +1060,17 @@ impl SessionState {
             EventView::ChildCreated | EventView::Unknown => {}
         }
     }
+}
+
+/// What the checks of one record found, for the fold.
+enum Checked<'v> {
+    /// Every check held: the event is folded.
+    Accepted(EventView<'v>),
+    /// An own seal whose chain value does not hold: reported, and still
+    /// folded as the last seal.
+    FailedSeal(EventView<'v>, Violation),
+    /// Anything else: reported, not folded.
+    Refused(Violation),
 }
 
 impl PartialEq for SessionState {
