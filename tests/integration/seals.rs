@@ -1048,3 +1048,27 @@ fn a_failed_seal_still_counts_as_the_last_seal() {
         );
     }
 }
+
+/// A sealed record edited and the seal over it broken in shape (a member
+/// added): on its own a rule violation (4), but under `--trust` a seal
+/// that is no valid seal is a seal failure, so the log still exits 7.
+#[test]
+fn a_seal_broken_in_shape_fails_the_trust_file() {
+    let dir = ok(tempfile::tempdir());
+    let (store, key) = signed_store(dir.path());
+    let trust = dir.path().join("trust.pub");
+    ok(std::fs::copy(key.with_extension("key.pub"), &trust));
+    let log = log_path(&store);
+    let mut edited = bodies(&log);
+    edited[10] = edited[10].replace("do t3", "do t9");
+    edited[12] = edited[12].replacen("\"data\":{", "\"data\":{\"note\":0,", 1);
+    write_bodies(&log, "s", &edited);
+    verify(&store, &[]).expect_code(4);
+    let trusted = verify(&store, &["--trust", path_str(&trust)]);
+    trusted.expect_code(7);
+    assert!(
+        trusted.stdout.contains("seal at seq 12 is no valid seal"),
+        "{}",
+        trusted.stdout
+    );
+}

@@ -12,7 +12,7 @@ use serde::Serialize;
 use sessionlog_projections::{
     check_sealed, check_trusted, parse_anchor_file, Anchor, SessionState, Violation, ViolationKind,
 };
-use sessionlog_schema::{parse_trust_file, SealPublicKey};
+use sessionlog_schema::{parse_trust_file, EventType, SealPublicKey};
 use sessionlog_store::{fold_stream, StoreError};
 
 use crate::cli::SessionArgs;
@@ -567,7 +567,26 @@ fn scan(
                     message: violation.to_string(),
                 });
             }
-            Err(violation) => verdict.violations.push(ViolationReport::from(&violation)),
+            Err(violation) => {
+                // An own seal that is no valid seal cannot be signed by a
+                // trusted key: under --trust it fails as a seal too, so
+                // that breaking a seal's shape never turns a tampered,
+                // sealed log's 7 into a 4.
+                let own = record.seq() > state.header().seed_length;
+                if policy.trusted.is_some()
+                    && own
+                    && record.event_type() == EventType::Seal.as_str()
+                {
+                    verdict.seal_failures.push(SealFailureReport {
+                        seq: Some(violation.seq),
+                        message: format!(
+                            "seal at seq {} is no valid seal ({}), and the trust file requires every own seal signed by a listed key",
+                            violation.seq, violation.message
+                        ),
+                    });
+                }
+                verdict.violations.push(ViolationReport::from(&violation));
+            }
             Ok(()) => {}
         }
         for (anchor, chain) in anchors.iter().zip(&mut anchored) {
