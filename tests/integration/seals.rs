@@ -1072,3 +1072,36 @@ fn a_seal_broken_in_shape_fails_the_trust_file() {
         trusted.stdout
     );
 }
+
+/// A sealed `turn/end` edited so that it also breaks a rule: the reviewer's
+/// request fails closed with exit 7 and names the seal that failed, which
+/// ranks above the rule violation the edit made.
+#[test]
+fn review_request_names_the_failed_seal_before_the_rule_it_broke() {
+    let dir = ok(tempfile::tempdir());
+    let (store, _) = signed_store(dir.path());
+    let log = log_path(&store);
+    let mut edited = bodies(&log);
+    edited[3] = edited[3].replace("\"t1\"", "\"t9\"");
+    write_bodies(&log, "s", &edited);
+    let pending = dir.path().join("pending.json");
+    ok(std::fs::write(
+        &pending,
+        r#"{"callId":"c1","stepId":"x","name":"x","arguments":{}}"#,
+    ));
+    let refused = run([
+        "review-request",
+        path_str(&store),
+        "--session",
+        "s",
+        "--pending",
+        path_str(&pending),
+    ]);
+    refused.expect_code(7);
+    assert!(
+        refused.stdout.contains("INVALID_LOG")
+            && refused.stdout.contains("seq 4 (seal): seal failure"),
+        "{}",
+        refused.stdout
+    );
+}

@@ -207,13 +207,15 @@ fn request_from_snapshot(
     }
     // INVALID_LOG is checked before the pending action (the order of the
     // fail-closed codes).
+    // A failed seal is named before a rule violation, as it ranks above it
+    // (exit 7 over 4).
+    if let Some(violation) = read.first_seal_failure.as_ref() {
+        print_error(ReviewErrorCode::InvalidLog.as_str(), violation.to_string())?;
+        return Ok(Err(exit::SEAL));
+    }
     if let Some(violation) = &read.first_violation {
         print_error(ReviewErrorCode::InvalidLog.as_str(), violation.to_string())?;
-        return Ok(Err(if read.seal_failed {
-            exit::SEAL
-        } else {
-            exit::RULE
-        }));
+        return Ok(Err(exit::RULE));
     }
     let action = match pending.parse() {
         Ok(action) => action,
@@ -240,8 +242,8 @@ struct ReadForReview {
     request_header: Option<EventRecord>,
     header_vocabulary_error: Option<HeaderVocabularyError>,
     first_violation: Option<Violation>,
-    /// Whether any violation is a seal that does not hold.
-    seal_failed: bool,
+    /// The first seal that does not hold, if any.
+    first_seal_failure: Option<Violation>,
     torn_tail: Option<TornTail>,
 }
 
@@ -256,7 +258,7 @@ fn read_for_review(target: &Target, session: &SessionRef) -> Result<ReadForRevie
         request_header: None,
         header_vocabulary_error: stream.header_vocabulary_errors().first().cloned(),
         first_violation: None,
-        seal_failed: false,
+        first_seal_failure: None,
         torn_tail: None,
     };
     let ReadForReview {
@@ -264,12 +266,14 @@ fn read_for_review(target: &Target, session: &SessionRef) -> Result<ReadForRevie
         fragments,
         request_header,
         first_violation,
-        seal_failed,
+        first_seal_failure,
         ..
     } = &mut read;
     fold_stream(&mut *stream, state, |record, folded, state| {
         if let Err(violation) = folded {
-            *seal_failed |= violation.kind == ViolationKind::Seal;
+            if violation.kind == ViolationKind::Seal && first_seal_failure.is_none() {
+                *first_seal_failure = Some(violation.clone());
+            }
             first_violation.get_or_insert(violation);
         }
         if first_violation.is_some() {
