@@ -6,10 +6,12 @@
 //! temporary name and fsyncs the folder. Logs are 0600, folders 0700. Writers
 //! hold an exclusive `flock` on the log; readers take no lock.
 
+use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use sessionlog_projections::fold;
@@ -227,9 +229,36 @@ impl JsonlStore {
     /// a FIFO, a symbolic link, which no log is opened through): one such
     /// name must not keep every other session from being read.
     pub fn ids(&self) -> Result<Vec<SessionId>, StoreError> {
+        let (ids, passed_over) = self.scan_folder()?;
+        // Once a process: a command may list a folder more than once.
+        static WARNED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
+        for (path, what) in passed_over {
+            let first = WARNED
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(path.clone());
+            if first {
+                tracing::warn!(path = %path.display(), "passed over: {what}");
+            }
+        }
+        Ok(ids)
+    }
+
+    /// The entries of the folder named like a log that hold none: a
+    /// `<id>.jsonl` that is a folder, a symbolic link, a FIFO, a socket or
+    /// a device, and a `.jsonl` file whose name is no valid session id,
+    /// each with what it is. [`ids`](Self::ids) passes over them with a
+    /// warning; `migrate` and `diff`, which copy or compare every session,
+    /// refuse a folder that holds one.
+    pub fn passed_over(&self) -> Result<Vec<(PathBuf, String)>, StoreError> {
+        Ok(self.scan_folder()?.1)
+    }
+
+    fn scan_folder(&self) -> Result<(Vec<SessionId>, Vec<(PathBuf, String)>), StoreError> {
         let entries = std::fs::read_dir(&self.folder)
             .map_err(|source| StoreError::io("read folder", &self.folder, source))?;
         let mut ids = Vec::new();
+        let mut passed_over = Vec::new();
         for entry in entries {
             let entry =
                 entry.map_err(|source| StoreError::io("read folder", &self.folder, source))?;
@@ -237,7 +266,16 @@ impl JsonlStore {
             let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".jsonl")) else {
                 continue;
             };
+            // Dot-named files are the store's own (state snapshots,
+            // temporary files), never logs.
+            if stem.starts_with('.') {
+                continue;
+            }
             let Ok(id) = SessionId::parse(stem) else {
+                passed_over.push((
+                    entry.path(),
+                    format!("{stem:?} is no valid session id, so no log of a session"),
+                ));
                 continue;
             };
             let file_type = entry
@@ -251,16 +289,17 @@ impl JsonlStore {
                 } else {
                     "a FIFO, socket or device"
                 };
-                tracing::warn!(
-                    path = %entry.path().display(),
-                    "passed over: {what}, not a regular file, so no log of session {id}"
-                );
+                passed_over.push((
+                    entry.path(),
+                    format!("{what}, not a regular file, so no log of session {id}"),
+                ));
                 continue;
             }
             ids.push(id);
         }
         ids.sort();
-        Ok(ids)
+        passed_over.sort();
+        Ok((ids, passed_over))
     }
 
     /// Every session with its header, reading only the first line of each log.

@@ -433,6 +433,24 @@ pub fn diff_sources(
 /// own check of every page included): damage anywhere refuses the run, so
 /// a damaged store is never copied, nor called identical to another.
 fn whole_store_ids(store: &Store) -> Result<Vec<SessionId>, StoreError> {
+    // Every session or none: an entry named like a log that holds none (a
+    // symbolic link, a folder, a name that is no id) would be left out of
+    // a copy that then proves itself "identical".
+    if let Store::Jsonl(folder) = store {
+        if let Some((path, what)) = folder.passed_over()?.into_iter().next() {
+            return Err(StoreError::io(
+                "read the session",
+                &path,
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "{what}; every session of a store is copied or compared, so move it out \
+                         of the folder or put the log itself in its place"
+                    ),
+                ),
+            ));
+        }
+    }
     let mut audit = store.audit(true)?;
     match audit.damage.is_empty() {
         true => Ok(audit.ids),

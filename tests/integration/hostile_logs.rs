@@ -200,6 +200,48 @@ fn a_name_in_a_folder_that_is_no_regular_file_hides_no_other_session() {
     listed.expect_code(0);
     assert!(listed.stdout.starts_with("good\t"), "{}", listed.stdout);
     assert_eq!(listed.stdout.lines().count(), 1, "{}", listed.stdout);
+    // `migrate` and `diff` copy or compare every session: a folder that
+    // holds a name they would leave out is refused, even under --quiet,
+    // never copied short and called identical.
+    let copy = folder.path().join("copy.db").display().to_string();
+    let migrated = run(["-q", "migrate", &store, &copy]);
+    migrated.expect_code(1);
+    assert!(
+        migrated.stderr.contains("d.jsonl: a folder"),
+        "{}",
+        migrated.stderr
+    );
+    let compared = run(["-q", "diff", &store, &store]);
+    compared.expect_code(9);
+    assert!(
+        compared.stderr.contains("d.jsonl: a folder"),
+        "{}",
+        compared.stderr
+    );
+}
+
+/// A `.jsonl` file whose name is no session id is named, not skipped in
+/// silence, and `migrate` refuses the folder that holds it.
+#[test]
+fn a_log_named_with_no_valid_id_is_warned_of_and_stops_a_migration() {
+    let folder = ok(tempfile::tempdir());
+    let store = folder.path().join("store");
+    ok(std::fs::create_dir(&store));
+    let log = LogBuilder::new("good").event("turn/start", r#"{"turnId":"t1"}"#);
+    write_log(&store, "good.jsonl", &log);
+    write_log(&store, "good copy.jsonl", &log);
+    let store = store.display().to_string();
+    let verified = run(["verify", &store]);
+    verified.expect_code(0);
+    assert!(
+        verified
+            .stderr
+            .contains("\"good copy\" is no valid session id"),
+        "{}",
+        verified.stderr
+    );
+    let copy = folder.path().join("copy").display().to_string();
+    run(["migrate", &store, &copy]).expect_code(1);
 }
 
 /// A log whose seq 1 breaks a rule and whose line 3 is damage that an
