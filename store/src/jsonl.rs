@@ -48,6 +48,9 @@ pub struct ListEntry {
     pub header: Result<SessionHeader, StoreError>,
 }
 
+/// An entry of a folder named like a log that holds none, and what it is.
+pub type PassedOver = (PathBuf, String);
+
 impl JsonlStore {
     /// Opens an existing folder of logs.
     pub fn open(folder: &Path) -> Result<JsonlStore, StoreError> {
@@ -250,11 +253,11 @@ impl JsonlStore {
     /// each with what it is. [`ids`](Self::ids) passes over them with a
     /// warning; `migrate` and `diff`, which copy or compare every session,
     /// refuse a folder that holds one.
-    pub fn passed_over(&self) -> Result<Vec<(PathBuf, String)>, StoreError> {
+    pub fn passed_over(&self) -> Result<Vec<PassedOver>, StoreError> {
         Ok(self.scan_folder()?.1)
     }
 
-    fn scan_folder(&self) -> Result<(Vec<SessionId>, Vec<(PathBuf, String)>), StoreError> {
+    fn scan_folder(&self) -> Result<(Vec<SessionId>, Vec<PassedOver>), StoreError> {
         let entries = std::fs::read_dir(&self.folder)
             .map_err(|source| StoreError::io("read folder", &self.folder, source))?;
         let mut ids = Vec::new();
