@@ -179,8 +179,11 @@ pub fn check_sealed(state: &SessionState) -> Result<(), String> {
             }
         )),
         Some(seq) if seq < state.seq() => Err(format!(
-            "session {id} has {} event(s) after its last seal (seq {seq}, the log ends at seq {})",
-            state.seq() - seq,
+            "session {id} has {} after its last seal (seq {seq}, the log ends at seq {})",
+            match state.seq() - seq {
+                1 => "1 event".to_owned(),
+                events => format!("{events} events"),
+            },
             state.seq()
         )),
         Some(_) => Ok(()),

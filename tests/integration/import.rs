@@ -462,7 +462,7 @@ fn a_broken_file_is_named_with_its_line_imports_nothing_and_the_others_go_on() {
         assert!(run.stderr.contains(named), "{named:?} in {}", run.stderr);
     }
     assert!(!run.stderr.contains("history.jsonl"), "{}", run.stderr);
-    assert!(run.stdout.contains("1 sessions imported"), "{}", run.stdout);
+    assert!(run.stdout.contains("1 session imported"), "{}", run.stdout);
     assert!(run.stdout.contains("1 skipped"), "{}", run.stdout);
     assert!(run.stdout.contains("3 failed"), "{}", run.stdout);
     // The first lines of the broken files were good: none of them was written.

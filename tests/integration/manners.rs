@@ -184,7 +184,7 @@ fn stats_counts_and_report_names_rule_violations_on_stderr() {
 
     let stats = run(["stats", &store, "--json"]);
     stats.expect_code(0);
-    assert_warned(&stats.stderr, "1 event break the rules");
+    assert_warned(&stats.stderr, "1 event breaks the rules");
     let report: serde_json::Value =
         serde_json::from_str(&stats.stdout).unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(report["totals"]["violations"], 1);
@@ -194,7 +194,7 @@ fn stats_counts_and_report_names_rule_violations_on_stderr() {
     reported.expect_code(4);
     assert_warned(
         &reported.stderr,
-        "1 event break the rules; each is marked in",
+        "1 event breaks the rules; each is marked in",
     );
 }
 
@@ -394,7 +394,14 @@ fn an_interrupted_migration_is_finished_by_resume_which_proves_what_is_there() {
     resumed.expect_code(0);
     crate::cli_support::expect_members_in_order(
         &resumed.stdout,
-        &["sessions", "skipped", "events", "warnings", "identical"],
+        &[
+            "sessions",
+            "skipped",
+            "events",
+            "otherSessions",
+            "warnings",
+            "identical",
+        ],
     );
     let report: serde_json::Value =
         serde_json::from_str(&resumed.stdout).unwrap_or_else(|error| panic!("{error}"));
@@ -799,4 +806,26 @@ fn a_refused_argument_never_sends_a_control_character() {
             refused.stderr
         );
     }
+}
+
+/// A destination named like a lone log is refused, whether it exists or
+/// not: `migrate` writes stores, and made a folder of that name before.
+#[test]
+fn migrate_refuses_a_destination_named_like_a_lone_log() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let source = arg(&examples());
+    let new = dir.path().join("copy.jsonl");
+    let refused = run(["migrate", &source, &arg(&new)]);
+    refused.expect_code(1);
+    assert!(
+        refused.stderr.contains("not a .jsonl file"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!new.exists(), "migrate made {}", new.display());
+    let lone = dir.path().join("lone.jsonl");
+    run(["create", &arg(&lone), "--session", "other"]).expect_code(0);
+    let before = std::fs::read(&lone).unwrap_or_default();
+    run(["migrate", &source, &arg(&lone)]).expect_code(1);
+    assert_eq!(std::fs::read(&lone).unwrap_or_default(), before);
 }

@@ -161,6 +161,24 @@ impl<W: Write> Drop for Escaping<W> {
 /// into this status and prints nothing more.
 pub const READER_GONE: u8 = 141;
 
+/// `count` and `noun`, the noun in the plural unless the count is one:
+/// `1 session`, `3 sessions`.
+pub fn counted(count: impl Into<u64>, noun: &str) -> String {
+    match count.into() {
+        1 => format!("1 {noun}"),
+        count => format!("{count} {noun}s"),
+    }
+}
+
+/// How many events break the rules, the verb agreeing: `1 event breaks
+/// the rules`, `3 events break the rules`.
+pub fn events_breaking(count: impl Into<u64>) -> String {
+    match count.into() {
+        1 => "1 event breaks the rules".to_owned(),
+        count => format!("{count} events break the rules"),
+    }
+}
+
 /// Set when a write to standard output or error finds its reader gone.
 static READER_WENT: AtomicBool = AtomicBool::new(false);
 

@@ -153,8 +153,11 @@ pub fn build_review_request_streamed(
 ) -> Result<String, ReviewError> {
     if state.violation_count() > 0 {
         return Err(invalid_log(format!(
-            "the session's fold refused {} event(s); run `sessionlog verify` on it",
-            state.violation_count()
+            "the session's fold refused {}; run `sessionlog verify` on it",
+            match state.violation_count() {
+                1 => "1 event".to_owned(),
+                events => format!("{events} events"),
+            }
         )));
     }
     let expected = state.latest_request_header_seq();
@@ -296,8 +299,11 @@ fn missing_schema() -> ReviewError {
 fn check_state_matches(state: &SessionState, events: &[EventRecord]) -> Result<(), ReviewError> {
     if state.violation_count() > 0 {
         return Err(invalid_log(format!(
-            "the session's fold refused {} event(s); run `sessionlog verify` on it",
-            state.violation_count()
+            "the session's fold refused {}; run `sessionlog verify` on it",
+            match state.violation_count() {
+                1 => "1 event".to_owned(),
+                events => format!("{events} events"),
+            }
         )));
     }
     let last_seq = events.last().map_or(0, EventRecord::seq);

@@ -202,11 +202,11 @@ fn print_report(source: &Path, report: &SourceReport, json: bool) -> std::io::Re
         return crate::terminal::print_json_line(&serde_json::to_string(&line)?);
     }
     let mut summary = format!(
-        "{}: {} sessions imported ({} events, {} unknown lines kept)",
+        "{}: {} imported ({}, {} kept)",
         display(&source.display().to_string()),
-        report.imported.len(),
-        report.events,
-        report.unknown_lines
+        crate::terminal::counted(report.imported.len() as u64, "session"),
+        crate::terminal::counted(report.events, "event"),
+        crate::terminal::counted(report.unknown_lines, "unknown line")
     );
     if report.unchanged > 0 {
         summary.push_str(&format!(", {} already imported", report.unchanged));

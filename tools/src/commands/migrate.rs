@@ -43,6 +43,13 @@ pub fn migrate(
     if let Some(source) = &source {
         require_sessions(&source.ids()?, from, options.allow_empty)?;
     }
+    if is_lone_log(to) {
+        bail!(UsageError(format!(
+            "{}: a destination is a folder, a .db/.sqlite database or a postgres:// URL, \
+             not a .jsonl file (a lone log is copied with cp, or into a folder)",
+            sessionlog_store::store_display(to)
+        )));
+    }
     let created = NewStore::create(to)?;
     let destination = created.store();
     let bar = crate::progress::bar(quiet, "migrate");
@@ -74,14 +81,23 @@ pub fn migrate(
     for warning in &report.warnings {
         warn(warning);
     }
+    // Sessions the destination held besides the source's: the copy of
+    // each source session is proved identical, but `diff FROM TO` counts
+    // these as a difference, so they are said.
+    let others = destination
+        .ids()?
+        .len()
+        .saturating_sub(report.sessions + report.skipped);
     if json {
         let warnings: Vec<String> = report.warnings.iter().map(ToString::to_string).collect();
         /// What `migrate --json` prints, its members in this order.
         #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
         struct Migrated {
             sessions: usize,
             skipped: usize,
             events: u64,
+            other_sessions: usize,
             warnings: Vec<String>,
             identical: bool,
         }
@@ -89,22 +105,29 @@ pub fn migrate(
             sessions: report.sessions,
             skipped: report.skipped,
             events: report.events,
+            other_sessions: others,
             warnings,
             identical: true,
         })?)?;
     } else {
+        let to_shown = sessionlog_store::store_display(to);
         crate::outln!(
-            "migrated {} sessions ({} events) from {} to {}; the copy is identical",
-            report.sessions,
-            report.events,
+            "migrated {} ({}) from {} to {to_shown}; the copy is identical",
+            crate::terminal::counted(report.sessions as u64, "session"),
+            crate::terminal::counted(report.events, "event"),
             sessionlog_store::store_display(from),
-            sessionlog_store::store_display(to)
         )?;
         if report.skipped > 0 {
             crate::outln!(
-                "skipped {} sessions already in {}, each proved identical to its source",
-                report.skipped,
-                sessionlog_store::store_display(to)
+                "skipped {} already in {to_shown}, each proved identical to its source",
+                crate::terminal::counted(report.skipped as u64, "session"),
+            )?;
+        }
+        if others > 0 {
+            crate::outln!(
+                "{to_shown} also holds {} the source does not (`sessionlog diff` counts {} as a difference)",
+                crate::terminal::counted(others as u64, "other session"),
+                if others == 1 { "it" } else { "them" }
             )?;
         }
     }

@@ -884,14 +884,23 @@ impl TextPrinter {
     fn finish(&mut self, summary: &TimelineSummary) -> std::io::Result<()> {
         let out = &mut self.out;
         if summary.violations > 0 {
+            // A seal that does not hold is marked like a broken rule, and
+            // named as what it is.
+            let rules = summary.violations - summary.seal_failures;
+            let mut found = Vec::new();
+            if rules > 0 {
+                found.push(crate::terminal::events_breaking(rules as u64));
+            }
+            if summary.seal_failures > 0 {
+                found.push(match summary.seal_failures {
+                    1 => "1 seal does not hold".to_owned(),
+                    seals => format!("{seals} seals do not hold"),
+                });
+            }
             self.painter.paint(
                 out,
                 Style::Violation,
-                &format!(
-                    "{} event{} break the rules (marked ✗ above)",
-                    summary.violations,
-                    if summary.violations == 1 { "" } else { "s" }
-                ),
+                &format!("{} (marked ✗ above)", found.join(", ")),
             )?;
             writeln!(out)?;
         }

@@ -393,8 +393,8 @@ pub fn run(
         .sum();
     if violations > 0 {
         warn(format!(
-            "{violations} event{} break the rules; each is marked in {}",
-            if violations == 1 { "" } else { "s" },
+            "{}; each is marked in {}",
+            crate::terminal::events_breaking(violations as u64),
             out.display()
         ));
     }
@@ -888,9 +888,8 @@ fn render_session(
     if timeline.violations > 0 {
         let _ = writeln!(
             html,
-            "<p class=\"violations\">{} event{} break the rules; each is marked below.</p>",
-            timeline.violations,
-            if timeline.violations == 1 { "" } else { "s" }
+            "<p class=\"violations\">{}; each is marked below.</p>",
+            crate::terminal::events_breaking(timeline.violations as u64)
         );
     }
     let audited: BTreeMap<u64, &Row> = audit

@@ -270,9 +270,8 @@ fn warn_of(label: &str, stats: &SessionStats) {
     }
     if stats.violations > 0 {
         warn(format!(
-            "{label}: {} event{} break the rules (`sessionlog verify` names them)",
-            stats.violations,
-            if stats.violations == 1 { "" } else { "s" }
+            "{label}: {} (`sessionlog verify` names them)",
+            crate::terminal::events_breaking(stats.violations)
         ));
     }
 }
