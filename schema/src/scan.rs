@@ -427,6 +427,13 @@ impl LogScanner {
         }
         let decoded = match decode_header(line) {
             Ok(decoded) => decoded,
+            Err(error) if is_foreign_json(line) => {
+                return corrupt(format!(
+                    "line 1 is no session header but a JSON object without a CRC, as a \
+                     transcript of another tool is ({error}); `sessionlog import` reads \
+                     Codex and Claude Code transcripts"
+                ))
+            }
             Err(error) => return corrupt(format!("the header is damaged: {error}")),
         };
         if let Some(expected) = &self.expected_id {
@@ -511,4 +518,14 @@ fn is_intact(id: &SessionId, line: &[u8]) -> bool {
         return false;
     }
     serde_json::from_slice::<serde::de::IgnoredAny>(line).is_ok()
+}
+
+/// Whether line 1 is a JSON object that no writer of this format made: it
+/// parses whole and carries no `crc` member (every record, the header
+/// included, ends in one), and says nothing of a header kind.
+fn is_foreign_json(line: &[u8]) -> bool {
+    match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(line) {
+        Ok(object) => !object.contains_key("crc") && !object.contains_key("kind"),
+        Err(_) => false,
+    }
 }

@@ -111,7 +111,7 @@ pub enum StoreError {
     },
     /// The log is corrupt: damage that an intact record follows, or a record
     /// that breaks the format.
-    #[error("{path}: the log is {corruption}; run `sessionlog salvage` to copy the good prefix to a new file")]
+    #[error("{path}: the log is {corruption}{}", what_helps(.corruption))]
     Corrupt {
         /// The log.
         path: PathBuf,
@@ -300,5 +300,22 @@ impl StoreError {
                 "the store was opened read-only; open it for writing",
             ),
         )
+    }
+}
+
+/// What a person can do about a corrupt log: `salvage` copies the good
+/// prefix after a whole header; a header that is whole but names another
+/// session needs the file renamed; a line 1 that is no header leaves
+/// nothing to salvage (its reason says what it looks like).
+fn what_helps(corruption: &Corruption) -> &'static str {
+    if corruption.position.line > 1 {
+        "; run `sessionlog salvage` to copy the good prefix to a new file"
+    } else if corruption
+        .reason
+        .starts_with("the file is named for session")
+    {
+        "; the header is whole: name the file for the session it holds"
+    } else {
+        ""
     }
 }

@@ -474,3 +474,56 @@ fn messages_name_what_happened() {
     assert!(refused.stderr.contains("--cwd"), "{}", refused.stderr);
     assert!(!target.exists());
 }
+
+/// What a person is told to do about a log that cannot be read depends on
+/// what is wrong: another tool's transcript is named as one (with the
+/// command that reads it), a header naming another session asks for the
+/// file to be renamed, and `salvage` is offered only when a whole header
+/// leaves a good prefix to copy.
+#[test]
+fn a_corrupt_log_is_told_what_helps_it() {
+    let folder = ok(tempfile::tempdir());
+    let transcript = folder
+        .path()
+        .join("3f2c0e1a-1111-2222-3333-444455556666.jsonl");
+    ok(std::fs::write(
+        &transcript,
+        "{\"type\":\"user\",\"sessionId\":\"3f2c0e1a\",\"message\":{\"role\":\"user\",\"content\":\"hi\"}}\n",
+    ));
+    let foreign = run(["replay", &transcript.display().to_string()]);
+    foreign.expect_code(2);
+    assert!(
+        foreign.stderr.contains("line 1 is no session header")
+            && foreign.stderr.contains("sessionlog import")
+            && !foreign.stderr.contains("salvage"),
+        "{}",
+        foreign.stderr
+    );
+    let log = LogBuilder::new("a").event("turn/start", r#"{"turnId":"t1"}"#);
+    let misnamed = write_log(folder.path(), "b.jsonl", &log);
+    let store = folder.path().display().to_string();
+    let renamed = run(["replay", &store, "--session", "b"]);
+    renamed.expect_code(2);
+    assert!(
+        renamed
+            .stderr
+            .contains("name the file for the session it holds")
+            && !renamed.stderr.contains("salvage"),
+        "{}",
+        renamed.stderr
+    );
+    ok(std::fs::remove_file(&misnamed));
+    let damaged = LogBuilder::new("c")
+        .event("turn/start", r#"{"turnId":"t1"}"#)
+        .raw(b"garbage\n")
+        .next_seq(2)
+        .event("turn/end", r#"{"turnId":"t1"}"#);
+    let path = write_log(folder.path(), "c.jsonl", &damaged);
+    let salvageable = run(["replay", &path.display().to_string()]);
+    salvageable.expect_code(2);
+    assert!(
+        salvageable.stderr.contains("run `sessionlog salvage`"),
+        "{}",
+        salvageable.stderr
+    );
+}
