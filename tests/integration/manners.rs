@@ -829,3 +829,31 @@ fn migrate_refuses_a_destination_named_like_a_lone_log() {
     run(["migrate", &source, &arg(&lone)]).expect_code(1);
     assert_eq!(std::fs::read(&lone).unwrap_or_default(), before);
 }
+
+/// A session asked for that the store does not hold is answered with the
+/// ids one slip away; a store of several, asked for none, lists them.
+#[test]
+fn a_mistyped_or_missing_session_is_answered_with_the_ids_there_are() {
+    let store = arg(&examples());
+    for (asked, near) in [
+        ("lead-test", "did you mean lead-tests?"),
+        ("Lead", "did you mean lead?"),
+        ("aproval", "did you mean approval?"),
+    ] {
+        let missing = run(["replay", &store, "--session", asked]);
+        missing.expect_code(1);
+        assert!(missing.stderr.contains(near), "{asked}: {}", missing.stderr);
+    }
+    let far = run(["replay", &store, "--session", "zzz"]);
+    far.expect_code(1);
+    assert!(!far.stderr.contains("did you mean"), "{}", far.stderr);
+    let unnamed = run(["replay", &store]);
+    unnamed.expect_code(1);
+    assert!(
+        unnamed.stderr.contains(
+            "holds 5 sessions (approval, auto-review, lead, lead-tests, pending-review): pick one with --session ID"
+        ),
+        "{}",
+        unnamed.stderr
+    );
+}

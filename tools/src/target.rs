@@ -129,9 +129,16 @@ impl Target {
                     Some(wanted) => {
                         let id = SessionId::parse(wanted).map_err(|e| UsageError(e.to_string()))?;
                         if !store.contains(&id)? {
+                            let all = store.ids()?;
+                            let near = nearest_ids(&all, id.as_str());
                             bail!(UsageError(format!(
-                                "no session {id} in {}",
-                                store.path().display()
+                                "no session {id} in {}{}",
+                                sessionlog_store::store_display(store.path()),
+                                match near.as_slice() {
+                                    [] => String::new(),
+                                    [one] => format!("; did you mean {one}?"),
+                                    many => format!("; did you mean one of {}?", many.join(", ")),
+                                }
                             )));
                         }
                         vec![id]
@@ -228,9 +235,30 @@ impl Target {
         match sessions.len() {
             1 => Ok(sessions.remove(0)),
             0 => bail!(UsageError("the store holds no session".into())),
-            n => bail!(UsageError(format!(
-                "the store holds {n} sessions: pick one with --session ID"
-            ))),
+            n => {
+                const SHOWN: usize = 5;
+                let mut ids: Vec<&str> = sessions
+                    .iter()
+                    .take(SHOWN)
+                    .map(|session| session.id.as_str())
+                    .collect();
+                if n > SHOWN {
+                    ids.push("…");
+                }
+                let store = match self {
+                    Target::Store(store) => sessionlog_store::store_display(store.path()),
+                    Target::File(path) => path.display().to_string(),
+                };
+                bail!(UsageError(format!(
+                    "{store} holds {n} sessions ({}): pick one with --session ID{}",
+                    ids.join(", "),
+                    if n > SHOWN {
+                        format!("; `sessionlog list {store}` shows them all")
+                    } else {
+                        String::new()
+                    }
+                )))
+            }
         }
     }
 
@@ -345,6 +373,45 @@ impl NewStore {
             }
         }
     }
+}
+
+/// The ids of `ids` closest to `wanted`, for a "did you mean": those that
+/// differ from it only in case, or by at most two edits (one for a short
+/// id), at most three, closest first.
+fn nearest_ids<'a>(ids: &'a [SessionId], wanted: &str) -> Vec<&'a str> {
+    let wanted_lower = wanted.to_lowercase();
+    let most = if wanted.chars().count() <= 4 { 1 } else { 2 };
+    let mut near: Vec<(usize, &str)> = ids
+        .iter()
+        .map(SessionId::as_str)
+        .filter_map(|id| {
+            let distance = match id.to_lowercase() == wanted_lower {
+                true => 0,
+                false => edit_distance(id, wanted),
+            };
+            (distance <= most).then_some((distance, id))
+        })
+        .collect();
+    near.sort();
+    near.into_iter().take(3).map(|(_, id)| id).collect()
+}
+
+/// The Levenshtein distance of two texts, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// Whether `path` names a lone log file rather than a store.
