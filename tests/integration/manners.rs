@@ -857,3 +857,27 @@ fn a_mistyped_or_missing_session_is_answered_with_the_ids_there_are() {
         unnamed.stderr
     );
 }
+
+/// `replay --from` past the last seq, or after `--at`, shows no event: a
+/// usage error, as `--at` past the end is, not an empty timeline.
+#[test]
+fn a_replay_window_that_shows_no_event_is_refused() {
+    let log = arg(&examples().join("lead.jsonl"));
+    let last = run(["replay", &log, "--from", "12"]);
+    last.expect_code(0);
+    for (args, said) in [
+        (vec!["--from", "13"], "--from 13 is past the last seq 12"),
+        (
+            vec!["--from", "10", "--at", "5"],
+            "--from 10 is after --at 5",
+        ),
+        (vec!["--at", "13"], "--at 13 is past the last seq 12"),
+    ] {
+        let mut all = vec!["replay", log.as_str()];
+        all.extend(args);
+        let refused = run(&all);
+        refused.expect_code(1);
+        assert!(refused.stderr.contains(said), "{all:?}: {}", refused.stderr);
+        assert!(refused.stdout.is_empty(), "{}", refused.stdout);
+    }
+}

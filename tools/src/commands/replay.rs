@@ -256,6 +256,20 @@ pub fn run(
             session.label
         )));
     }
+    // A window that shows no event is a slip, not an empty answer.
+    if let Some(from) = window.from.filter(|from| *from > last_seq.max(1)) {
+        bail!(UsageError(format!(
+            "--from {from} is past the last seq {last_seq} of {}",
+            session.label
+        )));
+    }
+    if let (Some(from), Some(at)) = (window.from, window.at) {
+        if from > at {
+            bail!(UsageError(format!(
+                "--from {from} is after --at {at}: the window shows no event"
+            )));
+        }
+    }
     let defaults = Defaults {
         approval: defaults.default_approval,
         sandbox: defaults.default_sandbox,
