@@ -1202,3 +1202,45 @@ fn readme_shows_the_embedding_example_verbatim_and_the_ci_commands() {
     assert!(first_commands[0].starts_with("cargo run --release -- replay examples/sessions/"));
     assert_eq!(first_commands[1], "cargo test --workspace --release");
 }
+
+/// A child's timeline tells its inherited events (the parent's, seq 1
+/// through its `seedLength`) from its own: a line where each part starts
+/// in `replay`, `inherited: true` on each in `--json` (and on nothing
+/// else), a mark on each row of the report.
+#[test]
+fn a_childs_timeline_marks_what_it_inherited() {
+    let store = examples().display().to_string();
+    let text = run(["replay", &store, "--session", "lead-tests"]);
+    text.expect_code(0);
+    let inherited_at = text
+        .stdout
+        .find("══ inherited: the events 1–7 of parent session lead")
+        .unwrap_or_else(|| panic!("{}", text.stdout));
+    let own_at = text
+        .stdout
+        .find("══ the session's own events, from seq 8")
+        .unwrap_or_else(|| panic!("{}", text.stdout));
+    assert!(inherited_at < own_at, "{}", text.stdout);
+    let json = run(["replay", &store, "--session", "lead-tests", "--json"]);
+    json.expect_code(0);
+    for line in json.stdout.lines() {
+        let entry: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|error| panic!("{line}: {error}"));
+        let seq = entry["seq"].as_u64().unwrap_or_else(|| panic!("{line}"));
+        let inherited = (1..=7).contains(&seq);
+        assert_eq!(entry.get("inherited").is_some(), inherited, "{line}");
+    }
+    // A root session has no such lines.
+    let root = run(["replay", &store, "--session", "lead"]);
+    assert!(!root.stdout.contains("══"), "{}", root.stdout);
+    let folder = temp();
+    let report = folder.path().join("report.html");
+    run(["report", &store, "--html", &report.display().to_string()]).expect_code(0);
+    let html = std::fs::read_to_string(&report).unwrap_or_default();
+    assert_eq!(
+        html.matches("<span class=\"inherited-mark\">inherited</span>")
+            .count(),
+        7,
+        "the seven events lead-tests inherited"
+    );
+}

@@ -193,6 +193,10 @@ pub struct Entry {
     /// The type as logged (`header` for seq 0).
     #[serde(rename = "type")]
     pub event_type: String,
+    /// An event of the parent's that a child inherited (its seq within
+    /// the header's `seedLength`): the parent did it, not the child.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub inherited: bool,
     /// One line of essence, escaped for display and whole: the text it
     /// quotes is never clipped.
     pub summary: String,
@@ -289,6 +293,7 @@ pub fn run(
             Painter::new(color),
             layout,
             shown_last,
+            stream.header(),
         ))),
     };
     printer.entry(&builder.header_entry())?;
@@ -397,6 +402,7 @@ impl TimelineBuilder {
             ts: self.header.created_at,
             time: iso8601(self.header.created_at),
             event_type: "header".to_owned(),
+            inherited: false,
             summary: header_summary(&self.header),
             authority: None,
             violation,
@@ -474,6 +480,7 @@ pub fn describe(
         ts: record.ts(),
         time: iso8601(record.ts()),
         event_type: record.event_type().to_owned(),
+        inherited: record.seq() <= header.seed_length,
         summary: String::new(),
         authority: None,
         violation: None,
@@ -839,11 +846,15 @@ struct TextPrinter {
     previous: Option<View>,
     /// The date of the last entry printed.
     day: Option<String>,
+    /// For a child: its parent and `seedLength`, the events it inherited.
+    seed: Option<(String, u64)>,
+    /// Whether the last event printed was inherited (none printed yet).
+    inherited: Option<bool>,
 }
 
 impl TextPrinter {
     /// A printer whose seq column fits `last_seq`, the last seq shown.
-    fn new(painter: Painter, layout: Layout, last_seq: u64) -> TextPrinter {
+    fn new(painter: Painter, layout: Layout, last_seq: u64, header: &SessionHeader) -> TextPrinter {
         let seq_columns = last_seq.to_string().len().max(5);
         let indent = TIME_COLUMNS + 1 + seq_columns + 1 + TYPE_COLUMNS + 1;
         TextPrinter {
@@ -855,6 +866,12 @@ impl TextPrinter {
             margin: " ".repeat(indent),
             previous: None,
             day: None,
+            seed: header
+                .parent_session
+                .as_ref()
+                .filter(|_| header.seed_length > 0)
+                .map(|parent| (parent.to_string(), header.seed_length)),
+            inherited: None,
         }
     }
 
@@ -863,6 +880,23 @@ impl TextPrinter {
             (&mut self.out, self.painter, &self.margin, self.columns);
         let seq_columns = self.seq_columns;
         let (date, time) = entry.time.split_once('T').unwrap_or(("", &entry.time));
+        // A child's inherited events and its own are told apart by a line
+        // where one part starts: the parent did the first.
+        if let Some((parent, seed_length)) = self.seed.as_ref().filter(|_| entry.seq > 0) {
+            if self.inherited != Some(entry.inherited) {
+                let part = match entry.inherited {
+                    true => format!(
+                        "══ inherited: the events 1–{seed_length} of parent session {parent}, \
+                         as the fork copied them"
+                    ),
+                    false => format!("══ the session's own events, from seq {}", seed_length + 1),
+                };
+                painter.paint(out, Style::Dim, &part)?;
+                writeln!(out)?;
+                self.inherited = Some(entry.inherited);
+                self.day = None;
+            }
+        }
         if self.day.as_deref() != Some(date) {
             painter.paint(out, Style::Dim, &format!("── {date} (UTC)"))?;
             writeln!(out)?;

@@ -586,7 +586,7 @@ fn legend() -> String {
 }
 
 /// What each highlighted row means, by its CSS classes.
-const ROW_LEGEND: [(&str, &str); 8] = [
+const ROW_LEGEND: [(&str, &str); 9] = [
     (
         "kind-denial",
         "a call denied by Auto review, with the reviewer's reason",
@@ -606,6 +606,10 @@ const ROW_LEGEND: [(&str, &str); 8] = [
     (
         "violation",
         "an event that breaks a rule (the rule is named under it)",
+    ),
+    (
+        "inherited",
+        "a child's inherited event: its parent's, as the fork copied it",
     ),
 ];
 
@@ -957,6 +961,9 @@ fn render_entry(html: &mut String, session: &SessionId, entry: &Entry, row: &Row
     if entry.violation.is_some() {
         classes.push_str(" violation");
     }
+    if entry.inherited {
+        classes.push_str(" inherited");
+    }
     let authority = entry.authority.map_or(String::new(), |authority| {
         format!("<span class=\"authority authority-{authority}\">{authority}</span>")
     });
@@ -969,6 +976,9 @@ fn render_entry(html: &mut String, session: &SessionId, entry: &Entry, row: &Row
     } else {
         escape(&entry.summary)
     };
+    if entry.inherited {
+        summary.insert_str(0, "<span class=\"inherited-mark\">inherited</span> ");
+    }
     if let Some(child) = &entry.child {
         if known.contains(child.as_str()) {
             summary.push_str(&format!(
@@ -1094,6 +1104,8 @@ tr.kind-failed td.summary { color: #a4001c; }
 tr.kind-checkpoint, tr.kind-child { background: #f1e8fb; }
 tr.kind-unknown, tr.kind-structure, tr.kind-request { color: #666; }
 tr.violation { outline: 2px solid #d70022; outline-offset: -2px; }
+tr.inherited td { opacity: .62; }
+.inherited-mark { font: 11px system-ui, sans-serif; color: #555; border: 1px solid #999; border-radius: 3px; padding: 0 .3em; }
 .violation-note, .violations, .refused { color: #d70022; font-weight: 600; }
 .audit-note, .audit { color: #1a6e2e; }
 .audit-differs { color: #d70022; font-weight: 600; }
