@@ -881,3 +881,15 @@ fn a_replay_window_that_shows_no_event_is_refused() {
         assert!(refused.stdout.is_empty(), "{}", refused.stdout);
     }
 }
+
+/// Into a pipe `project` prints one line, as every other JSON output does,
+/// so a line-oriented consumer reads one value per line.
+#[test]
+fn project_into_a_pipe_is_one_line() {
+    let projected = run(["project", &arg(&examples().join("lead.jsonl"))]);
+    projected.expect_code(0);
+    assert_eq!(projected.stdout.lines().count(), 1, "{}", projected.stdout);
+    let value: serde_json::Value = serde_json::from_str(projected.stdout.trim())
+        .unwrap_or_else(|error| panic!("{error}: {}", projected.stdout));
+    assert!(value.get("preset").is_some(), "{value}");
+}

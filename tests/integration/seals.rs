@@ -867,7 +867,7 @@ fn a_long_log_projects_with_its_late_seals_checked() {
     let projected = run(["project", path_str(dir.path())]);
     projected.expect_code(0);
     assert!(
-        projected.stdout.contains(r#""seq": 6001"#),
+        projected.stdout.contains(r#""seq":6001"#),
         "{}",
         projected.stdout
     );

@@ -17,9 +17,14 @@ pub fn run(args: &SessionArgs, at: Option<u64>, defaults: &DefaultArgs) -> Resul
         approval: defaults.default_approval,
         sandbox: defaults.default_sandbox,
     };
-    crate::terminal::print_json_line(&serde_json::to_string_pretty(
-        &folded.projection(&defaults),
-    )?)?;
+    // Indented for a person at a terminal; one line into a pipe or a file,
+    // as every other JSON a command prints.
+    let projection = folded.projection(&defaults);
+    let text = match crate::terminal::stdout_is_terminal() {
+        true => serde_json::to_string_pretty(&projection)?,
+        false => serde_json::to_string(&projection)?,
+    };
+    crate::terminal::print_json_line(&text)?;
     Ok(exit::OK)
 }
 
