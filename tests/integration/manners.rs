@@ -893,3 +893,24 @@ fn project_into_a_pipe_is_one_line() {
         .unwrap_or_else(|error| panic!("{error}: {}", projected.stdout));
     assert!(value.get("preset").is_some(), "{value}");
 }
+
+/// A write of the output that fails (a full disk under `>`) is named as
+/// such, not left as a bare "No space left on device".
+#[test]
+fn a_failed_write_of_the_output_says_so() {
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full");
+    let Ok(full) = full else {
+        return; // no /dev/full on this system
+    };
+    let output = sessionlog(["export", &arg(&examples()), "--session", "lead"])
+        .stdout(full)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap_or_else(|error| panic!("run: {error}"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("sessionlog: write standard output: "),
+        "{stderr}"
+    );
+}

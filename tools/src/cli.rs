@@ -18,8 +18,9 @@ use sessionlog_schema::{ApprovalPolicy, Preset, SandboxMode};
 /// Exit codes: 0 ok, 1 usage or I/O error, 2 corruption, 3 only a torn tail
 /// (verify), 4 rule violations, 5 fail-closed review error or reviewer
 /// failure, 6 Locked or Conflict, 7 a seal check failed, 8 review-audit found
-/// a decision that differs. When several apply, 2 wins over 7, 7 over 4, 4
-/// over 3.
+/// a decision that differs, 9 diff could not compare the stores, 141 standard
+/// output or error closed before the command finished (`| head`). When
+/// several apply, 2 wins over 7, 7 over 4, 4 over 3.
 #[derive(Debug, Parser)]
 #[command(name = "sessionlog", version, propagate_version = true)]
 pub struct Cli {
@@ -395,7 +396,8 @@ pub enum Command {
     /// stderr ("no sessions found in X"): a mistyped path holds none either.
     #[command(after_help = "Example:\n  sessionlog list examples/sessions --tree")]
     List {
-        /// The store.
+        /// A `.jsonl` file, a folder of logs, a `.db`/`.sqlite` database or a
+        /// `postgres://` URL.
         store: PathBuf,
         /// Show children under their parents.
         #[arg(long)]

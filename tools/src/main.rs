@@ -153,7 +153,10 @@ fn main() -> ExitCode {
         Err(error) if terminal::is_reader_gone(&error) => ExitCode::from(exit::READER_GONE),
         Err(error) => {
             let code = exit_code(&error);
-            crate::errln!("sessionlog: {}", render(&error));
+            match terminal::stdout_failed() {
+                true => crate::errln!("sessionlog: write standard output: {}", render(&error)),
+                false => crate::errln!("sessionlog: {}", render(&error)),
+            };
             ExitCode::from(code)
         }
     }

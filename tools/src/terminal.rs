@@ -182,29 +182,49 @@ pub fn events_breaking(count: impl Into<u64>) -> String {
 /// Set when a write to standard output or error finds its reader gone.
 static READER_WENT: AtomicBool = AtomicBool::new(false);
 
+/// Set when a write to standard output fails (a full disk under `>`), for
+/// the error to say which write it was.
+static STDOUT_FAILED: AtomicBool = AtomicBool::new(false);
+
 /// Standard output or error, noting a write that finds its reader gone:
 /// a broken pipe elsewhere (a server's socket, a FIFO given as a file) is
 /// an error like any other, not the reader going away.
 #[derive(Debug)]
-pub struct Watched<W>(W);
+pub struct Watched<W> {
+    inner: W,
+    /// Whether this is standard output.
+    stdout: bool,
+}
 
 impl<W: Write> Write for Watched<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        note_reader_gone(self.0.write(buf))
+        let written = self.inner.write(buf);
+        self.note(written)
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        note_reader_gone(self.0.flush())
+        let flushed = self.inner.flush();
+        self.note(flushed)
     }
 }
 
-fn note_reader_gone<T>(result: io::Result<T>) -> io::Result<T> {
-    if let Err(error) = &result {
-        if error.kind() == io::ErrorKind::BrokenPipe {
-            READER_WENT.store(true, Ordering::Relaxed);
+impl<W> Watched<W> {
+    fn note<T>(&self, result: io::Result<T>) -> io::Result<T> {
+        if let Err(error) = &result {
+            if error.kind() == io::ErrorKind::BrokenPipe {
+                READER_WENT.store(true, Ordering::Relaxed);
+            } else if self.stdout {
+                STDOUT_FAILED.store(true, Ordering::Relaxed);
+            }
         }
+        result
     }
-    result
+}
+
+/// Whether a write to standard output failed with something other than a
+/// closed pipe: `main` then says the failure was in writing the output.
+pub fn stdout_failed() -> bool {
+    STDOUT_FAILED.load(Ordering::Relaxed)
 }
 
 /// Whether `error` is the reader of standard output or error going away: a
@@ -229,13 +249,21 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
 /// Standard output, buffered and escaped as `mode` says.
 #[allow(clippy::disallowed_methods)]
 pub fn stdout(mode: Mode) -> Escaping<io::BufWriter<Watched<io::StdoutLock<'static>>>> {
-    Escaping::new(io::BufWriter::new(Watched(io::stdout().lock())), mode)
+    let watched = Watched {
+        inner: io::stdout().lock(),
+        stdout: true,
+    };
+    Escaping::new(io::BufWriter::new(watched), mode)
 }
 
 /// Standard error, escaped as text.
 #[allow(clippy::disallowed_methods)]
 pub fn stderr() -> Escaping<Watched<io::StderrLock<'static>>> {
-    Escaping::new(Watched(io::stderr().lock()), Mode::Text)
+    let watched = Watched {
+        inner: io::stderr().lock(),
+        stdout: false,
+    };
+    Escaping::new(watched, Mode::Text)
 }
 
 /// A writer of standard error for `tracing`, escaped as text.

@@ -117,7 +117,13 @@ pub fn head(args: &SessionArgs) -> Result<u8> {
             }
             Err(error) => {
                 let error_code = crate::exit_code(&error);
-                crate::errln!("sessionlog: {}: {error:#}", session.label);
+                // A log's error names its file already; only a session of a
+                // store is named here.
+                let message = format!("{error:#}");
+                match message.starts_with(&format!("{}: ", session.label)) {
+                    true => crate::errln!("sessionlog: {message}"),
+                    false => crate::errln!("sessionlog: {}: {message}", session.label),
+                }
                 code = exit::worst(code, error_code);
                 if !matches!(error_code, exit::CORRUPT) {
                     return Err(error);
