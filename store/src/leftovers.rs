@@ -44,6 +44,17 @@ impl Leftover {
     pub fn removable(&self, min_age: Duration) -> bool {
         !self.in_use && self.age >= min_age
     }
+
+    /// Whether it is a migration's lock file: left unheld, it is the mark
+    /// of a migration into the folder that was interrupted, and the folder
+    /// may lack sessions that run had not published yet.
+    pub fn is_migration_lock(&self) -> bool {
+        self.path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .and_then(temporary)
+            .is_some_and(|kind| matches!(kind, Temporary::MigrationLock))
+    }
 }
 
 /// What kind of temporary file a name is.
@@ -95,8 +106,15 @@ pub(crate) fn hold(file: &File) {
 }
 
 /// Whether somebody holds the `flock` of the file at `path`. A file gone
-/// meanwhile is not held.
+/// meanwhile is not held, and neither is a name that is no regular file (a
+/// symbolic link, a folder: no run of ours made it, nor holds it).
 fn held(path: &Path) -> Result<bool, StoreError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(metadata) if metadata.is_file() => {}
+        Ok(_) => return Ok(false),
+        Err(source) if source.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(source) => return Err(StoreError::io("stat", path, source)),
+    }
     let file = match open_log_for_reading(path) {
         Ok(file) => file,
         Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {

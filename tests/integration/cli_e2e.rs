@@ -570,7 +570,7 @@ fn clean_removes_only_old_temporary_files_nobody_holds() {
     let verified = run(["verify", &text(&store)]);
     verified.expect_code(0);
     assert!(
-        verified.stderr.contains("2 temporary file(s)"),
+        verified.stderr.contains("2 temporary files"),
         "verify names the two nobody holds: {}",
         verified.stderr
     );
@@ -590,7 +590,7 @@ fn clean_removes_only_old_temporary_files_nobody_holds() {
     );
     assert!(
         dry.stdout
-            .contains("1 temporary file(s) would be removed (16 bytes), 2 kept"),
+            .contains("1 temporary file would be removed (16 bytes), 2 kept"),
         "{}",
         dry.stdout
     );
@@ -631,4 +631,37 @@ fn clean_removes_only_old_temporary_files_nobody_holds() {
     on_database.expect_code(0);
     assert!(on_database.stdout.contains("keeps no temporary files"));
     run(["clean", &text(&store.join("s1.jsonl"))]).expect_code(1);
+}
+
+/// The lock of a migration into a folder, left by a run that was killed,
+/// is the one mark that the folder may lack sessions that run had not
+/// published: `verify` says so, and `clean`, which removes the mark, says
+/// so as it does.
+#[test]
+fn an_interrupted_migration_is_named_by_verify_and_by_clean() {
+    let folder = ok(tempfile::tempdir());
+    let store = folder.path().join("logs");
+    run(["create", &text(&store), "--session", "s1"]).expect_code(0);
+    let lock = store.join(".migrate-4242-1700000000000.lock");
+    ok(std::fs::write(&lock, b""));
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    ok(ok(std::fs::OpenOptions::new().write(true).open(&lock)).set_modified(hour_ago));
+    let verified = run(["verify", &text(&store)]);
+    verified.expect_code(0);
+    assert!(
+        verified.stderr.contains("was interrupted") && verified.stderr.contains("--resume"),
+        "{}",
+        verified.stderr
+    );
+    let cleaned = run(["clean", &text(&store)]);
+    cleaned.expect_code(0);
+    assert!(!lock.exists());
+    assert!(
+        cleaned.stderr.contains("was interrupted"),
+        "{}",
+        cleaned.stderr
+    );
+    // Once it is gone, nothing is left to say.
+    let again = run(["verify", &text(&store)]);
+    assert!(!again.stderr.contains("interrupted"), "{}", again.stderr);
 }

@@ -90,10 +90,21 @@ pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u
         };
         let bytes: u64 = gone.iter().map(|entry| entry.bytes).sum();
         crate::outln!(
-            "{} temporary file(s) {verb} ({bytes} bytes), {} kept",
-            gone.len(),
+            "{} {verb} ({bytes} bytes), {} kept",
+            crate::terminal::counted(gone.len() as u64, "temporary file"),
             entries.len() - gone.len()
         )?;
+    }
+    // Removing the lock of an interrupted migration takes away the one mark
+    // that the folder may be short of the source's sessions: say so now.
+    let unheld_lock = found
+        .iter()
+        .find(|leftover| leftover.is_migration_lock() && !leftover.in_use);
+    if let Some(lock) = unheld_lock {
+        crate::warn(crate::commands::verify::interrupted_migration(
+            jsonl.folder(),
+            &lock.path,
+        ));
     }
     Ok(exit::OK)
 }

@@ -387,14 +387,29 @@ fn warn_of_leftovers(store: &sessionlog_store::JsonlStore) -> Result<()> {
     if let Some(first) = left.first() {
         let bytes: u64 = left.iter().map(|leftover| leftover.bytes).sum();
         crate::warn(format!(
-            "{} temporary file(s) ({bytes} bytes) left by an interrupted create, fork or migrate, \
+            "{} ({bytes} bytes) left by an interrupted create, fork or migrate, \
              such as {}; no reader takes them for a session, and `sessionlog clean {}` removes them",
-            left.len(),
+            crate::terminal::counted(left.len() as u64, "temporary file"),
             first.path.display(),
             store.folder().display()
         ));
     }
+    if let Some(lock) = left.iter().find(|leftover| leftover.is_migration_lock()) {
+        crate::warn(interrupted_migration(store.folder(), &lock.path));
+    }
     Ok(())
+}
+
+/// What an unheld migration lock in `folder` means, for `verify` and
+/// `clean` to say: the sessions verified may not be all the source held.
+pub fn interrupted_migration(folder: &std::path::Path, lock: &std::path::Path) -> String {
+    format!(
+        "a migration into {folder} was interrupted ({lock} is its lock, held by no run): the \
+         folder may lack sessions that run had not published; finish it with \
+         `sessionlog migrate FROM {folder} --resume` before trusting it whole",
+        folder = folder.display(),
+        lock = lock.display()
+    )
 }
 
 /// The verdict on damage of a store as a whole (no session named). Its
