@@ -246,10 +246,13 @@ fn try_ask(
         .send(&body)
         .map_err(|error| failure(format!("the reviewer could not be reached: {error}")))?;
     if !(200..300).contains(&response.status) {
+        // Scrubbed whole before it is cut: a cut inside a credential would
+        // leave its first part unrecognised.
+        let body = reviewer.scrub(String::from_utf8_lossy(&response.body).into_owned());
         return Err(failure(format!(
             "the reviewer answered HTTP {}: {}",
             response.status,
-            excerpt(&response.body)
+            excerpt(&body)
         )));
     }
     let reply = chat_completions_reply(&response.body)?;
@@ -262,9 +265,8 @@ fn failure(message: String) -> ReviewFailure {
 
 /// The start of an error answer's body, for a message: at most 200
 /// characters, control characters escaped.
-fn excerpt(body: &[u8]) -> String {
+fn excerpt(text: &str) -> String {
     const LIMIT: usize = 200;
-    let text = String::from_utf8_lossy(body);
     let mut out: String = text
         .chars()
         .take(LIMIT)

@@ -585,6 +585,26 @@ fn a_password_in_the_endpoint_is_neither_printed_nor_recorded() {
 }
 
 #[test]
+fn a_key_cut_by_the_excerpt_of_an_error_answer_is_never_shown() {
+    // The excerpt keeps 200 characters: the key echoed across that cut.
+    let (_folder, log) = open_step_session();
+    let server = Server::start(|request| {
+        let echoed = request
+            .header("authorization")
+            .unwrap_or("")
+            .trim_start_matches("Bearer ")
+            .to_owned();
+        let padding = "x".repeat(180);
+        Answer::Body(401, format!("{padding}{echoed}"))
+    });
+    let message = failure_of(&review(&log, &server, &["--record"]));
+    let head = &KEY[..KEY.len() / 2];
+    assert!(!message.contains(head), "part of the key: {message}");
+    let text = std::fs::read_to_string(&log).expect("the log");
+    assert!(!text.contains(head), "part of the key reached the log");
+}
+
+#[test]
 fn a_request_that_fails_closed_is_never_sent_nor_recorded() {
     let (folder, log) = open_step_session();
     let server = Server::saying(r#"{"risk":"low","decision":"allow"}"#);
