@@ -754,6 +754,19 @@ fn a_refused_argument_never_shows_a_password() {
             vec!["migrate", "a", "b", "postgres://app:s3cretPW@db/logs"],
             "'postgres://app@db/logs'",
         ),
+        // clap quotes it with its control characters taken out.
+        (
+            vec!["list", "a", "postgresql://app:s3cretPW@db/lo\u{7}gs"],
+            "'postgresql://app@db/logs'",
+        ),
+        (
+            vec![
+                "list",
+                "a",
+                "postgres://app:s3c\u{1b}[31mretPW@db/logs?password=s3cretPW",
+            ],
+            "'postgres://app@db/logs?'",
+        ),
         // A value given as `--flag=VALUE` that clap quotes back.
         (
             vec![

@@ -94,25 +94,26 @@ pub struct Exit {
     pub message: String,
 }
 
-/// `text` with every URL argument of the command line shown without its
-/// password (`postgres://app:secret@db/x` as `postgres://app@db/x`, also in
-/// `--endpoint=URL`); `None` when no argument holds one.
+/// `text` with every URL in it shown without its password
+/// (`postgres://app:secret@db/x` as `postgres://app@db/x`, and without a
+/// `password=` parameter); `None` when it holds none. The text is read
+/// itself, not matched against the arguments: clap quotes an argument
+/// with its control characters taken out.
 fn without_passwords(text: &str) -> Option<String> {
-    let mut shown = text.to_owned();
-    for argument in std::env::args_os().skip(1) {
-        let argument = argument.to_string_lossy();
-        let url = match argument.split_once('=') {
-            Some((flag, value)) if flag.starts_with("--") && !flag.contains("://") => value,
-            _ => &argument,
-        };
-        if !url.contains(":/") {
-            continue;
-        }
-        let redacted = sessionlog_store::redact_url(url);
-        if redacted != url && shown.contains(url) {
-            shown = shown.replace(url, &redacted);
-        }
+    let mut shown = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let end = rest[at + 3..]
+            .find(|c: char| c.is_whitespace() || matches!(c, '\'' | '"' | '`' | '>'))
+            .map_or(rest.len(), |end| at + 3 + end);
+        let start = rest[..at]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+            .map_or(0, |start| start + 1);
+        shown.push_str(&rest[..start]);
+        shown.push_str(&sessionlog_store::redact_url(&rest[start..end]));
+        rest = &rest[end..];
     }
+    shown.push_str(rest);
     (shown != text).then_some(shown)
 }
 
