@@ -926,4 +926,42 @@ fn a_failed_write_of_the_output_says_so() {
         stderr.starts_with("sessionlog: write standard output: "),
         "{stderr}"
     );
+    // A command that fails for its own reason (a corrupt log) with its
+    // output lost too says both, each for what it is.
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let store = dir.path().join("logs");
+    run(["create", &arg(&store), "--session", "s"]).expect_code(0);
+    let events: String = (1..=10)
+        .map(|n| format!("{{\"type\":\"x-test/note\",\"data\":{{\"n\":{n}}}}}\n"))
+        .collect();
+    crate::cli_support::run_with_stdin(["append", &arg(&store), "--session", "s"], &events)
+        .expect_code(0);
+    let log = store.join("s.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    std::fs::write(&log, text.replacen("{\"n\":7}", "{\"n\":0}", 1))
+        .unwrap_or_else(|error| panic!("write: {error}"));
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap_or_else(|error| panic!("/dev/full: {error}"));
+    let output = sessionlog(["tail", &arg(&store), "--session", "s", "--from", "1"])
+        .stdout(full)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap_or_else(|error| panic!("run: {error}"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(
+        lines.iter().any(|line| line.starts_with("sessionlog: ")
+            && line.contains("corrupt at line 8")
+            && !line.contains("write standard output")),
+        "{stderr}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|line| line.starts_with("sessionlog: write standard output: ")),
+        "{stderr}"
+    );
 }

@@ -149,14 +149,32 @@ fn main() -> ExitCode {
     init_tracing();
     QUIET.store(cli.quiet, std::sync::atomic::Ordering::Relaxed);
     let result = run(cli);
+    // The output is written by the time `run` returns, its last flush
+    // included: a write that failed (a full disk under `>`) is said, and
+    // never passes for success.
+    let lost = terminal::stdout_failure();
     match result {
-        Ok(code) => ExitCode::from(code),
         Err(error) if terminal::is_reader_gone(&error) => ExitCode::from(exit::READER_GONE),
+        Ok(code) => match lost {
+            None => ExitCode::from(code),
+            Some(lost) => {
+                crate::errln!("sessionlog: write standard output: {lost}");
+                ExitCode::from(exit::USAGE)
+            }
+        },
         Err(error) => {
             let code = exit_code(&error);
-            match terminal::stdout_failed() {
-                true => crate::errln!("sessionlog: write standard output: {}", render(&error)),
-                false => crate::errln!("sessionlog: {}", render(&error)),
+            let was_the_write = lost.is_some()
+                && error
+                    .chain()
+                    .any(|cause| cause.downcast_ref::<std::io::Error>().is_some());
+            match (was_the_write, &lost) {
+                (true, _) => crate::errln!("sessionlog: write standard output: {}", render(&error)),
+                (false, Some(lost)) => {
+                    crate::errln!("sessionlog: {}", render(&error));
+                    crate::errln!("sessionlog: write standard output: {lost}")
+                }
+                (false, None) => crate::errln!("sessionlog: {}", render(&error)),
             };
             ExitCode::from(code)
         }

@@ -182,9 +182,9 @@ pub fn events_breaking(count: impl Into<u64>) -> String {
 /// Set when a write to standard output or error finds its reader gone.
 static READER_WENT: AtomicBool = AtomicBool::new(false);
 
-/// Set when a write to standard output fails (a full disk under `>`), for
-/// the error to say which write it was.
-static STDOUT_FAILED: AtomicBool = AtomicBool::new(false);
+/// The first failure of a write to standard output (a full disk under
+/// `>`), for `main` to say that output was lost and why.
+static STDOUT_FAILED: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 
 /// Standard output or error, noting a write that finds its reader gone:
 /// a broken pipe elsewhere (a server's socket, a FIFO given as a file) is
@@ -214,17 +214,23 @@ impl<W> Watched<W> {
             if error.kind() == io::ErrorKind::BrokenPipe {
                 READER_WENT.store(true, Ordering::Relaxed);
             } else if self.stdout {
-                STDOUT_FAILED.store(true, Ordering::Relaxed);
+                let mut failed = STDOUT_FAILED
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                failed.get_or_insert_with(|| error.to_string());
             }
         }
         result
     }
 }
 
-/// Whether a write to standard output failed with something other than a
-/// closed pipe: `main` then says the failure was in writing the output.
-pub fn stdout_failed() -> bool {
-    STDOUT_FAILED.load(Ordering::Relaxed)
+/// How the first write to standard output failed, with something other
+/// than a closed pipe (none: every write went out).
+pub fn stdout_failure() -> Option<String> {
+    STDOUT_FAILED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
 }
 
 /// Whether `error` is the reader of standard output or error going away: a
