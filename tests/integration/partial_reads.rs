@@ -181,3 +181,53 @@ fn a_damaged_session_reads_the_same_up_to_its_damage_in_every_backend() {
         );
     }
 }
+
+/// A batch that a page of database rows ends inside (pages of 512 rows)
+/// is given out only whole: damage in its fifth record stops a read of
+/// the database where it stops a read of the log, before the batch.
+#[test]
+fn a_batch_across_a_page_boundary_is_given_out_only_whole() {
+    let folder = ok(tempfile::tempdir());
+    let logs = folder.path().join("logs");
+    let database = folder.path().join("s.db");
+    notes(&logs, 509);
+    let batch: Vec<String> = (510..=515)
+        .map(|n| format!("{{\"type\":\"x-test/note\",\"data\":{{\"n\":{n}}}}}"))
+        .collect();
+    run_with_stdin(
+        ["append", &text(&logs), "--session", "s"],
+        &format!("[{}]\n", batch.join(",")),
+    )
+    .expect_code(0);
+    run(["migrate", &text(&logs), &text(&database)]).expect_code(0);
+    // Whole, every record is read, in order.
+    let whole = run(["tail", &text(&database), "--session", "s", "--from", "1"]);
+    whole.expect_code(0);
+    assert_eq!(printed_notes(&whole), (1..=515).collect::<Vec<_>>());
+    // Seq 514's data changed in both, its CRC left as it was.
+    let log = logs.join("s.jsonl");
+    let bytes = ok(std::fs::read_to_string(&log));
+    ok(std::fs::write(
+        &log,
+        bytes.replacen("{\"n\":514}", "{\"n\":0}", 1),
+    ));
+    let connection = ok(rusqlite::Connection::open(&database));
+    let changed = ok(connection.execute(
+        "UPDATE events SET body = replace(body, '\"n\":514', '\"n\":0') WHERE seq = 514",
+        [],
+    ));
+    assert_eq!(changed, 1);
+    drop(connection);
+    for store in [text(&logs), text(&database)] {
+        let tail = run(["tail", &store, "--session", "s", "--from", "1"]);
+        tail.expect_code(2);
+        assert_eq!(
+            printed_notes(&tail),
+            (1..=509).collect::<Vec<_>>(),
+            "{store}"
+        );
+        let stats = run(["stats", &store, "--json"]);
+        let report: serde_json::Value = ok(serde_json::from_str(&stats.stdout));
+        assert_eq!(report["sessions"][0]["events"], 509, "{store}");
+    }
+}

@@ -142,6 +142,9 @@ pub struct SqlEvents {
     /// of rows before it are: a read stops where a read of a log file
     /// stops, after the events before the damage.
     damage: Option<StoreError>,
+    /// The checked records of a batch that a page ended inside, held until
+    /// the batch's last record is checked.
+    carry: VecDeque<EventRecord>,
 }
 
 /// The buffers of a read of one session's rows, kept for the next read
@@ -252,6 +255,7 @@ impl SqlEvents {
             rows_end: RowsEnd::Unknown,
             finished: false,
             damage: None,
+            carry: VecDeque::new(),
         }
     }
 
@@ -412,6 +416,12 @@ impl SqlEvents {
             if let Err(damage) = checked {
                 self.page.truncate(whole);
                 self.lent = 0..if lend { whole } else { 0 };
+                // A batch carried from the pages before is given out only
+                // if it ended before the damage.
+                match whole {
+                    0 => self.carry.clear(),
+                    _ => release(&mut self.carry, &mut self.page),
+                }
                 self.damage = Some(damage);
                 self.finished = true;
                 return Ok(());
@@ -420,8 +430,32 @@ impl SqlEvents {
                 whole = index + 1;
             }
         }
+        // A batch still open at the page's end is held back, checked, until
+        // its last record is: a read gives out whole units only, as a read
+        // of a log file does, wherever the page boundary falls.
+        if whole > 0 {
+            release(&mut self.carry, &mut self.page);
+        }
+        let open_from = whole;
         if lend {
-            self.lent = 0..self.rows.rows.len();
+            self.lent = 0..open_from;
+            let owner = self.rows_owner.as_ref().unwrap_or(&self.id);
+            for row in &self.rows.rows[open_from..] {
+                let body = self.rows.body(row);
+                let crc = record_crc(owner, body.as_bytes());
+                let record = decode_checked_body(owner, body.to_owned(), crc).map_err(|error| {
+                    corrupt_session(
+                        &self.store,
+                        &self.id,
+                        row.seq.unsigned_abs(),
+                        format!("the body does not decode: {error}"),
+                    )
+                })?;
+                self.carry.push_back(record);
+            }
+        } else {
+            let held = self.page.len() - (self.rows.rows.len() - open_from);
+            self.carry.extend(self.page.drain(held..));
         }
         if let Some(RowBounds {
             recorded,
@@ -705,6 +739,14 @@ impl SqlEvents {
     }
 }
 
+/// Gives out the records `carry` holds from the pages before, ahead of
+/// what the page just read put in `page`.
+fn release(carry: &mut VecDeque<EventRecord>, page: &mut VecDeque<EventRecord>) {
+    while let Some(record) = carry.pop_back() {
+        page.push_front(record);
+    }
+}
+
 impl Iterator for SqlEvents {
     type Item = Result<EventRecord, StoreError>;
 
@@ -716,6 +758,7 @@ impl Iterator for SqlEvents {
                 self.page.clear();
                 self.lent = 0..0;
                 self.damage = None;
+                self.carry.clear();
                 Some(Err(error))
             }
         }
