@@ -1,6 +1,6 @@
 //! Following a database session: [`RowFollower`] reads the rows after the
 //! last one it delivered, by seq, and first checks that the session still
-//! holds what it delivered.
+//! has the header it read and the last record it delivered, unchanged.
 //!
 //! A database never loses rows to a torn tail, so a session whose header
 //! changed, or whose last delivered row is gone or holds another record,
@@ -8,7 +8,9 @@
 //! deleted by hand). What comes after the change is never spliced onto
 //! what was delivered: the poll fails with `HistoryChanged`, as a
 //! [`LogFollower`](crate::LogFollower) fails for a log whose file was
-//! replaced.
+//! replaced. Rows before the last one delivered are not read again: an
+//! edit of those alone, leaving the header and that row as they were, is
+//! for `verify` (and a seal) to find, as it is for a log edited in place.
 
 use std::path::PathBuf;
 
