@@ -124,7 +124,7 @@ impl RowFollower {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "sqlite"))]
 mod tests {
     use std::path::Path;
 
