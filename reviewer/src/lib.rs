@@ -28,7 +28,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use sessionlog_store::{Reviewer, ReviewerError, ReviewerResponse};
+use sessionlog_store::{redact_url, Reviewer, ReviewerError, ReviewerResponse};
 use ureq::tls::{RootCerts, TlsConfig};
 
 /// The timeout of the whole exchange when none is given: 90 seconds.
@@ -112,7 +112,7 @@ impl fmt::Debug for HttpReviewer {
 impl fmt::Debug for HttpReviewerOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HttpReviewerOptions")
-            .field("endpoint", &without_password(&self.endpoint))
+            .field("endpoint", &redact_url(&self.endpoint))
             .field("key", &self.key.as_ref().map(|_| "(redacted)"))
             .field("timeout", &self.timeout)
             .finish()
@@ -126,7 +126,7 @@ impl HttpReviewer {
         let endpoint = options.endpoint.trim_end_matches('/');
         if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
             return Err(HttpReviewerError::Endpoint {
-                endpoint: without_password(&options.endpoint),
+                endpoint: redact_url(&options.endpoint),
             });
         }
         let config = ureq::Agent::config_builder()
@@ -137,7 +137,7 @@ impl HttpReviewer {
             .build();
         let target = format!("{endpoint}/chat/completions");
         Ok(HttpReviewer {
-            url: without_password(&target),
+            url: redact_url(&target),
             target,
             key: options.key.filter(|key| !key.is_empty()),
             agent: ureq::Agent::new_with_config(config),
@@ -179,23 +179,6 @@ impl HttpReviewer {
             }
             _ => message,
         }
-    }
-}
-
-/// `url` without the password of its user information
-/// (`http://user:secret@host/` → `http://user@host/`).
-fn without_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or_default();
-            format!("{scheme}://{user}@{host}{tail}")
-        }
-        None => url.to_owned(),
     }
 }
 

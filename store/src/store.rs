@@ -851,7 +851,7 @@ fn postgres_display(text: &str) -> String {
 
 /// The URL `text` with any password taken out (from its user information
 /// and from a `password` parameter), whether its scheme ends in `://` or,
-/// mistyped, in `:/`.
+/// mistyped, in `:/`; a text with neither is read as an authority.
 ///
 /// ```
 /// use sessionlog_store::redact_url;
@@ -869,7 +869,7 @@ pub fn redact_url(text: &str) -> String {
             let (scheme, rest) = text.split_once(":/")?;
             Some((format!("{scheme}:/"), rest))
         })
-        .unwrap_or_else(|| ("://".to_owned(), text));
+        .unwrap_or_else(|| (String::new(), text));
     let (authority, tail) = match rest.find(['/', '?']) {
         Some(end) => rest.split_at(end),
         None => (rest, ""),
