@@ -270,22 +270,7 @@ impl SqlEvents {
                 return Ok(Some(record));
             }
             if let Some(index) = self.lent.next() {
-                // A body checked for `next_body`, taken as a record after
-                // all: it decodes as it did when it was checked.
-                let owner = self.rows_owner.as_ref().unwrap_or(&self.id);
-                let body = self.rows.body(&self.rows.rows[index]);
-                let crc = record_crc(owner, body.as_bytes());
-                let seq = self.rows.rows[index].seq.unsigned_abs();
-                return decode_checked_body(owner, body.to_owned(), crc)
-                    .map(Some)
-                    .map_err(|error| {
-                        corrupt_session(
-                            &self.store,
-                            &self.id,
-                            seq,
-                            format!("the body does not decode: {error}"),
-                        )
-                    });
+                return self.checked_record(index).map(Some);
             }
             if let Some(damage) = self.damage.take() {
                 return Err(damage);
@@ -324,6 +309,24 @@ impl SqlEvents {
             .lent
             .next()
             .map(|index| EventBody::Lent(self.rows.body(&self.rows.rows[index]))))
+    }
+
+    /// The record of row `index` of the page read last, whose body was
+    /// checked for [`next_body`](Self::next_body) and is taken as a record
+    /// after all: it decodes as it did when it was checked.
+    fn checked_record(&self, index: usize) -> Result<EventRecord, StoreError> {
+        let owner = self.rows_owner.as_ref().unwrap_or(&self.id);
+        let row = &self.rows.rows[index];
+        let body = self.rows.body(row);
+        let crc = record_crc(owner, body.as_bytes());
+        decode_checked_body(owner, body.to_owned(), crc).map_err(|error| {
+            corrupt_session(
+                &self.store,
+                &self.id,
+                row.seq.unsigned_abs(),
+                format!("the body does not decode: {error}"),
+            )
+        })
     }
 
     /// Reads and checks the next page of rows: into records in `page`, or
@@ -436,25 +439,14 @@ impl SqlEvents {
         if whole > 0 {
             release(&mut self.carry, &mut self.page);
         }
-        let open_from = whole;
         if lend {
-            self.lent = 0..open_from;
-            let owner = self.rows_owner.as_ref().unwrap_or(&self.id);
-            for row in &self.rows.rows[open_from..] {
-                let body = self.rows.body(row);
-                let crc = record_crc(owner, body.as_bytes());
-                let record = decode_checked_body(owner, body.to_owned(), crc).map_err(|error| {
-                    corrupt_session(
-                        &self.store,
-                        &self.id,
-                        row.seq.unsigned_abs(),
-                        format!("the body does not decode: {error}"),
-                    )
-                })?;
+            self.lent = 0..whole;
+            for index in whole..self.rows.rows.len() {
+                let record = self.checked_record(index)?;
                 self.carry.push_back(record);
             }
         } else {
-            let held = self.page.len() - (self.rows.rows.len() - open_from);
+            let held = self.page.len() - (self.rows.rows.len() - whole);
             self.carry.extend(self.page.drain(held..));
         }
         if let Some(RowBounds {
