@@ -164,17 +164,19 @@ fn main() -> ExitCode {
         },
         Err(error) => {
             let code = exit_code(&error);
-            let was_the_write = lost.is_some()
-                && error
-                    .chain()
-                    .any(|cause| cause.downcast_ref::<std::io::Error>().is_some());
-            match (was_the_write, &lost) {
-                (true, _) => crate::errln!("sessionlog: write standard output: {}", render(&error)),
-                (false, Some(lost)) => {
+            let is_io = error
+                .chain()
+                .any(|cause| cause.downcast_ref::<std::io::Error>().is_some());
+            match lost {
+                // The error is the failed write itself.
+                Some(_) if is_io => {
+                    crate::errln!("sessionlog: write standard output: {}", render(&error))
+                }
+                Some(lost) => {
                     crate::errln!("sessionlog: {}", render(&error));
                     crate::errln!("sessionlog: write standard output: {lost}")
                 }
-                (false, None) => crate::errln!("sessionlog: {}", render(&error)),
+                None => crate::errln!("sessionlog: {}", render(&error)),
             };
             ExitCode::from(code)
         }

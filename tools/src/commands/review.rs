@@ -209,13 +209,14 @@ fn request_from_snapshot(
     // fail-closed codes).
     // A failed seal is named before a rule violation, as it ranks above it
     // (exit 7 over 4).
-    if let Some(violation) = read.first_seal_failure.as_ref() {
+    let shown = match (&read.first_seal_failure, &read.first_violation) {
+        (Some(seal), _) => Some((seal, exit::SEAL)),
+        (None, Some(violation)) => Some((violation, exit::RULE)),
+        (None, None) => None,
+    };
+    if let Some((violation, code)) = shown {
         print_error(ReviewErrorCode::InvalidLog.as_str(), violation.to_string())?;
-        return Ok(Err(exit::SEAL));
-    }
-    if let Some(violation) = &read.first_violation {
-        print_error(ReviewErrorCode::InvalidLog.as_str(), violation.to_string())?;
-        return Ok(Err(exit::RULE));
+        return Ok(Err(code));
     }
     let action = match pending.parse() {
         Ok(action) => action,
@@ -271,8 +272,8 @@ fn read_for_review(target: &Target, session: &SessionRef) -> Result<ReadForRevie
     } = &mut read;
     fold_stream(&mut *stream, state, |record, folded, state| {
         if let Err(violation) = folded {
-            if violation.kind == ViolationKind::Seal && first_seal_failure.is_none() {
-                *first_seal_failure = Some(violation.clone());
+            if violation.kind == ViolationKind::Seal {
+                first_seal_failure.get_or_insert_with(|| violation.clone());
             }
             first_violation.get_or_insert(violation);
         }
