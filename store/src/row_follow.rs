@@ -60,11 +60,6 @@ impl RowFollower {
         }
     }
 
-    /// The next seq to deliver.
-    pub fn next_seq(&self) -> u64 {
-        self.next_seq
-    }
-
     /// Up to `max` events not delivered yet, after checking that the
     /// session still holds the header and the last record delivered.
     pub fn poll(&mut self, store: &Store, max: usize) -> Result<Vec<EventRecord>, StoreError> {

@@ -51,7 +51,6 @@ pub fn run(args: &SessionArgs, start: Start, follow: bool, json: bool) -> Result
     let mut tail = Tail {
         source: Source::of(&target, &session),
         header: None,
-        rows: None,
         printed: 0,
         json,
         out: crate::terminal::stdout(crate::terminal::Mode::Json),
@@ -74,11 +73,27 @@ enum Source<'a> {
     Database { store: &'a Store },
 }
 
+/// Where following goes on from once the first read is done.
+enum ReadEnd<'a> {
+    /// A log, with what was read of its end when it was read from there.
+    Log {
+        path: PathBuf,
+        expected_id: Option<SessionId>,
+        last: Option<Box<LastEvents>>,
+    },
+    /// A database session, from the last row read.
+    Rows(RowFollower, &'a Store),
+}
+
+/// What `-f` polls.
+enum Following<'a> {
+    Log(Box<LogFollower>),
+    Rows(RowFollower, &'a Store),
+}
+
 struct Tail<'a, W: Write> {
     source: Source<'a>,
     header: Option<SessionHeader>,
-    /// A database session's follower, from where the first read ended.
-    rows: Option<RowFollower>,
     /// The last seq printed (0: none).
     printed: u64,
     json: bool,
@@ -112,7 +127,7 @@ impl<'a> Source<'a> {
     }
 }
 
-impl<W: Write> Tail<'_, W> {
+impl<'a, W: Write> Tail<'a, W> {
     fn run(&mut self, start: Start, follow: bool, session: &SessionRef) -> Result<()> {
         // Watching starts before the first read, so that nothing appended
         // after it goes unnoticed.
@@ -120,26 +135,27 @@ impl<W: Write> Tail<'_, W> {
         if let Start::From(from) = start {
             self.printed = from.saturating_sub(1);
         }
-        let last = self.first_read(start, session)?;
+        let end = self.first_read(start, session)?;
         let Some(wake) = &mut wake else {
             return Ok(());
         };
         // A log whose end was read goes on from there: following a long
         // log does not read it whole.
-        let mut follower = match &self.source {
-            Source::File {
+        let mut following = match end {
+            ReadEnd::Log {
+                path,
+                expected_id,
+                last: Some(last),
+            } => Following::Log(Box::new(LogFollower::after(&path, expected_id, &last))),
+            ReadEnd::Log {
                 path, expected_id, ..
-            } => Some(match &last {
-                Some(last) => LogFollower::after(path, expected_id.clone(), last),
-                None => LogFollower::new(path, expected_id.clone(), self.printed + 1),
-            }),
-            Source::Database { .. } => None,
+            } => Following::Log(Box::new(LogFollower::new(
+                &path,
+                expected_id,
+                self.printed + 1,
+            ))),
+            ReadEnd::Rows(rows, store) => Following::Rows(rows, store),
         };
-        let database = match &self.source {
-            Source::Database { store } => Some(*store),
-            Source::File { .. } => None,
-        };
-        let mut rows = self.rows.take();
         // A PostgreSQL session wakes the loop on its notifications, any
         // other on a change in its folder (`Wake`); each still reads by seq
         // and looks at least every poll interval. After a wake that found
@@ -162,10 +178,9 @@ impl<W: Write> Tail<'_, W> {
                 }
                 None => wake.wait(timeout),
             };
-            let records = match (&mut follower, &mut rows, database) {
-                (Some(follower), ..) => follower.poll(usize::MAX)?,
-                (None, Some(rows), Some(store)) => rows.poll(store, usize::MAX)?,
-                _ => Vec::new(),
+            let records = match &mut following {
+                Following::Log(follower) => follower.poll(usize::MAX)?,
+                Following::Rows(follower, store) => follower.poll(store, usize::MAX)?,
             };
             for record in &records {
                 self.print(record)?;
@@ -186,30 +201,36 @@ impl<W: Write> Tail<'_, W> {
     /// Prints what the command shows before it follows: a log's last
     /// `count` events read from its end, or its events from a seq on read
     /// as they stream; a database's last `count` rows (an index range from
-    /// the seq its session row records) or its rows from a seq on. Only the
-    /// events printed are held. Returns what was read of a log's end, for
-    /// following it from there.
-    fn first_read(&mut self, start: Start, session: &SessionRef) -> Result<Option<LastEvents>> {
+    /// the seq its session row records) or its rows from a seq on
+    /// ([`first_rows`](Self::first_rows)). Only the events printed are
+    /// held. Returns where following goes on from.
+    fn first_read(&mut self, start: Start, session: &SessionRef) -> Result<ReadEnd<'a>> {
+        let (target, path, expected_id) = match &self.source {
+            Source::File {
+                target,
+                path,
+                expected_id,
+            } => (*target, path.clone(), expected_id.clone()),
+            Source::Database { store } => {
+                let store: &'a Store = store;
+                return self.first_rows(start, session, store);
+            }
+        };
         let mut read_from_end = None;
-        let torn = match (&self.source, start) {
-            (
-                Source::File {
-                    path, expected_id, ..
-                },
-                Start::Last(count),
-            ) => {
+        let torn = match start {
+            Start::Last(count) => {
                 let count = usize::try_from(count).unwrap_or(usize::MAX);
-                let last = read_last_events(path, expected_id.clone(), count)?;
+                let last = read_last_events(&path, expected_id.clone(), count)?;
                 self.header = Some(last.header.header.clone());
                 for record in &last.events {
                     self.print(record)?;
                 }
                 self.printed = self.printed.max(last.last_seq);
                 let torn = last.torn_tail.clone();
-                read_from_end = Some(last);
+                read_from_end = Some(Box::new(last));
                 torn
             }
-            (Source::File { target, .. }, Start::From(from)) => {
+            Start::From(from) => {
                 let mut stream = target.stream(session)?;
                 self.header = Some(stream.header().clone());
                 while let Some(record) = stream.next_event()? {
@@ -219,35 +240,6 @@ impl<W: Write> Tail<'_, W> {
                 }
                 stream.finish()?
             }
-            (Source::Database { store }, start) => {
-                let store: &Store = store;
-                let (header, _) = store.records(&session.id)?;
-                self.header = Some(header.header);
-                let from = match start {
-                    Start::From(from) => from,
-                    Start::Last(count) => match store.recorded_last_seq(&session.id)? {
-                        Some(last) => (last + 1).saturating_sub(count).max(1),
-                        None => 1,
-                    },
-                };
-                // The events before `from` are passed over, printed or not
-                // (`-n 0` prints none): following goes on after them, and
-                // checks that the session still holds the last one printed.
-                self.printed = self.printed.max(from.saturating_sub(1));
-                let mut last = None;
-                for record in store.events_from(&session.id, from)? {
-                    let record = record?;
-                    self.print(&record)?;
-                    last = Some(record);
-                }
-                self.rows = Some(RowFollower::after(
-                    session.id.clone(),
-                    header.body,
-                    last,
-                    self.printed + 1,
-                ));
-                None
-            }
         };
         if let Some(torn) = torn {
             warn(format!(
@@ -256,7 +248,44 @@ impl<W: Write> Tail<'_, W> {
             ));
         }
         self.out.flush()?;
-        Ok(read_from_end)
+        Ok(ReadEnd::Log {
+            path,
+            expected_id,
+            last: read_from_end,
+        })
+    }
+
+    /// [`first_read`](Self::first_read) of a database session: its last
+    /// `count` rows (an index range from the seq its session row records)
+    /// or its rows from a seq on.
+    fn first_rows(
+        &mut self,
+        start: Start,
+        session: &SessionRef,
+        store: &'a Store,
+    ) -> Result<ReadEnd<'a>> {
+        let (header, _) = store.records(&session.id)?;
+        self.header = Some(header.header);
+        let from = match start {
+            Start::From(from) => from,
+            Start::Last(count) => match store.recorded_last_seq(&session.id)? {
+                Some(last) => (last + 1).saturating_sub(count).max(1),
+                None => 1,
+            },
+        };
+        // The events before `from` are passed over, printed or not (`-n 0`
+        // prints none): following goes on after them, and checks that the
+        // session still holds the last one printed.
+        self.printed = self.printed.max(from.saturating_sub(1));
+        let mut last = None;
+        for record in store.events_from(&session.id, from)? {
+            let record = record?;
+            self.print(&record)?;
+            last = Some(record);
+        }
+        self.out.flush()?;
+        let follower = RowFollower::after(session.id.clone(), header.body, last, self.printed + 1);
+        Ok(ReadEnd::Rows(follower, store))
     }
 
     /// Prints `record` when it is above the last seq printed.
