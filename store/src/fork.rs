@@ -97,8 +97,6 @@ pub fn fork_log_file(
     defaults: &Defaults,
 ) -> Result<SessionHeader, StoreError> {
     let io = Io::default();
-    // The child's seed must be a durable prefix of its parent.
-    crate::jsonl::sync_log_file(parent, &io)?;
     let folder = match parent.parent() {
         Some(folder) if !folder.as_os_str().is_empty() => folder,
         _ => Path::new("."),
@@ -119,8 +117,9 @@ pub(crate) struct ForkRequest<'a> {
 
 /// Forks the log at `parent_path` (whose header must name `parent_id`,
 /// when given) into a new log `child` at `child_path`, durably, and
-/// returns the child's header. The parent must already be durable (its
-/// caller fdatasynced it). A corrupt parent, one that breaks the rules, or
+/// returns the child's header. What the parent holds when the copy starts
+/// is made durable first, and only that is copied ([`copy_parent`]). A
+/// corrupt parent, one that breaks the rules, or
 /// an existing `child_path` is refused and nothing is left behind.
 pub(crate) fn fork_log(
     parent_path: &Path,
@@ -311,6 +310,12 @@ impl Drop for Temporary {
 
 /// Reads the parent's good prefix, folding it, and writes each record into
 /// `out` (the spool, or the child's own temporary file) signed for `child`.
+/// The prefix is what the parent's file holds when the copy starts, made
+/// durable (an fdatasync) before it is read: the child is published
+/// durable, so its seed must be a prefix of its parent after a power loss,
+/// even when the parent's writer appends meanwhile. Bytes that writer adds
+/// after that length are not copied (nor a record they complete: a torn
+/// tail to this read), as the sync is not known to cover them.
 /// Returns the parent's fold. A rule violation stops the copy but not the
 /// read: corruption further on outranks it. The fold's hash chain is the
 /// parent's only when the parent has an own seal (which had it checked);
@@ -340,7 +345,14 @@ fn copy_parent(
     write_back: bool,
     io: &Io,
 ) -> Result<SessionState, StoreError> {
-    let mut parent = crate::reader::open_log_for_reading(parent_path)?;
+    let parent = crate::reader::open_log_for_reading(parent_path)?;
+    let durable = parent
+        .metadata()
+        .map_err(|source| StoreError::io("stat", parent_path, source))?
+        .len();
+    io.sync_data(&parent, parent_path)
+        .map_err(|source| StoreError::io("fdatasync", parent_path, source))?;
+    let mut parent = parent.take(durable);
     let syncer_file = if write_back {
         let clone = out.file.try_clone();
         Some(clone.map_err(|source| StoreError::io("open", &out.path, source))?)
@@ -455,7 +467,7 @@ fn copy_parent(
 /// chunks of [`BLOCK_BYTES`] (filled again from `used`, those the fold is
 /// done with), sent in order; a read error is sent, and ends it.
 fn read_chunks(
-    file: &mut File,
+    file: &mut impl Read,
     chunks: &SyncSender<std::io::Result<Vec<u8>>>,
     used: &Receiver<Vec<u8>>,
 ) {
@@ -1165,5 +1177,70 @@ mod tests {
             assert!(!store.session_path(&id("c")).exists());
             assert_no_temporary_file(store.path());
         }
+    }
+
+    /// Appends `line` to the parent's log as the fork's fdatasync of it
+    /// begins: a writer's append that lands while the sync runs, which the
+    /// sync is not known to cover.
+    struct AppendDuringSync {
+        parent: PathBuf,
+        line: Vec<u8>,
+        done: std::sync::atomic::AtomicBool,
+    }
+
+    impl crate::testing::FaultInjector for AppendDuringSync {
+        fn before(&self, point: crate::testing::FaultPoint, path: &Path) -> std::io::Result<()> {
+            use std::sync::atomic::Ordering;
+            if point == crate::testing::FaultPoint::Fsync
+                && path == self.parent
+                && !self.done.swap(true, Ordering::SeqCst)
+            {
+                let mut log = std::fs::OpenOptions::new().append(true).open(path)?;
+                std::io::Write::write_all(&mut log, &self.line)?;
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_fork_copies_only_what_its_sync_of_the_parent_covers() {
+        let dir = ok(tempfile::tempdir());
+        let store = ok(Store::create(dir.path()));
+        ok(store.create_session(&header("p"), &[], Durability::Fsync));
+        let mut writer = ok(store.open_writer(&id("p"), WriterOptions::default()));
+        ok(writer.append(note("one"), None));
+        ok(writer.append(note("two"), None));
+        drop(writer);
+        // The record of a third event, taken off the log again: what a
+        // writer appends while the fork syncs.
+        let log = store.session_path(&id("p"));
+        let before = ok(std::fs::read(&log));
+        let mut writer = ok(store.open_writer(&id("p"), WriterOptions::default()));
+        ok(writer.append(note("three"), None));
+        drop(writer);
+        let after = ok(std::fs::read(&log));
+        ok(std::fs::write(&log, &before));
+        let Store::Jsonl(jsonl) = store else {
+            panic!("a folder is a JSONL store")
+        };
+        let injector = std::sync::Arc::new(AppendDuringSync {
+            parent: log.clone(),
+            line: after[before.len()..].to_vec(),
+            done: std::sync::atomic::AtomicBool::new(false),
+        });
+        let store = Store::Jsonl(jsonl.with_io(Io::with_faults(injector.clone())));
+        let header = fork_of(&store, "c");
+        assert!(injector.done.load(std::sync::atomic::Ordering::SeqCst));
+        assert_eq!(
+            header.seed_length, 2,
+            "the event appended during the sync is not copied"
+        );
+        let child = ok(store.snapshot(&id("c")));
+        assert_eq!(child.events.len(), 2 + 1, "the seed and the child's prompt");
+        assert_eq!(
+            ok(std::fs::read(&log)),
+            after,
+            "the parent keeps its third event"
+        );
     }
 }

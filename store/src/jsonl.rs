@@ -99,14 +99,37 @@ impl JsonlStore {
         }
     }
 
-    /// Opens `folder`, creating it (0700) when missing.
+    /// Opens `folder`, creating it (0700) when missing, with every missing
+    /// folder above it: each new folder is made durable in its parent (an
+    /// fsync of the parent after the `mkdir`), so that a session published
+    /// in the new store survives a power loss together with the folders
+    /// that lead to it.
     pub fn create_folder(folder: &Path) -> Result<JsonlStore, StoreError> {
-        if !folder.exists() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(folder)
-                .map_err(|source| StoreError::io("create folder", folder, source))?;
+        let mut missing = Vec::new();
+        let mut at = folder;
+        while !at.exists() {
+            missing.push(at);
+            match at.parent() {
+                Some(parent) if !parent.as_os_str().is_empty() => at = parent,
+                _ => break,
+            }
+        }
+        let io = Io::default();
+        for new in missing.into_iter().rev() {
+            match std::fs::DirBuilder::new().mode(0o700).create(new) {
+                Ok(()) => {}
+                // Made meanwhile by another process, which syncs it.
+                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists && new.is_dir() => {
+                    continue
+                }
+                Err(source) => return Err(StoreError::io("create folder", new, source)),
+            }
+            let parent = match new.parent() {
+                Some(parent) if !parent.as_os_str().is_empty() => parent,
+                _ => Path::new("."),
+            };
+            io.sync_folder(parent)
+                .map_err(|source| StoreError::io("fsync folder", parent, source))?;
         }
         JsonlStore::open(folder)
     }
@@ -194,10 +217,9 @@ impl JsonlStore {
     }
 
     /// Makes what the log of session `id` holds durable (an fdatasync of
-    /// the file, which a reader may do): a fork calls it before it copies
-    /// the parent's prefix, so that the child's seed stays a prefix of its
-    /// parent after a power loss, even when the parent's writer is in the
-    /// middle of a sync.
+    /// the file, which a reader may do), for a reader that hands on what
+    /// it read as durable. A fork does the same on the descriptor it
+    /// copies from.
     pub fn sync_log(&self, id: &SessionId) -> Result<(), StoreError> {
         sync_log_file(&self.existing_log(id)?, &self.io)
     }
@@ -318,7 +340,7 @@ impl JsonlStore {
             .collect())
     }
 
-    fn existing_log(&self, id: &SessionId) -> Result<PathBuf, StoreError> {
+    pub(crate) fn existing_log(&self, id: &SessionId) -> Result<PathBuf, StoreError> {
         let path = self.log_path(id);
         if path.symlink_metadata().is_err() {
             return Err(StoreError::NotFound {
@@ -868,8 +890,7 @@ pub(crate) fn lock_exclusive(file: &File) -> std::io::Result<bool> {
 }
 
 /// Makes what the log file `path` holds durable: an fdatasync through a
-/// read-only descriptor (see [`JsonlStore::sync_log`]; a fork of a lone log
-/// calls it on the parent).
+/// read-only descriptor (see [`JsonlStore::sync_log`]).
 pub fn sync_log_file(path: &Path, io: &Io) -> Result<(), StoreError> {
     let file = std::fs::OpenOptions::new()
         .read(true)

@@ -658,13 +658,14 @@ impl Store {
     ) -> Result<SessionHeader, StoreError> {
         // The child is made durable with the parent's prefix as its seed:
         // that prefix must be durable first (a SQLite row is durable once
-        // it is visible; a log's bytes once fdatasynced). A JSONL child is
-        // copied as the parent is read, in bounded memory; a database child
-        // refers to its parent's rows.
+        // it is visible; a log's bytes once fdatasynced, which the copy
+        // does before it reads them). A JSONL child is copied as the
+        // parent is read, in bounded memory; a database child refers to
+        // its parent's rows.
         match self {
             Store::Jsonl(store) => {
                 store.writable()?;
-                store.sync_log(parent)?;
+                store.existing_log(parent)?;
                 let request = crate::fork::ForkRequest { prompt, defaults };
                 crate::fork::fork_log(
                     &store.log_path(parent),
