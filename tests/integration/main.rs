@@ -27,6 +27,9 @@
 //! - `power_loss`: simulated power loss for JSONL: every sync point, unsynced
 //!   bytes dropped, kept, cut or garbled, unsynced names vanished.
 //! - `crash`: `kill -9` of `append`, `fork` and `migrate` at random moments.
+//! - `syncs`: the system calls of the real binary under `strace`: a SQLite
+//!   store's close syncs the database before it drops the log, a new
+//!   store's folders are synced into their parents (run by `.ci/run`).
 //! - `cli_e2e`: the store and the binary end to end: logs cut at every
 //!   offset reopened and appended, `Locked` across processes, `--expect-seq`,
 //!   every exit code and their precedence.
@@ -94,3 +97,4 @@ mod seals;
 mod side_by_side;
 mod sqlite_damage;
 mod support;
+mod syncs;

@@ -432,7 +432,13 @@ pub(super) fn run_bulk(
     }
 }
 
-/// Sets `PRAGMA synchronous` for `durability` when it is not set already.
+/// Sets `PRAGMA synchronous` for `durability` when it is not set already:
+/// `FULL` syncs the log at each commit; `NORMAL` does not, but still syncs
+/// at each checkpoint, which copies the log into the database file and may
+/// then delete the log (when the last connection closes) or write over it.
+/// `OFF` would skip those syncs too, so that a buffered commit, or the
+/// checkpoint of a store closed after one, could take appends acknowledged
+/// as durable before it with it on a power loss.
 pub(super) fn set_synchronous(
     connection: &Connection,
     path: &Path,
@@ -444,7 +450,7 @@ pub(super) fn set_synchronous(
     }
     let level = match durability {
         Durability::Fsync => "FULL",
-        Durability::Buffered => "OFF",
+        Durability::Buffered => "NORMAL",
     };
     connection
         .pragma_update(None, "synchronous", level)

@@ -66,8 +66,11 @@
 //! writer's sync sends its pending records and waits; the committer takes
 //! every request waiting at that moment, applies them all in one
 //! transaction and commits once — one fsync for all under
-//! `synchronous=FULL` (`Durability::Fsync`; `synchronous=OFF` when every
-//! request of the group is `Durability::Buffered`). Every caller is answered
+//! `synchronous=FULL` (`Durability::Fsync`; `synchronous=NORMAL` when every
+//! request of the group is `Durability::Buffered`: no sync at the commit,
+//! but one at each checkpoint, so that a checkpoint never leaves earlier
+//! durable commits unsynced in the database file once the log they were
+//! in is gone or overwritten). Every caller is answered
 //! only after the commit, by a second thread (`sessionlog-ack`), so that
 //! waking the callers overlaps the next group. Commits go through the `Io`
 //! seam (`FaultPoint::Commit`).

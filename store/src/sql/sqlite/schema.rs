@@ -90,8 +90,33 @@ pub(super) fn create_database_file(path: &Path) -> Result<(), StoreError> {
         .open(path);
     match created {
         Ok(_) => Ok(()),
-        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => one_name(path),
         Err(source) => Err(StoreError::io("create database", path, source)),
+    }
+}
+
+/// Refuses a database file that has more than one name (hard links) to a
+/// writing store: SQLite keeps the write-ahead log and its index beside
+/// the name it was given, and this store its writers' locks, so writers
+/// through two names would each commit to a log the other never reads.
+fn one_name(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::MetadataExt;
+    let metadata =
+        std::fs::symlink_metadata(path).map_err(|source| StoreError::io("open", path, source))?;
+    match metadata.is_file() && metadata.nlink() > 1 {
+        false => Ok(()),
+        true => Err(StoreError::io(
+            "open",
+            path,
+            io::Error::other(format!(
+                "the database file has {} names (hard links); SQLite keeps its write-ahead \
+                 log beside each name, so writers through two names would not see each \
+                 other's commits: remove the other names (`find / -samefile {}`), or copy \
+                 the file, and write through one name",
+                metadata.nlink(),
+                path.display()
+            )),
+        )),
     }
 }
 

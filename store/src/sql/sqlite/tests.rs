@@ -953,3 +953,67 @@ fn a_fork_by_reference_of_a_long_parent_reads_its_rows_then_its_own() {
     ));
     crate::sql::assert_read_in_order(read, &expected, page, Some((at, "CRC mismatch")));
 }
+
+/// A buffered commit must not turn off the syncs of a checkpoint: SQLite
+/// syncs the database file after copying the log into it only at
+/// `synchronous` NORMAL or above, and a checkpoint run at OFF (the one of
+/// a store closed after its state snapshot, a buffered commit) leaves
+/// earlier durable commits unsynced in the file while it deletes the log
+/// that held them. `power_loss::sqlite_checkpoint_syncs_the_database_before_it_drops_the_log`
+/// watches the system calls of a real close.
+#[test]
+fn a_buffered_commit_keeps_the_checkpoint_syncs() {
+    let folder = ok(tempfile::tempdir());
+    let path = database(folder.path());
+    let connection = raw(&path);
+    let mut level = None;
+    for durability in [
+        Durability::Buffered,
+        Durability::Fsync,
+        Durability::Buffered,
+    ] {
+        ok(super::committer::set_synchronous(
+            &connection,
+            &path,
+            &mut level,
+            durability,
+        ));
+        let synchronous: i64 = ok(connection.query_row("PRAGMA synchronous", [], |row| row.get(0)));
+        let least = match durability {
+            Durability::Fsync => 2,
+            Durability::Buffered => 1,
+        };
+        assert!(
+            synchronous >= least,
+            "{durability:?}: synchronous {synchronous}, below {least}"
+        );
+    }
+}
+
+/// A database with a second name is refused to a writing store by either
+/// name (each name would have its own write-ahead log and locks); reading
+/// it stays possible.
+#[test]
+fn a_database_with_two_names_is_refused_to_writers() {
+    let folder = ok(tempfile::tempdir());
+    let path = database(folder.path());
+    let store = ok(SqliteStore::open(&path));
+    ok(store.create(&header("s"), &[], Durability::Fsync));
+    drop(store);
+    let other = folder.path().join("other.db");
+    ok(std::fs::hard_link(&path, &other));
+    for name in [&path, &other] {
+        match SqliteStore::open(name) {
+            Err(error) => {
+                let text = error.to_string();
+                assert!(text.contains("2 names (hard links)"), "{text}");
+                assert!(text.contains(&name.display().to_string()), "{text}");
+            }
+            Ok(_) => panic!("{} opened for writing with two names", name.display()),
+        }
+        let reader = ok(SqliteStore::open_read_only(name));
+        assert!(ok(reader.contains(&id("s"))));
+    }
+    ok(std::fs::remove_file(&other));
+    ok(SqliteStore::open(&path));
+}
