@@ -584,3 +584,115 @@ fn verify_reports_damage_per_session_and_goes_on_to_the_others() {
         printed.stdout
     );
 }
+
+/// The status `verify --json` gave each session (damage of the database
+/// as a whole, with no session, left out).
+fn statuses(database: &Path) -> BTreeMap<String, String> {
+    run(["verify", &text(database), "--json", "--quiet"])
+        .stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|verdict| {
+            let session = verdict["session"].as_str()?.to_owned();
+            Some((session, verdict["status"].as_str()?.to_owned()))
+        })
+        .collect()
+}
+
+/// A store-wide read takes the rows of many sessions at once: damage in
+/// one session's rows, whether a value that does not decode or a page
+/// SQLite cannot read, is that session's finding alone, never its
+/// neighbours'.
+#[test]
+fn damage_in_one_session_is_never_blamed_on_its_neighbours() {
+    let folder = ok(tempfile::tempdir());
+    let database = folder.path().join("s.db");
+    let names: Vec<String> = (0..60).map(|n| format!("s{n:03}")).collect();
+    {
+        let store = ok(SqliteStore::open(&database));
+        for name in &names {
+            let header = SessionHeader::root(id(name), 1_700_000_000_000, "/work".to_owned());
+            ok(store.create(&header, &[], Durability::Buffered));
+            let mut writer = ok(store.open_writer(&id(name), WriterOptions::default()));
+            for seq in 1..=5 {
+                let data = format!(r#"{{"m":"mk-{name}-{seq}","pad":"{}"}}"#, "p".repeat(150));
+                ok(writer.append(NewEvent::new("x-test/note", data), None));
+            }
+        }
+    }
+    let clean = ok(std::fs::read(&database));
+    // A body and a session row that hold bytes that are not UTF-8.
+    {
+        let connection = ok(rusqlite::Connection::open(&database));
+        ok(connection.execute_batch(
+            "UPDATE events SET body = CAST(x'7b8e7d' AS TEXT) WHERE session_id = 's020' AND seq = 2;
+             UPDATE sessions SET header_body = CAST(x'7b8e7d' AS TEXT) WHERE id = 's040';",
+        ));
+    }
+    let found = statuses(&database);
+    for name in &names {
+        let expected = match name.as_str() {
+            "s020" | "s040" => "corrupt",
+            _ => "ok",
+        };
+        assert_eq!(
+            found.get(name).map(String::as_str),
+            Some(expected),
+            "{name}: {found:?}"
+        );
+    }
+    let refused = run(["export", &text(&database), "--session", "s020"]);
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert!(
+        refused.stderr.contains("s020 is corrupt at seq 2"),
+        "{}",
+        refused.stderr
+    );
+    // A page of event rows zeroed in the middle of the file: the sessions
+    // with rows on it are corrupt, every other one reads whole.
+    let marker = b"mk-s030-3";
+    let at = clean
+        .windows(marker.len())
+        .position(|window| window == marker)
+        .unwrap_or_else(|| panic!("the marker is in the file"));
+    let page = at / PAGE;
+    let on_page = |name: &str| {
+        let rows = &clean[page * PAGE..(page + 1) * PAGE];
+        (1..=5).any(|seq| {
+            let marker = format!("mk-{name}-{seq}");
+            rows.windows(marker.len())
+                .any(|window| window == marker.as_bytes())
+        })
+    };
+    let mut bytes = clean.clone();
+    bytes[page * PAGE..(page + 1) * PAGE].fill(0);
+    // A read of a session's rows ends by reading the key after its last
+    // row: the session just before the page cannot tell whether it had
+    // rows there, and is damaged too.
+    let first = names
+        .iter()
+        .position(|name| on_page(name))
+        .unwrap_or_else(|| panic!("a session has rows on page {page}"));
+    let touches = |name: &String| on_page(name) || first > 0 && *name == names[first - 1];
+    let damaged = folder.path().join("page.db");
+    ok(std::fs::write(&damaged, &bytes));
+    let found = statuses(&damaged);
+    let mut blamed = 0;
+    for name in &names {
+        match found.get(name).map(String::as_str) {
+            Some("ok") => {}
+            Some("corrupt") => {
+                blamed += 1;
+                assert!(
+                    touches(name),
+                    "{name} has no row at page {page} but is corrupt: {found:?}"
+                );
+            }
+            other => panic!("{name}: {other:?} ({found:?})"),
+        }
+    }
+    assert!(
+        blamed > 0,
+        "the sessions of the zeroed page are corrupt: {found:?}"
+    );
+}

@@ -61,7 +61,7 @@ pub(crate) struct EventRow {
 #[derive(Debug, Default)]
 pub(crate) struct RowPage {
     pub(crate) rows: Vec<EventRow>,
-    text: String,
+    bodies: Vec<u8>,
     types: Vec<u8>,
 }
 
@@ -69,14 +69,14 @@ impl RowPage {
     /// Empties the page, keeping its memory.
     pub(crate) fn clear(&mut self) {
         self.rows.clear();
-        self.text.clear();
+        self.bodies.clear();
         self.types.clear();
     }
 
     /// The bytes the page holds room for.
     pub(crate) fn capacity_bytes(&self) -> usize {
         self.rows.capacity() * std::mem::size_of::<EventRow>()
-            + self.text.capacity()
+            + self.bodies.capacity()
             + self.types.capacity()
     }
 
@@ -87,18 +87,18 @@ impl RowPage {
         ts: i64,
         event_type: &[u8],
         batch: Option<i64>,
-        body: &str,
+        body: &[u8],
         crc: i64,
     ) {
-        let (body_start, type_start) = (self.text.len(), self.types.len());
-        self.text.push_str(body);
+        let (body_start, type_start) = (self.bodies.len(), self.types.len());
+        self.bodies.extend_from_slice(body);
         self.types.extend_from_slice(event_type);
         self.rows.push(EventRow {
             seq,
             ts,
             event_type: type_start..self.types.len(),
             batch,
-            body: body_start..self.text.len(),
+            body: body_start..self.bodies.len(),
             crc,
         });
     }
@@ -115,9 +115,10 @@ impl RowPage {
         );
     }
 
-    /// The body of `row`, a row of this page.
-    pub(crate) fn body(&self, row: &EventRow) -> &str {
-        self.text.get(row.body.clone()).unwrap_or_default()
+    /// The body of `row`, a row of this page, as the row holds it: its
+    /// check ([`SeqCheck::accept_from`]) finds one that is not UTF-8.
+    pub(crate) fn body(&self, row: &EventRow) -> &[u8] {
+        self.bodies.get(row.body.clone()).unwrap_or_default()
     }
 
     /// The type column of `row`, a row of this page.
@@ -281,6 +282,7 @@ impl<'a> SeqCheck<'a> {
     ) -> Result<EventRecord, StoreError> {
         let body = page.body(row);
         let computed = self.check_crc(row, body, owner)?;
+        let body = self.text(body, owner)?;
         // The record is decoded from the row's body, its CRC checked above
         // once, and keeps its type in it.
         let record = decode_checked_body(owner.unwrap_or(self.id), body.to_owned(), computed)
@@ -311,6 +313,7 @@ impl<'a> SeqCheck<'a> {
     ) -> Result<(), StoreError> {
         let body = page.body(row);
         let computed = self.check_crc(row, body, owner)?;
+        let body = self.text(body, owner)?;
         let fields =
             checked_body_fields(owner.unwrap_or(self.id), body, computed).map_err(|error| {
                 self.row_corrupt(owner, format!("the body does not decode: {error}"))
@@ -321,6 +324,13 @@ impl<'a> SeqCheck<'a> {
             owner,
             (fields.seq, fields.ts, &fields.event_type, fields.batch),
         )
+    }
+
+    /// The next row's body as text: one that is not UTF-8 is damage of
+    /// that row (a database stores any bytes as text).
+    fn text<'b>(&self, body: &'b [u8], owner: Option<&SessionId>) -> Result<&'b str, StoreError> {
+        std::str::from_utf8(body)
+            .map_err(|error| self.row_corrupt(owner, format!("the body is not UTF-8: {error}")))
     }
 
     /// A finding about the next row (of `owner`'s rows, for a fork by
@@ -339,7 +349,7 @@ impl<'a> SeqCheck<'a> {
     fn check_crc(
         &self,
         row: &EventRow,
-        body: &str,
+        body: &[u8],
         owner: Option<&SessionId>,
     ) -> Result<u32, StoreError> {
         if u64::try_from(row.seq).ok() != Some(self.next_seq) {
@@ -348,7 +358,7 @@ impl<'a> SeqCheck<'a> {
                 format!("seqs are not contiguous: the next row has seq {}", row.seq),
             ));
         }
-        let computed = record_crc(owner.unwrap_or(self.id), body.as_bytes());
+        let computed = record_crc(owner.unwrap_or(self.id), body);
         if i64::from(computed) != row.crc {
             return Err(self.row_corrupt(
                 owner,
@@ -524,11 +534,18 @@ mod tests {
                 ("x-vendor/ünïcode", "{\"é\":1"),
             ];
             for (seq, (event_type, body)) in (1..).zip(rows) {
-                page.push(seq, seq + round, event_type.as_bytes(), None, body, seq);
+                page.push(
+                    seq,
+                    seq + round,
+                    event_type.as_bytes(),
+                    None,
+                    body.as_bytes(),
+                    seq,
+                );
             }
             assert_eq!(page.rows.len(), rows.len());
             for (row, (event_type, body)) in page.rows.iter().zip(rows) {
-                assert_eq!(page.body(row), body);
+                assert_eq!(page.body(row), body.as_bytes());
                 assert_eq!(page.event_type(row), event_type.as_bytes());
             }
         }

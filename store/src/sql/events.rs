@@ -23,7 +23,7 @@ use std::thread;
 
 use sessionlog_schema::{decode_checked_body, record_crc, EventRecord, SessionId};
 
-use super::checks::{check_no_rows_past, corrupt_session, RowPage, SeqCheck};
+use super::checks::{check_no_rows_past, corrupt_session, EventRow, RowPage, SeqCheck};
 use super::{decode_header_row, HeaderRow};
 use crate::{EventBody, StoreError};
 
@@ -305,10 +305,24 @@ impl SqlEvents {
                 return Err(error);
             }
         }
-        Ok(self
-            .lent
-            .next()
-            .map(|index| EventBody::Lent(self.rows.body(&self.rows.rows[index]))))
+        let Some(index) = self.lent.next() else {
+            return Ok(None);
+        };
+        // Checked already: a body that is not UTF-8 did not pass.
+        let row = &self.rows.rows[index];
+        std::str::from_utf8(self.rows.body(row))
+            .map(|body| Some(EventBody::Lent(body)))
+            .map_err(|error| self.not_utf8(row, &error))
+    }
+
+    /// The finding on `row` of the page read last, whose body is not UTF-8.
+    fn not_utf8(&self, row: &EventRow, error: &std::str::Utf8Error) -> StoreError {
+        corrupt_session(
+            &self.store,
+            &self.id,
+            row.seq.unsigned_abs(),
+            format!("the body is not UTF-8: {error}"),
+        )
     }
 
     /// The record of row `index` of the page read last, whose body was
@@ -318,7 +332,8 @@ impl SqlEvents {
         let owner = self.rows_owner.as_ref().unwrap_or(&self.id);
         let row = &self.rows.rows[index];
         let body = self.rows.body(row);
-        let crc = record_crc(owner, body.as_bytes());
+        let crc = record_crc(owner, body);
+        let body = std::str::from_utf8(body).map_err(|error| self.not_utf8(row, &error))?;
         decode_checked_body(owner, body.to_owned(), crc).map_err(|error| {
             corrupt_session(
                 &self.store,

@@ -1578,7 +1578,7 @@ fn push_event_row(page: &mut RowPage, row: &Row) -> Result<(), postgres::Error> 
         row.try_get(1)?,
         row.try_get::<_, &str>(2)?.as_bytes(),
         row.try_get(3)?,
-        row.try_get(4)?,
+        row.try_get::<_, &str>(4)?.as_bytes(),
         row.try_get(5)?,
     );
     Ok(())

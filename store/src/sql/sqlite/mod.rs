@@ -1095,9 +1095,15 @@ impl RowPages for SqliteRows {
         };
         let mut sweep = self.shared.sweep();
         if sweep.reads(held) {
-            let whole = sweep.rows_to_end(&reader, &self.shared.path, id, from, PAGE_ROWS, page)?;
-            return Ok(Some(whole));
+            match sweep.rows_to_end(&reader, &self.shared.path, id, from, PAGE_ROWS, page) {
+                Ok(whole) => return Ok(Some(whole)),
+                // Rows read ahead are other sessions' rows too: as for a
+                // session row (`Shared::read_session_row`), this session's
+                // rows are read alone, and reading ahead stops.
+                Err(_) => sweep.stop(),
+            }
         }
+        drop(sweep);
         self.shared.read_rows(&reader, id, from, u64::MAX, page)?;
         Ok(Some(page.rows.len() < PAGE_ROWS))
     }
@@ -1275,7 +1281,18 @@ impl Shared {
         // (a store-wide verify or stats) are read ahead in chunks.
         let row = match self.held_read() {
             Some(held) if self.schema_version == SCHEMA_VERSION && self.sweep().reads(held) => {
-                self.sweep().session_row(connection, &self.path, id)?
+                let ahead = self.sweep().session_row(connection, &self.path, id);
+                match ahead {
+                    Ok(row) => row,
+                    // What is read ahead holds other sessions' rows too:
+                    // damage in one of them must not fail this one. The
+                    // held read reads no more ahead, and this row is read
+                    // alone, failing only if it is the damaged one.
+                    Err(_) => {
+                        self.sweep().stop();
+                        self.read_header_row(connection, id)?
+                    }
+                }
             }
             _ => self.read_header_row(connection, id)?,
         };
@@ -1348,7 +1365,12 @@ impl Shared {
                     })
                     .optional()
             })
-            .map_err(sqlite_error("read a header", &self.path))
+            .map_err(|error| {
+                // Damage of this session's row names the session (seq 0:
+                // its session row), as a row that reads but does not
+                // decode does.
+                self.unreadable(id, 0, sqlite_error("read a header", &self.path)(error))
+            })
     }
 
     /// One page ([`PAGE_ROWS`]) of the rows of session `id` from
@@ -1378,13 +1400,39 @@ impl Shared {
         let mut rows = statement
             .query(params![id.as_str(), from_seq, to_seq])
             .map_err(sqlite_error("read events", &self.path))?;
+        let mut next_seq = from_seq;
         while let Some(row) = rows
             .next()
-            .map_err(sqlite_error("read events", &self.path))?
+            .map_err(|error| self.unreadable_row(id, next_seq, error))?
         {
-            push_event_row(page, row, 0).map_err(sqlite_error("read events", &self.path))?;
+            let seq = row.get::<_, i64>(0).unwrap_or(next_seq);
+            push_event_row(page, row, 0).map_err(|error| self.unreadable_row(id, seq, error))?;
+            next_seq = seq.saturating_add(1);
         }
         Ok(())
+    }
+
+    /// A failure to read session `id`'s row at `seq` (or the next one
+    /// after it): damage of that row names the session and seq, as the
+    /// check of a row that reads does; any other failure is what it is.
+    fn unreadable_row(&self, id: &SessionId, seq: i64, error: rusqlite::Error) -> StoreError {
+        let error = sqlite_error("read events", &self.path)(error);
+        self.unreadable(id, seq.unsigned_abs(), error)
+    }
+
+    /// `error`, met reading session `id`'s row at `seq` (0: its session
+    /// row), as a finding of that session when it is damage.
+    fn unreadable(&self, id: &SessionId, seq: u64, error: StoreError) -> StoreError {
+        match error {
+            StoreError::DamagedDatabase { reason, .. } => {
+                let what = match seq {
+                    0 => "its session row",
+                    _ => "the row",
+                };
+                self.corrupt(id, seq, format!("{what} cannot be read: {reason}"))
+            }
+            other => other,
+        }
     }
 
     /// The last seq the session row of `id` records (`None`: the row is
@@ -1496,7 +1544,8 @@ fn snapshot_state(reader: &Connection, rowid: i64) -> rusqlite::Result<Vec<u8>> 
 
 /// Adds to `page` the event row whose columns `seq, ts, type, batch, body,
 /// crc` start at column `first` of `row`; each body is read in place and
-/// copied once, into the page.
+/// copied once, into the page, as bytes: one that is not UTF-8 is found by
+/// the check of its own session's rows, which names the session and seq.
 fn push_event_row(
     page: &mut RowPage,
     row: &rusqlite::Row<'_>,
@@ -1507,7 +1556,7 @@ fn push_event_row(
         row.get(first + 1)?,
         row.get_ref(first + 2)?.as_bytes()?,
         row.get(first + 3)?,
-        row.get_ref(first + 4)?.as_str()?,
+        row.get_ref(first + 4)?.as_bytes()?,
         row.get(first + 5)?,
     );
     Ok(())

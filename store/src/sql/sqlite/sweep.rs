@@ -84,6 +84,12 @@ impl Sweep {
         };
     }
 
+    /// Reads no more ahead in the held read (after a read ahead failed:
+    /// reads go on one session at a time).
+    pub(super) fn stop(&mut self) {
+        *self = Sweep::default();
+    }
+
     /// Whether the held read `held` reads ahead.
     pub(super) fn reads(&self, held: u64) -> bool {
         self.held == Some(held)
