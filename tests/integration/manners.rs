@@ -965,3 +965,56 @@ fn a_failed_write_of_the_output_says_so() {
         "{stderr}"
     );
 }
+
+/// `report` reads a store and never changes it: an output named as one of
+/// the store's own files (a log, a database, its write-ahead log, through
+/// a symlink or not), or as a session log in the folder it reads, is
+/// refused before anything is written, and the store verifies as before.
+#[test]
+fn report_never_writes_over_the_store_it_reads() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("temp dir: {error}"));
+    let folder = dir.path().join("logs");
+    run(["create", &arg(&folder), "--session", "s"]).expect_code(0);
+    let database = dir.path().join("x.db");
+    run(["create", &arg(&database), "--session", "s"]).expect_code(0);
+    let log = folder.join("s.jsonl");
+    let link = dir.path().join("link.html");
+    std::os::unix::fs::symlink(&log, &link).unwrap_or_else(|error| panic!("symlink: {error}"));
+    let before = std::fs::read(&log).unwrap_or_else(|error| panic!("read the log: {error}"));
+    let database_before =
+        std::fs::read(&database).unwrap_or_else(|error| panic!("read the database: {error}"));
+    let wal = dir.path().join("x.db-wal");
+    let cases = [
+        (arg(&log), arg(&log), "written over"),
+        (arg(&folder), arg(&log), "written over"),
+        (arg(&folder), arg(&link), "written over"),
+        (
+            arg(&folder),
+            arg(&folder.join("other.jsonl")),
+            "taken for one",
+        ),
+        (arg(&database), arg(&database), "written over"),
+        (arg(&database), arg(&wal), "written over"),
+    ];
+    for (store, out, reason) in cases {
+        let refused = run(["report", &store, "--html", &out]);
+        assert_ne!(refused.code, 0, "report {store} --html {out}: {refused:?}");
+        assert!(
+            refused.stderr.contains(reason),
+            "{store} → {out}: {}",
+            refused.stderr
+        );
+    }
+    assert_eq!(std::fs::read(&log).ok(), Some(before));
+    assert_eq!(std::fs::read(&database).ok(), Some(database_before));
+    assert!(!folder.join("other.jsonl").exists());
+    run(["verify", &arg(&folder)]).expect_code(0);
+    run(["verify", &arg(&database)]).expect_code(0);
+    run([
+        "report",
+        &arg(&folder),
+        "--html",
+        &arg(&folder.join("report.html")),
+    ])
+    .expect_code(0);
+}

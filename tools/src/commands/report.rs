@@ -288,6 +288,7 @@ pub fn run(
 ) -> Result<u8> {
     let audit = audit.map(read_audit).transpose()?;
     let target = Target::open(&args.store)?;
+    refuse_store_files(out, &args.store)?;
     let sessions = target.sessions(args.session.as_deref())?;
     let defaults = Defaults {
         approval: defaults.default_approval,
@@ -780,6 +781,92 @@ fn pages_folder_name(out: &Path) -> Result<String> {
             ))
         })?;
     Ok(format!("{stem}-pages"))
+}
+
+/// Refuses a report written over what it reads: `out` (or the folder of
+/// its pages) must not be a file of the store at `store` (a log, its state
+/// snapshot, a database and its write-ahead log and index), nor a name in
+/// a folder of logs that a log would have. A report is a reading command:
+/// it never changes the store it shows.
+fn refuse_store_files(out: &Path, store: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let identity = |path: &Path| {
+        std::fs::metadata(path)
+            .ok()
+            .map(|metadata| (metadata.dev(), metadata.ino()))
+    };
+    let mut store_files = Vec::new();
+    match std::fs::metadata(store) {
+        Ok(metadata) if metadata.is_dir() => {
+            if let Ok(entries) = std::fs::read_dir(store) {
+                store_files.extend(entries.filter_map(Result::ok).map(|entry| entry.path()));
+            }
+            store_files.push(store.to_owned());
+        }
+        Ok(_) => {
+            store_files.push(store.to_owned());
+            for suffix in ["-wal", "-shm", "-journal", ".locks"] {
+                let mut name = store.as_os_str().to_owned();
+                name.push(suffix);
+                store_files.push(name.into());
+            }
+            // A lone log's state snapshot (docs/FORMAT.md, "State snapshots").
+            if let Some(name) = store.file_name() {
+                store_files
+                    .push(store.with_file_name(format!(".{}.state", name.to_string_lossy())));
+            }
+        }
+        // A `postgres://` URL: no file of its own.
+        Err(_) => return Ok(()),
+    }
+    // A name: its folder's identity and its file name (a file the store
+    // makes only while in use, such as a write-ahead log, may be missing).
+    let named = |path: &Path| {
+        let folder = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        (identity(folder), path.file_name().map(ToOwned::to_owned))
+    };
+    let written = [
+        Some(out.to_owned()),
+        pages_folder_name(out)
+            .ok()
+            .map(|name| out.with_file_name(name)),
+    ];
+    for path in written.iter().flatten() {
+        let own = identity(path);
+        let name = named(path);
+        if store_files.iter().any(|file| {
+            own.is_some() && identity(file) == own || name.0.is_some() && named(file) == name
+        }) {
+            return Err(crate::UsageError(format!(
+                "{}: the report would be written over {}, which it reads; name another file",
+                path.display(),
+                sessionlog_store::store_display(store)
+            ))
+            .into());
+        }
+    }
+    let parent = match out.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let in_store_folder = std::fs::metadata(store).is_ok_and(|metadata| metadata.is_dir())
+        && identity(parent).is_some()
+        && identity(parent) == identity(store);
+    if in_store_folder
+        && out
+            .extension()
+            .is_some_and(|extension| extension == "jsonl")
+    {
+        return Err(crate::UsageError(format!(
+            "{}: a report named like a session log in the store it reads would be taken for one; name it report.html",
+            out.display()
+        ))
+        .into());
+    }
+    Ok(())
 }
 
 /// Creates `folder` (0700) or accepts it when it is a folder already,
