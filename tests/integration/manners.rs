@@ -198,6 +198,45 @@ fn stats_counts_and_report_names_rule_violations_on_stderr() {
     );
 }
 
+/// `replay --from` still folds from the start, and what the log breaks
+/// before the window decides the exit code and is said under the timeline,
+/// though it is not shown.
+#[test]
+fn replay_from_counts_what_breaks_the_rules_before_its_window() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let store = store_with_session(dir.path());
+    let log = dir.path().join("store").join("s1.jsonl");
+    let header = std::fs::read_to_string(&log).unwrap_or_else(|error| panic!("read: {error}"));
+    let id = sessionlog_schema::SessionId::parse("s1").unwrap_or_else(|error| panic!("{error}"));
+    // Seq 1 breaks a rule (a turn/end no turn/start opened); 2 and 3 do not.
+    let bodies = [
+        r#"{"seq":1,"ts":1,"type":"turn/end","data":{"turnId":"t0"}"#,
+        r#"{"seq":2,"ts":2,"type":"turn/start","data":{"turnId":"t1"}"#,
+        r#"{"seq":3,"ts":3,"type":"turn/end","data":{"turnId":"t1"}"#,
+    ];
+    let lines: String = bodies
+        .iter()
+        .map(|body| {
+            let crc = sessionlog_schema::record_crc(&id, body.as_bytes());
+            format!("{body},\"crc\":\"{crc:08x}\"}}\n")
+        })
+        .collect();
+    std::fs::write(&log, format!("{header}{lines}"))
+        .unwrap_or_else(|error| panic!("write: {error}"));
+    run(["replay", &store]).expect_code(4);
+    let windowed = run(["replay", &store, "--from", "2"]);
+    windowed.expect_code(4);
+    assert!(!windowed.stdout.contains("✗"), "{}", windowed.stdout);
+    assert!(
+        windowed
+            .stdout
+            .contains("1 event breaks the rules (before the first seq shown: replay without --from marks them)"),
+        "{}",
+        windowed.stdout
+    );
+    run(["replay", &store, "--from", "2", "--json"]).expect_code(4);
+}
+
 // ---------------------------------------------------------------------------
 // append: unknown types, batches, and the preset writer
 // ---------------------------------------------------------------------------

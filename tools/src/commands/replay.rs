@@ -326,6 +326,8 @@ pub struct TimelineBuilder {
     first_shown: bool,
     violations: usize,
     seal_failures: usize,
+    /// How many of the violations are before the window (`--from`).
+    hidden: usize,
     seals: Vec<SealInfo>,
 }
 
@@ -338,6 +340,9 @@ pub struct TimelineSummary {
     pub violations: usize,
     /// How many of those are seals that do not hold.
     pub seal_failures: usize,
+    /// How many of the violations (seal failures included) are before the
+    /// window's first seq: folded, counted in the exit code, not shown.
+    pub hidden: usize,
     /// Every seal met (own or inherited), in log order.
     pub seals: Vec<SealInfo>,
     /// The last seq folded.
@@ -389,6 +394,7 @@ impl TimelineBuilder {
             first_shown: window.from.unwrap_or(1) > 1,
             violations: 0,
             seal_failures: 0,
+            hidden: 0,
             seals: Vec::new(),
         }
     }
@@ -444,15 +450,18 @@ impl TimelineBuilder {
         let now = View::of(&self.state, &self.defaults);
         let changed = now != self.view;
         self.view = now;
+        // Counted wherever they are: what the log breaks decides the exit
+        // code, whichever part of it is shown.
+        self.violations += usize::from(entry.violation.is_some());
+        self.seal_failures += usize::from(entry.kind == EntryKind::SealFailed);
         if record.seq() < self.window.from.unwrap_or(1) {
+            self.hidden += usize::from(entry.violation.is_some());
             return None;
         }
         if changed || self.first_shown {
             entry.projection = Some(self.view.clone());
         }
         self.first_shown = false;
-        self.violations += usize::from(entry.violation.is_some());
-        self.seal_failures += usize::from(entry.kind == EntryKind::SealFailed);
         Some(entry)
     }
 
@@ -462,6 +471,7 @@ impl TimelineBuilder {
             header: self.header,
             violations: self.violations,
             seal_failures: self.seal_failures,
+            hidden: self.hidden,
             seals: self.seals,
             last_seq: self.state.seq(),
         }
@@ -945,10 +955,18 @@ impl TextPrinter {
                     seals => format!("{seals} seals do not hold"),
                 });
             }
+            let place = match (summary.violations - summary.hidden, summary.hidden) {
+                (_, 0) => "marked ✗ above".to_owned(),
+                (0, _) => "before the first seq shown: replay without --from marks them".to_owned(),
+                (_, hidden) => format!(
+                    "marked ✗ above; {hidden} of them before the first seq shown, \
+                     which replay without --from marks"
+                ),
+            };
             self.painter.paint(
                 out,
                 Style::Violation,
-                &format!("{} (marked ✗ above)", found.join(", ")),
+                &format!("{} ({place})", found.join(", ")),
             )?;
             writeln!(out)?;
         }
