@@ -232,7 +232,9 @@ fn scan(
     };
     let mut scanner = LogScanner::resume(header.clone(), offset, next_seq);
     let mut ready = Vec::new();
-    let mut last: VecDeque<EventRecord> = VecDeque::with_capacity(count);
+    // Room for what is kept, not for what was asked: `count` is the
+    // caller's (`tail -n 1000000000`), the records are the log's.
+    let mut last: VecDeque<EventRecord> = VecDeque::with_capacity(count.min(1024));
     for line in window {
         match &line.bytes {
             Some(bytes) => scanner.push_line(bytes, line.terminated, line.offset, &mut ready)?,

@@ -1057,3 +1057,27 @@ fn report_never_writes_over_the_store_it_reads() {
     ])
     .expect_code(0);
 }
+
+/// `tail -n N` keeps at most the log's records, whatever N: a count far
+/// above them (up to the largest one) prints every event on both
+/// backends, as a small one does.
+#[test]
+fn tail_takes_any_count_and_keeps_only_the_records() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    for store in [dir.path().join("logs"), dir.path().join("s.db")] {
+        let store = arg(&store);
+        run(["create", &store, "--session", "s"]).expect_code(0);
+        crate::cli_support::run_with_stdin(
+            ["append", &store, "--session", "s"],
+            "{\"type\":\"x-test/n\",\"data\":{}}\n{\"type\":\"x-test/n\",\"data\":{}}\n",
+        )
+        .expect_code(0);
+        let all = run(["tail", &store, "--session", "s", "-n", "2"]);
+        all.expect_code(0);
+        for count in ["1000000000", &u64::MAX.to_string()] {
+            let tailed = run(["tail", &store, "--session", "s", "-n", count]);
+            tailed.expect_code(0);
+            assert_eq!(tailed.stdout, all.stdout, "{store} -n {count}");
+        }
+    }
+}
