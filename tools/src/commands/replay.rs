@@ -990,14 +990,15 @@ fn write_summary<W: Write>(
         true => entry.summary.clone(),
         false => format!("{authority} {}", entry.summary),
     };
-    let mut lines: Vec<&str> = wrap(&text, columns)
-        .into_iter()
-        .map(|range| &text[range])
-        .collect();
+    // Clipped, one line more than is shown says whether there are more.
+    let ranges = match layout.full {
+        true => wrap(&text, columns),
+        false => wrap_at_most(&text, columns, SUMMARY_LINES + 1),
+    };
+    let mut lines: Vec<&str> = ranges.iter().map(|range| &text[range.clone()]).collect();
     let mut left_out = 0;
     let clipped;
     if !layout.full && lines.len() > SUMMARY_LINES {
-        let ranges = wrap(&text, columns);
         let last = &ranges[SUMMARY_LINES - 1];
         let (kept, _) = split_at_columns(&text[last.clone()], columns.saturating_sub(1));
         left_out = text[last.start + kept.len()..].chars().count();
@@ -1056,6 +1057,14 @@ fn write_block<W: Write>(
 /// dropped), inside a word longer than a line where it must. Widths are
 /// measured as a terminal shows them (a CJK character takes two columns).
 pub fn wrap(text: &str, columns: usize) -> Vec<std::ops::Range<usize>> {
+    wrap_at_most(text, columns, usize::MAX)
+}
+
+/// The first `limit` lines of [`wrap`] (all of them when there are fewer):
+/// the lines past them are not looked for, so a summary clipped to a few
+/// lines costs those lines, however long its text. Each line costs the
+/// characters it holds: a word longer than a line is cut a line at a time.
+fn wrap_at_most(text: &str, columns: usize, limit: usize) -> Vec<std::ops::Range<usize>> {
     let columns = columns.max(1);
     let mut lines = Vec::new();
     let mut start = 0;
@@ -1063,9 +1072,17 @@ pub fn wrap(text: &str, columns: usize) -> Vec<std::ops::Range<usize>> {
     let mut started = false;
     let mut word_start = 0;
     for word in text.split(' ') {
+        if lines.len() >= limit {
+            return lines;
+        }
         let at = word_start;
         word_start += word.len() + 1;
-        let width = console::measure_text_width(word);
+        // A word wider than a line is not measured whole: `split_at_columns`
+        // takes a line of it at a time below.
+        let width = match word.len() > 4 * columns {
+            true => columns + 1,
+            false => console::measure_text_width(word),
+        };
         if started && used + 1 + width <= columns {
             used += 1 + width;
             continue;
@@ -1075,15 +1092,21 @@ pub fn wrap(text: &str, columns: usize) -> Vec<std::ops::Range<usize>> {
         }
         started = true;
         let mut rest = at..at + word.len();
-        while console::measure_text_width(&text[rest.clone()]) > columns {
-            let (head, _) = split_at_columns(&text[rest.clone()], columns);
+        loop {
+            let (head, tail) = split_at_columns(&text[rest.clone()], columns);
+            if tail.is_empty() || lines.len() >= limit {
+                break;
+            }
             lines.push(rest.start..rest.start + head.len());
             rest.start += head.len();
         }
         start = rest.start;
-        used = console::measure_text_width(&text[rest]);
+        used = match rest.len() > 4 * columns {
+            true => columns,
+            false => console::measure_text_width(&text[rest]),
+        };
     }
-    if started {
+    if started && lines.len() < limit {
         lines.push(start..text.len());
     }
     lines
@@ -1318,6 +1341,35 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn wrapping_at_most_n_lines_gives_the_first_n_lines_of_the_whole() {
+        let long_word = "x".repeat(5_000);
+        let texts = [
+            "one two three four five six seven eight nine ten".to_owned(),
+            format!("a {long_word} b c"),
+            format!("{long_word} {long_word}"),
+            "日本語のテキスト 日本語のテキスト".to_owned(),
+            String::new(),
+        ];
+        for text in &texts {
+            for columns in [1, 3, 8, 80] {
+                let whole = wrap(text, columns);
+                for limit in 0..8 {
+                    assert_eq!(
+                        wrap_at_most(text, columns, limit),
+                        whole[..limit.min(whole.len())],
+                        "{columns} columns, {limit} lines"
+                    );
+                }
+            }
+        }
+        // A text of one word of 20 MB: the first lines only are cut.
+        let huge = "y".repeat(20_000_000);
+        let lines = wrap_at_most(&huge, 80, 5);
+        assert_eq!(lines.len(), 5);
+        assert!(lines.iter().all(|line| line.len() == 80));
     }
 
     #[test]
