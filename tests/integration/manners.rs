@@ -1081,3 +1081,34 @@ fn tail_takes_any_count_and_keeps_only_the_records() {
         }
     }
 }
+
+/// The note on a corrupt log in the HTML report quotes what the log holds
+/// (here a member's name) with its control and bidirectional characters
+/// escaped, as the rest of the report shows them.
+#[test]
+fn a_corrupt_log_s_note_in_the_report_shows_control_characters_escaped() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let store = dir.path().join("logs");
+    run(["create", &arg(&store), "--session", "fine"]).expect_code(0);
+    let id = sessionlog_schema::SessionId::parse("bad").unwrap_or_else(|error| panic!("{error}"));
+    let bodies = [
+        r#"{"kind":"header","formatVersion":1,"id":"bad","createdAt":1,"cwd":"/w","parentSession":null,"seedLength":0,"delegationDepth":0,"sandboxMode":null,"approvalPolicy":null"#,
+        r#"{"seq":1,"ts":1,"type":"x-a/b","data":{},"\u202eX\u001b]0;pwned\u0007":1"#,
+    ];
+    let log: String = bodies
+        .iter()
+        .map(|body| {
+            let crc = sessionlog_schema::record_crc(&id, body.as_bytes());
+            format!("{body},\"crc\":\"{crc:08x}\"}}\n")
+        })
+        .collect();
+    std::fs::write(store.join("bad.jsonl"), log).unwrap_or_else(|error| panic!("write: {error}"));
+    let html = dir.path().join("report.html");
+    let reported = run(["report", &arg(&store), "--html", &arg(&html)]);
+    assert_eq!(reported.code, 2, "{reported:?}");
+    let page = std::fs::read_to_string(&html).unwrap_or_else(|error| panic!("read: {error}"));
+    assert!(page.contains("corrupt"), "the corrupt log is named");
+    for raw in ['\u{1b}', '\u{7}', '\u{202e}'] {
+        assert!(!page.contains(raw), "{raw:?} reached the report");
+    }
+}

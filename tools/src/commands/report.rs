@@ -419,7 +419,9 @@ fn corruption(error: &anyhow::Error) -> Option<String> {
         .chain()
         .filter_map(|cause| cause.downcast_ref::<StoreError>())
         .find(|store| store.class() == ErrorClass::Corrupt)
-        .map(ToString::to_string)
+        // The message may quote the log (a member's name): its control and
+        // bidirectional characters are shown escaped, as everywhere else.
+        .map(|store| replay::display(&store.to_string()))
 }
 
 /// `text` safe to place in HTML text and in double-quoted attributes.
