@@ -1112,3 +1112,52 @@ fn a_corrupt_log_s_note_in_the_report_shows_control_characters_escaped() {
         assert!(!page.contains(raw), "{raw:?} reached the report");
     }
 }
+
+/// `list --tree` shows every session: sessions whose parents form a
+/// cycle (a header names itself, or two name each other), which no root
+/// leads to, are shown from the cycle, marked, with the sessions under
+/// them.
+#[test]
+fn list_tree_shows_sessions_whose_parents_form_a_cycle() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let store = dir.path().join("logs");
+    run(["create", &arg(&store), "--session", "root"]).expect_code(0);
+    run(["fork", &arg(&store), "--session", "root", "--child", "kid"]).expect_code(0);
+    for (id, parent) in [("self", "self"), ("b", "c"), ("c", "b"), ("d", "c")] {
+        let session =
+            sessionlog_schema::SessionId::parse(id).unwrap_or_else(|error| panic!("{error}"));
+        let body = format!(
+            r#"{{"kind":"header","formatVersion":1,"id":"{id}","createdAt":1,"cwd":"/w","parentSession":"{parent}","seedLength":0,"delegationDepth":1,"sandboxMode":null,"approvalPolicy":null"#
+        );
+        let crc = sessionlog_schema::record_crc(&session, body.as_bytes());
+        std::fs::write(
+            store.join(format!("{id}.jsonl")),
+            format!("{body},\"crc\":\"{crc:08x}\"}}\n"),
+        )
+        .unwrap_or_else(|error| panic!("write: {error}"));
+    }
+    let listed = run(["list", &arg(&store), "--tree"]);
+    listed.expect_code(0);
+    for id in ["root", "kid", "self", "b", "c", "d"] {
+        assert_eq!(
+            listed
+                .stdout
+                .lines()
+                .filter(|line| !line.contains("shown above"))
+                .filter(|line| line
+                    .trim_start_matches(['│', '├', '└', '─', ' '])
+                    .split(' ')
+                    .next()
+                    == Some(id))
+                .count(),
+            1,
+            "{id} once (and marked where a cycle meets it again):\n{}",
+            listed.stdout
+        );
+    }
+    assert!(
+        listed.stdout.contains("its parents form a cycle"),
+        "{}",
+        listed.stdout
+    );
+}

@@ -120,8 +120,19 @@ fn print_tree(entries: &[(String, Result<SessionHeader, String>)]) -> std::io::R
         }
     }
     let tree = Tree { children, notes };
+    let mut shown = std::collections::BTreeSet::new();
     for root in roots {
-        tree.print(root, "", true, true)?;
+        tree.print(root, "", true, true, &mut shown)?;
+    }
+    // A session whose parents lead back to it (each header names the next
+    // as its parent) is reached from no root: each such cycle is shown
+    // from its first id, marked, and so are the sessions under it.
+    for (id, _) in entries {
+        if !shown.contains(id.as_str()) {
+            crate::outln!("{id}  (its parents form a cycle: each names the next as its parent)")?;
+            shown.insert(id.as_str());
+            tree.print_children(id, "", &mut shown)?;
+        }
     }
     Ok(())
 }
@@ -133,22 +144,48 @@ struct Tree<'a> {
     notes: BTreeMap<&'a str, String>,
 }
 
-impl Tree<'_> {
-    fn print(&self, id: &str, prefix: &str, last: bool, root: bool) -> std::io::Result<()> {
-        let note = self.notes.get(id).map_or("", String::as_str);
+impl<'a> Tree<'a> {
+    /// Prints `id` and the sessions under it, each once: one met again
+    /// (parents that form a cycle) is named, not followed.
+    fn print(
+        &self,
+        id: &'a str,
+        prefix: &str,
+        last: bool,
+        root: bool,
+        shown: &mut std::collections::BTreeSet<&'a str>,
+    ) -> std::io::Result<()> {
+        let again = !shown.insert(id);
+        let note = match again {
+            true => "  (shown above: its parents form a cycle)",
+            false => self.notes.get(id).map_or("", String::as_str),
+        };
         if root {
             crate::outln!("{id}{note}")?;
         } else {
             crate::outln!("{prefix}{}{id}{note}", if last { "└── " } else { "├── " })?;
+        }
+        if again {
+            return Ok(());
         }
         let next_prefix = if root {
             String::new()
         } else {
             format!("{prefix}{}", if last { "    " } else { "│   " })
         };
+        self.print_children(id, &next_prefix, shown)
+    }
+
+    /// Prints the sessions under `id`, with `prefix` before each.
+    fn print_children(
+        &self,
+        id: &str,
+        prefix: &str,
+        shown: &mut std::collections::BTreeSet<&'a str>,
+    ) -> std::io::Result<()> {
         if let Some(kids) = self.children.get(id) {
             for (index, kid) in kids.iter().enumerate() {
-                self.print(kid, &next_prefix, index + 1 == kids.len(), false)?;
+                self.print(kid, prefix, index + 1 == kids.len(), false, shown)?;
             }
         }
         Ok(())
