@@ -1185,6 +1185,47 @@ mod tests {
         }
     }
 
+    /// The batches of a group whose one sync fails were all written: each
+    /// is in doubt as the first is (an I/O error saying so), not refused
+    /// as never written (`Poisoned`); a reopened writer finds them whole.
+    #[test]
+    fn every_batch_of_a_group_whose_sync_failed_is_in_doubt() {
+        let (_dir, store) = store();
+        let faults = Arc::new(FailNextFsync::default());
+        let store = store.with_io(Io::with_faults(faults.clone()));
+        let session = created(&store, "doubt");
+        let mut writer = open_writer(&store, &session);
+        faults.0.store(true, Ordering::SeqCst);
+        let end = |n: u32| NewEvent::new("turn/end", format!(r#"{{"turnId":"t{n}"}}"#));
+        let outcomes = writer.append_group(vec![
+            (vec![turn(1)], None),
+            (vec![end(1)], None),
+            (vec![turn(2), end(2)], None),
+        ]);
+        assert_eq!(outcomes.len(), 3);
+        for (index, outcome) in outcomes.iter().enumerate() {
+            match outcome {
+                Err(StoreError::Io { source, .. }) if index == 0 => {
+                    assert!(source.to_string().contains("injected"), "{source}");
+                }
+                Err(StoreError::Io { source, .. }) => {
+                    let text = source.to_string();
+                    assert!(text.contains("may be in the log whole"), "{text}");
+                    assert!(text.contains("injected fsync failure"), "{text}");
+                }
+                other => panic!("batch {index}: {other:?}"),
+            }
+        }
+        let later = writer.append(turn(3), None);
+        assert!(
+            matches!(later, Err(StoreError::Poisoned { .. })),
+            "{later:?}"
+        );
+        drop(writer);
+        let reopened = open_writer(&store, &session);
+        assert_eq!(reopened.next_seq(), 5, "the four events written are whole");
+    }
+
     #[test]
     fn a_failed_fsync_poisons_the_writer_until_reopen() {
         let (_dir, store) = store();

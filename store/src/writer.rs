@@ -428,9 +428,12 @@ impl SessionWriter {
     /// validated and written as its own atomic batch, with its own expected
     /// seq, in the order given, then one sync acknowledges them all. One
     /// that is refused (a conflict, a rule) leaves the others alone. Returns
-    /// each batch's outcome, in the order given. A failed write or sync
-    /// poisons the writer: the batch it hit gets the failure itself, every
-    /// later one (and every one it left unsynced) gets `Poisoned`.
+    /// each batch's outcome, in the order given. A failed sync poisons the
+    /// writer and fails every batch it was to acknowledge with an I/O error
+    /// of its own: each was handed to the log before the sync, so each is
+    /// in doubt as that failure is (a reopened writer may find it whole),
+    /// never `Poisoned`, which says a batch was refused before it was
+    /// written.
     ///
     /// ```
     /// use sessionlog_schema::{SessionHeader, SessionId, StepEnd, TurnStart};
@@ -463,12 +466,32 @@ impl SessionWriter {
             .into_iter()
             .map(|seqs| {
                 let seqs = seqs?;
-                // After a failure every sync says the writer is poisoned;
-                // the first to fail carries the failure itself.
-                self.sync()?;
-                Ok(seqs.into_iter().map(AcknowledgedSeq).collect())
+                match self.sync() {
+                    Ok(_) => Ok(seqs.into_iter().map(AcknowledgedSeq).collect()),
+                    // Written, then the writer was poisoned (by the sync of
+                    // an earlier batch of the group, or the write of a later
+                    // one) before this batch was acknowledged.
+                    Err(StoreError::Poisoned { cause, .. }) => Err(self.in_doubt(&cause, &seqs)),
+                    Err(error) => Err(error),
+                }
             })
             .collect()
+    }
+
+    /// The failure of a batch (`seqs`) written, then left unacknowledged
+    /// by the failure `cause` of its group: in doubt as the batch that
+    /// failure hit is.
+    fn in_doubt(&self, cause: &str, seqs: &[u64]) -> StoreError {
+        let first = seqs.first().copied().unwrap_or_default();
+        StoreError::io(
+            "sync",
+            &self.path,
+            std::io::Error::other(format!(
+                "the batch from seq {first} was written, but its group failed before it was \
+                 synced ({cause}): it may be in the log whole; reopen the session and read its \
+                 next seq before appending it again"
+            )),
+        )
     }
 
     /// Switches the session's preset (the preset writer of docs/EVENTS.md, "Presets and children"): appends,
