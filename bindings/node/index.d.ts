@@ -16,6 +16,7 @@ export type SessionlogErrorCode =
   | 'INVALID_EVENT' // an event that cannot be written (not {type, data}, data not JSON, over the size limit)
   | 'INVALID_ARGUMENT' // an option the API cannot take (a bad seq, an unknown vocabulary value)
   | 'CLOSED' // the writer was closed
+  | 'TOO_LARGE' // a result longer than one JavaScript string holds (a snapshot of about 512 MiB): read it with follow()
   | 'PANIC' // a bug in sessionlog, reported instead of crashing the process
   // the reviewer's request (fail-closed, in the order they are checked)
   | 'INVALID_LOG'
@@ -174,10 +175,11 @@ export class Store {
   /**
    * Opens a store: a folder of JSONL logs, a `.db`/`.sqlite` database, or a
    * `postgres://` URL (`?schema=NAME` for a schema other than `sessionlog`).
-   * A missing store is an `IO` error unless `create` is set.
+   * A missing store is an `IO` error unless `create` is set. A relative
+   * path is made absolute here, so a later `process.chdir` does not move it.
    */
-  static open(location: string, options?: { create?: boolean }): Promise<Store>
-  /** The folder or database file. */
+  static open(location: string, options?: { create?: boolean } | null): Promise<Store>
+  /** The folder or database file, as an absolute path (or the URL). */
   readonly location: string
   /** Creates a root session (durably unless `durability: "buffered"`); resolves with its header. */
   createSession(
@@ -224,7 +226,7 @@ export class Writer {
   reviewRequestText(pending: PendingAction | string, options?: { maxBytes?: number }): Promise<string>
   /** Appends a seal of every record before it, signed by `key` (the text of a key file) when given; resolves with its seq. */
   seal(options?: { key?: string }): Promise<number>
-  /** Applies what was queued before, then releases the writer and its lock. */
+  /** Applies what was queued before, then releases the writer and its lock; a second call gives the first one's promise. */
   close(): Promise<void>
 }
 

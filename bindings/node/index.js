@@ -10,6 +10,8 @@
 // back as one JSON text (JSON.parse), built from the records as stored.
 'use strict'
 
+const path = require('node:path')
+
 const native = require('./sessionlog.node')
 
 /** The request size limit when none is given: 1 MiB. */
@@ -109,6 +111,15 @@ function describe(value) {
   return typeof value === 'object' ? 'an object' : `a ${typeof value}`
 }
 
+/** The options object of a call: `{}` for undefined or null. */
+function optionsOf(options) {
+  if (options === undefined || options === null) return {}
+  if (typeof options !== 'object' || Array.isArray(options)) {
+    throw invalidArgument(`options must be an object, not ${describe(options)}`)
+  }
+  return options
+}
+
 function defaultsOf(options) {
   return {
     defaultApproval: checkOptionalString(options.defaultApproval, 'defaultApproval'),
@@ -129,6 +140,9 @@ function encodeEvent(event, index) {
   if (typeof type !== 'string') {
     throw new SessionlogError('INVALID_EVENT', `event ${index}: type must be a string, not ${describe(type)}`)
   }
+  if (!type.isWellFormed()) {
+    throw new SessionlogError('INVALID_EVENT', `event ${index}: type ${JSON.stringify(type)} holds a lone surrogate (not Unicode text)`)
+  }
   let data
   try {
     data = JSON.stringify(event.data)
@@ -139,7 +153,9 @@ function encodeEvent(event, index) {
     throw new SessionlogError('INVALID_EVENT', `event ${index} (${type}): data must be a JSON value, not ${describe(event.data)}`)
   }
   const ts = event.ts
-  if (ts !== undefined && ts !== null) checkInteger(ts, `event ${index} (${type}): ts`)
+  if (ts !== undefined && ts !== null && !(Number.isSafeInteger(ts) && ts >= 0)) {
+    throw new SessionlogError('INVALID_EVENT', `event ${index} (${type}): ts must be an integer of at least 0, not ${describe(ts)}`)
+  }
   return `[${JSON.stringify(type)},${ts === undefined || ts === null ? 'null' : ts},${data}]`
 }
 
@@ -166,9 +182,13 @@ class Store {
    * Opens the store at `location`. A missing store is an IO error unless
    * `create` is set, so that a mistyped path never becomes an empty store.
    */
-  static async open(location, options = {}) {
+  static async open(location, options) {
     if (typeof location !== 'string') throw invalidArgument(`location must be a string, not ${describe(location)}`)
-    const handle = await call(native.openStore(location, Boolean(options.create)))
+    const create = Boolean(optionsOf(options).create)
+    // A path is made absolute now: a later process.chdir must not move the
+    // store, nor its writers' locks, to another folder.
+    const absolute = /^postgres(ql)?:\/\//.test(location) ? location : path.resolve(location)
+    const handle = await call(native.openStore(absolute, create))
     return new Store(constructing, handle)
   }
 
@@ -178,7 +198,8 @@ class Store {
   }
 
   /** Creates a root session; resolves with its header. */
-  async createSession(session, options = {}) {
+  async createSession(session, options) {
+    options = optionsOf(options)
     if (session === null || typeof session !== 'object') throw invalidArgument('createSession takes {id, cwd, ...}')
     const input = {
       id: checkId(session.id),
@@ -197,14 +218,15 @@ class Store {
    * `sessionlog keygen` wrote), every `turn/end` is followed by a seal
    * signed by it, written and synced with it.
    */
-  async openWriter(id, options = {}) {
+  async openWriter(id, options) {
+    options = optionsOf(options)
     const buffered = isBuffered(options.durability)
     const keepSnapshot = options.keepSnapshot === undefined ? true : Boolean(options.keepSnapshot)
     const sealKey = checkOptionalString(options.sealKey, 'sealKey') ?? null
     const work = new WorkInFlight()
     try {
       const handle = await call(this.#native.openWriter(checkId(id), buffered, keepSnapshot, sealKey, work.completion()))
-      return new Writer(constructing, handle, work)
+      return new Writer(constructing, handle, work, keepSnapshot)
     } catch (error) {
       work.end()
       throw error
@@ -221,7 +243,8 @@ class Store {
   }
 
   /** Creates `child` from `parent`'s good prefix; resolves with the child's header. */
-  async fork(parent, child, options = {}) {
+  async fork(parent, child, options) {
+    options = optionsOf(options)
     const prompt = checkOptionalString(options.prompt, 'prompt')
     const text = await call(
       this.#native.fork(checkId(parent, 'parent id'), checkId(child, 'child id'), prompt, defaultsOf(options)),
@@ -235,7 +258,8 @@ class Store {
   }
 
   /** The projections as of seq `at` (the last when absent), as `sessionlog project` prints them. */
-  async project(id, options = {}) {
+  async project(id, options) {
+    options = optionsOf(options)
     const at = checkInteger(options.at, 'at')
     return JSON.parse(await call(this.#native.project(checkId(id), at, defaultsOf(options))))
   }
@@ -250,7 +274,8 @@ class Store {
    * The events of a session from `fromSeq` on: those stored, then each new
    * one as it is appended, until `signal` aborts (or the loop breaks).
    */
-  async *follow(id, options = {}) {
+  async *follow(id, options) {
+    options = optionsOf(options)
     const fromSeq = checkInteger(options.fromSeq, 'fromSeq') ?? 1
     const { signal } = options
     let following
@@ -351,6 +376,13 @@ class WorkInFlight {
 const EAGER_GROUP = 1024
 
 /**
+ * The most text one group hands over (64 MiB, and one append more): far
+ * below the longest string JavaScript holds (about 512 MiB), whatever the
+ * size of the appends queued.
+ */
+const GROUP_BYTES = 64 * 1024 * 1024
+
+/**
  * The one writer of a session. Appends are applied in the order they were
  * called; those that arrive while a sync is running share the next one.
  */
@@ -363,11 +395,16 @@ class Writer {
   /** Calls (not appends) in `#queue`. */
   #callsQueued = 0
   #closed = false
+  /** The promise of the first `close`, which every later one gives too. */
+  #closing = null
+  /** Whether the writer keeps the snapshot review requests need. */
+  #keepsSnapshot
 
-  constructor(token, handle, work) {
+  constructor(token, handle, work, keepsSnapshot) {
     if (token !== constructing) throw new TypeError('use store.openWriter(id) to open a writer')
     this.#native = handle
     this.#work = work
+    this.#keepsSnapshot = keepsSnapshot
     work.endWith(this)
   }
 
@@ -377,12 +414,12 @@ class Writer {
   }
 
   /** Appends one event durably; resolves with its seq. */
-  append(event, options = {}) {
+  append(event, options) {
     return this.#enqueueAppend([event], options, true)
   }
 
   /** Appends events as one atomic batch; resolves with their seqs. */
-  appendBatch(events, options = {}) {
+  appendBatch(events, options) {
     if (!Array.isArray(events)) {
       return Promise.reject(new SessionlogError('INVALID_EVENT', `appendBatch takes an array of events, not ${describe(events)}`))
     }
@@ -390,7 +427,8 @@ class Writer {
   }
 
   /** The Auto reviewer's request for a pending action, as an object. */
-  async reviewRequest(pending, options = {}) {
+  async reviewRequest(pending, options) {
+    options = optionsOf(options)
     return JSON.parse(await this.reviewRequestText(pending, options))
   }
 
@@ -398,10 +436,17 @@ class Writer {
    * The Auto reviewer's request as the exact compact JSON text the store
    * built (what `sessionlog review-request` prints), for sending as it is.
    */
-  reviewRequestText(pending, options = {}) {
+  reviewRequestText(pending, options) {
     let text
     let maxBytes
     try {
+      options = optionsOf(options)
+      if (!this.#keepsSnapshot) {
+        throw new SessionlogError(
+          'INVALID_LOG',
+          `the writer of session ${this.id} was opened with keepSnapshot: false and holds no snapshot; open it without that option to build review requests`,
+        )
+      }
       text = jsonText(pending, 'the pending action')
       maxBytes = checkInteger(options.maxBytes, 'maxBytes', 1) ?? DEFAULT_MAX_REQUEST_BYTES
     } catch (error) {
@@ -415,9 +460,10 @@ class Writer {
    * before, signed by `key` (the text of a key file) when given; resolves
    * with its seq.
    */
-  seal(options = {}) {
+  seal(options) {
     let key
     try {
+      options = optionsOf(options)
       this.#checkOpen()
       key = checkOptionalString(options.key, 'key') ?? null
     } catch (error) {
@@ -428,23 +474,28 @@ class Writer {
 
   /** Applies what was queued before, then releases the writer and its lock. */
   close() {
-    if (this.#closed) return Promise.resolve()
+    if (this.#closing) return this.#closing
     this.#closed = true
-    return this.#enqueueCall(async () => {
+    this.#closing = this.#enqueueCall(async () => {
       try {
         await this.#work.send(() => this.#native.close())
       } finally {
         this.#work.end()
       }
     })
+    return this.#closing
   }
 
   #enqueueAppend(events, options, single) {
     let batch
     try {
       this.#checkOpen()
-      const expectSeq = checkInteger(options.expectSeq, 'expectSeq', 1)
-      const encoded = single ? encodeEvent(events[0], 0) : events.map(encodeEvent).join(',')
+      const expectSeq = checkInteger(optionsOf(options).expectSeq, 'expectSeq', 1)
+      let encoded = ''
+      // By index, holes included: `map` would pass a hole over.
+      for (let index = 0; index < events.length; index += 1) {
+        encoded += (index > 0 ? ',' : '') + encodeEvent(events[index], index)
+      }
       batch = `[${expectSeq === undefined ? 'null' : expectSeq},[${encoded}]]`
     } catch (error) {
       return Promise.reject(error)
@@ -490,12 +541,30 @@ class Writer {
     this.#sendGroup(count)
   }
 
-  /** Hands the first `count` queued appends (no call among them) over as one group. */
+  /**
+   * Hands queued appends (no call among them) over as one group: the first
+   * `count`, or fewer when their text passes GROUP_BYTES (the rest go with
+   * the next group).
+   */
   #sendGroup(count) {
-    const group = this.#queue.splice(0, count)
-    let text = '['
-    for (let index = 0; index < group.length; index += 1) text += (index > 0 ? ',' : '') + group[index].batch
-    text += ']'
+    let size = 0
+    let taken = 0
+    while (taken < count && (taken === 0 || size + this.#queue[taken].batch.length <= GROUP_BYTES)) {
+      size += this.#queue[taken].batch.length + 1
+      taken += 1
+    }
+    const group = this.#queue.splice(0, taken)
+    let text
+    try {
+      text = '[' + group.map((entry) => entry.batch).join(',') + ']'
+    } catch (error) {
+      // Past what one JavaScript string holds: refused, each append alone
+      // would have been taken.
+      const failure = new SessionlogError('INVALID_EVENT', `a group of appends could not be handed over: ${error.message}`)
+      group.forEach((entry) => entry.reject(failure))
+      this.#pump()
+      return
+    }
     this.#inflight += 1
     this.#work
       .send(() => this.#native.appendGroup(text))

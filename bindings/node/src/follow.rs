@@ -19,6 +19,11 @@ use crate::json;
 /// At most this many events are handed over by one `next`.
 const EVENTS_PER_CALL: usize = 1024;
 
+/// At most this many bytes of records (and one record more, up to the
+/// 16 MiB a record may take) are handed over by one `next`: one JSON text
+/// per call, far below the longest string JavaScript holds (about 512 MiB).
+const BYTES_PER_CALL: usize = 64 << 20;
+
 type Followed = Follow;
 
 /// A followed session (see the module docs).
@@ -67,10 +72,15 @@ impl NativeFollow {
                 let Some(first) = first else {
                     return Ok(None);
                 };
-                let mut records = vec![first?];
-                while records.len() < EVENTS_PER_CALL {
+                let first = first?;
+                let mut bytes = first.body().len();
+                let mut records = vec![first];
+                while records.len() < EVENTS_PER_CALL && bytes < BYTES_PER_CALL {
                     match receiver.try_recv() {
-                        Some(Ok(record)) => records.push(record),
+                        Some(Ok(record)) => {
+                            bytes += record.body().len();
+                            records.push(record);
+                        }
                         Some(Err(error)) => {
                             *held.lock().unwrap_or_else(PoisonError::into_inner) =
                                 Some(error.into());

@@ -65,6 +65,10 @@ pub struct DefaultsInput {
     pub default_sandbox: Option<String>,
 }
 
+/// The longest text handed to JavaScript as one string: V8's longest
+/// string in UTF-16 units, which a UTF-8 text of as many bytes never passes.
+const MAX_STRING_BYTES: usize = (1 << 29) - 24;
+
 /// A store of sessions: a folder of JSONL logs or a SQLite database.
 #[napi]
 #[derive(Debug)]
@@ -188,7 +192,7 @@ impl NativeStore {
         let store = self.store.clone();
         blocking(move || {
             let seal_turns = match seal_key {
-                Some(text) => SealTurns::Signed(writer::secret_key(&text)?),
+                Some(text) => SealTurns::Signed(writer::secret_key(&text, "sealKey")?),
                 None => SealTurns::Off,
             };
             let options = WriterOptions {
@@ -228,7 +232,19 @@ impl NativeStore {
         let store = self.store.clone();
         blocking(move || {
             let snapshot = store.store().snapshot(&session_id(&id)?)?;
-            Ok(json::snapshot(&snapshot))
+            let text = json::snapshot(&snapshot);
+            if text.len() > MAX_STRING_BYTES {
+                return Err(Failure::new(
+                    "TOO_LARGE",
+                    format!(
+                        "session {id} is {} bytes of JSON, more than one JavaScript string \
+                         holds ({MAX_STRING_BYTES}); read its events with follow(), a part \
+                         at a time",
+                        text.len()
+                    ),
+                ));
+            }
+            Ok(text)
         })
     }
 

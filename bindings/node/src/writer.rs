@@ -228,7 +228,10 @@ fn run(slot: &mut Option<SessionWriter>, id: &str, work: Work) -> Outcome<String
             Ok(writer.review_request(&action, max_bytes)?)
         }
         Work::Seal(key) => {
-            let key = key.as_deref().map(secret_key).transpose()?;
+            let key = key
+                .as_deref()
+                .map(|key| secret_key(key, "key"))
+                .transpose()?;
             Ok(writer.seal(key.as_ref(), None)?.get().to_string())
         }
         Work::Close => Ok("null".to_owned()),
@@ -236,41 +239,59 @@ fn run(slot: &mut Option<SessionWriter>, id: &str, work: Work) -> Outcome<String
 }
 
 /// Appends a group (see `Batch`); the JSON text of each batch's outcome.
+/// Each batch is decoded alone: one that does not decode (`index.js`
+/// checks every event first, so this is a second line) fails alone, as a
+/// batch the writer refuses does.
 fn append_group(writer: &mut SessionWriter, group: &str) -> Outcome<String> {
-    let group: Vec<Batch> = serde_json::from_str(group).map_err(|error| {
-        Failure::new(
-            "INVALID_EVENT",
-            format!("a group of appends is not readable: {error}"),
-        )
-    })?;
-    let batches = group
+    let texts: Vec<&serde_json::value::RawValue> =
+        serde_json::from_str(group).map_err(|error| {
+            Failure::new(
+                "INVALID_EVENT",
+                format!("a group of appends is not readable: {error}"),
+            )
+        })?;
+    let mut decoded = Vec::with_capacity(texts.len());
+    let mut batches = Vec::new();
+    for (index, text) in texts.iter().enumerate() {
+        match serde_json::from_str::<Batch>(text.get()) {
+            Ok(Batch(expected_seq, events)) => {
+                let events = events
+                    .into_iter()
+                    .map(|EventInput(event_type, ts, data)| NewEvent {
+                        event_type,
+                        data: data.get().to_owned(),
+                        ts,
+                    })
+                    .collect();
+                batches.push((events, expected_seq));
+                decoded.push(None);
+            }
+            Err(error) => decoded.push(Some(Failure::new(
+                "INVALID_EVENT",
+                format!("append {index} of its group is not readable: {error}"),
+            ))),
+        }
+    }
+    let mut appended = writer.append_group(batches).into_iter();
+    let outcomes: Vec<BatchOutcome> = decoded
         .into_iter()
-        .map(|Batch(expected_seq, events)| {
-            let events = events
-                .into_iter()
-                .map(|EventInput(event_type, ts, data)| NewEvent {
-                    event_type,
-                    data: data.get().to_owned(),
-                    ts,
-                })
-                .collect();
-            (events, expected_seq)
-        })
-        .collect();
-    let outcomes: Vec<BatchOutcome> = writer
-        .append_group(batches)
-        .into_iter()
-        .map(|outcome| match outcome {
-            Ok(seqs) => BatchOutcome::Appended(seqs.first().map(|seq| seq.get())),
-            Err(error) => BatchOutcome::Failed(error.into()),
+        .map(|failure| match (failure, appended.next()) {
+            (Some(failure), _) => BatchOutcome::Failed(failure),
+            (None, Some(Ok(seqs))) => BatchOutcome::Appended(seqs.first().map(|seq| seq.get())),
+            (None, Some(Err(error))) => BatchOutcome::Failed(error.into()),
+            (None, None) => BatchOutcome::Failed(Failure::new(
+                "PANIC",
+                "the writer gave fewer outcomes than it was given batches",
+            )),
         })
         .collect();
     Ok(json::to_json(&outcomes))
 }
 
-/// Reads the text of a secret key file (what `sessionlog keygen` writes);
-/// `INVALID_ARGUMENT` without quoting it when it is not one.
-pub fn secret_key(text: &str) -> Outcome<SealSecretKey> {
+/// Reads the text of a secret key file (what `sessionlog keygen` writes),
+/// given as the option `option`; `INVALID_ARGUMENT` naming that option,
+/// without quoting the text, when it is not one.
+pub fn secret_key(text: &str, option: &str) -> Outcome<SealSecretKey> {
     SealSecretKey::parse_file(text)
-        .map_err(|error| Failure::invalid_argument(format!("sealKey: {error}")))
+        .map_err(|error| Failure::invalid_argument(format!("{option}: {error}")))
 }

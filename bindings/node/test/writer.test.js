@@ -246,6 +246,103 @@ test('a refused append in a group of concurrent appends leaves the others', asyn
   await writer.close()
 })
 
+test('an event that cannot be encoded is refused alone, never with the appends grouped with it', async (t) => {
+  const store = await Store.open(path.join(tempDir(t), 'sessions'), { create: true })
+  await store.createSession({ id: 's1', cwd: '/w' })
+  const writer = await store.openWriter('s1')
+  const sparse = []
+  sparse[1] = { type: 'x-test/note', data: 'after a hole' }
+  const outcomes = await Promise.allSettled([
+    writer.append({ type: 'x-test/note', data: 'first' }),
+    writer.append({ type: 'x-test/note', data: 'second' }),
+    writer.appendBatch(sparse),
+    writer.append({ type: 'x\ud800', data: {} }),
+    writer.append({ type: 'x-test/note', data: 'third', ts: 1.5 }),
+    writer.append({ type: 'x-test/note', data: 'fourth' }),
+  ])
+  assert.deepEqual(
+    outcomes.map((o) => (o.status === 'fulfilled' ? o.value : o.reason.code)),
+    [1, 2, 'INVALID_EVENT', 'INVALID_EVENT', 'INVALID_EVENT', 3],
+  )
+  assert.match(outcomes[2].reason.message, /event 0 must be an object/)
+  assert.match(outcomes[3].reason.message, /lone surrogate/)
+  assert.match(outcomes[4].reason.message, /ts must be an integer/)
+  await writer.close()
+  const { events } = await store.snapshot('s1')
+  assert.deepEqual(events.map((event) => event.data), ['first', 'second', 'fourth'])
+})
+
+test('a second close waits for the first, and gives its outcome', async (t) => {
+  const folder = path.join(tempDir(t), 'sessions')
+  const store = await Store.open(folder, { create: true })
+  await store.createSession({ id: 's1', cwd: '/w' })
+  const writer = await store.openWriter('s1')
+  const appends = [1, 2, 3].map((n) => writer.append({ type: 'x-test/note', data: n }))
+  const first = writer.close()
+  await writer.close()
+  // Read as the second close resolves, before anything else runs.
+  const lines = fs.readFileSync(path.join(folder, 's1.jsonl'), 'utf8').split('\n').filter(Boolean)
+  assert.equal(lines.length, 1 + 3, 'every append queued before is applied')
+  const other = await store.openWriter('s1')
+  await other.close()
+  await first
+  assert.deepEqual(await Promise.all(appends), [1, 2, 3])
+})
+
+test('a store opened by a relative path stays where it was opened after process.chdir', async (t) => {
+  const folder = tempDir(t)
+  const elsewhere = path.join(folder, 'elsewhere')
+  fs.mkdirSync(elsewhere)
+  const before = process.cwd()
+  t.after(() => process.chdir(before))
+  process.chdir(folder)
+  const logs = await Store.open('sessions', { create: true })
+  const database = await Store.open('x.db', { create: true })
+  assert.equal(logs.location, path.join(fs.realpathSync(folder), 'sessions'))
+  process.chdir(elsewhere)
+  await logs.createSession({ id: 'two', cwd: '/w' })
+  await database.createSession({ id: 'a', cwd: '/w' })
+  assert.ok(fs.existsSync(path.join(folder, 'sessions', 'two.jsonl')))
+  assert.ok(!fs.existsSync(path.join(elsewhere, 'sessions')))
+  const writer = await database.openWriter('a')
+  const absolute = await Store.open(path.join(folder, 'x.db'))
+  await rejectsWith(absolute.openWriter('a'), 'LOCKED')
+  assert.equal(await writer.append({ type: 'x-test/note', data: 1 }), 1)
+  assert.equal(await writer.append({ type: 'x-test/note', data: 2 }), 2)
+  await writer.close()
+})
+
+test('options given as null are no options; the errors name the option as JavaScript spells it', async (t) => {
+  const location = path.join(tempDir(t), 'sessions')
+  await Store.open(location, { create: true })
+  const created = await Store.open(location, null)
+  await created.createSession({ id: 's1', cwd: '/w' }, null)
+  const writer = await created.openWriter('s1', { keepSnapshot: false })
+  assert.equal(await writer.append({ type: 'x-test/note', data: 1 }, null), 1)
+  const sealed = await rejectsWith(writer.seal({ key: 'junk' }), 'INVALID_ARGUMENT')
+  assert.match(sealed.message, /^key: /)
+  const request = await rejectsWith(writer.reviewRequestText({}), 'INVALID_LOG')
+  assert.match(request.message, /keepSnapshot: false/)
+  assert.doesNotMatch(request.message, /WriterOptions/)
+  await rejectsWith(writer.append({ type: 'x-test/note', data: 1 }, 'fast'), 'INVALID_ARGUMENT')
+  await writer.close()
+  await rejectsWith(created.openWriter('s1', { sealKey: 'junk' }), 'INVALID_ARGUMENT').then((error) => {
+    assert.match(error.message, /^sealKey: /)
+  })
+})
+
+test('a burst of appends longer than one JavaScript string is handed over in parts', { timeout: 120_000 }, async (t) => {
+  const store = await Store.open(path.join(tempDir(t), 'sessions'), { create: true })
+  await store.createSession({ id: 's1', cwd: '/w' })
+  const writer = await store.openWriter('s1', { durability: 'buffered', keepSnapshot: false })
+  // 36 appends of 15 MiB: 540 MiB in all, past the longest string (512 MiB).
+  const data = 'x'.repeat(15 * 1024 * 1024)
+  const appends = Array.from({ length: 36 }, () => writer.append({ type: 'x-test/blob', data }))
+  const seqs = await Promise.all(appends)
+  assert.deepEqual(seqs, Array.from({ length: 36 }, (_, index) => index + 1))
+  await writer.close()
+})
+
 test('LOCKED across two Node processes', { timeout: 60_000 }, async (t) => {
   const location = path.join(tempDir(t), 'sessions')
   const store = await Store.open(location, { create: true })
