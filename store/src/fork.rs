@@ -1220,9 +1220,8 @@ mod tests {
         drop(writer);
         let after = ok(std::fs::read(&log));
         ok(std::fs::write(&log, &before));
-        let Store::Jsonl(jsonl) = store else {
-            panic!("a folder is a JSONL store")
-        };
+        drop(store);
+        let jsonl = ok(crate::JsonlStore::open(dir.path()));
         let injector = std::sync::Arc::new(AppendDuringSync {
             parent: log.clone(),
             line: after[before.len()..].to_vec(),
