@@ -115,6 +115,13 @@ pub(crate) trait LogSink: Send + fmt::Debug {
     /// size in bytes. Called off the append's acknowledgement, rarely; a
     /// failure is the snapshot's alone (see `state_snapshot`).
     fn save_snapshot(&mut self, state: &SessionState) -> Result<usize, StoreError>;
+    /// Whether records written and then left unsynced by a failed sync may
+    /// still be found in the log: a log file's bytes were handed to the
+    /// kernel before its fdatasync failed; a database's transaction that
+    /// failed to commit wrote nothing.
+    fn unsynced_may_remain(&self) -> bool {
+        false
+    }
 }
 
 /// The single writer of one session. See the module docs.
@@ -429,11 +436,12 @@ impl SessionWriter {
     /// seq, in the order given, then one sync acknowledges them all. One
     /// that is refused (a conflict, a rule) leaves the others alone. Returns
     /// each batch's outcome, in the order given. A failed sync poisons the
-    /// writer and fails every batch it was to acknowledge with an I/O error
-    /// of its own: each was handed to the log before the sync, so each is
-    /// in doubt as that failure is (a reopened writer may find it whole),
-    /// never `Poisoned`, which says a batch was refused before it was
-    /// written.
+    /// writer: the batch it hit gets the failure itself. In a log file every
+    /// other batch it was to acknowledge gets an I/O error of its own: each
+    /// was handed to the log before the sync, so each is in doubt as that
+    /// failure is (a reopened writer may find it whole). In a database,
+    /// whose failed commit wrote nothing, they get `Poisoned`, which says a
+    /// batch is not in the log.
     ///
     /// ```
     /// use sessionlog_schema::{SessionHeader, SessionId, StepEnd, TurnStart};
@@ -470,8 +478,11 @@ impl SessionWriter {
                     Ok(_) => Ok(seqs.into_iter().map(AcknowledgedSeq).collect()),
                     // Written, then the writer was poisoned (by the sync of
                     // an earlier batch of the group, or the write of a later
-                    // one) before this batch was acknowledged.
-                    Err(StoreError::Poisoned { cause, .. }) => Err(self.in_doubt(&cause, &seqs)),
+                    // one) before this batch was acknowledged: in doubt in a
+                    // log file, never there in a database.
+                    Err(StoreError::Poisoned { cause, .. }) if self.sink.unsynced_may_remain() => {
+                        Err(self.in_doubt(&cause, &seqs))
+                    }
                     Err(error) => Err(error),
                 }
             })

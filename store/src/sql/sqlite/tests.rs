@@ -674,6 +674,34 @@ fn failed_commit_poisons_the_writer_and_writes_nothing() {
     assert_eq!(ok(reopened.append(note("again"), Some(2))).get(), 2);
 }
 
+/// A group whose one commit fails wrote nothing: its first batch gets the
+/// failure, the others `Poisoned` (not in the log), unlike a log file's
+/// batches, which are in doubt.
+#[test]
+fn a_group_whose_commit_failed_is_not_in_doubt() {
+    let folder = ok(tempfile::tempdir());
+    let faults = Arc::new(FailCommits::default());
+    let store = ok(SqliteStore::open_with_io(
+        &database(folder.path()),
+        Io::with_faults(faults.clone()),
+    ));
+    ok(store.create(&header("a"), &[], Durability::Fsync));
+    let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+    faults.armed.store(true, Ordering::SeqCst);
+    let outcomes = writer.append_group(vec![
+        (vec![note("one")], None),
+        (vec![note("two")], None),
+        (vec![note("three")], None),
+    ]);
+    faults.armed.store(false, Ordering::SeqCst);
+    assert!(matches!(outcomes[0], Err(StoreError::Io { .. })), "{outcomes:?}");
+    for outcome in &outcomes[1..] {
+        assert!(matches!(outcome, Err(StoreError::Poisoned { .. })), "{outcomes:?}");
+    }
+    drop(writer);
+    assert_eq!(ok(store.snapshot(&id("a"))).events.len(), 0);
+}
+
 #[test]
 fn a_writer_in_another_store_handle_is_locked_out() {
     let folder = ok(tempfile::tempdir());
