@@ -10,8 +10,6 @@
 // back as one JSON text (JSON.parse), built from the records as stored.
 'use strict'
 
-const path = require('node:path')
-
 const native = require('./sessionlog.node')
 
 /** The request size limit when none is given: 1 MiB. */
@@ -185,10 +183,8 @@ class Store {
   static async open(location, options) {
     if (typeof location !== 'string') throw invalidArgument(`location must be a string, not ${describe(location)}`)
     const create = Boolean(optionsOf(options).create)
-    // A path is made absolute now: a later process.chdir must not move the
-    // store, nor its writers' locks, to another folder.
-    const absolute = /^postgres(ql)?:\/\//.test(location) ? location : path.resolve(location)
-    const handle = await call(native.openStore(absolute, create))
+    // The addon makes a path absolute (a later process.chdir moves nothing).
+    const handle = await call(native.openStore(location, create))
     return new Store(constructing, handle)
   }
 

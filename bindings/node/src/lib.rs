@@ -81,7 +81,15 @@ pub struct NativeStore {
 #[napi]
 pub fn open_store(location: String, create: bool) -> AsyncTask<Blocking<NativeStore>> {
     blocking(move || {
-        let path = PathBuf::from(location);
+        // A path is made absolute now (its `..` kept, as the file system
+        // reads it), so that a later `process.chdir` moves neither the
+        // store nor its writers' locks; a text that reads as a URL is
+        // left to `Store` as it is, which opens it or refuses it.
+        let path = match location.contains("://") {
+            true => PathBuf::from(location),
+            false => std::path::absolute(&location)
+                .map_err(|error| Failure::new("IO", format!("{location}: {error}")))?,
+        };
         let store = if create {
             Store::create(&path)?
         } else {

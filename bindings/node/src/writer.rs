@@ -275,14 +275,18 @@ fn append_group(writer: &mut SessionWriter, group: &str) -> Outcome<String> {
     let mut appended = writer.append_group(batches).into_iter();
     let outcomes: Vec<BatchOutcome> = decoded
         .into_iter()
-        .map(|failure| match (failure, appended.next()) {
-            (Some(failure), _) => BatchOutcome::Failed(failure),
-            (None, Some(Ok(seqs))) => BatchOutcome::Appended(seqs.first().map(|seq| seq.get())),
-            (None, Some(Err(error))) => BatchOutcome::Failed(error.into()),
-            (None, None) => BatchOutcome::Failed(Failure::new(
-                "PANIC",
-                "the writer gave fewer outcomes than it was given batches",
-            )),
+        .map(|failure| match failure {
+            Some(failure) => BatchOutcome::Failed(failure),
+            // The writer's outcomes are those of the batches that decoded,
+            // in order: one is taken only for such a batch.
+            None => match appended.next() {
+                Some(Ok(seqs)) => BatchOutcome::Appended(seqs.first().map(|seq| seq.get())),
+                Some(Err(error)) => BatchOutcome::Failed(error.into()),
+                None => BatchOutcome::Failed(Failure::new(
+                    "PANIC",
+                    "the writer gave fewer outcomes than it was given batches",
+                )),
+            },
         })
         .collect();
     Ok(json::to_json(&outcomes))

@@ -272,6 +272,31 @@ test('an event that cannot be encoded is refused alone, never with the appends g
   assert.deepEqual(events.map((event) => event.data), ['first', 'second', 'fourth'])
 })
 
+test('the addon decodes each append of a group alone, and pairs each outcome with its own append', async (t) => {
+  const addon = require('../sessionlog.node')
+  // The addon's completions do not keep the process alive (index.js does).
+  const alive = setInterval(() => {}, 1000)
+  t.after(() => clearInterval(alive))
+  const store = await addon.openStore(path.join(tempDir(t), 'sessions'), true)
+  await store.createSession({ id: 's1', cwd: '/w' }, false)
+  let answered
+  const answer = new Promise((resolve) => {
+    answered = resolve
+  })
+  const writer = await store.openWriter('s1', false, true, null, (error, text) => answered([error, text]))
+  // The second append is not a batch `[expectSeq, events]`: index.js never
+  // sends one, and the addon refuses it alone.
+  writer.appendGroup('[[null,[["x-test/note",null,1]]],[null,5],[null,[["x-test/note",null,2]]],[null,[["x-test/note",null,3]]]]')
+  const [error, text] = await answer
+  assert.equal(error, null)
+  const outcomes = JSON.parse(text)
+  assert.equal(outcomes[0], 1)
+  assert.equal(outcomes[1].code, 'INVALID_EVENT')
+  assert.match(outcomes[1].message, /append 1 of its group/)
+  assert.deepEqual(outcomes.slice(2), [2, 3])
+  writer.close()
+})
+
 test('a second close waits for the first, and gives its outcome', async (t) => {
   const folder = path.join(tempDir(t), 'sessions')
   const store = await Store.open(folder, { create: true })
@@ -310,6 +335,15 @@ test('a store opened by a relative path stays where it was opened after process.
   assert.equal(await writer.append({ type: 'x-test/note', data: 1 }), 1)
   assert.equal(await writer.append({ type: 'x-test/note', data: 2 }), 2)
   await writer.close()
+  // A text that reads as a URL is not a path: refused as the command line
+  // refuses it, and no folder of that name is made.
+  await rejectsWith(Store.open('Postgres://user@localhost/db', { create: true }), 'IO')
+  assert.ok(!fs.existsSync(path.join(elsewhere, 'Postgres:')))
+  // `..` is the file system's: through a symlink, as `sessionlog` reads it.
+  fs.mkdirSync(path.join(elsewhere, 'real', 'sub'), { recursive: true })
+  fs.symlinkSync(path.join(elsewhere, 'real', 'sub'), path.join(elsewhere, 'link'))
+  await Store.open('link/../beside', { create: true })
+  assert.ok(fs.existsSync(path.join(elsewhere, 'real', 'beside')))
 })
 
 test('options given as null are no options; the errors name the option as JavaScript spells it', async (t) => {

@@ -694,9 +694,15 @@ fn a_group_whose_commit_failed_is_not_in_doubt() {
         (vec![note("three")], None),
     ]);
     faults.armed.store(false, Ordering::SeqCst);
-    assert!(matches!(outcomes[0], Err(StoreError::Io { .. })), "{outcomes:?}");
+    assert!(
+        matches!(outcomes[0], Err(StoreError::Io { .. })),
+        "{outcomes:?}"
+    );
     for outcome in &outcomes[1..] {
-        assert!(matches!(outcome, Err(StoreError::Poisoned { .. })), "{outcomes:?}");
+        assert!(
+            matches!(outcome, Err(StoreError::Poisoned { .. })),
+            "{outcomes:?}"
+        );
     }
     drop(writer);
     assert_eq!(ok(store.snapshot(&id("a"))).events.len(), 0);
