@@ -787,9 +787,9 @@ fn pages_folder_name(out: &Path) -> Result<String> {
 
 /// Refuses a report written over what it reads: `out` (or the folder of
 /// its pages) must not be a file of the store at `store` (a log, its state
-/// snapshot, a database and its write-ahead log and index), nor a name in
-/// a folder of logs that a log would have. A report is a reading command:
-/// it never changes the store it shows.
+/// snapshot, a database and its write-ahead log and index), nor have a
+/// log's name (`.jsonl`). A report is a reading command: it never changes
+/// the store it shows, and writes over a report of its own freely.
 fn refuse_store_files(out: &Path, store: &Path) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let identity = |path: &Path| {
@@ -800,8 +800,21 @@ fn refuse_store_files(out: &Path, store: &Path) -> Result<()> {
     let mut store_files = Vec::new();
     match std::fs::metadata(store) {
         Ok(metadata) if metadata.is_dir() => {
+            // Its logs, their state snapshots and whatever the store keeps
+            // under a dot name; not a report written there before.
             if let Ok(entries) = std::fs::read_dir(store) {
-                store_files.extend(entries.filter_map(Result::ok).map(|entry| entry.path()));
+                store_files.extend(
+                    entries
+                        .filter_map(Result::ok)
+                        .map(|entry| entry.path())
+                        .filter(|path| {
+                            let name = path
+                                .file_name()
+                                .map(|name| name.to_string_lossy())
+                                .unwrap_or_default();
+                            name.starts_with('.') || name.ends_with(".jsonl")
+                        }),
+                );
             }
             store_files.push(store.to_owned());
         }
@@ -850,20 +863,14 @@ fn refuse_store_files(out: &Path, store: &Path) -> Result<()> {
             .into());
         }
     }
-    let parent = match out.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
-    let in_store_folder = std::fs::metadata(store).is_ok_and(|metadata| metadata.is_dir())
-        && identity(parent).is_some()
-        && identity(parent) == identity(store);
-    if in_store_folder
-        && out
-            .extension()
-            .is_some_and(|extension| extension == "jsonl")
+    // Beside a log (a folder of logs, or the folder of a lone log and the
+    // children forked beside it), such a name is a session's.
+    if out
+        .extension()
+        .is_some_and(|extension| extension == "jsonl")
     {
         return Err(crate::UsageError(format!(
-            "{}: a report named like a session log in the store it reads would be taken for one; name it report.html",
+            "{}: a report named like a session log would be taken for one (or written over one); name it report.html",
             out.display()
         ))
         .into());
