@@ -677,6 +677,17 @@ fn damage_in_one_session_is_never_blamed_on_its_neighbours() {
     let damaged = folder.path().join("page.db");
     ok(std::fs::write(&damaged, &bytes));
     let found = statuses(&damaged);
+    // Each corrupt session is named with a seq of its own: 1 to 5, or 6
+    // (a row after its last, on the page it cannot read).
+    for line in run(["verify", &text(&damaged), "--json", "--quiet"])
+        .stdout
+        .lines()
+    {
+        let verdict: serde_json::Value = ok(serde_json::from_str(line));
+        if let Some(seq) = verdict["corruption"]["seq"].as_u64() {
+            assert!((1..=6).contains(&seq), "{line}");
+        }
+    }
     let mut blamed = 0;
     for name in &names {
         match found.get(name).map(String::as_str) {

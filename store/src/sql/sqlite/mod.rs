@@ -1383,6 +1383,7 @@ impl Shared {
         to_seq: u64,
         page: &mut RowPage,
     ) -> Result<(), StoreError> {
+        let from = from_seq;
         let from_seq = crate::sql::lowest_row_seq(from_seq);
         let to_seq = i64::try_from(to_seq).unwrap_or(i64::MAX);
         // A page's LIMIT is a literal: bound as a parameter, SQLite plans
@@ -1400,12 +1401,15 @@ impl Shared {
         let mut rows = statement
             .query(params![id.as_str(), from_seq, to_seq])
             .map_err(sqlite_error("read events", &self.path))?;
-        let mut next_seq = from_seq;
+        // The seq a failure is named by: the row's own when it reads, else
+        // the next one expected (at least the first asked for, never the
+        // lowest value a damaged row's seq is looked for from).
+        let mut next_seq = i64::try_from(from).unwrap_or(i64::MAX).max(1);
         while let Some(row) = rows
             .next()
             .map_err(|error| self.unreadable_row(id, next_seq, error))?
         {
-            let seq = row.get::<_, i64>(0).unwrap_or(next_seq);
+            let seq = row.get::<_, i64>(0).unwrap_or(next_seq).max(next_seq);
             push_event_row(page, row, 0).map_err(|error| self.unreadable_row(id, seq, error))?;
             next_seq = seq.saturating_add(1);
         }
