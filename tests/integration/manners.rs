@@ -234,7 +234,12 @@ fn replay_from_counts_what_breaks_the_rules_before_its_window() {
         "{}",
         windowed.stdout
     );
-    run(["replay", &store, "--from", "2", "--json"]).expect_code(4);
+    let json = run(["replay", &store, "--from", "2", "--json"]);
+    json.expect_code(4);
+    assert_warned(
+        &json.stderr,
+        "1 event breaks the rules before the first seq shown",
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -1128,7 +1133,14 @@ fn list_tree_shows_sessions_whose_parents_form_a_cycle() {
     let store = dir.path().join("logs");
     run(["create", &arg(&store), "--session", "root"]).expect_code(0);
     run(["fork", &arg(&store), "--session", "root", "--child", "kid"]).expect_code(0);
-    for (id, parent) in [("self", "self"), ("b", "c"), ("c", "b"), ("d", "c")] {
+    // `a-child` hangs under the cycle of `b` and `c`, and comes first.
+    for (id, parent) in [
+        ("self", "self"),
+        ("b", "c"),
+        ("c", "b"),
+        ("d", "c"),
+        ("a-child", "b"),
+    ] {
         let session =
             sessionlog_schema::SessionId::parse(id).unwrap_or_else(|error| panic!("{error}"));
         let body = format!(
@@ -1143,7 +1155,7 @@ fn list_tree_shows_sessions_whose_parents_form_a_cycle() {
     }
     let listed = run(["list", &arg(&store), "--tree"]);
     listed.expect_code(0);
-    for id in ["root", "kid", "self", "b", "c", "d"] {
+    for id in ["root", "kid", "self", "b", "c", "d", "a-child"] {
         assert_eq!(
             listed
                 .stdout
@@ -1163,6 +1175,17 @@ fn list_tree_shows_sessions_whose_parents_form_a_cycle() {
     assert!(
         listed.stdout.contains("its parents form a cycle"),
         "{}",
+        listed.stdout
+    );
+    let marked: Vec<&str> = listed
+        .stdout
+        .lines()
+        .filter(|line| line.contains("(its parents form a cycle"))
+        .filter_map(|line| line.split(' ').next())
+        .collect();
+    assert!(
+        marked.iter().all(|id| ["self", "b", "c"].contains(id)),
+        "only a session of a cycle starts one: {}",
         listed.stdout
     );
 }

@@ -125,13 +125,32 @@ fn print_tree(entries: &[(String, Result<SessionHeader, String>)]) -> std::io::R
         tree.print(root, "", true, true, &mut shown)?;
     }
     // A session whose parents lead back to it (each header names the next
-    // as its parent) is reached from no root: each such cycle is shown
-    // from its first id, marked, and so are the sessions under it.
+    // as its parent) is reached from no root, nor is any session under
+    // such a cycle: each cycle is shown from a session of its own, marked,
+    // with the sessions under it.
+    let parents: BTreeMap<&str, &str> = entries
+        .iter()
+        .filter_map(|(id, header)| {
+            let parent = header.as_ref().ok()?.parent_session.as_ref()?;
+            Some((id.as_str(), parent.as_str()))
+        })
+        .collect();
     for (id, _) in entries {
-        if !shown.contains(id.as_str()) {
-            crate::outln!("{id}  (its parents form a cycle: each names the next as its parent)")?;
-            shown.insert(id.as_str());
-            tree.print_children(id, "", &mut shown)?;
+        if shown.contains(id.as_str()) {
+            continue;
+        }
+        // Up the parents until one repeats: that one is in the cycle.
+        let mut seen = std::collections::BTreeSet::new();
+        let mut at = id.as_str();
+        while seen.insert(at) {
+            match parents.get(at) {
+                Some(parent) => at = parent,
+                None => break,
+            }
+        }
+        if shown.insert(at) {
+            crate::outln!("{at}  (its parents form a cycle: each names the next as its parent)")?;
+            tree.print_children(at, "", &mut shown)?;
         }
     }
     Ok(())

@@ -838,7 +838,21 @@ impl Printer {
 
     fn finish(&mut self, summary: &TimelineSummary) -> std::io::Result<()> {
         match self {
-            Printer::Json(out) => out.flush(),
+            Printer::Json(out) => {
+                // The entries carry what they break; what is before the
+                // window is said on stderr, as the exit code counts it.
+                if summary.hidden > 0 {
+                    warn(format!(
+                        "{} before the first seq shown (replay without --from marks {})",
+                        crate::terminal::events_breaking(summary.hidden as u64),
+                        match summary.hidden {
+                            1 => "it",
+                            _ => "them",
+                        }
+                    ));
+                }
+                out.flush()
+            }
             Printer::Text(printer) => printer.finish(summary),
         }
     }
