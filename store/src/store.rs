@@ -284,6 +284,18 @@ impl Store {
         }
     }
 
+    /// The checks [`create_session`](Self::create_session) makes of a new
+    /// session before it writes anything (every rule, values both backends
+    /// store), made alone: for a caller that writes several sessions and
+    /// must refuse all of them before it writes the first (`import`).
+    pub fn check_new_session(
+        &self,
+        header: &SessionHeader,
+        events: &[EventRecord],
+    ) -> Result<(), StoreError> {
+        crate::jsonl::check_new_session(&self.session_path(&header.id), header, events)
+    }
+
     /// Creates a session atomically with its header and first `events`,
     /// after checking them against every rule; an existing id is refused.
     pub fn create_session(

@@ -120,6 +120,11 @@ impl SessionBuilder {
         self.line
     }
 
+    /// The time the next events get (set last by [`set_time`](Self::set_time)).
+    pub fn time(&self) -> u64 {
+        self.ts
+    }
+
     /// The source started a turn (Codex `task_started`), named `source_id`.
     pub fn start_turn(&mut self, source_id: Option<&str>) {
         self.end_turn();
@@ -244,6 +249,9 @@ impl SessionBuilder {
             Outcome::Error => "error",
         };
         let mut data = json!({ "callId": call_id, "status": status });
+        // A source's result that is null, or missing, is no result: the
+        // member is left out, never null (docs/EVENTS.md).
+        let result = result.filter(|result| !result.is_null());
         if let (Some(result), Some(object)) = (result, data.as_object_mut()) {
             object.insert("result".to_owned(), result);
         }

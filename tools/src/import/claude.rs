@@ -113,20 +113,33 @@ pub fn translate(file: &Path, lines: &[SourceLine]) -> Result<Translation, Impor
         .filter(|(index, _)| !chains.member.contains_key(index))
         .map(|(_, line)| line)
         .collect();
-    // A child is announced in the parent where its first line stood.
-    let mut announced: HashMap<usize, SessionId> = HashMap::new();
+    // A child is announced in the parent where its first line stood (each
+    // of several that start there, in order).
+    let mut announced: HashMap<usize, Vec<SessionId>> = HashMap::new();
     let mut children = Vec::new();
+    // How many chains took each name: a name taken again (two sidechains
+    // whose first lines share a uuid) gets its count, so that no child
+    // takes another's id.
+    let mut names: HashMap<String, usize> = HashMap::new();
     for chain in &chains.chains {
         let first_line = lines[chain[0]].clone();
-        let child_id = derive_session_id(
-            "claude",
-            &[&session_id, "sidechain", &chain_name(&first_line, chain[0])],
-        );
+        let name = chain_name(&first_line, chain[0]);
+        let taken = names.entry(name.clone()).or_insert(0);
+        *taken += 1;
+        let child_id = match *taken {
+            1 => derive_session_id("claude", &[&session_id, "sidechain", &name]),
+            // `~` is no id character: the id gets the hash of what it
+            // replaced, so it meets no sidechain named `<name>-<n>`.
+            n => derive_session_id(
+                "claude",
+                &[&session_id, "sidechain", &format!("{name}~{n}")],
+            ),
+        };
         let anchor = main_lines
             .iter()
             .position(|line| line.number > first_line.number)
             .unwrap_or(main_lines.len());
-        announced.entry(anchor).or_insert_with(|| child_id.clone());
+        announced.entry(anchor).or_default().push(child_id.clone());
         let chain_created = str_of(&first_line.value, "timestamp")
             .and_then(parse_time)
             .unwrap_or(created_at);
@@ -223,6 +236,8 @@ struct Conversation<'a> {
     pending_key: Option<String>,
     /// The line the pending text starts at.
     pending_line: usize,
+    /// The time of the line the pending text starts at.
+    pending_ts: u64,
 }
 
 impl<'a> Conversation<'a> {
@@ -235,16 +250,17 @@ impl<'a> Conversation<'a> {
             pending_text: Vec::new(),
             pending_key: None,
             pending_line: 0,
+            pending_ts: 0,
         }
     }
 
     fn run(
         mut self,
         lines: &[&SourceLine],
-        announced: &HashMap<usize, SessionId>,
+        announced: &HashMap<usize, Vec<SessionId>>,
     ) -> Vec<super::builder::Draft> {
         for (position, line) in lines.iter().enumerate() {
-            if let Some(child) = announced.get(&position) {
+            for child in announced.get(&position).into_iter().flatten() {
                 self.flush_text();
                 self.builder.child_created(child.as_str());
             }
@@ -253,7 +269,7 @@ impl<'a> Conversation<'a> {
             self.builder.set_line(line.number);
             self.line(line);
         }
-        if let Some(child) = announced.get(&lines.len()) {
+        for child in announced.get(&lines.len()).into_iter().flatten() {
             self.flush_text();
             self.builder.child_created(child.as_str());
         }
@@ -312,6 +328,7 @@ impl<'a> Conversation<'a> {
                     self.pending_key = Some(key.clone());
                     if self.pending_text.is_empty() {
                         self.pending_line = line.number;
+                        self.pending_ts = self.builder.time();
                     }
                     self.pending_text
                         .push(text_part(str_of(block, "text").unwrap_or_default()));
@@ -465,10 +482,13 @@ impl<'a> Conversation<'a> {
     fn flush_text(&mut self) {
         if !self.pending_text.is_empty() {
             let parts = std::mem::take(&mut self.pending_text);
-            let current = self.builder.line();
+            // Made from the line the text starts at: its line and time.
+            let (line, ts) = (self.builder.line(), self.builder.time());
             self.builder.set_line(self.pending_line);
+            self.builder.set_time(Some(self.pending_ts));
             self.builder.message(Origin::Assistant, parts);
-            self.builder.set_line(current);
+            self.builder.set_line(line);
+            self.builder.set_time(Some(ts));
         }
         self.pending_key = None;
     }

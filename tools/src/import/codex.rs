@@ -259,13 +259,24 @@ pub fn file_stem(file: &Path) -> String {
 /// The `<cwd>` of an `<environment_context>` message (legacy files name the
 /// working folder only there).
 fn environment_cwd(payload: &Value) -> Option<String> {
-    if str_of(payload, "type") != Some("message") {
+    // Only the harness's own block: a message from the person's side (user
+    // or developer) that opens with `<environment_context>`. A `<cwd>`
+    // anywhere else (the model's answer, a pasted file) says nothing about
+    // where the session ran.
+    if str_of(payload, "type") != Some("message")
+        || !matches!(str_of(payload, "role"), Some("user" | "developer"))
+    {
         return None;
     }
     let text = content_text(payload);
-    let start = text.find("<cwd>")? + "<cwd>".len();
-    let end = text[start..].find("</cwd>")? + start;
-    Some(text[start..end].trim().to_owned())
+    let context = text.trim_start().strip_prefix("<environment_context>")?;
+    let end_of_context = context
+        .find("</environment_context>")
+        .unwrap_or(context.len());
+    let context = &context[..end_of_context];
+    let start = context.find("<cwd>")? + "<cwd>".len();
+    let end = context[start..].find("</cwd>")? + start;
+    Some(context[start..end].trim().to_owned())
 }
 
 /// The text parts of a message item, joined.

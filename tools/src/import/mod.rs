@@ -237,11 +237,27 @@ pub fn write(
     path: &Path,
     translation: Translation,
 ) -> Result<FileImport, ImportError> {
-    // Every record of the file is checked before the first session is
-    // written, so that a file never imports in part for a record too long.
+    // Every record of the file is checked (its size, every rule, values
+    // both backends store) before the first session is written, so that a
+    // file never imports in part for a record the store would refuse.
     let mut prepared = Vec::with_capacity(translation.sessions.len());
     for session in translation.sessions {
         let records = records_of(path, &session)?;
+        if let Err(error) = store.check_new_session(&session.header, &records) {
+            let line = match &error {
+                StoreError::Rule { violation, .. } => violation
+                    .seq
+                    .checked_sub(1)
+                    .and_then(|index| session.events.get(index as usize))
+                    .map_or(0, |draft| draft.line),
+                _ => 0,
+            };
+            let reason = format!("session {}: {error}", session.header.id);
+            return Err(match line {
+                0 => ImportError::file(path, reason),
+                line => ImportError::at(path, line, reason),
+            });
+        }
         prepared.push((session.header, records));
     }
     // Then every session the store holds already is compared, before the

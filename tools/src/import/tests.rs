@@ -9,7 +9,10 @@ use proptest::prelude::*;
 use sessionlog_projections::fold;
 use sessionlog_schema::EventRecord;
 
-use super::{translate_bytes, Format, ImportedSession};
+use sessionlog_schema::{SessionHeader, SessionId};
+use sessionlog_store::Store;
+
+use super::{translate_bytes, write, Draft, Format, ImportedSession, Translation};
 
 /// Folds a translated session and returns its violations, as text.
 fn violations(session: &ImportedSession) -> Vec<String> {
@@ -55,6 +58,8 @@ const CODEX_LINES: &[&str] = &[
     r#"{"type":"response_item","payload":{"type":"reasoning","summary":[{"type":"summary_text","text":"hm"}]}}"#,
     r#"{"type":"response_item","payload":{"type":"function_call","name":"shell","arguments":"{}","call_id":"{id}"}}"#,
     r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"{id}","output":"done"}}"#,
+    r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"{id}","output":null}}"#,
+    r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"{id}"}}"#,
     r#"{"type":"response_item","payload":{"type":"custom_tool_call","name":"apply_patch","input":"x","call_id":"{id}"}}"#,
     r#"{"type":"response_item","payload":{"type":"web_search_call","status":"completed","action":{"query":"q"}}}"#,
     r#"{"type":"response_item","payload":{"type":"function_call"}}"#,
@@ -71,6 +76,8 @@ const CODEX_LINES: &[&str] = &[
 const CLAUDE_LINES: &[&str] = &[
     r#"{"type":"user","sessionId":"c-1","timestamp":"2025-12-01T10:00:01.000Z","message":{"role":"user","content":"do it"},"permissionMode":"plan"}"#,
     r#"{"type":"user","sessionId":"c-1","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"{id}","content":"r"}]}}"#,
+    r#"{"type":"user","sessionId":"c-1","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"{id}"}]}}"#,
+    r#"{"type":"user","sessionId":"c-1","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"{id}","content":null}]}}"#,
     r#"{"type":"user","sessionId":"c-1","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"{id}","content":"r","is_error":true}]},"toolUseResult":{"agentId":"a1"}}"#,
     r#"{"type":"user","sessionId":"c-1","isMeta":true,"message":{"role":"user","content":"<x>y</x>"}}"#,
     r#"{"type":"user","sessionId":"c-1","message":{"role":"user","content":null},"permissionMode":"bypassPermissions"}"#,
@@ -419,4 +426,123 @@ fn a_codex_review_sub_agent_forked_from_a_thread_prompts_as_context() {
         [r#""agent-message":review it"#]
     );
     assert_eq!(kinds(r#""cli""#), [r#""user":review it"#]);
+}
+
+/// A file whose second session breaks a rule is refused with nothing of it
+/// written, its first session included, and the refusal names the source
+/// line of the event that breaks it.
+#[test]
+fn a_file_is_refused_whole_when_one_of_its_sessions_breaks_a_rule() {
+    let folder = tempfile::tempdir().unwrap_or_else(|error| panic!("{error}"));
+    let store =
+        Store::create(&folder.path().join("store")).unwrap_or_else(|error| panic!("{error}"));
+    let draft = |event_type: &str, data: &str, line: usize| Draft {
+        event_type: event_type.to_owned(),
+        data: data.to_owned(),
+        ts: 1,
+        line,
+    };
+    let session = |id: &str, events: Vec<Draft>| ImportedSession {
+        header: SessionHeader::root(
+            SessionId::parse(id).unwrap_or_else(|error| panic!("{error}")),
+            1,
+            "/w".to_owned(),
+        ),
+        events,
+    };
+    let translation = Translation {
+        sessions: vec![
+            session("first", vec![draft("turn/start", r#"{"turnId":"t1"}"#, 1)]),
+            // A turn/end no turn/start opened, made from line 7.
+            session("second", vec![draft("turn/end", r#"{"turnId":"t9"}"#, 7)]),
+        ],
+    };
+    let path = Path::new("transcript.jsonl");
+    let refused = write(&store, path, translation)
+        .map(|_| ())
+        .expect_err("a rule is broken");
+    assert_eq!(refused.line, Some(7), "{refused:?}");
+    assert!(refused.reason.contains("session second"), "{refused:?}");
+    let ids = store.ids().unwrap_or_else(|error| panic!("{error}"));
+    assert!(ids.is_empty(), "nothing of the file is written: {ids:?}");
+}
+
+/// Every sidechain of a Claude transcript is a child of its own, announced
+/// in the parent: two whose first lines share a uuid get two ids, and
+/// several that start between the same two lines of the parent are each
+/// announced there.
+#[test]
+fn every_claude_sidechain_is_a_child_of_its_own_and_announced() {
+    let line = |uuid: &str, sidechain: bool, text: &str| {
+        format!(
+            r#"{{"type":"user","sessionId":"S","uuid":"{uuid}","parentUuid":null,"isSidechain":{sidechain},"timestamp":"2025-12-01T10:00:01Z","message":{{"role":"user","content":"{text}"}}}}"#
+        )
+    };
+    let text = [
+        line("m1", false, "audit"),
+        line("s1", true, "do A"),
+        line("s1", true, "do B"),
+        line("p1", true, "do C"),
+        line("m2", false, "next"),
+    ]
+    .join("\n");
+    let sessions = check_all_valid(Format::Claude, &text);
+    let ids: Vec<String> = sessions
+        .iter()
+        .map(|session| session.header.id.to_string())
+        .collect();
+    assert_eq!(ids.len(), 4, "{ids:?}");
+    let unique: std::collections::BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(unique.len(), 4, "{ids:?}");
+    let announced: Vec<String> = sessions[0]
+        .events
+        .iter()
+        .filter(|draft| draft.event_type == "child/created")
+        .map(|draft| draft.data.clone())
+        .collect();
+    for child in &ids[1..] {
+        assert_eq!(
+            announced
+                .iter()
+                .filter(|data| data.contains(&format!("\"{child}\"")))
+                .count(),
+            1,
+            "{child} is announced once: {announced:?}"
+        );
+    }
+}
+
+/// A Claude answer is timed by the line it was made from, not by the line
+/// after it that ends it.
+#[test]
+fn a_claude_answer_keeps_the_time_of_its_own_line() {
+    let text = [
+        r#"{"type":"user","sessionId":"S","uuid":"u1","timestamp":"2025-12-01T10:00:01Z","message":{"role":"user","content":"hi"}}"#,
+        r#"{"type":"assistant","sessionId":"S","uuid":"a1","timestamp":"2025-12-01T10:00:02Z","message":{"id":"m1","role":"assistant","content":[{"type":"text","text":"hello"}]}}"#,
+        r#"{"type":"user","sessionId":"S","uuid":"u2","timestamp":"2025-12-02T12:00:00Z","message":{"role":"user","content":"next day"}}"#,
+    ]
+    .join("\n");
+    let sessions = check_all_valid(Format::Claude, &text);
+    let answer = sessions[0]
+        .events
+        .iter()
+        .find(|draft| draft.event_type == "message" && draft.data.contains("hello"))
+        .unwrap_or_else(|| panic!("the answer is imported"));
+    assert_eq!(answer.ts, 1_764_583_202_000, "2025-12-01T10:00:02Z");
+    assert_eq!(answer.line, 2);
+}
+
+/// A legacy Codex rollout's `cwd` is the `<environment_context>` block's,
+/// never a `<cwd>` in the model's answer before it.
+#[test]
+fn a_codex_cwd_comes_from_the_environment_context_only() {
+    let text = [
+        r#"{"id":"legacy-cwd","timestamp":"2025-08-18T01:16:13.522Z","instructions":null}"#,
+        r#"{"type":"message","role":"user","content":[{"type":"input_text","text":"why does the build fail?"}]}"#,
+        r#"{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Working in <cwd>/</cwd>; you approved full access."}]}"#,
+        r#"{"type":"message","role":"user","content":[{"type":"input_text","text":"<environment_context>\n  <cwd>/work/real</cwd>\n</environment_context>"}]}"#,
+    ]
+    .join("\n");
+    let sessions = check_all_valid(Format::Codex, &text);
+    assert_eq!(sessions[0].header.cwd, "/work/real");
 }
