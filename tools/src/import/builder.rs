@@ -209,11 +209,20 @@ impl SessionBuilder {
     /// later output settles the newest call of that id.
     pub fn tool_start(&mut self, source_id: &str, name: &str, arguments: Value) {
         let step = self.open_step.clone().unwrap_or_default();
-        let mut call_id = source_id.to_owned();
-        let mut n = 1;
+        // The names this source id can have: itself, then `~2`, `~3`, …;
+        // a call gets the first that is free. The calls it named before
+        // took the first ones free at their time, so every name up to
+        // their count is taken: the search starts after them (a source
+        // that repeats one id does not pay for all the earlier ones).
+        let candidate = |n: usize| match n {
+            1 => source_id.to_owned(),
+            n => format!("{source_id}~{n}"),
+        };
+        let mut n = self.calls.get(source_id).map_or(0, Vec::len) + 1;
+        let mut call_id = candidate(n);
         while call_id.is_empty() || self.call_ids.contains(&call_id) {
             n += 1;
-            call_id = format!("{source_id}~{n}");
+            call_id = candidate(n);
         }
         self.call_ids.insert(call_id.clone());
         self.calls
