@@ -23,6 +23,17 @@ fn strace() -> PathBuf {
     path
 }
 
+/// A temporary folder, and its path as `strace -y` names the files in it
+/// (symlinks resolved).
+fn temp_folder() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("temp dir: {error}"));
+    let folder = dir
+        .path()
+        .canonicalize()
+        .unwrap_or_else(|error| panic!("canonical temp dir: {error}"));
+    (dir, folder)
+}
+
 /// One traced system call: its name, its first argument (a file
 /// descriptor's path as `strace -y` shows it, or a quoted path) and its
 /// result.
@@ -96,11 +107,7 @@ fn is_sync(call: &Call) -> bool {
 #[test]
 #[ignore = "traces system calls with /usr/bin/strace; .ci/run runs it with --ignored"]
 fn sqlite_checkpoint_syncs_the_database_before_it_drops_the_log() {
-    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("temp dir: {error}"));
-    let folder = dir
-        .path()
-        .canonicalize()
-        .unwrap_or_else(|error| panic!("canonical temp dir: {error}"));
+    let (_dir, folder) = temp_folder();
     let database = folder.join("s.db");
     run(["create", &text(&database), "--session", "s"]).expect_code(0);
     let input: String = (0..1_100)
@@ -147,11 +154,7 @@ fn sqlite_checkpoint_syncs_the_database_before_it_drops_the_log() {
 #[test]
 #[ignore = "traces system calls with /usr/bin/strace; .ci/run runs it with --ignored"]
 fn a_new_store_folder_is_synced_into_its_parent() {
-    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("temp dir: {error}"));
-    let folder = dir
-        .path()
-        .canonicalize()
-        .unwrap_or_else(|error| panic!("canonical temp dir: {error}"));
+    let (_dir, folder) = temp_folder();
     let calls = traced(
         &folder,
         &["create", "new/a/b", "--session", "s"],
