@@ -996,10 +996,6 @@ impl LogSink for JsonlSink {
             })?;
         Ok(bytes.len())
     }
-
-    fn unsynced_may_remain(&self) -> bool {
-        true
-    }
 }
 
 #[cfg(test)]

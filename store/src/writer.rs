@@ -115,13 +115,6 @@ pub(crate) trait LogSink: Send + fmt::Debug {
     /// size in bytes. Called off the append's acknowledgement, rarely; a
     /// failure is the snapshot's alone (see `state_snapshot`).
     fn save_snapshot(&mut self, state: &SessionState) -> Result<usize, StoreError>;
-    /// Whether records written and then left unsynced by a failed sync may
-    /// still be found in the log: a log file's bytes were handed to the
-    /// kernel before its fdatasync failed; a database's transaction that
-    /// failed to commit wrote nothing.
-    fn unsynced_may_remain(&self) -> bool {
-        false
-    }
 }
 
 /// The single writer of one session. See the module docs.
@@ -436,12 +429,12 @@ impl SessionWriter {
     /// seq, in the order given, then one sync acknowledges them all. One
     /// that is refused (a conflict, a rule) leaves the others alone. Returns
     /// each batch's outcome, in the order given. A failed sync poisons the
-    /// writer: the batch it hit gets the failure itself. In a log file every
-    /// other batch it was to acknowledge gets an I/O error of its own: each
-    /// was handed to the log before the sync, so each is in doubt as that
-    /// failure is (a reopened writer may find it whole). In a database,
-    /// whose failed commit wrote nothing, they get `Poisoned`, which says a
-    /// batch is not in the log.
+    /// writer: the batch it hit gets the failure itself, and every other
+    /// batch it was to acknowledge an I/O error of its own: each was handed
+    /// to the log before the sync, so each is in doubt as that failure is (a
+    /// log file's bytes, a commit whose answer was lost: a reopened writer
+    /// may find it whole). `Poisoned` is for a batch refused before it was
+    /// handed to the log.
     ///
     /// ```
     /// use sessionlog_schema::{SessionHeader, SessionId, StepEnd, TurnStart};
@@ -476,13 +469,12 @@ impl SessionWriter {
                 let seqs = seqs?;
                 match self.sync() {
                     Ok(_) => Ok(seqs.into_iter().map(AcknowledgedSeq).collect()),
-                    // Written, then the writer was poisoned (by the sync of
-                    // an earlier batch of the group, or the write of a later
-                    // one) before this batch was acknowledged: in doubt in a
-                    // log file, never there in a database.
-                    Err(StoreError::Poisoned { cause, .. }) if self.sink.unsynced_may_remain() => {
-                        Err(self.in_doubt(&cause, &seqs))
-                    }
+                    // Handed to the log, then the writer was poisoned (by the
+                    // sync of an earlier batch of the group, or the write of a
+                    // later one) before this batch was acknowledged: in doubt,
+                    // as the batch the failure hit is (bytes a log file holds,
+                    // a commit whose answer was lost).
+                    Err(StoreError::Poisoned { cause, .. }) => Err(self.in_doubt(&cause, &seqs)),
                     Err(error) => Err(error),
                 }
             })
@@ -498,9 +490,9 @@ impl SessionWriter {
             "sync",
             &self.path,
             std::io::Error::other(format!(
-                "the batch from seq {first} was written, but its group failed before it was \
-                 synced ({cause}): it may be in the log whole; reopen the session and read its \
-                 next seq before appending it again"
+                "the batch from seq {first} was handed to the log, but its group failed before \
+                 it was acknowledged ({cause}): it may be in the log whole; reopen the session \
+                 and read its next seq before appending it again"
             )),
         )
     }

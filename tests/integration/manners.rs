@@ -1056,8 +1056,16 @@ fn report_never_writes_over_the_store_it_reads() {
     assert!(!folder.join("other.jsonl").exists());
     run(["verify", &arg(&folder)]).expect_code(0);
     run(["verify", &arg(&database)]).expect_code(0);
-    // A report of its own, written there before, is written over freely.
+    // A report of its own, written there before (under a dot name too), is
+    // written over freely.
     for _ in 0..2 {
+        run([
+            "report",
+            &arg(&folder),
+            "--html",
+            &arg(&folder.join(".report.html")),
+        ])
+        .expect_code(0);
         run([
             "report",
             &arg(&folder),

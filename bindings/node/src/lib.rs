@@ -83,9 +83,14 @@ pub fn open_store(location: String, create: bool) -> AsyncTask<Blocking<NativeSt
     blocking(move || {
         // A path is made absolute now (its `..` kept, as the file system
         // reads it), so that a later `process.chdir` moves neither the
-        // store nor its writers' locks; a text that reads as a URL is
-        // left to `Store` as it is, which opens it or refuses it.
-        let path = match location.contains("://") {
+        // store nor its writers' locks; a text that reads as a URL (or a
+        // `postgres:`/`postgresql:` one mistyped) is left to `Store` as it
+        // is, which opens it or refuses it.
+        let lowered = location.trim_start().to_ascii_lowercase();
+        let url_like = location.contains("://")
+            || lowered.starts_with("postgres:")
+            || lowered.starts_with("postgresql:");
+        let path = match url_like {
             true => PathBuf::from(location),
             false => std::path::absolute(&location)
                 .map_err(|error| Failure::new("IO", format!("{location}: {error}")))?,

@@ -337,8 +337,18 @@ test('a store opened by a relative path stays where it was opened after process.
   await writer.close()
   // A text that reads as a URL is not a path: refused as the command line
   // refuses it, and no folder of that name is made.
-  await rejectsWith(Store.open('Postgres://user@localhost/db', { create: true }), 'IO')
-  assert.ok(!fs.existsSync(path.join(elsewhere, 'Postgres:')))
+  for (const mistyped of ['Postgres://user@localhost/db', 'postgres:/db', 'Postgresql:db']) {
+    const refused = await Store.open(mistyped, { create: true }).then(
+      () => null,
+      (error) => error,
+    )
+    assert.ok(refused instanceof SessionlogError, `${mistyped} is refused`)
+  }
+  assert.deepEqual(
+    fs.readdirSync(elsewhere).filter((name) => /^postgres/i.test(name)),
+    [],
+    'no folder is made of a mistyped URL',
+  )
   // `..` is the file system's: through a symlink, as `sessionlog` reads it.
   fs.mkdirSync(path.join(elsewhere, 'real', 'sub'), { recursive: true })
   fs.symlinkSync(path.join(elsewhere, 'real', 'sub'), path.join(elsewhere, 'link'))

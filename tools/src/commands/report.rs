@@ -791,6 +791,18 @@ fn pages_folder_name(out: &Path) -> Result<String> {
 /// log's name (`.jsonl`). A report is a reading command: it never changes
 /// the store it shows, and writes over a report of its own freely.
 fn refuse_store_files(out: &Path, store: &Path) -> Result<()> {
+    // Beside a log (a folder of logs, or the folder of a lone log and the
+    // children forked beside it), such a name is a session's.
+    if out
+        .extension()
+        .is_some_and(|extension| extension == "jsonl")
+    {
+        return Err(crate::UsageError(format!(
+            "{}: a report named like a session log would be taken for one (or written over one); name it report.html",
+            out.display()
+        ))
+        .into());
+    }
     use std::os::unix::fs::MetadataExt;
     let identity = |path: &Path| {
         std::fs::metadata(path)
@@ -800,8 +812,8 @@ fn refuse_store_files(out: &Path, store: &Path) -> Result<()> {
     let mut store_files = Vec::new();
     match std::fs::metadata(store) {
         Ok(metadata) if metadata.is_dir() => {
-            // Its logs, their state snapshots and whatever the store keeps
-            // under a dot name; not a report written there before.
+            // Its logs, their state snapshots and temporary files (each
+            // named after a log); not a report written there before.
             if let Ok(entries) = std::fs::read_dir(store) {
                 store_files.extend(
                     entries
@@ -812,7 +824,7 @@ fn refuse_store_files(out: &Path, store: &Path) -> Result<()> {
                                 .file_name()
                                 .map(|name| name.to_string_lossy())
                                 .unwrap_or_default();
-                            name.starts_with('.') || name.ends_with(".jsonl")
+                            name.contains(".jsonl")
                         }),
                 );
             }
@@ -862,18 +874,6 @@ fn refuse_store_files(out: &Path, store: &Path) -> Result<()> {
             ))
             .into());
         }
-    }
-    // Beside a log (a folder of logs, or the folder of a lone log and the
-    // children forked beside it), such a name is a session's.
-    if out
-        .extension()
-        .is_some_and(|extension| extension == "jsonl")
-    {
-        return Err(crate::UsageError(format!(
-            "{}: a report named like a session log would be taken for one (or written over one); name it report.html",
-            out.display()
-        ))
-        .into());
     }
     Ok(())
 }

@@ -120,11 +120,6 @@ impl SessionBuilder {
         self.line
     }
 
-    /// The time the next events get (set last by [`set_time`](Self::set_time)).
-    pub fn time(&self) -> u64 {
-        self.ts
-    }
-
     /// The source started a turn (Codex `task_started`), named `source_id`.
     pub fn start_turn(&mut self, source_id: Option<&str>) {
         self.end_turn();

@@ -236,8 +236,6 @@ struct Conversation<'a> {
     pending_key: Option<String>,
     /// The line the pending text starts at.
     pending_line: usize,
-    /// The time of the line the pending text starts at.
-    pending_ts: u64,
 }
 
 impl<'a> Conversation<'a> {
@@ -250,7 +248,6 @@ impl<'a> Conversation<'a> {
             pending_text: Vec::new(),
             pending_key: None,
             pending_line: 0,
-            pending_ts: 0,
         }
     }
 
@@ -328,7 +325,6 @@ impl<'a> Conversation<'a> {
                     self.pending_key = Some(key.clone());
                     if self.pending_text.is_empty() {
                         self.pending_line = line.number;
-                        self.pending_ts = self.builder.time();
                     }
                     self.pending_text
                         .push(text_part(str_of(block, "text").unwrap_or_default()));
@@ -482,13 +478,13 @@ impl<'a> Conversation<'a> {
     fn flush_text(&mut self) {
         if !self.pending_text.is_empty() {
             let parts = std::mem::take(&mut self.pending_text);
-            // Made from the line the text starts at: its line and time.
-            let (line, ts) = (self.builder.line(), self.builder.time());
+            // Named by the line the text starts at. Its time stays the one
+            // set last (the line that ends the text), as every earlier
+            // version imported it: a re-import must give the same events.
+            let line = self.builder.line();
             self.builder.set_line(self.pending_line);
-            self.builder.set_time(Some(self.pending_ts));
             self.builder.message(Origin::Assistant, parts);
             self.builder.set_line(line);
-            self.builder.set_time(Some(ts));
         }
         self.pending_key = None;
     }

@@ -512,26 +512,6 @@ fn every_claude_sidechain_is_a_child_of_its_own_and_announced() {
     }
 }
 
-/// A Claude answer is timed by the line it was made from, not by the line
-/// after it that ends it.
-#[test]
-fn a_claude_answer_keeps_the_time_of_its_own_line() {
-    let text = [
-        r#"{"type":"user","sessionId":"S","uuid":"u1","timestamp":"2025-12-01T10:00:01Z","message":{"role":"user","content":"hi"}}"#,
-        r#"{"type":"assistant","sessionId":"S","uuid":"a1","timestamp":"2025-12-01T10:00:02Z","message":{"id":"m1","role":"assistant","content":[{"type":"text","text":"hello"}]}}"#,
-        r#"{"type":"user","sessionId":"S","uuid":"u2","timestamp":"2025-12-02T12:00:00Z","message":{"role":"user","content":"next day"}}"#,
-    ]
-    .join("\n");
-    let sessions = check_all_valid(Format::Claude, &text);
-    let answer = sessions[0]
-        .events
-        .iter()
-        .find(|draft| draft.event_type == "message" && draft.data.contains("hello"))
-        .unwrap_or_else(|| panic!("the answer is imported"));
-    assert_eq!(answer.ts, 1_764_583_202_000, "2025-12-01T10:00:02Z");
-    assert_eq!(answer.line, 2);
-}
-
 /// A legacy Codex rollout's `cwd` is the `<environment_context>` block's,
 /// never a `<cwd>` in the model's answer before it.
 #[test]
