@@ -216,14 +216,6 @@ impl JsonlStore {
         Snapshot::read(&path, Some(id.clone()))
     }
 
-    /// Makes what the log of session `id` holds durable (an fdatasync of
-    /// the file, which a reader may do), for a reader that hands on what
-    /// it read as durable. A fork does the same on the descriptor it
-    /// copies from.
-    pub fn sync_log(&self, id: &SessionId) -> Result<(), StoreError> {
-        sync_log_file(&self.existing_log(id)?, &self.io)
-    }
-
     /// The state of session `id` as of its last good seq: what a writer
     /// opened now would start from, folded from the session's state
     /// snapshot and the events after it when the snapshot still holds
@@ -716,7 +708,7 @@ pub(crate) fn snapshot_log_state(
 /// The state snapshot beside the log at `path`: `.<file name>.state` in
 /// the same folder. Dot-named, so no listing takes it for a session, and
 /// not of a temporary file's shape, so no leftover cleanup removes it.
-pub(crate) fn state_snapshot_path(path: &Path) -> PathBuf {
+pub fn state_snapshot_path(path: &Path) -> PathBuf {
     let name = path
         .file_name()
         .map(|name| name.to_string_lossy().into_owned())
@@ -887,18 +879,6 @@ pub(crate) fn lock_exclusive(file: &File) -> std::io::Result<bool> {
             Err(std::fs::TryLockError::Error(source)) => return Err(source),
         }
     }
-}
-
-/// Makes what the log file `path` holds durable: an fdatasync through a
-/// read-only descriptor (see [`JsonlStore::sync_log`]).
-pub fn sync_log_file(path: &Path, io: &Io) -> Result<(), StoreError> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|source| StoreError::io("open", path, source))?;
-    io.sync_data(&file, path)
-        .map_err(|source| StoreError::io("fdatasync", path, source))
 }
 
 /// Checks a new session's header and events before it is created: values

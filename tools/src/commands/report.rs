@@ -838,10 +838,7 @@ fn refuse_store_files(out: &Path, store: &Path) -> Result<()> {
                 store_files.push(name.into());
             }
             // A lone log's state snapshot (docs/FORMAT.md, "State snapshots").
-            if let Some(name) = store.file_name() {
-                store_files
-                    .push(store.with_file_name(format!(".{}.state", name.to_string_lossy())));
-            }
+            store_files.push(sessionlog_store::state_snapshot_path(store));
         }
         // A `postgres://` URL: no file of its own.
         Err(_) => return Ok(()),
