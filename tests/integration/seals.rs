@@ -505,6 +505,33 @@ fn replay_and_report_show_seals_and_mark_a_failed_one() {
     let replay = wide_replay(&store);
     replay.expect_code(7);
     assert!(replay.stdout.contains("SEAL FAILED"), "{}", replay.stdout);
+    // Every seal from seq 4 on fails (the chain runs through the edit); the
+    // one before `--from` is named as a seal, in text and JSON.
+    let windowed = run(["replay", path_str(&store), "--session", "s", "--from", "5"]);
+    windowed.expect_code(7);
+    assert!(
+        windowed
+            .stdout
+            .contains("3 seals do not hold (marked ✗ above; 1 of them before"),
+        "{}",
+        windowed.stdout
+    );
+    let json = run([
+        "replay",
+        path_str(&store),
+        "--session",
+        "s",
+        "--from",
+        "5",
+        "--json",
+    ]);
+    json.expect_code(7);
+    assert!(
+        json.stderr
+            .contains("1 seal does not hold before the first seq shown"),
+        "{}",
+        json.stderr
+    );
     run(["report", path_str(&store), "--html", path_str(&html)]).expect_code(7);
     let page = ok(std::fs::read_to_string(&html));
     assert!(page.contains("SEAL FAILURE") && page.contains("seal-failed"));

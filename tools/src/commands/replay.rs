@@ -328,6 +328,8 @@ pub struct TimelineBuilder {
     seal_failures: usize,
     /// How many of the violations are before the window (`--from`).
     hidden: usize,
+    /// How many of those are seals that do not hold.
+    hidden_seal_failures: usize,
     seals: Vec<SealInfo>,
 }
 
@@ -343,6 +345,8 @@ pub struct TimelineSummary {
     /// How many of the violations (seal failures included) are before the
     /// window's first seq: folded, counted in the exit code, not shown.
     pub hidden: usize,
+    /// How many of the hidden violations are seals that do not hold.
+    pub hidden_seal_failures: usize,
     /// Every seal met (own or inherited), in log order.
     pub seals: Vec<SealInfo>,
     /// The last seq folded.
@@ -395,6 +399,7 @@ impl TimelineBuilder {
             violations: 0,
             seal_failures: 0,
             hidden: 0,
+            hidden_seal_failures: 0,
             seals: Vec::new(),
         }
     }
@@ -456,6 +461,7 @@ impl TimelineBuilder {
         self.seal_failures += usize::from(entry.kind == EntryKind::SealFailed);
         if record.seq() < self.window.from.unwrap_or(1) {
             self.hidden += usize::from(entry.violation.is_some());
+            self.hidden_seal_failures += usize::from(entry.kind == EntryKind::SealFailed);
             return None;
         }
         if changed || self.first_shown {
@@ -472,6 +478,7 @@ impl TimelineBuilder {
             violations: self.violations,
             seal_failures: self.seal_failures,
             hidden: self.hidden,
+            hidden_seal_failures: self.hidden_seal_failures,
             seals: self.seals,
             last_seq: self.state.seq(),
         }
@@ -844,7 +851,7 @@ impl Printer {
                 if summary.hidden > 0 {
                     warn(format!(
                         "{} before the first seq shown (replay without --from marks {})",
-                        crate::terminal::events_breaking(summary.hidden as u64),
+                        what_breaks(summary.hidden, summary.hidden_seal_failures),
                         match summary.hidden {
                             1 => "it",
                             _ => "them",
@@ -956,19 +963,7 @@ impl TextPrinter {
     fn finish(&mut self, summary: &TimelineSummary) -> std::io::Result<()> {
         let out = &mut self.out;
         if summary.violations > 0 {
-            // A seal that does not hold is marked like a broken rule, and
-            // named as what it is.
-            let rules = summary.violations - summary.seal_failures;
-            let mut found = Vec::new();
-            if rules > 0 {
-                found.push(crate::terminal::events_breaking(rules as u64));
-            }
-            if summary.seal_failures > 0 {
-                found.push(match summary.seal_failures {
-                    1 => "1 seal does not hold".to_owned(),
-                    seals => format!("{seals} seals do not hold"),
-                });
-            }
+            let found = what_breaks(summary.violations, summary.seal_failures);
             let place = match (summary.violations - summary.hidden, summary.hidden) {
                 (_, 0) => "marked ✗ above".to_owned(),
                 (0, _) => "before the first seq shown: replay without --from marks them".to_owned(),
@@ -977,11 +972,8 @@ impl TextPrinter {
                      which replay without --from marks"
                 ),
             };
-            self.painter.paint(
-                out,
-                Style::Violation,
-                &format!("{} ({place})", found.join(", ")),
-            )?;
+            self.painter
+                .paint(out, Style::Violation, &format!("{found} ({place})"))?;
             writeln!(out)?;
         }
         out.flush()
@@ -1142,6 +1134,24 @@ fn split_at_columns(text: &str, columns: usize) -> (&str, &str) {
 }
 
 /// The fields that differ from `previous` (all of them the first time).
+/// What `violations` entries break, `seal_failures` of them seals that
+/// do not hold: a seal is marked like a broken rule and named as what it
+/// is (`2 events break the rules, 1 seal does not hold`).
+fn what_breaks(violations: usize, seal_failures: usize) -> String {
+    let rules = violations - seal_failures;
+    let mut found = Vec::new();
+    if rules > 0 {
+        found.push(crate::terminal::events_breaking(rules as u64));
+    }
+    if seal_failures > 0 {
+        found.push(match seal_failures {
+            1 => "1 seal does not hold".to_owned(),
+            seals => format!("{seals} seals do not hold"),
+        });
+    }
+    found.join(", ")
+}
+
 fn changed_fields(previous: Option<&View>, view: &View) -> String {
     let now = view.fields();
     let before = previous.map(View::fields);
