@@ -119,21 +119,28 @@ pub fn translate(file: &Path, lines: &[SourceLine]) -> Result<Translation, Impor
     let mut children = Vec::new();
     // How many chains took each name: a name taken again (two sidechains
     // whose first lines share a uuid) gets its count, so that no child
-    // takes another's id.
+    // takes another's id; and a name that is itself such a count
+    // (`<uuid>~2`) counts on until its id is free.
     let mut names: HashMap<String, usize> = HashMap::new();
+    let mut taken_ids: HashSet<SessionId> = HashSet::new();
     for chain in &chains.chains {
         let first_line = lines[chain[0]].clone();
         let name = chain_name(&first_line, chain[0]);
-        let taken = names.entry(name.clone()).or_insert(0);
-        *taken += 1;
-        let child_id = match *taken {
-            1 => derive_session_id("claude", &[&session_id, "sidechain", &name]),
-            // `~` is no id character: the id gets the hash of what it
-            // replaced, so it meets no sidechain named `<name>-<n>`.
-            n => derive_session_id(
-                "claude",
-                &[&session_id, "sidechain", &format!("{name}~{n}")],
-            ),
+        let child_id = loop {
+            let taken = names.entry(name.clone()).or_insert(0);
+            *taken += 1;
+            let candidate = match *taken {
+                1 => derive_session_id("claude", &[&session_id, "sidechain", &name]),
+                // `~` is no id character: the id gets the hash of what it
+                // replaced, so it meets no sidechain named `<name>-<n>`.
+                n => derive_session_id(
+                    "claude",
+                    &[&session_id, "sidechain", &format!("{name}~{n}")],
+                ),
+            };
+            if taken_ids.insert(candidate.clone()) {
+                break candidate;
+            }
         };
         let anchor = main_lines
             .iter()

@@ -468,7 +468,8 @@ fn a_file_is_refused_whole_when_one_of_its_sessions_breaks_a_rule() {
 }
 
 /// Every sidechain of a Claude transcript is a child of its own, announced
-/// in the parent: two whose first lines share a uuid get two ids, and
+/// in the parent: two whose first lines share a uuid get two ids (and a
+/// third whose uuid is the second's name, `s1~2`, a third id), and
 /// several that start between the same two lines of the parent are each
 /// announced there.
 #[test]
@@ -483,6 +484,7 @@ fn every_claude_sidechain_is_a_child_of_its_own_and_announced() {
         line("s1", true, "do A"),
         line("s1", true, "do B"),
         line("p1", true, "do C"),
+        line("s1~2", true, "do D"),
         line("m2", false, "next"),
     ]
     .join("\n");
@@ -491,9 +493,9 @@ fn every_claude_sidechain_is_a_child_of_its_own_and_announced() {
         .iter()
         .map(|session| session.header.id.to_string())
         .collect();
-    assert_eq!(ids.len(), 4, "{ids:?}");
+    assert_eq!(ids.len(), 5, "{ids:?}");
     let unique: std::collections::BTreeSet<&String> = ids.iter().collect();
-    assert_eq!(unique.len(), 4, "{ids:?}");
+    assert_eq!(unique.len(), 5, "{ids:?}");
     let announced: Vec<String> = sessions[0]
         .events
         .iter()
