@@ -1059,6 +1059,48 @@ mod tests {
         );
     }
 
+    /// Two creations of one id at the same moment: one wins, the other is
+    /// told the session exists, and the session is there (their temporary
+    /// files once shared a name, and the refused one removed the other's).
+    #[test]
+    fn of_two_creations_at_once_one_wins() {
+        let (_dir, store) = store();
+        let store = Arc::new(store);
+        for round in 0..20 {
+            let name = format!("race{round}");
+            let barrier = Arc::new(std::sync::Barrier::new(2));
+            let creators: Vec<_> = (0..2)
+                .map(|_| {
+                    let (store, barrier, name) = (store.clone(), barrier.clone(), name.clone());
+                    std::thread::spawn(move || {
+                        let header = SessionHeader::root(id(&name), 1, "/w".into());
+                        barrier.wait();
+                        store.create(&header, &[], Durability::Fsync)
+                    })
+                })
+                .collect();
+            let results: Vec<_> = creators
+                .into_iter()
+                .map(|creator| {
+                    creator
+                        .join()
+                        .unwrap_or_else(|_| panic!("creator panicked"))
+                })
+                .collect();
+            let won = results.iter().filter(|result| result.is_ok()).count();
+            assert_eq!(won, 1, "round {round}: {results:?}");
+            assert!(
+                results
+                    .iter()
+                    .any(|result| matches!(result, Err(StoreError::AlreadyExists { .. }))),
+                "round {round}: {results:?}"
+            );
+            store
+                .snapshot(&id(&name))
+                .unwrap_or_else(|error| panic!("round {round}: {error}"));
+        }
+    }
+
     #[test]
     fn a_second_writer_is_locked_out() {
         let (_dir, store) = store();

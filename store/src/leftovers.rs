@@ -91,9 +91,22 @@ pub(crate) fn migration_lock_name(token: &str) -> String {
     format!(".migrate-{token}.lock")
 }
 
-/// A `<pid>-<ms>` token for temporary names made now by this process.
+/// A `<pid>-<ms>` token for temporary names made now by this process,
+/// never one it gave before: two creations of one session in the same
+/// millisecond (two threads, or two handles of the store) must not share a
+/// temporary file, or the one refused would remove the other's. A token
+/// asked for within a millisecond of the last takes the next millisecond.
 pub(crate) fn new_token() -> String {
-    format!("{}-{}", std::process::id(), crate::writer::now_ms())
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_MS: AtomicU64 = AtomicU64::new(0);
+    let now = crate::writer::now_ms();
+    let previous = LAST_MS
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+            Some(now.max(last.saturating_add(1)))
+        })
+        .unwrap_or_else(|last| last);
+    let ms = now.max(previous.saturating_add(1));
+    format!("{}-{ms}", std::process::id())
 }
 
 /// Takes the exclusive `flock` a creation holds on its temporary file (or a
