@@ -138,6 +138,10 @@ struct Shared {
     connection: Mutex<Option<Connection>>,
     /// Whether the schema is known to be at [`POSTGRES_SCHEMA_VERSION`].
     current: AtomicBool,
+    /// Whether the schema as opened has the column of forks by reference
+    /// (`seed_source`, version 3 on): a reader of an older one, which it
+    /// never upgrades, reads every session as holding all its rows.
+    seed_sources: bool,
     /// Opened with [`PostgresStore::open_read_only`]: every connection's
     /// transactions are read-only, and every write is refused before it
     /// reaches the server.
@@ -227,10 +231,7 @@ impl PostgresStore {
             return Err(newer_schema(&location, version));
         }
         Ok(PostgresStore::with(
-            location,
-            connection,
-            version == POSTGRES_SCHEMA_VERSION,
-            read_only,
+            location, connection, version, read_only,
         ))
     }
 
@@ -240,20 +241,27 @@ impl PostgresStore {
         let location = Location::parse(url)?;
         let mut connection = Connection::open(&location, false)?;
         upgrade_schema(&mut connection, &location)?;
-        Ok(PostgresStore::with(location, connection, true, false))
+        Ok(PostgresStore::with(
+            location,
+            connection,
+            POSTGRES_SCHEMA_VERSION,
+            false,
+        ))
     }
 
+    /// The store over `connection`, whose schema is at `version`.
     fn with(
         location: Location,
         connection: Connection,
-        current: bool,
+        version: i64,
         read_only: bool,
     ) -> PostgresStore {
         PostgresStore {
             shared: Arc::new(Shared {
                 location,
                 connection: Mutex::new(Some(connection)),
-                current: AtomicBool::new(current),
+                current: AtomicBool::new(version == POSTGRES_SCHEMA_VERSION),
+                seed_sources: version >= 3,
                 read_only,
                 notifier: Mutex::new(None),
                 group: GroupCommit::default(),
@@ -917,7 +925,7 @@ impl Shared {
     /// How a session row is read: a schema from before version 3 (read,
     /// never upgraded, by a reader) has no `seed_source`.
     fn read_header_statement(&self) -> &'static str {
-        match self.current.load(Ordering::Acquire) {
+        match self.seed_sources || self.current.load(Ordering::Acquire) {
             true => sql::READ_HEADER,
             false => sql::READ_HEADER_BEFORE_V3,
         }
