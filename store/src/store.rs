@@ -801,7 +801,7 @@ fn require_existing(path: &Path, reason: &str) -> Result<(), StoreError> {
     }
     Err(StoreError::io(
         "open store",
-        path,
+        Path::new(&store_display(path)),
         std::io::Error::new(std::io::ErrorKind::NotFound, reason.to_owned()),
     ))
 }
@@ -817,10 +817,7 @@ fn refuse_url_lookalike(path: &Path) -> Result<(), StoreError> {
     if is_postgres_url(text) || path.exists() {
         return Ok(());
     }
-    let lower = text.trim_start().to_ascii_lowercase();
-    let url_like =
-        text.contains("://") || lower.starts_with("postgres:") || lower.starts_with("postgresql:");
-    if !url_like {
+    if !reads_as_url(text) {
         return Ok(());
     }
     let space = match text.starts_with(char::is_whitespace) {
@@ -848,8 +845,18 @@ pub fn is_postgres_url(text: &str) -> bool {
 pub fn store_display(path: &Path) -> String {
     match path.to_str() {
         Some(text) if is_postgres_url(text) => postgres_display(text),
+        // A mistyped URL (`POSTGRES://`, `postgres:/`, a space before it)
+        // may carry a password as well.
+        Some(text) if reads_as_url(text) => redact_url(text),
         _ => path.display().to_string(),
     }
+}
+
+/// Whether `text` reads as a URL: it holds `://`, or starts (after any
+/// spaces, in any case) with `postgres:` or `postgresql:`.
+fn reads_as_url(text: &str) -> bool {
+    let lower = text.trim_start().to_ascii_lowercase();
+    text.contains("://") || lower.starts_with("postgres:") || lower.starts_with("postgresql:")
 }
 
 #[cfg(feature = "postgres")]
@@ -864,7 +871,10 @@ fn postgres_display(text: &str) -> String {
 
 /// The URL `text` with any password taken out (from its user information
 /// and from a `password` parameter), whether its scheme ends in `://` or,
-/// mistyped, in `:/`; a text with neither is read as an authority.
+/// mistyped, in `:/`; a text with neither is read as an authority. The
+/// user information is what the PostgreSQL client takes for it: all
+/// before the first `@`, the password after its first `:` (a `/` in it
+/// included).
 ///
 /// ```
 /// use sessionlog_store::redact_url;
@@ -873,6 +883,7 @@ fn postgres_display(text: &str) -> String {
 ///     redact_url("postgres://app:s3cret@db/logs?password=s3cret&schema=a"),
 ///     "postgres://app@db/logs?schema=a"
 /// );
+/// assert_eq!(redact_url("postgres://app:s3/cret@db/logs"), "postgres://app@db/logs");
 /// ```
 pub fn redact_url(text: &str) -> String {
     let (scheme, rest) = text
@@ -883,18 +894,14 @@ pub fn redact_url(text: &str) -> String {
             Some((format!("{scheme}:/"), rest))
         })
         .unwrap_or_else(|| (String::new(), text));
-    let (authority, tail) = match rest.find(['/', '?']) {
-        Some(end) => rest.split_at(end),
-        None => (rest, ""),
-    };
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
+    let (user, rest) = match rest.split_once('@') {
+        Some((userinfo, rest)) => {
             let user = userinfo.split(':').next().unwrap_or_default();
-            format!("{user}@{host}")
+            (format!("{user}@"), rest)
         }
-        None => authority.to_owned(),
+        None => (String::new(), rest),
     };
-    let tail: String = match tail.split_once('?') {
+    let tail: String = match rest.split_once('?') {
         Some((path, query)) => {
             let kept: Vec<&str> = query
                 .split('&')
@@ -902,9 +909,9 @@ pub fn redact_url(text: &str) -> String {
                 .collect();
             format!("{path}?{}", kept.join("&"))
         }
-        None => tail.to_owned(),
+        None => rest.to_owned(),
     };
-    format!("{scheme}{authority}{tail}")
+    format!("{scheme}{user}{tail}")
 }
 
 /// Without the `postgres` feature a PostgreSQL URL is refused.

@@ -836,6 +836,45 @@ fn a_refused_argument_never_shows_a_password() {
     }
 }
 
+/// A store named by a mistyped URL (upper-case scheme, one slash, a space
+/// before it, a `/` in the password) or by a URL whose database name ends
+/// in `.jsonl` is refused without its password, by every command that
+/// opens one.
+#[test]
+fn a_mistyped_store_url_never_shows_its_password() {
+    let urls = [
+        "POSTGRES://app:s3cretPW@127.0.0.1:1/logs",
+        "postgres:/app:s3cretPW@127.0.0.1:1/logs",
+        " postgres://app:s3cretPW@127.0.0.1:1/logs",
+        "postgres://app:s3/cretPW@127.0.0.1:1/logs?schema=Bad",
+        "postgres://app:s3cretPW@127.0.0.1:1/logs.jsonl",
+    ];
+    for url in urls {
+        let cases: Vec<Vec<&str>> = vec![
+            vec!["verify", url],
+            vec!["list", url],
+            vec!["export", url, "--session", "s"],
+            vec!["salvage", url, "out.jsonl"],
+            vec!["diff", url, "elsewhere"],
+            vec!["create", url, "--session", "s"],
+        ];
+        for args in cases {
+            let refused = run(&args);
+            assert_ne!(refused.code, 0, "{args:?}");
+            assert!(
+                !refused.stderr.contains("cretPW") && !refused.stdout.contains("cretPW"),
+                "{args:?}: {}",
+                refused.stderr
+            );
+            assert!(
+                refused.stderr.contains("app@"),
+                "{args:?}: {}",
+                refused.stderr
+            );
+        }
+    }
+}
+
 /// An argument clap refuses is quoted back: a control character in it (a
 /// hostile file name reaching the command line through a glob) never
 /// reaches the terminal as it is.

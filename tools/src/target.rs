@@ -93,12 +93,18 @@ impl Target {
         }
         if is_lone_log(path) {
             if !path.exists() {
-                bail!(UsageError(format!("{}: no such file", path.display())));
+                bail!(UsageError(format!(
+                    "{}: no such file",
+                    sessionlog_store::store_display(path)
+                )));
             }
             return Ok(Target::File(path.to_owned()));
         }
         if !path.exists() {
-            bail!(UsageError(format!("{}: no such store", path.display())));
+            bail!(UsageError(format!(
+                "{}: no such store",
+                sessionlog_store::store_display(path)
+            )));
         }
         Ok(Target::Store(open(path)?))
     }
@@ -414,9 +420,12 @@ fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
-/// Whether `path` names a lone log file rather than a store.
+/// Whether `path` names a lone log file rather than a store: a
+/// PostgreSQL URL never does, whatever its database's name ends in.
 pub fn is_lone_log(path: &Path) -> bool {
-    path.extension().is_some_and(|ext| ext == "jsonl") && !path.is_dir()
+    path.extension().is_some_and(|ext| ext == "jsonl")
+        && !path.is_dir()
+        && Backend::of_path(path) != Backend::Postgres
 }
 
 /// The most a command reads of an input of its own (a pending action, a

@@ -80,7 +80,10 @@ pub fn run(file: &Path, out: &Path, json: bool, quiet: bool) -> Result<u8> {
         )));
     }
     if !file.is_file() {
-        bail!(UsageError(format!("{}: no such log file", file.display())));
+        bail!(UsageError(format!(
+            "{}: no such log file",
+            sessionlog_store::store_display(file)
+        )));
     }
     if out.symlink_metadata().is_ok() {
         bail!(UsageError(format!(
