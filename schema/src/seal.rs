@@ -280,10 +280,25 @@ pub fn parse_trust_file(text: &str) -> Result<Vec<SealPublicKey>, KeyTextError> 
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let key = SealPublicKey::parse(line).map_err(|message| KeyTextError {
+        let refuse = |message: String| KeyTextError {
             line: index + 1,
             message,
-        })?;
+        };
+        // A line that is no public key is never quoted: the file named may
+        // be a secret key (this one's, or an SSH key) given by mistake.
+        if line.starts_with(SECRET_KEY_PREFIX) {
+            return Err(refuse(format!(
+                "this is a secret key ({SECRET_KEY_PREFIX}…, not shown): a trust file lists \
+                 public keys, such as the FILE.pub that keygen writes beside it"
+            )));
+        }
+        if !line.starts_with(PUBLIC_KEY_PREFIX) {
+            return Err(refuse(format!(
+                "not a public key (not shown): each line is {PUBLIC_KEY_PREFIX:?} followed by \
+                 base64, a comment (#) or empty"
+            )));
+        }
+        let key = SealPublicKey::parse(line).map_err(refuse)?;
         keys.push(key);
     }
     Ok(keys)
@@ -532,6 +547,26 @@ mod tests {
         );
         let error = parse_trust_file(&format!("{public}\nnot a key\n"));
         assert!(matches!(error, Err(KeyTextError { line: 2, .. })));
+    }
+
+    /// A secret key file (or any file that is no trust file) given as a
+    /// trust file is refused without quoting a line of it.
+    #[test]
+    fn a_secret_key_given_as_a_trust_file_is_refused_without_quoting_it() {
+        let text = SealSecretKey::from_seed([7; 32]).to_file_text();
+        let seed = &text[SECRET_KEY_PREFIX.len()..text.len() - 1];
+        let Err(error) = parse_trust_file(&text) else {
+            panic!("a secret key read as a trust file");
+        };
+        assert_eq!(error.line, 1);
+        assert!(error.message.contains("secret key"), "{error}");
+        assert!(!error.to_string().contains(seed), "{error}");
+        let ssh = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n";
+        let Err(error) = parse_trust_file(ssh) else {
+            panic!("an SSH key read as a trust file");
+        };
+        assert!(!error.to_string().contains("b3BlbnNz"), "{error}");
+        assert!(!error.to_string().contains("OPENSSH"), "{error}");
     }
 
     #[test]

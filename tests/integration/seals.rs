@@ -173,6 +173,36 @@ fn a_sealed_log_verifies_against_its_trust_file_and_as_sealed() {
     assert!(!again.stdout.contains(secret) && !again.stderr.contains(secret));
     // A key file is never replaced.
     run(["keygen", path_str(&key)]).expect_code(1);
+    // The secret key given where a trust file goes is refused unquoted.
+    for command in [
+        vec!["verify", path_str(&store), "--trust", path_str(&key)],
+        vec![
+            "report",
+            path_str(&store),
+            "--trust",
+            path_str(&key),
+            "--html",
+            "-",
+        ],
+    ] {
+        let refused = run(&command);
+        refused.expect_code(1);
+        assert!(
+            !refused.stdout.contains(secret) && !refused.stderr.contains(secret),
+            "{command:?}: {}",
+            refused.stderr
+        );
+        assert!(refused.stderr.contains("secret key"), "{}", refused.stderr);
+    }
+    // A public key file that cannot be written leaves no secret key
+    // behind (which would refuse the next keygen).
+    let long = dir.path().join("k".repeat(252));
+    let failed = run(["keygen", path_str(&long)]);
+    failed.expect_code(1);
+    assert!(
+        !long.exists(),
+        "the secret key stayed without its public key"
+    );
 }
 
 #[test]

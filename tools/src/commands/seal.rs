@@ -35,7 +35,12 @@ pub fn keygen(file: &Path, json: bool) -> Result<u8> {
     let key = SealSecretKey::from_seed(seed);
     write_new_file(file, 0o600, key.to_file_text().as_bytes())?;
     let public_key = key.public_key();
-    write_new_file(&public_file, 0o644, format!("{public_key}\n").as_bytes())?;
+    if let Err(error) = write_new_file(&public_file, 0o644, format!("{public_key}\n").as_bytes()) {
+        // No secret key without its public key: a run again would find
+        // the secret and refuse to replace it.
+        let _ = std::fs::remove_file(file);
+        return Err(error);
+    }
     if json {
         /// What `keygen --json` prints, its members in this order.
         #[derive(serde::Serialize)]
