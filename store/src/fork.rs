@@ -32,7 +32,7 @@ use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::ScopedJoinHandle;
 
 use sessionlog_projections::{
-    delegate_from_state, ChildSeed, Defaults, DelegationError, SessionState,
+    delegate_from_state, ChildSeed, Defaults, DelegationError, SessionState, ViolationKind,
 };
 use sessionlog_schema::{
     encode_line_into, split_crc, ChainValue, EventRecord, SessionHeader, SessionId,
@@ -423,11 +423,18 @@ fn copy_parent(
                 feed.chain().unwrap_or(genesis)
             })? {
                 if let Err(violation) = event.folded {
+                    let seal = violation.kind == ViolationKind::Seal;
                     refusal.note(StoreError::Rule {
                         path: parent_path.to_owned(),
                         violation,
                     });
-                    break;
+                    if seal {
+                        break;
+                    }
+                    // A seal later in the log that does not hold outranks
+                    // a broken rule (exit 7 over 4), and is checked against
+                    // the chain of what is written: the copy goes on, and
+                    // is thrown away with the refusal.
                 }
                 // What neither backend writes is not copied either: a
                 // child is a log both could hold.

@@ -55,7 +55,7 @@ use crate::sql::postgres::PostgresBulkCreate;
 use crate::sql::sqlite::SqliteBulkCreate;
 use crate::store::Store;
 use crate::writer::Durability;
-use crate::{EventStream, StoreError};
+use crate::{EventStream, Refusal, StoreError};
 
 /// Where a migration is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -478,13 +478,26 @@ fn stage_source_session(
     let header_body = stream.header_body().to_owned();
     staging.add_session(&header, &header_body)?;
     let mut state = SessionState::with_header_body(header.clone(), &header_body);
-    let mut first_violation = None;
+    let path = from.session_path(id);
+    // What the session breaks, ranked: a seal that does not hold anywhere
+    // in it outranks a broken rule, or a header out of vocabulary, before
+    // it (exit 7 over 4); of equals the first is kept.
+    let mut refusal = Refusal::default();
+    if let Some(error) = stream.header_vocabulary_errors().first() {
+        refusal.note(StoreError::HeaderVocabulary {
+            path: path.clone(),
+            error: error.clone(),
+        });
+    }
     let mut digest = EventsDigest::default();
     let mut chunk = Vec::new();
     let mut chunk_bytes = 0;
     while let Some(event) = stream.next_event_folded(&mut state)? {
         if let Err(violation) = event.folded {
-            first_violation.get_or_insert(violation);
+            refusal.note(StoreError::Rule {
+                path: path.clone(),
+                violation,
+            });
         }
         digest.add(&event.record);
         chunk_bytes += event.record.body().len();
@@ -494,15 +507,8 @@ fn stage_source_session(
             chunk_bytes = 0;
         }
     }
-    let vocabulary_error = stream.header_vocabulary_errors().first().cloned();
     let torn_tail = stream.finish()?;
-    let path = from.session_path(id);
-    if let Some(error) = vocabulary_error {
-        return Err(StoreError::HeaderVocabulary { path, error });
-    }
-    if let Some(violation) = first_violation {
-        return Err(StoreError::Rule { path, violation });
-    }
+    refusal.into_result()?;
     if !chunk.is_empty() {
         staging.add_events(&header, chunk)?;
     }

@@ -205,6 +205,55 @@ fn a_sealed_log_verifies_against_its_trust_file_and_as_sealed() {
     );
 }
 
+/// An edit to the sealed part that also breaks a rule (a `turn/end` that
+/// names another turn) is a seal that does not hold first: every command
+/// that refuses such a log exits 7, as `verify` does, not 4.
+#[test]
+fn an_edit_that_also_breaks_a_rule_exits_7_from_every_command() {
+    let dir = ok(tempfile::tempdir());
+    let (store, _) = signed_store(dir.path());
+    let log = log_path(&store);
+    let mut bodies = bodies(&log);
+    let end = bodies
+        .iter()
+        .position(|body| body.contains("turn/end") && body.contains("\"t1\""))
+        .unwrap_or_else(|| panic!("no turn/end of t1"));
+    bodies[end] = bodies[end].replace("\"t1\"", "\"tx\"");
+    write_bodies(&log, "s", &bodies);
+    verify(&store, &[]).expect_code(7);
+    let out = dir.path().join("out");
+    let commands: Vec<Vec<String>> = vec![
+        vec![
+            "fork".into(),
+            path_str(&store).into(),
+            "--session".into(),
+            "s".into(),
+            "--child".into(),
+            "c".into(),
+        ],
+        vec![
+            "migrate".into(),
+            path_str(&store).into(),
+            format!("{}.db", path_str(&out)),
+        ],
+        vec![
+            "migrate".into(),
+            path_str(&store).into(),
+            path_str(&out).into(),
+        ],
+        vec![
+            "review-audit".into(),
+            path_str(&store).into(),
+            "--endpoint".into(),
+            "http://127.0.0.1:9/v1".into(),
+        ],
+    ];
+    for command in commands {
+        let refused = run(&command);
+        assert_eq!(refused.code, 7, "{command:?}: {}", refused.stderr);
+    }
+}
+
 #[test]
 fn a_record_edited_before_a_seal_with_its_crc_recomputed_fails_the_seal() {
     let dir = ok(tempfile::tempdir());

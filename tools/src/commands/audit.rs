@@ -115,23 +115,25 @@ pub fn run(
             session.label, torn.bytes, torn.position.line, torn.position.offset
         ));
     }
-    if let Some(error) = snapshot.header_vocabulary_errors.first() {
-        bail!(Exit {
-            code: exit::RULE,
-            message: format!("{}: {error}; run `sessionlog verify` on it", session.label),
-        });
-    }
-    let planned = plan(&snapshot).map_err(|violation| Exit {
-        code: if violation.kind == ViolationKind::Seal {
-            exit::SEAL
-        } else {
-            exit::RULE
-        },
+    // A seal that does not hold anywhere in the log outranks a header out
+    // of vocabulary or a broken rule (exit 7 over 4).
+    let planned = plan(&snapshot);
+    let refused = |code, message: String| Exit {
+        code,
         message: format!(
-            "{}: {violation}; run `sessionlog verify` on it",
+            "{}: {message}; run `sessionlog verify` on it",
             session.label
         ),
-    })?;
+    };
+    if let Err(violation) = &planned {
+        if violation.kind == ViolationKind::Seal {
+            bail!(refused(exit::SEAL, violation.to_string()));
+        }
+    }
+    if let Some(error) = snapshot.header_vocabulary_errors.first() {
+        bail!(refused(exit::RULE, error.to_string()));
+    }
+    let planned = planned.map_err(|violation| refused(exit::RULE, violation.to_string()))?;
     let bar = progress::bar(quiet, "review-audit");
     bar.set_length(planned.len() as u64);
     let rows = ask_each(
@@ -167,15 +169,27 @@ fn exit_code(audit: &Audit) -> u8 {
     }
 }
 
-/// The calls to ask about and what was recorded of each; the first rule
-/// violation (or seal that does not hold) refuses the audit.
+/// The calls to ask about and what was recorded of each; a rule violation
+/// refuses the audit: the first seal that does not hold, else the first
+/// violation (the fold reads on past a broken rule to find such a seal).
 fn plan(snapshot: &Snapshot) -> Result<Vec<Planned>, Violation> {
     let mut state = SessionState::with_header_body(snapshot.header.clone(), &snapshot.header_body);
     let mut calls = Vec::new();
     let mut denied = HashSet::new();
     let mut failed = HashSet::new();
+    let mut first_violation = None;
     for record in &snapshot.events {
-        let event = state.check(record)?;
+        let event = match state.check(record) {
+            Ok(event) => event,
+            Err(violation) if violation.kind == ViolationKind::Seal => return Err(violation),
+            Err(violation) => {
+                first_violation.get_or_insert(violation);
+                // Effects skipped, the seq and the chain carried on, as
+                // `verify` reads on.
+                let _ = state.apply(record);
+                continue;
+            }
+        };
         match &event {
             Event::ToolStart(start) if is_audited(&state, record.seq()) => {
                 calls.push((record.seq(), start.call_id.clone()));
@@ -192,6 +206,9 @@ fn plan(snapshot: &Snapshot) -> Result<Vec<Planned>, Violation> {
             _ => {}
         }
         state.apply_checked(record, event);
+    }
+    if let Some(violation) = first_violation {
+        return Err(violation);
     }
     Ok(calls
         .into_iter()
