@@ -185,7 +185,10 @@ impl SessionWriter {
     ) -> Result<Reviewed, ReviewCallError> {
         let request = self.review_request(pending, options.max_request_bytes)?;
         let next_seq = self.next_seq();
-        let verdict = ask_reviewer(reviewer, &request, options.model.as_deref());
+        let verdict = recordable(
+            ask_reviewer(reviewer, &request, options.model.as_deref()),
+            &pending.call_id,
+        );
         let recorded = if options.record {
             self.append_batch(verdict_events(pending, &verdict), Some(next_seq))?
         } else {
@@ -208,9 +211,55 @@ pub fn ask_reviewer(reviewer: &dyn Reviewer, request: &str, model: Option<&str>)
             Verdict::Decided(decision)
         }
         Err(failure) => Verdict::Failed(ReviewFailure {
-            message: reviewer.scrub(failure.message),
+            message: bounded_message(reviewer.scrub(failure.message)),
         }),
     }
+}
+
+/// The most characters of a failure's message that are kept: a message
+/// quotes what the reviewer sent (a stop reason, a member's name), and a
+/// reply of megabytes must still give a settle that fits in a record, and
+/// a line a person can read.
+const MAX_FAILURE_MESSAGE_CHARS: usize = 4096;
+
+/// `message` cut to [`MAX_FAILURE_MESSAGE_CHARS`], saying how much was
+/// left out.
+fn bounded_message(message: String) -> String {
+    let Some((cut, _)) = message.char_indices().nth(MAX_FAILURE_MESSAGE_CHARS) else {
+        return message;
+    };
+    let left_out = message[cut..].chars().count();
+    format!(
+        "{}… ({left_out} more characters not shown)",
+        &message[..cut]
+    )
+}
+
+/// `verdict`, or, when it is a denial whose reason (kept whole, as the
+/// settle must keep it) would make a settle above the record limit, a
+/// failure that says so: the call must not run either way, and a failure
+/// can be recorded.
+fn recordable(verdict: Verdict, call_id: &str) -> Verdict {
+    let Verdict::Decided(decision) = &verdict else {
+        return verdict;
+    };
+    if decision.decision != Decision::Deny {
+        return verdict;
+    }
+    let data = denial_settle_data(call_id, decision.reason.as_deref());
+    // The record around the data: seq, ts, type and CRC, well within this.
+    const RECORD_AROUND_DATA: usize = 256;
+    if data.len() + RECORD_AROUND_DATA <= sessionlog_schema::MAX_RECORD_BYTES {
+        return verdict;
+    }
+    Verdict::Failed(ReviewFailure {
+        message: format!(
+            "the reviewer denied the call with a reason of {} bytes: a denial settle keeps it \
+             whole, and would be above the {}-byte record limit",
+            decision.reason.as_deref().map_or(0, str::len),
+            sessionlog_schema::MAX_RECORD_BYTES
+        ),
+    })
 }
 
 /// The events that record `verdict` about `pending`: its `tool/start`,
@@ -474,6 +523,67 @@ mod tests {
     fn a_writer_reviews_and_records_in_sqlite() {
         let folder = ok(tempfile::tempdir());
         check_sync(sqlite_store(folder.path()));
+    }
+
+    /// A reply that makes a failure's message of megabytes (a stop reason
+    /// of quotes, each escaped in the message), or a denial whose reason
+    /// no settle can hold, is still recorded: as a failure whose message
+    /// is cut, and says so.
+    #[test]
+    fn an_oversized_verdict_is_recorded_as_a_bounded_failure() {
+        let folder = ok(tempfile::tempdir());
+        let store = jsonl_store(folder.path());
+        auto_session(&store, "a");
+        let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+        let quotes = "\"".repeat(5_000_000);
+        let reason = "x".repeat(sessionlog_schema::MAX_RECORD_BYTES);
+        let reviewer = Scripted::answering(vec![
+            Ok(ReviewerResponse {
+                status: 200,
+                body: json!({"choices": [{"message": {"content": r#"{"risk":"low","decision":"allow"}"#}, "finish_reason": quotes}]})
+                    .to_string()
+                    .into_bytes(),
+            }),
+            says(&json!({"risk": "high", "decision": "deny", "reason": reason}).to_string()),
+        ]);
+        let record = ReviewOptions {
+            record: true,
+            ..ReviewOptions::default()
+        };
+        let failed = ok(writer.review(&pending("c1"), &record, &reviewer));
+        let Verdict::Failed(failure) = &failed.verdict else {
+            panic!("{:?}", failed.verdict);
+        };
+        assert!(
+            failure.message.starts_with("stop reason is"),
+            "{}",
+            &failure.message[..40]
+        );
+        assert!(failure.message.ends_with("more characters not shown)"));
+        assert!(failure.message.chars().count() < MAX_FAILURE_MESSAGE_CHARS + 100);
+        assert_eq!(failed.recorded.len(), 2, "the start and the failure settle");
+        let denied = ok(writer.review(&pending("c2"), &record, &reviewer));
+        let Verdict::Failed(failure) = &denied.verdict else {
+            panic!("a denial no record holds was given as a decision");
+        };
+        assert!(
+            failure.message.contains("record limit"),
+            "{}",
+            failure.message
+        );
+        assert_eq!(denied.recorded.len(), 2);
+        drop(writer);
+        let settles = types(&store, &id("a"));
+        assert!(
+            settles[1].contains("AUTO_REVIEW_FAILED"),
+            "{}",
+            &settles[1][..200]
+        );
+        assert!(
+            settles[3].contains("AUTO_REVIEW_FAILED"),
+            "{}",
+            &settles[3][..200]
+        );
     }
 
     #[test]
