@@ -90,6 +90,15 @@ pub enum HttpReviewerError {
         /// The endpoint given.
         endpoint: String,
     },
+    /// The endpoint starts as one, but is no valid URL to add
+    /// `/chat/completions` to.
+    #[error("the endpoint {endpoint:?} is not a valid URL: {reason}")]
+    InvalidEndpoint {
+        /// The endpoint given, without a password.
+        endpoint: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// `SSL_CERT_FILE` could not be read or holds no certificate.
     #[error("SSL_CERT_FILE {path}: {reason}")]
     CertFile {
@@ -128,6 +137,24 @@ impl HttpReviewer {
             return Err(HttpReviewerError::Endpoint {
                 endpoint: redact_url(&options.endpoint),
             });
+        }
+        let invalid = |reason: String| HttpReviewerError::InvalidEndpoint {
+            endpoint: redact_url(&options.endpoint),
+            reason,
+        };
+        if endpoint.contains(['?', '#']) {
+            return Err(invalid(
+                "a base URL takes no query or fragment (/chat/completions is added to its path)"
+                    .to_owned(),
+            ));
+        }
+        // Checked before anything is read or sent: a URL the client cannot
+        // use would otherwise be a reviewer failure, recorded as one.
+        let uri: ureq::http::Uri = format!("{endpoint}/chat/completions")
+            .parse()
+            .map_err(|error: ureq::http::uri::InvalidUri| invalid(error.to_string()))?;
+        if uri.host().is_none_or(str::is_empty) {
+            return Err(invalid("it names no host".to_owned()));
         }
         let config = ureq::Agent::config_builder()
             .timeout_global(Some(options.timeout))
@@ -315,5 +342,33 @@ mod tests {
             error.to_string(),
             "the endpoint \"ftp://example.invalid\" is not an http:// or https:// URL"
         );
+    }
+
+    /// An endpoint the client could not use is refused when the reviewer
+    /// is made, before anything is read or sent (it is never a reviewer
+    /// failure, recorded as one), and without its password.
+    #[test]
+    fn an_endpoint_the_client_cannot_use_is_refused_up_front() {
+        for (endpoint, reason) in [
+            ("http://[::1/v1", "invalid authority"),
+            ("http:///v1", "invalid format"),
+            ("https://user:hunter2@[::1/v1", "invalid authority"),
+            ("http://127.0.0.1:9/v1?x=1", "no query or fragment"),
+            ("http://127.0.0.1:9/v1#top", "no query or fragment"),
+        ] {
+            let error = HttpReviewer::new(HttpReviewerOptions {
+                endpoint: endpoint.to_owned(),
+                key: None,
+                timeout: DEFAULT_TIMEOUT,
+            })
+            .expect_err(endpoint);
+            let shown = error.to_string();
+            assert!(
+                matches!(error, HttpReviewerError::InvalidEndpoint { .. })
+                    && shown.contains(reason),
+                "{endpoint}: {shown}"
+            );
+            assert!(!shown.contains("hunter2"), "{shown}");
+        }
     }
 }
