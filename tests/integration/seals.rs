@@ -254,6 +254,47 @@ fn an_edit_that_also_breaks_a_rule_exits_7_from_every_command() {
     }
 }
 
+/// An own seal whose signature was taken out is no valid seal: under a
+/// trust file it fails as a seal, on `report`'s page as under `verify`.
+#[test]
+fn report_fails_the_trust_file_on_an_own_seal_that_is_no_valid_seal() {
+    let dir = ok(tempfile::tempdir());
+    let (store, key) = signed_store(dir.path());
+    let public = format!("{}.pub", path_str(&key));
+    let log = log_path(&store);
+    let mut bodies = bodies(&log);
+    let last = bodies.len() - 1;
+    assert!(bodies[last].contains("\"sig\""), "{}", bodies[last]);
+    let start = bodies[last]
+        .find(",\"sig\":\"")
+        .unwrap_or_else(|| panic!("no sig"));
+    let value = start + ",\"sig\":\"".len();
+    let end = value
+        + bodies[last][value..]
+            .find('"')
+            .unwrap_or_else(|| panic!("sig not closed"))
+        + 1;
+    bodies[last] = format!("{}{}", &bodies[last][..start], &bodies[last][end..]);
+    write_bodies(&log, "s", &bodies);
+    verify(&store, &["--trust", &public]).expect_code(7);
+    let html = dir.path().join("report.html");
+    let reported = run([
+        "report",
+        path_str(&store),
+        "--trust",
+        &public,
+        "--html",
+        path_str(&html),
+    ]);
+    assert_eq!(reported.code, 7, "{}", reported.stderr);
+    let page = ok(std::fs::read_to_string(&html));
+    assert!(
+        page.contains("FAILS THE TRUST FILE"),
+        "no trust failure on the page"
+    );
+    assert!(!page.contains("every seal is signed by a key of the trust file"));
+}
+
 #[test]
 fn a_record_edited_before_a_seal_with_its_crc_recomputed_fails_the_seal() {
     let dir = ok(tempfile::tempdir());

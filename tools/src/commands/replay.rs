@@ -24,8 +24,8 @@ use sessionlog_projections::{
     ViolationKind, AUTO_REVIEW_DENIED, AUTO_REVIEW_FAILED,
 };
 use sessionlog_schema::{
-    ApprovalOutcome, ApprovalPolicy, ContentPart, Event, EventRecord, HeaderVocabularyError,
-    SandboxMode, SessionHeader, SettleStatus,
+    ApprovalOutcome, ApprovalPolicy, ContentPart, Event, EventRecord, EventType,
+    HeaderVocabularyError, SandboxMode, SessionHeader, SettleStatus,
 };
 
 use crate::cli::{ColorChoice, DefaultArgs, SessionArgs};
@@ -330,6 +330,8 @@ pub struct TimelineBuilder {
     hidden: usize,
     /// How many of those are seals that do not hold.
     hidden_seal_failures: usize,
+    /// Own seal records that break a rule: no valid seal at all.
+    invalid_own_seals: usize,
     seals: Vec<SealInfo>,
 }
 
@@ -347,6 +349,9 @@ pub struct TimelineSummary {
     pub hidden: usize,
     /// How many of the hidden violations are seals that do not hold.
     pub hidden_seal_failures: usize,
+    /// Own `seal` records that break a rule (their shape): no valid seal,
+    /// so signed by no key a trust file lists.
+    pub invalid_own_seals: usize,
     /// Every seal met (own or inherited), in log order.
     pub seals: Vec<SealInfo>,
     /// The last seq folded.
@@ -400,6 +405,7 @@ impl TimelineBuilder {
             seal_failures: 0,
             hidden: 0,
             hidden_seal_failures: 0,
+            invalid_own_seals: 0,
             seals: Vec::new(),
         }
     }
@@ -447,6 +453,10 @@ impl TimelineBuilder {
             if violation.kind == ViolationKind::Seal {
                 entry.kind = EntryKind::SealFailed;
                 entry.summary = format!("SEAL FAILED: {}", entry.summary);
+            } else if record.event_type() == EventType::Seal.as_str()
+                && record.seq() > self.header.seed_length
+            {
+                self.invalid_own_seals += 1;
             }
         }
         entry.violation = applied
@@ -479,6 +489,7 @@ impl TimelineBuilder {
             seal_failures: self.seal_failures,
             hidden: self.hidden,
             hidden_seal_failures: self.hidden_seal_failures,
+            invalid_own_seals: self.invalid_own_seals,
             seals: self.seals,
             last_seq: self.state.seq(),
         }

@@ -256,9 +256,16 @@ impl SealStatus {
             None if !own.is_empty() => text.push_str("; not checked against a trust file"),
             None => {}
             Some(trusted) => {
-                let untrusted: Vec<String> = own
-                    .iter()
-                    .filter_map(|seal| check_trusted(seal, trusted).err())
+                // An own seal record that is no valid seal is signed by no
+                // listed key: it fails the trust file, as under `verify`.
+                let invalid = (0..timeline.invalid_own_seals).map(|_| {
+                    "an own seal record is no valid seal (marked in the timeline)".to_owned()
+                });
+                let untrusted: Vec<String> = invalid
+                    .chain(
+                        own.iter()
+                            .filter_map(|seal| check_trusted(seal, trusted).err()),
+                    )
                     .collect();
                 if untrusted.is_empty() && !own.is_empty() {
                     text.push_str("; every seal is signed by a key of the trust file");
