@@ -157,20 +157,25 @@ pub(crate) fn fork_log(
     };
     // A corrupt tail after the snapshot is found again, and reported, by
     // the copy that reads every record; so is whatever made a scan's
-    // prediction fail.
-    let predicted = match snapshot_log_state(parent_path, fork.parent_id.clone()) {
-        Ok(Some(state)) => Some(
-            delegate_from_state(
-                &state,
-                child.clone(),
-                request.prompt,
-                request.defaults,
-                fork.ts,
-            )
-            .map_err(|error| delegation_error(error, child_path))?
-            .header,
-        ),
-        _ => crate::fork_header::scan_child_header(
+    // prediction fail. The snapshot only predicts: a delegation it refuses
+    // (a snapshot that is stale in a way its anchor cannot tell, or forged)
+    // is decided again by the copy, which folds every record, and a header
+    // it predicts wrongly is written again through the spool.
+    let from_snapshot = match snapshot_log_state(parent_path, fork.parent_id.clone()) {
+        Ok(Some(state)) => delegate_from_state(
+            &state,
+            child.clone(),
+            request.prompt,
+            request.defaults,
+            fork.ts,
+        )
+        .ok()
+        .map(|delegated| delegated.header),
+        _ => None,
+    };
+    let predicted = match from_snapshot {
+        Some(header) => Some(header),
+        None => crate::fork_header::scan_child_header(
             parent_path,
             fork.parent_id.clone(),
             child,
@@ -1052,6 +1057,53 @@ mod tests {
                 assert_eq!(ours.body(), theirs.body(), "seq {}", ours.seq());
             }
         }
+        assert_no_temporary_file(store.path());
+    }
+
+    /// A snapshot whose state breaks a rule the log does not (forged with
+    /// a CRC of its own, or wrong in a way its anchor cannot tell) only
+    /// predicts: the fork reads every record, finds the parent sound, and
+    /// forks it as a parent without a snapshot forks.
+    #[test]
+    fn a_snapshot_state_that_breaks_a_rule_does_not_refuse_the_fork() {
+        let folder = ok(tempfile::tempdir());
+        let store = long_parent(folder.path());
+        let parent_log = store.session_path(&id("p"));
+        let sidecar = crate::jsonl::state_snapshot_path(&parent_log);
+        let parent = ok(store.snapshot(&id("p")));
+        let (_, anchor) = ok(crate::state_snapshot::decode(
+            ok(std::fs::read(&sidecar)),
+            &parent.header,
+            &parent.header_body,
+        ));
+        let last = usize::try_from(anchor.seq).unwrap_or(usize::MAX) - 1;
+        let mut forged = SessionState::with_header_body(parent.header.clone(), &parent.header_body);
+        for record in &parent.events[..last] {
+            ok(forged.apply(record));
+        }
+        let ghost = EventRecord::new(
+            anchor.seq,
+            parent.events[last].ts(),
+            None,
+            "turn/end",
+            r#"{"turnId":"ghost"}"#,
+        );
+        assert!(
+            forged.apply(&ghost).is_err(),
+            "the forged state breaks a rule"
+        );
+        let header_crc = crate::state_snapshot::header_crc(&parent.header_body);
+        ok(std::fs::write(
+            &sidecar,
+            crate::state_snapshot::encode(&forged, header_crc, anchor),
+        ));
+        assert!(
+            ok(snapshot_log_state(&parent_log, None)).is_some(),
+            "the forged snapshot is taken as the parent's"
+        );
+        let child = fork_of(&store, "c");
+        assert_eq!(child.seed_length, 1_501);
+        assert_eq!(child.approval_policy, Some(ApprovalPolicy::Never));
         assert_no_temporary_file(store.path());
     }
 

@@ -475,9 +475,12 @@ pub fn read_header_as_is(
 
 /// Opens the single writer of the log at `path`: takes the exclusive lock
 /// (`Locked` if another writer, in this process or another, holds it), reads
-/// and verifies the whole log while folding its projections, truncates a torn
+/// and verifies the log while folding its projections, truncates a torn
 /// tail (with a `tracing` warning naming the bytes dropped), and refuses a
-/// corrupt or rule-breaking log. Symlinks are not followed.
+/// corrupt or rule-breaking log. With a state snapshot whose anchor still
+/// matches, only the records after it are read and checked: damage before
+/// it is left for `verify` (docs/FORMAT.md, "State snapshots"). Symlinks are
+/// not followed.
 pub fn open_log_writer(
     path: &Path,
     expected_id: Option<SessionId>,

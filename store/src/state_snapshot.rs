@@ -10,7 +10,10 @@
 //! snapshot that is torn, damaged, of another session or header, of a
 //! format this build does not know, or whose anchor no longer matches is
 //! ignored (and replaced by the next one written), never an error.
-//! `verify`, export, migration and fork never read one.
+//! `verify`, export and migration never read one; a copying fork reads one
+//! only to predict the child's header, which its full read then checks.
+//! What it proves, and what it does not (a snapshot written by someone who
+//! can write the store): docs/FORMAT.md, "What a snapshot proves".
 
 use sessionlog_projections::{SessionState, SnapshotTrust};
 use sessionlog_schema::{SessionHeader, SessionId};

@@ -641,7 +641,9 @@ impl Store {
     }
 
     /// Opens the single writer of session `id` (`Locked` when another
-    /// writer holds it; corrupt or rule-breaking sessions are refused).
+    /// writer holds it; corrupt or rule-breaking sessions are refused, as
+    /// far as the read reaches: from a state snapshot whose anchor matches,
+    /// only the events after it are read).
     pub fn open_writer(
         &self,
         id: &SessionId,

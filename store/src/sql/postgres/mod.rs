@@ -504,8 +504,9 @@ impl PostgresStore {
 
     /// Opens the single writer of session `id` on a connection of its own:
     /// takes the session's lock (`Locked` if another writer, on any
-    /// machine, holds it), reads and verifies every event while folding its
-    /// projections, and refuses a corrupt or rule-breaking session.
+    /// machine, holds it), reads and verifies the events while folding its
+    /// projections (those after its state snapshot, when one matches), and
+    /// refuses a corrupt or rule-breaking session.
     pub fn open_writer(
         &self,
         id: &SessionId,

@@ -915,8 +915,9 @@ impl SqliteStore {
 
     /// Opens the single writer of session `id`: takes its lock (`Locked` if
     /// another writer, in this process or another, holds it), reads and
-    /// verifies every event while folding its projections, and refuses a
-    /// corrupt or rule-breaking session.
+    /// verifies the events while folding its projections (those after its
+    /// state snapshot, when one matches), and refuses a corrupt or
+    /// rule-breaking session.
     pub fn open_writer(
         &self,
         id: &SessionId,
