@@ -124,6 +124,6 @@ async fn run(folder: &std::path::Path) -> Result<(), Box<dyn Error>> {
         settled.get(),
         "the follower saw every event"
     );
-    writer.close();
+    writer.close().await;
     Ok(())
 }

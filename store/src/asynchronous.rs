@@ -220,7 +220,7 @@ impl AsyncStore {
     /// let mut followed = writer.follow(1);
     /// let first = followed.next().await.transpose()?;
     /// assert_eq!(first.map(|record| record.seq()), Some(1));
-    /// writer.close();
+    /// writer.close().await;
     /// # Ok(())
     /// # }
     /// ```
@@ -307,8 +307,15 @@ impl AsyncStore {
     }
 
     /// Releases the writer of session `id` (and its lock), if one is open.
-    pub fn close(&self, id: &SessionId) {
-        self.writer_table().remove(id);
+    /// A writer may take a state snapshot as it closes (a file write or a
+    /// database commit): it is dropped on the blocking pool, and the lock
+    /// is free when this returns, unless an append of it is still in
+    /// flight (the writer then closes when that append ends).
+    pub async fn close(&self, id: &SessionId) {
+        let slot = self.writer_table().remove(id);
+        if let Some(slot) = slot {
+            let _ = tokio::task::spawn_blocking(move || drop(slot)).await;
+        }
     }
 
     /// A stream of the events of session `id` from `from_seq` on: those
@@ -608,9 +615,9 @@ impl AsyncWriter {
     }
 
     /// Releases the session's writer and its lock (for every handle of it:
-    /// a later append opens it again).
-    pub fn close(self) {
-        self.store.close(&self.id);
+    /// a later append opens it again), as [`AsyncStore::close`] does.
+    pub async fn close(self) {
+        self.store.close(&self.id).await;
     }
 }
 
@@ -820,7 +827,7 @@ mod tests {
             matches!(stale, Err(StoreError::Conflict { .. })),
             "{stale:?}"
         );
-        writer.close();
+        writer.close().await;
         assert!(store
             .store()
             .open_writer(&id("a"), WriterOptions::default())
@@ -1111,7 +1118,7 @@ mod tests {
             matches!(locked, Err(StoreError::Locked { .. })),
             "{locked:?}"
         );
-        store.close(&id("a"));
+        store.close(&id("a")).await;
         assert!(store
             .store()
             .open_writer(&id("a"), WriterOptions::default())

@@ -671,7 +671,7 @@ mod tests {
                 allowed.recorded.iter().map(|s| s.get()).collect::<Vec<_>>(),
                 [11]
             );
-            store.close(&id("a"));
+            store.close(&id("a")).await;
         });
         // An append that lands while the reviewer thinks makes the verdict
         // one about an older snapshot: it is not recorded.
