@@ -1219,6 +1219,22 @@ pub(crate) mod tests {
             "{refused:?}"
         );
         assert!(!ok(store.contains(&id("b"))));
+        // A NUL in a value kept in a text column of its own: PostgreSQL's
+        // text cannot hold it, so no backend takes it.
+        let refused = writer.append(event("note/a\0b", "{}", 3), None);
+        assert!(
+            matches!(&refused, Err(StoreError::InvalidEvent(message)) if message.contains("NUL")),
+            "{refused:?}"
+        );
+        assert!(!writer.is_poisoned());
+        let mut nul = header("c");
+        nul.cwd = "/work/a\0b".to_owned();
+        let refused = store.create_session(&nul, &[], Durability::Fsync);
+        assert!(
+            matches!(&refused, Err(StoreError::InvalidEvent(message)) if message.contains("session c") && message.contains("NUL")),
+            "{refused:?}"
+        );
+        assert!(!ok(store.contains(&id("c"))));
     }
 
     fn staged_events_are_seen_only_once_synced_and_a_dropped_writer_leaves_none(store: &Store) {

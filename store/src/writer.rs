@@ -739,9 +739,11 @@ pub(crate) fn build_record(
 }
 
 /// Refuses a header or events holding a value one of the backends cannot
-/// store: an integer above 2^63 - 1, SQLite's largest. Both backends run
-/// it before anything is written, so they accept exactly the same sessions
-/// and events, and a store can always be migrated to the other backend.
+/// store: an integer above 2^63 - 1, SQLite's largest, or a NUL character
+/// in a value kept in a text column of its own (the header's `cwd`, an
+/// event's `type`), which PostgreSQL's text cannot hold. Every backend
+/// runs it before anything is written, so they accept exactly the same
+/// sessions and events, and a store can always be migrated to another.
 pub(crate) fn check_storable(
     header: &SessionHeader,
     events: &[EventRecord],
@@ -758,10 +760,16 @@ pub(crate) fn check_storable(
             )));
         }
     }
+    if header.cwd.contains('\0') {
+        return Err(StoreError::InvalidEvent(format!(
+            "session {}: header cwd {:?} holds a NUL character, which PostgreSQL's text cannot store",
+            header.id, header.cwd
+        )));
+    }
     events.iter().try_for_each(check_storable_record)
 }
 
-/// [`check_storable`] for one record: its seq and ts.
+/// [`check_storable`] for one record: its seq, ts and type.
 pub(crate) fn check_storable_record(record: &EventRecord) -> Result<(), StoreError> {
     for (what, value) in [("seq", record.seq()), ("ts", record.ts())] {
         if i64::try_from(value).is_err() {
@@ -771,6 +779,13 @@ pub(crate) fn check_storable_record(record: &EventRecord) -> Result<(), StoreErr
                 record.event_type()
             )));
         }
+    }
+    if record.event_type().contains('\0') {
+        return Err(StoreError::InvalidEvent(format!(
+            "seq {}: type {:?} holds a NUL character, which PostgreSQL's text cannot store",
+            record.seq(),
+            record.event_type()
+        )));
     }
     Ok(())
 }

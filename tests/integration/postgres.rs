@@ -915,3 +915,63 @@ fn a_url_that_is_not_a_postgres_url_makes_no_folder() {
         );
     }
 }
+
+/// A database made for one test, dropped when it ends.
+struct Database {
+    admin: sessionlog_store::PostgresStore,
+    name: String,
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        if let Ok(mut client) = self.admin.connect() {
+            let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {}", self.name));
+        }
+    }
+}
+
+/// A database whose encoding is not UTF8 is refused for writing, naming
+/// its encoding, before anything is made in it: it would refuse some text
+/// of a log at an append, with no session named.
+#[test]
+fn a_database_not_in_utf8_is_refused_for_writing() {
+    let Some(server) = test_server() else {
+        return;
+    };
+    let Ok(Store::Postgres(admin)) = Store::create(Path::new(&server)) else {
+        panic!("{server}: no PostgreSQL store");
+    };
+    let database = Database {
+        admin,
+        name: format!("it_latin1_{}", std::process::id()),
+    };
+    // One statement a call: neither runs inside a transaction block.
+    let mut client = ok(database.admin.connect());
+    ok(client.batch_execute(&format!("DROP DATABASE IF EXISTS {}", database.name)));
+    ok(client.batch_execute(&format!(
+        "CREATE DATABASE {} ENCODING 'LATIN1' TEMPLATE template0 LC_COLLATE 'C' LC_CTYPE 'C'",
+        database.name
+    )));
+    drop(client);
+    let (base, query) = server.split_once('?').unwrap_or((&server, ""));
+    let Some((host, _)) = base.rsplit_once('/') else {
+        panic!("{server}: no database in the URL");
+    };
+    let url = match query {
+        "" => format!("{host}/{}", database.name),
+        query => format!("{host}/{}?{query}", database.name),
+    };
+    let refused = run(["create", &url, "--session", "s"]);
+    refused.expect_code(1);
+    assert!(
+        refused.stderr.contains("encoding is LATIN1") && refused.stderr.contains("UTF8"),
+        "{}",
+        refused.stderr
+    );
+    // Nothing was made: a reader finds no store there.
+    let read = Store::open_read_only(Path::new(&url));
+    assert!(
+        matches!(read, Err(sessionlog_store::StoreError::NotAStore { .. })),
+        "{read:?}"
+    );
+}

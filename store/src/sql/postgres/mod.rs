@@ -989,9 +989,34 @@ impl Connection {
                 "make the connection read-only",
                 sql::READ_ONLY_SESSION,
             )?,
-            false => connection.set_durability(location, Durability::Fsync)?,
+            false => {
+                connection.set_durability(location, Durability::Fsync)?;
+                connection.require_utf8(location)?;
+            }
         }
         Ok(connection)
+    }
+
+    /// Refuses to write to a database whose encoding is not UTF8: a log
+    /// holds any Unicode text, and another encoding refuses some of it
+    /// at the first append that carries it, with no session named.
+    fn require_utf8(&mut self, location: &Location) -> Result<(), StoreError> {
+        let encoding: String = self
+            .client
+            .query_one("SHOW server_encoding", &[])
+            .and_then(|row| row.try_get(0))
+            .map_err(postgres_error("read the database's encoding", location))?;
+        if encoding == "UTF8" {
+            return Ok(());
+        }
+        Err(StoreError::InvalidStore {
+            store: location.display.clone(),
+            reason: format!(
+                "the database's encoding is {encoding}, and a store is written only to a UTF8 \
+                 database, which holds every text a log can (CREATE DATABASE … ENCODING 'UTF8' \
+                 TEMPLATE template0)"
+            ),
+        })
     }
 
     /// The prepared statement of `text`, prepared on first use.
