@@ -253,6 +253,25 @@ impl Refusal {
 }
 
 impl StoreError {
+    /// Whether this is a PostgreSQL server out of reach: the connection
+    /// closed or refused, or the server ending it (a restart, a failover,
+    /// an administrator: SQLSTATE class 08, 57P01–57P03). The next call
+    /// connects again; a follower may go on trying.
+    pub fn is_connection_lost(&self) -> bool {
+        match self {
+            #[cfg(feature = "postgres")]
+            StoreError::Postgres { code, source, .. } => {
+                source.is_closed()
+                    || code.as_deref().is_some_and(|code| {
+                        code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
+                    })
+                    || std::error::Error::source(source)
+                        .is_some_and(|inner| inner.is::<io::Error>())
+            }
+            _ => false,
+        }
+    }
+
     /// The exit class of this error.
     pub fn class(&self) -> ErrorClass {
         match self {

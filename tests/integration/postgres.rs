@@ -975,3 +975,67 @@ fn a_database_not_in_utf8_is_refused_for_writing() {
         "{read:?}"
     );
 }
+
+/// `tail -f` of a PostgreSQL session goes on after the server ends its
+/// connections (a restart, a failover, an administrator): it says so, and
+/// prints what is appended once it is connected again.
+#[test]
+fn tail_f_follows_on_after_the_server_ends_its_connections() {
+    let Some(server) = test_server() else {
+        return;
+    };
+    let schema = Schema::new(&server, "tail_drop");
+    run(["create", &schema.url, "--session", "r"]).expect_code(0);
+    let name = format!("it_tail_drop_{}", std::process::id());
+    let followed = format!("{}&application_name={name}", schema.url);
+    let mut tail = ok(sessionlog(["tail", &followed, "--session", "r", "-f"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn());
+    let stdout = tail.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+    let (lines, printed) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let append = |n: u32| {
+        run_with_stdin(
+            ["append", &schema.url, "--session", "r"],
+            &format!("{{\"type\":\"x-test/probe\",\"data\":{{\"n\":{n}}}}}\n"),
+        )
+        .expect_code(0);
+    };
+    let wait_for = |n: u32| {
+        let wanted = format!("\"n\":{n}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match printed.recv_timeout(left) {
+                Ok(line) if line.contains(&wanted) => return,
+                Ok(_) => {}
+                Err(error) => panic!("tail -f never printed event {n}: {error}"),
+            }
+        }
+    };
+    append(1);
+    wait_for(1);
+    let Ok(Store::Postgres(admin)) = Store::create(Path::new(&server)) else {
+        panic!("{server}: no PostgreSQL store");
+    };
+    let ended: i64 = ok(ok(ok(admin.connect()).query_one(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = $1) AS ended",
+        &[&name],
+    ))
+    .try_get(0));
+    assert!(ended > 0, "tail -f held no connection named {name}");
+    append(2);
+    wait_for(2);
+    let _ = tail.kill();
+    let finished = ok(tail.wait_with_output());
+    let stderr = String::from_utf8_lossy(&finished.stderr);
+    assert!(stderr.contains("connecting again"), "{stderr}");
+}

@@ -35,6 +35,10 @@ use crate::{exit, warn};
 /// the log's folder ends the wait earlier (`Wake`).
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 
+/// How often `tail -f` tries again when the PostgreSQL server dropped its
+/// connection.
+const RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
+
 /// What to print first.
 #[derive(Debug, Clone, Copy)]
 pub enum Start {
@@ -168,8 +172,15 @@ impl<'a, W: Write> Tail<'a, W> {
             _ => None,
         };
         let mut soon: Option<Duration> = None;
+        // A PostgreSQL server that drops the connection (a restart, a
+        // failover, an administrator) is not the end of following: each
+        // look connects again, once a second, until one succeeds.
+        let mut lost: Option<sessionlog_store::StoreError> = None;
         loop {
-            let timeout = soon.unwrap_or(POLL_INTERVAL);
+            let timeout = match lost {
+                Some(_) => RECONNECT_INTERVAL,
+                None => soon.unwrap_or(POLL_INTERVAL),
+            };
             let woken = match listener.as_mut().map(|listener| listener.wait(timeout)) {
                 Some(Ok(woken)) => woken,
                 Some(Err(_)) => {
@@ -178,10 +189,33 @@ impl<'a, W: Write> Tail<'a, W> {
                 }
                 None => wake.wait(timeout),
             };
-            let records = match &mut following {
-                Following::Log(follower) => follower.poll(usize::MAX)?,
-                Following::Rows(follower, store) => follower.poll(store, usize::MAX)?,
+            let polled = match &mut following {
+                Following::Log(follower) => follower.poll(usize::MAX),
+                Following::Rows(follower, store) => follower.poll(store, usize::MAX),
             };
+            let records = match polled {
+                Ok(records) => records,
+                Err(error) if self.reconnects(&error) => {
+                    if lost.is_none() {
+                        warn(format!(
+                            "{error}; connecting again every {} s",
+                            RECONNECT_INTERVAL.as_secs()
+                        ));
+                    }
+                    lost = Some(error);
+                    continue;
+                }
+                Err(error) => return Err(error.into()),
+            };
+            if lost.take().is_some() {
+                warn("connected again; following on");
+                if let Source::Database {
+                    store: Store::Postgres(store),
+                } = &self.source
+                {
+                    listener = listener.or_else(|| store.listener(&session.id).ok());
+                }
+            }
             for record in &records {
                 self.print(record)?;
             }
@@ -289,6 +323,17 @@ impl<'a, W: Write> Tail<'a, W> {
     }
 
     /// Prints `record` when it is above the last seq printed.
+    /// Whether following goes on after `error`: a PostgreSQL server that
+    /// is out of reach for now.
+    fn reconnects(&self, error: &sessionlog_store::StoreError) -> bool {
+        matches!(
+            &self.source,
+            Source::Database {
+                store: Store::Postgres(_)
+            }
+        ) && error.is_connection_lost()
+    }
+
     fn print(&mut self, record: &EventRecord) -> Result<()> {
         if record.seq() <= self.printed {
             return Ok(());
