@@ -355,10 +355,10 @@ impl SessionWriter {
         }
         let count = events.len() as u64;
         if count > MAX_BATCH_RECORDS {
-            return Err(StoreError::InvalidEvent(format!(
+            return Err(self.naming_the_log(StoreError::InvalidEvent(format!(
                 "a batch of {count} events is above the limit of {MAX_BATCH_RECORDS} records; \
                  nothing was written: append it as several batches"
-            )));
+            ))));
         }
         let batch = (count >= 2).then_some(count);
         // The batch is folded into the state itself, under a mark: a
@@ -394,7 +394,8 @@ impl SessionWriter {
         let mut records = Vec::with_capacity(events.len() + 1);
         for (index, event) in events.into_iter().enumerate() {
             let seq = self.written_seq + 1 + index as u64;
-            let record = build_record(seq, if index == 0 { batch } else { None }, event)?;
+            let record = build_record(seq, if index == 0 { batch } else { None }, event)
+                .map_err(|error| self.naming_the_log(error))?;
             self.state
                 .apply(&record)
                 .map_err(|violation| StoreError::Rule {
@@ -510,7 +511,7 @@ impl SessionWriter {
         expected_seq: Option<u64>,
     ) -> Result<Vec<AcknowledgedSeq>, StoreError> {
         let events = preset_switch(&self.state, preset, auto_approval, defaults)
-            .map_err(|error| StoreError::InvalidEvent(error.to_string()))?;
+            .map_err(|error| self.naming_the_log(StoreError::InvalidEvent(error.to_string())))?;
         let ts = now_ms();
         let events = events
             .into_iter()
@@ -528,7 +529,8 @@ impl SessionWriter {
     /// staged together share one fsync.
     pub fn stage(&mut self, event: NewEvent, expected_seq: Option<u64>) -> Result<u64, StoreError> {
         self.check_usable(expected_seq)?;
-        let record = build_record(self.written_seq + 1, None, event)?;
+        let record = build_record(self.written_seq + 1, None, event)
+            .map_err(|error| self.naming_the_log(error))?;
         let event = self
             .state
             .check(&record)
@@ -556,6 +558,18 @@ impl SessionWriter {
         self.state.apply_checked(&record, event);
         self.absorb_fragments(std::slice::from_ref(&record));
         Ok(record.seq())
+    }
+
+    /// `error`, when it refuses an event as invalid, naming the log it was
+    /// meant for (the file, or the store and session), as a rule
+    /// violation names it.
+    fn naming_the_log(&self, error: StoreError) -> StoreError {
+        match error {
+            StoreError::InvalidEvent(reason) => {
+                StoreError::InvalidEvent(format!("{}: {reason}", crate::store_display(&self.path)))
+            }
+            other => other,
+        }
     }
 
     /// Stages a seal of every record written so far, now.
