@@ -411,7 +411,10 @@ impl<'a> Conversation<'a> {
                         unmapped = true;
                     }
                 }
-                Some("text") => parts.push(text_part(str_of(block, "text").unwrap_or_default())),
+                Some("text") => {
+                    let text = str_of(block, "text").unwrap_or_default();
+                    parts.extend(split_reminders(text).into_iter().map(text_part));
+                }
                 Some("image") => parts.push(image_block(block)),
                 Some("document") => {
                     let part = document_block(block);
@@ -495,6 +498,45 @@ impl<'a> Conversation<'a> {
         }
         self.pending_key = None;
     }
+}
+
+/// `text` cut so that each `<system-reminder>` block in it (through its
+/// closing tag, or the end) is a piece of its own: Claude Code may append
+/// one to the text the person typed, and the reminder must not take the
+/// person's authority (nor the person's text the reminder's). Whitespace
+/// between pieces stays with the piece before it; the pieces joined give
+/// `text` back.
+pub(super) fn split_reminders(text: &str) -> Vec<&str> {
+    const OPEN: &str = "<system-reminder>";
+    const CLOSE: &str = "</system-reminder>";
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    let mut at = 0;
+    while let Some(found) = text[at..].find(OPEN) {
+        let open = at + found;
+        let end = text[open..]
+            .find(CLOSE)
+            .map_or(text.len(), |close| open + close + CLOSE.len());
+        if !text[start..open].trim().is_empty() {
+            pieces.push(&text[start..open]);
+            start = open;
+        }
+        // The block, with the whitespace after it.
+        let after = end + (text[end..].len() - text[end..].trim_start().len());
+        pieces.push(&text[start..after]);
+        start = after;
+        at = after;
+    }
+    if start < text.len() || pieces.is_empty() {
+        match pieces.last_mut() {
+            Some(last) if text[start..].trim().is_empty() => {
+                // The pieces are contiguous: the last one ends at `start`.
+                *last = &text[start - last.len()..];
+            }
+            _ => pieces.push(&text[start..]),
+        }
+    }
+    pieces
 }
 
 /// The parts of a user line in runs that share an origin, each with its
