@@ -227,6 +227,11 @@ fn describe(error: &ureq::Error, url: &str) -> String {
         ureq::Error::Timeout(_) => {
             format!("no complete answer from {url} within the timeout")
         }
+        ureq::Error::BodyExceedsLimit(limit) => {
+            format!(
+                "the answer from {url} is above {limit} bytes, the most a reviewer's answer may be"
+            )
+        }
         ureq::Error::Io(io) => format!("POST {url}: {io}"),
         other => format!("POST {url}: {other}"),
     }

@@ -293,7 +293,7 @@ fn try_ask(
         .map_err(|error| failure(format!("the request could not be sent: {error}")))?;
     let response = reviewer
         .send(&body)
-        .map_err(|error| failure(format!("the reviewer could not be reached: {error}")))?;
+        .map_err(|error| failure(format!("no answer from the reviewer: {error}")))?;
     if !(200..300).contains(&response.status) {
         // Scrubbed whole before it is cut: a cut inside a credential would
         // leave its first part unrecognised.
@@ -486,7 +486,7 @@ mod tests {
         assert_eq!(
             failed.verdict,
             Verdict::Failed(ReviewFailure {
-                message: "the reviewer could not be reached: connection refused".to_owned()
+                message: "no answer from the reviewer: connection refused".to_owned()
             })
         );
         let unrecorded = ok(writer.review(&pending("c4"), &ReviewOptions::default(), &reviewer));
@@ -508,7 +508,7 @@ mod tests {
                 r#"tool/start {"callId":"c2","stepId":"s1","name":"shell","arguments":{"command":"ls"}}"#,
                 r#"tool/settle {"callId":"c2","status":"error","error":{"name":"AutoReviewDeniedError","code":"AUTO_REVIEW_DENIED","reason":"line one\nline \"two\""}}"#,
                 r#"tool/start {"callId":"c3","stepId":"s1","name":"shell","arguments":{"command":"ls"}}"#,
-                r#"tool/settle {"callId":"c3","status":"error","error":{"name":"AutoReviewFailedError","code":"AUTO_REVIEW_FAILED","message":"the reviewer could not be reached: connection refused"}}"#,
+                r#"tool/settle {"callId":"c3","status":"error","error":{"name":"AutoReviewFailedError","code":"AUTO_REVIEW_FAILED","message":"no answer from the reviewer: connection refused"}}"#,
             ]
         );
     }
@@ -614,7 +614,7 @@ mod tests {
                 Err(ReviewerError {
                     message: "no complete answer within the timeout".to_owned(),
                 }),
-                "the reviewer could not be reached: no complete answer within the timeout",
+                "no answer from the reviewer: no complete answer within the timeout",
             ),
         ];
         let request = r#"{"model":{"provider":"p","model":"m"},"partitions":{"REVIEW_POLICY":"x","ENVIRONMENT":{},"PROJECT_INSTRUCTIONS":[],"FILTERED_HISTORY":[],"PENDING_ACTION":{}}}"#;

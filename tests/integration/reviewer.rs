@@ -435,13 +435,19 @@ fn every_bad_answer_is_a_recorded_failure_naming_its_cause() {
                 chat(json!("{\"risk\":\"low\",\"decision\":\"allow\"}"), "stop"),
             ),
             &["--timeout", "0.5"],
-            "the reviewer could not be reached: no complete answer from",
+            "no answer from the reviewer: no complete answer from",
         ),
         (
             "closed connection",
             Answer::Close,
             &[],
-            "the reviewer could not be reached: POST",
+            "no answer from the reviewer: POST",
+        ),
+        (
+            "an answer above 16 MiB",
+            Answer::Body(200, "x".repeat(17 << 20)),
+            &[],
+            "no answer from the reviewer: the answer from http",
         ),
     ];
     for (case, answer, extra, cause) in cases {

@@ -148,7 +148,7 @@ pub fn chat_completions_reply(response: &[u8]) -> Result<String, ReviewFailure> 
     let content = as_string(content).ok_or_else(|| {
         ReviewFailure::new(format!(
             "choices[0].message.content must be a string, found {}",
-            kind_of(content)
+            not_a_string(content)
         ))
     })?;
     let reasoning = message
@@ -160,7 +160,7 @@ pub fn chat_completions_reply(response: &[u8]) -> Result<String, ReviewFailure> 
     let stop = as_string(finish_reason).ok_or_else(|| {
         ReviewFailure::new(format!(
             "choices[0].finish_reason must be a string, found {}",
-            kind_of(finish_reason)
+            not_a_string(finish_reason)
         ))
     })?;
     let mut blocks = Vec::with_capacity(2);
@@ -246,6 +246,16 @@ fn member<'a>(
 }
 
 /// What kind of JSON value `value` is, for messages.
+/// What `value`, which was not read as a string, is instead: a string
+/// that no text can hold (an escaped lone surrogate, `"\ud800"`), or
+/// [`kind_of`] it.
+fn not_a_string(value: &RawValue) -> &'static str {
+    match value.get().trim_start().starts_with('"') {
+        true => "a string that is not Unicode text (an escaped lone surrogate)",
+        false => kind_of(value),
+    }
+}
+
 fn kind_of(value: &RawValue) -> &'static str {
     match value.get().trim_start().as_bytes().first() {
         Some(b'n') => "null",
@@ -429,6 +439,14 @@ mod tests {
                 "duplicate member content in choices[0].message",
             ),
             (b"{\"choices\":\xff}".to_vec(), "the reviewer's answer is not UTF-8 (invalid byte at offset 11)"),
+            (
+                br#"{"choices":[{"message":{"content":"\ud800"},"finish_reason":"stop"}]}"#.to_vec(),
+                "choices[0].message.content must be a string, found a string that is not Unicode text (an escaped lone surrogate)",
+            ),
+            (
+                br#"{"choices":[{"message":{"content":"{}"},"finish_reason":"\udfff"}]}"#.to_vec(),
+                "choices[0].finish_reason must be a string, found a string that is not Unicode text (an escaped lone surrogate)",
+            ),
         ];
         for (response, expected) in cases {
             assert_eq!(
