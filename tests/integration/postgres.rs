@@ -1039,3 +1039,41 @@ fn tail_f_follows_on_after_the_server_ends_its_connections() {
     let stderr = String::from_utf8_lossy(&finished.stderr);
     assert!(stderr.contains("connecting again"), "{stderr}");
 }
+
+/// A store is never made in a schema that holds another application's
+/// tables (as a SQLite store is never made in another application's
+/// database): refused as not a store, nothing added.
+#[test]
+fn a_schema_of_another_application_is_not_made_a_store() {
+    let Some(server) = test_server() else {
+        return;
+    };
+    let schema = Schema::new(&server, "foreign");
+    let Ok(Store::Postgres(admin)) = Store::create(Path::new(&server)) else {
+        panic!("{server}: no PostgreSQL store");
+    };
+    ok(ok(admin.connect()).batch_execute(&format!(
+        "CREATE SCHEMA {0}; CREATE TABLE {0}.accounts (id integer)",
+        schema.name
+    )));
+    let examples = text(&examples());
+    for args in [
+        vec!["create", schema.url.as_str(), "--session", "s"],
+        vec!["migrate", examples.as_str(), schema.url.as_str()],
+    ] {
+        let refused = run(&args);
+        refused.expect_code(1);
+        assert!(
+            refused
+                .stderr
+                .contains("holds tables of another application (accounts)"),
+            "{args:?}: {}",
+            refused.stderr
+        );
+    }
+    let read = Store::open_read_only(&schema.path());
+    assert!(
+        matches!(read, Err(sessionlog_store::StoreError::NotAStore { .. })),
+        "nothing was added: {read:?}"
+    );
+}

@@ -1517,7 +1517,11 @@ fn upgrade_schema(connection: &mut Connection, location: &Location) -> Result<()
         )?;
         let create = sql::CREATE_SCHEMA.replace("$schema", &location.quoted_schema());
         connection.run(location, "create the schema", &create)?;
-        let found = read_version(connection, location)?.unwrap_or(0);
+        let found = read_version(connection, location)?;
+        if found.is_none() {
+            refuse_foreign_tables(connection, location)?;
+        }
+        let found = found.unwrap_or(0);
         if found > POSTGRES_SCHEMA_VERSION {
             return Err(newer_schema(location, found));
         }
@@ -1537,6 +1541,48 @@ fn upgrade_schema(connection: &mut Connection, location: &Location) -> Result<()
         let _ = connection.client.batch_execute(sql::ROLLBACK);
     }
     outcome
+}
+
+/// Refuses to make a store in a schema that already holds tables (or
+/// views) of another application: a store lives in a schema of its own,
+/// as a SQLite store is never made in another application's database.
+fn refuse_foreign_tables(
+    connection: &mut Connection,
+    location: &Location,
+) -> Result<(), StoreError> {
+    let rows = connection
+        .client
+        .query(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+              ORDER BY c.relname LIMIT 4",
+            &[&location.schema],
+        )
+        .map_err(postgres_error(
+            "look for other tables in the schema",
+            location,
+        ))?;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut names = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let name: String = row.try_get(0).map_err(postgres_error(
+            "look for other tables in the schema",
+            location,
+        ))?;
+        names.push(name);
+    }
+    let more = if names.len() == 4 { ", …" } else { "" };
+    Err(StoreError::NotAStore {
+        path: location.display.clone(),
+        reason: format!(
+            "schema {} holds tables of another application ({}{more}) and no sessionlog store: \
+             a store lives in a schema of its own (name another with ?schema=NAME)",
+            location.schema,
+            names.join(", ")
+        ),
+    })
 }
 
 fn newer_schema(location: &Location, found: i64) -> StoreError {
