@@ -1229,6 +1229,14 @@ impl Connection {
         }
         match durability {
             Durability::Fsync => {
+                // Back to the connection's own setting first, so that a
+                // stronger one (`remote_apply`) is kept after a buffered
+                // write set it off.
+                self.run(
+                    location,
+                    "reset synchronous_commit",
+                    sql::SYNCHRONOUS_COMMIT_RESET,
+                )?;
                 let shown = self
                     .client
                     .query_one(sql::SHOW_SYNCHRONOUS_COMMIT, &[])

@@ -137,6 +137,11 @@ pub(super) const SHOW_SYNCHRONOUS_COMMIT: &str = "SHOW synchronous_commit";
 /// connection whose setting was weaker.
 pub(super) const SYNCHRONOUS_COMMIT_ON: &str = "SET synchronous_commit TO on";
 
+/// Takes `synchronous_commit` back to what the connection started with
+/// (the server's, the database's or the role's setting, or the URL's
+/// `options`), undoing [`SYNCHRONOUS_COMMIT_OFF`].
+pub(super) const SYNCHRONOUS_COMMIT_RESET: &str = "RESET synchronous_commit";
+
 /// Lets a `Durability::Buffered` writer's commits return before the flush.
 pub(super) const SYNCHRONOUS_COMMIT_OFF: &str = "SET synchronous_commit TO off";
 

@@ -729,3 +729,27 @@ fn a_burst_of_appends_is_announced_through_its_last_seq_in_order() {
     assert_eq!(seqs.last(), Some(&burst), "{seqs:?}");
     assert!(seqs.is_sorted() && seqs.len() <= burst as usize, "{seqs:?}");
 }
+
+/// A connection whose `synchronous_commit` is stronger than `on` (set by
+/// the URL's `options`, the role, the database or the server) keeps it
+/// for durable writes after a buffered one (a state snapshot) set it off.
+#[test]
+fn a_durable_write_after_a_buffered_one_keeps_a_stronger_setting() {
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    let url = format!(
+        "{}&options=-c%20synchronous_commit%3Dremote_apply",
+        schema.url
+    );
+    let location = ok(Location::parse(Path::new(&url)));
+    let mut connection = ok(Connection::open(&location, false));
+    let shown = |connection: &mut Connection| -> String {
+        ok(ok(connection.client.query_one("SHOW synchronous_commit", &[])).try_get(0))
+    };
+    assert_eq!(shown(&mut connection), "remote_apply");
+    ok(connection.set_durability(&location, Durability::Buffered));
+    assert_eq!(shown(&mut connection), "off");
+    ok(connection.set_durability(&location, Durability::Fsync));
+    assert_eq!(shown(&mut connection), "remote_apply");
+}
