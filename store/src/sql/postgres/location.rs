@@ -193,6 +193,8 @@ fn apply_environment(config: &mut Config) {
 fn display_url(config: &Config, schema: &str) -> String {
     let user = config.get_user().unwrap_or_default();
     let host = match config.get_hosts().first() {
+        // An IPv6 address is written in brackets, as a URL takes it.
+        Some(Host::Tcp(name)) if name.contains(':') => format!("[{name}]"),
         Some(Host::Tcp(name)) => name.clone(),
         Some(Host::Unix(path)) => path.display().to_string().replace('/', "%2F"),
         None => String::new(),
@@ -212,6 +214,16 @@ fn display_url(config: &Config, schema: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ipv6_host_is_shown_in_brackets() {
+        let location = Location::parse(Path::new("postgres://alice:pw@[::1]:5433/app"));
+        let shown = location.map(|location| location.display);
+        assert!(
+            matches!(&shown, Ok(display) if display == Path::new("postgres://alice@[::1]:5433/app")),
+            "{shown:?}"
+        );
+    }
 
     #[test]
     fn the_servers_own_schemas_are_refused() {
