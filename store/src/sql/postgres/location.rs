@@ -166,14 +166,25 @@ fn apply_environment(config: &mut Config) {
             .unwrap_or_else(|| "postgres".to_owned());
         config.user(&user);
     }
-    if config.get_password().is_none() {
-        if let Some(password) = variable("PGPASSWORD") {
-            config.password(password);
-        }
-    }
     if config.get_dbname().is_none() {
         if let Some(dbname) = variable("PGDATABASE") {
             config.dbname(&dbname);
+        }
+    }
+    if config.get_password().is_none() {
+        let password = variable("PGPASSWORD").or_else(|| {
+            let file = variable("PGPASSFILE")
+                .map(PathBuf::from)
+                .or_else(|| variable("HOME").map(|home| PathBuf::from(home).join(".pgpass")))?;
+            password_file_entry(&file, config)
+        });
+        if let Some(password) = password {
+            config.password(password);
+        }
+    }
+    if config.get_options().is_none() {
+        if let Some(options) = variable("PGOPTIONS") {
+            config.options(&options);
         }
     }
     if config.get_connect_timeout().is_none() {
@@ -186,6 +197,84 @@ fn apply_environment(config: &mut Config) {
         let name = variable("PGAPPNAME").unwrap_or_else(|| "sessionlog".to_owned());
         config.application_name(&name);
     }
+}
+
+/// The password the password file at `file` (libpq's `~/.pgpass`, or
+/// `PGPASSFILE`) gives the connection of `config`: the first line
+/// `host:port:database:user:password` whose first four fields match
+/// (`*` matches anything; `\:` and `\\` are a colon and a backslash).
+/// As libpq does, a file that others can read or write is not used (a
+/// warning says so), nor is one that is missing.
+fn password_file_entry(file: &Path, config: &Config) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let metadata = std::fs::metadata(file).ok()?;
+    if !metadata.is_file() {
+        return None;
+    }
+    if metadata.permissions().mode() & 0o077 != 0 {
+        tracing::warn!(
+            file = %file.display(),
+            "the password file has group or world access; it is not used (chmod 0600 it)"
+        );
+        return None;
+    }
+    let text = std::fs::read_to_string(file).ok()?;
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(name)) => name.clone(),
+        // libpq names a connection through the default socket folder
+        // `localhost`, as the file's lines do.
+        Some(Host::Unix(path))
+            if path == Path::new("/var/run/postgresql") || path == Path::new("/tmp") =>
+        {
+            "localhost".to_owned()
+        }
+        Some(Host::Unix(path)) => path.display().to_string(),
+        None => "localhost".to_owned(),
+    };
+    let port = config
+        .get_ports()
+        .first()
+        .copied()
+        .unwrap_or(5432)
+        .to_string();
+    let user = config.get_user().unwrap_or_default();
+    let database = config.get_dbname().unwrap_or(user);
+    password_in(&text, [&host, &port, database, user])
+}
+
+/// The password of the first line of a password file's `text` whose
+/// first four fields match `wanted` (host, port, database, user).
+fn password_in(text: &str, wanted: [&str; 4]) -> Option<String> {
+    text.lines()
+        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
+        .find_map(|line| {
+            let fields = password_file_fields(line);
+            let [host, port, database, user, password] = fields.as_slice() else {
+                return None;
+            };
+            let matches = [host, port, database, user]
+                .iter()
+                .zip(wanted)
+                .all(|(field, wanted)| field.as_str() == "*" || field.as_str() == wanted);
+            matches.then(|| password.clone())
+        })
+}
+
+/// A password file line's fields: split at `:`, `\` escaping the next
+/// character; the fifth field takes the rest of the line.
+fn password_file_fields(line: &str) -> Vec<String> {
+    let mut fields = Vec::new();
+    let mut field = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => field.extend(chars.next()),
+            ':' if fields.len() < 4 => fields.push(std::mem::take(&mut field)),
+            c => field.push(c),
+        }
+    }
+    fields.push(field);
+    fields
 }
 
 /// `postgres://user@host:port/dbname?schema=…`, from the configuration:
@@ -214,6 +303,49 @@ fn display_url(config: &Config, schema: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_password_file_gives_the_first_line_that_matches() {
+        let text = "# comment\n\
+                    db.example:5432:app:alice:first\n\
+                    *:5433:*:alice:wild\n\
+                    localhost:5432:app:alice:p\\:w\\\\d\n\
+                    *:*:*:*:any:colon\n";
+        let wanted = |host, port, database, user| password_in(text, [host, port, database, user]);
+        assert_eq!(
+            wanted("db.example", "5432", "app", "alice").as_deref(),
+            Some("first")
+        );
+        assert_eq!(
+            wanted("elsewhere", "5433", "x", "alice").as_deref(),
+            Some("wild")
+        );
+        assert_eq!(
+            wanted("localhost", "5432", "app", "alice").as_deref(),
+            Some("p:w\\d")
+        );
+        assert_eq!(wanted("h", "1", "d", "bob").as_deref(), Some("any:colon"));
+        assert_eq!(password_in("a:b:c\n", ["a", "b", "c", "d"]), None);
+    }
+
+    #[test]
+    fn a_password_file_others_can_read_is_not_used() {
+        use std::os::unix::fs::PermissionsExt;
+        let folder = tempfile::tempdir().unwrap_or_else(|error| panic!("{error}"));
+        let file = folder.path().join("pgpass");
+        std::fs::write(&file, "*:*:*:*:secret\n").unwrap_or_else(|error| panic!("{error}"));
+        let mut config = Config::new();
+        config.host("h").user("u").dbname("d");
+        for (mode, expected) in [(0o600, Some("secret")), (0o640, None), (0o604, None)] {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode))
+                .unwrap_or_else(|error| panic!("{error}"));
+            assert_eq!(
+                password_file_entry(&file, &config).as_deref(),
+                expected,
+                "{mode:o}"
+            );
+        }
+    }
 
     #[test]
     fn an_ipv6_host_is_shown_in_brackets() {
