@@ -886,6 +886,10 @@ fn postgres_display(text: &str) -> String {
 ///     "postgres://app@db/logs?schema=a"
 /// );
 /// assert_eq!(redact_url("postgres://app:s3/cret@db/logs"), "postgres://app@db/logs");
+/// assert_eq!(
+///     redact_url("postgres://db/logs?user=me@corp&password=s3cret"),
+///     "postgres://db/logs?user=me@corp"
+/// );
 /// ```
 pub fn redact_url(text: &str) -> String {
     let (scheme, rest) = text
@@ -896,7 +900,10 @@ pub fn redact_url(text: &str) -> String {
             Some((format!("{scheme}:/"), rest))
         })
         .unwrap_or_else(|| (String::new(), text));
-    let (user, rest) = match rest.split_once('@') {
+    // An `@` in the query (`?user=me@corp`) ends no user information.
+    let query_at = rest.find('?').unwrap_or(rest.len());
+    let userinfo_end = rest.find('@').filter(|at| *at < query_at);
+    let (user, rest) = match userinfo_end.map(|at| (&rest[..at], &rest[at + 1..])) {
         Some((userinfo, rest)) => {
             let user = userinfo.split(':').next().unwrap_or_default();
             (format!("{user}@"), rest)

@@ -63,6 +63,18 @@ impl Location {
             store: PathBuf::from(redact(text)),
             reason,
         };
+        // The client reads user information up to the first `@`, even
+        // one in the query: `?user=me@corp` would make the rest of the URL
+        // a host name (a password parameter included, shown in messages).
+        if let Some((base, query)) = text.split_once('?') {
+            if query.contains('@') && !base.contains('@') {
+                return Err(invalid(
+                    "an @ in the query is read as the end of a user name and password: \
+                     write it %40 (user=me%40corp)"
+                        .to_owned(),
+                ));
+            }
+        }
         let (url, schema) = take_schema_parameter(text);
         let schema = schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_owned());
         if !valid_schema_name(&schema) {
@@ -345,6 +357,20 @@ mod tests {
                 "{mode:o}"
             );
         }
+    }
+
+    #[test]
+    fn an_at_in_the_query_is_refused_without_showing_a_password() {
+        let url = "postgres://127.0.0.1:1/logs?user=me@corp&password=s3cretPW";
+        let refused = Location::parse(Path::new(url)).map(|location| location.display);
+        let Err(error) = refused else {
+            panic!("{refused:?}");
+        };
+        let shown = error.to_string();
+        assert!(
+            shown.contains("%40") && !shown.contains("s3cretPW"),
+            "{shown}"
+        );
     }
 
     #[test]
