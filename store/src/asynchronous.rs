@@ -44,7 +44,7 @@ use tokio::sync::mpsc;
 use crate::follow::LogFollower;
 use crate::reader::Snapshot;
 use crate::review::{
-    ask_reviewer, verdict_events, ReviewCallError, ReviewOptions, Reviewed, Reviewer,
+    ask_reviewer, recordable, verdict_events, ReviewCallError, ReviewOptions, Reviewed, Reviewer,
 };
 use crate::row_follow::RowFollower;
 use crate::store::Store;
@@ -295,8 +295,14 @@ impl AsyncStore {
         .await?;
         let (request, next_seq) = built?;
         let model = options.model.clone();
-        let verdict =
-            blocking(move || Ok(ask_reviewer(&*reviewer, &request, model.as_deref()))).await?;
+        let call_id = pending.call_id.clone();
+        let verdict = blocking(move || {
+            Ok(recordable(
+                ask_reviewer(&*reviewer, &request, model.as_deref()),
+                &call_id,
+            ))
+        })
+        .await?;
         let recorded = if options.record {
             self.append(id, verdict_events(&pending, &verdict), Some(next_seq))
                 .await?

@@ -239,7 +239,7 @@ fn bounded_message(message: String) -> String {
 /// settle must keep it) would make a settle above the record limit, a
 /// failure that says so: the call must not run either way, and a failure
 /// can be recorded.
-fn recordable(verdict: Verdict, call_id: &str) -> Verdict {
+pub(crate) fn recordable(verdict: Verdict, call_id: &str) -> Verdict {
     let Verdict::Decided(decision) = &verdict else {
         return verdict;
     };
@@ -627,6 +627,38 @@ mod tests {
                 })
             );
         }
+    }
+
+    /// `AsyncStore::review` records a denial no settle can hold as the
+    /// same failure `SessionWriter::review` records.
+    #[cfg(feature = "async")]
+    #[test]
+    fn an_async_review_records_an_oversized_denial_as_a_failure() {
+        let folder = ok(tempfile::tempdir());
+        let store = jsonl_store(folder.path());
+        auto_session(&store, "a");
+        let runtime = ok(tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build());
+        let store = AsyncStore::new(store);
+        let reason = "x".repeat(sessionlog_schema::MAX_RECORD_BYTES);
+        runtime.block_on(async {
+            let reviewer = Arc::new(Scripted::answering(vec![says(
+                &json!({"risk": "high", "decision": "deny", "reason": reason}).to_string(),
+            )]));
+            let record = ReviewOptions {
+                record: true,
+                ..ReviewOptions::default()
+            };
+            let reviewed = ok(store.review(id("a"), pending("c1"), record, reviewer).await);
+            assert!(
+                matches!(&reviewed.verdict, Verdict::Failed(failure) if failure.message.contains("record limit")),
+                "a denial no record holds was given as a decision"
+            );
+            assert_eq!(reviewed.recorded.len(), 2);
+            store.close(&id("a")).await;
+        });
     }
 
     #[cfg(feature = "async")]
