@@ -354,7 +354,29 @@ pub fn create_log_file(
     durability: Durability,
     io: &Io,
 ) -> Result<(), StoreError> {
-    check_new_session(path, header, events)?;
+    create_log_file_as_stored(path, header, &header.to_body(), events, durability, io)
+}
+
+/// [`create_log_file`] with the header record's body given as another log
+/// stored it (`header_body`, its members in any order, as `header`
+/// reads): the copy keeps it byte for byte, and with it the hash chain
+/// and every own seal of the events after it.
+pub fn create_log_file_as_stored(
+    path: &Path,
+    header: &SessionHeader,
+    header_body: &str,
+    events: &[EventRecord],
+    durability: Durability,
+    io: &Io,
+) -> Result<(), StoreError> {
+    crate::writer::check_storable(header, events)?;
+    let (_, violations) = sessionlog_projections::fold_stored(header.clone(), header_body, events);
+    if let Some(violation) = violations.into_iter().next() {
+        return Err(StoreError::Rule {
+            path: path.to_owned(),
+            violation,
+        });
+    }
     let folder = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
         _ => PathBuf::from("."),
@@ -366,7 +388,7 @@ pub fn create_log_file(
     if path.symlink_metadata().is_ok() {
         return Err(already_exists());
     }
-    let mut bytes = header.encode();
+    let mut bytes = sessionlog_schema::encode_line(&header.id, header_body);
     for record in events {
         bytes.push_str(&record.encode(&header.id));
     }

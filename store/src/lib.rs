@@ -103,8 +103,8 @@ pub use fold::fold_stream;
 pub use follow::LogFollower;
 pub use fork::fork_log_file;
 pub use jsonl::{
-    create_log_file, open_log_writer, read_header, read_header_as_is, state_snapshot_path,
-    JsonlStore, ListEntry,
+    create_log_file, create_log_file_as_stored, open_log_writer, read_header, read_header_as_is,
+    state_snapshot_path, JsonlStore, ListEntry,
 };
 pub use last::{log_ends_in_seal, read_last_events, LastEvents};
 pub use leftovers::Leftover;

@@ -1252,3 +1252,36 @@ fn review_request_names_the_failed_seal_before_the_rule_it_broke() {
         refused.stdout
     );
 }
+
+/// `salvage` keeps a header whose members stand in another order byte for
+/// byte, so the hash chain, and every seal in the good prefix, still holds
+/// in the copy (it once re-encoded the header and called the seal failed).
+#[test]
+fn salvage_keeps_a_header_in_another_order_and_the_seal_after_it() {
+    let dir = ok(tempfile::tempdir());
+    let mut bodies = vec![
+        r#"{"id":"r1","kind":"header","formatVersion":1,"createdAt":1700000000000,"cwd":"/work","parentSession":null,"seedLength":0,"delegationDepth":0,"sandboxMode":null,"approvalPolicy":null"#.to_owned(),
+        r#"{"seq":1,"ts":1,"type":"turn/start","data":{"turnId":"t1"}"#.to_owned(),
+        r#"{"seq":2,"ts":2,"type":"turn/end","data":{"turnId":"t1"}"#.to_owned(),
+    ];
+    let through = chain(&bodies);
+    bodies.push(format!(
+        r#"{{"seq":3,"ts":3,"type":"seal","data":{{"throughSeq":2,"chain":"sha256:{}"}}"#,
+        hex(&through[2])
+    ));
+    bodies.push(r#"{"seq":4,"ts":4,"type":"turn/start","data":{"turnId":"t2"}"#.to_owned());
+    let log = dir.path().join("r1.jsonl");
+    write_bodies(&log, "r1", &bodies);
+    let mut text = ok(std::fs::read_to_string(&log));
+    text.push_str(r#"{"seq":5,"ts"#);
+    ok(std::fs::write(&log, &text));
+    verify(&log, &[]).expect_code(3);
+    let out = dir.path().join("out.jsonl");
+    run(["salvage", path_str(&log), path_str(&out)]).expect_code(0);
+    verify(&out, &[]).expect_code(0);
+    assert_eq!(
+        super::seals::bodies(&out),
+        bodies,
+        "every record kept as it was"
+    );
+}

@@ -14,10 +14,10 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use sessionlog_projections::fold;
+use sessionlog_projections::fold_stored;
 use sessionlog_schema::{Corruption, EventRecord, LogScanner, TornTail};
 use sessionlog_store::testing::{Io, Line, LineReader};
-use sessionlog_store::{create_log_file, Durability};
+use sessionlog_store::{create_log_file_as_stored, Durability};
 
 use crate::{exit, progress, Exit, UsageError};
 
@@ -55,6 +55,9 @@ pub struct LeftBehind {
 /// What a scan of FILE found.
 struct Scan {
     header: sessionlog_schema::SessionHeader,
+    /// The header record's body as the file holds it (its members in any
+    /// order): copied byte for byte, the hash chain starts from it.
+    header_body: String,
     header_vocabulary_errors: Vec<sessionlog_schema::HeaderVocabularyError>,
     records: Vec<EventRecord>,
     /// Byte offset of every line read, by line number - 1.
@@ -96,9 +99,10 @@ pub fn run(file: &Path, out: &Path, json: bool, quiet: bool) -> Result<u8> {
         .len();
     let scan = scan(file, file_len, quiet)?;
     let (kept, left_behind) = choose_prefix(&scan, file_len, file)?;
-    create_log_file(
+    create_log_file_as_stored(
         out,
         &scan.header,
+        &scan.header_body,
         &scan.records[..kept],
         Durability::Fsync,
         &Io::default(),
@@ -142,7 +146,7 @@ fn choose_prefix(scan: &Scan, file_len: u64, file: &Path) -> Result<(usize, Opti
             ),
         });
     }
-    let (_, violations) = fold(scan.header.clone(), records);
+    let (_, violations) = fold_stored(scan.header.clone(), &scan.header_body, records);
     if let Some(violation) = violations.first() {
         let cut = batch_start(records, (violation.seq - 1) as usize);
         if (cut as u64) < seed_length {
@@ -279,6 +283,7 @@ fn scan(file: &Path, file_len: u64, quiet: bool) -> Result<Scan> {
         });
     };
     let header_vocabulary_errors = scanner.header_vocabulary_errors().to_vec();
+    let header_body = scanner.header_body().to_owned();
     if damage.is_none() {
         damage = match scanner.finish() {
             Ok(summary) => summary.torn_tail.map(Damage::Torn),
@@ -288,6 +293,7 @@ fn scan(file: &Path, file_len: u64, quiet: bool) -> Result<Scan> {
     }
     Ok(Scan {
         header,
+        header_body,
         header_vocabulary_errors,
         records,
         line_offsets,
