@@ -589,6 +589,36 @@ fn diff_keeps_1_for_different_and_9_for_what_it_cannot_compare() {
         report["left"].is_u64() && report["right"].is_u64(),
         "{report}"
     );
+    // A header's number too (`header createdAt`).
+    let later = dir.path().join("later");
+    std::fs::create_dir(&later).unwrap_or_else(|error| panic!("mkdir: {error}"));
+    let created = text
+        .lines()
+        .next()
+        .and_then(|header| serde_json::from_str::<serde_json::Value>(header).ok())
+        .and_then(|header| header["createdAt"].as_u64())
+        .unwrap_or_else(|| panic!("lead's header has no createdAt"));
+    let header_body = text.lines().next().unwrap_or_default();
+    let body = &header_body[..header_body.rfind(",\"crc\":").unwrap_or(header_body.len())];
+    let body = body.replace(
+        &format!("\"createdAt\":{created}"),
+        &format!("\"createdAt\":{}", created + 1),
+    );
+    let id = sessionlog_schema::SessionId::parse("lead").unwrap_or_else(|error| panic!("{error}"));
+    let crc = sessionlog_schema::record_crc(&id, body.as_bytes());
+    let rest: Vec<&str> = text.lines().skip(1).collect();
+    std::fs::write(
+        later.join("lead.jsonl"),
+        format!("{body},\"crc\":\"{crc:08x}\"}}\n{}\n", rest.join("\n")),
+    )
+    .unwrap_or_else(|error| panic!("write: {error}"));
+    let moved = run(["diff", &arg(&only_lead), &arg(&later), "--json"]);
+    moved.expect_code(1);
+    let report: serde_json::Value =
+        serde_json::from_str(&moved.stdout).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(report["field"], "header createdAt", "{report}");
+    assert_eq!(report["left"], created, "{report}");
+    assert_eq!(report["right"], created + 1, "{report}");
 }
 
 #[test]

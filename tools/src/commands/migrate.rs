@@ -203,6 +203,8 @@ fn difference_value(field: &str, value: &str) -> serde_json::Value {
         "batch",
         "seq",
     ];
+    // A header's field is named `header <field>`.
+    let field = field.strip_prefix("header ").unwrap_or(field);
     if NUMERIC.contains(&field) {
         if let Ok(number) = value.parse::<u64>() {
             return number.into();
