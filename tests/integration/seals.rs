@@ -1285,3 +1285,14 @@ fn salvage_keeps_a_header_in_another_order_and_the_seal_after_it() {
         "every record kept as it was"
     );
 }
+
+/// `head` of a folder that holds no session is refused: an empty anchor
+/// file would make `verify --anchor` pass any store.
+#[test]
+fn head_of_an_empty_store_gives_no_anchor() {
+    let dir = ok(tempfile::tempdir());
+    let head = run(["head", path_str(dir.path())]);
+    head.expect_code(1);
+    assert!(head.stdout.is_empty(), "{}", head.stdout);
+    assert!(head.stderr.contains("no sessions found"), "{}", head.stderr);
+}

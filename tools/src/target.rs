@@ -45,7 +45,7 @@ pub fn warn_if_no_sessions(sessions: usize, store: &Path) {
     }
 }
 
-fn no_sessions(store: &Path) -> String {
+pub fn no_sessions(store: &Path) -> String {
     let shown = sessionlog_store::store_display(store);
     match Backend::of_path(store) {
         Backend::Postgres => format!("no sessions found in {shown} (its schema holds none)"),

@@ -112,6 +112,14 @@ pub fn seal(args: &SessionArgs, key_file: Option<&Path>, json: bool) -> Result<u
 pub fn head(args: &SessionArgs) -> Result<u8> {
     let target = Target::open(&args.store)?;
     let sessions = target.sessions(args.session.as_deref())?;
+    if sessions.is_empty() {
+        // An empty anchor file would let `verify --anchor` pass anything.
+        return Err(UsageError(format!(
+            "{}; head gives no anchor of an empty store",
+            crate::target::no_sessions(&args.store)
+        ))
+        .into());
+    }
     let mut stdout = crate::terminal::stdout(crate::terminal::Mode::Json);
     let mut code = exit::OK;
     for session in &sessions {
