@@ -120,7 +120,10 @@ pub(crate) fn hold(file: &File) {
 
 /// Whether somebody holds the `flock` of the file at `path`. A file gone
 /// meanwhile is not held, and neither is a name that is no regular file (a
-/// symbolic link, a folder: no run of ours made it, nor holds it).
+/// symbolic link, a folder: no run of ours made it, nor holds it). A file
+/// this user may not open (another user's, in a shared folder) is taken
+/// as held: its lock cannot be tested, and it is left alone, the others
+/// still cleaned.
 fn held(path: &Path) -> Result<bool, StoreError> {
     match std::fs::symlink_metadata(path) {
         Ok(metadata) if metadata.is_file() => {}
@@ -132,6 +135,11 @@ fn held(path: &Path) -> Result<bool, StoreError> {
         Ok(file) => file,
         Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
             return Ok(false)
+        }
+        Err(StoreError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            return Ok(true)
         }
         Err(error) => return Err(error),
     };

@@ -665,3 +665,63 @@ fn an_interrupted_migration_is_named_by_verify_and_by_clean() {
     let again = run(["verify", &text(&store)]);
     assert!(!again.stderr.contains("interrupted"), "{}", again.stderr);
 }
+
+/// In a folder shared between users, a leftover this user may not open
+/// (another user's, 0600) is kept, and the others are still cleaned: one
+/// unreadable file once ended `clean` with nothing removed. Run as another
+/// user through `setpriv` when the tests run as root; otherwise there is
+/// no second user to be, and the test says so.
+#[test]
+fn clean_keeps_a_leftover_it_may_not_open_and_cleans_the_rest() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = std::fs::metadata("/proc/self")
+        .map(|metadata| std::os::unix::fs::MetadataExt::uid(&metadata) == 0)
+        .unwrap_or(false);
+    let setpriv = std::process::Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !root || !setpriv {
+        eprintln!("note: not root, or no setpriv: no other user to clean as");
+        return;
+    }
+    let dir = ok(tempfile::tempdir());
+    ok(std::fs::set_permissions(
+        dir.path(),
+        std::fs::Permissions::from_mode(0o777),
+    ));
+    let theirs = dir.path().join(".x.jsonl.tmp-1-2");
+    let ours = dir.path().join(".y.jsonl.tmp-1-3");
+    ok(std::fs::write(&theirs, "x"));
+    ok(std::fs::set_permissions(
+        &theirs,
+        std::fs::Permissions::from_mode(0o000),
+    ));
+    ok(std::fs::write(&ours, "y"));
+    let binary = crate::cli_support::sessionlog_binary();
+    let as_other = || {
+        let mut command = std::process::Command::new("setpriv");
+        command
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(binary);
+        command
+    };
+    if !as_other()
+        .arg("--version")
+        .output()
+        .is_ok_and(|output| output.status.success())
+    {
+        eprintln!(
+            "note: another user cannot run {}: not tested",
+            binary.display()
+        );
+        return;
+    }
+    let output = ok(as_other()
+        .args(["clean", text(dir.path()).as_str(), "--older-than", "0"])
+        .output());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(theirs.exists(), "a file it may not open was removed");
+    assert!(!ours.exists(), "the other leftover was kept: {stderr}");
+}
