@@ -243,6 +243,11 @@ impl Refusal {
         }
     }
 
+    /// Whether a refusal is held.
+    pub fn is_some(&self) -> bool {
+        self.0.is_some()
+    }
+
     /// `Err` with the refusal held, if any.
     pub fn into_result(self) -> Result<(), StoreError> {
         match self.0 {

@@ -322,7 +322,8 @@ impl Drop for Temporary {
 /// after that length are not copied (nor a record they complete: a torn
 /// tail to this read), as the sync is not known to cover them.
 /// Returns the parent's fold. A rule violation stops the copy but not the
-/// read: corruption further on outranks it. The fold's hash chain is the
+/// read: a seal that does not hold further on outranks it, and corruption
+/// outranks both. The fold's hash chain is the
 /// parent's only when the parent has an own seal (which had it checked);
 /// else it is left at the header's: the child's chain starts from its own
 /// header, and nothing reads the parent's.
@@ -422,11 +423,22 @@ fn copy_parent(
             spare: spare_receiver,
         };
         let read = (|| {
-            while let Some(event) = reader.next_event_folded_unchained(&mut state, || {
-                // A writer that stopped has an error, which is returned
-                // before the fold's verdict on this seal is looked at.
-                feed.chain().unwrap_or(genesis)
-            })? {
+            // Once the parent is refused, nothing more is copied: the fold
+            // reads on, chaining the records itself, only to find a seal
+            // that does not hold later in the log, which outranks a broken
+            // rule (exit 7 over 4), or damage, which outranks both.
+            let mut refused = false;
+            loop {
+                let event = match refused {
+                    true => reader.next_event_folded(&mut state)?,
+                    false => reader.next_event_folded_unchained(&mut state, || {
+                        // A writer that stopped has an error, which is
+                        // returned before the fold's verdict on this seal
+                        // is looked at.
+                        feed.chain().unwrap_or(genesis)
+                    })?,
+                };
+                let Some(event) = event else { break };
                 if let Err(violation) = event.folded {
                     let seal = violation.kind == ViolationKind::Seal;
                     refusal.note(StoreError::Rule {
@@ -436,10 +448,9 @@ fn copy_parent(
                     if seal {
                         break;
                     }
-                    // A seal later in the log that does not hold outranks
-                    // a broken rule (exit 7 over 4), and is checked against
-                    // the chain of what is written: the copy goes on, and
-                    // is thrown away with the refusal.
+                }
+                if refused {
+                    continue;
                 }
                 // What neither backend writes is not copied either: a
                 // child is a log both could hold.
@@ -450,10 +461,16 @@ fn copy_parent(
                         }
                         error => error,
                     });
-                    break;
                 }
                 if !feed.push(event.record.body()) {
                     break;
+                }
+                if refusal.is_some() {
+                    // The chain through this record, from the copy, then
+                    // the fold's own from here on.
+                    let Some(chain) = feed.chain() else { break };
+                    state.set_chain(chain);
+                    refused = true;
                 }
             }
             Ok::<(), StoreError>(())
