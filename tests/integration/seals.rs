@@ -652,9 +652,25 @@ fn replay_and_report_show_seals_and_mark_a_failed_one() {
         "{}",
         json.stderr
     );
-    run(["report", path_str(&store), "--html", path_str(&html)]).expect_code(7);
+    let reported = run(["report", path_str(&store), "--html", path_str(&html)]);
+    reported.expect_code(7);
+    // Seals that do not hold are named as seals, not as broken rules.
+    assert!(
+        reported
+            .stderr
+            .contains("3 seals do not hold; each is marked"),
+        "{}",
+        reported.stderr
+    );
     let page = ok(std::fs::read_to_string(&html));
     assert!(page.contains("SEAL FAILURE") && page.contains("seal-failed"));
+    assert!(page.contains("3 seals do not hold; each is marked below"));
+    let stats = run(["stats", path_str(&store)]);
+    assert!(
+        stats.stderr.contains("3 seals do not hold") && !stats.stderr.contains("break the rules"),
+        "{}",
+        stats.stderr
+    );
 }
 
 /// Builds a log through the writer: `events` turns' worth of events, a

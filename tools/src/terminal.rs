@@ -170,6 +170,24 @@ pub fn counted(count: impl Into<u64>, noun: &str) -> String {
     }
 }
 
+/// What `violations` events break, `seal_failures` of them seals that do
+/// not hold: a seal is marked like a broken rule and named as what it is
+/// (`2 events break the rules, 1 seal does not hold`).
+pub fn what_breaks(violations: u64, seal_failures: u64) -> String {
+    let rules = violations.saturating_sub(seal_failures);
+    let mut found = Vec::new();
+    if rules > 0 {
+        found.push(events_breaking(rules));
+    }
+    if seal_failures > 0 {
+        found.push(match seal_failures {
+            1 => "1 seal does not hold".to_owned(),
+            seals => format!("{seals} seals do not hold"),
+        });
+    }
+    found.join(", ")
+}
+
 /// How many events break the rules, the verb agreeing: `1 event breaks
 /// the rules`, `3 events break the rules`.
 pub fn events_breaking(count: impl Into<u64>) -> String {

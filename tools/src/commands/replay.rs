@@ -862,7 +862,10 @@ impl Printer {
                 if summary.hidden > 0 {
                     warn(format!(
                         "{} before the first seq shown (replay without --from marks {})",
-                        what_breaks(summary.hidden, summary.hidden_seal_failures),
+                        crate::terminal::what_breaks(
+                            summary.hidden as u64,
+                            summary.hidden_seal_failures as u64
+                        ),
                         match summary.hidden {
                             1 => "it",
                             _ => "them",
@@ -974,7 +977,10 @@ impl TextPrinter {
     fn finish(&mut self, summary: &TimelineSummary) -> std::io::Result<()> {
         let out = &mut self.out;
         if summary.violations > 0 {
-            let found = what_breaks(summary.violations, summary.seal_failures);
+            let found = crate::terminal::what_breaks(
+                summary.violations as u64,
+                summary.seal_failures as u64,
+            );
             let place = match (summary.violations - summary.hidden, summary.hidden) {
                 (_, 0) => "marked ✗ above".to_owned(),
                 (0, _) => "before the first seq shown: replay without --from marks them".to_owned(),
@@ -1145,24 +1151,6 @@ fn split_at_columns(text: &str, columns: usize) -> (&str, &str) {
 }
 
 /// The fields that differ from `previous` (all of them the first time).
-/// What `violations` entries break, `seal_failures` of them seals that
-/// do not hold: a seal is marked like a broken rule and named as what it
-/// is (`2 events break the rules, 1 seal does not hold`).
-fn what_breaks(violations: usize, seal_failures: usize) -> String {
-    let rules = violations - seal_failures;
-    let mut found = Vec::new();
-    if rules > 0 {
-        found.push(crate::terminal::events_breaking(rules as u64));
-    }
-    if seal_failures > 0 {
-        found.push(match seal_failures {
-            1 => "1 seal does not hold".to_owned(),
-            seals => format!("{seals} seals do not hold"),
-        });
-    }
-    found.join(", ")
-}
-
 fn changed_fields(previous: Option<&View>, view: &View) -> String {
     let now = view.fields();
     let before = previous.map(View::fields);

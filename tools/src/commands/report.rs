@@ -399,10 +399,17 @@ pub fn run(
             Section::Corrupt { .. } => 0,
         })
         .sum();
+    let seal_failures: usize = sections
+        .iter()
+        .map(|section| match section {
+            Section::Shown { summary, .. } => summary.timeline.seal_failures,
+            Section::Corrupt { .. } => 0,
+        })
+        .sum();
     if violations > 0 {
         warn(format!(
             "{}; each is marked in {}",
-            crate::terminal::events_breaking(violations as u64),
+            crate::terminal::what_breaks(violations as u64, seal_failures as u64),
             out.display()
         ));
     }
@@ -993,7 +1000,7 @@ fn render_session(
         let _ = writeln!(
             html,
             "<p class=\"violations\">{}; each is marked below.</p>",
-            crate::terminal::events_breaking(timeline.violations as u64)
+            crate::terminal::what_breaks(timeline.violations as u64, timeline.seal_failures as u64)
         );
     }
     let audited: BTreeMap<u64, &Row> = audit

@@ -34,6 +34,10 @@ struct SessionStats {
     corrupt: Option<String>,
     /// Events of the good prefix that break a rule (`verify` names them).
     violations: u64,
+    /// How many of those are seals that do not hold (said apart, not a
+    /// member of the JSON).
+    #[serde(skip)]
+    seal_failures: u64,
     events_by_type: BTreeMap<String, u64>,
     unknown_types: BTreeMap<String, u64>,
 }
@@ -230,6 +234,10 @@ fn read(
     let mut state = SessionState::with_header_body(stream.header().clone(), stream.header_body());
     fold_stream(&mut *stream, &mut state, |record, folded, _| {
         stats.violations += u64::from(folded.is_err());
+        stats.seal_failures +=
+            u64::from(folded.is_err_and(|violation| {
+                violation.kind == sessionlog_projections::ViolationKind::Seal
+            }));
         stats.events += 1;
         stats.last_seq = record.seq();
         stats.bytes += (record.body().len() + CRC_SUFFIX_LEN + 1) as u64;
@@ -271,7 +279,7 @@ fn warn_of(label: &str, stats: &SessionStats) {
     if stats.violations > 0 {
         warn(format!(
             "{label}: {} (`sessionlog verify` names them)",
-            crate::terminal::events_breaking(stats.violations)
+            crate::terminal::what_breaks(stats.violations, stats.seal_failures)
         ));
     }
 }
