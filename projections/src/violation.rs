@@ -26,7 +26,7 @@ pub enum ViolationKind {
 
 /// One broken event: where it is and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("seq {seq} ({event_type}): {message}")]
+#[error("seq {seq} ({}): {message}", event_type.escape_debug())]
 pub struct Violation {
     /// The event's seq (0 for the header).
     pub seq: u64,
@@ -116,5 +116,28 @@ fn shape_error_kind(error: &ShapeError) -> ViolationKind {
         ViolationKind::Vocabulary
     } else {
         ViolationKind::Shape
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A type that holds a line break (or any control character) stays on
+    /// the message's line: it cannot forge a line of output.
+    #[test]
+    fn a_type_with_a_line_break_stays_on_its_line() {
+        let violation = Violation {
+            seq: 3,
+            event_type: "x\nsessions  999".to_owned(),
+            kind: ViolationKind::Rule,
+            message: "broken".to_owned(),
+        };
+        assert_eq!(violation.to_string(), "seq 3 (x\\nsessions  999): broken");
+        let plain = Violation {
+            event_type: "turn/end".to_owned(),
+            ..violation
+        };
+        assert_eq!(plain.to_string(), "seq 3 (turn/end): broken");
     }
 }

@@ -725,3 +725,28 @@ fn clean_keeps_a_leftover_it_may_not_open_and_cleans_the_rest() {
     assert!(theirs.exists(), "a file it may not open was removed");
     assert!(!ours.exists(), "the other leftover was kept: {stderr}");
 }
+
+/// `salvage` takes one log file and writes one: a database on either side
+/// is a usage error naming what it is, and nothing is written.
+#[test]
+fn salvage_refuses_a_database_on_either_side() {
+    let dir = ok(tempfile::tempdir());
+    let database = dir.path().join("store.db");
+    run(["create", text(&database).as_str(), "--session", "s"]).expect_code(0);
+    let log = dir.path().join("s.jsonl");
+    run(["create", text(&log).as_str(), "--session", "s"]).expect_code(0);
+    let out = dir.path().join("out.jsonl");
+    let read = run(["salvage", text(&database).as_str(), text(&out).as_str()]);
+    read.expect_code(1);
+    assert!(read.stderr.contains("is a database"), "{}", read.stderr);
+    assert!(!out.exists());
+    let into = dir.path().join("out.db");
+    let written = run(["salvage", text(&log).as_str(), text(&into).as_str()]);
+    written.expect_code(1);
+    assert!(
+        written.stderr.contains("not a database"),
+        "{}",
+        written.stderr
+    );
+    assert!(!into.exists());
+}

@@ -76,7 +76,8 @@ pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u
             crate::outln!(
                 "{}: {} ({} bytes, written {} s ago)",
                 entry.action,
-                entry.path,
+                // A file name may hold a line break: it stays on its line.
+                entry.path.escape_debug(),
                 entry.bytes,
                 entry.age_seconds
             )?;

@@ -17,7 +17,7 @@ use serde::Serialize;
 use sessionlog_projections::fold_stored;
 use sessionlog_schema::{Corruption, EventRecord, LogScanner, TornTail};
 use sessionlog_store::testing::{Io, Line, LineReader};
-use sessionlog_store::{create_log_file_as_stored, Durability};
+use sessionlog_store::{create_log_file_as_stored, Backend, Durability};
 
 use crate::{exit, progress, Exit, UsageError};
 
@@ -82,11 +82,30 @@ pub fn run(file: &Path, out: &Path, json: bool, quiet: bool) -> Result<u8> {
             file.join("SESSION.jsonl").display()
         )));
     }
-    if !file.is_file() {
+    if Backend::of_path(file) != Backend::Jsonl {
         bail!(UsageError(format!(
-            "{}: no such log file",
+            "{} is a database: salvage copies the good prefix of one log file (.jsonl); \
+             `sessionlog verify` names a database's damage and `migrate` copies what reads",
             sessionlog_store::store_display(file)
         )));
+    }
+    if Backend::of_path(out) != Backend::Jsonl {
+        bail!(UsageError(format!(
+            "{}: salvage writes a log file (.jsonl), not a database; \
+             `sessionlog migrate` the salvaged log into one",
+            sessionlog_store::store_display(out)
+        )));
+    }
+    match std::fs::metadata(file) {
+        Ok(metadata) if metadata.is_file() => {}
+        Ok(_) => bail!(UsageError(format!(
+            "{} is not a regular file: salvage reads one log file",
+            file.display()
+        ))),
+        Err(_) => bail!(UsageError(format!(
+            "{}: no such log file",
+            sessionlog_store::store_display(file)
+        ))),
     }
     if out.symlink_metadata().is_ok() {
         bail!(UsageError(format!(
