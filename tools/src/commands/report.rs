@@ -392,20 +392,18 @@ pub fn run(
         ));
         return Ok(exit::CORRUPT);
     }
-    let violations: usize = sections
+    let (violations, seal_failures) = sections
         .iter()
-        .map(|section| match section {
-            Section::Shown { summary, .. } => summary.timeline.violations,
-            Section::Corrupt { .. } => 0,
+        .filter_map(|section| match section {
+            Section::Shown { summary, .. } => Some(&summary.timeline),
+            Section::Corrupt { .. } => None,
         })
-        .sum();
-    let seal_failures: usize = sections
-        .iter()
-        .map(|section| match section {
-            Section::Shown { summary, .. } => summary.timeline.seal_failures,
-            Section::Corrupt { .. } => 0,
-        })
-        .sum();
+        .fold((0, 0), |(violations, seals), timeline| {
+            (
+                violations + timeline.violations,
+                seals + timeline.seal_failures,
+            )
+        });
     if violations > 0 {
         warn(format!(
             "{}; each is marked in {}",
