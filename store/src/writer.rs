@@ -783,8 +783,9 @@ pub(crate) fn check_storable(
     events.iter().try_for_each(check_storable_record)
 }
 
-/// [`check_storable`] for one record: its seq, ts and type.
-pub(crate) fn check_storable_record(record: &EventRecord) -> Result<(), StoreError> {
+/// [`check_storable`] for one record: its seq, ts and type. Every backend
+/// refuses to write a record it refuses (`InvalidEvent`, naming the seq).
+pub fn check_storable_record(record: &EventRecord) -> Result<(), StoreError> {
     for (what, value) in [("seq", record.seq()), ("ts", record.ts())] {
         if i64::try_from(value).is_err() {
             return Err(StoreError::InvalidEvent(format!(

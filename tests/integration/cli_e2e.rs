@@ -750,3 +750,39 @@ fn salvage_refuses_a_database_on_either_side() {
     );
     assert!(!into.exists());
 }
+
+/// A record with a value no backend stores (a `ts` above 2^63 - 1, which
+/// the format itself allows) ends what `salvage` copies, as a rule
+/// violation does: the records before it are kept, and it is named.
+#[test]
+fn salvage_keeps_what_comes_before_a_record_no_backend_stores() {
+    let dir = ok(tempfile::tempdir());
+    let log = dir.path().join("big.jsonl");
+    run(["create", text(&log).as_str(), "--session", "big"]).expect_code(0);
+    let header = ok(std::fs::read_to_string(&log));
+    let id = id("big");
+    let line = |body: &str| {
+        let crc = sessionlog_schema::record_crc(&id, body.as_bytes());
+        format!("{body},\"crc\":\"{crc:08x}\"}}\n")
+    };
+    let text_of_log = format!(
+        "{header}{}{}{}",
+        line(r#"{"seq":1,"ts":1,"type":"turn/start","data":{"turnId":"t1"}"#),
+        line(r#"{"seq":2,"ts":9223372036854775808,"type":"turn/end","data":{"turnId":"t1"}"#),
+        r#"{"seq":3,"ts"#
+    );
+    ok(std::fs::write(&log, text_of_log));
+    let out = dir.path().join("out.jsonl");
+    let salvaged = run([
+        "salvage",
+        text(&log).as_str(),
+        text(&out).as_str(),
+        "--json",
+    ]);
+    salvaged.expect_code(0);
+    let report: serde_json::Value = ok(serde_json::from_str(&salvaged.stdout));
+    assert_eq!(report["events"], 1, "{report}");
+    assert_eq!(report["leftBehind"]["cause"], "unstorable", "{report}");
+    assert_eq!(report["leftBehind"]["line"], 3, "{report}");
+    run(["verify", text(&out).as_str()]).expect_code(0);
+}

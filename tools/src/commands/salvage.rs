@@ -17,7 +17,9 @@ use serde::Serialize;
 use sessionlog_projections::fold_stored;
 use sessionlog_schema::{Corruption, EventRecord, LogScanner, TornTail};
 use sessionlog_store::testing::{Io, Line, LineReader};
-use sessionlog_store::{create_log_file_as_stored, Backend, Durability};
+use sessionlog_store::{
+    check_storable_record, create_log_file_as_stored, Backend, Durability, StoreError,
+};
 
 use crate::{exit, progress, Exit, UsageError};
 
@@ -166,14 +168,45 @@ fn choose_prefix(scan: &Scan, file_len: u64, file: &Path) -> Result<(usize, Opti
         });
     }
     let (_, violations) = fold_stored(scan.header.clone(), &scan.header_body, records);
-    if let Some(violation) = violations.first() {
-        let cut = batch_start(records, (violation.seq - 1) as usize);
+    // The first record that breaks a rule, or that no backend stores (an
+    // integer above 2^63 - 1, a NUL in its type): the copy ends before its
+    // batch.
+    let broken = violations.first().map(|violation| {
+        (
+            (violation.seq - 1) as usize,
+            "rule-violation",
+            violation.to_string(),
+        )
+    });
+    let unstorable = records.iter().enumerate().find_map(|(index, record)| {
+        check_storable_record(record).err().map(|error| {
+            let reason = match error {
+                StoreError::InvalidEvent(reason) => reason,
+                error => error.to_string(),
+            };
+            (index, "unstorable", reason)
+        })
+    });
+    let first = match (broken, unstorable) {
+        (Some(broken), Some(unstorable)) if unstorable.0 < broken.0 => Some(unstorable),
+        (Some(broken), _) => Some(broken),
+        (None, unstorable) => unstorable,
+    };
+    if let Some((index, cause, violation)) = first {
+        let cut = batch_start(records, index);
         if (cut as u64) < seed_length {
             bail!(Exit {
-                code: exit::RULE,
+                code: match cause {
+                    "rule-violation" => exit::RULE,
+                    _ => exit::USAGE,
+                },
                 message: format!(
-                    "{}: nothing valid can be salvaged: the seeded prefix breaks the rules: {violation}",
-                    file.display()
+                    "{}: nothing valid can be salvaged: the seeded prefix {}: {violation}",
+                    file.display(),
+                    match cause {
+                        "rule-violation" => "breaks the rules",
+                        _ => "holds a record no backend stores",
+                    }
                 ),
             });
         }
@@ -185,7 +218,7 @@ fn choose_prefix(scan: &Scan, file_len: u64, file: &Path) -> Result<(usize, Opti
                 line: cut as u64 + 2,
                 offset,
                 bytes: file_len - offset,
-                cause: "rule-violation",
+                cause,
                 reason: format!(
                     "{violation}{}",
                     match &scan.damage {
