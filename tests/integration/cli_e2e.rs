@@ -786,3 +786,34 @@ fn salvage_keeps_what_comes_before_a_record_no_backend_stores() {
     assert_eq!(report["leftBehind"]["line"], 3, "{report}");
     run(["verify", text(&out).as_str()]).expect_code(0);
 }
+
+/// `list --tree` of a chain of delegations tens of thousands deep prints
+/// it (it once overflowed its stack), each line at most 64 levels
+/// indented, the deeper ones saying their depth.
+#[test]
+fn list_tree_prints_a_chain_of_forty_thousand_delegations() {
+    let dir = ok(tempfile::tempdir());
+    const DEPTH: usize = 40_000;
+    for n in 0..DEPTH {
+        let mut header = SessionHeader::root(id(&format!("n{n:05}")), 1, "/w".to_owned());
+        if n > 0 {
+            header.parent_session = Some(id(&format!("n{:05}", n - 1)));
+            header.delegation_depth = n as u64;
+        }
+        ok(std::fs::write(
+            dir.path().join(format!("n{n:05}.jsonl")),
+            header.encode(),
+        ));
+    }
+    let listed = run(["list", text(dir.path()).as_str(), "--tree"]);
+    listed.expect_code(0);
+    let lines: Vec<&str> = listed.stdout.lines().collect();
+    assert_eq!(lines.len(), DEPTH, "{}", listed.stderr);
+    assert_eq!(lines[0], "n00000");
+    let last = lines[DEPTH - 1];
+    assert!(
+        last.ends_with(&format!("n{:05}  (depth {})", DEPTH - 1, DEPTH - 1)),
+        "{last}"
+    );
+    assert!(last.chars().count() < 64 * 4 + 40, "{last}");
+}

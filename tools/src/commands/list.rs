@@ -165,7 +165,9 @@ struct Tree<'a> {
 
 impl<'a> Tree<'a> {
     /// Prints `id` and the sessions under it, each once: one met again
-    /// (parents that form a cycle) is named, not followed.
+    /// (parents that form a cycle) is named, not followed. Depth first with
+    /// a stack of its own: a chain of delegations thousands deep must not
+    /// overflow the thread's.
     fn print(
         &self,
         id: &'a str,
@@ -174,25 +176,52 @@ impl<'a> Tree<'a> {
         root: bool,
         shown: &mut std::collections::BTreeSet<&'a str>,
     ) -> std::io::Result<()> {
-        let again = !shown.insert(id);
-        let note = match again {
-            true => "  (shown above: its parents form a cycle)",
-            false => self.notes.get(id).map_or("", String::as_str),
-        };
-        if root {
-            crate::outln!("{id}{note}")?;
-        } else {
-            crate::outln!("{prefix}{}{id}{note}", if last { "└── " } else { "├── " })?;
+        // Past this many levels the indent stops growing (each line would
+        // be longer than the last: output the square of the depth) and the
+        // line says its depth instead.
+        const MOST_INDENTED: usize = 64;
+        let mut stack: Vec<(&'a str, String, bool, bool, usize)> =
+            vec![(id, prefix.to_owned(), last, root, 0)];
+        while let Some((id, prefix, last, root, depth)) = stack.pop() {
+            let again = !shown.insert(id);
+            let note = match again {
+                true => "  (shown above: its parents form a cycle)",
+                false => self.notes.get(id).map_or("", String::as_str),
+            };
+            let deep = match depth > MOST_INDENTED {
+                true => format!("  (depth {depth})"),
+                false => String::new(),
+            };
+            if root {
+                crate::outln!("{id}{note}")?;
+            } else {
+                crate::outln!(
+                    "{prefix}{}{id}{note}{deep}",
+                    if last { "└── " } else { "├── " }
+                )?;
+            }
+            if again {
+                continue;
+            }
+            let next_prefix = match (root, depth >= MOST_INDENTED) {
+                (true, _) => String::new(),
+                (false, true) => prefix.clone(),
+                (false, false) => format!("{prefix}{}", if last { "    " } else { "│   " }),
+            };
+            if let Some(kids) = self.children.get(id) {
+                // Pushed last first, so that the first is printed first.
+                for (index, kid) in kids.iter().enumerate().rev() {
+                    stack.push((
+                        *kid,
+                        next_prefix.clone(),
+                        index + 1 == kids.len(),
+                        false,
+                        depth + 1,
+                    ));
+                }
+            }
         }
-        if again {
-            return Ok(());
-        }
-        let next_prefix = if root {
-            String::new()
-        } else {
-            format!("{prefix}{}", if last { "    " } else { "│   " })
-        };
-        self.print_children(id, &next_prefix, shown)
+        Ok(())
     }
 
     /// Prints the sessions under `id`, with `prefix` before each.
