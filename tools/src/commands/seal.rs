@@ -188,8 +188,12 @@ fn write_new_file(path: &Path, mode: u32, contents: &[u8]) -> Result<()> {
         .mode(mode)
         .open(path)
         .with_context(|| format!("create {}", path.display()))?;
-    file.write_all(contents)
-        .and_then(|()| file.sync_all())
-        .with_context(|| format!("write {}", path.display()))?;
+    if let Err(error) = file.write_all(contents).and_then(|()| file.sync_all()) {
+        // No empty or partial key file is left behind for the next keygen
+        // to refuse to replace.
+        drop(file);
+        let _ = std::fs::remove_file(path);
+        return Err(error).with_context(|| format!("write {}", path.display()));
+    }
     Ok(())
 }
