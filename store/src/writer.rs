@@ -783,8 +783,10 @@ pub(crate) fn check_storable(
     events.iter().try_for_each(check_storable_record)
 }
 
-/// [`check_storable`] for one record: its seq, ts and type. Every backend
-/// refuses to write a record it refuses (`InvalidEvent`, naming the seq).
+/// Refuses a record holding a value one of the backends cannot store: a
+/// seq or ts above 2^63 - 1, SQLite's largest integer, or a NUL in its
+/// type, which PostgreSQL's text cannot hold. Every backend refuses to
+/// write a record it refuses (`InvalidEvent`, naming the seq).
 pub fn check_storable_record(record: &EventRecord) -> Result<(), StoreError> {
     for (what, value) in [("seq", record.seq()), ("ts", record.ts())] {
         if i64::try_from(value).is_err() {
