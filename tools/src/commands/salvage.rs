@@ -195,18 +195,15 @@ fn choose_prefix(scan: &Scan, file_len: u64, file: &Path) -> Result<(usize, Opti
     if let Some((index, cause, violation)) = first {
         let cut = batch_start(records, index);
         if (cut as u64) < seed_length {
+            let (code, what) = match cause {
+                "rule-violation" => (exit::RULE, "breaks the rules"),
+                _ => (exit::USAGE, "holds a record no backend stores"),
+            };
             bail!(Exit {
-                code: match cause {
-                    "rule-violation" => exit::RULE,
-                    _ => exit::USAGE,
-                },
+                code,
                 message: format!(
-                    "{}: nothing valid can be salvaged: the seeded prefix {}: {violation}",
-                    file.display(),
-                    match cause {
-                        "rule-violation" => "breaks the rules",
-                        _ => "holds a record no backend stores",
-                    }
+                    "{}: nothing valid can be salvaged: the seeded prefix {what}: {violation}",
+                    file.display()
                 ),
             });
         }

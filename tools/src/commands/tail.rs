@@ -175,11 +175,11 @@ impl<'a, W: Write> Tail<'a, W> {
         // A PostgreSQL server that drops the connection (a restart, a
         // failover, an administrator) is not the end of following: each
         // look connects again, once a second, until one succeeds.
-        let mut lost: Option<sessionlog_store::StoreError> = None;
+        let mut lost = false;
         loop {
             let timeout = match lost {
-                Some(_) => RECONNECT_INTERVAL,
-                None => soon.unwrap_or(POLL_INTERVAL),
+                true => RECONNECT_INTERVAL,
+                false => soon.unwrap_or(POLL_INTERVAL),
             };
             let woken = match listener.as_mut().map(|listener| listener.wait(timeout)) {
                 Some(Ok(woken)) => woken,
@@ -196,18 +196,18 @@ impl<'a, W: Write> Tail<'a, W> {
             let records = match polled {
                 Ok(records) => records,
                 Err(error) if self.reconnects(&error) => {
-                    if lost.is_none() {
+                    if !lost {
                         warn(format!(
                             "{error}; connecting again every {} s",
                             RECONNECT_INTERVAL.as_secs()
                         ));
                     }
-                    lost = Some(error);
+                    lost = true;
                     continue;
                 }
                 Err(error) => return Err(error.into()),
             };
-            if lost.take().is_some() {
+            if std::mem::take(&mut lost) {
                 warn("connected again; following on");
                 if let Source::Database {
                     store: Store::Postgres(store),

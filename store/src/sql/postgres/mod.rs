@@ -1573,14 +1573,14 @@ fn refuse_foreign_tables(
     if rows.is_empty() {
         return Ok(());
     }
-    let mut names = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let name: String = row.try_get(0).map_err(postgres_error(
+    let names = rows
+        .iter()
+        .map(|row| row.try_get(0))
+        .collect::<Result<Vec<String>, _>>()
+        .map_err(postgres_error(
             "look for other tables in the schema",
             location,
         ))?;
-        names.push(name);
-    }
     let more = if names.len() == 4 { ", …" } else { "" };
     Err(StoreError::NotAStore {
         path: location.display.clone(),
