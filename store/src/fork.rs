@@ -253,7 +253,12 @@ impl Fork<'_> {
         check_own_events(&mut state, &seed.events, self.child_path)?;
         check_storable(&seed.header, &seed.events)?;
         let temp = self.temp();
-        let result = write_child(&temp, &spool, &seed.header, &seed.events, io)
+        // Only a file this fork created is removed: a name another process
+        // took (the same pid and millisecond) is its own.
+        let file = io
+            .create_temp(&temp)
+            .map_err(|source| StoreError::io("create", &temp, source))?;
+        let result = write_child(file, &temp, &spool, &seed.header, &seed.events, io)
             .and_then(|()| publish(io, self.folder, &temp, self.child_path));
         if result.is_err() {
             let _ = std::fs::remove_file(&temp);
@@ -847,18 +852,17 @@ pub(crate) fn warn_torn_parent(parent_path: &Path, torn: &sessionlog_schema::Tor
     );
 }
 
-/// Writes the child's log to `temp`: its header, the spooled records, its
-/// own events; then fdatasyncs it.
+/// Writes the child's log into `file`, the temporary file `temp` just
+/// created: its header, the spooled records, its own events; then
+/// fdatasyncs it.
 fn write_child(
+    mut file: File,
     temp: &Path,
     spool: &Temporary,
     header: &SessionHeader,
     own_events: &[sessionlog_schema::EventRecord],
     io: &Io,
 ) -> Result<(), StoreError> {
-    let mut file = io
-        .create_temp(temp)
-        .map_err(|source| StoreError::io("create", temp, source))?;
     leftovers::hold(&file);
     let write_error = |source| StoreError::io("write", temp, source);
     io.write_all(&mut file, temp, header.encode().as_bytes())

@@ -396,8 +396,8 @@ pub fn create_log_file_as_stored(
         || header.id.to_string(),
         |n| n.to_string_lossy().into_owned(),
     );
-    let temp = folder.join(format!(".{file_name}.tmp-{}", leftovers::new_token()));
-    let result = write_and_publish(io, &folder, &temp, path, bytes.as_bytes(), durability);
+    let (temp, file) = create_temporary(io, &folder, &file_name)?;
+    let result = write_and_publish(io, &folder, &temp, file, path, bytes.as_bytes(), durability);
     if result.is_err() {
         let _ = std::fs::remove_file(&temp);
     }
@@ -409,17 +409,41 @@ pub fn create_log_file_as_stored(
     })
 }
 
+/// Creates the temporary file that a new log named `file_name` is written
+/// into, under a name no other file has. A name another process took (the
+/// same pid and millisecond as ours, which processes in containers sharing
+/// the folder can have) is that process's file: it is left alone, never
+/// removed, and the next token is tried. Only the file created here is
+/// removed when the creation fails.
+fn create_temporary(
+    io: &Io,
+    folder: &Path,
+    file_name: &str,
+) -> Result<(PathBuf, File), StoreError> {
+    let mut tries = 0;
+    loop {
+        let temp = folder.join(format!(".{file_name}.tmp-{}", leftovers::new_token()));
+        match io.create_temp(&temp) {
+            Ok(file) => return Ok((temp, file)),
+            Err(source) if source.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => {
+                tries += 1;
+            }
+            Err(source) => return Err(StoreError::io("create", &temp, source)),
+        }
+    }
+}
+
+/// Writes `bytes` into `file`, the temporary file `temp` just created,
+/// and publishes it as `path`.
 fn write_and_publish(
     io: &Io,
     folder: &Path,
     temp: &Path,
+    mut file: File,
     path: &Path,
     bytes: &[u8],
     durability: Durability,
 ) -> Result<(), StoreError> {
-    let mut file = io
-        .create_temp(temp)
-        .map_err(|source| StoreError::io("create", temp, source))?;
     // Held until the temporary name is gone: `sessionlog clean` leaves it.
     leftovers::hold(&file);
     io.write_all(&mut file, temp, bytes)
@@ -1124,6 +1148,70 @@ mod tests {
                 .snapshot(&id(&name))
                 .unwrap_or_else(|error| panic!("round {round}: {error}"));
         }
+    }
+
+    /// A temporary name another process took (the same pid and
+    /// millisecond, as processes in containers sharing the folder can
+    /// have) is that process's file: a creation takes the next token and
+    /// leaves the file in place; when every try is taken, it fails naming
+    /// the file and still removes none (it once removed the other's).
+    #[test]
+    fn a_temporary_name_another_process_took_is_left_alone() {
+        let (dir, store) = store();
+        let theirs = |name: &str, count: u64| -> Vec<PathBuf> {
+            // The next token of this process is past this one.
+            let token = leftovers::new_token();
+            let (pid, ms) = token
+                .split_once('-')
+                .unwrap_or_else(|| panic!("token {token}"));
+            let ms: u64 = ms.parse().unwrap_or_else(|e| panic!("{token}: {e}"));
+            (1..=count)
+                .map(|next| {
+                    let path = dir
+                        .path()
+                        .join(format!(".{name}.jsonl.tmp-{pid}-{}", ms + next));
+                    std::fs::write(&path, "theirs").unwrap_or_else(|e| panic!("{e}"));
+                    path
+                })
+                .collect()
+        };
+        let untouched = |paths: &[PathBuf]| {
+            for path in paths {
+                let kept = std::fs::read_to_string(path)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                assert_eq!(kept, "theirs", "{}", path.display());
+            }
+        };
+        let taken = theirs("one", 3);
+        let header = SessionHeader::root(id("one"), 1, "/w".into());
+        store
+            .create(&header, &[], Durability::Fsync)
+            .unwrap_or_else(|e| panic!("{e}"));
+        untouched(&taken);
+        assert_eq!(
+            store
+                .snapshot(&id("one"))
+                .unwrap_or_else(|e| panic!("{e}"))
+                .header,
+            header
+        );
+        let taken = theirs("two", 2_000);
+        let header = SessionHeader::root(id("two"), 1, "/w".into());
+        let error = store.create(&header, &[], Durability::Fsync);
+        match &error {
+            Err(StoreError::Io {
+                operation,
+                path,
+                source,
+            }) => {
+                assert_eq!(*operation, "create");
+                assert_eq!(source.kind(), std::io::ErrorKind::AlreadyExists);
+                assert!(taken.contains(path), "{}", path.display());
+            }
+            other => panic!("{other:?}"),
+        }
+        untouched(&taken);
+        assert!(!store.log_path(&id("two")).exists());
     }
 
     #[test]

@@ -96,6 +96,9 @@ pub(crate) fn migration_lock_name(token: &str) -> String {
 /// millisecond (two threads, or two handles of the store) must not share a
 /// temporary file, or the one refused would remove the other's. A token
 /// asked for within a millisecond of the last takes the next millisecond.
+/// Another process may give the same token (the same pid in another
+/// container sharing the folder): every temporary file is created with
+/// `O_EXCL`, so that the name being taken is told, and never removed.
 pub(crate) fn new_token() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static LAST_MS: AtomicU64 = AtomicU64::new(0);
