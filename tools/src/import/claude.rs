@@ -29,6 +29,12 @@ use super::codex::{file_stem, opening_tag};
 use super::source::{derive_session_id, parse_time, str_of, ImportError, SourceLine};
 use super::{ImportedSession, Translation};
 
+/// How Claude Code opens the summary it writes when it continues a session
+/// whose context ran out. A transcript that does not flag the line
+/// (`isCompactSummary`) still holds the model's summary, never what the
+/// person typed, so it gets no user authority.
+const CONTINUATION_SUMMARY: &str = "This session is being continued from a previous conversation";
+
 /// The line types Claude Code writes (any of them on a line marks a file as
 /// a transcript, with a `sessionId` or a `message`).
 const KNOWN_TYPES: &[&str] = &[
@@ -465,6 +471,9 @@ impl<'a> Conversation<'a> {
         }
         if trimmed.starts_with("[Request interrupted") {
             return Origin::Context("interruption".to_owned());
+        }
+        if trimmed.starts_with(CONTINUATION_SUMMARY) {
+            return Origin::Context("compact-summary".to_owned());
         }
         if injected {
             return Origin::Context("claude-code".to_owned());
