@@ -886,10 +886,13 @@ fn postgres_display(text: &str) -> String {
 ///     "postgres://app@db/logs?schema=a"
 /// );
 /// assert_eq!(redact_url("postgres://app:s3/cret@db/logs"), "postgres://app@db/logs");
+/// // The first `@` after a `?`: a `?` in a password to the client, a
+/// // query to a person. Neither reading's password is shown.
 /// assert_eq!(
 ///     redact_url("postgres://db/logs?user=me@corp&password=s3cret"),
-///     "postgres://db/logs?user=me@corp"
+///     "postgres://db…"
 /// );
+/// assert_eq!(redact_url("postgres://alice:pa?ss-s3cret@db/logs"), "postgres://alice…");
 /// ```
 pub fn redact_url(text: &str) -> String {
     let (scheme, rest) = text
@@ -900,9 +903,16 @@ pub fn redact_url(text: &str) -> String {
             Some((format!("{scheme}:/"), rest))
         })
         .unwrap_or_else(|| (String::new(), text));
-    // An `@` in the query (`?user=me@corp`) ends no user information.
     let query_at = rest.find('?').unwrap_or(rest.len());
-    let userinfo_end = rest.find('@').filter(|at| *at < query_at);
+    if rest.find('@').is_some_and(|at| at > query_at) {
+        // The client reads all before the first `@` as user information
+        // (`alice:pa?ss@db`: a `?` in the password); a person may have
+        // meant a query (`?user=me@corp&password=…`). Only what comes
+        // before the first `:`, `/` or `?` is shown.
+        let end = rest.find([':', '/', '?']).unwrap_or(rest.len());
+        return format!("{scheme}{}…", &rest[..end]);
+    }
+    let userinfo_end = rest.find('@');
     let (user, rest) = match userinfo_end.map(|at| (&rest[..at], &rest[at + 1..])) {
         Some((userinfo, rest)) => {
             let user = userinfo.split(':').next().unwrap_or_default();

@@ -64,13 +64,15 @@ impl Location {
             reason,
         };
         // The client reads user information up to the first `@`, even
-        // one in the query: `?user=me@corp` would make the rest of the URL
-        // a host name (a password parameter included, shown in messages).
+        // one after a `?`: `?user=me@corp` would make the rest of the URL
+        // a host name (a password parameter included, shown in messages),
+        // and `alice:pa?ss@db` is a password with a `?` in it.
         if let Some((base, query)) = text.split_once('?') {
             if query.contains('@') && !base.contains('@') {
                 return Err(invalid(
-                    "an @ in the query is read as the end of a user name and password: \
-                     write it %40 (user=me%40corp)"
+                    "its first @ comes after a ?, and the client reads all before that @ as \
+                     a user name and password: write a ? in a password as %3F, an @ in the \
+                     query as %40 (user=me%40corp)"
                         .to_owned(),
                 ));
             }
@@ -371,6 +373,23 @@ mod tests {
             shown.contains("%40") && !shown.contains("s3cretPW"),
             "{shown}"
         );
+    }
+
+    /// A `?` in a password, before its `@`: the client takes it for the
+    /// password, and the refusal shows none of it.
+    #[test]
+    fn a_question_mark_in_a_password_is_refused_without_showing_it() {
+        let url = "postgres://alice:pa?ss-s3cretPW@127.0.0.1:1/logs";
+        let refused = Location::parse(Path::new(url)).map(|location| location.display);
+        let Err(error) = refused else {
+            panic!("{refused:?}");
+        };
+        let shown = error.to_string();
+        assert!(
+            shown.contains("%3F") && !shown.contains("s3cretPW") && !shown.contains("pa?ss"),
+            "{shown}"
+        );
+        assert_eq!(Location::display_of(url), "postgres://alice…");
     }
 
     #[test]
