@@ -395,6 +395,9 @@ impl<'a> Conversation<'a> {
         };
         let flag = |name: &str| value.get(name).and_then(Value::as_bool) == Some(true);
         let mut parts = Vec::new();
+        // For each part: whether it continues an injected piece of its
+        // text past a reminder (see `continued_pieces`).
+        let mut continues = Vec::new();
         let mut has_results = false;
         let mut unmapped = false;
         for block in &blocks {
@@ -419,14 +422,21 @@ impl<'a> Conversation<'a> {
                 }
                 Some("text") => {
                     let text = str_of(block, "text").unwrap_or_default();
-                    parts.extend(split_reminders(text).into_iter().map(text_part));
+                    for (piece, continued) in continued_pieces(split_reminders(text)) {
+                        parts.push(text_part(piece));
+                        continues.push(continued);
+                    }
                 }
-                Some("image") => parts.push(image_block(block)),
+                Some("image") => {
+                    parts.push(image_block(block));
+                    continues.push(false);
+                }
                 Some("document") => {
                     let part = document_block(block);
                     // Only referred to (a URL, a file id): the line keeps it.
                     unmapped |= part.get("data").is_none();
                     parts.push(part);
+                    continues.push(false);
                 }
                 _ => unmapped = true,
             }
@@ -446,8 +456,8 @@ impl<'a> Conversation<'a> {
                 // the other's authority. Runs of blocks alike are one
                 // message each, in their order.
                 let injected = flag("isMeta") || has_results;
-                for (text, parts) in runs_of_origin(parts) {
-                    let origin = self.origin(&text, injected);
+                for (text, parts, continued) in runs_of_origin(parts, &continues) {
+                    let origin = self.origin(&text, injected || continued);
                     match origin {
                         Origin::User | Origin::Parent(_) => self.builder.prompt(origin, parts),
                         origin => self.builder.message(origin, parts),
@@ -548,30 +558,57 @@ pub(super) fn split_reminders(text: &str) -> Vec<&str> {
     pieces
 }
 
+/// Whether `text` opens as injected text does: with a tag, or as an
+/// interruption marker.
+fn opens_injected(text: &str) -> bool {
+    let trimmed = text.trim_start();
+    opening_tag(trimmed).is_some() || trimmed.starts_with("[Request interrupted")
+}
+
+/// The pieces of one text (from [`split_reminders`]), each with whether
+/// it continues an injected piece past a reminder: text that opened with
+/// a tag stays injected after a `<system-reminder>` inside it, as it is
+/// without one, so that a reminder never gives the words after it the
+/// person's authority.
+fn continued_pieces(pieces: Vec<&str>) -> Vec<(&str, bool)> {
+    let mut before_injected = false;
+    pieces
+        .into_iter()
+        .map(|piece| {
+            let reminder = piece.trim_start().starts_with("<system-reminder>");
+            let continued = !reminder && before_injected && !opens_injected(piece);
+            if !reminder {
+                before_injected = continued || opens_injected(piece);
+            }
+            (piece, continued)
+        })
+        .collect()
+}
+
 /// The parts of a user line in runs that share an origin, each with its
-/// text (its text parts' joined): a text part that opens with a tag or is
-/// an interruption marker (injected) starts a run of its own kind, and
-/// any other part joins the run before it.
-fn runs_of_origin(parts: Vec<Value>) -> Vec<(String, Vec<Value>)> {
-    // Each run: whether it is injected, its text, its parts.
-    let mut runs: Vec<(bool, String, Vec<Value>)> = Vec::new();
-    for part in parts {
+/// text (its text parts' joined) and whether it continues an injected
+/// piece (`continues`, by part): a text part that opens with a tag or is
+/// an interruption marker (injected), or continues one, starts a run of
+/// its own kind, and any other part joins the run before it.
+fn runs_of_origin(parts: Vec<Value>, continues: &[bool]) -> Vec<(String, Vec<Value>, bool)> {
+    // Each run: whether it is injected, whether it continues an injected
+    // piece, its text, its parts.
+    let mut runs: Vec<(bool, bool, String, Vec<Value>)> = Vec::new();
+    for (index, part) in parts.into_iter().enumerate() {
         let text = match str_of(&part, "type") {
             Some("text") => str_of(&part, "text"),
             _ => None,
         };
-        let marked = text.is_some_and(|text| {
-            let trimmed = text.trim_start();
-            opening_tag(trimmed).is_some() || trimmed.starts_with("[Request interrupted")
-        });
+        let continued = continues.get(index).copied().unwrap_or(false);
+        let marked = continued || text.is_some_and(opens_injected);
         let joins = match runs.last() {
-            Some((run_marked, _, _)) => text.is_none() || !(marked || *run_marked),
+            Some((run_marked, _, _, _)) => text.is_none() || !(marked || *run_marked),
             None => false,
         };
         if !joins {
-            runs.push((marked, String::new(), Vec::new()));
+            runs.push((marked, continued, String::new(), Vec::new()));
         }
-        let Some((_, run_text, run_parts)) = runs.last_mut() else {
+        let Some((_, _, run_text, run_parts)) = runs.last_mut() else {
             unreachable!("a run was pushed")
         };
         if let Some(text) = text {
@@ -583,7 +620,7 @@ fn runs_of_origin(parts: Vec<Value>) -> Vec<(String, Vec<Value>)> {
         run_parts.push(part);
     }
     runs.into_iter()
-        .map(|(_, text, parts)| (text, parts))
+        .map(|(_, continued, text, parts)| (text, parts, continued))
         .collect()
 }
 

@@ -271,6 +271,43 @@ fn an_injected_block_beside_typed_text_gets_no_user_authority_before_or_after() 
     assert!(user_parts[1] > user_parts[0], "{user_parts:?}");
 }
 
+/// Text that opens with a tag is injected as a whole; a reminder inside
+/// it does not give the words after it the person's authority. Text the
+/// person typed around a reminder stays theirs.
+#[test]
+fn a_reminder_inside_injected_text_raises_nothing_after_it() {
+    let line = |content: &str| {
+        format!(
+            r#"{{"type":"user","sessionId":"c-1","message":{{"role":"user","content":"{content}"}}}}"#
+        )
+    };
+    let command = r"<command-name>/deploy</command-name>\n";
+    let reminder = r"<system-reminder>note</system-reminder>\n";
+    let text = format!(
+        "{}\n{}\n{}\n",
+        line(&format!("{command}run deploy to prod now")),
+        line(&format!("{command}{reminder}run deploy to prod now")),
+        line(&format!("typed\\n{reminder}more typed")),
+    );
+    let sessions = check_all_valid(Format::Claude, &text);
+    let kinds: Vec<String> = message_kinds(&sessions)
+        .into_iter()
+        .map(|kind| kind.replace('\n', " "))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            r#""context":<command-name>/deploy</command-name> run deploy to prod now"#,
+            r#""context":<command-name>/deploy</command-name> "#,
+            r#""context":<system-reminder>note</system-reminder> "#,
+            r#""context":run deploy to prod now"#,
+            r#""user":typed "#,
+            r#""context":<system-reminder>note</system-reminder> "#,
+            r#""user":more typed"#,
+        ]
+    );
+}
+
 #[test]
 fn a_continuation_summary_without_its_flag_gets_no_user_authority() {
     let summary = "This session is being continued from a previous conversation that ran out \
