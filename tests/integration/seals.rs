@@ -1312,3 +1312,23 @@ fn head_of_an_empty_store_gives_no_anchor() {
     assert!(head.stdout.is_empty(), "{}", head.stdout);
     assert!(head.stderr.contains("no sessions found"), "{}", head.stderr);
 }
+
+/// An anchor file that names no session (empty, or blank lines only, as a
+/// file cut short or filtered to nothing) is refused: it would let any
+/// store pass `verify --anchor`.
+#[test]
+fn an_anchor_file_that_names_no_session_is_refused() {
+    let dir = ok(tempfile::tempdir());
+    let store = unsigned_store(dir.path());
+    for (name, text) in [("empty.anchor", ""), ("blank.anchor", "\n\n")] {
+        let anchor = dir.path().join(name);
+        ok(std::fs::write(&anchor, text));
+        let run = verify(&store, &["--anchor", path_str(&anchor)]);
+        run.expect_code(1);
+        assert!(
+            run.stderr.contains(name) && run.stderr.contains("names no session"),
+            "{}",
+            run.stderr
+        );
+    }
+}

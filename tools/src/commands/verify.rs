@@ -76,6 +76,16 @@ impl SealPolicy {
                         .or_default()
                         .push(anchor);
                 }
+                // An anchor file that names no session (empty, cut short,
+                // filtered to nothing) would let any store pass.
+                if by_session.is_empty() {
+                    return Err(UsageError(format!(
+                        "{}: the anchor file names no session (it holds the lines \
+                         `sessionlog head` prints, one per session)",
+                        file.display()
+                    ))
+                    .into());
+                }
                 Some(by_session)
             }
         };
