@@ -44,7 +44,7 @@ use tokio::sync::mpsc;
 use crate::follow::LogFollower;
 use crate::reader::Snapshot;
 use crate::review::{
-    ask_reviewer, recordable, verdict_events, ReviewCallError, ReviewOptions, Reviewed, Reviewer,
+    ask_reviewer, verdict_events, ReviewCallError, ReviewOptions, Reviewed, Reviewer,
 };
 use crate::row_follow::RowFollower;
 use crate::store::Store;
@@ -297,8 +297,10 @@ impl AsyncStore {
         let model = options.model.clone();
         let call_id = pending.call_id.clone();
         let verdict = blocking(move || {
-            Ok(recordable(
-                ask_reviewer(&*reviewer, &request, model.as_deref()),
+            Ok(ask_reviewer(
+                &*reviewer,
+                &request,
+                model.as_deref(),
                 &call_id,
             ))
         })

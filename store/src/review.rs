@@ -185,8 +185,10 @@ impl SessionWriter {
     ) -> Result<Reviewed, ReviewCallError> {
         let request = self.review_request(pending, options.max_request_bytes)?;
         let next_seq = self.next_seq();
-        let verdict = recordable(
-            ask_reviewer(reviewer, &request, options.model.as_deref()),
+        let verdict = ask_reviewer(
+            reviewer,
+            &request,
+            options.model.as_deref(),
             &pending.call_id,
         );
         let recorded = if options.record {
@@ -200,12 +202,20 @@ impl SessionWriter {
 
 /// Sends the reviewer's `request` (as `build_review_request` built it) to
 /// `reviewer` as one Chat Completions call and reads its answer strictly.
-/// `model` overrides the request's model.
+/// `model` overrides the request's model; `call_id` is the reviewed
+/// call's.
 /// The answer is read as it came; the reviewer's `scrub` then takes any
 /// credential out of the text made of it (the reason, the failure's
 /// message), so that the decision itself is never what scrubbing changed.
-pub fn ask_reviewer(reviewer: &dyn Reviewer, request: &str, model: Option<&str>) -> Verdict {
-    match try_ask(reviewer, request, model) {
+/// A denial whose reason no settle could hold is a failure, whether the
+/// verdict is recorded or only shown (see `recordable`).
+pub fn ask_reviewer(
+    reviewer: &dyn Reviewer,
+    request: &str,
+    model: Option<&str>,
+    call_id: &str,
+) -> Verdict {
+    let verdict = match try_ask(reviewer, request, model) {
         Ok(mut decision) => {
             decision.reason = decision.reason.map(|reason| reviewer.scrub(reason));
             Verdict::Decided(decision)
@@ -213,7 +223,8 @@ pub fn ask_reviewer(reviewer: &dyn Reviewer, request: &str, model: Option<&str>)
         Err(failure) => Verdict::Failed(ReviewFailure {
             message: bounded_message(reviewer.scrub(failure.message)),
         }),
-    }
+    };
+    recordable(verdict, call_id)
 }
 
 /// The most characters of a failure's message that are kept: a message
@@ -239,7 +250,7 @@ fn bounded_message(message: String) -> String {
 /// settle must keep it) would make a settle above the record limit, a
 /// failure that says so: the call must not run either way, and a failure
 /// can be recorded.
-pub(crate) fn recordable(verdict: Verdict, call_id: &str) -> Verdict {
+fn recordable(verdict: Verdict, call_id: &str) -> Verdict {
     let Verdict::Decided(decision) = &verdict else {
         return verdict;
     };
@@ -621,12 +632,35 @@ mod tests {
         for (answer, expected) in cases {
             let reviewer = Scripted::answering(vec![answer]);
             assert_eq!(
-                ask_reviewer(&reviewer, request, None),
+                ask_reviewer(&reviewer, request, None, "c1"),
                 Verdict::Failed(ReviewFailure {
                     message: expected.to_owned()
                 })
             );
         }
+    }
+
+    /// A verdict only shown (`review` without `--record`) or asked for
+    /// again (`review-audit`) is the one a recording would keep: a denial
+    /// whose reason no settle holds is a failure there too.
+    #[test]
+    fn a_denial_no_settle_holds_is_a_failure_when_only_shown() {
+        let request = r#"{"model":{"provider":"p","model":"m"},"partitions":{"REVIEW_POLICY":"x","ENVIRONMENT":{},"PROJECT_INSTRUCTIONS":[],"FILTERED_HISTORY":[],"PENDING_ACTION":{}}}"#;
+        let reason = "x".repeat(sessionlog_schema::MAX_RECORD_BYTES);
+        let reviewer = Scripted::answering(vec![
+            says(&json!({"risk": "high", "decision": "deny", "reason": reason}).to_string()),
+            says(r#"{"risk":"high","decision":"deny","reason":"no"}"#),
+        ]);
+        let verdict = ask_reviewer(&reviewer, request, None, "c1");
+        assert!(
+            matches!(&verdict, Verdict::Failed(failure) if failure.message.contains("record limit")),
+            "a denial no record holds was given as a decision"
+        );
+        let verdict = ask_reviewer(&reviewer, request, None, "c1");
+        assert!(
+            matches!(&verdict, Verdict::Decided(decision) if decision.decision == Decision::Deny),
+            "{verdict:?}"
+        );
     }
 
     /// A tokio runtime of two worker threads, for `AsyncStore`.

@@ -260,7 +260,7 @@ fn ask_each(
                 &pending,
                 DEFAULT_MAX_REQUEST_BYTES,
             )
-            .map(|request| ask_reviewer(reviewer, &request, model));
+            .map(|request| ask_reviewer(reviewer, &request, model, &start.call_id));
             rows.push(row(call, start.name.clone(), now));
             asked();
         }

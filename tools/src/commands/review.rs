@@ -76,7 +76,7 @@ impl Pending {
 pub fn request(args: &SessionArgs, pending: &Path, max_bytes: usize) -> Result<u8> {
     let pending = Pending::read(pending)?;
     match request_from_snapshot(args, &pending, max_bytes)? {
-        Ok(request) => {
+        Ok((request, _)) => {
             crate::terminal::print_json_line(&request)?;
             Ok(exit::OK)
         }
@@ -98,7 +98,9 @@ pub fn call(
     let model = reviewer_args.model.as_deref();
     if !record {
         return match request_from_snapshot(args, &pending, max_bytes)? {
-            Ok(request) => print_verdict(&ask_reviewer(&reviewer, &request, model)),
+            Ok((request, call_id)) => {
+                print_verdict(&ask_reviewer(&reviewer, &request, model, &call_id))
+            }
             Err(code) => Ok(code),
         };
     }
@@ -180,15 +182,16 @@ fn refused(error: &ReviewError) -> Result<u8> {
     })
 }
 
-/// The request for the pending action `pending` from the session read as
-/// a stream and folded as it is read, or the exit code of its refusal
+/// The request for the pending action `pending` (with the action's call
+/// id) from the session read as a stream and folded as it is read, or the
+/// exit code of its refusal
 /// (already printed). What is held is the fold and the request's fragments
 /// (the calls, and the messages since the last checkpoint), never the log.
 fn request_from_snapshot(
     args: &SessionArgs,
     pending: &Pending,
     max_bytes: usize,
-) -> Result<Result<String, u8>> {
+) -> Result<Result<(String, String), u8>> {
     let target = Target::open(&args.store)?;
     let session = target.session(args.session.as_deref())?;
     let read = match read_for_review(&target, &session) {
@@ -230,7 +233,7 @@ fn request_from_snapshot(
         max_bytes,
     );
     match built {
-        Ok(request) => Ok(Ok(request)),
+        Ok(request) => Ok(Ok((request, action.call_id))),
         Err(error) => refused(&error).map(Err),
     }
 }
