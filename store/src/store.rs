@@ -1244,6 +1244,11 @@ pub(crate) mod tests {
             matches!(&refused, Err(StoreError::InvalidEvent(message)) if message.contains("NUL") && message.starts_with(&format!("{place}: seq 3"))),
             "{refused:?}"
         );
+        // The place names the session, not only the store that holds it.
+        assert!(
+            place.ends_with("a.jsonl") || place.ends_with("#a"),
+            "{place}"
+        );
         assert!(!writer.is_poisoned());
         let mut nul = header("c");
         nul.cwd = "/work/a\0b".to_owned();

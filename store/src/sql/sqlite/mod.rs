@@ -943,7 +943,7 @@ impl SqliteStore {
             _lock: lock,
         };
         let writer = SessionWriter::new(
-            self.shared.path.clone(),
+            self.shared.session_path(id),
             Box::new(sink),
             options,
             folded.state,
