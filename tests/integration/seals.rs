@@ -665,11 +665,23 @@ fn replay_and_report_show_seals_and_mark_a_failed_one() {
     let page = ok(std::fs::read_to_string(&html));
     assert!(page.contains("SEAL FAILURE") && page.contains("seal-failed"));
     assert!(page.contains("3 seals do not hold; each is marked below"));
+    // The page's list of sessions and the totals of stats count them apart
+    // from broken rules too.
+    assert!(
+        page.contains("0 violations, 3 seals that do not hold"),
+        "the page's list counts the seals as violations"
+    );
     let stats = run(["stats", path_str(&store)]);
     assert!(
         stats.stderr.contains("3 seals do not hold") && !stats.stderr.contains("break the rules"),
         "{}",
         stats.stderr
+    );
+    assert!(
+        stats.stdout.contains("rule violations 0\n")
+            && stats.stdout.contains("seals that do not hold 3\n"),
+        "{}",
+        stats.stdout
     );
 }
 

@@ -910,16 +910,24 @@ fn render_nav_item(html: &mut String, section: &Section, links: Links<'_>) {
             let timeline = &summary.timeline;
             let id = &timeline.header.id;
             let events = summary.entries.saturating_sub(1);
+            // A seal that does not hold is said apart from broken rules.
+            let rules = timeline.violations.saturating_sub(timeline.seal_failures);
+            let seals = match timeline.seal_failures {
+                0 => String::new(),
+                1 => ", 1 seal that does not hold".to_owned(),
+                count => format!(", {count} seals that do not hold"),
+            };
             let _ = writeln!(
                 html,
-                "<li><a href=\"{}\">{id}</a> <span class=\"counts\">{events} events, {} denial{}, {} approval{} asked, {} violation{}</span></li>",
+                "<li><a href=\"{}\">{id}</a> <span class=\"counts\">{events} events, {} denial{}, {} approval{} asked, {} violation{}{}</span></li>",
                 links.session(id.as_str()),
                 summary.denials,
                 plural(summary.denials),
                 summary.approvals_asked,
                 plural(summary.approvals_asked),
-                timeline.violations,
-                plural(timeline.violations),
+                rules,
+                plural(rules),
+                seals,
             );
         }
         Section::Corrupt { id, message } => {
