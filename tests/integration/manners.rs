@@ -1266,3 +1266,40 @@ fn list_tree_shows_sessions_whose_parents_form_a_cycle() {
         listed.stdout
     );
 }
+
+/// `diff --json` gives a `batch` one side lacks as `null`, as every
+/// numeric member, never as text.
+#[test]
+fn diff_json_gives_an_absent_batch_as_null() {
+    use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let id = SessionId::parse("b").unwrap_or_else(|error| panic!("{error}"));
+    let header = SessionHeader::root(id.clone(), 1_700_000_000_000, "/w".into());
+    let log = |batch: Option<u64>| {
+        let mut text = header.encode();
+        for seq in 1..=2 {
+            let record = EventRecord::new(
+                seq,
+                1_700_000_000_000 + seq,
+                if seq == 1 { batch } else { None },
+                "note/test",
+                "{}",
+            );
+            text.push_str(&record.encode(&id));
+        }
+        text
+    };
+    let (batched, apart) = (dir.path().join("one"), dir.path().join("two"));
+    for (folder, batch) in [(&batched, Some(2)), (&apart, None)] {
+        std::fs::create_dir(folder).unwrap_or_else(|error| panic!("{error}"));
+        std::fs::write(folder.join("b.jsonl"), log(batch))
+            .unwrap_or_else(|error| panic!("{error}"));
+    }
+    let different = run(["diff", &arg(&batched), &arg(&apart), "--json"]);
+    different.expect_code(1);
+    let report: serde_json::Value =
+        serde_json::from_str(&different.stdout).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(report["field"], "batch", "{report}");
+    assert_eq!(report["left"], 2, "{report}");
+    assert_eq!(report["right"], serde_json::Value::Null, "{report}");
+}

@@ -209,7 +209,8 @@ fn difference_value(field: &str, value: &str) -> serde_json::Value {
         if let Ok(number) = value.parse::<u64>() {
             return number.into();
         }
-        if value == "null" || value == "none" {
+        // `absent`: a record without the member (a `batch` on one side).
+        if value == "null" || value == "none" || value == "absent" {
             return serde_json::Value::Null;
         }
     }
