@@ -35,6 +35,11 @@ export type SessionlogErrorCode =
 
 /** Every failure of this package. */
 export class SessionlogError extends Error {
+  constructor(
+    code: SessionlogErrorCode,
+    message: string,
+    details?: { seq?: number; path?: string; line?: number; offset?: number; expected?: number; actual?: number },
+  )
   readonly name: 'SessionlogError'
   readonly code: SessionlogErrorCode
   /** The seq involved: the event that broke a rule (0: the header), the log's next seq on a conflict. */
@@ -184,7 +189,7 @@ export class Store {
   /** Creates a root session (durably unless `durability: "buffered"`); resolves with its header. */
   createSession(
     session: { id: string; cwd?: string; createdAt?: number; sandboxMode?: SandboxMode; approvalPolicy?: ApprovalPolicy },
-    options?: { durability?: Durability },
+    options?: { durability?: Durability } | null,
   ): Promise<SessionHeader>
   /**
    * Opens the one writer of a session; `LOCKED` while another writer holds
@@ -192,19 +197,19 @@ export class Store {
    * every turn: a signed seal after each `turn/end`, in the same write and
    * sync.
    */
-  openWriter(id: string, options?: { durability?: Durability; keepSnapshot?: boolean; sealKey?: string }): Promise<Writer>
+  openWriter(id: string, options?: { durability?: Durability; keepSnapshot?: boolean; sealKey?: string } | null): Promise<Writer>
   /** The head of a session (an anchor for `sessionlog verify --anchor`): its last seq and the chain value there. */
   head(id: string): Promise<Head>
   /** Creates `child` from `parent`'s good prefix; resolves with the child's header. Nothing is written to the parent. */
-  fork(parent: string, child: string, options?: { prompt?: string } & Defaults): Promise<SessionHeader>
+  fork(parent: string, child: string, options?: ({ prompt?: string } & Defaults) | null): Promise<SessionHeader>
   /** The good prefix of a session. */
   snapshot(id: string): Promise<Snapshot>
   /** The projections as of seq `at` (the last when absent). */
-  project(id: string, options?: { at?: number } & Defaults): Promise<Projection>
+  project(id: string, options?: ({ at?: number } & Defaults) | null): Promise<Projection>
   /** Every session's header. */
   list(): Promise<Array<SessionHeader | UnreadableSession>>
   /** The events from `fromSeq` on, then each new one as it is appended, until `signal` aborts. */
-  follow(id: string, options?: { fromSeq?: number; signal?: AbortSignal }): AsyncIterableIterator<StoredEvent>
+  follow(id: string, options?: { fromSeq?: number; signal?: AbortSignal } | null): AsyncIterableIterator<StoredEvent>
 }
 
 export class Writer {
@@ -217,15 +222,15 @@ export class Writer {
    * buffered). Concurrent appends are applied in call order, share syncs
    * and resolve in seq order.
    */
-  append(event: NewEvent, options?: { expectSeq?: number }): Promise<number>
+  append(event: NewEvent, options?: { expectSeq?: number } | null): Promise<number>
   /** Appends events as one atomic batch; resolves with their seqs. */
-  appendBatch(events: NewEvent[], options?: { expectSeq?: number }): Promise<number[]>
+  appendBatch(events: NewEvent[], options?: { expectSeq?: number } | null): Promise<number[]>
   /** The Auto reviewer's request for a pending action, built from the writer's snapshot (fails closed with a review code). */
-  reviewRequest(pending: PendingAction | string, options?: { maxBytes?: number }): Promise<ReviewRequest>
+  reviewRequest(pending: PendingAction | string, options?: { maxBytes?: number } | null): Promise<ReviewRequest>
   /** The same request as the exact compact JSON text the store built. */
-  reviewRequestText(pending: PendingAction | string, options?: { maxBytes?: number }): Promise<string>
+  reviewRequestText(pending: PendingAction | string, options?: { maxBytes?: number } | null): Promise<string>
   /** Appends a seal of every record before it, signed by `key` (the text of a key file) when given; resolves with its seq. */
-  seal(options?: { key?: string }): Promise<number>
+  seal(options?: { key?: string } | null): Promise<number>
   /** Applies what was queued before, then releases the writer and its lock; a second call gives the first one's promise. */
   close(): Promise<void>
 }

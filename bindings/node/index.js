@@ -92,6 +92,18 @@ function checkInteger(value, name, minimum = 0) {
 function checkOptionalString(value, name) {
   if (value === undefined || value === null) return undefined
   if (typeof value !== 'string') throw invalidArgument(`${name} must be a string, not ${describe(value)}`)
+  // Passed to Rust, a lone surrogate would become U+FFFD: a stored text
+  // that is not the one given.
+  if (!value.isWellFormed()) {
+    throw invalidArgument(`${name} ${JSON.stringify(value)} holds a lone surrogate (not Unicode text)`)
+  }
+  return value
+}
+
+/** An optional boolean option: `fallback` when absent, never a coerced value. */
+function checkBoolean(value, name, fallback) {
+  if (value === undefined || value === null) return fallback
+  if (typeof value !== 'boolean') throw invalidArgument(`${name} must be true or false, not ${describe(value)}`)
   return value
 }
 
@@ -182,7 +194,7 @@ class Store {
    */
   static async open(location, options) {
     if (typeof location !== 'string') throw invalidArgument(`location must be a string, not ${describe(location)}`)
-    const create = Boolean(optionsOf(options).create)
+    const create = checkBoolean(optionsOf(options).create, 'create', false)
     // The addon makes a path absolute (a later process.chdir moves nothing).
     const handle = await call(native.openStore(location, create))
     return new Store(constructing, handle)
@@ -205,6 +217,7 @@ class Store {
       approvalPolicy: checkOptionalString(session.approvalPolicy, 'approvalPolicy'),
     }
     if (typeof input.cwd !== 'string') throw invalidArgument(`cwd must be a string, not ${describe(input.cwd)}`)
+    checkOptionalString(input.cwd, 'cwd')
     return JSON.parse(await call(this.#native.createSession(input, isBuffered(options.durability))))
   }
 
@@ -217,7 +230,7 @@ class Store {
   async openWriter(id, options) {
     options = optionsOf(options)
     const buffered = isBuffered(options.durability)
-    const keepSnapshot = options.keepSnapshot === undefined ? true : Boolean(options.keepSnapshot)
+    const keepSnapshot = checkBoolean(options.keepSnapshot, 'keepSnapshot', true)
     const sealKey = checkOptionalString(options.sealKey, 'sealKey') ?? null
     const work = new WorkInFlight()
     try {
@@ -274,6 +287,10 @@ class Store {
     options = optionsOf(options)
     const fromSeq = checkInteger(options.fromSeq, 'fromSeq') ?? 1
     const { signal } = options
+    // Checked before the native follower starts polling.
+    if (signal !== undefined && signal !== null && !(signal instanceof AbortSignal)) {
+      throw invalidArgument(`signal must be an AbortSignal, not ${describe(signal)}`)
+    }
     let following
     try {
       following = this.#native.follow(checkId(id), fromSeq)

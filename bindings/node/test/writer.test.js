@@ -126,6 +126,18 @@ test('the errors a program branches on carry their code, message and context', a
   await rejectsWith(store.createSession({ id: 's2', cwd: '/w', sandboxMode: 'yolo' }), 'INVALID_ARGUMENT')
   assert.equal(fs.existsSync(path.join(folder, 'sessions', 's2.jsonl')), false)
 
+  // A lone surrogate would reach the log as U+FFFD, and a mistyped boolean
+  // would be coerced: both are refused, nothing made.
+  await rejectsWith(store.createSession({ id: 's3', cwd: '/a\ud800b' }), 'INVALID_ARGUMENT')
+  assert.equal(fs.existsSync(path.join(folder, 'sessions', 's3.jsonl')), false)
+  await rejectsWith(store.fork('s1', 's4', { prompt: 'hi \ud800 there' }), 'INVALID_ARGUMENT')
+  assert.equal(fs.existsSync(path.join(folder, 'sessions', 's4.jsonl')), false)
+  await rejectsWith(Store.open(path.join(folder, 'other'), { create: 'false' }), 'INVALID_ARGUMENT')
+  assert.equal(fs.existsSync(path.join(folder, 'other')), false)
+  await rejectsWith(store.openWriter('s1', { keepSnapshot: 'false' }), 'INVALID_ARGUMENT')
+  // A signal that is no AbortSignal is refused before anything follows.
+  await rejectsWith(store.follow('s1', { signal: {} }).next(), 'INVALID_ARGUMENT')
+
   const writer = await store.openWriter('s1', { durability: 'buffered' })
   await rejectsWith(writer.append({ type: 'turn/start', data: { turnId: 't1' } }, { expectSeq: 0 }), 'INVALID_ARGUMENT')
   await rejectsWith(writer.append({ type: 'x', data: undefined }), 'INVALID_EVENT')
