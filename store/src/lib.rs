@@ -117,8 +117,8 @@ pub use reader::{
     Rewind, SessionStream, Snapshot, Unproven,
 };
 pub use review::{
-    ask_reviewer, verdict_events, ReviewCallError, ReviewOptions, Reviewed, Reviewer,
-    ReviewerError, ReviewerResponse, Verdict,
+    ask_reviewer, bounded_failure_message, verdict_events, ReviewCallError, ReviewOptions,
+    Reviewed, Reviewer, ReviewerError, ReviewerResponse, Verdict,
 };
 pub use row_follow::RowFollower;
 pub use sql::checks::StoreAudit;

@@ -221,7 +221,7 @@ pub fn ask_reviewer(
             Verdict::Decided(decision)
         }
         Err(failure) => Verdict::Failed(ReviewFailure {
-            message: bounded_message(reviewer.scrub(failure.message)),
+            message: bounded_failure_message(reviewer.scrub(failure.message)),
         }),
     };
     recordable(verdict, call_id)
@@ -233,9 +233,13 @@ pub fn ask_reviewer(
 /// a line a person can read.
 const MAX_FAILURE_MESSAGE_CHARS: usize = 4096;
 
-/// `message` cut to [`MAX_FAILURE_MESSAGE_CHARS`], saying how much was
-/// left out.
-fn bounded_message(message: String) -> String {
+/// A reviewer failure's `message` cut to its first 4,096 characters,
+/// saying how many were left out: what `ask_reviewer` keeps of a failure
+/// (after taking any credential out, so that the cut never splits one),
+/// and what a runtime that reads the reviewer's reply itself keeps of
+/// what the strict read found wrong. Apply it once: a message already cut
+/// is cut again.
+pub fn bounded_failure_message(message: String) -> String {
     let Some((cut, _)) = message.char_indices().nth(MAX_FAILURE_MESSAGE_CHARS) else {
         return message;
     };

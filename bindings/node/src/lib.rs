@@ -26,11 +26,12 @@ use std::path::PathBuf;
 use napi::bindgen_prelude::AsyncTask;
 use napi_derive::napi;
 use sessionlog_projections::{
-    chat_completions_body, chat_completions_reply, parse_review_result, Defaults,
+    chat_completions_body, chat_completions_reply, parse_review_result, Defaults, ReviewFailure,
 };
 use sessionlog_schema::{ApprovalPolicy, SandboxMode, SessionHeader, SessionId};
 use sessionlog_store::{
-    chain_head, fold_through, now_ms, AsyncStore, Durability, SealTurns, Store, WriterOptions,
+    bounded_failure_message, chain_head, fold_through, now_ms, AsyncStore, Durability, SealTurns,
+    Store, WriterOptions,
 };
 
 use crate::failure::{Failure, Outcome};
@@ -107,11 +108,17 @@ pub fn open_store(location: String, create: bool) -> AsyncTask<Blocking<NativeSt
 }
 
 /// Reads a reviewer's reply strictly; the decision's JSON text, or an
-/// `AUTO_REVIEW_FAILED` failure naming what was wrong.
+/// `AUTO_REVIEW_FAILED` failure naming what was wrong, its message cut as
+/// the store cuts a reviewer failure's (a reply of megabytes still gives a
+/// failure a settle can hold).
 #[napi]
 pub fn parse_review_result_json(reply: String) -> napi::Result<String> {
     guarded(|| {
-        let decision = parse_review_result(reply.as_bytes())?;
+        let decision = parse_review_result(reply.as_bytes()).map_err(|failure| {
+            Failure::from(ReviewFailure {
+                message: bounded_failure_message(failure.message),
+            })
+        })?;
         Ok(json::to_json(&decision))
     })
 }

@@ -145,6 +145,15 @@ test('the reviewer result is parsed strictly', () => {
   for (const failure of failures.slice(0, 4)) {
     assert.equal(cli(['review-result'], JSON.stringify(failure)).status, 5)
   }
+  // A failure quoting megabytes the reviewer sent keeps 4,096 characters
+  // of it and says how many it leaves out, as the store's own call does.
+  assert.throws(
+    () => parseReviewResult(reply('{"risk":"low","decision":"allow"}', 'A'.repeat(5_000_000))),
+    (error) =>
+      error.code === 'AUTO_REVIEW_FAILED' &&
+      error.message.length < 4_200 &&
+      /more characters not shown\)$/.test(error.message),
+  )
 })
 
 test('follow: stored events, then new ones as they are appended, until the signal aborts', { timeout: 60_000 }, async (t) => {
