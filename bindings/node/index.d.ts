@@ -13,6 +13,7 @@ export type SessionlogErrorCode =
   | 'EXISTS' // a session with this id exists already
   | 'INVALID_ID' // not a valid session id
   | 'IO' // a file-system or database failure (a missing store included)
+  | 'CONNECTION_LOST' // the PostgreSQL server ended the connection or is out of reach: the next call connects again
   | 'INVALID_EVENT' // an event that cannot be written (not {type, data}, data not JSON, over the size limit)
   | 'INVALID_ARGUMENT' // an option the API cannot take (a bad seq, an unknown vocabulary value)
   | 'CLOSED' // the writer was closed

@@ -56,6 +56,10 @@ use crate::StoreError;
 /// How often `follow` looks for new events.
 pub const FOLLOW_POLL_INTERVAL: Duration = Duration::from_millis(20);
 
+/// How long `follow` waits before it reads again after a PostgreSQL server
+/// ended its connection (the read connects again).
+const FOLLOW_RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Events `follow` buffers for a slow receiver before it waits.
 const FOLLOW_CHANNEL_CAPACITY: usize = 256;
 
@@ -328,7 +332,10 @@ impl AsyncStore {
 
     /// A stream of the events of session `id` from `from_seq` on: those
     /// already stored, then each new one as it is appended. It ends after
-    /// delivering an error; dropping it stops the polling.
+    /// delivering an error, except a PostgreSQL server ending the
+    /// connection or out of reach ([`StoreError::is_connection_lost`]):
+    /// then it logs a warning once and reads again every second, going on
+    /// from where it was. Dropping it stops the polling.
     pub fn follow(&self, id: SessionId, from_seq: u64) -> Follow {
         let (sender, receiver) = mpsc::channel(FOLLOW_CHANNEL_CAPACITY);
         let store = Arc::clone(&self.store);
@@ -346,6 +353,9 @@ impl AsyncStore {
                 #[cfg(feature = "postgres")]
                 Store::Postgres(_) => Following::Rows(RowFollower::new(id.clone(), from_seq)),
             };
+            // Whether the last read found the server out of reach (said
+            // once an outage, as `sessionlog tail -f` says it).
+            let mut unreachable = false;
             while !sender.is_closed() {
                 let reading = Arc::clone(&store);
                 let polled = blocking(move || {
@@ -356,7 +366,20 @@ impl AsyncStore {
                 let records = match polled {
                     Ok((returned, Ok(records))) => {
                         following = returned;
+                        unreachable = false;
                         records
+                    }
+                    // A restart or failover of the server: the next read
+                    // connects again, and the stream goes on from where
+                    // it was.
+                    Ok((returned, Err(error))) if error.is_connection_lost() => {
+                        following = returned;
+                        if !unreachable {
+                            tracing::warn!(session = %id, "following: {error}; connecting again");
+                            unreachable = true;
+                        }
+                        tokio::time::sleep(FOLLOW_RECONNECT_INTERVAL).await;
+                        continue;
                     }
                     Ok((_, Err(error))) | Err(error) => {
                         let _ = sender.send(Err(error)).await;
@@ -864,6 +887,54 @@ mod tests {
     async fn jsonl_appends_and_follows() {
         let folder = ok(tempfile::tempdir());
         check_append_and_follow(jsonl_store(folder.path())).await;
+    }
+
+    /// A PostgreSQL server that ends the follower's connection (a restart,
+    /// a failover) does not end the stream: it reads again, and delivers
+    /// what was appended meanwhile. (The blocking client connects outside
+    /// the runtime.)
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn a_follow_goes_on_after_the_server_ends_its_connection() {
+        let Some(schema) = crate::store::tests::postgres_store() else {
+            return;
+        };
+        let name = format!("follow_{}", schema.schema);
+        let url = format!("{}&application_name={name}", schema.url);
+        let reading = AsyncStore::new(ok(Store::open(std::path::Path::new(&url))));
+        let writing = AsyncStore::new(ok(Store::open(std::path::Path::new(&schema.url))));
+        let runtime = ok(tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build());
+        let mut followed = runtime.block_on(async {
+            ok(writing
+                .create(header("a"), Vec::new(), Durability::Fsync)
+                .await);
+            ok(writing.append(id("a"), vec![note("one")], Some(1)).await);
+            let mut followed = reading.follow(id("a"), 1);
+            let first = tokio::time::timeout(Duration::from_secs(10), followed.recv()).await;
+            assert_eq!(ok(ok(ok(first).ok_or("the stream ended"))).seq(), 1);
+            followed
+        });
+        let Store::Postgres(admin) = &schema.store else {
+            panic!("not a PostgreSQL store");
+        };
+        let ended: i64 = ok(ok(ok(admin.connect()).query_one(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = $1) AS ended",
+            &[&name],
+        ))
+        .try_get(0));
+        assert!(ended > 0, "the follower held no connection named {name}");
+        runtime.block_on(async {
+            ok(writing.append(id("a"), vec![note("two")], None).await);
+            let next = tokio::time::timeout(Duration::from_secs(10), followed.recv()).await;
+            let record = ok(ok(ok(next).ok_or("the stream ended")));
+            assert_eq!(record.seq(), 2);
+        });
+        drop(followed);
+        drop(runtime);
     }
 
     /// A task appending `events` to session `a` of `store`.
