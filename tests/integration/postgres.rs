@@ -1034,6 +1034,46 @@ fn tail_f_follows_on_after_the_server_ends_its_connections() {
     assert!(ended > 0, "tail -f held no connection named {name}");
     append(2);
     wait_for(2);
+    // Only the listener's connection ends: it is made again (within a
+    // second or so), and following goes on.
+    let mut client = ok(admin.connect());
+    let mut listening = || -> Vec<i32> {
+        ok(client.query(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%'",
+            &[&name],
+        ))
+        .iter()
+        .map(|row| ok(row.try_get(0)))
+        .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let before = loop {
+        let pids = listening();
+        if !pids.is_empty() || std::time::Instant::now() > deadline {
+            break pids;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        before.len(),
+        1,
+        "tail -f listens on one connection: {before:?}"
+    );
+    ok(ok(admin.connect()).execute("SELECT pg_terminate_backend($1)", &[&before[0]]));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let pids = listening();
+        if pids.iter().any(|pid| *pid != before[0]) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "tail -f never listened again after its listener's connection ended"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    append(3);
+    wait_for(3);
     let _ = tail.kill();
     let finished = ok(tail.wait_with_output());
     let stderr = String::from_utf8_lossy(&finished.stderr);

@@ -20,7 +20,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
@@ -176,6 +176,9 @@ impl<'a, W: Write> Tail<'a, W> {
         // failover, an administrator) is not the end of following: each
         // look connects again, once a second, until one succeeds.
         let mut lost = false;
+        // When a listener that was there lost its connection: it is made
+        // again at most once a second, the looks polling meanwhile.
+        let mut listen_again_at: Option<Instant> = None;
         loop {
             let timeout = match lost {
                 true => RECONNECT_INTERVAL,
@@ -185,6 +188,7 @@ impl<'a, W: Write> Tail<'a, W> {
                 Some(Ok(woken)) => woken,
                 Some(Err(_)) => {
                     listener = None;
+                    listen_again_at = Some(Instant::now() + RECONNECT_INTERVAL);
                     false
                 }
                 None => wake.wait(timeout),
@@ -215,6 +219,18 @@ impl<'a, W: Write> Tail<'a, W> {
                 {
                     listener = listener.or_else(|| store.listener(&session.id).ok());
                 }
+            }
+            // The listener's own connection ended (the reads' did not).
+            if listener.is_none() && listen_again_at.is_some_and(|at| Instant::now() >= at) {
+                if let Source::Database {
+                    store: Store::Postgres(store),
+                } = &self.source
+                {
+                    listener = store.listener(&session.id).ok();
+                }
+                listen_again_at = listener
+                    .is_none()
+                    .then(|| Instant::now() + RECONNECT_INTERVAL);
             }
             for record in &records {
                 self.print(record)?;
