@@ -37,6 +37,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(90);
 /// The largest answer read: 16 MiB (a reviewer's answer is a few KiB).
 const MAX_ANSWER_BYTES: u64 = 16 << 20;
 
+/// How much of an answer that is not a success (a status outside 2xx) is
+/// read: the failure quotes its first 200 characters.
+const REFUSAL_PREFIX_BYTES: u64 = 64 << 10;
+
 /// The shortest key scrubbed from what is printed and recorded: 8
 /// characters. See the crate docs.
 pub const MIN_SCRUBBED_KEY: usize = 8;
@@ -187,6 +191,28 @@ impl HttpReviewer {
         }
         let mut response = request.send(body)?;
         let status = response.status().as_u16();
+        if !response.status().is_success() {
+            // A refusal is quoted only by its first characters: a bounded
+            // prefix of its body is read, however long it is, so that its
+            // status is what the failure says.
+            let mut prefix = Vec::new();
+            std::io::Read::read_to_end(
+                &mut std::io::Read::take(
+                    response
+                        .body_mut()
+                        .with_config()
+                        .limit(MAX_ANSWER_BYTES)
+                        .reader(),
+                    REFUSAL_PREFIX_BYTES,
+                ),
+                &mut prefix,
+            )
+            .map_err(ureq::Error::Io)?;
+            return Ok(ReviewerResponse {
+                status,
+                body: prefix,
+            });
+        }
         let body = response
             .body_mut()
             .with_config()

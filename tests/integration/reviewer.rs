@@ -449,6 +449,12 @@ fn every_bad_answer_is_a_recorded_failure_naming_its_cause() {
             &[],
             "no answer from the reviewer: the answer from http",
         ),
+        (
+            "status 500 with a body above 16 MiB",
+            Answer::Body(500, "y".repeat(17 << 20)),
+            &[],
+            "the reviewer answered HTTP 500: yyyy",
+        ),
     ];
     for (case, answer, extra, cause) in cases {
         let (_folder, log) = open_step_session();
