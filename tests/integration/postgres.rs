@@ -1116,4 +1116,57 @@ fn a_schema_of_another_application_is_not_made_a_store() {
         matches!(read, Err(sessionlog_store::StoreError::NotAStore { .. })),
         "nothing was added: {read:?}"
     );
+    // Another application's schema_version (a migration tool's, its
+    // version text or an integer) is no store either; four tables are
+    // named, and a fifth only said to be there.
+    for (suffix, tables, named) in [
+        (
+            "flyway",
+            "CREATE TABLE {0}.schema_version (version varchar(50)); \
+             INSERT INTO {0}.schema_version VALUES ('1.0'); CREATE TABLE {0}.users (id integer)",
+            "(schema_version, users)",
+        ),
+        (
+            "integer",
+            "CREATE TABLE {0}.schema_version (version integer); \
+             INSERT INTO {0}.schema_version VALUES (3); CREATE TABLE {0}.users (id integer)",
+            "(schema_version, users)",
+        ),
+        (
+            "four",
+            "CREATE TABLE {0}.a (id integer); CREATE TABLE {0}.b (id integer); \
+             CREATE TABLE {0}.c (id integer); CREATE TABLE {0}.d (id integer)",
+            "(a, b, c, d)",
+        ),
+        (
+            "five",
+            "CREATE TABLE {0}.a (id integer); CREATE TABLE {0}.b (id integer); \
+             CREATE TABLE {0}.c (id integer); CREATE TABLE {0}.d (id integer); \
+             CREATE TABLE {0}.e (id integer)",
+            "(a, b, c, d, …)",
+        ),
+    ] {
+        let schema = Schema::new(&server, &format!("foreign_{suffix}"));
+        ok(ok(admin.connect()).batch_execute(&format!(
+            "CREATE SCHEMA {0}; {1}",
+            schema.name,
+            tables.replace("{0}", &schema.name)
+        )));
+        let mut commands = vec![vec!["create", schema.url.as_str(), "--session", "s"]];
+        if tables.contains("schema_version") {
+            // A reader, too, is told whose table that is.
+            commands.push(vec!["list", schema.url.as_str()]);
+        }
+        for args in commands {
+            let refused = run(&args);
+            refused.expect_code(1);
+            assert!(
+                refused
+                    .stderr
+                    .contains(&format!("holds tables of another application {named}")),
+                "{suffix} {args:?}: {}",
+                refused.stderr
+            );
+        }
+    }
 }

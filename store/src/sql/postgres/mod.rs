@@ -1499,13 +1499,30 @@ fn read_version(
     if !present {
         return Ok(None);
     }
-    let version: i32 = connection
-        .query_one(location, "read the schema version", sql::READ_VERSION, &[])
+    // Another application's `schema_version` (a migration tool's) is no
+    // store: sessionlog's comes with its session and event tables, and
+    // holds an integer.
+    let ours: bool = connection
+        .query_one(location, "look for the schema", sql::HAS_STORE_TABLES, &[])
         .and_then(|row| {
             row.try_get(0)
-                .map_err(postgres_error("read the schema version", location))
+                .map_err(postgres_error("look for the schema", location))
         })?;
-    Ok(Some(i64::from(version)))
+    if !ours {
+        refuse_foreign_tables(connection, location)?;
+    }
+    let row = connection.query_one(location, "read the schema version", sql::READ_VERSION, &[])?;
+    match row.try_get::<_, i32>(0) {
+        Ok(version) => Ok(Some(i64::from(version))),
+        Err(_) => Err(StoreError::NotAStore {
+            path: location.display.clone(),
+            reason: format!(
+                "the schema_version table of schema {} holds no integer version: it is another \
+                 application's, not a sessionlog store's (name another schema with ?schema=NAME)",
+                location.schema
+            ),
+        }),
+    }
 }
 
 /// Creates the schema when missing and brings it to
@@ -1563,7 +1580,7 @@ fn refuse_foreign_tables(
         .query(
             "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
               WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
-              ORDER BY c.relname LIMIT 4",
+              ORDER BY c.relname LIMIT 5",
             &[&location.schema],
         )
         .map_err(postgres_error(
@@ -1581,7 +1598,9 @@ fn refuse_foreign_tables(
             "look for other tables in the schema",
             location,
         ))?;
-    let more = if names.len() == 4 { ", …" } else { "" };
+    // Four are named; a fifth only says that there are more.
+    let more = if names.len() > 4 { ", …" } else { "" };
+    let names = &names[..names.len().min(4)];
     Err(StoreError::NotAStore {
         path: location.display.clone(),
         reason: format!(

@@ -123,6 +123,11 @@ pub(super) const LOCK_SCHEMA_UPGRADE: &str = "SELECT pg_advisory_xact_lock($1)";
 /// through `search_path` (only our schema and `pg_catalog`).
 pub(super) const HAS_VERSION_TABLE: &str = "SELECT to_regclass('schema_version') IS NOT NULL";
 
+/// Whether the schema has the session and event tables a store's
+/// `schema_version` comes with.
+pub(super) const HAS_STORE_TABLES: &str =
+    "SELECT to_regclass('sessions') IS NOT NULL AND to_regclass('events') IS NOT NULL";
+
 /// The recorded schema version.
 pub(super) const READ_VERSION: &str = "SELECT version FROM schema_version";
 
