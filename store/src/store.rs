@@ -893,6 +893,8 @@ fn postgres_display(text: &str) -> String {
 ///     "postgres://db…"
 /// );
 /// assert_eq!(redact_url("postgres://alice:pa?ss-s3cret@db/logs"), "postgres://alice…");
+/// // An `@` left unescaped in a password.
+/// assert_eq!(redact_url("postgres://app:p@ss@db/logs"), "postgres://app@db/logs");
 /// ```
 pub fn redact_url(text: &str) -> String {
     let (scheme, rest) = text
@@ -912,7 +914,17 @@ pub fn redact_url(text: &str) -> String {
         let end = rest.find([':', '/', '?']).unwrap_or(rest.len());
         return format!("{scheme}{}…", &rest[..end]);
     }
-    let userinfo_end = rest.find('@');
+    // An `@` left unescaped in a password (`user:p@ss@db`): the client
+    // ends the user information at the first, and takes the rest of the
+    // password for the host. What is shown ends it at the last `@` before
+    // the path, so that no part of the password is.
+    let userinfo_end = rest.find('@').map(|first| {
+        let after = &rest[first + 1..];
+        let host_end = after.find(['/', '?']).unwrap_or(after.len());
+        after[..host_end]
+            .rfind('@')
+            .map_or(first, |last| first + 1 + last)
+    });
     let (user, rest) = match userinfo_end.map(|at| (&rest[..at], &rest[at + 1..])) {
         Some((userinfo, rest)) => {
             let user = userinfo.split(':').next().unwrap_or_default();

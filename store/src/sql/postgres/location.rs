@@ -77,6 +77,22 @@ impl Location {
                 ));
             }
         }
+        // A second `@` before the path: an `@` left unescaped in the
+        // password, which the client would end it at, taking the rest of
+        // the password for the host (and showing it in messages).
+        if let Some((_, after)) = text
+            .split_once("://")
+            .unwrap_or(("", text))
+            .1
+            .split_once('@')
+        {
+            let host_end = after.find(['/', '?']).unwrap_or(after.len());
+            if after[..host_end].contains('@') {
+                return Err(invalid(
+                    "its user name and password hold an @: write it %40 (p%40ss)".to_owned(),
+                ));
+            }
+        }
         let (url, schema) = take_schema_parameter(text);
         let schema = schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_owned());
         if !valid_schema_name(&schema) {
@@ -390,6 +406,26 @@ mod tests {
             "{shown}"
         );
         assert_eq!(Location::display_of(url), "postgres://alice…");
+    }
+
+    /// An `@` left unescaped in a password: refused, and no part of the
+    /// password shown.
+    #[test]
+    fn an_at_in_a_password_is_refused_without_showing_it() {
+        let url = "postgres://alice:p@ss-s3cretPW@127.0.0.1:1/logs";
+        let refused = Location::parse(Path::new(url)).map(|location| location.display);
+        let Err(error) = refused else {
+            panic!("{refused:?}");
+        };
+        let shown = error.to_string();
+        assert!(
+            shown.contains("%40") && !shown.contains("s3cretPW"),
+            "{shown}"
+        );
+        assert_eq!(
+            Location::display_of(url),
+            "postgres://alice@127.0.0.1:1/logs"
+        );
     }
 
     #[test]
