@@ -707,3 +707,62 @@ fn damage_in_one_session_is_never_blamed_on_its_neighbours() {
         "the sessions of the zeroed page are corrupt: {found:?}"
     );
 }
+
+/// Event rows of an id that has no session row, written behind the
+/// store's back: no session of that id is created over them, by `create`,
+/// `fork` or `migrate` (which writes nothing then), as PostgreSQL refuses
+/// it; a session created over them would read them as its own.
+#[test]
+fn no_session_is_created_over_events_without_a_session_row() {
+    let dir = ok(tempfile::tempdir());
+    let examples = crate::cli_support::workspace_root().join("examples/sessions");
+    let database = dir.path().join("store.db");
+    run(["create", &text(&database), "--session", "keep"]).expect_code(0);
+    let connection = ok(rusqlite::Connection::open(&database));
+    // As the sqlite3 shell writes, without the foreign keys checked.
+    ok(connection.execute_batch("PRAGMA foreign_keys = OFF"));
+    // A row of "ghost" at seq 1, and one of "lead" (a session of the
+    // examples) at seq 50.
+    for (owner, seq) in [("ghost", 1), ("lead", 50)] {
+        ok(connection.execute(
+            "INSERT INTO events (session_id, seq, ts, type, batch, body, crc)
+             VALUES (?1, ?2, 1, 'note/test', NULL, '{}', 0)",
+            rusqlite::params![owner, seq],
+        ));
+    }
+    drop(connection);
+    for args in [
+        vec![
+            "create".to_owned(),
+            text(&database),
+            "--session".to_owned(),
+            "ghost".to_owned(),
+        ],
+        vec![
+            "fork".to_owned(),
+            text(&database),
+            "--session".to_owned(),
+            "keep".to_owned(),
+            "--child".to_owned(),
+            "ghost".to_owned(),
+        ],
+        vec!["migrate".to_owned(), text(&examples), text(&database)],
+    ] {
+        let refused = run(&args);
+        refused.expect_code(2);
+        assert!(
+            refused
+                .stderr
+                .contains("have no session row; no session of that id is created over them"),
+            "{args:?}: {}",
+            refused.stderr
+        );
+    }
+    let connection = ok(rusqlite::Connection::open(&database));
+    let sessions: Vec<String> = ok(
+        ok(connection.prepare("SELECT id FROM sessions ORDER BY id"))
+            .query_map([], |row| row.get(0))
+            .and_then(|rows| rows.collect()),
+    );
+    assert_eq!(sessions, ["keep"], "nothing was created");
+}

@@ -664,6 +664,23 @@ pub(super) fn insert_session(
         }
         Err(error) => return Err(sqlite_error("insert a session", path)(error)),
     }
+    // Rows of this id already there have no session row: damage of the
+    // store, which a new session would read as its own (as PostgreSQL
+    // refuses it).
+    let orphaned: bool = connection
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM events WHERE session_id = ?1)")
+        .and_then(|mut statement| statement.query_row([header.id.as_str()], |row| row.get(0)))
+        .map_err(sqlite_error("look for events of a new session", path))?;
+    if orphaned {
+        return Err(crate::sql::checks::damaged(
+            path,
+            format!(
+                "events of session {:?} have no session row; no session of that id is created \
+                 over them",
+                header.id.as_str()
+            ),
+        ));
+    }
     insert_events(connection, path, &header.id, &session.events)
 }
 
