@@ -320,6 +320,12 @@ fn migrate_from(
     progress: &mut dyn FnMut(MigrateProgress),
 ) -> Result<MigrateReport, StoreError> {
     let mut ids = from.ids()?;
+    // A destination database damaged as a whole (events without a session
+    // row, a row with an invalid id) is refused before anything is staged:
+    // the proof by read-back would find it only after publishing.
+    if !matches!(to, Store::Jsonl(_)) {
+        to.ids()?;
+    }
     let mut skipped = 0usize;
     let mut present = Vec::new();
     for id in &ids {

@@ -766,3 +766,41 @@ fn no_session_is_created_over_events_without_a_session_row() {
     );
     assert_eq!(sessions, ["keep"], "nothing was created");
 }
+
+/// A destination database damaged as a whole (events without a session
+/// row, of an id no source session has) is refused before anything is
+/// published: the read-back found it only after the copy was in.
+#[test]
+fn migrate_into_a_damaged_database_writes_nothing() {
+    let dir = ok(tempfile::tempdir());
+    let examples = crate::cli_support::workspace_root().join("examples/sessions");
+    let database = dir.path().join("store.db");
+    run(["create", &text(&database), "--session", "keep"]).expect_code(0);
+    let connection = ok(rusqlite::Connection::open(&database));
+    ok(connection.execute_batch(
+        "PRAGMA foreign_keys = OFF;
+         INSERT INTO events (session_id, seq, ts, type, batch, body, crc)
+         VALUES ('ghost', 1, 1, 'note/test', NULL, '{}', 0);",
+    ));
+    drop(connection);
+    for resume in [false, true] {
+        let mut args = vec!["migrate".to_owned(), text(&examples), text(&database)];
+        if resume {
+            args.push("--resume".to_owned());
+        }
+        let refused = run(&args);
+        refused.expect_code(2);
+        assert!(
+            refused.stderr.contains("\"ghost\" have no session row"),
+            "{}",
+            refused.stderr
+        );
+    }
+    let connection = ok(rusqlite::Connection::open(&database));
+    let sessions: Vec<String> = ok(
+        ok(connection.prepare("SELECT id FROM sessions ORDER BY id"))
+            .query_map([], |row| row.get(0))
+            .and_then(|rows| rows.collect()),
+    );
+    assert_eq!(sessions, ["keep"], "nothing was published");
+}
