@@ -1170,3 +1170,31 @@ fn a_schema_of_another_application_is_not_made_a_store() {
         }
     }
 }
+
+/// A migration from a PostgreSQL store into itself is refused, however
+/// the two URLs spell it; `--resume` would otherwise prove every session
+/// against itself.
+#[test]
+fn migrate_into_the_same_postgres_store_is_refused() {
+    let Some(server) = test_server() else {
+        return;
+    };
+    let schema = Schema::new(&server, "same");
+    run(["migrate", &text(&examples()), &schema.url]).expect_code(0);
+    let respelled = format!("{}&application_name=other", schema.url);
+    for to in [schema.url.as_str(), respelled.as_str()] {
+        for resume in [false, true] {
+            let mut args = vec!["migrate", schema.url.as_str(), to];
+            if resume {
+                args.push("--resume");
+            }
+            let refused = run(&args);
+            refused.expect_code(1);
+            assert!(
+                refused.stderr.contains("are the same store"),
+                "{args:?}: {}",
+                refused.stderr
+            );
+        }
+    }
+}

@@ -176,9 +176,18 @@ impl<'a> Side<'a> {
 /// Refuses a migration whose destination is its source: copying a store
 /// onto itself would find every session already there.
 fn refuse_same_store(from: &Path, to: &Path) -> Result<()> {
-    let same = match (std::fs::canonicalize(from), std::fs::canonicalize(to)) {
-        (Ok(from), Ok(to)) => from == to,
-        _ => false,
+    let url = |path: &Path| path.to_str().is_some_and(sessionlog_store::is_postgres_url);
+    let same = match (url(from), url(to)) {
+        // Two PostgreSQL URLs name one store when they name the same user,
+        // host, port, database and schema, however the URLs spell them
+        // (parameters in another order, the default schema written out).
+        (true, true) => {
+            sessionlog_store::store_display(from) == sessionlog_store::store_display(to)
+        }
+        _ => match (std::fs::canonicalize(from), std::fs::canonicalize(to)) {
+            (Ok(from), Ok(to)) => from == to,
+            _ => false,
+        },
     };
     if same {
         bail!(UsageError(format!(
