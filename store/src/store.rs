@@ -560,26 +560,30 @@ impl Store {
     /// [`SqliteStore::list_sessions`]): in a database, events without a
     /// session row are left to
     /// [`events_accounted_for`](Self::events_accounted_for) and
-    /// [`unowned_events`](Self::unowned_events). PostgreSQL's listing
-    /// names them itself (one statement lists their owners).
+    /// [`unowned_events`](Self::unowned_events), in SQLite and
+    /// PostgreSQL alike.
     pub fn list_sessions(&self) -> Result<StoreAudit, StoreError> {
         match self {
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.list_sessions(),
-            _ => self.audit(false),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => store.list_sessions(),
+            Store::Jsonl(_) => self.audit(false),
         }
     }
 
     /// Whether counting rules out events without a session row that
     /// [`list_sessions`](Self::list_sessions) left out (see
-    /// [`SqliteStore::events_accounted_for`]): always for the other
-    /// backends, which leave none out.
+    /// [`SqliteStore::events_accounted_for`]); in PostgreSQL, whether the
+    /// owners of events listed have their session rows; always for a
+    /// folder of logs.
     pub fn events_accounted_for(&self) -> Result<bool, StoreError> {
         match self {
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.events_accounted_for(),
-            #[allow(unreachable_patterns)]
-            _ => Ok(true),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => Ok(store.unowned_events()?.is_empty()),
+            Store::Jsonl(_) => Ok(true),
         }
     }
 
@@ -600,15 +604,16 @@ impl Store {
     /// time (see [`SqliteStore::unowned_events`]): what an
     /// [`audit`](Self::audit) that counted them away
     /// ([`StoreAudit::unowned_events_counted`]) leaves to a reader that
-    /// has found a session short of rows. Nothing for the other backends,
-    /// whose audit always lists them (PostgreSQL) or has no such rows
-    /// (a folder of logs).
+    /// has found a session short of rows; in PostgreSQL, the owners of
+    /// events without a session row, listed in one statement; nothing for
+    /// a folder of logs.
     pub fn unowned_events(&self) -> Result<Vec<StoreError>, StoreError> {
         match self {
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.unowned_events(),
-            #[allow(unreachable_patterns)]
-            _ => Ok(Vec::new()),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => store.unowned_events(),
+            Store::Jsonl(_) => Ok(Vec::new()),
         }
     }
 

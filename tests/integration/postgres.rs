@@ -427,6 +427,14 @@ fn events_without_a_session_row_are_damage_and_a_row_with_events_stays() {
          FROM events WHERE session_id = $1 AND seq = 1",
         &[&owner],
     ));
+    // verify names them after the sessions, as it does in SQLite.
+    let verified = run(["verify", &schema.url]);
+    let last = verified.stdout.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("\"ghost\" have no session row"),
+        "{}",
+        verified.stdout
+    );
     for command in ["verify", "list", "stats"] {
         let listed = run([command, &schema.url]);
         listed.expect_code(2);

@@ -165,8 +165,8 @@ impl Target {
 
     /// What `verify` reads before the sessions: every session (or just
     /// `--session`), and the damage outside any one session that listing
-    /// them finds (for a database: session rows with an invalid id; for
-    /// PostgreSQL, events without a session row too). SQLite's check of
+    /// them finds (for a database: session rows with an invalid id; events
+    /// without a session row come after the sessions). SQLite's check of
     /// every page ([`Target::engine_check`]) and its count of the rows
     /// ([`Target::events_accounted_for`]) run beside the sessions' reads.
     pub fn audit(&self, session: Option<&str>) -> Result<Audit> {

@@ -80,6 +80,7 @@ use super::{
 };
 use crate::jsonl::{check_new_session, ListEntry};
 use crate::reader::Snapshot;
+use crate::sql::checks::unowned_events_damage;
 use crate::sql::checks::{check_seed_source_rows, RowPage, StoreAudit};
 use crate::sql::events::{RowBounds, RowPages, SqlEvents};
 use crate::state_snapshot;
@@ -466,28 +467,54 @@ impl PostgresStore {
     /// row), read in one consistent snapshot. Each session's own rows are
     /// checked when it is read.
     pub fn audit(&self) -> Result<StoreAudit, StoreError> {
-        let (session_rows, event_owners) =
-            self.shared.with_connection("list sessions", |connection| {
-                connection.client.batch_execute(sql::BEGIN_READ)?;
-                let read = (|| {
-                    let texts = |connection: &mut Connection, text| {
-                        let statement = connection.prepared(text)?;
-                        connection
-                            .client
-                            .query(&statement, &[])?
-                            .iter()
-                            .map(|row| row.try_get::<_, String>(0))
-                            .collect::<Result<Vec<String>, _>>()
-                    };
-                    Ok((
-                        texts(connection, sql::SESSION_IDS)?,
-                        texts(connection, sql::EVENT_OWNERS)?,
-                    ))
-                })();
-                let _ = connection.client.batch_execute(sql::ROLLBACK);
-                read
-            })?;
+        let (session_rows, event_owners) = self.rows_and_owners()?;
         Ok(audit_catalogue(self.path(), &session_rows, &event_owners))
+    }
+
+    /// The part of [`audit`](Self::audit) that lists the sessions: their
+    /// valid ids, and the session rows with an invalid id as damage.
+    /// Events without a session row are left to
+    /// [`unowned_events`](Self::unowned_events), which `verify` reports
+    /// after the sessions, as it does for SQLite.
+    pub fn list_sessions(&self) -> Result<StoreAudit, StoreError> {
+        let (session_rows, _) = self.rows_and_owners()?;
+        Ok(audit_catalogue(self.path(), &session_rows, &[]))
+    }
+
+    /// Events without a session row, each as damage of the store as a
+    /// whole (what [`list_sessions`](Self::list_sessions) leaves out).
+    pub fn unowned_events(&self) -> Result<Vec<StoreError>, StoreError> {
+        let (session_rows, event_owners) = self.rows_and_owners()?;
+        Ok(unowned_events_damage(
+            self.path(),
+            &session_rows,
+            &event_owners,
+        ))
+    }
+
+    /// The session rows' ids and the owners of events, sorted, read in one
+    /// snapshot.
+    fn rows_and_owners(&self) -> Result<(Vec<String>, Vec<String>), StoreError> {
+        self.shared.with_connection("list sessions", |connection| {
+            connection.client.batch_execute(sql::BEGIN_READ)?;
+            let read = (|| {
+                let texts = |connection: &mut Connection, text| {
+                    let statement = connection.prepared(text)?;
+                    connection
+                        .client
+                        .query(&statement, &[])?
+                        .iter()
+                        .map(|row| row.try_get::<_, String>(0))
+                        .collect::<Result<Vec<String>, _>>()
+                };
+                Ok((
+                    texts(connection, sql::SESSION_IDS)?,
+                    texts(connection, sql::EVENT_OWNERS)?,
+                ))
+            })();
+            let _ = connection.client.batch_execute(sql::ROLLBACK);
+            read
+        })
     }
 
     /// Every session with its header.
