@@ -749,6 +749,19 @@ fn salvage_refuses_a_database_on_either_side() {
         written.stderr
     );
     assert!(!into.exists());
+    // A name no command takes a lone log by (`OUT.DB`, `out.log`) is
+    // refused too: the salvaged log could not be read back.
+    for name in ["OUT.DB", "out.log"] {
+        let into = dir.path().join(name);
+        let written = run(["salvage", text(&log).as_str(), text(&into).as_str()]);
+        written.expect_code(1);
+        assert!(
+            written.stderr.contains("ends in .jsonl"),
+            "{name}: {}",
+            written.stderr
+        );
+        assert!(!into.exists(), "{name}");
+    }
 }
 
 /// A record with a value no backend stores (a `ts` above 2^63 - 1, which

@@ -98,6 +98,15 @@ pub fn run(file: &Path, out: &Path, json: bool, quiet: bool) -> Result<u8> {
             sessionlog_store::store_display(out)
         )));
     }
+    // Every command takes a lone log by a name that ends in `.jsonl`: a
+    // log written under another name could not be read back as one.
+    if out.extension().and_then(|extension| extension.to_str()) != Some("jsonl") {
+        bail!(UsageError(format!(
+            "{}: salvage writes a log file, whose name ends in .jsonl (the name every \
+             command takes a lone log by)",
+            out.display()
+        )));
+    }
     match std::fs::metadata(file) {
         Ok(metadata) if metadata.is_file() => {}
         Ok(_) => bail!(UsageError(format!(
