@@ -762,6 +762,14 @@ pub(crate) fn check_storable(
     header: &SessionHeader,
     events: &[EventRecord],
 ) -> Result<(), StoreError> {
+    check_storable_header(header)?;
+    events.iter().try_for_each(check_storable_record)
+}
+
+/// Refuses a header holding a value one of the backends cannot store (see
+/// [`check_storable_record`]): a `createdAt`, `seedLength` or
+/// `delegationDepth` above 2^63 - 1, or a NUL in its `cwd`.
+pub fn check_storable_header(header: &SessionHeader) -> Result<(), StoreError> {
     for (what, value) in [
         ("createdAt", header.created_at),
         ("seedLength", header.seed_length),
@@ -780,7 +788,7 @@ pub(crate) fn check_storable(
             header.id, header.cwd
         )));
     }
-    events.iter().try_for_each(check_storable_record)
+    Ok(())
 }
 
 /// Refuses a record holding a value one of the backends cannot store: a

@@ -764,6 +764,32 @@ fn salvage_refuses_a_database_on_either_side() {
     }
 }
 
+/// A header with a value no backend stores (a `createdAt` above 2^63 - 1,
+/// which the format allows) leaves nothing to salvage: said so, naming the
+/// file, and nothing written.
+#[test]
+fn salvage_names_a_header_no_backend_stores() {
+    let dir = ok(tempfile::tempdir());
+    let log = dir.path().join("h.jsonl");
+    let body = r#"{"kind":"header","formatVersion":1,"id":"h","createdAt":18446744073709551615,"cwd":"/w","parentSession":null,"seedLength":0,"delegationDepth":0,"sandboxMode":null,"approvalPolicy":null"#;
+    let crc = sessionlog_schema::record_crc(&id("h"), body.as_bytes());
+    ok(std::fs::write(
+        &log,
+        format!("{body},\"crc\":\"{crc:08x}\"}}\n"),
+    ));
+    let out = dir.path().join("out.jsonl");
+    let refused = run(["salvage", text(&log).as_str(), text(&out).as_str()]);
+    refused.expect_code(1);
+    assert!(
+        refused.stderr.contains(
+            "h.jsonl: nothing valid can be salvaged: the header holds a value no backend stores"
+        ) && refused.stderr.contains("createdAt"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!out.exists());
+}
+
 /// A record with a value no backend stores (a `ts` above 2^63 - 1, which
 /// the format itself allows) ends what `salvage` copies, as a rule
 /// violation does: the records before it are kept, and it is named.

@@ -18,7 +18,8 @@ use sessionlog_projections::fold_stored;
 use sessionlog_schema::{Corruption, EventRecord, LogScanner, TornTail};
 use sessionlog_store::testing::{Io, Line, LineReader};
 use sessionlog_store::{
-    check_storable_record, create_log_file_as_stored, Backend, Durability, StoreError,
+    check_storable_header, check_storable_record, create_log_file_as_stored, Backend, Durability,
+    StoreError,
 };
 
 use crate::{exit, progress, Exit, UsageError};
@@ -164,6 +165,21 @@ fn choose_prefix(scan: &Scan, file_len: u64, file: &Path) -> Result<(usize, Opti
                 "{}: nothing valid can be salvaged: the good prefix holds {} events but the header's seedLength is {seed_length}",
                 file.display(),
                 records.len()
+            ),
+        });
+    }
+    // A header no backend stores (the format allows it; writers refuse
+    // it): no log made of it could be read back into a store.
+    if let Err(error) = check_storable_header(&scan.header) {
+        let reason = match error {
+            StoreError::InvalidEvent(reason) => reason,
+            error => error.to_string(),
+        };
+        bail!(Exit {
+            code: exit::USAGE,
+            message: format!(
+                "{}: nothing valid can be salvaged: the header holds a value no backend stores ({reason})",
+                file.display()
             ),
         });
     }
