@@ -1206,3 +1206,36 @@ fn migrate_into_the_same_postgres_store_is_refused() {
         }
     }
 }
+
+/// A password file others can read is not used, as libpq does not use it;
+/// the warning names the file, once a run.
+#[test]
+fn a_password_file_others_can_read_is_named_once() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(server) = test_server() else {
+        return;
+    };
+    let schema = Schema::new(&server, "passfile");
+    run(["create", &schema.url, "--session", "s"]).expect_code(0);
+    let dir = ok(tempfile::tempdir());
+    let file = dir.path().join("pgpass");
+    ok(std::fs::write(&file, "*:*:*:*:secret\n"));
+    ok(std::fs::set_permissions(
+        &file,
+        std::fs::Permissions::from_mode(0o644),
+    ));
+    let mut command = sessionlog(["verify", &schema.url, "--session", "nosuch"]);
+    command.env("PGPASSFILE", &file);
+    let refused = crate::cli_support::run_command(command, None);
+    let warning = format!(
+        "{}: the password file has group or world access",
+        file.display()
+    );
+    assert_eq!(
+        refused.stderr.matches(&warning).count(),
+        1,
+        "{}",
+        refused.stderr
+    );
+    assert!(!refused.stderr.contains("secret"), "{}", refused.stderr);
+}

@@ -242,10 +242,19 @@ fn password_file_entry(file: &Path, config: &Config) -> Option<String> {
         return None;
     }
     if metadata.permissions().mode() & 0o077 != 0 {
-        tracing::warn!(
-            file = %file.display(),
-            "the password file has group or world access; it is not used (chmod 0600 it)"
-        );
+        // Said once a process for each file, naming it (a URL is parsed
+        // again wherever a message names its store).
+        static WARNED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+        let mut warned = WARNED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !warned.iter().any(|seen| seen == file) {
+            warned.push(file.to_owned());
+            tracing::warn!(
+                "{}: the password file has group or world access; it is not used (chmod 0600 it)",
+                file.display()
+            );
+        }
         return None;
     }
     let text = std::fs::read_to_string(file).ok()?;
