@@ -34,8 +34,13 @@ pub struct Leftover {
     pub bytes: u64,
     /// How long since it was last written.
     pub age: Duration,
-    /// Whether a running creation or migration holds it.
+    /// Whether a running creation or migration holds it, or may: a file
+    /// whose lock cannot be tested (`untestable`) counts as held, and is
+    /// never removed.
     pub in_use: bool,
+    /// Whether its lock could not be tested: another user's file, which
+    /// this user may not open, in a shared folder.
+    pub untestable: bool,
 }
 
 impl Leftover {
@@ -127,30 +132,41 @@ pub(crate) fn hold(file: &File) {
 /// this user may not open (another user's, in a shared folder) is taken
 /// as held: its lock cannot be tested, and it is left alone, the others
 /// still cleaned.
-fn held(path: &Path) -> Result<bool, StoreError> {
+fn held(path: &Path) -> Result<Holding, StoreError> {
     match std::fs::symlink_metadata(path) {
         Ok(metadata) if metadata.is_file() => {}
-        Ok(_) => return Ok(false),
-        Err(source) if source.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Ok(_) => return Ok(Holding::Free),
+        Err(source) if source.kind() == std::io::ErrorKind::NotFound => return Ok(Holding::Free),
         Err(source) => return Err(StoreError::io("stat", path, source)),
     }
     let file = match open_log_for_reading(path) {
         Ok(file) => file,
         Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(false)
+            return Ok(Holding::Free)
         }
         Err(StoreError::Io { source, .. })
             if source.kind() == std::io::ErrorKind::PermissionDenied =>
         {
-            return Ok(true)
+            return Ok(Holding::Untestable)
         }
         Err(error) => return Err(error),
     };
     match file.try_lock_shared() {
-        Ok(()) => Ok(false),
-        Err(TryLockError::WouldBlock) => Ok(true),
+        Ok(()) => Ok(Holding::Free),
+        Err(TryLockError::WouldBlock) => Ok(Holding::Held),
         Err(TryLockError::Error(source)) => Err(StoreError::io("test the lock of", path, source)),
     }
+}
+
+/// What testing the lock of a temporary file found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holding {
+    /// Nobody holds it (or it is gone).
+    Free,
+    /// A running creation or migration holds it.
+    Held,
+    /// This user may not open it, so its lock cannot be tested.
+    Untestable,
 }
 
 /// The temporary files in `folder`, in name order.
@@ -177,17 +193,22 @@ pub(crate) fn find(folder: &Path) -> Result<Vec<Leftover>, StoreError> {
             .ok()
             .and_then(|modified| now.duration_since(modified).ok())
             .unwrap_or_default();
-        let in_use = match kind {
-            Temporary::MigrationLock => held(&path)?,
+        let holdings = match kind {
+            Temporary::MigrationLock => vec![held(&path)?],
             Temporary::Session { token } => {
-                held(&folder.join(migration_lock_name(token)))? || held(&path)?
+                vec![
+                    held(&folder.join(migration_lock_name(token)))?,
+                    held(&path)?,
+                ]
             }
         };
         found.push(Leftover {
             path,
             bytes: metadata.len(),
             age,
-            in_use,
+            in_use: holdings.iter().any(|holding| *holding != Holding::Free),
+            untestable: !holdings.contains(&Holding::Held)
+                && holdings.contains(&Holding::Untestable),
         });
     }
     found.sort_by(|a, b| a.path.cmp(&b.path));

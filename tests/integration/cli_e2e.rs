@@ -717,13 +717,39 @@ fn clean_keeps_a_leftover_it_may_not_open_and_cleans_the_rest() {
         );
         return;
     }
+    // Another user's migration lock: this user cannot tell a running
+    // migration from an interrupted one, and says so.
+    let lock = dir.path().join(".migrate-99998-1.lock");
+    ok(std::fs::write(&lock, ""));
+    ok(std::fs::set_permissions(
+        &lock,
+        std::fs::Permissions::from_mode(0o600),
+    ));
     let output = ok(as_other()
         .args(["clean", text(dir.path()).as_str(), "--older-than", "0"])
         .output());
     let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stderr}");
     assert!(theirs.exists(), "a file it may not open was removed");
+    assert!(lock.exists(), "another user's lock was removed");
     assert!(!ours.exists(), "the other leftover was kept: {stderr}");
+    assert!(
+        stdout.contains(&format!("unreadable: {}", theirs.display())) && !stdout.contains("in use"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("by another user, which this user cannot test"),
+        "{stderr}"
+    );
+    let verified = ok(as_other()
+        .args(["verify", text(dir.path()).as_str(), "--allow-empty"])
+        .output());
+    let stderr = String::from_utf8_lossy(&verified.stderr);
+    assert!(
+        stderr.contains("by another user, which this user cannot test"),
+        "{stderr}"
+    );
 }
 
 /// `salvage` takes one log file and writes one: a database on either side

@@ -22,7 +22,8 @@ struct Entry {
     path: String,
     bytes: u64,
     age_seconds: u64,
-    /// `removed`, `would remove`, `in use` or `recent`.
+    /// `removed`, `would remove`, `in use`, `recent` or `unreadable`
+    /// (another user's file, whose lock this user cannot test: kept).
     action: &'static str,
 }
 
@@ -57,6 +58,10 @@ pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u
     for leftover in &found {
         let action = if removed.iter().any(|gone| gone.path == leftover.path) {
             "removed"
+        } else if leftover.untestable {
+            // Another user's, in a shared folder: its lock cannot be
+            // tested, so it is left alone.
+            "unreadable"
         } else if leftover.in_use {
             "in use"
         } else if !leftover.removable(min_age) {
@@ -107,6 +112,12 @@ pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u
             &lock.path,
         ));
     }
+    if let Some(lock) = untestable_migration_lock(&found) {
+        crate::warn(crate::commands::verify::migration_of_another_user(
+            jsonl.folder(),
+            &lock.path,
+        ));
+    }
     Ok(exit::OK)
 }
 
@@ -124,4 +135,13 @@ fn entry(leftover: &Leftover, action: &'static str) -> Entry {
         age_seconds: leftover.age.as_secs(),
         action,
     }
+}
+
+/// The first migration lock of `found` whose lock this user cannot test.
+pub fn untestable_migration_lock(
+    found: &[sessionlog_store::Leftover],
+) -> Option<&sessionlog_store::Leftover> {
+    found
+        .iter()
+        .find(|leftover| leftover.is_migration_lock() && leftover.untestable)
 }

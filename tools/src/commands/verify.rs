@@ -389,11 +389,8 @@ pub fn readers_for(args: &SessionArgs) -> usize {
 /// Names the temporary files nobody holds (what a killed creation, fork or
 /// migration left): they are no session and change no verdict.
 fn warn_of_leftovers(store: &sessionlog_store::JsonlStore) -> Result<()> {
-    let left: Vec<_> = store
-        .leftovers()?
-        .into_iter()
-        .filter(|leftover| !leftover.in_use)
-        .collect();
+    let found = store.leftovers()?;
+    let left: Vec<_> = found.iter().filter(|leftover| !leftover.in_use).collect();
     if let Some(first) = left.first() {
         let bytes: u64 = left.iter().map(|leftover| leftover.bytes).sum();
         crate::warn(format!(
@@ -407,7 +404,23 @@ fn warn_of_leftovers(store: &sessionlog_store::JsonlStore) -> Result<()> {
     if let Some(lock) = left.iter().find(|leftover| leftover.is_migration_lock()) {
         crate::warn(interrupted_migration(store.folder(), &lock.path));
     }
+    if let Some(lock) = crate::commands::clean::untestable_migration_lock(&found) {
+        crate::warn(migration_of_another_user(store.folder(), &lock.path));
+    }
     Ok(())
+}
+
+/// What a migration lock of another user in `folder` means: this user
+/// cannot tell a running migration from an interrupted one.
+pub fn migration_of_another_user(folder: &std::path::Path, lock: &std::path::Path) -> String {
+    format!(
+        "{lock} is the lock of a migration into {folder} by another user, which this user \
+         cannot test: if no such run is going on, it was interrupted, and the folder may lack \
+         sessions it had not published; its owner finishes it with \
+         `sessionlog migrate FROM {folder} --resume`",
+        folder = folder.display(),
+        lock = lock.display()
+    )
 }
 
 /// What an unheld migration lock in `folder` means, for `verify` and
