@@ -142,6 +142,17 @@ function defaultsOf(options) {
  * `[type, ts|null, data]`, `data` written once by JSON.stringify.
  */
 function encodeEvent(event, index) {
+  try {
+    return encodeEventChecked(event, index)
+  } catch (error) {
+    if (error instanceof SessionlogError) throw error
+    // A getter or a proxy that throws as the event is read: every failure
+    // of this package is a SessionlogError.
+    throw new SessionlogError('INVALID_EVENT', `event ${index} cannot be read: ${error && error.message}`)
+  }
+}
+
+function encodeEventChecked(event, index) {
   // The messages are built only on failure: this runs once per append.
   if (event === null || typeof event !== 'object' || Array.isArray(event)) {
     throw new SessionlogError('INVALID_EVENT', `event ${index} must be an object {type, data, ts?}, not ${describe(event)}`)

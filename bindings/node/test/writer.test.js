@@ -143,6 +143,9 @@ test('the errors a program branches on carry their code, message and context', a
   await rejectsWith(writer.append({ type: 'x', data: undefined }), 'INVALID_EVENT')
   await rejectsWith(writer.append({ type: 'x', data: { big: 10n } }), 'INVALID_EVENT')
   await rejectsWith(writer.append({ data: {} }), 'INVALID_EVENT')
+  // An event whose reading throws (a getter, a proxy) is INVALID_EVENT too.
+  await rejectsWith(writer.append({ get type() { throw new RangeError('boom') }, data: {} }), 'INVALID_EVENT')
+  await rejectsWith(writer.append(new Proxy({}, { get() { throw new Error('proxy') } })), 'INVALID_EVENT')
   await rejectsWith(writer.append({ type: 'x-big', data: 'a'.repeat(17 * 1024 * 1024) }), 'INVALID_EVENT')
   await rejectsWith(store.openWriter('s1', { durability: 'sometimes' }), 'INVALID_ARGUMENT')
   await writer.close()
