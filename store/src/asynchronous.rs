@@ -64,7 +64,10 @@ const FOLLOW_RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
 const FOLLOW_CHANNEL_CAPACITY: usize = 256;
 
 /// A `Store` for async code. Cheap to clone: clones share the store and its
-/// open writers.
+/// open writers. The last clone dropped inside a runtime closes the writers
+/// (and a PostgreSQL store's connections) on tokio's blocking pool, a
+/// moment later; [`close`](Self::close) frees a session's lock by the time
+/// it returns.
 #[derive(Debug, Clone)]
 pub struct AsyncStore {
     store: Arc<Store>,
@@ -340,62 +343,67 @@ impl AsyncStore {
         let (sender, receiver) = mpsc::channel(FOLLOW_CHANNEL_CAPACITY);
         let store = Arc::clone(&self.store);
         tokio::spawn(async move {
-            let mut following = match &*store {
-                Store::Jsonl(jsonl) => match jsonl.follower(&id, from_seq) {
-                    Ok(follower) => Following::Log(Box::new(follower)),
-                    Err(error) => {
-                        let _ = sender.send(Err(error)).await;
-                        return;
-                    }
-                },
-                #[cfg(feature = "sqlite")]
-                Store::Sqlite(_) => Following::Rows(RowFollower::new(id.clone(), from_seq)),
-                #[cfg(feature = "postgres")]
-                Store::Postgres(_) => Following::Rows(RowFollower::new(id.clone(), from_seq)),
-            };
-            // Whether the last read found the server out of reach (said
-            // once an outage, as `sessionlog tail -f` says it).
-            let mut unreachable = false;
-            while !sender.is_closed() {
-                let reading = Arc::clone(&store);
-                let polled = blocking(move || {
-                    let batch = following.next_batch(&reading);
-                    Ok((following, batch))
-                })
-                .await;
-                let records = match polled {
-                    Ok((returned, Ok(records))) => {
-                        following = returned;
-                        unreachable = false;
-                        records
-                    }
-                    // A restart or failover of the server: the next read
-                    // connects again, and the stream goes on from where
-                    // it was.
-                    Ok((returned, Err(error))) if error.is_connection_lost() => {
-                        following = returned;
-                        if !unreachable {
-                            tracing::warn!(session = %id, "following: {error}; connecting again");
-                            unreachable = true;
+            let followed = async {
+                let mut following = match &*store {
+                    Store::Jsonl(jsonl) => match jsonl.follower(&id, from_seq) {
+                        Ok(follower) => Following::Log(Box::new(follower)),
+                        Err(error) => {
+                            let _ = sender.send(Err(error)).await;
+                            return;
                         }
-                        tokio::time::sleep(FOLLOW_RECONNECT_INTERVAL).await;
-                        continue;
-                    }
-                    Ok((_, Err(error))) | Err(error) => {
-                        let _ = sender.send(Err(error)).await;
-                        return;
-                    }
+                    },
+                    #[cfg(feature = "sqlite")]
+                    Store::Sqlite(_) => Following::Rows(RowFollower::new(id.clone(), from_seq)),
+                    #[cfg(feature = "postgres")]
+                    Store::Postgres(_) => Following::Rows(RowFollower::new(id.clone(), from_seq)),
                 };
-                let caught_up = records.len() < FOLLOW_CHANNEL_CAPACITY;
-                for record in records {
-                    if sender.send(Ok(record)).await.is_err() {
-                        return;
+                // Whether the last read found the server out of reach (said
+                // once an outage, as `sessionlog tail -f` says it).
+                let mut unreachable = false;
+                while !sender.is_closed() {
+                    let reading = Arc::clone(&store);
+                    let polled = blocking(move || {
+                        let batch = following.next_batch(&reading);
+                        Ok((following, batch))
+                    })
+                    .await;
+                    let records = match polled {
+                        Ok((returned, Ok(records))) => {
+                            following = returned;
+                            unreachable = false;
+                            records
+                        }
+                        // A restart or failover of the server: the next read
+                        // connects again, and the stream goes on from where
+                        // it was.
+                        Ok((returned, Err(error))) if error.is_connection_lost() => {
+                            following = returned;
+                            if !unreachable {
+                                tracing::warn!(session = %id, "following: {error}; connecting again");
+                                unreachable = true;
+                            }
+                            tokio::time::sleep(FOLLOW_RECONNECT_INTERVAL).await;
+                            continue;
+                        }
+                        Ok((_, Err(error))) | Err(error) => {
+                            let _ = sender.send(Err(error)).await;
+                            return;
+                        }
+                    };
+                    let caught_up = records.len() < FOLLOW_CHANNEL_CAPACITY;
+                    for record in records {
+                        if sender.send(Ok(record)).await.is_err() {
+                            return;
+                        }
+                    }
+                    if caught_up {
+                        tokio::time::sleep(FOLLOW_POLL_INTERVAL).await;
                     }
                 }
-                if caught_up {
-                    tokio::time::sleep(FOLLOW_POLL_INTERVAL).await;
-                }
-            }
+            };
+            followed.await;
+            // This task may hold the store's last handle.
+            drop_off_runtime(store);
         });
         Follow { receiver }
     }
@@ -525,6 +533,29 @@ impl AsyncStore {
 
     fn writer_table(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, WriterSlot>> {
         self.writers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The last handle of a store dropped on a runtime's thread hands the
+/// store and its writers to the blocking pool: a writer may write a state
+/// snapshot as it closes, and PostgreSQL's blocking client closes its
+/// connection by running a runtime of its own, which a runtime's thread
+/// must not (it panicked there).
+impl Drop for AsyncStore {
+    fn drop(&mut self) {
+        let last = Arc::strong_count(&self.writers) == 1 || Arc::strong_count(&self.store) == 1;
+        if last {
+            drop_off_runtime((Arc::clone(&self.writers), Arc::clone(&self.store)));
+        }
+    }
+}
+
+/// Drops `value` on tokio's blocking pool when called inside a runtime,
+/// else here.
+fn drop_off_runtime<T: Send + 'static>(value: T) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => drop(handle.spawn_blocking(move || drop(value))),
+        Err(_) => drop(value),
     }
 }
 
@@ -934,6 +965,37 @@ mod tests {
             assert_eq!(record.seq(), 2);
         });
         drop(followed);
+        drop(runtime);
+    }
+
+    /// The last handle of a PostgreSQL store dropped inside the runtime,
+    /// with an open writer and a follow: the blocking client's
+    /// connections close on the blocking pool, never on the runtime's
+    /// threads (where closing one panicked).
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn a_postgres_store_dropped_inside_the_runtime_closes_its_connections_outside_it() {
+        let Some(schema) = crate::store::tests::postgres_store() else {
+            return;
+        };
+        let store = AsyncStore::new(ok(Store::open(std::path::Path::new(&schema.url))));
+        let runtime = ok(tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build());
+        runtime.block_on(async move {
+            ok(store
+                .create(header("a"), Vec::new(), Durability::Fsync)
+                .await);
+            ok(store.append(id("a"), vec![note("one")], Some(1)).await);
+            let mut followed = store.follow(id("a"), 1);
+            let first = tokio::time::timeout(Duration::from_secs(10), followed.recv()).await;
+            assert_eq!(ok(ok(ok(first).ok_or("the stream ended"))).seq(), 1);
+            drop(store);
+            drop(followed);
+            // The follow's task ends at its next look, holding the store.
+            tokio::time::sleep(FOLLOW_POLL_INTERVAL * 5).await;
+        });
         drop(runtime);
     }
 
