@@ -899,7 +899,13 @@ fn postgres_display(text: &str) -> String {
 /// );
 /// assert_eq!(redact_url("postgres://alice:pa?ss-s3cret@db/logs"), "postgres://alice…");
 /// // An `@` left unescaped in a password.
-/// assert_eq!(redact_url("postgres://app:p@ss@db/logs"), "postgres://app@db/logs");
+/// assert_eq!(redact_url("postgres://app:p@ss@db/logs"), "postgres://app…");
+/// assert_eq!(redact_url("postgres://app:p@ss/w@db/logs"), "postgres://app…");
+/// // An `@` in a query parameter's value is no password's.
+/// assert_eq!(
+///     redact_url("postgres://app:pw@db/logs?application_name=a@b"),
+///     "postgres://app@db/logs?application_name=a@b"
+/// );
 /// ```
 pub fn redact_url(text: &str) -> String {
     let (scheme, rest) = text
@@ -919,17 +925,17 @@ pub fn redact_url(text: &str) -> String {
         let end = rest.find([':', '/', '?']).unwrap_or(rest.len());
         return format!("{scheme}{}…", &rest[..end]);
     }
-    // An `@` left unescaped in a password (`user:p@ss@db`): the client
-    // ends the user information at the first, and takes the rest of the
-    // password for the host. What is shown ends it at the last `@` before
-    // the path, so that no part of the password is.
-    let userinfo_end = rest.find('@').map(|first| {
-        let after = &rest[first + 1..];
-        let host_end = after.find(['/', '?']).unwrap_or(after.len());
-        after[..host_end]
-            .rfind('@')
-            .map_or(first, |last| first + 1 + last)
-    });
+    // An `@` left unescaped in a password (`user:p@ss@db`, `p@ss/w@db`):
+    // the client ends the user information at the first, and takes the
+    // rest of the password for the host or the path. Only the user name
+    // is shown.
+    if let Some(first) = rest.find('@') {
+        if stray_at(&rest[first + 1..]) {
+            let end = rest.find([':', '@']).unwrap_or(rest.len());
+            return format!("{scheme}{}…", &rest[..end]);
+        }
+    }
+    let userinfo_end = rest.find('@');
     let (user, rest) = match userinfo_end.map(|at| (&rest[..at], &rest[at + 1..])) {
         Some((userinfo, rest)) => {
             let user = userinfo.split(':').next().unwrap_or_default();
@@ -948,6 +954,18 @@ pub fn redact_url(text: &str) -> String {
         None => rest.to_owned(),
     };
     format!("{scheme}{user}{tail}")
+}
+
+/// Whether `after`, what follows a URL's first `@`, holds another `@`
+/// that no query parameter's value explains: in the host or the path, or
+/// in a part of the query with no `=` before it. The client reads such a
+/// URL's first `@` as the end of the password, which then ran on.
+pub(crate) fn stray_at(after: &str) -> bool {
+    let (before_query, query) = after.split_once('?').unwrap_or((after, ""));
+    before_query.contains('@')
+        || query
+            .split('&')
+            .any(|pair| pair.find('@').is_some_and(|at| !pair[..at].contains('=')))
 }
 
 /// Without the `postgres` feature a PostgreSQL URL is refused.

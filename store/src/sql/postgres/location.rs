@@ -77,17 +77,17 @@ impl Location {
                 ));
             }
         }
-        // A second `@` before the path: an `@` left unescaped in the
-        // password, which the client would end it at, taking the rest of
-        // the password for the host (and showing it in messages).
+        // A second `@` that no query parameter explains: an `@` left
+        // unescaped in the password, which the client would end it at,
+        // taking the rest of it for the host or the path (and showing it
+        // in messages).
         if let Some((_, after)) = text
             .split_once("://")
             .unwrap_or(("", text))
             .1
             .split_once('@')
         {
-            let host_end = after.find(['/', '?']).unwrap_or(after.len());
-            if after[..host_end].contains('@') {
+            if crate::store::stray_at(after) {
                 return Err(invalid(
                     "its user name and password hold an @: write it %40 (p%40ss)".to_owned(),
                 ));
@@ -431,10 +431,23 @@ mod tests {
             shown.contains("%40") && !shown.contains("s3cretPW"),
             "{shown}"
         );
-        assert_eq!(
-            Location::display_of(url),
-            "postgres://alice@127.0.0.1:1/logs"
-        );
+        assert_eq!(Location::display_of(url), "postgres://alice…");
+        for url in [
+            "postgres://alice:p@ss/s3cretPW@127.0.0.1:1/logs",
+            "postgres://alice:p@ss?s3cretPW@127.0.0.1:1/logs",
+        ] {
+            let refused = Location::parse(Path::new(url)).map(|location| location.display);
+            let shown = format!("{refused:?}");
+            assert!(
+                shown.contains("%40") && !shown.contains("s3cretPW") && !shown.contains("p@ss"),
+                "{shown}"
+            );
+        }
+        // An `@` in a parameter's value is the value's.
+        let kept = Location::parse(Path::new(
+            "postgres://alice:pw@127.0.0.1:1/logs?application_name=a@b",
+        ));
+        assert!(kept.is_ok(), "{kept:?}");
     }
 
     #[test]
