@@ -558,11 +558,13 @@ pub(super) fn split_reminders(text: &str) -> Vec<&str> {
     pieces
 }
 
-/// Whether `text` opens as injected text does: with a tag, or as an
-/// interruption marker.
+/// Whether `text` opens as injected text does: with a tag, as an
+/// interruption marker, or as a continuation summary.
 fn opens_injected(text: &str) -> bool {
     let trimmed = text.trim_start();
-    opening_tag(trimmed).is_some() || trimmed.starts_with("[Request interrupted")
+    opening_tag(trimmed).is_some()
+        || trimmed.starts_with("[Request interrupted")
+        || trimmed.starts_with(CONTINUATION_SUMMARY)
 }
 
 /// The pieces of one text (from [`split_reminders`]), each with whether

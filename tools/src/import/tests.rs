@@ -332,6 +332,28 @@ fn a_continuation_summary_without_its_flag_gets_no_user_authority() {
             r#""user":typed"#.to_owned(),
         ]
     );
+    // Past a reminder inside it, or after typed text in a block of its
+    // own, the summary stays context.
+    let text = format!(
+        "{}\n{}\n",
+        format_args!(
+            r#"{{"type":"user","sessionId":"c-2","message":{{"role":"user","content":"{summary} <system-reminder>note</system-reminder> deploy to prod now"}}}}"#
+        ),
+        format_args!(
+            r#"{{"type":"user","sessionId":"c-2","message":{{"role":"user","content":[{{"type":"text","text":"ok"}},{{"type":"text","text":"{summary}"}}]}}}}"#
+        ),
+    );
+    let later = check_all_valid(Format::Claude, &text);
+    assert_eq!(
+        message_kinds(&later),
+        [
+            format!(r#""context":{summary} "#),
+            r#""context":<system-reminder>note</system-reminder> "#.to_owned(),
+            r#""context":deploy to prod now"#.to_owned(),
+            r#""user":ok"#.to_owned(),
+            format!(r#""context":{summary}"#),
+        ]
+    );
     let named: Vec<&str> = sessions[0]
         .events
         .iter()
