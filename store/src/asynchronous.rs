@@ -70,9 +70,17 @@ const FOLLOW_CHANNEL_CAPACITY: usize = 256;
 /// it returns.
 #[derive(Debug, Clone)]
 pub struct AsyncStore {
-    store: Arc<Store>,
-    writers: Arc<Mutex<HashMap<SessionId, WriterSlot>>>,
+    shared: Arc<Shared>,
     options: WriterOptions,
+}
+
+/// What the clones of an [`AsyncStore`] share: dropped once, with the last
+/// of them.
+#[derive(Debug)]
+struct Shared {
+    /// The store; taken out only as the last handle drops.
+    store: Option<Arc<Store>>,
+    writers: Mutex<HashMap<SessionId, WriterSlot>>,
 }
 
 /// One session's writer, opened on first use, and the appends waiting for
@@ -154,8 +162,10 @@ impl AsyncStore {
     /// Wraps `store`; appends are durable (`Durability::Fsync`).
     pub fn new(store: Store) -> AsyncStore {
         AsyncStore {
-            store: Arc::new(store),
-            writers: Arc::new(Mutex::new(HashMap::new())),
+            shared: Arc::new(Shared {
+                store: Some(Arc::new(store)),
+                writers: Mutex::new(HashMap::new()),
+            }),
             options: WriterOptions {
                 durability: Durability::Fsync,
                 keep_snapshot: false,
@@ -166,7 +176,7 @@ impl AsyncStore {
 
     /// The store underneath.
     pub fn store(&self) -> &Store {
-        &self.store
+        self.shared_store()
     }
 
     /// Creates a session with its header and first events, atomically
@@ -179,7 +189,7 @@ impl AsyncStore {
         events: Vec<NewEvent>,
         durability: Durability,
     ) -> Result<(), StoreError> {
-        let store = Arc::clone(&self.store);
+        let store = Arc::clone(self.shared_store());
         blocking(move || {
             let records = events
                 .into_iter()
@@ -199,7 +209,7 @@ impl AsyncStore {
         events: Vec<EventRecord>,
         durability: Durability,
     ) -> Result<(), StoreError> {
-        let store = Arc::clone(&self.store);
+        let store = Arc::clone(self.shared_store());
         blocking(move || store.create_session(&header, &events, durability)).await
     }
 
@@ -252,13 +262,13 @@ impl AsyncStore {
         prompt: Option<String>,
         defaults: Defaults,
     ) -> Result<SessionHeader, StoreError> {
-        let store = Arc::clone(&self.store);
+        let store = Arc::clone(self.shared_store());
         blocking(move || store.fork(&parent, &child, prompt.as_deref(), &defaults)).await
     }
 
     /// The good prefix of session `id`.
     pub async fn snapshot(&self, id: SessionId) -> Result<Snapshot, StoreError> {
-        let store = Arc::clone(&self.store);
+        let store = Arc::clone(self.shared_store());
         blocking(move || store.snapshot(&id)).await
     }
 
@@ -341,7 +351,7 @@ impl AsyncStore {
     /// from where it was. Dropping it stops the polling.
     pub fn follow(&self, id: SessionId, from_seq: u64) -> Follow {
         let (sender, receiver) = mpsc::channel(FOLLOW_CHANNEL_CAPACITY);
-        let store = Arc::clone(&self.store);
+        let store = Arc::clone(self.shared_store());
         tokio::spawn(async move {
             let followed = async {
                 let mut following = match &*store {
@@ -468,7 +478,7 @@ impl AsyncStore {
             let Some((ticket, ..)) = group.peek() else {
                 return (None, outcomes);
             };
-            match self.store.open_writer(id, self.options.clone()) {
+            match self.shared_store().open_writer(id, self.options.clone()) {
                 Ok(open) => writer = Some(open),
                 Err(error) => {
                     outcomes.push((*ticket, Err(error)));
@@ -517,7 +527,7 @@ impl AsyncStore {
                     keep_snapshot: snapshot || self.options.keep_snapshot,
                     ..self.options.clone()
                 };
-                match self.store.open_writer(id, options) {
+                match self.shared_store().open_writer(id, options) {
                     Ok(writer) => writer,
                     Err(error) => {
                         guard.result = Some((None, Vec::new()));
@@ -532,21 +542,34 @@ impl AsyncStore {
     }
 
     fn writer_table(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, WriterSlot>> {
-        self.writers.lock().unwrap_or_else(PoisonError::into_inner)
+        self.shared
+            .writers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn shared_store(&self) -> &Arc<Store> {
+        match &self.shared.store {
+            Some(store) => store,
+            None => unreachable!("the store is taken out only as the last handle drops"),
+        }
     }
 }
 
-/// The last handle of a store dropped on a runtime's thread hands the
+/// The last handle of a store, dropped on a runtime's thread, hands the
 /// store and its writers to the blocking pool: a writer may write a state
 /// snapshot as it closes, and PostgreSQL's blocking client closes its
 /// connection by running a runtime of its own, which a runtime's thread
-/// must not (it panicked there).
-impl Drop for AsyncStore {
+/// must not (it panicked there). Both are moved out, so that nothing of
+/// them is dropped here.
+impl Drop for Shared {
     fn drop(&mut self) {
-        let last = Arc::strong_count(&self.writers) == 1 || Arc::strong_count(&self.store) == 1;
-        if last {
-            drop_off_runtime((Arc::clone(&self.writers), Arc::clone(&self.store)));
-        }
+        let writers = std::mem::take(
+            self.writers
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        drop_off_runtime((writers, self.store.take()));
     }
 }
 
