@@ -582,6 +582,9 @@ impl Store {
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.events_accounted_for(),
             #[cfg(feature = "postgres")]
+            // Listing the owners of events is the one scan: a store that
+            // has none without a session row is vouched for by it, and
+            // `unowned_events` lists them again only when there are.
             Store::Postgres(store) => Ok(store.unowned_events()?.is_empty()),
             Store::Jsonl(_) => Ok(true),
         }

@@ -467,7 +467,7 @@ impl PostgresStore {
     /// row), read in one consistent snapshot. Each session's own rows are
     /// checked when it is read.
     pub fn audit(&self) -> Result<StoreAudit, StoreError> {
-        let (session_rows, event_owners) = self.rows_and_owners()?;
+        let (session_rows, event_owners) = self.rows_and_owners(true)?;
         Ok(audit_catalogue(self.path(), &session_rows, &event_owners))
     }
 
@@ -477,14 +477,14 @@ impl PostgresStore {
     /// [`unowned_events`](Self::unowned_events), which `verify` reports
     /// after the sessions, as it does for SQLite.
     pub fn list_sessions(&self) -> Result<StoreAudit, StoreError> {
-        let (session_rows, _) = self.rows_and_owners()?;
+        let (session_rows, _) = self.rows_and_owners(false)?;
         Ok(audit_catalogue(self.path(), &session_rows, &[]))
     }
 
     /// Events without a session row, each as damage of the store as a
     /// whole (what [`list_sessions`](Self::list_sessions) leaves out).
     pub fn unowned_events(&self) -> Result<Vec<StoreError>, StoreError> {
-        let (session_rows, event_owners) = self.rows_and_owners()?;
+        let (session_rows, event_owners) = self.rows_and_owners(true)?;
         Ok(unowned_events_damage(
             self.path(),
             &session_rows,
@@ -492,9 +492,9 @@ impl PostgresStore {
         ))
     }
 
-    /// The session rows' ids and the owners of events, sorted, read in one
-    /// snapshot.
-    fn rows_and_owners(&self) -> Result<(Vec<String>, Vec<String>), StoreError> {
+    /// The session rows' ids and, with `owners`, the owners of events
+    /// (a scan of the events), sorted, read in one snapshot.
+    fn rows_and_owners(&self, owners: bool) -> Result<(Vec<String>, Vec<String>), StoreError> {
         self.shared.with_connection("list sessions", |connection| {
             connection.client.batch_execute(sql::BEGIN_READ)?;
             let read = (|| {
@@ -509,7 +509,10 @@ impl PostgresStore {
                 };
                 Ok((
                     texts(connection, sql::SESSION_IDS)?,
-                    texts(connection, sql::EVENT_OWNERS)?,
+                    match owners {
+                        true => texts(connection, sql::EVENT_OWNERS)?,
+                        false => Vec::new(),
+                    },
                 ))
             })();
             let _ = connection.client.batch_execute(sql::ROLLBACK);
