@@ -1239,3 +1239,31 @@ fn a_password_file_others_can_read_is_named_once() {
     );
     assert!(!refused.stderr.contains("secret"), "{}", refused.stderr);
 }
+
+/// A store that lost one of its tables is a store damaged (exit 2), not
+/// another application's schema.
+#[test]
+fn a_store_without_its_events_table_is_damaged_not_foreign() {
+    let Some(server) = test_server() else {
+        return;
+    };
+    let schema = Schema::new(&server, "lost_table");
+    run(["create", &schema.url, "--session", "s"]).expect_code(0);
+    let Ok(Store::Postgres(admin)) = Store::create(Path::new(&server)) else {
+        panic!("{server}: no PostgreSQL store");
+    };
+    ok(ok(admin.connect()).batch_execute(&format!(
+        "ALTER TABLE {0}.events RENAME TO events_old",
+        schema.name
+    )));
+    for command in ["verify", "list"] {
+        let refused = run([command, schema.url.as_str()]);
+        refused.expect_code(2);
+        assert!(
+            refused.stderr.contains("has no events table")
+                && !refused.stderr.contains("another application"),
+            "{command}: {}",
+            refused.stderr
+        );
+    }
+}

@@ -1532,27 +1532,34 @@ fn read_version(
     // Another application's `schema_version` (a migration tool's) is no
     // store: sessionlog's comes with its session and event tables, and
     // holds an integer.
-    let ours: bool = connection
+    let (sessions, events, integer): (bool, bool, bool) = connection
         .query_one(location, "look for the schema", sql::HAS_STORE_TABLES, &[])
         .and_then(|row| {
-            row.try_get(0)
+            (|| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))()
                 .map_err(postgres_error("look for the schema", location))
         })?;
-    if !ours {
+    if !integer || !(sessions || events) {
         refuse_foreign_tables(connection, location)?;
     }
-    let row = connection.query_one(location, "read the schema version", sql::READ_VERSION, &[])?;
-    match row.try_get::<_, i32>(0) {
-        Ok(version) => Ok(Some(i64::from(version))),
-        Err(_) => Err(StoreError::NotAStore {
-            path: location.display.clone(),
-            reason: format!(
-                "the schema_version table of schema {} holds no integer version: it is another \
-                 application's, not a sessionlog store's (name another schema with ?schema=NAME)",
-                location.schema
+    let version: i32 = connection
+        .query_one(location, "read the schema version", sql::READ_VERSION, &[])
+        .and_then(|row| {
+            row.try_get(0)
+                .map_err(postgres_error("read the schema version", location))
+        })?;
+    // A store's version with one of its tables gone is a store damaged,
+    // not another application's.
+    if !(sessions && events) {
+        return Err(crate::sql::checks::damaged(
+            &location.display,
+            format!(
+                "the sessionlog store in schema {} (version {version}) has no {} table",
+                location.schema,
+                if sessions { "events" } else { "sessions" }
             ),
-        }),
+        ));
     }
+    Ok(Some(i64::from(version)))
 }
 
 /// Creates the schema when missing and brings it to

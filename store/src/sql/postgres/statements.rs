@@ -123,10 +123,14 @@ pub(super) const LOCK_SCHEMA_UPGRADE: &str = "SELECT pg_advisory_xact_lock($1)";
 /// through `search_path` (only our schema and `pg_catalog`).
 pub(super) const HAS_VERSION_TABLE: &str = "SELECT to_regclass('schema_version') IS NOT NULL";
 
-/// Whether the schema has the session and event tables a store's
-/// `schema_version` comes with.
+/// Whether the schema has the session table and the event table a store's
+/// `schema_version` comes with, and whether that table's `version` is an
+/// integer column, as a store's is.
 pub(super) const HAS_STORE_TABLES: &str =
-    "SELECT to_regclass('sessions') IS NOT NULL AND to_regclass('events') IS NOT NULL";
+    "SELECT to_regclass('sessions') IS NOT NULL, to_regclass('events') IS NOT NULL,
+            EXISTS (SELECT 1 FROM pg_attribute
+                     WHERE attrelid = to_regclass('schema_version') AND attname = 'version'
+                       AND atttypid = 'integer'::regtype AND NOT attisdropped)";
 
 /// The recorded schema version.
 pub(super) const READ_VERSION: &str = "SELECT version FROM schema_version";
