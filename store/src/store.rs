@@ -620,6 +620,20 @@ impl Store {
         }
     }
 
+    /// Whether `other` is this very store where the two paths or URLs do
+    /// not tell: two PostgreSQL stores are one when they are the same
+    /// schema of one database, however their URLs spell it (see
+    /// [`PostgresStore::same_store_as`]). Files are told apart by their
+    /// paths, not here.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub fn is_same_store(&self, other: &Store) -> Result<bool, StoreError> {
+        match (self, other) {
+            #[cfg(feature = "postgres")]
+            (Store::Postgres(one), Store::Postgres(two)) => one.same_store_as(two),
+            _ => Ok(false),
+        }
+    }
+
     /// Every session with its header.
     ///
     /// ```

@@ -1190,7 +1190,23 @@ fn migrate_into_the_same_postgres_store_is_refused() {
     let schema = Schema::new(&server, "same");
     run(["migrate", &text(&examples()), &schema.url]).expect_code(0);
     let respelled = format!("{}&application_name=other", schema.url);
-    for to in [schema.url.as_str(), respelled.as_str()] {
+    // Another user of the same server and database: only the server can
+    // tell it is the same store.
+    let role = format!("it_same_{}", std::process::id());
+    let Ok(Store::Postgres(admin)) = Store::create(Path::new(&server)) else {
+        panic!("{server}: no PostgreSQL store");
+    };
+    ok(ok(admin.connect()).batch_execute(&format!(
+        "DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN SUPERUSER"
+    )));
+    let other_user = schema
+        .url
+        .replacen("postgres://postgres@", &format!("postgres://{role}@"), 1);
+    assert_ne!(
+        other_user, schema.url,
+        "{server}: the URL names no user postgres"
+    );
+    for to in [schema.url.as_str(), respelled.as_str(), other_user.as_str()] {
         for resume in [false, true] {
             let mut args = vec!["migrate", schema.url.as_str(), to];
             if resume {
@@ -1205,6 +1221,7 @@ fn migrate_into_the_same_postgres_store_is_refused() {
             );
         }
     }
+    ok(ok(admin.connect()).batch_execute(&format!("DROP ROLE {role}")));
 }
 
 /// A password file others can read is not used, as libpq does not use it;

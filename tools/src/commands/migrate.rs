@@ -52,6 +52,17 @@ pub fn migrate(
     }
     let created = NewStore::create(to)?;
     let destination = created.store();
+    // Two URLs that spell one PostgreSQL store differently (another host
+    // name, another user) are told by the server.
+    if let Some(source) = &source {
+        if source.is_same_store(destination)? {
+            bail!(UsageError(format!(
+                "{} and {} are the same store: migrate copies into another one",
+                sessionlog_store::store_display(from),
+                sessionlog_store::store_display(to)
+            )));
+        }
+    }
     let bar = crate::progress::bar(quiet, "migrate");
     let mut progress = |update: MigrateProgress| {
         bar.set_prefix(match update.phase {

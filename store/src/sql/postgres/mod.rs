@@ -520,6 +520,54 @@ impl PostgresStore {
         })
     }
 
+    /// Whether `other` is this very store, however the two URLs spell it
+    /// (another host name for the server, another user): the same schema
+    /// in one database. A session-level advisory lock that this store's
+    /// connection holds cannot be taken by a connection to the same
+    /// database, and always can by one to another.
+    pub fn same_store_as(&self, other: &PostgresStore) -> Result<bool, StoreError> {
+        if self.shared.location.schema != other.shared.location.schema {
+            return Ok(false);
+        }
+        let key = lock_key(
+            "same-store",
+            &self.shared.location.schema,
+            &format!("{}-{}", std::process::id(), crate::writer::now_ms()),
+        );
+        self.shared
+            .with_connection("compare two stores", |connection| {
+                connection
+                    .client
+                    .execute("SELECT pg_advisory_lock($1)", &[&key])
+                    .map(drop)
+            })?;
+        let taken = other
+            .shared
+            .with_connection("compare two stores", |connection| {
+                let taken: bool = connection
+                    .client
+                    .query_one("SELECT pg_try_advisory_lock($1)", &[&key])?
+                    .try_get(0)?;
+                if taken {
+                    connection
+                        .client
+                        .execute("SELECT pg_advisory_unlock($1)", &[&key])?;
+                }
+                Ok(taken)
+            });
+        let released = self
+            .shared
+            .with_connection("compare two stores", |connection| {
+                connection
+                    .client
+                    .execute("SELECT pg_advisory_unlock($1)", &[&key])
+                    .map(drop)
+            });
+        let taken = taken?;
+        released?;
+        Ok(!taken)
+    }
+
     /// Every session with its header.
     pub fn list(&self) -> Result<Vec<ListEntry>, StoreError> {
         Ok(self
