@@ -140,10 +140,15 @@ pub(crate) fn fork_log(
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
         _ => PathBuf::from("."),
     };
+    // Only the child's name taken when it is published is the child
+    // existing; a temporary name taken (another process's, of the same pid
+    // and millisecond) is said as it is, naming that file.
     let mapped = |error| match error {
-        StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists => {
-            already_exists()
-        }
+        StoreError::Io {
+            operation: "publish",
+            source,
+            ..
+        } if source.kind() == std::io::ErrorKind::AlreadyExists => already_exists(),
         other => other,
     };
     let fork = Fork {
@@ -951,6 +956,42 @@ mod tests {
 
     fn fork_of(store: &Store, child: &str) -> SessionHeader {
         ok(store.fork(&id("p"), &id(child), Some("go"), &Defaults::default()))
+    }
+
+    /// A temporary name another process took (the same pid and
+    /// millisecond) fails the fork naming that file, never saying that
+    /// the child exists, and the file is left alone.
+    #[test]
+    fn a_temporary_name_taken_is_not_a_child_that_exists() {
+        let folder = ok(tempfile::tempdir());
+        let store = ok(Store::create(folder.path()));
+        ok(store.create_session(&header("p"), &[], Durability::Fsync));
+        let token = crate::leftovers::new_token();
+        let (pid, ms) = token
+            .split_once('-')
+            .unwrap_or_else(|| panic!("token {token}"));
+        let ms: u64 = ok(ms.parse());
+        let taken: Vec<PathBuf> = (1..=2_000)
+            .map(|next| {
+                let path = folder
+                    .path()
+                    .join(format!(".c.jsonl.tmp-{pid}-{}", ms + next));
+                ok(std::fs::write(&path, "theirs"));
+                path
+            })
+            .collect();
+        let refused = store.fork(&id("p"), &id("c"), None, &Defaults::default());
+        match &refused {
+            Err(StoreError::Io {
+                operation, path, ..
+            }) => assert!(
+                *operation == "create" && taken.contains(path),
+                "{refused:?}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(taken.iter().all(|path| path.exists()));
+        assert!(!store.session_path(&id("c")).exists());
     }
 
     #[test]
