@@ -1568,11 +1568,18 @@ fn read_version(
     connection: &mut Connection,
     location: &Location,
 ) -> Result<Option<i64>, StoreError> {
-    let present: bool = connection
-        .query_one(location, "look for the schema", sql::HAS_VERSION_TABLE, &[])
+    let (present, integer, sessions, events): (bool, bool, bool, bool) = connection
+        .query_one(location, "look for the schema", sql::STORE_TABLES, &[])
         .and_then(|row| {
-            row.try_get(0)
-                .map_err(postgres_error("look for the schema", location))
+            (|| {
+                Ok((
+                    row.try_get(0)?,
+                    row.try_get(1)?,
+                    row.try_get(2)?,
+                    row.try_get(3)?,
+                ))
+            })()
+            .map_err(postgres_error("look for the schema", location))
         })?;
     if !present {
         return Ok(None);
@@ -1580,12 +1587,6 @@ fn read_version(
     // Another application's `schema_version` (a migration tool's) is no
     // store: sessionlog's comes with its session and event tables, and
     // holds an integer.
-    let (sessions, events, integer): (bool, bool, bool) = connection
-        .query_one(location, "look for the schema", sql::HAS_STORE_TABLES, &[])
-        .and_then(|row| {
-            (|| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))()
-                .map_err(postgres_error("look for the schema", location))
-        })?;
     if !integer || !(sessions || events) {
         refuse_foreign_tables(connection, location)?;
     }

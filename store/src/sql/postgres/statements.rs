@@ -119,18 +119,15 @@ pub(super) const CREATE_SCHEMA: &str = "CREATE SCHEMA IF NOT EXISTS $schema";
 /// transaction-level advisory lock on a key derived from the schema name.
 pub(super) const LOCK_SCHEMA_UPGRADE: &str = "SELECT pg_advisory_xact_lock($1)";
 
-/// Whether the schema holds a sessionlog store: its version table resolves
-/// through `search_path` (only our schema and `pg_catalog`).
-pub(super) const HAS_VERSION_TABLE: &str = "SELECT to_regclass('schema_version') IS NOT NULL";
-
-/// Whether the schema has the session table and the event table a store's
-/// `schema_version` comes with, and whether that table's `version` is an
-/// integer column, as a store's is.
-pub(super) const HAS_STORE_TABLES: &str =
-    "SELECT to_regclass('sessions') IS NOT NULL, to_regclass('events') IS NOT NULL,
+/// Which of a store's tables the schema holds, in one round trip: the
+/// version table (through `search_path`: only our schema and
+/// `pg_catalog`), whether its `version` is an integer column as a store's
+/// is, and the session and event tables it comes with.
+pub(super) const STORE_TABLES: &str = "SELECT to_regclass('schema_version') IS NOT NULL,
             EXISTS (SELECT 1 FROM pg_attribute
                      WHERE attrelid = to_regclass('schema_version') AND attname = 'version'
-                       AND atttypid = 'integer'::regtype AND NOT attisdropped)";
+                       AND atttypid = 'integer'::regtype AND NOT attisdropped),
+            to_regclass('sessions') IS NOT NULL, to_regclass('events') IS NOT NULL";
 
 /// The recorded schema version.
 pub(super) const READ_VERSION: &str = "SELECT version FROM schema_version";
