@@ -776,9 +776,18 @@ async fn blocking<T: Send + 'static>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::store::tests::{header, id, jsonl_store, note, ok, sqlite_store};
+
+    /// A tokio runtime of two worker threads, for a test that sets up (or
+    /// drops) a blocking client outside it.
+    pub(crate) fn two_worker_runtime() -> tokio::runtime::Runtime {
+        ok(tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build())
+    }
 
     async fn check_append_and_follow(store: Store) {
         let store = AsyncStore::new(store);
@@ -957,10 +966,7 @@ mod tests {
         let url = format!("{}&application_name={name}", schema.url);
         let reading = AsyncStore::new(ok(Store::open(std::path::Path::new(&url))));
         let writing = AsyncStore::new(ok(Store::open(std::path::Path::new(&schema.url))));
-        let runtime = ok(tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build());
+        let runtime = two_worker_runtime();
         let mut followed = runtime.block_on(async {
             ok(writing
                 .create(header("a"), Vec::new(), Durability::Fsync)
@@ -1002,10 +1008,7 @@ mod tests {
             return;
         };
         let store = AsyncStore::new(ok(Store::open(std::path::Path::new(&schema.url))));
-        let runtime = ok(tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build());
+        let runtime = two_worker_runtime();
         runtime.block_on(async move {
             ok(store
                 .create(header("a"), Vec::new(), Durability::Fsync)

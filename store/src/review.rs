@@ -667,15 +667,6 @@ mod tests {
         );
     }
 
-    /// A tokio runtime of two worker threads, for `AsyncStore`.
-    #[cfg(feature = "async")]
-    fn two_worker_runtime() -> tokio::runtime::Runtime {
-        ok(tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build())
-    }
-
     /// `AsyncStore::review` records a denial no settle can hold as the
     /// same failure `SessionWriter::review` records.
     #[cfg(feature = "async")]
@@ -684,7 +675,7 @@ mod tests {
         let folder = ok(tempfile::tempdir());
         let store = jsonl_store(folder.path());
         auto_session(&store, "a");
-        let runtime = two_worker_runtime();
+        let runtime = crate::asynchronous::tests::two_worker_runtime();
         let store = AsyncStore::new(store);
         let reason = "x".repeat(sessionlog_schema::MAX_RECORD_BYTES);
         runtime.block_on(async {
@@ -711,7 +702,7 @@ mod tests {
         let folder = ok(tempfile::tempdir());
         let store = jsonl_store(folder.path());
         auto_session(&store, "a");
-        let runtime = two_worker_runtime();
+        let runtime = crate::asynchronous::tests::two_worker_runtime();
         let store = AsyncStore::new(store);
         runtime.block_on(async {
             let reviewer = Arc::new(Scripted::answering(vec![
