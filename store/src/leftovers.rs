@@ -129,9 +129,8 @@ pub(crate) fn hold(file: &File) {
 /// Whether somebody holds the `flock` of the file at `path`. A file gone
 /// meanwhile is not held, and neither is a name that is no regular file (a
 /// symbolic link, a folder: no run of ours made it, nor holds it). A file
-/// this user may not open (another user's, in a shared folder) is taken
-/// as held: its lock cannot be tested, and it is left alone, the others
-/// still cleaned.
+/// this user may not open (another user's, in a shared folder) is
+/// untestable: it is left alone as if held, the others still cleaned.
 fn held(path: &Path) -> Result<Holding, StoreError> {
     match std::fs::symlink_metadata(path) {
         Ok(metadata) if metadata.is_file() => {}

@@ -103,21 +103,7 @@ pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u
     }
     // Removing the lock of an interrupted migration takes away the one mark
     // that the folder may be short of the source's sessions: say so now.
-    let unheld_lock = found
-        .iter()
-        .find(|leftover| leftover.is_migration_lock() && !leftover.in_use);
-    if let Some(lock) = unheld_lock {
-        crate::warn(crate::commands::verify::interrupted_migration(
-            jsonl.folder(),
-            &lock.path,
-        ));
-    }
-    if let Some(lock) = untestable_migration_lock(&found) {
-        crate::warn(crate::commands::verify::migration_of_another_user(
-            jsonl.folder(),
-            &lock.path,
-        ));
-    }
+    crate::commands::verify::warn_of_migration_locks(jsonl.folder(), &found);
     Ok(exit::OK)
 }
 
@@ -135,13 +121,4 @@ fn entry(leftover: &Leftover, action: &'static str) -> Entry {
         age_seconds: leftover.age.as_secs(),
         action,
     }
-}
-
-/// The first migration lock of `found` whose lock this user cannot test.
-pub fn untestable_migration_lock(
-    found: &[sessionlog_store::Leftover],
-) -> Option<&sessionlog_store::Leftover> {
-    found
-        .iter()
-        .find(|leftover| leftover.is_migration_lock() && leftover.untestable)
 }

@@ -401,18 +401,30 @@ fn warn_of_leftovers(store: &sessionlog_store::JsonlStore) -> Result<()> {
             store.folder().display()
         ));
     }
-    if let Some(lock) = left.iter().find(|leftover| leftover.is_migration_lock()) {
-        crate::warn(interrupted_migration(store.folder(), &lock.path));
-    }
-    if let Some(lock) = crate::commands::clean::untestable_migration_lock(&found) {
-        crate::warn(migration_of_another_user(store.folder(), &lock.path));
-    }
+    warn_of_migration_locks(store.folder(), &found);
     Ok(())
+}
+
+/// Warns, for `verify` and `clean`, of the migrations into `folder` that
+/// its leftovers `found` show may have been interrupted: a lock no run
+/// holds, and another user's lock, which this user cannot test.
+pub fn warn_of_migration_locks(folder: &std::path::Path, found: &[sessionlog_store::Leftover]) {
+    let lock = |unsure: fn(&sessionlog_store::Leftover) -> bool| {
+        found
+            .iter()
+            .find(|leftover| leftover.is_migration_lock() && unsure(leftover))
+    };
+    if let Some(lock) = lock(|leftover| !leftover.in_use) {
+        crate::warn(interrupted_migration(folder, &lock.path));
+    }
+    if let Some(lock) = lock(|leftover| leftover.untestable) {
+        crate::warn(migration_of_another_user(folder, &lock.path));
+    }
 }
 
 /// What a migration lock of another user in `folder` means: this user
 /// cannot tell a running migration from an interrupted one.
-pub fn migration_of_another_user(folder: &std::path::Path, lock: &std::path::Path) -> String {
+fn migration_of_another_user(folder: &std::path::Path, lock: &std::path::Path) -> String {
     format!(
         "{lock} is the lock of a migration into {folder} by another user, which this user \
          cannot test: if no such run is going on, it was interrupted, and the folder may lack \
@@ -423,9 +435,9 @@ pub fn migration_of_another_user(folder: &std::path::Path, lock: &std::path::Pat
     )
 }
 
-/// What an unheld migration lock in `folder` means, for `verify` and
-/// `clean` to say: the sessions verified may not be all the source held.
-pub fn interrupted_migration(folder: &std::path::Path, lock: &std::path::Path) -> String {
+/// What an unheld migration lock in `folder` means: the sessions verified
+/// may not be all the source held.
+fn interrupted_migration(folder: &std::path::Path, lock: &std::path::Path) -> String {
     format!(
         "a migration into {folder} was interrupted ({lock} is its lock, held by no run): the \
          folder may lack sessions that run had not published; finish it with \
