@@ -1052,3 +1052,43 @@ fn a_database_with_two_names_is_refused_to_writers() {
     ok(std::fs::remove_file(&other));
     ok(SqliteStore::open(&path));
 }
+
+/// A state snapshot is copied from the write-ahead log into the database
+/// file once kept, so that the next open reads it from the file.
+#[test]
+fn a_kept_snapshot_is_copied_into_the_database_file() {
+    let folder = ok(tempfile::tempdir());
+    let path = database(folder.path());
+    let store = ok(SqliteStore::open(&path));
+    ok(store.create(&header("a"), &[], Durability::Buffered));
+    let options = WriterOptions {
+        durability: Durability::Buffered,
+        keep_snapshot: false,
+        ..WriterOptions::default()
+    };
+    let mut writer = ok(store.open_writer(&id("a"), options));
+    for n in 0..1_100 {
+        ok(writer.append(note(&format!("note {n}")), None));
+    }
+    // The writer closes past 1,024 events since its last snapshot: it
+    // keeps one at seq 1,100. The next write queues behind its checkpoint.
+    drop(writer);
+    ok(store.create(&header("b"), &[], Durability::Buffered));
+    // An immutable read sees the database file alone, not the log: a few
+    // dozen pages of events and a snapshot stay far below SQLite's own
+    // checkpoint threshold.
+    let file = ok(super::schema::open_connection(&path, Access::Immutable));
+    let kept: Option<i64> = ok(file
+        .query_row(
+            "SELECT seq FROM snapshots WHERE session_id = 'a'",
+            [],
+            |row| row.get(0),
+        )
+        .optional());
+    assert_eq!(kept, Some(1_100), "the snapshot is in the database file");
+    drop(file);
+    let decoded = ok(store.decoded_header(&id("a")));
+    let folded = ok(store.fold_session(&id("a"), decoded, false));
+    assert_eq!(folded.resumed.map(|(anchor, _)| anchor.seq), Some(1_100));
+    assert_eq!(folded.state.seq(), 1_100);
+}
