@@ -426,10 +426,24 @@ fn decode_exact<const N: usize>(encoded: &str, what: &str) -> Result<[u8; N], St
     })
 }
 
-/// The 32-byte seed of a secret key file, refused without quoting it.
+/// The 32-byte seed of a secret key file, refused without quoting it:
+/// the decoder's own message names the character it stopped at, which in
+/// a damaged file is one bit from the secret's, so only where is said.
 fn decode_secret_seed(encoded: &str) -> Result<[u8; 32], String> {
     let bytes = BASE64.decode(encoded).map_err(|error| {
-        format!("the secret key seed is not standard base64 with padding: {error}")
+        let what = match error {
+            base64::DecodeError::InvalidByte(offset, _) => {
+                format!("a character that is not base64 at offset {offset}")
+            }
+            base64::DecodeError::InvalidLastSymbol(offset, _) => {
+                format!("a last character at offset {offset} that leaves bits over")
+            }
+            base64::DecodeError::InvalidLength(length) => {
+                format!("{length} characters, not a length base64 has")
+            }
+            base64::DecodeError::InvalidPadding => "padding out of place".to_owned(),
+        };
+        format!("the secret key seed is not standard base64 with padding: {what}")
     })?;
     <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| {
         format!(
@@ -573,10 +587,23 @@ mod tests {
     fn a_damaged_secret_key_file_is_refused_without_quoting_the_secret() {
         let text = SealSecretKey::from_seed([5; 32]).to_file_text();
         let seed = &text[SECRET_KEY_PREFIX.len()..text.len() - 1];
-        // One character short, one replaced by a non-base64 one.
+        // One character short, one replaced by a non-base64 one, and the
+        // last before the padding one bit off (its low bits then left
+        // over), which the decoder's own message quotes as a number.
+        let alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let last = seed.len() - 2;
+        let Some(at) = alphabet.find(&seed[last..=last]) else {
+            panic!("{seed} ends in {:?}", &seed[last..]);
+        };
+        let off_by_a_bit = alphabet.as_bytes()[at ^ 1];
         for damaged in [
             format!("{SECRET_KEY_PREFIX}{}\n", &seed[1..]),
             format!("{SECRET_KEY_PREFIX}{}*\n", &seed[..seed.len() - 1]),
+            format!(
+                "{SECRET_KEY_PREFIX}{}{}=\n",
+                &seed[..last],
+                char::from(off_by_a_bit)
+            ),
         ] {
             let error = SealSecretKey::parse_file(&damaged)
                 .err()
@@ -584,6 +611,10 @@ mod tests {
             let message = error.to_string();
             assert!(message.contains("secret key seed"), "{message}");
             assert!(!message.contains(&seed[1..20]), "{message}");
+            assert!(
+                !message.contains(&off_by_a_bit.to_string()),
+                "{message} names the character"
+            );
         }
     }
 }
