@@ -370,6 +370,7 @@ pub fn decode_header(line: &[u8]) -> Result<DecodedHeader, DecodeError> {
 /// its object, or holds a `crc` member of its own) is refused, as its
 /// line would be.
 pub fn decode_header_body(body: String) -> Result<DecodedHeader, DecodeError> {
+    refuse_line_break(&body)?;
     if let Some(wire) = canonical_header(&body) {
         let id = wire_id(&wire)?;
         let decoded = header_from_wire(wire, id, String::new())?;
@@ -567,6 +568,7 @@ pub fn decode_checked_body(
             "record is {line_len} bytes, above the {MAX_RECORD_BYTES}-byte limit"
         )));
     }
+    refuse_line_break(&body)?;
     if let Some(prefix) = CanonicalPrefix::read(&body, body.len()) {
         if is_json(&body[prefix.data.clone()]) {
             return Ok(prefix.into_record_owning(body));
@@ -575,6 +577,19 @@ pub fn decode_checked_body(
     let mut line = body;
     line.push_str(&format!(",\"crc\":\"{crc:08x}\"}}"));
     decode_event(id, line.as_bytes())
+}
+
+/// Refuses a body kept apart from its line (a database's column) that
+/// holds a line break: JSON allows one between tokens, but a JSONL record
+/// is one line, so such a row could be neither exported nor migrated as
+/// it is, and no writer stores one (each compacts `data`).
+fn refuse_line_break(body: &str) -> Result<(), DecodeError> {
+    match memchr::memchr(b'\n', body.as_bytes()) {
+        None => Ok(()),
+        Some(at) => Err(DecodeError::Malformed(format!(
+            "the body holds a line break at byte {at}, which no JSONL record can hold"
+        ))),
+    }
 }
 
 /// The members of an event body checked by [`checked_body_fields`], which
@@ -601,7 +616,7 @@ pub fn checked_body_fields<'a>(
     crc: u32,
 ) -> Result<BodyFields<'a>, DecodeError> {
     let line_len = body.len() + CRC_SUFFIX_LEN;
-    if line_len <= MAX_RECORD_BYTES {
+    if line_len <= MAX_RECORD_BYTES && memchr::memchr(b'\n', body.as_bytes()).is_none() {
         if let Some(prefix) = CanonicalPrefix::read(body, body.len()) {
             if is_json(&body[prefix.data.clone()]) {
                 return Ok(BodyFields {
