@@ -384,6 +384,124 @@ fn a_tampered_foreign_or_stale_postgres_snapshot_is_ignored() {
     check_database_cases(&store, tamper, &mut restore, &mut execute);
 }
 
+/// On a database `store` (`execute` runs a statement of its engine, `$1`
+/// bound to the number given, and gives the rows it changed; `anchor`
+/// gives the seq of session `a`'s snapshot row): a snapshot
+/// is used only while the body of its anchor event is the one it was
+/// folded through, not while a column says so; and a child forked by
+/// reference, with no event rows of its own, resumes from its snapshot,
+/// whose anchor is in its parent's rows.
+fn check_database_anchors(
+    store: &Store,
+    execute: &mut dyn FnMut(&str, i64) -> u64,
+    anchor: &mut dyn FnMut() -> u64,
+) {
+    long_session(store, "a", 8192 + 20, 3);
+    let last = ok(store.current_state(&id("a"))).seq();
+    // The writer's own snapshot, at 8,192: fewer than 1,024 events follow.
+    let anchor = anchor();
+    assert!(anchor >= 8192 && anchor < last, "{anchor} of {last}");
+    // Event 2 damaged: a resume never reads it, a whole fold does.
+    let damage_event_2 = "UPDATE events SET crc = crc + $1 WHERE session_id = 'a' AND seq = 2";
+    assert_eq!(execute(damage_event_2, 1), 1);
+    assert_eq!(ok(store.current_state(&id("a"))).seq(), last, "resumed");
+    // The anchor event's body changed, its stored CRC kept: the snapshot
+    // is ignored and the whole fold refuses the session at event 2.
+    let body_changed = format!(
+        "UPDATE events SET body = replace(body, '\"seq\":{anchor},', '\"seq\": {anchor},')
+          WHERE session_id = 'a' AND seq = {anchor}"
+    );
+    assert_eq!(execute(&body_changed, 0), 1);
+    let folded = store.current_state(&id("a")).map(|state| state.seq());
+    assert!(
+        matches!(folded, Err(StoreError::CorruptRow { seq: 2, .. })),
+        "the snapshot of a changed anchor is ignored: {folded:?}"
+    );
+    let refused = store.open_writer(&id("a"), appender()).map(|_| ());
+    assert!(
+        matches!(refused, Err(StoreError::CorruptRow { seq: 2, .. })),
+        "{refused:?}"
+    );
+    // A child forked by reference, of a parent with no preset or policy to
+    // pass on and with no prompt: it has no event rows of its own. Its
+    // first writer folds the parent's rows and leaves a snapshot at their
+    // end when it closes, anchored in the parent's rows.
+    let header = SessionHeader::root(id("p"), 1_700_000_000_000, "/work".into());
+    ok(store.create_session(&header, &[], Durability::Buffered));
+    let mut writer = ok(store.open_writer(&id("p"), appender()));
+    for n in 0..1_100 {
+        ok(writer.append(
+            NewEvent::new("x-test/note", format!(r#"{{"n":{n}}}"#)),
+            None,
+        ));
+    }
+    drop(writer);
+    let defaults = sessionlog_projections::Defaults::default();
+    ok(store.fork(&id("p"), &id("child"), None, &defaults));
+    drop(ok(store.open_writer(&id("child"), appender())));
+    // Event 2 of the parent damaged: the child resumes from its snapshot
+    // and never reads it; a whole read does.
+    let damage_parent = "UPDATE events SET crc = crc + $1 WHERE session_id = 'p' AND seq = 2";
+    assert_eq!(execute(damage_parent, 1), 1);
+    assert_eq!(ok(store.current_state(&id("child"))).seq(), 1_100);
+    assert!(
+        store.snapshot(&id("child")).is_err(),
+        "a whole read finds it"
+    );
+}
+
+#[test]
+fn a_sqlite_snapshot_holds_only_while_its_anchor_event_does() {
+    let folder = ok(tempfile::tempdir());
+    let path = folder.path().join("s.db");
+    let store = Store::Sqlite(ok(SqliteStore::open(&path)));
+    let raw = ok(rusqlite::Connection::open(&path));
+    let mut execute = |sql: &str, by: i64| -> u64 {
+        let changed = match sql.contains("$1") {
+            true => raw.execute(sql, [by]),
+            false => raw.execute(sql, []),
+        };
+        ok(changed) as u64
+    };
+    let snapshot_seq = ok(rusqlite::Connection::open(&path));
+    let mut anchor = || -> u64 {
+        let seq: i64 = ok(snapshot_seq.query_row(
+            "SELECT seq FROM snapshots WHERE session_id = 'a'",
+            [],
+            |row| row.get(0),
+        ));
+        seq as u64
+    };
+    check_database_anchors(&store, &mut execute, &mut anchor);
+}
+
+#[test]
+fn a_postgres_snapshot_holds_only_while_its_anchor_event_does() {
+    let Some(server) = crate::postgres::test_server() else {
+        return;
+    };
+    let schema = crate::postgres::Schema::new(&server, "anchors");
+    let store = ok(Store::create(&schema.path()));
+    let Store::Postgres(postgres) = &store else {
+        unreachable!()
+    };
+    let mut client = ok(postgres.connect());
+    let mut execute = |sql: &str, by: i64| -> u64 {
+        let changed = match sql.contains("$1") {
+            true => client.execute(sql, &[&by]),
+            false => client.execute(sql, &[]),
+        };
+        ok(changed)
+    };
+    let mut snapshot_seq = ok(postgres.connect());
+    let mut anchor = || -> u64 {
+        let row =
+            ok(snapshot_seq.query_one("SELECT seq FROM snapshots WHERE session_id = 'a'", &[]));
+        ok(row.try_get::<_, i64>(0)) as u64
+    };
+    check_database_anchors(&store, &mut execute, &mut anchor);
+}
+
 #[test]
 fn resuming_reads_nothing_before_the_anchor_but_verify_reads_everything() {
     let (folder, store) = jsonl_with_snapshot("s");

@@ -252,23 +252,31 @@ pub(crate) struct FoldedSession {
     pub(crate) resumed: Option<(SnapshotAnchor, usize)>,
 }
 
-/// A snapshot row: its seq, its anchor CRC, its bytes. Only rows whose
-/// anchor event row is still in place (same seq, same CRC) are read.
+/// A snapshot row: its seq, its anchor CRC, its bytes.
 pub(crate) type SnapshotRow = (i64, i64, Vec<u8>);
 
 /// Folds session `id` of the database at `place`: from `snapshot` (its
 /// snapshot row, when the database has one) when it decodes to a state of
-/// this session and header and names the anchor its row names, then every
-/// event `events_from(seq)` streams after it, each checked as a whole read
-/// checks it. A rule broken refuses the session, unless damage later in it
-/// wins. Without `keep_events` the snapshot is not used.
+/// this session and header, names the anchor its row names, and that
+/// anchor still holds (below), then every event `events_from(seq)`
+/// streams after it, each checked as a whole read checks it. A rule
+/// broken refuses the session, unless damage later in it wins. With
+/// `keep_events` the snapshot is not used.
+///
+/// The anchor holds when the event at its seq, read as every row is read
+/// (its stored CRC checked against its body, from the rows of the session
+/// a fork by reference takes its seed from where the seq is in the seed),
+/// has a body whose CRC for this session's id is the anchor's: the bytes
+/// the snapshot was folded through, not a column that says so. Else the
+/// snapshot is ignored and the whole session folded, which reports the
+/// first damage, if any, where a read of every row would.
 pub(crate) fn fold_session<I>(
     id: &SessionId,
     place: &Path,
     decoded: DecodedHeader,
     snapshot: Option<SnapshotRow>,
     keep_events: bool,
-    events_from: impl FnOnce(u64) -> Result<I, StoreError>,
+    mut events_from: impl FnMut(u64) -> Result<I, StoreError>,
 ) -> Result<FoldedSession, StoreError>
 where
     I: Iterator<Item = Result<EventRecord, StoreError>>,
@@ -293,21 +301,51 @@ where
         }
         _ => None,
     };
-    let (mut state, from_seq, mut last_crc, resumed) = match resumed {
-        Some((state, anchor, bytes)) => (
-            state,
-            anchor.seq + 1,
-            anchor.record_crc,
-            Some((anchor, bytes)),
-        ),
+    let resumed =
+        match resumed {
+            Some((state, anchor, bytes)) => {
+                let anchored =
+                    events_from(anchor.seq.max(1))
+                        .map_err(|error| format!("its anchor event does not read: {error}"))
+                        .and_then(|mut rows| {
+                            Err(match rows.next() {
+                        Some(Ok(record)) if record.seq() != anchor.seq => {
+                            format!("its anchor is no event (the rows give seq {})", record.seq())
+                        }
+                        Some(Ok(record))
+                            if record_crc(id, record.body().as_bytes()) != anchor.record_crc =>
+                        {
+                            "the body of its anchor event is no longer the one it was folded \
+                             through"
+                                .to_owned()
+                        }
+                        Some(Ok(_)) => return Ok(rows),
+                        Some(Err(error)) => format!("its anchor event does not read: {error}"),
+                        None => "its anchor event is gone".to_owned(),
+                    })
+                        });
+                match anchored {
+                    Ok(rows) => Some((state, anchor, bytes, rows)),
+                    Err(why) => {
+                        state_snapshot::ignored(id, place, &format!("seq {}: {why}", anchor.seq));
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+    let (mut state, rows, mut last_crc, resumed) = match resumed {
+        Some((state, anchor, bytes, rows)) => {
+            (state, rows, anchor.record_crc, Some((anchor, bytes)))
+        }
         None => {
             let state = SessionState::with_header_body(decoded.header, &decoded.body);
-            (state, 1, 0, None)
+            (state, events_from(1)?, 0, None)
         }
     };
     let mut events = keep_events.then(Vec::new);
     let mut refusal = crate::error::Refusal::default();
-    for record in events_from(from_seq)? {
+    for record in rows {
         let record = record?;
         if let Err(violation) = state.apply(&record) {
             refusal.note(StoreError::Rule {

@@ -97,11 +97,10 @@ pub(super) const SCHEMA_STEPS: &[&str] = &[
 /// store older than version 3 does not).
 pub(super) const HAS_SNAPSHOTS_TABLE: &str = "SELECT to_regclass('snapshots') IS NOT NULL";
 
-/// A session's state snapshot of format $2 whose anchor row is still in
-/// place: the event at its seq has the CRC it was taken after.
-pub(super) const READ_SNAPSHOT: &str = "SELECT s.seq, s.anchor_crc, s.state FROM snapshots s
-       JOIN events e ON e.session_id = s.session_id AND e.seq = s.seq AND e.crc = s.anchor_crc
-      WHERE s.session_id = $1 AND s.format = $2";
+/// A session's state snapshot of format $2 (whether its anchor still
+/// holds is checked on the anchor event's body: `sql::fold_session`).
+pub(super) const READ_SNAPSHOT: &str = "SELECT seq, anchor_crc, state FROM snapshots
+      WHERE session_id = $1 AND format = $2";
 
 /// Keeps a session's state snapshot, replacing the one before.
 pub(super) const WRITE_SNAPSHOT: &str =

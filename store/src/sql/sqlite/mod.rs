@@ -977,10 +977,8 @@ impl SqliteStore {
                 let reader = self.shared.reader();
                 let found = reader
                     .query_row(
-                        "SELECT s.rowid, s.seq, s.anchor_crc FROM snapshots s
-                           JOIN events e ON e.session_id = s.session_id AND e.seq = s.seq
-                                        AND e.crc = s.anchor_crc
-                          WHERE s.session_id = ?1 AND s.format = ?2",
+                        "SELECT rowid, seq, anchor_crc FROM snapshots
+                          WHERE session_id = ?1 AND format = ?2",
                         params![id.as_str(), state_snapshot::STATE_SNAPSHOT_FORMAT],
                         |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
                     )
