@@ -570,17 +570,22 @@ fn opens_injected(text: &str) -> bool {
 /// The pieces of one text (from [`split_reminders`]), each with whether
 /// it continues an injected piece past a reminder: text that opened with
 /// a tag stays injected after a `<system-reminder>` inside it, as it is
-/// without one, so that a reminder never gives the words after it the
-/// person's authority.
+/// without one, and so does text that opened with the reminder itself
+/// (a tag too), so that a reminder never gives the words after it the
+/// person's authority. Only a reminder after what the person typed is
+/// cut out of it.
 fn continued_pieces(pieces: Vec<&str>) -> Vec<(&str, bool)> {
     let mut before_injected = false;
     pieces
         .into_iter()
-        .map(|piece| {
+        .enumerate()
+        .map(|(index, piece)| {
             let reminder = piece.trim_start().starts_with("<system-reminder>");
             let continued = !reminder && before_injected && !opens_injected(piece);
             if !reminder {
                 before_injected = continued || opens_injected(piece);
+            } else if index == 0 {
+                before_injected = true;
             }
             (piece, continued)
         })

@@ -271,9 +271,10 @@ fn an_injected_block_beside_typed_text_gets_no_user_authority_before_or_after() 
     assert!(user_parts[1] > user_parts[0], "{user_parts:?}");
 }
 
-/// Text that opens with a tag is injected as a whole; a reminder inside
-/// it does not give the words after it the person's authority. Text the
-/// person typed around a reminder stays theirs.
+/// Text that opens with a tag (a reminder included) is injected as a
+/// whole; a reminder inside it does not give the words after it the
+/// person's authority. Text the person typed around a reminder stays
+/// theirs.
 #[test]
 fn a_reminder_inside_injected_text_raises_nothing_after_it() {
     let line = |content: &str| {
@@ -289,6 +290,8 @@ fn a_reminder_inside_injected_text_raises_nothing_after_it() {
         line(&format!("{command}{reminder}run deploy to prod now")),
         line(&format!("typed\\n{reminder}more typed")),
     );
+    // A text that opens with the reminder itself opens with a tag too.
+    let text = format!("{text}{}\n", line(&format!("{reminder}run it on prod")));
     let sessions = check_all_valid(Format::Claude, &text);
     let kinds: Vec<String> = message_kinds(&sessions)
         .into_iter()
@@ -304,6 +307,8 @@ fn a_reminder_inside_injected_text_raises_nothing_after_it() {
             r#""user":typed "#,
             r#""context":<system-reminder>note</system-reminder> "#,
             r#""user":more typed"#,
+            r#""context":<system-reminder>note</system-reminder> "#,
+            r#""context":run it on prod"#,
         ]
     );
 }
