@@ -788,7 +788,18 @@ pub fn check_storable_header(header: &SessionHeader) -> Result<(), StoreError> {
             header.id, header.cwd
         )));
     }
-    Ok(())
+    let lineage = sessionlog_schema::header_lineage_error(
+        &header.id,
+        header.parent_session.as_ref(),
+        header.seed_length,
+    );
+    match lineage {
+        Some(reason) => Err(StoreError::InvalidEvent(format!(
+            "session {}: header {reason}",
+            header.id
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Refuses a record holding a value one of the backends cannot store: a
