@@ -1344,3 +1344,52 @@ fn an_anchor_file_that_names_no_session_is_refused() {
         );
     }
 }
+
+/// With `--session`, only that session's anchors are checked: an anchor
+/// file with none of its is refused (it would check nothing), and an
+/// anchored session gone from the store fails its anchors (7), as in a
+/// read of the whole store.
+#[test]
+fn session_picked_with_no_anchor_is_refused_and_one_gone_fails_its_anchor() {
+    let dir = ok(tempfile::tempdir());
+    let store = unsigned_store(dir.path());
+    run([
+        "create",
+        path_str(&store),
+        "--session",
+        "other",
+        "--cwd",
+        "/w",
+    ])
+    .expect_code(0);
+    let head = run(["head", path_str(&store), "--session", "other"]);
+    head.expect_code(0);
+    let anchor = dir.path().join("other.anchor");
+    ok(std::fs::write(&anchor, &head.stdout));
+    let refused = verify(&store, &["--session", "s", "--anchor", path_str(&anchor)]);
+    refused.expect_code(1);
+    assert!(
+        refused.stderr.contains("other.anchor")
+            && refused.stderr.contains("no anchor of session s"),
+        "{}",
+        refused.stderr
+    );
+    verify(
+        &store,
+        &["--session", "other", "--anchor", path_str(&anchor)],
+    )
+    .expect_code(0);
+    ok(std::fs::remove_file(store.join("other.jsonl")));
+    let gone = verify(
+        &store,
+        &["--session", "other", "--anchor", path_str(&anchor)],
+    );
+    gone.expect_code(7);
+    assert!(
+        gone.stdout
+            .contains("session other, named in the anchor file")
+            && gone.stdout.contains("is missing"),
+        "{}",
+        gone.stdout
+    );
+}

@@ -188,6 +188,21 @@ pub fn run(
     quiet: bool,
     policy: &SealPolicy,
 ) -> Result<u8> {
+    if let (Some(wanted), Some(anchors)) = (args.session.as_deref(), &policy.anchors) {
+        // `--session` checks that session's anchors alone: with none, the
+        // anchor file would check nothing, and let any store pass.
+        if !anchors.contains_key(wanted) {
+            let file = policy
+                .anchor_file
+                .as_deref()
+                .map_or(String::new(), |file| file.display().to_string());
+            return Err(UsageError(format!(
+                "{file}: the anchor file holds no anchor of session {wanted}, the one \
+                 --session picks, so nothing would be checked against it"
+            ))
+            .into());
+        }
+    }
     let target = Target::open(&args.store)?;
     // The whole store as of one moment, read on each core side by side,
     // and SQLite's check of every page and its count of the rows on a
@@ -241,7 +256,15 @@ fn verify_all(
     readers: &Readers,
     whole_store: impl FnOnce() -> Result<WholeStore>,
 ) -> Result<u8> {
-    let Audit { sessions, damage } = readers.first().audit(args.session.as_deref())?;
+    // A session the anchor file names and `--session` picks, gone from
+    // the store, fails its anchors (7) as when the whole store is read.
+    let Audit { sessions, damage } = match anchored_but_absent(args, policy, readers.first())? {
+        true => Audit {
+            sessions: Vec::new(),
+            damage: Vec::new(),
+        },
+        false => readers.first().audit(args.session.as_deref())?,
+    };
     // What the checks beside the reads find, the first time it is asked
     // for (`None` after). The count rules out events without a session
     // row only while every session reads whole (`short_of_rows`: a corrupt
@@ -274,7 +297,10 @@ fn verify_all(
                 // The anchor file names sessions this store should hold:
                 // each is reported missing below (a seal failure, exit 7),
                 // as when only some of them were deleted.
-                false => crate::target::warn_if_no_sessions(0, &args.store),
+                false if args.session.is_none() => {
+                    crate::target::warn_if_no_sessions(0, &args.store);
+                }
+                false => {}
             }
         }
     }
@@ -465,6 +491,20 @@ fn store_damage_verdict(store: &Path, error: &StoreError) -> Verdict {
         },
     });
     verdict
+}
+
+/// Whether `--session` picks a session the anchor file names and the
+/// store does not hold.
+fn anchored_but_absent(args: &SessionArgs, policy: &SealPolicy, target: &Target) -> Result<bool> {
+    let (Some(wanted), Some(anchors), Target::Store(store)) =
+        (args.session.as_deref(), &policy.anchors, target)
+    else {
+        return Ok(false);
+    };
+    let Ok(id) = sessionlog_schema::SessionId::parse(wanted) else {
+        return Ok(false);
+    };
+    Ok(anchors.contains_key(wanted) && !store.contains(&id)?)
 }
 
 /// The sessions an anchor file names that the store no longer holds (all
