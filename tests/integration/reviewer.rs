@@ -833,6 +833,29 @@ fn an_audit_that_agrees_exits_0_and_one_without_any_decision_exits_5() {
     assert!(lines[2].contains("2 calls asked, 2 agree"), "{}", lines[2]);
 }
 
+/// `review-audit --max-bytes` rebuilds each request under the limit the
+/// calls were reviewed with: below the example's requests, every call
+/// fails closed (`REQUEST_TOO_LARGE`), and nothing is sent.
+#[test]
+fn an_audit_builds_its_requests_under_the_limit_given() {
+    let (_folder, log) = example_copy();
+    let server = Server::saying(r#"{"risk":"low","decision":"allow"}"#);
+    let mut command = sessionlog(["review-audit"]);
+    command.arg(&log).args([
+        "--endpoint",
+        &server.endpoint,
+        "--json",
+        "--max-bytes",
+        "200",
+    ]);
+    let run = run_command(command, None);
+    run.expect_code(5);
+    let printed: Value = serde_json::from_str(run.stdout.trim()).expect("JSON");
+    assert_eq!(printed["summary"]["failures"], 2, "{printed}");
+    assert_eq!(printed["rows"][0]["now"]["error"], "REQUEST_TOO_LARGE");
+    assert!(server.received().is_empty(), "nothing was sent");
+}
+
 #[test]
 fn a_session_without_calls_under_auto_asks_nothing() {
     let folder = tempfile::tempdir().expect("a temporary folder");

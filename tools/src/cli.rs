@@ -328,6 +328,10 @@ pub enum Command {
         target: SessionArgs,
         #[command(flatten)]
         reviewer: ReviewerArgs,
+        /// The request size limit in bytes, as the calls were reviewed
+        /// with (`review --max-bytes`).
+        #[arg(long, default_value_t = sessionlog_projections::DEFAULT_MAX_REQUEST_BYTES)]
+        max_bytes: usize,
         /// Print one JSON object `{session, model, rows, summary}`.
         #[arg(long)]
         json: bool,

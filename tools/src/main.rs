@@ -266,8 +266,9 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::ReviewAudit {
             target,
             reviewer,
+            max_bytes,
             json,
-        } => commands::audit::run(&target, &reviewer, json, quiet),
+        } => commands::audit::run(&target, &reviewer, max_bytes, json, quiet),
         Command::ReviewResult { file } => commands::review::result(file.as_deref()),
         Command::Migrate {
             from,

@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 use sessionlog_projections::{
     build_review_request_from_fragments, Decision, Defaults, PendingAction, PresetView,
     ReviewError, ReviewFragments, SessionState, Violation, ViolationKind, AUTO_REVIEW_DENIED,
-    AUTO_REVIEW_FAILED, DEFAULT_MAX_REQUEST_BYTES,
+    AUTO_REVIEW_FAILED,
 };
 use sessionlog_schema::{Event, Preset};
 use sessionlog_store::{ask_reviewer, Reviewer, Snapshot, Verdict};
@@ -102,6 +102,7 @@ struct Planned {
 pub fn run(
     args: &SessionArgs,
     reviewer_args: &ReviewerArgs,
+    max_bytes: usize,
     json: bool,
     quiet: bool,
 ) -> Result<u8> {
@@ -140,7 +141,7 @@ pub fn run(
         &snapshot,
         &planned,
         &reviewer,
-        reviewer_args.model.as_deref(),
+        (reviewer_args.model.as_deref(), max_bytes),
         || bar.inc(1),
     );
     bar.finish_and_clear();
@@ -232,12 +233,13 @@ fn is_audited(state: &SessionState, seq: u64) -> bool {
     state.is_own(seq) && state.preset(&Defaults::default()) == PresetView::Named(Preset::Auto)
 }
 
-/// Folds `events` again, asking `reviewer` at each planned call.
+/// Folds `events` again, asking `reviewer` at each planned call (`model`
+/// and a request limit of `max_bytes`).
 fn ask_each(
     snapshot: &Snapshot,
     planned: &[Planned],
     reviewer: &dyn Reviewer,
-    model: Option<&str>,
+    (model, max_bytes): (Option<&str>, usize),
     mut asked: impl FnMut(),
 ) -> Vec<Row> {
     let at: HashMap<u64, &Planned> = planned.iter().map(|call| (call.seq, call)).collect();
@@ -258,7 +260,7 @@ fn ask_each(
                 &fragments,
                 &events[..index],
                 &pending,
-                DEFAULT_MAX_REQUEST_BYTES,
+                max_bytes,
             )
             .map(|request| ask_reviewer(reviewer, &request, model, &start.call_id));
             rows.push(row(call, start.name.clone(), now));
