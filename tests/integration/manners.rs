@@ -812,6 +812,8 @@ fn review_request_reads_the_pending_action_from_stdin_and_says_what_helps_when_t
         message.contains("checkpoint") && message.contains("--max-bytes"),
         "{message}"
     );
+    // A checkpoint shortens the messages shown, never the calls.
+    assert!(message.contains("not the calls"), "{message}");
 }
 
 /// clap quotes an argument it refuses; a URL among the arguments is shown

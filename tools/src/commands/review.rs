@@ -168,7 +168,7 @@ fn print_verdict(verdict: &Verdict) -> Result<u8> {
 fn refused(error: &ReviewError) -> Result<u8> {
     let message = if error.code == ReviewErrorCode::RequestTooLarge {
         format!(
-            "{}; what helps: a checkpoint event, after which the reviewer sees only the history from it on, or a larger limit with --max-bytes",
+            "{}; what helps: a larger limit with --max-bytes; a checkpoint event shortens the history the reviewer sees (the messages from it on), not the calls, which the request lists from the whole log",
             error.message
         )
     } else {
