@@ -482,31 +482,6 @@ fn wire_id(wire: &HeaderWire<'_>) -> Result<SessionId, DecodeError> {
 
 /// The header `wire` spells, whose id is `id` and whose body as stored is
 /// `body`.
-/// What is wrong with the lineage a header claims, if anything: a
-/// session that is its own parent, or a root (no `parentSession`) whose
-/// `seedLength` is not 0. Neither is a header any writer makes, and each
-/// would change what a reader makes of the log: a session's own messages
-/// taken as its parent's, or its first events taken as inherited, their
-/// seals then checked for shape only, as vouching for a parent there is
-/// not. A reader refuses such a header as it refuses a malformed one, and
-/// a writer refuses to create one.
-pub fn header_lineage_error(
-    id: &SessionId,
-    parent_session: Option<&SessionId>,
-    seed_length: u64,
-) -> Option<String> {
-    match parent_session {
-        Some(parent) if parent == id => Some(format!(
-            "parentSession {:?} names the session itself",
-            parent.as_str()
-        )),
-        None if seed_length > 0 => Some(format!(
-            "seedLength {seed_length} without a parentSession (a root session inherits no events)"
-        )),
-        _ => None,
-    }
-}
-
 fn header_from_wire(
     wire: HeaderWire<'_>,
     id: SessionId,
@@ -531,9 +506,6 @@ fn header_from_wire(
                 .map_err(|e| DecodeError::Malformed(format!("header member parentSession: {e}")))?,
         ),
     };
-    if let Some(reason) = header_lineage_error(&id, parent_session.as_ref(), wire.seed_length) {
-        return Err(DecodeError::Malformed(format!("header: {reason}")));
-    }
     let mut vocabulary_errors = Vec::new();
     let sandbox_mode = header_vocab(
         "sandboxMode",
@@ -1431,39 +1403,5 @@ mod tests {
         for bad in [format!("{body},\"crc\":\"0badc0de\""), format!("{body}}}")] {
             assert!(decode_header_body(bad.clone()).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn a_header_that_is_its_own_parent_or_a_root_with_a_seed_is_malformed() {
-        let id = SessionId::parse("s1").expect("a valid id");
-        let mut own_parent = SessionHeader::root(id.clone(), 1, "/w".into());
-        own_parent.parent_session = Some(id.clone());
-        own_parent.seed_length = 2;
-        let mut seeded_root = SessionHeader::root(id.clone(), 1, "/w".into());
-        seeded_root.seed_length = 3;
-        for (header, reason) in [
-            (own_parent, "names the session itself"),
-            (seeded_root, "seedLength 3 without a parentSession"),
-        ] {
-            let body = header.to_body();
-            // The writers' layout and the general parse refuse it alike,
-            // and so does its line.
-            for decoded in [
-                decode_header_body(body.clone()),
-                decode_header_body_parsed(body.clone()),
-                decode_header(encode_line(&id, &body).trim_end().as_bytes()),
-            ] {
-                match decoded {
-                    Err(DecodeError::Malformed(message)) => {
-                        assert!(message.contains(reason), "{message}");
-                    }
-                    other => panic!("{body}: {other:?}"),
-                }
-            }
-        }
-        let mut child = SessionHeader::root(id, 1, "/w".into());
-        child.parent_session = Some(SessionId::parse("p").expect("a valid id"));
-        child.seed_length = 3;
-        assert!(decode_header_body(child.to_body()).is_ok());
     }
 }

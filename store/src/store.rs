@@ -1310,23 +1310,6 @@ pub(crate) mod tests {
             "{refused:?}"
         );
         assert!(!ok(store.contains(&id("c"))));
-        // A lineage no reader takes: its own parent, or a root with a seed.
-        let mut own_parent = header("d");
-        own_parent.parent_session = Some(id("d"));
-        let mut seeded_root = header("e");
-        seeded_root.seed_length = 1;
-        let seed = [record(1, "note/test", "{}")];
-        for (lineage, name, why) in [
-            (own_parent, "d", "names the session itself"),
-            (seeded_root, "e", "without a parentSession"),
-        ] {
-            let refused = store.create_session(&lineage, &seed[..1], Durability::Fsync);
-            assert!(
-                matches!(&refused, Err(StoreError::InvalidEvent(message)) if message.contains(why)),
-                "{refused:?}"
-            );
-            assert!(!ok(store.contains(&id(name))));
-        }
     }
 
     fn staged_events_are_seen_only_once_synced_and_a_dropped_writer_leaves_none(store: &Store) {

@@ -788,18 +788,7 @@ pub fn check_storable_header(header: &SessionHeader) -> Result<(), StoreError> {
             header.id, header.cwd
         )));
     }
-    let lineage = sessionlog_schema::header_lineage_error(
-        &header.id,
-        header.parent_session.as_ref(),
-        header.seed_length,
-    );
-    match lineage {
-        Some(reason) => Err(StoreError::InvalidEvent(format!(
-            "session {}: header {reason}",
-            header.id
-        ))),
-        None => Ok(()),
-    }
+    Ok(())
 }
 
 /// Refuses a record holding a value one of the backends cannot store: a

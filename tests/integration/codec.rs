@@ -54,16 +54,11 @@ fn arb_header() -> impl Strategy<Value = SessionHeader> {
     )
         .prop_map(
             |(id, created_at, cwd, parent, seed, depth, sandbox, policy)| SessionHeader {
-                // A lineage readers take: another session's child, or a
-                // root with no seed.
-                seed_length: match &parent {
-                    Some(parent) if parent != &id => seed,
-                    _ => 0,
-                },
-                parent_session: parent.filter(|parent| parent != &id),
                 id,
                 created_at,
                 cwd,
+                parent_session: parent,
+                seed_length: seed,
                 delegation_depth: depth,
                 sandbox_mode: sandbox,
                 approval_policy: policy,
