@@ -41,8 +41,11 @@ pub fn message_authority(header: &SessionHeader, seq: u64, message: &Message) ->
         "user" => Authority::User,
         "agent-message" => {
             let own = seq > header.seed_length;
+            // A header may name the session itself as its parent (the
+            // format allows it): its own messages are then not a parent's
+            // instructions but facts, the lower authority.
             let from_parent = match (&header.parent_session, &message.source.sender_session_id) {
-                (Some(parent), Some(sender)) => parent.as_str() == sender,
+                (Some(parent), Some(sender)) => parent.as_str() == sender && parent != &header.id,
                 _ => false,
             };
             if own && from_parent {
@@ -132,6 +135,9 @@ mod tests {
         let child = child_header();
         let root = SessionHeader::root(id("root"), 0, "/w".to_owned());
         let from_parent = r#"{"kind":"agent-message","senderSessionId":"parent"}"#;
+        let mut own_parent = SessionHeader::root(id("self"), 0, "/w".to_owned());
+        own_parent.parent_session = Some(id("self"));
+        let from_itself = r#"{"kind":"agent-message","senderSessionId":"self"}"#;
         let cases = [
             (&child, 3, "user", r#"{"kind":"user"}"#, "user"),
             (&child, 1, "user", r#"{"kind":"user"}"#, "user"),
@@ -147,6 +153,9 @@ mod tests {
             ),
             (&child, 3, "user", r#"{"kind":"agent-message"}"#, "fact"),
             (&root, 1, "user", from_parent, "fact"),
+            // A header naming the session itself as its parent: its own
+            // agent messages are facts.
+            (&own_parent, 3, "user", from_itself, "fact"),
             (
                 &child,
                 3,

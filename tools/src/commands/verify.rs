@@ -741,19 +741,25 @@ pub fn verdict_code(verdict: &Verdict) -> u8 {
 /// Writes the lines of one verdict, as people read them, into `out`.
 fn write_human(out: &mut impl Write, verdict: &Verdict) -> std::io::Result<()> {
     let name = &verdict.source;
+    // An inherited seal (seq within the seed) vouched for the parent's
+    // log and is checked for its shape only: its key is named, never said
+    // to have signed what this log holds.
     let sealed = match &verdict.last_seal {
         None => String::new(),
-        Some(seal) => format!(
-            "; {} through seq {}{}",
-            if seal.own {
-                "sealed"
-            } else {
-                "inherits a seal"
-            },
+        Some(seal) if seal.own => format!(
+            "; sealed through seq {}{}",
             seal.through_seq,
             seal.key
                 .as_deref()
                 .map_or(" (unsigned)".to_owned(), |key| format!(", signed by {key}"))
+        ),
+        Some(seal) => format!(
+            "; inherits a seal through seq {}{}, which vouched for the parent's log and is \
+             checked here for its shape only",
+            seal.through_seq,
+            seal.key
+                .as_deref()
+                .map_or(" (unsigned)".to_owned(), |key| format!(" naming {key}"))
         ),
     };
     match verdict.status {
