@@ -42,7 +42,7 @@ use crate::io::Io;
 use crate::jsonl::snapshot_log_state;
 use crate::leftovers;
 use crate::reader::{Line, LineReader, LogReader, SessionStream};
-use crate::writer::{check_storable, check_storable_record, now_ms};
+use crate::writer::{check_storable, check_storable_values, now_ms};
 use crate::{Refusal, StoreError};
 
 /// Records are written to the spool in chunks of about this many bytes.
@@ -464,7 +464,8 @@ fn copy_parent(
                 }
                 // What neither backend writes is not copied either: a
                 // child is a log both could hold.
-                if let Err(error) = check_storable_record(&event.record) {
+                // A line of the parent holds no line break to look for.
+                if let Err(error) = check_storable_values(&event.record) {
                     refusal.note(match error {
                         StoreError::InvalidEvent(reason) => {
                             StoreError::InvalidEvent(format!("{}: {reason}", parent_path.display()))

@@ -1310,6 +1310,14 @@ pub(crate) mod tests {
             "{refused:?}"
         );
         assert!(!ok(store.contains(&id("c"))));
+        // A line break between the data's tokens: JSON, but no JSONL line.
+        let broken = EventRecord::new(1, 5, None, "note/test", "{\n\"a\":1}");
+        let refused = store.create_session(&header("d"), &[broken], Durability::Fsync);
+        assert!(
+            matches!(&refused, Err(StoreError::InvalidEvent(message)) if message.contains("line break")),
+            "{refused:?}"
+        );
+        assert!(!ok(store.contains(&id("d"))));
     }
 
     fn staged_events_are_seen_only_once_synced_and_a_dropped_writer_leaves_none(store: &Store) {

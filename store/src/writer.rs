@@ -792,10 +792,28 @@ pub fn check_storable_header(header: &SessionHeader) -> Result<(), StoreError> {
 }
 
 /// Refuses a record holding a value one of the backends cannot store: a
-/// seq or ts above 2^63 - 1, SQLite's largest integer, or a NUL in its
-/// type, which PostgreSQL's text cannot hold. Every backend refuses to
-/// write a record it refuses (`InvalidEvent`, naming the seq).
+/// seq or ts above 2^63 - 1, SQLite's largest integer, a NUL in its type,
+/// which PostgreSQL's text cannot hold, or a line break in its body, which
+/// no JSONL line can. Every backend refuses to write a record it refuses
+/// (`InvalidEvent`, naming the seq).
 pub fn check_storable_record(record: &EventRecord) -> Result<(), StoreError> {
+    check_storable_values(record)?;
+    // JSON allows a line break between tokens; a JSONL record is one line,
+    // and a database refuses such a body on every read.
+    if let Some(at) = memchr::memchr(b'\n', record.body().as_bytes()) {
+        return Err(StoreError::InvalidEvent(format!(
+            "seq {} ({}): the record holds a line break at byte {at}, which no JSONL line can \
+             hold (write its data compact)",
+            record.seq(),
+            record.event_type()
+        )));
+    }
+    Ok(())
+}
+
+/// [`check_storable_record`] but for line breaks: for a record read from a
+/// JSONL line, which cannot hold one.
+pub(crate) fn check_storable_values(record: &EventRecord) -> Result<(), StoreError> {
     for (what, value) in [("seq", record.seq()), ("ts", record.ts())] {
         if i64::try_from(value).is_err() {
             return Err(StoreError::InvalidEvent(format!(

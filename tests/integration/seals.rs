@@ -1401,4 +1401,15 @@ fn session_picked_with_no_anchor_is_refused_and_one_gone_fails_its_anchor() {
         "{}",
         gone.stdout
     );
+    // A symlink in its place is no session, as a read of the whole store
+    // passes it over.
+    ok(std::os::unix::fs::symlink(
+        "/nonexistent",
+        store.join("other.jsonl"),
+    ));
+    verify(
+        &store,
+        &["--session", "other", "--anchor", path_str(&anchor)],
+    )
+    .expect_code(7);
 }

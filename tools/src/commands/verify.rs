@@ -494,7 +494,7 @@ fn store_damage_verdict(store: &Path, error: &StoreError) -> Verdict {
 }
 
 /// Whether `--session` picks a session the anchor file names and the
-/// store does not hold.
+/// store does not list.
 fn anchored_but_absent(args: &SessionArgs, policy: &SealPolicy, target: &Target) -> Result<bool> {
     let (Some(wanted), Some(anchors), Target::Store(store)) =
         (args.session.as_deref(), &policy.anchors, target)
@@ -504,7 +504,9 @@ fn anchored_but_absent(args: &SessionArgs, policy: &SealPolicy, target: &Target)
     let Ok(id) = sessionlog_schema::SessionId::parse(wanted) else {
         return Ok(false);
     };
-    Ok(anchors.contains_key(wanted) && !store.contains(&id)?)
+    // The store's listing, as a read of the whole store has it: a name
+    // that is no session there (a symlink, a folder) is none here either.
+    Ok(anchors.contains_key(wanted) && !store.list_sessions()?.ids.contains(&id))
 }
 
 /// The sessions an anchor file names that the store no longer holds (all
