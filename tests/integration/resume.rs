@@ -306,6 +306,16 @@ fn check_database_cases(
     }
 }
 
+/// Runs `sql` on a SQLite connection, `$1` bound to `by` when it names
+/// it; the rows it changed.
+fn sqlite_execute(raw: &rusqlite::Connection, sql: &str, by: i64) -> u64 {
+    let changed = match sql.contains("$1") {
+        true => raw.execute(sql, [by]),
+        false => raw.execute(sql, []),
+    };
+    ok(changed) as u64
+}
+
 #[test]
 fn a_tampered_foreign_or_stale_sqlite_snapshot_is_ignored() {
     let folder = ok(tempfile::tempdir());
@@ -327,13 +337,7 @@ fn a_tampered_foreign_or_stale_sqlite_snapshot_is_ignored() {
             rusqlite::params![state, seq, anchor_crc, format],
         ));
     };
-    let mut execute = |sql: &str, by: i64| -> u64 {
-        let changed = match sql.contains("$1") {
-            true => raw.execute(sql, [by]),
-            false => raw.execute(sql, []),
-        };
-        ok(changed) as u64
-    };
+    let mut execute = |sql: &str, by: i64| sqlite_execute(&raw, sql, by);
     let tamper = "UPDATE snapshots SET state = CAST(substr(state, 1, 100)
           || CASE WHEN substr(state, 101, 1) = x'00' THEN x'01' ELSE x'00' END
           || substr(state, 102) AS BLOB) WHERE session_id = 'a'";
@@ -456,13 +460,7 @@ fn a_sqlite_snapshot_holds_only_while_its_anchor_event_does() {
     let path = folder.path().join("s.db");
     let store = Store::Sqlite(ok(SqliteStore::open(&path)));
     let raw = ok(rusqlite::Connection::open(&path));
-    let mut execute = |sql: &str, by: i64| -> u64 {
-        let changed = match sql.contains("$1") {
-            true => raw.execute(sql, [by]),
-            false => raw.execute(sql, []),
-        };
-        ok(changed) as u64
-    };
+    let mut execute = |sql: &str, by: i64| sqlite_execute(&raw, sql, by);
     let snapshot_seq = ok(rusqlite::Connection::open(&path));
     let mut anchor = || -> u64 {
         let seq: i64 = ok(snapshot_seq.query_row(

@@ -606,6 +606,21 @@ fn columns_that_disagree_with_the_body_are_corruption() {
     assert_corrupt_at(store.snapshot(&id("a")), 1, "disagree");
 }
 
+/// Rewrites the text `select` reads with `edit`, its CRC (of session
+/// `a`) made again, through `update` (`?1` the text, `?2` the CRC).
+fn rewrite_signed(
+    connection: &Connection,
+    select: &str,
+    update: &str,
+    edit: impl Fn(&str) -> String,
+) {
+    let text: String = ok(connection.query_row(select, [], |row| row.get(0)));
+    let edited = edit(&text);
+    assert_ne!(edited, text);
+    let crc = i64::from(sessionlog_schema::record_crc(&id("a"), edited.as_bytes()));
+    ok(connection.execute(update, rusqlite::params![edited, crc]));
+}
+
 /// A line break between a body's tokens, its CRC made again: JSON, but
 /// no JSONL line, so every read refuses it where a row would be exported
 /// or migrated split in two.
@@ -614,29 +629,20 @@ fn a_body_or_header_with_a_line_break_is_corruption() {
     let folder = ok(tempfile::tempdir());
     let store = store_with_events(folder.path(), 2);
     let connection = raw(store.path());
-    let body: String = ok(connection.query_row(
+    rewrite_signed(
+        &connection,
         "SELECT body FROM events WHERE seq = 2",
-        [],
-        |row| row.get(0),
-    ));
-    let broken = body.replacen(",\"ts\"", ",\n\"ts\"", 1);
-    assert_ne!(broken, body);
-    let crc = i64::from(sessionlog_schema::record_crc(&id("a"), broken.as_bytes()));
-    ok(connection.execute(
         "UPDATE events SET body = ?1, crc = ?2 WHERE seq = 2",
-        rusqlite::params![broken, crc],
-    ));
+        |body| body.replacen(",\"ts\"", ",\n\"ts\"", 1),
+    );
     assert_corrupt_at(store.snapshot(&id("a")), 2, "line break");
     streamed_until_corruption(&store);
-    let header: String =
-        ok(connection.query_row("SELECT header_body FROM sessions", [], |row| row.get(0)));
-    let broken = header.replacen(",\"", ",\n\"", 1);
-    assert_ne!(broken, header);
-    let crc = i64::from(sessionlog_schema::record_crc(&id("a"), broken.as_bytes()));
-    ok(connection.execute(
+    rewrite_signed(
+        &connection,
+        "SELECT header_body FROM sessions",
         "UPDATE sessions SET header_body = ?1, header_crc = ?2",
-        rusqlite::params![broken, crc],
-    ));
+        |header| header.replacen(",\"", ",\n\"", 1),
+    );
     assert_corrupt_at(store.snapshot(&id("a")), 0, "line break");
 }
 
