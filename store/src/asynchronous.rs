@@ -65,9 +65,9 @@ const FOLLOW_CHANNEL_CAPACITY: usize = 256;
 
 /// A `Store` for async code. Cheap to clone: clones share the store and its
 /// open writers. The last clone dropped inside a runtime closes the writers
-/// (and a PostgreSQL store's connections) on tokio's blocking pool, a
-/// moment later; [`close`](Self::close) frees a session's lock by the time
-/// it returns.
+/// (and a PostgreSQL store's connections) on a thread of its own, a moment
+/// later; [`close`](Self::close) frees a session's lock by the time it
+/// returns.
 #[derive(Debug, Clone)]
 pub struct AsyncStore {
     shared: Arc<Shared>,
@@ -351,10 +351,12 @@ impl AsyncStore {
     /// from where it was. Dropping it stops the polling.
     pub fn follow(&self, id: SessionId, from_seq: u64) -> Follow {
         let (sender, receiver) = mpsc::channel(FOLLOW_CHANNEL_CAPACITY);
-        let store = Arc::clone(self.shared_store());
+        // The task may hold the store's last handle, whether it ends or is
+        // cancelled.
+        let store = OffRuntime(Some(Arc::clone(self.shared_store())));
         tokio::spawn(async move {
             let followed = async {
-                let mut following = match &*store {
+                let mut following = match &**store {
                     Store::Jsonl(jsonl) => match jsonl.follower(&id, from_seq) {
                         Ok(follower) => Following::Log(Box::new(follower)),
                         Err(error) => {
@@ -412,8 +414,7 @@ impl AsyncStore {
                 }
             };
             followed.await;
-            // This task may hold the store's last handle.
-            drop_off_runtime(store);
+            drop(store);
         });
         Follow { receiver }
     }
@@ -557,7 +558,7 @@ impl AsyncStore {
 }
 
 /// The last handle of a store, dropped on a runtime's thread, hands the
-/// store and its writers to the blocking pool: a writer may write a state
+/// store and its writers to a thread of its own: a writer may write a state
 /// snapshot as it closes, and PostgreSQL's blocking client closes its
 /// connection by running a runtime of its own, which a runtime's thread
 /// must not (it panicked there). Both are moved out, so that nothing of
@@ -573,12 +574,45 @@ impl Drop for Shared {
     }
 }
 
-/// Drops `value` on tokio's blocking pool when called inside a runtime,
-/// else here.
+/// Drops `value` off the runtime's threads when called on one (where the
+/// PostgreSQL client, closing a connection, would start a runtime of its
+/// own and panic), else here. On a thread of its own, not tokio's blocking
+/// pool: a runtime shutting down cancels its tasks on its worker threads
+/// and runs no more blocking work, so the pool would drop `value` right
+/// there.
 fn drop_off_runtime<T: Send + 'static>(value: T) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) => drop(handle.spawn_blocking(move || drop(value))),
-        Err(_) => drop(value),
+    if tokio::runtime::Handle::try_current().is_err() {
+        return drop(value);
+    }
+    let spawned = std::thread::Builder::new()
+        .name("sessionlog-drop".to_owned())
+        .spawn(move || drop(value));
+    // Should no thread be had, the value went with the closure, dropped
+    // here: nothing else could.
+    drop(spawned);
+}
+
+/// A value dropped off the runtime's threads ([`drop_off_runtime`])
+/// however the future that holds it ends: run to its end, or cancelled
+/// (a runtime shutting down drops its tasks' futures on its workers).
+struct OffRuntime<T: Send + 'static>(Option<T>);
+
+impl<T: Send + 'static> std::ops::Deref for OffRuntime<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        match &self.0 {
+            Some(value) => value,
+            None => unreachable!("taken only by drop"),
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for OffRuntime<T> {
+    fn drop(&mut self) {
+        if let Some(value) = self.0.take() {
+            drop_off_runtime(value);
+        }
     }
 }
 
@@ -999,8 +1033,8 @@ pub(crate) mod tests {
 
     /// The last handle of a PostgreSQL store dropped inside the runtime,
     /// with an open writer and a follow: the blocking client's
-    /// connections close on the blocking pool, never on the runtime's
-    /// threads (where closing one panicked).
+    /// connections close off the runtime's threads (where closing one
+    /// panicked).
     #[cfg(feature = "postgres")]
     #[test]
     fn a_postgres_store_dropped_inside_the_runtime_closes_its_connections_outside_it() {
@@ -1023,6 +1057,39 @@ pub(crate) mod tests {
             tokio::time::sleep(FOLLOW_POLL_INTERVAL * 5).await;
         });
         drop(runtime);
+    }
+
+    /// A value a task holds through [`OffRuntime`] (as a follow holds its
+    /// store) is dropped off the runtime's threads however the task ends:
+    /// cancelled as a runtime shutting down cancels it, or run to its end.
+    /// A PostgreSQL client dropped on a runtime's thread panics.
+    #[test]
+    fn a_value_held_off_the_runtime_is_dropped_outside_it_when_its_task_is_cancelled() {
+        struct Probe(std::sync::mpsc::Sender<bool>);
+        impl Drop for Probe {
+            fn drop(&mut self) {
+                let outside = tokio::runtime::Handle::try_current().is_err();
+                let _ = self.0.send(outside);
+            }
+        }
+        let runtime = two_worker_runtime();
+        for cancelled in [true, false] {
+            let (sender, dropped) = std::sync::mpsc::channel();
+            let held = OffRuntime(Some(Probe(sender)));
+            let task = runtime.spawn(async move {
+                tokio::time::sleep(match cancelled {
+                    true => Duration::from_secs(60),
+                    false => Duration::from_millis(1),
+                })
+                .await;
+                drop(held);
+            });
+            if cancelled {
+                task.abort();
+            }
+            let outside = dropped.recv_timeout(Duration::from_secs(10));
+            assert_eq!(outside, Ok(true), "cancelled: {cancelled}");
+        }
     }
 
     /// A task appending `events` to session `a` of `store`.
