@@ -986,6 +986,20 @@ pub(crate) mod tests {
         check_append_and_follow(jsonl_store(folder.path())).await;
     }
 
+    /// Session `a` created in `writing` with one event, and followed in
+    /// `reading` from seq 1, that event received.
+    #[cfg(feature = "postgres")]
+    async fn followed_from_its_first(writing: &AsyncStore, reading: &AsyncStore) -> Follow {
+        ok(writing
+            .create(header("a"), Vec::new(), Durability::Fsync)
+            .await);
+        ok(writing.append(id("a"), vec![note("one")], Some(1)).await);
+        let mut followed = reading.follow(id("a"), 1);
+        let first = tokio::time::timeout(Duration::from_secs(10), followed.recv()).await;
+        assert_eq!(ok(ok(ok(first).ok_or("the stream ended"))).seq(), 1);
+        followed
+    }
+
     /// A PostgreSQL server that ends the follower's connection (a restart,
     /// a failover) does not end the stream: it reads again, and delivers
     /// what was appended meanwhile. (The blocking client connects outside
@@ -1001,16 +1015,7 @@ pub(crate) mod tests {
         let reading = AsyncStore::new(ok(Store::open(std::path::Path::new(&url))));
         let writing = AsyncStore::new(ok(Store::open(std::path::Path::new(&schema.url))));
         let runtime = two_worker_runtime();
-        let mut followed = runtime.block_on(async {
-            ok(writing
-                .create(header("a"), Vec::new(), Durability::Fsync)
-                .await);
-            ok(writing.append(id("a"), vec![note("one")], Some(1)).await);
-            let mut followed = reading.follow(id("a"), 1);
-            let first = tokio::time::timeout(Duration::from_secs(10), followed.recv()).await;
-            assert_eq!(ok(ok(ok(first).ok_or("the stream ended"))).seq(), 1);
-            followed
-        });
+        let mut followed = runtime.block_on(followed_from_its_first(&writing, &reading));
         let Store::Postgres(admin) = &schema.store else {
             panic!("not a PostgreSQL store");
         };
@@ -1044,13 +1049,7 @@ pub(crate) mod tests {
         let store = AsyncStore::new(ok(Store::open(std::path::Path::new(&schema.url))));
         let runtime = two_worker_runtime();
         runtime.block_on(async move {
-            ok(store
-                .create(header("a"), Vec::new(), Durability::Fsync)
-                .await);
-            ok(store.append(id("a"), vec![note("one")], Some(1)).await);
-            let mut followed = store.follow(id("a"), 1);
-            let first = tokio::time::timeout(Duration::from_secs(10), followed.recv()).await;
-            assert_eq!(ok(ok(ok(first).ok_or("the stream ended"))).seq(), 1);
+            let followed = followed_from_its_first(&store, &store).await;
             drop(store);
             drop(followed);
             // The follow's task ends at its next look, holding the store.

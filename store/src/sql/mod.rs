@@ -301,39 +301,15 @@ where
         }
         _ => None,
     };
-    let resumed =
-        match resumed {
-            Some((state, anchor, bytes)) => {
-                let anchored =
-                    events_from(anchor.seq.max(1))
-                        .map_err(|error| format!("its anchor event does not read: {error}"))
-                        .and_then(|mut rows| {
-                            Err(match rows.next() {
-                        Some(Ok(record)) if record.seq() != anchor.seq => {
-                            format!("its anchor is no event (the rows give seq {})", record.seq())
-                        }
-                        Some(Ok(record))
-                            if record_crc(id, record.body().as_bytes()) != anchor.record_crc =>
-                        {
-                            "the body of its anchor event is no longer the one it was folded \
-                             through"
-                                .to_owned()
-                        }
-                        Some(Ok(_)) => return Ok(rows),
-                        Some(Err(error)) => format!("its anchor event does not read: {error}"),
-                        None => "its anchor event is gone".to_owned(),
-                    })
-                        });
-                match anchored {
-                    Ok(rows) => Some((state, anchor, bytes, rows)),
-                    Err(why) => {
-                        state_snapshot::ignored(id, place, &format!("seq {}: {why}", anchor.seq));
-                        None
-                    }
-                }
+    let resumed = resumed.and_then(|(state, anchor, bytes)| {
+        match anchored_rows(id, anchor, &mut events_from) {
+            Ok(rows) => Some((state, anchor, bytes, rows)),
+            Err(why) => {
+                state_snapshot::ignored(id, place, &format!("seq {}: {why}", anchor.seq));
+                None
             }
-            None => None,
-        };
+        }
+    });
     let (mut state, rows, mut last_crc, resumed) = match resumed {
         Some((state, anchor, bytes, rows)) => {
             (state, rows, anchor.record_crc, Some((anchor, bytes)))
@@ -366,6 +342,33 @@ where
         header_crc,
         resumed,
     })
+}
+
+/// The events of session `id` from `anchor`'s seq on, past the anchor
+/// event, when that event still holds (see [`fold_session`]); else why
+/// not.
+fn anchored_rows<I>(
+    id: &SessionId,
+    anchor: SnapshotAnchor,
+    events_from: &mut impl FnMut(u64) -> Result<I, StoreError>,
+) -> Result<I, String>
+where
+    I: Iterator<Item = Result<EventRecord, StoreError>>,
+{
+    let mut rows = events_from(anchor.seq.max(1))
+        .map_err(|error| format!("its anchor event does not read: {error}"))?;
+    match rows.next() {
+        Some(Ok(record)) if record.seq() != anchor.seq => Err(format!(
+            "its anchor is no event (the rows give seq {})",
+            record.seq()
+        )),
+        Some(Ok(record)) if record_crc(id, record.body().as_bytes()) != anchor.record_crc => Err(
+            "the body of its anchor event is no longer the one it was folded through".to_owned(),
+        ),
+        Some(Ok(_)) => Ok(rows),
+        Some(Err(error)) => Err(format!("its anchor event does not read: {error}")),
+        None => Err("its anchor event is gone".to_owned()),
+    }
 }
 
 /// Asserts that `result` is the corruption of session `a` at `seq`, for a
