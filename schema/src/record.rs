@@ -616,7 +616,7 @@ pub fn checked_body_fields<'a>(
     crc: u32,
 ) -> Result<BodyFields<'a>, DecodeError> {
     let line_len = body.len() + CRC_SUFFIX_LEN;
-    if line_len <= MAX_RECORD_BYTES && memchr::memchr(b'\n', body.as_bytes()).is_none() {
+    if line_len <= MAX_RECORD_BYTES && refuse_line_break(body).is_ok() {
         if let Some(prefix) = CanonicalPrefix::read(body, body.len()) {
             if is_json(&body[prefix.data.clone()]) {
                 return Ok(BodyFields {
