@@ -35,11 +35,11 @@ const BATCH_RECORDS: usize = 1024;
 
 /// How many batches may wait for the folding thread before the reading
 /// thread waits for it.
-const BATCHES_QUEUED: usize = 3;
+pub(crate) const BATCHES_QUEUED: usize = 3;
 
 /// Records handed over, each with its mark when the folding thread is to
 /// prove its `data` ([`SessionStream::next_event_unproven`]).
-type Batch = Vec<(EventRecord, Option<Unproven>)>;
+pub(crate) type Batch = Vec<(EventRecord, Option<Unproven>)>;
 
 /// Folds every event left in `stream` into `state` (which must be the fold
 /// of every event taken from it before), calling `each` with each record,
@@ -273,7 +273,7 @@ where
 /// it saves: each body the reader writes again is a cache line the fold
 /// must then take back from the reader's core (docs/PERFORMANCE.md,
 /// "Read + fold where SHA-256 is the fold's largest part").
-fn hand_over<S: SessionStream + ?Sized>(
+pub(crate) fn hand_over<S: SessionStream + ?Sized>(
     stream: &mut S,
     batches: &mpsc::SyncSender<Batch>,
     spares: &mpsc::Receiver<Batch>,

@@ -23,25 +23,30 @@
 //! Either way the child's own first events follow; the child is fdatasynced
 //! and published like every new log (a hard link, then the folder
 //! fsynced). Memory is the fold and a buffer, whatever the parent's length;
-//! the parent's bytes are read once and checked once.
+//! the parent's bytes are read once and checked once (but for what follows
+//! a record whose damage only the fold's scan of its data finds: that is
+//! read again, as a read alone reads it).
 
 use std::fs::File;
-use std::io::{BufRead, Read, Seek};
+use std::io::{BufReader, Read, Seek};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::thread::ScopedJoinHandle;
 
 use sessionlog_projections::{
-    delegate_from_state, ChildSeed, Defaults, DelegationError, SessionState, ViolationKind,
+    delegate_from_state, ChildSeed, Defaults, DelegationError, SessionState, Violation,
+    ViolationKind,
 };
 use sessionlog_schema::{
-    encode_line_into, split_crc, ChainValue, EventRecord, SessionHeader, SessionId,
+    encode_line_into, prove_data, prove_json, split_crc, ChainValue, EventRecord, EventView,
+    ScanSummary, SessionHeader, SessionId, ShapeError,
 };
 
+use crate::fold::{hand_over, Batch, BATCHES_QUEUED};
 use crate::io::Io;
 use crate::jsonl::snapshot_log_state;
 use crate::leftovers;
-use crate::reader::{Line, LineReader, LogReader, SessionStream};
+use crate::reader::{FoldedEvent, Line, LineReader, LogReader, SessionStream, READ_BUFFER_BYTES};
 use crate::writer::{check_storable, check_storable_values, now_ms};
 use crate::{Refusal, StoreError};
 
@@ -339,15 +344,16 @@ impl Drop for Temporary {
 /// header, and nothing reads the parent's.
 ///
 /// The work is spread over the two cores a machine commonly has: a
-/// reading thread reads the parent in chunks of [`BLOCK_BYTES`]
-/// ([`read_chunks`]); this one splits them into records and checks and
-/// folds each (CRC, seq, decode, rules) and hands the bodies of those that
-/// passed, in blocks of about [`BLOCK_BYTES`], to a writer thread, which
-/// writes them signed for the child and runs the hash chain over them from
-/// the first time the fold asks for it ([`write_records`]). Each hand-over
-/// is a bounded channel. The fold asks the writer for the chain only at an
-/// own seal, which must hold it. Memory is the fold and a few chunks and
-/// blocks.
+/// reading thread reads the parent, splits it into records and checks and
+/// decodes each (CRC, seq, batches) as every read does, handing them over
+/// in batches ([`ParentRecords`]); this one proves each record's `data` as
+/// it scans it for the fold's view, folds it (the rules) and hands the
+/// bodies of those that passed, in blocks of about [`BLOCK_BYTES`], to a
+/// writer thread, which writes them signed for the child and runs the hash
+/// chain over them from the first time the fold asks for it
+/// ([`write_records`]). Each hand-over is a bounded channel. The fold asks
+/// the writer for the chain only at an own seal, which must hold it.
+/// Memory is the fold and a few batches and blocks.
 ///
 /// With `write_back` (`out` is the child itself), a third thread fdatasyncs
 /// `out` after every [`WRITE_BACK_BYTES`] written, so that its pages go to
@@ -368,7 +374,10 @@ fn copy_parent(
         .len();
     io.sync_data(&parent, parent_path)
         .map_err(|source| StoreError::io("fdatasync", parent_path, source))?;
-    let mut parent = parent.take(durable);
+    // A bounded file can still be moved back in: the reader can leave the
+    // proof of each record's `data` to the fold ([`ParentRecords`]).
+    let source = BufReader::with_capacity(READ_BUFFER_BYTES, parent.take(durable));
+    let reader = LogReader::new(source, parent_path, parent_id)?;
     let syncer_file = if write_back {
         let clone = out.file.try_clone();
         Some(clone.map_err(|source| StoreError::io("open", &out.path, source))?)
@@ -377,22 +386,10 @@ fn copy_parent(
     };
     let Temporary { path, file } = out;
     let path: &Path = path;
-    let (chunk_sender, chunk_receiver) = mpsc::sync_channel(BLOCKS_IN_FLIGHT);
-    let (used_sender, used_receiver) = mpsc::sync_channel(BLOCKS_IN_FLIGHT + 2);
     let (block_sender, block_receiver) = mpsc::sync_channel(BLOCKS_IN_FLIGHT);
     let (chain_sender, chain_receiver) = mpsc::sync_channel(1);
     let (spare_sender, spare_receiver) = mpsc::sync_channel(BLOCKS_IN_FLIGHT + 2);
     std::thread::scope(|scope| {
-        // Ends at the end of the file, or when the chunks' receiver (in
-        // `reader`, dropped on every way out of this scope) is gone.
-        scope.spawn(move || read_chunks(&mut parent, &chunk_sender, &used_receiver));
-        let chunks = Chunks {
-            chunks: chunk_receiver,
-            used: used_sender,
-            chunk: Vec::new(),
-            at: 0,
-        };
-        let mut reader = LogReader::new(chunks, parent_path, parent_id)?;
         let mut refusal = Refusal::default();
         if let Some(error) = SessionStream::header_vocabulary_errors(&reader).first() {
             refusal.note(StoreError::HeaderVocabulary {
@@ -402,6 +399,7 @@ fn copy_parent(
         }
         let mut state =
             SessionState::with_header_body(reader.header().clone(), reader.header_body());
+        let parent_id = state.header().id.clone();
         let genesis = state.chain();
         let (sync_sender, syncer) = match syncer_file {
             Some(syncer_file) => {
@@ -432,6 +430,7 @@ fn copy_parent(
             chains: chain_receiver,
             spare: spare_receiver,
         };
+        let mut records = ParentRecords::read(scope, reader, parent_id);
         let read = (|| {
             // Once the parent is refused, nothing more is copied: the fold
             // reads on, chaining the records itself, only to find a seal
@@ -439,17 +438,23 @@ fn copy_parent(
             // rule (exit 7 over 4), or damage, which outranks both.
             let mut refused = false;
             loop {
-                let event = match refused {
-                    true => reader.next_event_folded(&mut state)?,
-                    false => reader.next_event_folded_unchained(&mut state, || {
+                let next = records.next_folded(&mut |record, view| match (refused, view) {
+                    (true, Some(view)) => state.apply_viewed(record, view),
+                    (true, None) => state.apply(record),
+                    (false, view) => {
+                        let view = view.unwrap_or_else(|| {
+                            EventView::parse(record.event_type(), record.data())
+                        });
                         // A writer that stopped has an error, which is
                         // returned before the fold's verdict on this seal
                         // is looked at.
-                        feed.chain().unwrap_or(genesis)
-                    })?,
-                };
-                let Some(event) = event else { break };
-                if let Err(violation) = event.folded {
+                        state.apply_viewed_unchained(record, view, || {
+                            feed.chain().unwrap_or(genesis)
+                        })
+                    }
+                })?;
+                let Some((record, folded)) = next else { break };
+                if let Err(violation) = folded {
                     let seal = violation.kind == ViolationKind::Seal;
                     refusal.note(StoreError::Rule {
                         path: parent_path.to_owned(),
@@ -465,7 +470,7 @@ fn copy_parent(
                 // What neither backend writes is not copied either: a
                 // child is a log both could hold.
                 // A line of the parent holds no line break to look for.
-                if let Err(error) = check_storable_values(&event.record) {
+                if let Err(error) = check_storable_values(record) {
                     refusal.note(match error {
                         StoreError::InvalidEvent(reason) => {
                             StoreError::InvalidEvent(format!("{}: {reason}", parent_path.display()))
@@ -473,7 +478,7 @@ fn copy_parent(
                         error => error,
                     });
                 }
-                if !feed.push(event.record.body()) {
+                if !feed.push(record.body()) {
                     break;
                 }
                 if refusal.is_some() {
@@ -494,7 +499,7 @@ fn copy_parent(
         if let Some(chain) = written? {
             state.set_chain(chain);
         }
-        let summary = reader.finish()?;
+        let summary = records.finish()?;
         refusal.into_result()?;
         if let Some(torn) = &summary.torn_tail {
             warn_torn_parent(parent_path, torn);
@@ -503,89 +508,183 @@ fn copy_parent(
     })
 }
 
-/// The reading thread of [`copy_parent`]: reads `file` to its end in
-/// chunks of [`BLOCK_BYTES`] (filled again from `used`, those the fold is
-/// done with), sent in order; a read error is sent, and ends it.
-fn read_chunks(
-    file: &mut impl Read,
-    chunks: &SyncSender<std::io::Result<Vec<u8>>>,
-    used: &Receiver<Vec<u8>>,
-) {
-    loop {
-        let mut chunk = used.try_recv().unwrap_or_default();
-        chunk.resize(BLOCK_BYTES, 0);
-        let read = loop {
-            match file.read(&mut chunk) {
-                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
-                other => break other,
-            }
-        };
-        let message = match read {
-            Ok(0) => return,
-            Ok(len) => {
-                chunk.truncate(len);
-                Ok(chunk)
-            }
-            Err(error) => Err(error),
-        };
-        let failed = message.is_err();
-        if chunks.send(message).is_err() || failed {
-            return;
-        }
-    }
+/// The parent's reader, as [`copy_parent`] reads it.
+type ParentReader = LogReader<BufReader<std::io::Take<File>>>;
+
+/// The records of the parent's good prefix, for [`copy_parent`] to fold
+/// in order: split into lines, CRC-checked and decoded on a reading thread
+/// of their own, which hands them over in batches as a long fold's reader
+/// does ([`crate::fold::hand_over`]), each left for the fold to prove its
+/// `data` JSON as it scans the data for its view. Should that proof fail
+/// (damage, which an intact record after it makes corruption), the reader
+/// comes back to this thread and reads the log again from that record, as
+/// a read alone reads it, so that what is found there (damage, a torn
+/// tail, corruption) is what a read alone finds.
+struct ParentRecords<'scope> {
+    /// The parent's id, which the proofs are given.
+    id: SessionId,
+    /// While the reading thread reads.
+    reading: Option<Reading<'scope>>,
+    /// The reader, once back on this thread.
+    reader: Option<ParentReader>,
+    /// The record read last on this thread.
+    last: Option<EventRecord>,
 }
 
-/// The parent's bytes as [`read_chunks`] sends them, read by the fold's
-/// thread without a copy of its own.
-#[derive(Debug)]
-struct Chunks {
-    chunks: Receiver<std::io::Result<Vec<u8>>>,
-    /// Where chunks read go back to be filled again.
-    used: SyncSender<Vec<u8>>,
-    chunk: Vec<u8>,
-    /// How much of `chunk` was consumed.
+/// A record [`ParentRecords`] lends until its next read, and what folding
+/// it returned.
+type Folded<'a> = (&'a EventRecord, Result<(), Violation>);
+
+/// This thread's ends of the reading thread's channels.
+struct Reading<'scope> {
+    batches: Receiver<Batch>,
+    /// Batches folded, for the reading thread to free and fill again.
+    spares: Sender<Batch>,
+    /// The batch being folded, and how many of its records were.
+    batch: Batch,
     at: usize,
+    /// Gives the reader back, and how its read ended.
+    thread: ScopedJoinHandle<'scope, (ParentReader, Result<(), StoreError>)>,
 }
 
-impl Read for Chunks {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let available = self.fill_buf()?;
-        let len = available.len().min(buf.len());
-        buf[..len].copy_from_slice(&available[..len]);
-        self.consume(len);
-        Ok(len)
+impl<'scope> ParentRecords<'scope> {
+    /// Starts reading the records after the header `reader` has read, on
+    /// a thread of `scope`.
+    fn read<'env>(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        mut reader: ParentReader,
+        id: SessionId,
+    ) -> Self {
+        let (batch_sender, batches) = mpsc::sync_channel::<Batch>(BATCHES_QUEUED);
+        let (spares, spare_receiver) = mpsc::channel::<Batch>();
+        let thread = scope.spawn(move || {
+            // Ends at the end of the good prefix, on an error, or when
+            // this thread stops taking batches.
+            let read = hand_over(&mut reader, &batch_sender, &spare_receiver, false);
+            (reader, read)
+        });
+        ParentRecords {
+            id,
+            reading: Some(Reading {
+                batches,
+                spares,
+                batch: Batch::new(),
+                at: 0,
+                thread,
+            }),
+            reader: None,
+            last: None,
+        }
     }
-}
 
-/// The parent's bytes come once, as the reading thread sends them.
-impl crate::reader::Rewind for Chunks {
-    fn can_rewind(&self) -> bool {
-        false
-    }
-
-    fn rewind_by(&mut self, _bytes: u64) -> std::io::Result<()> {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::Unsupported,
-            "a fork reads its parent once",
-        ))
-    }
-}
-
-impl BufRead for Chunks {
-    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
-        if self.at == self.chunk.len() {
-            // A closed channel is the end of the file.
-            if let Ok(next) = self.chunks.recv() {
-                let used = std::mem::replace(&mut self.chunk, next?);
-                self.at = 0;
-                let _ = self.used.try_send(used);
+    /// The next record of the good prefix, folded by `fold` (given the view
+    /// of its data when the read has it), with what `fold` returned; `None`
+    /// at the end of the good prefix. An error of the read is returned once
+    /// every record before it was.
+    fn next_folded<F>(&mut self, fold: &mut F) -> Result<Option<Folded<'_>>, StoreError>
+    where
+        F: FnMut(&EventRecord, Option<Result<EventView<'_>, ShapeError>>) -> Result<(), Violation>,
+    {
+        while let Some(reading) = &mut self.reading {
+            if reading.at == reading.batch.len() {
+                self.next_batch()?;
+                continue;
+            }
+            let index = reading.at;
+            reading.at += 1;
+            let (record, unproven) = &reading.batch[index];
+            // The view's scan proves `data` JSON.
+            let folded = match unproven.map(|mark| (mark, prove_data(&self.id, record))) {
+                None => Ok(fold(record, None)),
+                Some((_, Ok(view))) => Ok(fold(record, Some(view))),
+                Some((mark, Err(_))) => Err(mark),
+            };
+            match folded {
+                Ok(folded) => {
+                    let record = self.reading.as_ref().map(|reading| &reading.batch[index].0);
+                    return Ok(record.map(|record| (record, folded)));
+                }
+                Err(mark) => {
+                    let mut reader = self.take_reader().0;
+                    reader.read_again(mark)?;
+                    self.reader = Some(reader);
+                }
             }
         }
-        Ok(&self.chunk[self.at..])
+        let Some(reader) = &mut self.reader else {
+            return Ok(None);
+        };
+        let Some(FoldedEvent { record, folded }) =
+            reader.next_event_folded_by(|record, view| fold(record, view))?
+        else {
+            return Ok(None);
+        };
+        Ok(Some((self.last.insert(record), folded)))
     }
 
-    fn consume(&mut self, amount: usize) {
-        self.at = (self.at + amount).min(self.chunk.len());
+    /// Gives the batch folded back to the reading thread and takes the
+    /// next one; when there is none, the read has ended, and the reader
+    /// comes back to this thread.
+    fn next_batch(&mut self) -> Result<(), StoreError> {
+        let Some(reading) = &mut self.reading else {
+            return Ok(());
+        };
+        match reading.batches.recv() {
+            Ok(batch) => {
+                let folded = std::mem::replace(&mut reading.batch, batch);
+                reading.at = 0;
+                // A reading thread that has ended frees nothing more: the
+                // batch is freed here.
+                let _ = reading.spares.send(folded);
+                Ok(())
+            }
+            Err(_) => {
+                let (reader, read) = self.take_reader();
+                self.reader = Some(reader);
+                read
+            }
+        }
+    }
+
+    /// Stops the reading thread, which may have read on, and takes the
+    /// reader back, with how the thread's read ended.
+    fn take_reader(&mut self) -> (ParentReader, Result<(), StoreError>) {
+        match self.reading.take() {
+            Some(Reading {
+                batches, thread, ..
+            }) => {
+                // A thread waiting to hand a batch over is let go.
+                drop(batches);
+                thread
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            }
+            None => unreachable!("the reader is taken back once"),
+        }
+    }
+
+    /// Reads to the end of the log, the records not folded still proved:
+    /// what [`LogReader::finish`] finds after them.
+    fn finish(mut self) -> Result<ScanSummary, StoreError> {
+        while let Some(reading) = &mut self.reading {
+            let rest = &reading.batch[reading.at..];
+            let refused = rest.iter().find_map(|(record, unproven)| {
+                unproven.filter(|_| prove_json(&self.id, record).is_err())
+            });
+            reading.at = reading.batch.len();
+            match refused {
+                Some(mark) => {
+                    let mut reader = self.take_reader().0;
+                    reader.read_again(mark)?;
+                    self.reader = Some(reader);
+                }
+                None => self.next_batch()?,
+            }
+        }
+        match self.reader {
+            Some(reader) => reader.finish(),
+            None => unreachable!("the reader is back once the reading thread is gone"),
+        }
     }
 }
 
@@ -923,7 +1022,7 @@ mod tests {
     use crate::store::tests::{event, header, id, note, ok};
     use crate::{Durability, Store, WriterOptions};
     use sessionlog_projections::ViolationKind;
-    use sessionlog_schema::ApprovalPolicy;
+    use sessionlog_schema::{ApprovalPolicy, Corruption, Position};
 
     /// A store in `folder` with session `p` of 1,500 events (a policy, a
     /// turn, notes), closed by a writer that kept a state snapshot.
@@ -1297,6 +1396,112 @@ mod tests {
                 other => panic!("with snapshot {with_snapshot}: a seal failure, not {other:?}"),
             }
             assert!(!store.session_path(&id("c")).exists());
+            assert_no_temporary_file(store.path());
+        }
+    }
+
+    /// A store in `folder` with session `p`: `runs` runs of 400 notes, each
+    /// appended on its own (a record that joins the log alone is the one
+    /// whose `data` the fold proves), each run followed by an unsigned
+    /// seal when `sealed`.
+    fn unbatched_parent(folder: &Path, runs: u64, sealed: bool) -> Store {
+        let store = ok(Store::create(folder));
+        ok(store.create_session(&header("p"), &[], Durability::Fsync));
+        let options = WriterOptions {
+            durability: Durability::Buffered,
+            ..WriterOptions::default()
+        };
+        let mut writer = ok(store.open_writer(&id("p"), options));
+        for run in 0..runs {
+            for n in 0..400 {
+                ok(writer.append(note(&format!("{run}-{n}")), None));
+            }
+            if sealed {
+                ok(writer.seal(None, None));
+            }
+        }
+        drop(writer);
+        store
+    }
+
+    /// The parent's log with the `data` of the record at `seq` made
+    /// something other than JSON, its CRC recomputed: damage that only the
+    /// proof of the data finds, which the fork leaves to its fold.
+    fn damage_data(log: &Path, seq: u64) {
+        let text = ok(std::fs::read_to_string(log));
+        let mut out = Vec::new();
+        for line in text.lines() {
+            let body = &line[..line.rfind(",\"crc\":").unwrap_or(line.len())];
+            if body.starts_with(&format!("{{\"seq\":{seq},")) {
+                let edited = body.replacen(r#""data":{"#, r#""data":{,"#, 1);
+                assert_ne!(edited, body);
+                encode_line_into(&id("p"), &edited, &mut out);
+            } else {
+                out.extend_from_slice(line.as_bytes());
+                out.push(b'\n');
+            }
+        }
+        ok(std::fs::write(log, out));
+    }
+
+    /// What a read alone of the log at `path` finds wrong: its corruption,
+    /// or its torn tail's position.
+    fn read_alone(path: &Path) -> Result<Option<Position>, Corruption> {
+        match crate::reader::Snapshot::read(path, None) {
+            Ok(snapshot) => Ok(snapshot.torn_tail.map(|torn| torn.position)),
+            Err(StoreError::Corrupt { corruption, .. }) => Err(corruption),
+            Err(other) => panic!("a read alone: {other}"),
+        }
+    }
+
+    #[test]
+    fn data_damaged_under_a_good_crc_is_found_where_a_read_alone_finds_it() {
+        // 1,600 events: the damage in the first batch the reading thread
+        // hands over, in its second, and in the last record.
+        for (seq, torn) in [(10, false), (1_200, false), (1_600, true)] {
+            let folder = ok(tempfile::tempdir());
+            let store = unbatched_parent(folder.path(), 4, false);
+            let parent_log = store.session_path(&id("p"));
+            damage_data(&parent_log, seq);
+            let alone = read_alone(&parent_log);
+            let forked = store.fork(&id("p"), &id("c"), None, &Defaults::default());
+            match (forked, alone) {
+                (Ok(header), Ok(Some(position))) if torn => {
+                    assert_eq!(header.seed_length, seq - 1, "the torn tail is not copied");
+                    assert_eq!(position.line, seq + 1);
+                    let child = ok(store.snapshot(&id("c")));
+                    assert_eq!(child.events.len() as u64, seq - 1);
+                }
+                (Err(StoreError::Corrupt { corruption, .. }), Err(alone)) if !torn => {
+                    assert_eq!(corruption, alone);
+                    assert_eq!(corruption.position.line, seq + 1, "{corruption}");
+                    assert!(!store.session_path(&id("c")).exists());
+                }
+                (forked, alone) => panic!("seq {seq}: the fork gave {forked:?}, a read {alone:?}"),
+            }
+            assert_no_temporary_file(store.path());
+        }
+    }
+
+    #[test]
+    fn damage_after_a_seal_that_fails_outranks_it() {
+        // The seal at 401 fails and stops the fold; the damage comes in
+        // the batch being folded then, or in one the reading thread hands
+        // over after.
+        for damaged in [600, 1_100] {
+            let folder = ok(tempfile::tempdir());
+            let store = unbatched_parent(folder.path(), 3, true);
+            let parent_log = store.session_path(&id("p"));
+            break_seal(&parent_log, 401);
+            damage_data(&parent_log, damaged);
+            let forked = store.fork(&id("p"), &id("c"), None, &Defaults::default());
+            match forked {
+                Err(StoreError::Corrupt { corruption, .. }) => {
+                    assert_eq!(Err(corruption.clone()), read_alone(&parent_log));
+                    assert_eq!(corruption.position.line, damaged + 1, "{corruption}");
+                }
+                other => panic!("damage at {damaged}: corruption, not {other:?}"),
+            }
             assert_no_temporary_file(store.path());
         }
     }

@@ -331,7 +331,7 @@ impl<R: BufRead> LogReader<R> {
 
     /// The next event of the good prefix, folded by `fold`, given the view
     /// of its data when the scan that decoded it read one.
-    fn next_event_folded_by(
+    pub(crate) fn next_event_folded_by(
         &mut self,
         fold: impl FnOnce(
             &EventRecord,
