@@ -593,8 +593,11 @@ impl<'a> Scanner<'a> {
 
 /// The index of the first byte from `at` on that ends a string's plain
 /// run: `"`, `\\` or a control character (which a string may not hold).
-/// Eight bytes at a time: the ids and texts of a log are short, where a
-/// call to a vectorised search costs more than it saves.
+/// Eight bytes at a time for the first [`SHORT_RUN`] bytes, as the ids and
+/// short texts of a log are read, where a call to a vectorised search
+/// costs more than it saves; past them (a tool's output, a message) in
+/// blocks of [`LONG_RUN_BLOCK`] bytes, each tested whole by a loop the
+/// compiler turns into vector compares.
 fn string_stop(bytes: &[u8], mut at: usize) -> Option<usize> {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
@@ -602,23 +605,60 @@ fn string_stop(bytes: &[u8], mut at: usize) -> Option<usize> {
     // such byte, which is the one used).
     let below = |word: u64, n: u8| word.wrapping_sub(ONES * u64::from(n)) & !word & HIGHS;
     let zero = |word: u64| below(word, 1);
-    while let Some(chunk) = bytes.get(at..at + 8) {
+    let word_stop = |chunk: &[u8]| {
         let mut word = [0; 8];
         word.copy_from_slice(chunk);
         let word = u64::from_le_bytes(word);
         let stops = zero(word ^ (ONES * u64::from(b'"')))
             | zero(word ^ (ONES * u64::from(b'\\')))
             | below(word, 0x20);
-        if stops != 0 {
-            return Some(at + (stops.trailing_zeros() / 8) as usize);
+        (stops != 0).then(|| (stops.trailing_zeros() / 8) as usize)
+    };
+    let short_end = at.saturating_add(SHORT_RUN);
+    while at < short_end {
+        let Some(chunk) = bytes.get(at..at + 8) else {
+            break;
+        };
+        if let Some(stop) = word_stop(chunk) {
+            return Some(at + stop);
+        }
+        at += 8;
+    }
+    while let Some(block) = bytes.get(at..at + LONG_RUN_BLOCK) {
+        // Every byte tested, none skipped at the first stop: the loop the
+        // compiler vectorises.
+        let stops = block
+            .iter()
+            .fold(false, |stops, &byte| stops | is_string_stop(byte));
+        if stops {
+            return block
+                .iter()
+                .position(|&byte| is_string_stop(byte))
+                .map(|stop| at + stop);
+        }
+        at += LONG_RUN_BLOCK;
+    }
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        if let Some(stop) = word_stop(chunk) {
+            return Some(at + stop);
         }
         at += 8;
     }
     let rest = bytes.get(at..)?;
-    let stop = rest
-        .iter()
-        .position(|&byte| byte == b'"' || byte == b'\\' || byte < 0x20)?;
+    let stop = rest.iter().position(|&byte| is_string_stop(byte))?;
     Some(at + stop)
+}
+
+/// Bytes of a string's plain run read eight at a time before
+/// [`string_stop`] reads it in blocks.
+const SHORT_RUN: usize = 32;
+
+/// The block [`string_stop`] tests at once past a string's first bytes.
+const LONG_RUN_BLOCK: usize = 64;
+
+/// Whether `byte` ends a string's plain run ([`string_stop`]).
+fn is_string_stop(byte: u8) -> bool {
+    byte == b'"' || byte == b'\\' || byte < 0x20
 }
 
 /// The kind of a content part, by its `type`.
@@ -949,11 +989,22 @@ mod tests {
     proptest! {
         #[test]
         fn a_string_run_stops_where_a_byte_by_byte_search_stops(
-            bytes in prop::collection::vec(
-                prop_oneof![Just(b'"'), Just(b'\\'), Just(0x1f_u8), Just(0x20), Just(0x7f), Just(0x80), any::<u8>(), b'a'..=b'z'],
-                0..40,
-            ),
-            from in 0usize..40,
+            // Runs short and long (past the eight-byte words, into the
+            // blocks and after them), the stops rare or frequent.
+            bytes in prop_oneof![
+                prop::collection::vec(
+                    prop_oneof![Just(b'"'), Just(b'\\'), Just(0x1f_u8), Just(0x20), Just(0x7f), Just(0x80), any::<u8>(), b'a'..=b'z'],
+                    0..40,
+                ),
+                prop::collection::vec(
+                    prop_oneof![
+                        200 => prop_oneof![b'a'..=b'z', Just(0x20_u8), Just(0x7f_u8), 0x80_u8..=0xff],
+                        1 => prop_oneof![Just(b'"'), Just(b'\\'), Just(0x00_u8), Just(0x1f_u8)],
+                    ],
+                    0..400,
+                ),
+            ],
+            from in 0usize..60,
         ) {
             let naive = bytes
                 .iter()
