@@ -33,6 +33,14 @@ const FOLDED_BEFORE_HANDOVER: u64 = 4096;
 /// the two threads meet once per few hundred kilobytes of log.
 const BATCH_RECORDS: usize = 1024;
 
+/// The bodies' bytes past which the reading thread hands a batch over
+/// before it holds [`BATCH_RECORDS`]: a log of large records (tool
+/// outputs of hundreds of kilobytes) would otherwise have thousands of
+/// them in flight between the threads, its memory following the records'
+/// size. With it, what is in flight is some five batches of about this
+/// much (and one record more each).
+const BATCH_BYTES: usize = 1 << 20;
+
 /// How many batches may wait for the folding thread before the reading
 /// thread waits for it.
 pub(crate) const BATCHES_QUEUED: usize = 3;
@@ -296,9 +304,13 @@ pub(crate) fn hand_over<S: SessionStream + ?Sized>(
             Err(_) => Vec::with_capacity(BATCH_RECORDS),
         };
         let mut ended = None;
-        while batch.len() < BATCH_RECORDS {
+        let mut bytes = 0;
+        while batch.len() < BATCH_RECORDS && bytes < BATCH_BYTES {
             match stream.next_event_unproven() {
-                Ok(Some(record)) => batch.push(record),
+                Ok(Some(record)) => {
+                    bytes += record.0.body().len();
+                    batch.push(record);
+                }
                 Ok(None) => {
                     ended = Some(Ok(()));
                     break;

@@ -9,6 +9,11 @@
 //! a request header, a step, a call and its result, a user message, with a
 //! checkpoint every 200 turns, ending inside an open step so that a review
 //! request can be built for it.
+//!
+//! The reads that fold on two threads (`verify`, `project`, `stats`,
+//! `fork`) are held to the same limit on a log of large records too (600
+//! of 200 KB after 5,000 small ones): what is in flight between their
+//! threads is bounded in bytes, not only in records.
 
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -258,4 +263,79 @@ fn commands_that_read_a_whole_session_stay_within_64_mib_whatever_its_length() {
         store.join(".long.jsonl.state").exists(),
         "the append's writer kept a state snapshot, so the second fork read it"
     );
+}
+
+/// Writes at `path` a log of session `id`: `small` notes of a few bytes
+/// (enough for a long read to fold on a thread of its own), then `large`
+/// notes of `large_bytes` bytes of text each; returns its size in bytes.
+fn write_log_of_large_records(
+    path: &Path,
+    id: &SessionId,
+    small: u64,
+    large: u64,
+    large_bytes: usize,
+) -> u64 {
+    let file = std::fs::File::create(path).unwrap_or_else(|e| panic!("create {path:?}: {e}"));
+    let out = BufWriter::with_capacity(1 << 20, file);
+    let mut log = LogWriter { id, out, seq: 0 };
+    let header = SessionHeader::root(id.clone(), 1_700_000_000_000, "/work/project".into());
+    log.out
+        .write_all(header.encode().as_bytes())
+        .unwrap_or_else(|e| panic!("write: {e}"));
+    for n in 0..small {
+        log.write("note/test", &format!(r#"{{"text":"note {n}"}}"#));
+    }
+    let text = "tool output, line after line; ".repeat(large_bytes / 30);
+    for n in 0..large {
+        log.write("note/test", &format!(r#"{{"text":"{n} {text}"}}"#));
+    }
+    log.out.flush().unwrap_or_else(|e| panic!("flush: {e}"));
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
+#[test]
+fn reads_that_fold_on_two_threads_stay_within_64_mib_whatever_the_records_size() {
+    let folder = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let store = folder.path().join("logs");
+    std::fs::create_dir(&store).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    let id = SessionId::parse("large").unwrap_or_else(|e| panic!("{e}"));
+    let path = store.join("large.jsonl");
+    // 5,000 small records, so that the fold goes to a thread of its own,
+    // then 600 records of 200 KB: a batch of a thousand of them would be
+    // the whole log.
+    let size = write_log_of_large_records(&path, &id, 5_000, 600, 200_000);
+    assert!(
+        size > 3 * LIMIT_BYTES / 2,
+        "the log ({size} bytes) must be well above the limit for the check to mean anything"
+    );
+    let store_text = store.display().to_string();
+    let log = path.display().to_string();
+    let commands: [(&str, Vec<&str>); 4] = [
+        ("verify", vec!["verify", &log]),
+        ("project", vec!["project", &log]),
+        ("stats", vec!["stats", &log]),
+        (
+            "fork",
+            vec!["fork", &store_text, "--session", "large", "--child", "c"],
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, args) in commands {
+        let (code, peak) = peak_rss(sessionlog(args));
+        eprintln!(
+            "{name}: exit {code}, peak RSS {:.1} MiB on a {:.0} MB log of records up to 200 KB",
+            peak as f64 / f64::from(1 << 20),
+            size as f64 / 1e6
+        );
+        if code != 0 {
+            failures.push(format!("{name} exited {code}"));
+        }
+        if peak > LIMIT_BYTES {
+            failures.push(format!(
+                "{name} peaked at {} MiB, above the 64 MiB limit",
+                peak >> 20
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
 }
