@@ -487,6 +487,17 @@ mod tests {
     /// in a loop), with `flaws` at their seqs, and its last `cut` bytes
     /// cut off.
     fn flawed_log(events: u64, flaws: &[(u64, Flaw)], cut: usize) -> Vec<u8> {
+        padded_log(events, flaws, cut, |_| 0)
+    }
+
+    /// [`flawed_log`], the data of the event of each seq padded with a
+    /// member of `pad(seq)` bytes (none when 0).
+    fn padded_log(
+        events: u64,
+        flaws: &[(u64, Flaw)],
+        cut: usize,
+        pad: impl Fn(u64) -> usize,
+    ) -> Vec<u8> {
         let id = SessionId::parse("s").expect("a valid id");
         let mut bytes = SessionHeader::root(id.clone(), 1, "/work".to_owned())
             .encode()
@@ -504,6 +515,14 @@ mod tests {
                 ),
                 3 => ("step/end", format!(r#"{{"stepId":"s{}"}}"#, seq - 1)),
                 _ => ("turn/end", format!(r#"{{"turnId":"t{}"}}"#, seq - 3)),
+            };
+            let data = match pad(seq) {
+                0 => data,
+                bytes => format!(
+                    r#"{},"pad":"{}"}}"#,
+                    &data[..data.len() - 1],
+                    "x".repeat(bytes)
+                ),
             };
             let data = match flaw {
                 Some(Flaw::NotJson | Flaw::NotJsonAndGap) => {
@@ -771,6 +790,40 @@ mod tests {
 
     /// Asserts that a fold of `bytes` without the chain folded it whole and
     /// saw, found and projected what a fold alone does.
+    #[test]
+    fn a_log_of_large_records_folds_handed_over_as_it_folds_alone() {
+        // Past the handover, records of 10 bytes to 1.5 MB: batches of one
+        // to a few records, handed over as their bodies reach the cap.
+        let large_from = FOLDED_BEFORE_HANDOVER + 100;
+        let events = large_from + 24;
+        let sizes = [300_000, 60_000, 1_200_000, 10, BATCH_BYTES / 4];
+        let pad = |seq: u64| match seq >= large_from {
+            true => sizes[(seq % 5) as usize],
+            false => 0,
+        };
+        let clean = padded_log(events, &[], 0, pad);
+        let alone = finished(&clean, folded_alone);
+        let seqs: Vec<u64> = alone.0 .1.iter().map(|seen| seen.0).collect();
+        assert_eq!(seqs, (1..=events).collect::<Vec<_>>());
+        assert_eq!(finished(&clean, folded_handed_over), alone);
+        for at in [large_from + 12, events - 1] {
+            for flaw in [Flaw::NotJson, Flaw::Gap] {
+                let bytes = padded_log(events, &[(at, flaw)], 0, pad);
+                assert_eq!(
+                    finished(&bytes, folded_handed_over),
+                    finished(&bytes, folded_alone),
+                    "{flaw:?} at {at}"
+                );
+            }
+        }
+        // A torn last record.
+        let bytes = padded_log(events, &[], 200_000, pad);
+        assert_eq!(
+            finished(&bytes, folded_handed_over),
+            finished(&bytes, folded_alone)
+        );
+    }
+
     fn assert_folds_whole_as_alone(bytes: &[u8]) {
         let ((state, seen, ended), tail) = finished(bytes, folded_alone);
         let (unhashed, unhashed_seen, unhashed_ended, unhashed_tail) = fold_without_chain(bytes);

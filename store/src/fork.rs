@@ -1320,25 +1320,32 @@ mod tests {
         store
     }
 
-    /// The parent's log with the chain of its seal at `seq` changed (its
-    /// CRC recomputed, so that only the seal check can find it).
-    fn break_seal(log: &Path, seq: u64) {
+    /// The parent's log with the body of the record at `seq` made what
+    /// `edit` makes of it, its CRC recomputed.
+    fn edit_record(log: &Path, seq: u64, edit: impl Fn(&str) -> String) {
         let text = ok(std::fs::read_to_string(log));
         let mut out = Vec::new();
         for line in text.lines() {
             let body = &line[..line.rfind(",\"crc\":").unwrap_or(line.len())];
             if body.starts_with(&format!("{{\"seq\":{seq},")) {
-                assert!(body.contains(r#""type":"seal""#), "{body}");
-                let at = body.find("sha256:").unwrap_or(0) + "sha256:".len();
-                let flipped = if &body[at..=at] == "0" { "1" } else { "0" };
-                let edited = format!("{}{flipped}{}", &body[..at], &body[at + 1..]);
-                encode_line_into(&id("p"), &edited, &mut out);
+                encode_line_into(&id("p"), &edit(body), &mut out);
             } else {
                 out.extend_from_slice(line.as_bytes());
                 out.push(b'\n');
             }
         }
         ok(std::fs::write(log, out));
+    }
+
+    /// The parent's log with the chain of its seal at `seq` changed (its
+    /// CRC recomputed, so that only the seal check can find it).
+    fn break_seal(log: &Path, seq: u64) {
+        edit_record(log, seq, |body| {
+            assert!(body.contains(r#""type":"seal""#), "{body}");
+            let at = body.find("sha256:").unwrap_or(0) + "sha256:".len();
+            let flipped = if &body[at..=at] == "0" { "1" } else { "0" };
+            format!("{}{flipped}{}", &body[..at], &body[at + 1..])
+        });
     }
 
     /// A store in `folder` with session `p`: 6,000 notes of about 300
@@ -1428,20 +1435,11 @@ mod tests {
     /// something other than JSON, its CRC recomputed: damage that only the
     /// proof of the data finds, which the fork leaves to its fold.
     fn damage_data(log: &Path, seq: u64) {
-        let text = ok(std::fs::read_to_string(log));
-        let mut out = Vec::new();
-        for line in text.lines() {
-            let body = &line[..line.rfind(",\"crc\":").unwrap_or(line.len())];
-            if body.starts_with(&format!("{{\"seq\":{seq},")) {
-                let edited = body.replacen(r#""data":{"#, r#""data":{,"#, 1);
-                assert_ne!(edited, body);
-                encode_line_into(&id("p"), &edited, &mut out);
-            } else {
-                out.extend_from_slice(line.as_bytes());
-                out.push(b'\n');
-            }
-        }
-        ok(std::fs::write(log, out));
+        edit_record(log, seq, |body| {
+            let edited = body.replacen(r#""data":{"#, r#""data":{,"#, 1);
+            assert_ne!(edited, body);
+            edited
+        });
     }
 
     /// What a read alone of the log at `path` finds wrong: its corruption,
