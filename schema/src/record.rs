@@ -315,12 +315,16 @@ pub fn split_crc(line: &[u8]) -> Option<(&[u8], u32)> {
     if !suffix.starts_with(CRC_PREFIX) {
         return None;
     }
-    let hex = &suffix[CRC_PREFIX.len()..CRC_PREFIX.len() + 8];
-    if !hex.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-        return None;
+    // Eight lower-case hex digits, read in the one pass that checks them.
+    let mut crc = 0_u32;
+    for &digit in &suffix[CRC_PREFIX.len()..CRC_PREFIX.len() + 8] {
+        let value = match digit {
+            b'0'..=b'9' => digit - b'0',
+            b'a'..=b'f' => digit - b'a' + 10,
+            _ => return None,
+        };
+        crc = (crc << 4) | u32::from(value);
     }
-    let hex = std::str::from_utf8(hex).ok()?;
-    let crc = u32::from_str_radix(hex, 16).ok()?;
     Some((&line[..body_end], crc))
 }
 
@@ -1032,6 +1036,39 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn a_crc_suffix_is_eight_lower_case_hex_digits() {
+        // Each digit of each place, as the standard parse reads it where
+        // it is lower-case hex, refused otherwise.
+        for place in 0..8 {
+            for digit in 0..=u8::MAX {
+                let mut hex = *b"0a1b2c3d";
+                hex[place] = digit;
+                let mut line = br#"{"seq":1,"crc":""#.to_vec();
+                line.extend_from_slice(&hex);
+                line.extend_from_slice(br#""}"#);
+                let expected = match digit {
+                    b'0'..=b'9' | b'a'..=b'f' => std::str::from_utf8(&hex)
+                        .ok()
+                        .and_then(|hex| u32::from_str_radix(hex, 16).ok()),
+                    _ => None,
+                };
+                let split = split_crc(&line);
+                assert_eq!(split.map(|(_, crc)| crc), expected, "{hex:?}");
+                if split.is_some() {
+                    assert_eq!(split.map(|(body, _)| body), Some(&br#"{"seq":1"#[..]));
+                }
+            }
+        }
+        for crc in [0, 1, 0xdead_beef, u32::MAX] {
+            let line = format!(r#"{{"seq":1,"crc":"{crc:08x}"}}"#);
+            assert_eq!(
+                split_crc(line.as_bytes()).map(|(_, value)| value),
+                Some(crc)
+            );
+        }
+    }
 
     /// The general parse alone, as `decode_event` runs it for a line that
     /// is not in the writers' layout.
