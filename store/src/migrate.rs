@@ -23,9 +23,10 @@
 //! taken during the single read (the header, the number of events, the last
 //! seq and a CRC-32 over every record body); a mismatch is named by a full
 //! comparison of that session, and fails the run. A run interrupted while
-//! publishing is finished by [`migrate_with`] under `resume`, which proves
-//! each session already in the destination identical (as `diff` does) and
-//! skips it.
+//! publishing is finished by [`migrate_with`] under `resume`, which checks
+//! each session already in the destination as it checks any (its rules and
+//! seals), proves the copy identical (as `diff` does, and without a torn
+//! tail of its own) and skips it.
 //!
 //! A lone log file is a source of one session (`migrate_log`), read as a
 //! store's log is.
@@ -153,9 +154,10 @@ impl fmt::Display for MigrateWarning {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MigrateOptions {
     /// Resume an interrupted run: a session the destination already holds is
-    /// compared with the source (as `diff` does) and skipped when identical;
-    /// one that differs still refuses the run. Without it any such session
-    /// refuses the run before anything is read.
+    /// checked as a first run checks it (its rules and seals), compared with
+    /// the source (as `diff` does) and skipped when identical; one that
+    /// differs, or whose copy ends in a torn tail, still refuses the run.
+    /// Without it any such session refuses the run before anything is read.
     pub resume: bool,
 }
 
@@ -339,9 +341,14 @@ fn migrate_from(
             present.push(id.clone());
         }
     }
+    let mut warnings = Vec::new();
     for id in &present {
-        if let Some(difference) = diff_session(from, &SessionSource::Store(to), id)? {
-            return Err(StoreError::io(
+        // Checked as a first run checks it (a session that breaks the
+        // rules or whose seal fails is refused, whatever the destination
+        // holds), then proved to be its copy.
+        let (_, torn_tail) = stage_source_session(from, id, None).map_err(session_named(id))?;
+        let not_the_copy = |difference: String| {
+            StoreError::io(
                 "resume the migration",
                 to.path(),
                 std::io::Error::new(
@@ -350,7 +357,24 @@ fn migrate_from(
                         "session {id} is already in the destination but is not the source's copy ({difference}); nothing was written"
                     ),
                 ),
-            ));
+            )
+        };
+        if let Some(difference) = diff_session(from, &SessionSource::Store(to), id)? {
+            return Err(not_the_copy(difference.to_string()));
+        }
+        // What a copy is made of is its source's good prefix: a torn tail
+        // after it was written there since.
+        if let Some(torn) = torn_tail_of(to, id)? {
+            return Err(not_the_copy(format!(
+                "the destination's log ends in a torn tail of {} bytes at line {} (byte offset {})",
+                torn.bytes, torn.position.line, torn.position.offset
+            )));
+        }
+        if let Some(torn_tail) = torn_tail {
+            warnings.push(MigrateWarning {
+                session: id.clone(),
+                torn_tail,
+            });
         }
         skipped += 1;
     }
@@ -358,17 +382,11 @@ fn migrate_from(
     let total = ids.len();
     let mut staging = Staging::begin(to)?;
     let mut digests = Vec::with_capacity(total);
-    let mut warnings = Vec::new();
     let mut events = 0u64;
     let held = from.hold_read()?;
     for (index, id) in ids.iter().enumerate() {
         let (digest, torn_tail) =
-            stage_source_session(from, id, &mut staging).map_err(|error| match error {
-                StoreError::InvalidEvent(reason) => {
-                    StoreError::InvalidEvent(format!("session {id}: {reason}"))
-                }
-                error => error,
-            })?;
+            stage_source_session(from, id, Some(&mut staging)).map_err(session_named(id))?;
         if let Some(torn_tail) = torn_tail {
             warnings.push(MigrateWarning {
                 session: id.clone(),
@@ -470,6 +488,24 @@ const STAGE_CHUNK_EVENTS: usize = 4096;
 /// Record bytes past which a staged chunk is handed on.
 const STAGE_CHUNK_BYTES: usize = 4 << 20;
 
+/// Names session `id` in an error about one of its events.
+fn session_named(id: &SessionId) -> impl Fn(StoreError) -> StoreError + '_ {
+    move |error| match error {
+        StoreError::InvalidEvent(reason) => {
+            StoreError::InvalidEvent(format!("session {id}: {reason}"))
+        }
+        error => error,
+    }
+}
+
+/// The torn tail after the good prefix of session `id` of `store`, read to
+/// its end (only a log has one).
+fn torn_tail_of(store: &Store, id: &SessionId) -> Result<Option<TornTail>, StoreError> {
+    let mut stream = store.stream(id)?;
+    while stream.next_event()?.is_some() {}
+    stream.finish()
+}
+
 /// Reads session `id` once, folding it and staging it in `staging` chunk
 /// by chunk as it is read, and returns its digest and torn tail.
 /// Corruption and rule violations refuse it with the session named; what
@@ -477,12 +513,14 @@ const STAGE_CHUNK_BYTES: usize = 4 << 20;
 fn stage_source_session(
     from: &SessionSource<'_>,
     id: &SessionId,
-    staging: &mut Staging<'_>,
+    mut staging: Option<&mut Staging<'_>>,
 ) -> Result<(SessionDigest, Option<TornTail>), StoreError> {
     let mut stream = from.stream(id)?;
     let header = stream.header().clone();
     let header_body = stream.header_body().to_owned();
-    staging.add_session(&header, &header_body)?;
+    if let Some(staging) = staging.as_deref_mut() {
+        staging.add_session(&header, &header_body)?;
+    }
     let mut state = SessionState::with_header_body(header.clone(), &header_body);
     let path = from.session_path(id);
     // What the session breaks, ranked: a seal that does not hold anywhere
@@ -506,6 +544,9 @@ fn stage_source_session(
             });
         }
         digest.add(&event.record);
+        let Some(staging) = staging.as_deref_mut() else {
+            continue;
+        };
         chunk_bytes += event.record.body().len();
         chunk.push(event.record);
         if chunk.len() >= STAGE_CHUNK_EVENTS || chunk_bytes >= STAGE_CHUNK_BYTES {
@@ -515,10 +556,12 @@ fn stage_source_session(
     }
     let torn_tail = stream.finish()?;
     refusal.into_result()?;
-    if !chunk.is_empty() {
-        staging.add_events(&header, chunk)?;
+    if let Some(staging) = staging {
+        if !chunk.is_empty() {
+            staging.add_events(&header, chunk)?;
+        }
+        staging.end_session()?;
     }
-    staging.end_session()?;
     let digest = SessionDigest {
         header,
         header_body,

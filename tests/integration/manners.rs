@@ -479,6 +479,79 @@ fn an_interrupted_migration_is_finished_by_resume_which_proves_what_is_there() {
     );
 }
 
+/// `--resume` checks a session the destination already holds as a first
+/// run checks it: one that breaks a rule (4) or whose seal fails (7) is
+/// refused, not skipped as proved; and a copy that ends in a torn tail is
+/// not the source's copy.
+#[test]
+fn a_resumed_migration_checks_what_is_there_as_a_first_run_does() {
+    use crate::support::LogBuilder;
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let zeros = "0".repeat(64);
+    let seal = format!(r#"{{"throughSeq":1,"chain":"sha256:{zeros}"}}"#);
+    let cases = [
+        (
+            "rule",
+            LogBuilder::new("s").event("turn/end", r#"{"turnId":"nowhere"}"#),
+            4,
+        ),
+        (
+            "seal",
+            LogBuilder::new("s")
+                .event("turn/start", r#"{"turnId":"t1"}"#)
+                .event("seal", &seal),
+            7,
+        ),
+    ];
+    for (name, log, code) in cases {
+        let source = dir.path().join(format!("{name}-source"));
+        let destination = dir.path().join(format!("{name}-destination"));
+        for folder in [&source, &destination] {
+            std::fs::create_dir(folder).unwrap_or_else(|error| panic!("mkdir: {error}"));
+            std::fs::write(folder.join("s.jsonl"), log.build())
+                .unwrap_or_else(|error| panic!("write: {error}"));
+        }
+        run([
+            "migrate",
+            &arg(&source),
+            &arg(&dir.path().join(format!("{name}.db"))),
+        ])
+        .expect_code(code);
+        let resumed = run(["migrate", &arg(&source), &arg(&destination), "--resume"]);
+        resumed.expect_code(code);
+        assert!(
+            !resumed.stdout.contains("identical"),
+            "{name}: {}",
+            resumed.stdout
+        );
+    }
+
+    // A copy with a record more, torn: not what the source's copy holds.
+    let source = arg(&examples());
+    let destination = dir.path().join("copy");
+    run(["migrate", &source, &arg(&destination)]).expect_code(0);
+    let lead = destination.join("lead.jsonl");
+    let mut text = std::fs::read_to_string(&lead).unwrap_or_else(|error| panic!("read: {error}"));
+    text.push_str("{\"seq\":99,\"ts\":1,\"type\":\"x/n\",\"data\":{},\"crc\":\"00000000\"}\n");
+    std::fs::write(&lead, text).unwrap_or_else(|error| panic!("write: {error}"));
+    std::fs::remove_file(destination.join("auto-review.jsonl"))
+        .unwrap_or_else(|error| panic!("remove: {error}"));
+    let refused = run(["migrate", &source, &arg(&destination), "--resume"]);
+    refused.expect_code(1);
+    assert!(
+        refused
+            .stderr
+            .contains("session lead is already in the destination but is not the source's copy")
+            && refused.stderr.contains("torn tail"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        !destination.join("auto-review.jsonl").exists(),
+        "nothing was written"
+    );
+}
+
 /// A refused `migrate` (here: a record edited in the middle of the
 /// source) leaves no empty folder it made behind, the parents it made
 /// included; a folder that was there before stays, and so does a
