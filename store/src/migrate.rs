@@ -488,10 +488,11 @@ const STAGE_CHUNK_EVENTS: usize = 4096;
 /// Record bytes past which a staged chunk is handed on.
 const STAGE_CHUNK_BYTES: usize = 4 << 20;
 
-/// Names session `id` in an error about one of its events.
+/// Names session `id` in an error about one of its events (once: an
+/// error about its header names it already).
 fn session_named(id: &SessionId) -> impl Fn(StoreError) -> StoreError + '_ {
     move |error| match error {
-        StoreError::InvalidEvent(reason) => {
+        StoreError::InvalidEvent(reason) if !reason.starts_with(&format!("session {id}: ")) => {
             StoreError::InvalidEvent(format!("session {id}: {reason}"))
         }
         error => error,

@@ -816,6 +816,29 @@ fn salvage_names_a_header_no_backend_stores() {
     assert!(!out.exists());
 }
 
+/// `migrate` of a log whose header holds a value no backend stores refuses
+/// it, naming the session once.
+#[test]
+fn migrate_names_a_header_no_backend_stores_once() {
+    let dir = ok(tempfile::tempdir());
+    let log = dir.path().join("h.jsonl");
+    let body = r#"{"kind":"header","formatVersion":1,"id":"h","createdAt":18446744073709551615,"cwd":"/w","parentSession":null,"seedLength":0,"delegationDepth":0,"sandboxMode":null,"approvalPolicy":null"#;
+    let crc = sessionlog_schema::record_crc(&id("h"), body.as_bytes());
+    ok(std::fs::write(
+        &log,
+        format!("{body},\"crc\":\"{crc:08x}\"}}\n"),
+    ));
+    let database = dir.path().join("copy.db");
+    let refused = run(["migrate", text(&log).as_str(), text(&database).as_str()]);
+    refused.expect_code(1);
+    assert!(
+        refused.stderr.contains("session h: header createdAt")
+            && refused.stderr.matches("session h:").count() == 1,
+        "{}",
+        refused.stderr
+    );
+}
+
 /// A record with a value no backend stores (a `ts` above 2^63 - 1, which
 /// the format itself allows) ends what `salvage` copies, as a rule
 /// violation does: the records before it are kept, and it is named.
