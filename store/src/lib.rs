@@ -109,7 +109,7 @@ pub use jsonl::{
 pub use last::{log_ends_in_seal, read_last_events, LastEvents};
 pub use leftovers::Leftover;
 pub use migrate::{
-    diff, diff_sources, migrate, migrate_log, migrate_with, Difference, MigrateOptions,
+    diff, diff_sources, migrate, migrate_log, migrate_with, DiffValue, Difference, MigrateOptions,
     MigratePhase, MigrateProgress, MigrateReport, MigrateWarning, SessionSource,
 };
 pub use reader::{

@@ -118,9 +118,49 @@ pub struct Difference {
     /// `record`).
     pub field: String,
     /// The left store's value.
-    pub left: String,
+    pub left: DiffValue,
     /// The right store's value.
-    pub right: String,
+    pub right: DiffValue,
+}
+
+/// One store's side of a [`Difference`], typed, so that each reader of it
+/// gets it as its kind: a person quoted and escaped text, JSON its own
+/// types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DiffValue {
+    /// A number: a seq, a ts, a batch, a count, a header's integer.
+    Number(u64),
+    /// Text: an id, a cwd, a type, a header's vocabulary word. Shown to a
+    /// person quoted, its control characters escaped.
+    Text(String),
+    /// JSON as the record holds it: an event's `data`, a record's body.
+    Json(String),
+    /// A header member that is null.
+    Null,
+    /// A member the record does not hold (a `batch`).
+    Absent,
+    /// What a side holds of a whole session or of its events: `missing`,
+    /// `present`, a digest of its events.
+    Said(String),
+}
+
+impl DiffValue {
+    /// [`DiffValue::Text`] of `value`, [`DiffValue::Null`] without one.
+    fn text_or_null(value: Option<&str>) -> DiffValue {
+        value.map_or(DiffValue::Null, |value| DiffValue::Text(value.to_owned()))
+    }
+}
+
+impl fmt::Display for DiffValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DiffValue::Number(number) => write!(f, "{number}"),
+            DiffValue::Text(text) => write!(f, "{text:?}"),
+            DiffValue::Json(text) | DiffValue::Said(text) => f.write_str(text),
+            DiffValue::Null => f.write_str("null"),
+            DiffValue::Absent => f.write_str("absent"),
+        }
+    }
 }
 
 impl fmt::Display for Difference {
@@ -709,8 +749,8 @@ fn compare_copy(
         session: Some(id.clone()),
         seq: None,
         field: "events".to_owned(),
-        left: digest.summary.to_string(),
-        right: copied.to_string(),
+        left: DiffValue::Said(digest.summary.to_string()),
+        right: DiffValue::Said(copied.to_string()),
     }))
 }
 
@@ -971,8 +1011,8 @@ fn diff_session(
                     session: Some(id.clone()),
                     seq: None,
                     field: "event count".to_owned(),
-                    left: left_count.to_string(),
-                    right: right_count.to_string(),
+                    left: DiffValue::Number(left_count),
+                    right: DiffValue::Number(right_count),
                 }));
             }
         };
@@ -992,41 +1032,45 @@ fn diff_headers(
     (left, left_body): (&SessionHeader, &str),
     (right, right_body): (&SessionHeader, &str),
 ) -> Option<Difference> {
-    let text = |value: Option<&str>| value.map_or_else(|| "null".to_owned(), |v| format!("{v:?}"));
-    let fields: [(&str, String, String); 9] = [
-        ("id", left.id.to_string(), right.id.to_string()),
+    let text = |value: &str| DiffValue::Text(value.to_owned());
+    let fields: [(&str, DiffValue, DiffValue); 9] = [
+        ("id", text(left.id.as_str()), text(right.id.as_str())),
         (
             "createdAt",
-            left.created_at.to_string(),
-            right.created_at.to_string(),
+            DiffValue::Number(left.created_at),
+            DiffValue::Number(right.created_at),
         ),
-        ("cwd", format!("{:?}", left.cwd), format!("{:?}", right.cwd)),
+        ("cwd", text(&left.cwd), text(&right.cwd)),
         (
             "parentSession",
-            text(left.parent_session.as_ref().map(SessionId::as_str)),
-            text(right.parent_session.as_ref().map(SessionId::as_str)),
+            DiffValue::text_or_null(left.parent_session.as_ref().map(SessionId::as_str)),
+            DiffValue::text_or_null(right.parent_session.as_ref().map(SessionId::as_str)),
         ),
         (
             "seedLength",
-            left.seed_length.to_string(),
-            right.seed_length.to_string(),
+            DiffValue::Number(left.seed_length),
+            DiffValue::Number(right.seed_length),
         ),
         (
             "delegationDepth",
-            left.delegation_depth.to_string(),
-            right.delegation_depth.to_string(),
+            DiffValue::Number(left.delegation_depth),
+            DiffValue::Number(right.delegation_depth),
         ),
         (
             "sandboxMode",
-            text(left.sandbox_mode.map(|m| m.as_str())),
-            text(right.sandbox_mode.map(|m| m.as_str())),
+            DiffValue::text_or_null(left.sandbox_mode.map(|m| m.as_str())),
+            DiffValue::text_or_null(right.sandbox_mode.map(|m| m.as_str())),
         ),
         (
             "approvalPolicy",
-            text(left.approval_policy.map(|p| p.as_str())),
-            text(right.approval_policy.map(|p| p.as_str())),
+            DiffValue::text_or_null(left.approval_policy.map(|p| p.as_str())),
+            DiffValue::text_or_null(right.approval_policy.map(|p| p.as_str())),
         ),
-        ("record", left_body.to_owned(), right_body.to_owned()),
+        (
+            "record",
+            DiffValue::Json(left_body.to_owned()),
+            DiffValue::Json(right_body.to_owned()),
+        ),
     ];
     fields
         .into_iter()
@@ -1041,19 +1085,27 @@ fn diff_headers(
 }
 
 fn diff_records(id: &SessionId, left: &EventRecord, right: &EventRecord) -> Option<Difference> {
-    let optional =
-        |value: Option<u64>| value.map_or_else(|| "absent".to_owned(), |n| n.to_string());
-    let fields: [(&str, String, String); 6] = [
-        ("seq", left.seq().to_string(), right.seq().to_string()),
-        ("ts", left.ts().to_string(), right.ts().to_string()),
+    let optional = |value: Option<u64>| value.map_or(DiffValue::Absent, DiffValue::Number);
+    let json = |text: &str| DiffValue::Json(text.to_owned());
+    let fields: [(&str, DiffValue, DiffValue); 6] = [
+        (
+            "seq",
+            DiffValue::Number(left.seq()),
+            DiffValue::Number(right.seq()),
+        ),
+        (
+            "ts",
+            DiffValue::Number(left.ts()),
+            DiffValue::Number(right.ts()),
+        ),
         ("batch", optional(left.batch()), optional(right.batch())),
         (
             "type",
-            format!("{:?}", left.event_type()),
-            format!("{:?}", right.event_type()),
+            DiffValue::Text(left.event_type().to_owned()),
+            DiffValue::Text(right.event_type().to_owned()),
         ),
-        ("data", left.data().to_owned(), right.data().to_owned()),
-        ("record", left.body().to_owned(), right.body().to_owned()),
+        ("data", json(left.data()), json(right.data())),
+        ("record", json(left.body()), json(right.body())),
     ];
     fields
         .into_iter()
@@ -1072,8 +1124,8 @@ fn missing_session(id: &SessionId, left: &str, right: &str) -> Difference {
         session: Some(id.clone()),
         seq: None,
         field: "session".to_owned(),
-        left: left.to_owned(),
-        right: right.to_owned(),
+        left: DiffValue::Said(left.to_owned()),
+        right: DiffValue::Said(right.to_owned()),
     }
 }
 
@@ -1233,8 +1285,8 @@ mod tests {
         let difference = ok(diff(&foreign, &canonical)).expect("a difference");
         assert_eq!(difference.field, "header record");
         assert_eq!(difference.seq, Some(0));
-        assert_eq!(difference.left, decoded.body);
-        assert_eq!(difference.right, decoded.header.to_body());
+        assert_eq!(difference.left, DiffValue::Json(decoded.body));
+        assert_eq!(difference.right, DiffValue::Json(decoded.header.to_body()));
     }
 
     #[test]

@@ -694,6 +694,47 @@ fn diff_keeps_1_for_different_and_9_for_what_it_cannot_compare() {
     assert_eq!(report["right"], created + 1, "{report}");
 }
 
+/// `diff --json` gives a text member as its own characters and a null
+/// member as null; the text form quotes and escapes it.
+#[test]
+fn diff_gives_text_as_text_and_null_as_null() {
+    use crate::support::LogBuilder;
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let write = |name: &str, log: LogBuilder| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, log.build()).unwrap_or_else(|error| panic!("write: {error}"));
+        arg(&path)
+    };
+    let bell = write("bell.jsonl", LogBuilder::new("s").cwd("/w\u{7}"));
+    let plain = write("plain.jsonl", LogBuilder::new("s").cwd("/w"));
+    let different = run(["diff", &bell, &plain, "--json"]);
+    different.expect_code(1);
+    let report: serde_json::Value =
+        serde_json::from_str(&different.stdout).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(report["field"], "header cwd", "{report}");
+    assert_eq!(report["left"], "/w\u{7}", "{report}");
+    assert_eq!(report["right"], "/w", "{report}");
+    let said = run(["diff", &bell, &plain]);
+    said.expect_code(1);
+    assert!(
+        said.stdout.contains(r#"left "/w\u{7}", right "/w""#) && !said.stdout.contains('\u{7}'),
+        "{}",
+        said.stdout
+    );
+
+    let child = write(
+        "child.jsonl",
+        LogBuilder::new("s").cwd("/w").parent("p", 0, 1),
+    );
+    let orphan = run(["diff", &plain, &child, "--json"]);
+    orphan.expect_code(1);
+    let report: serde_json::Value =
+        serde_json::from_str(&orphan.stdout).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(report["field"], "header parentSession", "{report}");
+    assert!(report["left"].is_null(), "{report}");
+    assert_eq!(report["right"], "p", "{report}");
+}
+
 #[test]
 fn diff_and_migrate_take_a_lone_log_as_a_store_of_one_session() {
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));

@@ -366,8 +366,9 @@ pub enum Command {
         #[arg(long)]
         allow_empty: bool,
         /// Resume an interrupted migration: a session the destination
-        /// already holds is compared with its source and skipped when
-        /// identical (one that differs still refuses the run).
+        /// already holds is checked as a first run checks it, compared with
+        /// its source and skipped when identical (one that differs still
+        /// refuses the run).
         #[arg(long)]
         resume: bool,
     },
@@ -375,7 +376,8 @@ pub enum Command {
     ///
     /// Errors have codes of their own, never 1: 9 when the stores cannot be
     /// compared (a usage or I/O error, a missing store), 2 when one is
-    /// corrupt. --json prints numbers (seq, ts, seedLength, ...) as numbers.
+    /// corrupt. --json prints numbers (seq, ts, seedLength, ...) as numbers,
+    /// null members as null and text as its own characters.
     #[command(
         after_help = "Examples:\n  sessionlog diff ./sessions ./sessions.db\n  sessionlog diff one.jsonl copy.jsonl"
     )]

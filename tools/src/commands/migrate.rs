@@ -5,8 +5,8 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 use sessionlog_store::{
-    diff_sources, migrate_log, migrate_with, MigrateOptions, MigratePhase, MigrateProgress,
-    SessionSource, Store, StoreError,
+    diff_sources, migrate_log, migrate_with, DiffValue, MigrateOptions, MigratePhase,
+    MigrateProgress, SessionSource, Store, StoreError,
 };
 
 use crate::target::{is_lone_log, require_sessions, NewStore};
@@ -210,31 +210,17 @@ fn refuse_same_store(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A side of a difference as JSON: a number for the members that are
-/// numbers (`ts`, `seedLength`, `event count`, ...), the text otherwise.
-fn difference_value(field: &str, value: &str) -> serde_json::Value {
-    const NUMERIC: &[&str] = &[
-        "createdAt",
-        "seedLength",
-        "delegationDepth",
-        "formatVersion",
-        "event count",
-        "ts",
-        "batch",
-        "seq",
-    ];
-    // A header's field is named `header <field>`.
-    let field = field.strip_prefix("header ").unwrap_or(field);
-    if NUMERIC.contains(&field) {
-        if let Ok(number) = value.parse::<u64>() {
-            return number.into();
-        }
-        // `absent`: a record without the member (a `batch` on one side).
-        if value == "null" || value == "none" || value == "absent" {
-            return serde_json::Value::Null;
+/// A side of a difference as JSON: a number as a number, a null member as
+/// null, text (and JSON as the record holds it) as a string of its own
+/// characters.
+fn difference_value(value: &DiffValue) -> serde_json::Value {
+    match value {
+        DiffValue::Number(number) => (*number).into(),
+        DiffValue::Null | DiffValue::Absent => serde_json::Value::Null,
+        DiffValue::Text(text) | DiffValue::Json(text) | DiffValue::Said(text) => {
+            text.as_str().into()
         }
     }
-    value.into()
 }
 
 /// Runs `diff`.
@@ -269,8 +255,8 @@ pub fn diff(a: &Path, b: &Path, json: bool) -> Result<u8> {
                     session: difference.session.as_ref().map(|s| s.as_str()),
                     seq: difference.seq,
                     field: &difference.field,
-                    left: difference_value(&difference.field, &difference.left),
-                    right: difference_value(&difference.field, &difference.right),
+                    left: difference_value(&difference.left),
+                    right: difference_value(&difference.right),
                     message: difference.to_string(),
                 })?)?;
             } else {
