@@ -694,6 +694,40 @@ fn diff_keeps_1_for_different_and_9_for_what_it_cannot_compare() {
     assert_eq!(report["right"], created + 1, "{report}");
 }
 
+/// Two folders that hold no session are identical stores, and `diff`
+/// says so, but warns that neither holds a session: two mistyped paths
+/// compare the same way.
+#[test]
+fn diff_of_two_stores_without_sessions_warns_of_each() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let (one, two) = (dir.path().join("one"), dir.path().join("two"));
+    for folder in [&one, &two] {
+        std::fs::create_dir(folder).unwrap_or_else(|error| panic!("mkdir: {error}"));
+        std::fs::write(folder.join("notes.txt"), "not a log\n")
+            .unwrap_or_else(|error| panic!("write: {error}"));
+    }
+    let compared = run(["diff", &arg(&one), &arg(&two)]);
+    compared.expect_code(0);
+    assert_eq!(compared.stdout.trim(), "identical");
+    for folder in [&one, &two] {
+        assert!(
+            compared
+                .stderr
+                .contains(&format!("no sessions found in {}", folder.display())),
+            "{}",
+            compared.stderr
+        );
+    }
+    let quiet = run(["-q", "diff", &arg(&one), &arg(&two)]);
+    quiet.expect_code(0);
+    assert_eq!(quiet.stderr, "");
+    // A store that holds sessions is compared without a word.
+    let source = arg(&examples());
+    let same = run(["diff", &source, &source]);
+    same.expect_code(0);
+    assert!(!same.stderr.contains("no sessions"), "{}", same.stderr);
+}
+
 /// `diff --json` gives a text member as its own characters and a null
 /// member as null; the text form quotes and escapes it.
 #[test]

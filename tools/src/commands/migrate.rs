@@ -229,6 +229,13 @@ pub fn diff(a: &Path, b: &Path, json: bool) -> Result<u8> {
     let right = Side::open(b)?;
     match diff_sources(&left.source(), &right.source())? {
         None => {
+            // Identical, and empty: two stores that hold no session are
+            // equal, but so are two mistyped paths.
+            for (side, path) in [(&left, a), (&right, b)] {
+                if let Side::Store(store) = side {
+                    crate::target::warn_if_no_sessions(store.ids()?.len(), path);
+                }
+            }
             if json {
                 crate::terminal::print_json_line(r#"{"identical":true}"#)?;
             } else {
