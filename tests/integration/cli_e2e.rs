@@ -11,7 +11,7 @@
 //!   "2 wins over 4, 4 over 3".
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use sessionlog_projections::fold;
@@ -790,19 +790,27 @@ fn salvage_refuses_a_database_on_either_side() {
     }
 }
 
-/// A header with a value no backend stores (a `createdAt` above 2^63 - 1,
-/// which the format allows) leaves nothing to salvage: said so, naming the
-/// file, and nothing written.
-#[test]
-fn salvage_names_a_header_no_backend_stores() {
-    let dir = ok(tempfile::tempdir());
-    let log = dir.path().join("h.jsonl");
+/// Writes `h.jsonl` in `folder`: the log of session `h` whose header's
+/// `createdAt` is above 2^63 - 1, which the format allows and no backend
+/// stores; returns its path.
+fn unstorable_header_log(folder: &Path) -> PathBuf {
+    let log = folder.join("h.jsonl");
     let body = r#"{"kind":"header","formatVersion":1,"id":"h","createdAt":18446744073709551615,"cwd":"/w","parentSession":null,"seedLength":0,"delegationDepth":0,"sandboxMode":null,"approvalPolicy":null"#;
     let crc = sessionlog_schema::record_crc(&id("h"), body.as_bytes());
     ok(std::fs::write(
         &log,
         format!("{body},\"crc\":\"{crc:08x}\"}}\n"),
     ));
+    log
+}
+
+/// A header with a value no backend stores (a `createdAt` above 2^63 - 1,
+/// which the format allows) leaves nothing to salvage: said so, naming the
+/// file, and nothing written.
+#[test]
+fn salvage_names_a_header_no_backend_stores() {
+    let dir = ok(tempfile::tempdir());
+    let log = unstorable_header_log(dir.path());
     let out = dir.path().join("out.jsonl");
     let refused = run(["salvage", text(&log).as_str(), text(&out).as_str()]);
     refused.expect_code(1);
@@ -821,13 +829,7 @@ fn salvage_names_a_header_no_backend_stores() {
 #[test]
 fn migrate_names_a_header_no_backend_stores_once() {
     let dir = ok(tempfile::tempdir());
-    let log = dir.path().join("h.jsonl");
-    let body = r#"{"kind":"header","formatVersion":1,"id":"h","createdAt":18446744073709551615,"cwd":"/w","parentSession":null,"seedLength":0,"delegationDepth":0,"sandboxMode":null,"approvalPolicy":null"#;
-    let crc = sessionlog_schema::record_crc(&id("h"), body.as_bytes());
-    ok(std::fs::write(
-        &log,
-        format!("{body},\"crc\":\"{crc:08x}\"}}\n"),
-    ));
+    let log = unstorable_header_log(dir.path());
     let database = dir.path().join("copy.db");
     let refused = run(["migrate", text(&log).as_str(), text(&database).as_str()]);
     refused.expect_code(1);
