@@ -46,7 +46,9 @@ use crate::fold::{hand_over, Batch, BATCHES_QUEUED};
 use crate::io::Io;
 use crate::jsonl::snapshot_log_state;
 use crate::leftovers;
-use crate::reader::{FoldedEvent, Line, LineReader, LogReader, SessionStream, READ_BUFFER_BYTES};
+use crate::reader::{
+    FoldedEvent, Line, LineReader, LogReader, SessionStream, Unproven, READ_BUFFER_BYTES,
+};
 use crate::writer::{check_storable, check_storable_values, now_ms};
 use crate::{Refusal, StoreError};
 
@@ -438,19 +440,17 @@ fn copy_parent(
             // rule (exit 7 over 4), or damage, which outranks both.
             let mut refused = false;
             loop {
-                let next = records.next_folded(&mut |record, view| match (refused, view) {
-                    (true, Some(view)) => state.apply_viewed(record, view),
-                    (true, None) => state.apply(record),
-                    (false, view) => {
-                        let view = view.unwrap_or_else(|| {
-                            EventView::parse(record.event_type(), record.data())
-                        });
+                let next = records.next_folded(&mut |record, view| {
+                    let view = view
+                        .unwrap_or_else(|| EventView::parse(record.event_type(), record.data()));
+                    match refused {
+                        true => state.apply_viewed(record, view),
                         // A writer that stopped has an error, which is
                         // returned before the fold's verdict on this seal
                         // is looked at.
-                        state.apply_viewed_unchained(record, view, || {
+                        false => state.apply_viewed_unchained(record, view, || {
                             feed.chain().unwrap_or(genesis)
-                        })
+                        }),
                     }
                 })?;
                 let Some((record, folded)) = next else { break };
@@ -604,11 +604,7 @@ impl<'scope> ParentRecords<'scope> {
                     let record = self.reading.as_ref().map(|reading| &reading.batch[index].0);
                     return Ok(record.map(|record| (record, folded)));
                 }
-                Err(mark) => {
-                    let mut reader = self.take_reader().0;
-                    reader.read_again(mark)?;
-                    self.reader = Some(reader);
-                }
+                Err(mark) => self.read_again(mark)?,
             }
         }
         let Some(reader) = &mut self.reader else {
@@ -638,28 +634,37 @@ impl<'scope> ParentRecords<'scope> {
                 let _ = reading.spares.send(folded);
                 Ok(())
             }
-            Err(_) => {
-                let (reader, read) = self.take_reader();
-                self.reader = Some(reader);
-                read
-            }
+            Err(_) => self.take_reader_back(),
         }
     }
 
     /// Stops the reading thread, which may have read on, and takes the
-    /// reader back, with how the thread's read ended.
-    fn take_reader(&mut self) -> (ParentReader, Result<(), StoreError>) {
-        match self.reading.take() {
-            Some(Reading {
-                batches, thread, ..
-            }) => {
-                // A thread waiting to hand a batch over is let go.
-                drop(batches);
-                thread
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            }
-            None => unreachable!("the reader is taken back once"),
+    /// reader back onto this thread; returns how the thread's read ended.
+    fn take_reader_back(&mut self) -> Result<(), StoreError> {
+        let Some(Reading {
+            batches, thread, ..
+        }) = self.reading.take()
+        else {
+            return Ok(());
+        };
+        // A thread waiting to hand a batch over is let go.
+        drop(batches);
+        let (reader, read) = thread
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        self.reader = Some(reader);
+        read
+    }
+
+    /// Reads the log again on this thread from the record `mark` names,
+    /// whose proof failed. What the reading thread read past it, and how
+    /// that read ended, is put aside: the read again finds it, if it is
+    /// there.
+    fn read_again(&mut self, mark: Unproven) -> Result<(), StoreError> {
+        let _past_the_record = self.take_reader_back();
+        match &mut self.reader {
+            Some(reader) => reader.read_again(mark),
+            None => unreachable!("the reader is back once the reading thread is gone"),
         }
     }
 
@@ -673,11 +678,7 @@ impl<'scope> ParentRecords<'scope> {
             });
             reading.at = reading.batch.len();
             match refused {
-                Some(mark) => {
-                    let mut reader = self.take_reader().0;
-                    reader.read_again(mark)?;
-                    self.reader = Some(reader);
-                }
+                Some(mark) => self.read_again(mark)?,
                 None => self.next_batch()?,
             }
         }
