@@ -583,12 +583,19 @@ pub fn decode_checked_body(
     decode_event(id, line.as_bytes())
 }
 
+/// Where `body` holds a line break, if it does: JSON allows one between
+/// tokens, but a JSONL record is one line, so a body with one can be
+/// neither written by any backend nor read from a database's column.
+pub fn line_break_at(body: &str) -> Option<usize> {
+    memchr::memchr(b'\n', body.as_bytes())
+}
+
 /// Refuses a body kept apart from its line (a database's column) that
-/// holds a line break: JSON allows one between tokens, but a JSONL record
-/// is one line, so such a row could be neither exported nor migrated as
-/// it is, and no writer stores one (each compacts `data`).
+/// holds a line break ([`line_break_at`]): such a row could be neither
+/// exported nor migrated as it is, and no writer stores one (each
+/// compacts `data`).
 fn refuse_line_break(body: &str) -> Result<(), DecodeError> {
-    match memchr::memchr(b'\n', body.as_bytes()) {
+    match line_break_at(body) {
         None => Ok(()),
         Some(at) => Err(DecodeError::Malformed(format!(
             "the body holds a line break at byte {at}, which no JSONL record can hold"

@@ -798,9 +798,8 @@ pub fn check_storable_header(header: &SessionHeader) -> Result<(), StoreError> {
 /// (`InvalidEvent`, naming the seq).
 pub fn check_storable_record(record: &EventRecord) -> Result<(), StoreError> {
     check_storable_values(record)?;
-    // JSON allows a line break between tokens; a JSONL record is one line,
-    // and a database refuses such a body on every read.
-    if let Some(at) = memchr::memchr(b'\n', record.body().as_bytes()) {
+    // A database refuses such a body on every read.
+    if let Some(at) = sessionlog_schema::line_break_at(record.body()) {
         return Err(StoreError::InvalidEvent(format!(
             "seq {} ({}): the record holds a line break at byte {at}, which no JSONL line can \
              hold (write its data compact)",
