@@ -57,6 +57,9 @@ pub struct EventRecord {
     event_type: TypeText,
     body: String,
     data: Range<usize>,
+    /// The CRC its line stored, checked for the session it was read from,
+    /// when it was decoded from a line: what [`Resign`] re-signs it from.
+    line_crc: Option<u32>,
 }
 
 /// Where a record keeps its event type.
@@ -200,6 +203,7 @@ impl EventRecord {
             event_type: TypeText::Own(event_type.into()),
             data: start..body.len(),
             body,
+            line_crc: None,
         }
     }
 
@@ -240,6 +244,21 @@ impl EventRecord {
     /// The record's body: its line up to, not including, `,"crc":`.
     pub fn body(&self) -> &str {
         &self.body
+    }
+
+    /// The CRC its line stored, when it was decoded from a line of a log
+    /// ([`decode_event`], [`decode_event_viewed`],
+    /// [`decode_event_unproven_into`]): checked, so the CRC of the session
+    /// id it was read for and [`body`](Self::body). `None` for a record
+    /// built or read otherwise.
+    pub fn line_crc(&self) -> Option<u32> {
+        self.line_crc
+    }
+
+    /// The record, naming `crc` as the CRC its line stored.
+    fn read_under(mut self, crc: u32) -> EventRecord {
+        self.line_crc = Some(crc);
+        self
     }
 
     /// The record as `export` prints it: the body closed by `}`.
@@ -293,8 +312,13 @@ pub fn encode_line(id: &SessionId, body: &str) -> String {
 /// [`encode_line`] makes, without an allocation of its own): how a copy of
 /// many records, such as a fork's, writes them into one buffer.
 pub fn encode_line_into(id: &SessionId, body: &str, out: &mut Vec<u8>) {
+    encode_signed_line_into(body, record_crc(id, body.as_bytes()), out);
+}
+
+/// [`encode_line_into`] of a body whose CRC for the session is `crc`,
+/// known already ([`Resign`]).
+pub fn encode_signed_line_into(body: &str, crc: u32, out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let crc = record_crc(id, body.as_bytes());
     out.reserve(body.len() + CRC_SUFFIX_LEN + 1);
     out.extend_from_slice(body.as_bytes());
     out.extend_from_slice(b",\"crc\":\"");
@@ -303,6 +327,93 @@ pub fn encode_line_into(id: &SessionId, body: &str, out: &mut Vec<u8>) {
     }
     out.extend_from_slice(b"\"}\n");
 }
+
+/// Re-signs the records of one session's log for another: the CRC of
+/// `to`'s id followed by a record's body, from the CRC its line stored in
+/// `from`'s log ([`EventRecord::line_crc`]), without a pass over the body.
+///
+/// CRC-32 is linear. For ids `a` and `b` and a body of `n` bytes,
+/// `crc(a ‖ body) ^ crc(b ‖ body) = (crc(a) ^ crc(b)) · x^(8n) mod P`
+/// (the identity zlib's `crc32_combine` rests on): the two CRCs differ by a
+/// value that depends on the body's length alone. That value is kept for
+/// each length met, up to [`Resign::REMEMBERED_LENGTHS`]; a longer body,
+/// or a record with no line CRC, is hashed as [`record_crc`] hashes it.
+#[derive(Debug, Clone)]
+pub struct Resign {
+    from: SessionId,
+    to: SessionId,
+    /// `(crc(from) ^ crc(to)) · x^(8n) mod P` at index `n`.
+    shifts: Vec<u32>,
+}
+
+impl Resign {
+    /// The body lengths below which the difference is kept: 64 KiB, so
+    /// 256 KiB of it at most.
+    pub const REMEMBERED_LENGTHS: usize = 64 << 10;
+
+    /// Re-signs records read from session `from`'s log for session `to`.
+    pub fn new(from: &SessionId, to: &SessionId) -> Resign {
+        let ids =
+            crc32fast::hash(from.as_str().as_bytes()) ^ crc32fast::hash(to.as_str().as_bytes());
+        Resign {
+            from: from.clone(),
+            to: to.clone(),
+            shifts: vec![ids],
+        }
+    }
+
+    /// `record_crc(to, record.body())`, for a record read from `from`'s
+    /// log.
+    pub fn crc(&mut self, record: &EventRecord) -> u32 {
+        let body = record.body().as_bytes();
+        let crc = match record.line_crc() {
+            Some(crc) if body.len() < Self::REMEMBERED_LENGTHS => crc ^ self.shift(body.len()),
+            _ => record_crc(&self.to, body),
+        };
+        if cfg!(debug_assertions) {
+            let read = record.line_crc().map(|_| record_crc(&self.from, body));
+            assert_eq!(
+                record.line_crc(),
+                read,
+                "a record not read from {}",
+                self.from
+            );
+            assert_eq!(crc, record_crc(&self.to, body));
+        }
+        crc
+    }
+
+    /// The difference of the two ids' CRCs carried past `n` bytes.
+    fn shift(&mut self, n: usize) -> u32 {
+        while self.shifts.len() <= n {
+            let last = self.shifts[self.shifts.len() - 1];
+            // One zero byte through the reflected register: `· x^8 mod P`.
+            self.shifts
+                .push(CRC_TABLE[(last & 0xff) as usize] ^ (last >> 8));
+        }
+        self.shifts[n]
+    }
+}
+
+/// The byte-at-a-time table of CRC-32 (reflected, polynomial `0xEDB88320`).
+const CRC_TABLE: [u32; 256] = {
+    let mut table = [0_u32; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        let mut value = byte as u32;
+        let mut bit = 0;
+        while bit < 8 {
+            value = match value & 1 {
+                1 => (value >> 1) ^ 0xEDB8_8320,
+                _ => value >> 1,
+            };
+            bit += 1;
+        }
+        table[byte] = value;
+        byte += 1;
+    }
+    table
+};
 
 /// Splits a line (without `\n`) into its body and stored CRC, if it ends with
 /// a well-formed `,"crc":"xxxxxxxx"}` suffix.
@@ -330,6 +441,11 @@ pub fn split_crc(line: &[u8]) -> Option<(&[u8], u32)> {
 
 /// Checks a line's suffix and CRC for session `id`, returning its body.
 pub fn check_crc<'a>(id: &SessionId, line: &'a [u8]) -> Result<&'a [u8], DecodeError> {
+    checked_line(id, line).map(|(body, _)| body)
+}
+
+/// [`check_crc`], with the CRC the line stores.
+fn checked_line<'a>(id: &SessionId, line: &'a [u8]) -> Result<(&'a [u8], u32), DecodeError> {
     if line.len() > MAX_RECORD_BYTES {
         return Err(DecodeError::Damaged(format!(
             "record is {} bytes, above the {MAX_RECORD_BYTES}-byte limit",
@@ -347,7 +463,7 @@ pub fn check_crc<'a>(id: &SessionId, line: &'a [u8]) -> Result<&'a [u8], DecodeE
             "CRC mismatch (stored {stored:08x}, computed {computed:08x} for session {id})"
         )));
     }
-    Ok(body)
+    Ok((body, stored))
 }
 
 /// Decodes and checks the header line (without `\n`). The CRC is checked
@@ -544,15 +660,15 @@ fn header_from_wire(
 /// them JSON; any other line goes through the general JSON parse. Both
 /// accept the same lines with the same errors.
 pub fn decode_event(id: &SessionId, line: &[u8]) -> Result<EventRecord, DecodeError> {
-    let body = check_crc(id, line)?;
+    let (body, crc) = checked_line(id, line)?;
     let text = utf8(line)?;
     if let Some(prefix) = CanonicalPrefix::read(text, body.len()) {
         let data = &text[prefix.data.clone()];
         if is_json(data) {
-            return Ok(prefix.into_record(text));
+            return Ok(prefix.into_record(text).read_under(crc));
         }
     }
-    decode_event_members(text, body.len())
+    decode_event_members(text, body.len()).map(|record| record.read_under(crc))
 }
 
 /// [`decode_event`] of session `id`'s line `body` + `,"crc":"<crc>"}`,
@@ -659,18 +775,18 @@ pub fn decode_event_viewed<'a>(
     id: &SessionId,
     line: &'a [u8],
 ) -> Result<ViewedEvent<'a>, DecodeError> {
-    let body = check_crc(id, line)?;
+    let (body, crc) = checked_line(id, line)?;
     let text = utf8(line)?;
     if let Some(prefix) = CanonicalPrefix::read(text, body.len()) {
         let event_type = &text[prefix.event_type.clone()];
         if let Some(view) = EventView::parse_json(event_type, &text[prefix.data.clone()]) {
             return Ok(ViewedEvent {
-                record: prefix.into_record(text),
+                record: prefix.into_record(text).read_under(crc),
                 view,
             });
         }
     }
-    let record = decode_event_members(text, body.len())?;
+    let record = decode_event_members(text, body.len())?.read_under(crc);
     let view = EventView::parse(record.event_type(), &text[record.data.clone()]);
     Ok(ViewedEvent { record, view })
 }
@@ -700,14 +816,14 @@ pub fn decode_event_unproven_into(
     line: &[u8],
     mut buffer: String,
 ) -> Result<(EventRecord, bool), DecodeError> {
-    let body = check_crc(id, line)?;
+    let (body, crc) = checked_line(id, line)?;
     let text = utf8(line)?;
     if let Some(prefix) = CanonicalPrefix::read(text, body.len()) {
         buffer.clear();
         buffer.push_str(&text[..prefix.data.end]);
-        return Ok((prefix.into_record_owning(buffer), true));
+        return Ok((prefix.into_record_owning(buffer).read_under(crc), true));
     }
-    decode_event_members(text, body.len()).map(|record| (record, false))
+    decode_event_members(text, body.len()).map(|record| (record.read_under(crc), false))
 }
 
 /// Proves that the `data` of a record of session `id` that
@@ -776,6 +892,7 @@ fn decode_event_members(text: &str, body_len: usize) -> Result<EventRecord, Deco
         event_type: TypeText::Own(wire.event_type.into()),
         body: text[..body_len].into(),
         data,
+        line_crc: None,
     })
 }
 
@@ -844,6 +961,7 @@ impl CanonicalPrefix {
             event_type: TypeText::InBody(self.event_type),
             body: text[..self.data.end].into(),
             data: self.data,
+            line_crc: None,
         }
     }
 
@@ -857,6 +975,7 @@ impl CanonicalPrefix {
             event_type: TypeText::InBody(self.event_type),
             body,
             data: self.data,
+            line_crc: None,
         }
     }
 }
@@ -1097,6 +1216,75 @@ mod tests {
             prop_assert_eq!(&out[..6], b"before");
             let line = encode_line(&id, &body);
             prop_assert_eq!(&out[6..], line.as_bytes());
+        }
+    }
+
+    /// The record each line decoder makes of session `id`'s `line`.
+    fn decoded_every_way(id: &SessionId, line: &[u8]) -> Vec<EventRecord> {
+        let decoded = [
+            decode_event(id, line),
+            decode_event_viewed(id, line).map(|viewed| viewed.record),
+            decode_event_unproven(id, line).map(|(record, _)| record),
+        ];
+        decoded
+            .into_iter()
+            .map(|record| record.expect("a good line"))
+            .collect()
+    }
+
+    proptest! {
+        #[test]
+        fn a_record_read_from_one_log_is_re_signed_for_another_as_it_is_signed(
+            texts in prop::collection::vec("[ -~é\\n]{0,700}", 1..8),
+            from in "[A-Za-z0-9][A-Za-z0-9_-]{0,40}",
+            to in "[A-Za-z0-9][A-Za-z0-9_-]{0,40}",
+        ) {
+            let from = SessionId::parse(&from).expect("a valid id");
+            let to = SessionId::parse(&to).expect("a valid id");
+            // One re-signer for bodies of lengths in any order.
+            let mut resign = Resign::new(&from, &to);
+            for text in &texts {
+                let data = serde_json::Value::from(text.as_str()).to_string();
+                let canonical = EventRecord::new(3, 4, None, "note", &data);
+                // A body the general parse reads: members in another order.
+                let other = format!(r#"{{"ts":4,"seq":3,"type":"note","data":{data}"#);
+                for body in [canonical.body(), &other] {
+                    let line = encode_line(&from, body);
+                    let line = line.trim_end_matches('\n').as_bytes();
+                    for record in decoded_every_way(&from, line) {
+                        prop_assert_eq!(record.line_crc(), Some(record_crc(&from, body.as_bytes())));
+                        prop_assert_eq!(resign.crc(&record), record_crc(&to, body.as_bytes()));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_body_or_a_record_not_read_from_a_line_is_hashed_for_its_new_session() {
+        let (from, to) = (SessionId::parse("parent").ok(), SessionId::parse("c").ok());
+        let (Some(from), Some(to)) = (from, to) else {
+            panic!("valid ids");
+        };
+        let mut resign = Resign::new(&from, &to);
+        let built = EventRecord::new(1, 2, None, "note", r#""built""#);
+        assert_eq!(built.line_crc(), None);
+        assert_eq!(resign.crc(&built), record_crc(&to, built.body().as_bytes()));
+        // Around the longest length remembered, and past it.
+        let limit = Resign::REMEMBERED_LENGTHS;
+        for target in [limit - 2, limit - 1, limit, limit + 1, 3 * limit] {
+            let prefix_len = EventRecord::new(1, 2, None, "note", r#""""#).body().len();
+            let data = format!(r#""{}""#, "x".repeat(target - prefix_len));
+            let record = EventRecord::new(1, 2, None, "note", &data);
+            assert_eq!(record.body().len(), target);
+            let line = encode_line(&from, record.body());
+            let line = line.trim_end_matches('\n').as_bytes();
+            for record in decoded_every_way(&from, line) {
+                assert_eq!(
+                    resign.crc(&record),
+                    record_crc(&to, record.body().as_bytes())
+                );
+            }
         }
     }
 

@@ -40,8 +40,8 @@ use sessionlog_projections::{
     ViolationKind,
 };
 use sessionlog_schema::{
-    encode_line_into, prove_data, prove_json, split_crc, ChainValue, EventRecord, EventView,
-    ScanSummary, SessionHeader, SessionId, ShapeError,
+    encode_line_into, encode_signed_line_into, prove_data, prove_json, split_crc, ChainValue,
+    EventRecord, EventView, Resign, ScanSummary, SessionHeader, SessionId, ShapeError,
 };
 
 use crate::fold::{hand_over, Batch, BATCHES_QUEUED};
@@ -424,6 +424,7 @@ fn copy_parent(
             chains: chain_receiver,
             stopped: false,
         };
+        let resign = Resign::new(&parent_id, child);
         let (mut records, spares) = ParentRecords::read(scope, reader, parent_id, feed);
         let writer = scope.spawn(move || {
             let pipe = WriterPipe {
@@ -432,7 +433,7 @@ fn copy_parent(
                 spares,
                 write_back: sync_sender,
             };
-            write_records(child, genesis, pipe, file, path, io)
+            write_records(resign, genesis, pipe, file, path, io)
         });
         let read = (|| {
             // Once the parent is refused, nothing more is copied: the fold
@@ -870,8 +871,9 @@ struct WriterPipe {
     write_back: Option<SyncSender<()>>,
 }
 
-/// The writer thread: writes each record received signed for `child` into
-/// `file` (at `path`) in chunks of about [`SPOOL_CHUNK_BYTES`], until the
+/// The writer thread: writes each record received signed for the child
+/// into `file` (at `path`) in chunks of about [`SPOOL_CHUNK_BYTES`], its
+/// CRC derived from the one its line had in the parent (`resign`), until the
 /// channel is closed, and runs the parent's hash chain from `genesis` over
 /// their bodies for the fold, which asks for it at each own seal of the
 /// parent. Returns the chain through the last record; `None` when it was
@@ -883,7 +885,7 @@ struct WriterPipe {
 /// `file` (just written, so read from the page cache), then over each body
 /// as it comes.
 fn write_records(
-    child: &SessionId,
+    mut resign: Resign,
     genesis: ChainValue,
     pipe: WriterPipe,
     file: &mut File,
@@ -910,7 +912,7 @@ fn write_records(
                     if let Some(chain) = &mut chain {
                         *chain = ChainValue::next(chain, body);
                     }
-                    encode_line_into(child, body, &mut out.buffer);
+                    encode_signed_line_into(body, resign.crc(record), &mut out.buffer);
                     if out.buffer.len() >= SPOOL_CHUNK_BYTES {
                         out.flush()?;
                     }
