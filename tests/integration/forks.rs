@@ -387,6 +387,96 @@ fn a_fork_whose_row_refers_to_another_session_than_its_parent_is_corrupt() {
     said_corrupt(&schema.url);
 }
 
+/// kid's header and row, forged to name grandkid as the parent kid was
+/// forked from: its header body's member changed and its CRC taken again.
+fn forged_header_of_kid(header_body: &str) -> (String, i64) {
+    let forged = header_body.replace(
+        r#""parentSession":"auto-review""#,
+        r#""parentSession":"grandkid""#,
+    );
+    assert_ne!(forged, header_body, "kid's parent is auto-review");
+    let crc = crate::support::spec_crc("kid", forged.as_bytes());
+    (forged, i64::from(crc))
+}
+
+#[test]
+fn forks_by_reference_that_refer_back_in_a_loop_are_corrupt_where_the_loop_closes() {
+    // kid's header and row forged to name grandkid, which refers to kid:
+    // reading any of the three (ggkid refers to grandkid) runs into the
+    // loop, which every reader refuses at once, naming the two sessions
+    // that close it.
+    let folder = ok(tempfile::tempdir());
+    let examples = workspace_root().join("examples/sessions");
+    let database = folder.path().join("sessions.db");
+    let family = |store: &str| {
+        run(["migrate", &text(&examples), store]).expect_code(0);
+        fork_family(store);
+        run([
+            "fork",
+            store,
+            "--session",
+            "grandkid",
+            "--child",
+            "ggkid",
+            "--quiet",
+        ])
+        .expect_code(0);
+        run(["verify", store]).expect_code(0);
+    };
+    let said_loop = |store: &str| {
+        // The session read, and the two sessions that close the loop.
+        let cases = [
+            ("kid", "session grandkid refers back to session kid"),
+            ("grandkid", "session kid refers back to session grandkid"),
+            ("ggkid", "session kid refers back to session grandkid"),
+        ];
+        for (session, closed) in cases {
+            let verified = run(["verify", store, "--session", session]);
+            verified.expect_code(2);
+            let said = format!("{}{}", verified.stdout, verified.stderr);
+            assert!(
+                said.contains(&format!("{session}: corrupt at seq 1")),
+                "{said}"
+            );
+            assert!(said.contains(closed), "{said}");
+            run(["export", store, "--session", session]).expect_code(2);
+        }
+    };
+    family(&text(&database));
+    let connection = ok(rusqlite::Connection::open(&database));
+    let header_body: String = ok(connection.query_row(
+        "SELECT header_body FROM sessions WHERE id = 'kid'",
+        [],
+        |row| row.get(0),
+    ));
+    let (forged, crc) = forged_header_of_kid(&header_body);
+    ok(connection.execute(
+        "UPDATE sessions SET header_body = ?1, header_crc = ?2, parent_session = 'grandkid', \
+         seed_source = 'grandkid' WHERE id = 'kid'",
+        rusqlite::params![forged, crc],
+    ));
+    drop(connection);
+    said_loop(&text(&database));
+    let Some(server) = test_server() else {
+        return;
+    };
+    let schema = Schema::new(&server, "forkloop");
+    family(&schema.url);
+    let store = match ok(sessionlog_store::Store::open(&schema.path())) {
+        sessionlog_store::Store::Postgres(store) => store,
+        _ => panic!("not a PostgreSQL store"),
+    };
+    let mut client = ok(store.connect());
+    let row = ok(client.query_one("SELECT header_body FROM sessions WHERE id = 'kid'", &[]));
+    let (forged, crc) = forged_header_of_kid(row.get(0));
+    ok(client.execute(
+        "UPDATE sessions SET header_body = $1, header_crc = $2, parent_session = 'grandkid', \
+         seed_source = 'grandkid' WHERE id = 'kid'",
+        &[&forged, &crc],
+    ));
+    said_loop(&schema.url);
+}
+
 #[test]
 fn a_time_no_backend_stores_is_neither_forked_nor_migrated_and_names_its_session() {
     // A log written by something else, with a ts above 2^63 - 1: both

@@ -15,7 +15,7 @@
 //! few events, is corruption of the session read, named with its id and
 //! seq.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
@@ -28,8 +28,9 @@ use super::{decode_header_row, HeaderRow};
 use crate::{EventBody, StoreError};
 
 /// How many sessions a chain of forks by reference may run through before
-/// the reader calls it a loop (only damage can make one: a fork refers to
-/// a session that existed before it).
+/// the reader refuses it as damage. A loop, which only damage can make (a
+/// fork refers to a session that existed before it), is refused where it
+/// closes.
 const MAX_REFERENCE_DEPTH: usize = 100_000;
 
 /// How an engine fetches a session's rows.
@@ -698,6 +699,7 @@ impl SqlEvents {
         }];
         let mut source = self.seed_source.clone();
         let mut through = self.seed_length.min(self.recorded_last_seq);
+        let mut read = HashSet::from([self.id.clone()]);
         while let Some(owner) = source {
             let corrupt = |reason: String| {
                 corrupt_session(
@@ -710,10 +712,24 @@ impl SqlEvents {
                     ),
                 )
             };
-            if segments.len() > MAX_REFERENCE_DEPTH || owner == self.id {
-                return Err(corrupt(
-                    "the sessions refer to each other in a loop".to_owned(),
+            if !read.insert(owner.clone()) {
+                let referring = segments.last().map_or(&self.id, |segment| &segment.owner);
+                return Err(corrupt_session(
+                    &self.store,
+                    &self.id,
+                    1,
+                    format!(
+                        "its seed is read through forks by reference, and session {referring} \
+                         refers back to session {owner}, read before it: a loop, which only \
+                         damage makes"
+                    ),
                 ));
+            }
+            if segments.len() > MAX_REFERENCE_DEPTH {
+                return Err(corrupt(format!(
+                    "the chain of forks by reference runs through more than \
+                     {MAX_REFERENCE_DEPTH} sessions"
+                )));
             }
             let Some(mut row) = lock(&self.pages).session_row(&owner)? else {
                 return Err(corrupt("it has no session row".to_owned()));
