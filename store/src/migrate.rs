@@ -481,16 +481,34 @@ pub fn diff_sources(
     let mut right_iter = right_ids.iter().peekable();
     for id in &left_ids {
         if let Some(extra) = right_iter.next_if(|other| *other < id) {
-            return Ok(Some(missing_session(extra, "missing", "present")));
+            return one_sided(right, extra, "missing", "present");
         }
         if right_iter.next_if(|other| *other == id).is_none() {
-            return Ok(Some(missing_session(id, "present", "missing")));
+            return one_sided(left, id, "present", "missing");
         }
     }
     if let Some(extra) = right_iter.next() {
-        return Ok(Some(missing_session(extra, "missing", "present")));
+        return one_sided(right, extra, "missing", "present");
     }
     diff_sessions(left, right, &left_ids, &mut |_, _| {})
+}
+
+/// The difference of session `id`, which only `present` holds (`left` and
+/// `right` say where it is): it is read through first, as every session
+/// `diff` names is, so that a corrupt one is refused as corrupt (every
+/// command refuses a corrupt log) rather than called missing on the other
+/// side.
+fn one_sided(
+    present: &SessionSource<'_>,
+    id: &SessionId,
+    left: &str,
+    right: &str,
+) -> Result<Option<Difference>, StoreError> {
+    let (_, events) = present.records(id)?;
+    for event in events {
+        event?;
+    }
+    Ok(Some(missing_session(id, left, right)))
 }
 
 /// The sessions of `store` once it passed its whole-store check (SQLite's

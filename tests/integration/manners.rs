@@ -1453,3 +1453,48 @@ fn diff_json_gives_an_absent_batch_as_null() {
     assert_eq!(report["left"], 2, "{report}");
     assert_eq!(report["right"], serde_json::Value::Null, "{report}");
 }
+
+/// A session only one store holds is read through before `diff` calls it
+/// missing from the other: a corrupt one is refused as corrupt (2), as
+/// every command refuses a corrupt log; one with only a torn tail is still
+/// a session missing from the other store (1).
+#[test]
+fn diff_refuses_a_corrupt_session_that_only_one_store_holds() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let (one, two) = (dir.path().join("one"), dir.path().join("two"));
+    let copy = |name: &str, folder: &std::path::Path| {
+        std::fs::copy(examples().join(name), folder.join(name))
+            .unwrap_or_else(|error| panic!("copy {name}: {error}"));
+    };
+    for folder in [&one, &two] {
+        std::fs::create_dir(folder).unwrap_or_else(|error| panic!("mkdir: {error}"));
+        copy("lead.jsonl", folder);
+    }
+    copy("approval.jsonl", &one);
+    let log = one.join("approval.jsonl");
+    let good = std::fs::read_to_string(&log).unwrap_or_else(|error| panic!("read: {error}"));
+    run(["diff", &arg(&one), &arg(&two)]).expect_code(1);
+    // A letter of the first event changed: its CRC fails, and the intact
+    // records after it make that corruption.
+    let first_event = good.find('\n').map_or(0, |end| end + 1);
+    let at = first_event
+        + good[first_event..]
+            .find("\"type\":\"")
+            .unwrap_or_else(|| panic!("the first event has a type"))
+        + 8;
+    let mut damaged = good.clone().into_bytes();
+    damaged[at] = if damaged[at] == b'x' { b'y' } else { b'x' };
+    std::fs::write(&log, &damaged).unwrap_or_else(|error| panic!("write: {error}"));
+    for (left, right) in [(&one, &two), (&two, &one)] {
+        let compared = run(["diff", &arg(left), &arg(right)]);
+        compared.expect_code(2);
+        let said = format!("{}{}", compared.stdout, compared.stderr);
+        assert!(said.contains("approval.jsonl"), "{said}");
+        assert!(said.contains("corrupt"), "{said}");
+    }
+    // Only a torn tail: the session is read as its good prefix.
+    std::fs::write(&log, format!("{good}{{\"seq\":")).unwrap_or_else(|error| panic!("{error}"));
+    let compared = run(["diff", &arg(&one), &arg(&two)]);
+    compared.expect_code(1);
+    assert!(compared.stdout.contains("approval"), "{}", compared.stdout);
+}
