@@ -191,6 +191,11 @@ pub enum StoreError {
     /// An event's `data` is not JSON, or a record would exceed the size limit.
     #[error("invalid event: {0}")]
     InvalidEvent(String),
+    /// A session header holds a value no backend stores (an integer above
+    /// 2^63 - 1, a NUL in its `cwd`): the format allows it, no writer
+    /// writes it.
+    #[error("invalid header: {0}")]
+    InvalidHeader(String),
 }
 
 /// How a command line should report an error: the exit classes of README.md, "Exit codes".
@@ -301,7 +306,8 @@ impl StoreError {
             | StoreError::NotFound { .. }
             | StoreError::AlreadyExists { .. }
             | StoreError::Poisoned { .. }
-            | StoreError::InvalidEvent(_) => ErrorClass::Io,
+            | StoreError::InvalidEvent(_)
+            | StoreError::InvalidHeader(_) => ErrorClass::Io,
         }
     }
 

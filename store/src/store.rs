@@ -1284,7 +1284,7 @@ pub(crate) mod tests {
         huge.created_at = u64::MAX;
         let refused = store.create_session(&huge, &[], Durability::Fsync);
         assert!(
-            matches!(refused, Err(StoreError::InvalidEvent(_))),
+            matches!(&refused, Err(StoreError::InvalidHeader(message)) if message.starts_with("session b: createdAt")),
             "{refused:?}"
         );
         assert!(!ok(store.contains(&id("b"))));
@@ -1306,7 +1306,7 @@ pub(crate) mod tests {
         nul.cwd = "/work/a\0b".to_owned();
         let refused = store.create_session(&nul, &[], Durability::Fsync);
         assert!(
-            matches!(&refused, Err(StoreError::InvalidEvent(message)) if message.contains("session c") && message.contains("NUL")),
+            matches!(&refused, Err(StoreError::InvalidHeader(message)) if message.contains("session c") && message.contains("NUL")),
             "{refused:?}"
         );
         assert!(!ok(store.contains(&id("c"))));

@@ -776,15 +776,15 @@ pub fn check_storable_header(header: &SessionHeader) -> Result<(), StoreError> {
         ("delegationDepth", header.delegation_depth),
     ] {
         if i64::try_from(value).is_err() {
-            return Err(StoreError::InvalidEvent(format!(
-                "session {}: header {what} {value} is above 2^63-1, the largest integer both backends store",
+            return Err(StoreError::InvalidHeader(format!(
+                "session {}: {what} {value} is above 2^63-1, the largest integer both backends store",
                 header.id
             )));
         }
     }
     if header.cwd.contains('\0') {
-        return Err(StoreError::InvalidEvent(format!(
-            "session {}: header cwd {:?} holds a NUL character, which PostgreSQL's text cannot store",
+        return Err(StoreError::InvalidHeader(format!(
+            "session {}: cwd {:?} holds a NUL character, which PostgreSQL's text cannot store",
             header.id, header.cwd
         )));
     }

@@ -144,7 +144,11 @@ impl From<StoreError> for Failure {
                 context.actual = Some(*actual);
             }),
             StoreError::Poisoned { .. } => Failure::new("POISONED", message),
-            StoreError::InvalidEvent(_) => Failure::new("INVALID_EVENT", message),
+            // A header value no backend stores is refused as an event that
+            // cannot be written is (README, "Errors").
+            StoreError::InvalidEvent(_) | StoreError::InvalidHeader(_) => {
+                Failure::new("INVALID_EVENT", message)
+            }
             // What later versions of the store add is told by its class.
             _ => match error.class() {
                 ErrorClass::Corrupt => Failure::new("CORRUPT", message),

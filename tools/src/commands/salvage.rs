@@ -172,7 +172,7 @@ fn choose_prefix(scan: &Scan, file_len: u64, file: &Path) -> Result<(usize, Opti
     // it): no log made of it could be read back into a store.
     if let Err(error) = check_storable_header(&scan.header) {
         let reason = match error {
-            StoreError::InvalidEvent(reason) => reason,
+            StoreError::InvalidHeader(reason) => reason,
             error => error.to_string(),
         };
         bail!(Exit {

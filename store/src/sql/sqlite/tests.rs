@@ -667,7 +667,7 @@ fn values_sqlite_cannot_hold_are_refused_before_writing() {
     huge.created_at = u64::MAX;
     let refused = store.create(&huge, &[], Durability::Fsync);
     assert!(
-        matches!(refused, Err(StoreError::InvalidEvent(_))),
+        matches!(refused, Err(StoreError::InvalidHeader(_))),
         "{refused:?}"
     );
     assert!(!ok(store.contains(&id("a"))));
