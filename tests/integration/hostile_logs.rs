@@ -326,12 +326,7 @@ fn tail_follow_reports_a_log_replaced_by_another_sessions() {
     let folder = ok(tempfile::tempdir());
     let log = LogBuilder::new("a").event("turn/start", r#"{"turnId":"t1"}"#);
     let path = write_log(folder.path(), "a.jsonl", &log);
-    let child = ok(sessionlog(["tail", &path.display().to_string(), "-f"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn());
-    std::thread::sleep(Duration::from_millis(800));
+    let child = following(&path.display().to_string(), &[], 1);
     let other = LogBuilder::new("b")
         .event("turn/start", r#"{"turnId":"t1"}"#)
         .event("turn/end", r#"{"turnId":"t1"}"#);
@@ -341,6 +336,39 @@ fn tail_follow_reports_a_log_replaced_by_another_sessions() {
     let (code, stderr) = exit_of(child);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("another header"), "{stderr}");
+}
+
+/// `tail -f` of `store` (with `options`), once it has printed the event
+/// at seq `last`, the last there is: what a test then does to the store
+/// comes after that read, whatever the machine's load. Its stdout is read
+/// on until it ends.
+fn following(store: &str, options: &[&str], last: u64) -> Child {
+    let mut child = ok(sessionlog(["tail", store, "-f"])
+        .args(options)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn());
+    let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+    let (printed, seen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let wanted = format!("\"seq\":{last},");
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+            match line {
+                Ok(line) if line.contains(&wanted) => {
+                    let _ = printed.send(());
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    });
+    if seen.recv_timeout(Duration::from_secs(20)).is_err() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("tail -f of {store} did not print seq {last}");
+    }
+    child
 }
 
 /// The exit code and standard error of a `tail -f` that must stop by
@@ -381,19 +409,12 @@ fn tail_follow_reports_a_database_session_replaced_or_cut() {
         let events = format!("{{\"type\":\"{kind}\",\"data\":{{}}}}\n").repeat(count);
         run_with_stdin(["append", &path, "--session", "s1"], &events).expect_code(0);
     }
-    let follow = || {
-        ok(sessionlog(["tail", &store, "--session", "s1", "-f"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn())
-    };
+    let follow = |last: u64| following(&store, &["--session", "s1"], last);
     let by_hand = |sql: &str| {
         let connection = ok(rusqlite::Connection::open(&database));
         ok(connection.execute_batch(sql));
     };
-    let child = follow();
-    std::thread::sleep(Duration::from_millis(800));
+    let child = follow(3);
     by_hand(&format!(
         "ATTACH '{}' AS b; BEGIN;
          DELETE FROM events WHERE session_id = 's1';
@@ -415,8 +436,7 @@ fn tail_follow_reports_a_database_session_replaced_or_cut() {
 
     // Now its own history cut: the last row read deleted, with the seq its
     // session row records.
-    let child = follow();
-    std::thread::sleep(Duration::from_millis(800));
+    let child = follow(6);
     by_hand(
         "BEGIN; DELETE FROM events WHERE session_id = 's1' AND seq = 6;
          UPDATE sessions SET last_seq = 5 WHERE id = 's1'; COMMIT;",
