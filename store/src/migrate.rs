@@ -478,26 +478,37 @@ pub fn diff_sources(
 ) -> Result<Option<Difference>, StoreError> {
     let left_ids = left.ids()?;
     let right_ids = right.ids()?;
-    let mut right_iter = right_ids.iter().peekable();
-    for id in &left_ids {
-        if let Some(extra) = right_iter.next_if(|other| *other < id) {
-            return one_sided(right, extra, "missing", "present");
-        }
-        if right_iter.next_if(|other| *other == id).is_none() {
-            return one_sided(left, id, "present", "missing");
-        }
+    // Every session of both sides is read to its end, in id order, after
+    // a difference too: every command refuses a corrupt log, so a corrupt
+    // session anywhere refuses the comparison (exit 2) rather than being
+    // passed over for a difference found before it.
+    let (mut lefts, mut rights) = (left_ids.iter().peekable(), right_ids.iter().peekable());
+    let mut first = None;
+    loop {
+        let difference = match (lefts.peek(), rights.peek()) {
+            (None, None) => return Ok(first),
+            (Some(on_left), Some(on_right)) if on_left == on_right => {
+                rights.next();
+                lefts
+                    .next()
+                    .map_or(Ok(None), |id| diff_session(left, right, id))?
+            }
+            (Some(on_left), on_right) if on_right.is_none_or(|on_right| on_left < on_right) => {
+                lefts
+                    .next()
+                    .map_or(Ok(None), |id| one_sided(left, id, "present", "missing"))?
+            }
+            _ => rights
+                .next()
+                .map_or(Ok(None), |id| one_sided(right, id, "missing", "present"))?,
+        };
+        first = first.or(difference);
     }
-    if let Some(extra) = right_iter.next() {
-        return one_sided(right, extra, "missing", "present");
-    }
-    diff_sessions(left, right, &left_ids, &mut |_, _| {})
 }
 
 /// The difference of session `id`, which only `present` holds (`left` and
-/// `right` say where it is): it is read through first, as every session
-/// `diff` names is, so that a corrupt one is refused as corrupt (every
-/// command refuses a corrupt log) rather than called missing on the other
-/// side.
+/// `right` say where it is), once it is read through: a corrupt one is
+/// refused as corrupt rather than called missing on the other side.
 fn one_sided(
     present: &SessionSource<'_>,
     id: &SessionId,
@@ -979,66 +990,48 @@ impl Drop for JsonlStaging<'_> {
     }
 }
 
-/// Compares the sessions `ids` (present on both sides).
-fn diff_sessions(
-    left: &SessionSource<'_>,
-    right: &SessionSource<'_>,
-    ids: &[SessionId],
-    done: &mut dyn FnMut(usize, &SessionId),
-) -> Result<Option<Difference>, StoreError> {
-    for (index, id) in ids.iter().enumerate() {
-        if let Some(difference) = diff_session(left, right, id)? {
-            return Ok(Some(difference));
-        }
-        done(index + 1, id);
-    }
-    Ok(None)
-}
-
+/// The first difference of session `id`, which both sides hold, once
+/// both are read to their ends.
 fn diff_session(
     left: &SessionSource<'_>,
     right: &SessionSource<'_>,
     id: &SessionId,
 ) -> Result<Option<Difference>, StoreError> {
-    let (left_header, mut left_events) = left.records(id)?;
-    let (right_header, mut right_events) = right.records(id)?;
-    if let Some(difference) = diff_headers(
+    let (left_header, left_events) = left.records(id)?;
+    let (right_header, right_events) = right.records(id)?;
+    let mut first = diff_headers(
         id,
         (&left_header.header, &left_header.body),
         (&right_header.header, &right_header.body),
-    ) {
-        return Ok(Some(difference));
-    }
-    let mut count = 0u64;
+    );
+    // Both sides are read to their ends whatever is found first: an error
+    // further on (corruption) outranks a difference.
+    let (mut left_events, mut right_events) = (left_events.fuse(), right_events.fuse());
+    let (mut left_count, mut right_count) = (0u64, 0u64);
     loop {
         let (left_record, right_record) = (
             left_events.next().transpose()?,
             right_events.next().transpose()?,
         );
-        let (left_record, right_record) = match (left_record, right_record) {
-            (None, None) => return Ok(None),
-            (Some(l), Some(r)) => (l, r),
-            (l, r) => {
-                let more = |side: &Option<EventRecord>, events: &mut crate::EventStream| {
-                    let rest = events.by_ref().count() as u64;
-                    count + u64::from(side.is_some()) + rest
-                };
-                let left_count = more(&l, &mut left_events);
-                let right_count = more(&r, &mut right_events);
-                return Ok(Some(Difference {
-                    session: Some(id.clone()),
-                    seq: None,
-                    field: "event count".to_owned(),
-                    left: DiffValue::Number(left_count),
-                    right: DiffValue::Number(right_count),
-                }));
+        left_count += u64::from(left_record.is_some());
+        right_count += u64::from(right_record.is_some());
+        match (left_record, right_record) {
+            (None, None) => break,
+            (Some(left_record), Some(right_record)) if first.is_none() => {
+                first = diff_records(id, &left_record, &right_record);
             }
-        };
-        count += 1;
-        if let Some(difference) = diff_records(id, &left_record, &right_record) {
-            return Ok(Some(difference));
+            _ => {}
         }
     }
+    Ok(first.or_else(|| {
+        (left_count != right_count).then(|| Difference {
+            session: Some(id.clone()),
+            seq: None,
+            field: "event count".to_owned(),
+            left: DiffValue::Number(left_count),
+            right: DiffValue::Number(right_count),
+        })
+    }))
 }
 
 /// The first difference between two header records, each a header and its

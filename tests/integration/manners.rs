@@ -1454,45 +1454,82 @@ fn diff_json_gives_an_absent_batch_as_null() {
     assert_eq!(report["right"], serde_json::Value::Null, "{report}");
 }
 
-/// A session only one store holds is read through before `diff` calls it
-/// missing from the other: a corrupt one is refused as corrupt (2), as
-/// every command refuses a corrupt log; one with only a torn tail is still
-/// a session missing from the other store (1).
-#[test]
-fn diff_refuses_a_corrupt_session_that_only_one_store_holds() {
-    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
-    let (one, two) = (dir.path().join("one"), dir.path().join("two"));
-    let copy = |name: &str, folder: &std::path::Path| {
-        std::fs::copy(examples().join(name), folder.join(name))
-            .unwrap_or_else(|error| panic!("copy {name}: {error}"));
-    };
-    for folder in [&one, &two] {
-        std::fs::create_dir(folder).unwrap_or_else(|error| panic!("mkdir: {error}"));
-        copy("lead.jsonl", folder);
-    }
-    copy("approval.jsonl", &one);
-    let log = one.join("approval.jsonl");
-    let good = std::fs::read_to_string(&log).unwrap_or_else(|error| panic!("read: {error}"));
-    run(["diff", &arg(&one), &arg(&two)]).expect_code(1);
-    // A letter of the first event changed: its CRC fails, and the intact
-    // records after it make that corruption.
+/// A letter of the first event of the log at `log` changed: its CRC fails,
+/// and the intact records after it make that corruption.
+fn damage_first_event(log: &Path) {
+    let good = std::fs::read_to_string(log).unwrap_or_else(|error| panic!("read: {error}"));
     let first_event = good.find('\n').map_or(0, |end| end + 1);
     let at = first_event
         + good[first_event..]
             .find("\"type\":\"")
             .unwrap_or_else(|| panic!("the first event has a type"))
         + 8;
-    let mut damaged = good.clone().into_bytes();
+    let mut damaged = good.into_bytes();
     damaged[at] = if damaged[at] == b'x' { b'y' } else { b'x' };
-    std::fs::write(&log, &damaged).unwrap_or_else(|error| panic!("write: {error}"));
-    for (left, right) in [(&one, &two), (&two, &one)] {
-        let compared = run(["diff", &arg(left), &arg(right)]);
-        compared.expect_code(2);
-        let said = format!("{}{}", compared.stdout, compared.stderr);
-        assert!(said.contains("approval.jsonl"), "{said}");
-        assert!(said.contains("corrupt"), "{said}");
-    }
-    // Only a torn tail: the session is read as its good prefix.
+    std::fs::write(log, &damaged).unwrap_or_else(|error| panic!("write: {error}"));
+}
+
+/// `diff` reads every session of both stores to its end, after a
+/// difference too: a corrupt session anywhere is refused as corrupt (2), as
+/// every command refuses a corrupt log, whatever difference comes before
+/// it; one with only a torn tail is read as its good prefix, and the first
+/// difference is still named (1).
+#[test]
+fn diff_refuses_a_corrupt_session_wherever_it_is() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    // A store of copies of the examples `sessions`.
+    let fresh = |name: &str, sessions: &[&str]| {
+        let folder = dir.path().join(name);
+        std::fs::create_dir(&folder).unwrap_or_else(|error| panic!("mkdir: {error}"));
+        for session in sessions {
+            let log = format!("{session}.jsonl");
+            std::fs::copy(examples().join(&log), folder.join(&log))
+                .unwrap_or_else(|error| panic!("copy {log}: {error}"));
+        }
+        folder
+    };
+    let expect_corrupt = |left: &Path, right: &Path, session: &str| {
+        for (left, right) in [(left, right), (right, left)] {
+            let compared = run(["diff", &arg(left), &arg(right)]);
+            compared.expect_code(2);
+            let said = format!("{}{}", compared.stdout, compared.stderr);
+            assert!(said.contains(&format!("{session}.jsonl")), "{said}");
+            assert!(said.contains("corrupt"), "{said}");
+        }
+    };
+    // Only one store holds the corrupt session.
+    let one = fresh("one", &["lead", "approval"]);
+    let two = fresh("two", &["lead"]);
+    run(["diff", &arg(&one), &arg(&two)]).expect_code(1);
+    damage_first_event(&one.join("approval.jsonl"));
+    expect_corrupt(&one, &two, "approval");
+    // Each store holds a session the other does not; the later one is
+    // corrupt.
+    let three = fresh("three", &["approval"]);
+    let four = fresh("four", &["lead"]);
+    damage_first_event(&four.join("lead.jsonl"));
+    expect_corrupt(&three, &four, "lead");
+    // Both hold the corrupt session, and a session only one holds sorts
+    // after it: the difference does not hide it.
+    let five = fresh("five", &["approval", "lead"]);
+    let six = fresh("six", &["approval"]);
+    damage_first_event(&six.join("approval.jsonl"));
+    expect_corrupt(&five, &six, "approval");
+    // A session that differs before one that is corrupt.
+    let seven = fresh("seven", &["approval", "lead"]);
+    let eight = fresh("eight", &["approval", "lead"]);
+    let approval = seven.join("approval.jsonl");
+    let shorter = std::fs::read_to_string(&approval).unwrap_or_else(|error| panic!("{error}"));
+    let cut = shorter.trim_end().rfind('\n').map_or(0, |at| at + 1);
+    std::fs::write(&approval, &shorter[..cut]).unwrap_or_else(|error| panic!("{error}"));
+    run(["diff", &arg(&seven), &arg(&eight)]).expect_code(1);
+    damage_first_event(&eight.join("lead.jsonl"));
+    expect_corrupt(&seven, &eight, "lead");
+    // Only a torn tail: the session is read as its good prefix, and is
+    // still the first difference.
+    let log = one.join("approval.jsonl");
+    let good = std::fs::read_to_string(examples().join("approval.jsonl"))
+        .unwrap_or_else(|error| panic!("read: {error}"));
     std::fs::write(&log, format!("{good}{{\"seq\":")).unwrap_or_else(|error| panic!("{error}"));
     let compared = run(["diff", &arg(&one), &arg(&two)]);
     compared.expect_code(1);
