@@ -254,6 +254,18 @@ impl Fork<'_> {
         .map_err(|error| delegation_error(error, self.child_path))
     }
 
+    /// `error`, when it refuses the child's header, naming the parent's log
+    /// the value comes from (a child takes its `cwd` and counts from it).
+    fn inherited(&self, error: StoreError) -> StoreError {
+        match error {
+            StoreError::InvalidHeader(reason) => StoreError::InvalidHeader(format!(
+                "{reason}; the child would take it from its parent's log {}",
+                self.parent_path.display()
+            )),
+            other => other,
+        }
+    }
+
     /// Copies the parent's records into a spool as they are read and
     /// checked, then writes the child: the header from their fold, the
     /// spool, the child's own events; and publishes it.
@@ -265,7 +277,7 @@ impl Fork<'_> {
         let mut state = self.copy(&mut spool, false, io)?;
         let seed = self.seed(&state, request)?;
         check_own_events(&mut state, &seed.events, self.child_path)?;
-        check_storable(&seed.header, &seed.events)?;
+        check_storable(&seed.header, &seed.events).map_err(|error| self.inherited(error))?;
         let temp = self.temp();
         // Only a file this fork created is removed: a name another process
         // took (the same pid and millisecond) is its own.
@@ -292,7 +304,11 @@ impl Fork<'_> {
         request: ForkRequest<'_>,
         io: &Io,
     ) -> Result<Option<SessionHeader>, StoreError> {
-        check_storable(&predicted, &[])?;
+        // A header no backend stores is refused once the parent was read,
+        // so that damage there outranks it: by the spool.
+        if check_storable(&predicted, &[]).is_err() {
+            return Ok(None);
+        }
         let mut child = Temporary::create(io, self.temp())?;
         io.write_all(&mut child.file, &child.path, predicted.encode().as_bytes())
             .map_err(|source| StoreError::io("write", &child.path, source))?;
@@ -301,7 +317,7 @@ impl Fork<'_> {
         if seed.header != predicted {
             return Ok(None);
         }
-        check_storable(&seed.header, &seed.events)?;
+        check_storable(&seed.header, &seed.events).map_err(|error| self.inherited(error))?;
         check_own_events(&mut state, &seed.events, self.child_path)?;
         end_child(&mut child.file, &child.path, self.child, &seed.events, io)?;
         publish(io, self.folder, &child.path, self.child_path)?;

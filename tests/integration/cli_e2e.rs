@@ -843,6 +843,51 @@ fn migrate_names_a_header_no_backend_stores_once() {
     );
 }
 
+/// A parent whose header holds a value no backend stores (a NUL in its
+/// `cwd`, which its log may hold) is not forked: the child would take it.
+/// The refusal names the parent's log, not only the child that was not
+/// made; and it comes once the parent was read, so that damage there
+/// outranks it (exit 2 over 1).
+#[test]
+fn a_fork_that_would_inherit_a_header_value_no_backend_stores_names_its_parent() {
+    let dir = ok(tempfile::tempdir());
+    let header = r#"{"kind":"header","formatVersion":1,"id":"h","createdAt":1,"cwd":"/a\u0000b","parentSession":null,"seedLength":0,"delegationDepth":0,"sandboxMode":null,"approvalPolicy":null"#;
+    let line = |body: &str| {
+        let crc = sessionlog_schema::record_crc(&id("h"), body.as_bytes());
+        format!("{body},\"crc\":\"{crc:08x}\"}}\n")
+    };
+    let events = [
+        r#"{"seq":1,"ts":2,"type":"turn/start","data":{"turnId":"t1"}"#,
+        r#"{"seq":2,"ts":3,"type":"turn/end","data":{"turnId":"t1"}"#,
+    ];
+    let log = dir.path().join("h.jsonl");
+    let good: String = [line(header), line(events[0]), line(events[1])].concat();
+    ok(std::fs::write(&log, &good));
+    run(["verify", text(&log).as_str()]).expect_code(0);
+    let folder = text(dir.path());
+    let refused = run(["fork", folder.as_str(), "--session", "h", "--child", "c"]);
+    refused.expect_code(1);
+    assert!(
+        refused.stderr.contains("invalid header: session c: cwd")
+            && refused.stderr.contains("NUL")
+            && refused
+                .stderr
+                .contains(&format!("its parent's log {}", log.display())),
+        "{}",
+        refused.stderr
+    );
+    assert!(!dir.path().join("c.jsonl").exists());
+    // The first event damaged, an intact one after it: corruption.
+    ok(std::fs::write(
+        &log,
+        good.replacen("turn/start", "turn/stArt", 1),
+    ));
+    let refused = run(["fork", folder.as_str(), "--session", "h", "--child", "c"]);
+    refused.expect_code(2);
+    assert!(refused.stderr.contains("corrupt"), "{}", refused.stderr);
+    assert!(!dir.path().join("c.jsonl").exists());
+}
+
 /// A record with a value no backend stores (a `ts` above 2^63 - 1, which
 /// the format itself allows) ends what `salvage` copies, as a rule
 /// violation does: the records before it are kept, and it is named.
