@@ -619,7 +619,12 @@ impl<'f> BackwardLines<'f> {
         if self.pos == self.start {
             return Ok(false);
         }
-        let from = self.pos.saturating_sub(CHUNK_BYTES as u64).max(self.start);
+        // A line longer than a chunk is read in chunks as long as what is
+        // already held (up to a quarter of the record limit): each chunk
+        // is copied in front of the buffer, so equal chunks would copy a
+        // long line's bytes once per chunk.
+        let want = self.buffer.len().clamp(CHUNK_BYTES, MAX_RECORD_BYTES / 4);
+        let from = self.pos.saturating_sub(want as u64).max(self.start);
         // The buffer before last is reused: no new pages for each chunk.
         let mut chunk = std::mem::take(&mut self.spare);
         chunk.clear();
@@ -749,6 +754,50 @@ mod tests {
             let bytes = log(&units, data_len, &with_seq(tail, next));
             prop_assert_eq!(backward(&bytes, count), forward(&bytes, count));
         }
+    }
+
+    #[test]
+    fn lines_of_many_chunks_are_read_from_the_end_as_from_the_start() {
+        // Chunks grow with the line they hold: a line past one chunk,
+        // past the largest chunk, and past the record limit (damage, a
+        // line of which nothing is kept), after lines of each.
+        let longest = MAX_RECORD_BYTES / 4 + 300_000;
+        let cases = [
+            (600_000, &[1, 1, 1][..]),
+            (600_000, &[1, 3, 1]),
+            (longest, &[1, 1]),
+        ];
+        for (data_len, units) in cases {
+            let bytes = log(units, data_len, b"");
+            for count in [1, 2, 5] {
+                assert_eq!(
+                    backward(&bytes, count),
+                    forward(&bytes, count),
+                    "{data_len} {units:?} {count}"
+                );
+            }
+        }
+        let mut oversized = log(&[1], longest, b"");
+        oversized.extend(vec![b'x'; MAX_RECORD_BYTES + 70_000]);
+        oversized.push(b'\n');
+        oversized.extend(
+            log(&[1], 8, b"")
+                .split_inclusive(|&b| b == b'\n')
+                .nth(1)
+                .unwrap_or_default(),
+        );
+        // The same corruption, found at the same line and offset: each
+        // names the file as it was given.
+        let named = |read: Result<_, String>| {
+            read.map_err(|error| {
+                error
+                    .split_once("s.jsonl: ")
+                    .map(|(_, said)| said.to_owned())
+            })
+        };
+        let (from_end, from_start) = (backward(&oversized, 2), forward(&oversized, 2));
+        assert!(from_end.is_err(), "{from_end:?}");
+        assert_eq!(named(from_end), named(from_start));
     }
 
     /// `records` as (batch, data) encoded from seq 1 after the header, the
