@@ -73,6 +73,18 @@ impl RowPage {
         self.types.clear();
     }
 
+    /// Whether its bodies reach [`crate::sql::PAGE_BYTES`]: a page read
+    /// ends there, whatever rows it may still take.
+    pub(crate) fn is_full_of_bytes(&self) -> bool {
+        self.bodies.len() >= crate::sql::PAGE_BYTES
+    }
+
+    /// The bytes of its bodies.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn body_bytes(&self) -> usize {
+        self.bodies.len()
+    }
+
     /// The bytes the page holds room for.
     pub(crate) fn capacity_bytes(&self) -> usize {
         self.rows.capacity() * std::mem::size_of::<EventRow>()

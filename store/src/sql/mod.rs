@@ -210,6 +210,13 @@ pub(crate) fn stage(
 /// writes one); a read from the start of a session asks from the lowest
 /// integer, so that such a row comes first and is refused as out of
 /// sequence, instead of lying below every read where no check sees it.
+/// The bodies' bytes past which a page of a session's rows ends before it
+/// holds as many rows as it may: a session of large records (tool outputs
+/// of hundreds of kilobytes) would otherwise be held a page of hundreds of
+/// them at a time, and read ahead a page more, its reader's memory
+/// following the records' size. A page holds at least one row.
+pub(crate) const PAGE_BYTES: usize = 4 << 20;
+
 pub(crate) fn lowest_row_seq(from: u64) -> i64 {
     match from {
         0 | 1 => i64::MIN,

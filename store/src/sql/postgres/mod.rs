@@ -99,8 +99,15 @@ pub(crate) fn display_of(text: &str) -> String {
 /// The schema version this build reads and writes (`schema_version`).
 pub const POSTGRES_SCHEMA_VERSION: i64 = statements::SCHEMA_STEPS.len() as i64;
 
-/// Rows read per page by [`PostgresEvents`].
+/// Rows read per page by [`PostgresEvents`], at most.
 const PAGE_ROWS: i64 = 4096;
+
+/// Rows asked for by a session's first page: the server sends all the rows
+/// a page asks for, and a page ends at [`crate::sql::PAGE_BYTES`] of
+/// bodies, the rows after that discarded; each next page asks for as many
+/// rows as fit in that at the size of the rows just read, at most four
+/// times as many as the page before.
+const FIRST_PAGE_ROWS: i64 = 256;
 
 /// Rows inserted per statement when a session is created.
 const INSERT_CHUNK_ROWS: usize = 8192;
@@ -121,6 +128,8 @@ pub type PostgresEvents = SqlEvents;
 /// connection.
 struct PostgresRows {
     shared: Arc<Shared>,
+    /// The rows the next page asks for.
+    limit: i64,
 }
 
 /// A connection subscribed to a store's notifications: [`wait`](Self::wait)
@@ -424,6 +433,7 @@ impl PostgresStore {
         Ok(SqlEvents::new(
             Arc::new(Mutex::new(PostgresRows {
                 shared: Arc::clone(&self.shared),
+                limit: FIRST_PAGE_ROWS,
             })),
             self.path().to_owned(),
             id.clone(),
@@ -746,16 +756,27 @@ impl RowPages for PostgresRows {
         page: &mut RowPage,
     ) -> Result<(), StoreError> {
         let (from, through) = (crate::sql::lowest_row_seq(from), sql_integer(through));
-        let rows = self.shared.with_connection("read events", |connection| {
-            let statement = connection.prepared(sql::READ_EVENTS)?;
-            connection
-                .client
-                .query(&statement, &[&id.as_str(), &from, &through, &PAGE_ROWS])
-        })?;
+        let limit = self.limit;
         page.clear();
-        for row in &rows {
-            push_event_row(page, row).map_err(self.shared.error("read events"))?;
-        }
+        self.shared.with_connection("read events", |connection| {
+            let statement = connection.prepared(sql::READ_EVENTS)?;
+            let params: [&(dyn postgres::types::ToSql + Sync); 4] =
+                [&id.as_str(), &from, &through, &limit];
+            // Rows are taken as they come, and the rest of a page dropped
+            // (the client reads and discards them) once its bodies are
+            // full.
+            let mut rows = connection.client.query_raw(&statement, params)?;
+            while let Some(row) = rows.next()? {
+                push_event_row(page, &row)?;
+                if page.is_full_of_bytes() {
+                    break;
+                }
+            }
+            Ok(())
+        })?;
+        let per_row = (page.body_bytes() / page.rows.len().max(1)).max(1);
+        let fit = i64::try_from(crate::sql::PAGE_BYTES / per_row).unwrap_or(PAGE_ROWS);
+        self.limit = fit.clamp(1, PAGE_ROWS.min(limit.saturating_mul(4)));
         Ok(())
     }
 

@@ -1104,7 +1104,10 @@ impl RowPages for SqliteRows {
         }
         drop(sweep);
         self.shared.read_rows(&reader, id, from, u64::MAX, page)?;
-        Ok(Some(page.rows.len() < PAGE_ROWS))
+        // A page cut by its bytes may have rows after it.
+        Ok(Some(
+            page.rows.len() < PAGE_ROWS && !page.is_full_of_bytes(),
+        ))
     }
 }
 
@@ -1411,6 +1414,9 @@ impl Shared {
             let seq = row.get::<_, i64>(0).unwrap_or(next_seq).max(next_seq);
             push_event_row(page, row, 0).map_err(|error| self.unreadable_row(id, seq, error))?;
             next_seq = seq.saturating_add(1);
+            if page.is_full_of_bytes() {
+                break;
+            }
         }
         Ok(())
     }

@@ -167,7 +167,7 @@ impl Sweep {
             }
             let whole = match ahead.groups.front_mut() {
                 Some((session, group)) if session == id => {
-                    while page.rows.len() < max {
+                    while page.rows.len() < max && !page.is_full_of_bytes() {
                         let Some(index) = group.next() else { break };
                         let row = &ahead.page.rows[index];
                         from = i128::from(row.seq) + 1;
@@ -184,7 +184,8 @@ impl Sweep {
                     } else {
                         // The rows held end with this session's: read on.
                         ahead.groups.pop_front();
-                        (page.rows.len() == max).then_some(false)
+                        let full = page.rows.len() == max || page.is_full_of_bytes();
+                        full.then_some(false)
                     }
                 }
                 // Rows held, the first another session's; or none at all.
@@ -296,8 +297,12 @@ impl EventsAhead {
                     .push_back((session.to_owned(), count..count + 1)),
             }
             count += 1;
+            if self.page.is_full_of_bytes() {
+                break;
+            }
         }
-        self.at_end = count < EVENT_CHUNK;
+        // Rows cut by their bytes may have rows after them.
+        self.at_end = count < EVENT_CHUNK && !self.page.is_full_of_bytes();
         self.start = Some((id.to_owned(), from));
         Ok(())
     }
