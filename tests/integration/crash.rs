@@ -163,19 +163,29 @@ fn kill_loop(
     let mut rng = Rng::new(seed);
     let mut figures = KillFigures::default();
     let mut have = 0usize;
+    // The kills fall within `window` of each start: on a loaded machine an
+    // appender may not have started appending by then, so a round in
+    // which nothing was acknowledged widens it (up to 16 times), and one
+    // that acknowledged events sets it back.
+    let mut window = max_delay_us;
     for round in 0..kills {
         if have >= lines.len() {
             break;
         }
         let chunk = 1 + rng.below(60);
         let feed = lines[have..(have + chunk).min(lines.len())].to_vec();
+        let acked_before = acked.load(Ordering::SeqCst);
         let mut appender = start_append(store, session, feed, acked.clone(), have as u64 + 1);
-        std::thread::sleep(Duration::from_micros(rng.below(max_delay_us) as u64));
+        std::thread::sleep(Duration::from_micros(rng.below(window) as u64));
         if ok(appender.child.try_wait()).is_some() {
             figures.exited_before_kill += 1;
         }
         appender.kill();
         figures.kills += 1;
+        window = match acked.load(Ordering::SeqCst) > acked_before {
+            true => max_delay_us,
+            false => (window * 2).min(max_delay_us * 16),
+        };
         let verify = run(["verify", &text(store), "--session", session]);
         assert!(
             verify.code == 0 || verify.code == 3,
