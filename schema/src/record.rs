@@ -426,18 +426,33 @@ pub fn split_crc(line: &[u8]) -> Option<(&[u8], u32)> {
     if !suffix.starts_with(CRC_PREFIX) {
         return None;
     }
-    // Eight lower-case hex digits, read in the one pass that checks them.
+    // Eight lower-case hex digits, read in the one pass that checks them:
+    // a byte that is not one has a high bit set in its table entry.
     let mut crc = 0_u32;
+    let mut flags = 0_u8;
     for &digit in &suffix[CRC_PREFIX.len()..CRC_PREFIX.len() + 8] {
-        let value = match digit {
-            b'0'..=b'9' => digit - b'0',
-            b'a'..=b'f' => digit - b'a' + 10,
-            _ => return None,
-        };
-        crc = (crc << 4) | u32::from(value);
+        let value = HEX_VALUES[usize::from(digit)];
+        flags |= value;
+        crc = (crc << 4) | u32::from(value & 0x0f);
     }
-    Some((&line[..body_end], crc))
+    (flags & 0xf0 == 0).then_some((&line[..body_end], crc))
 }
+
+/// The value of each lower-case hex digit, at its byte; `0xff` at every
+/// other byte.
+const HEX_VALUES: [u8; 256] = {
+    let mut values = [0xff; 256];
+    let mut digit = 0;
+    while digit < 16 {
+        let byte = match digit < 10 {
+            true => b'0' + digit,
+            false => b'a' + digit - 10,
+        };
+        values[byte as usize] = digit;
+        digit += 1;
+    }
+    values
+};
 
 /// Checks a line's suffix and CRC for session `id`, returning its body.
 pub fn check_crc<'a>(id: &SessionId, line: &'a [u8]) -> Result<&'a [u8], DecodeError> {
@@ -819,8 +834,14 @@ pub fn decode_event_unproven_into(
     let (body, crc) = checked_line(id, line)?;
     let text = utf8(line)?;
     if let Some(prefix) = CanonicalPrefix::read(text, body.len()) {
+        let body = &text[..prefix.data.end];
         buffer.clear();
-        buffer.push_str(&text[..prefix.data.end]);
+        // A buffer too small is not grown: growing it would copy what it
+        // held, which is nothing now.
+        if buffer.capacity() < body.len() {
+            buffer = String::with_capacity(body.len());
+        }
+        buffer.push_str(body);
         return Ok((prefix.into_record_owning(buffer).read_under(crc), true));
     }
     decode_event_members(text, body.len()).map(|record| (record.read_under(crc), false))
@@ -991,16 +1012,24 @@ fn expect(bytes: &[u8], at: usize, expected: &[u8]) -> Option<usize> {
 /// without a leading zero) that fits in a `u64` and is followed by `,`, and
 /// the index of that comma.
 fn canonical_u64(bytes: &[u8], at: usize) -> Option<(u64, usize)> {
-    let rest = &bytes[at..];
-    let digits = rest.iter().position(|byte| !byte.is_ascii_digit())?;
+    let rest = bytes.get(at..)?;
+    // Read in the one pass that finds the digits' end: nineteen digits
+    // cannot overflow a `u64`, so only a twentieth and on are checked.
+    let mut value: u64 = 0;
+    let mut digits = 0;
+    loop {
+        let digit = rest.get(digits)?.wrapping_sub(b'0');
+        if digit > 9 {
+            break;
+        }
+        value = match digits < 19 {
+            true => value * 10 + u64::from(digit),
+            false => value.checked_mul(10)?.checked_add(u64::from(digit))?,
+        };
+        digits += 1;
+    }
     if digits == 0 || (digits > 1 && rest[0] == b'0') || rest[digits] != b',' {
         return None;
-    }
-    let mut value: u64 = 0;
-    for &digit in &rest[..digits] {
-        value = value
-            .checked_mul(10)?
-            .checked_add(u64::from(digit - b'0'))?;
     }
     Some((value, at + digits))
 }
@@ -1094,6 +1123,11 @@ where
 }
 
 fn utf8(line: &[u8]) -> Result<&str, DecodeError> {
+    // The vector check says only whether the line is UTF-8; where it is
+    // not, std's finds the offset the error names.
+    if let Ok(text) = simdutf8::basic::from_utf8(line) {
+        return Ok(text);
+    }
     std::str::from_utf8(line).map_err(|e| {
         DecodeError::Damaged(format!(
             "not UTF-8 (invalid byte at offset {} in the line)",

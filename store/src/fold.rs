@@ -334,13 +334,13 @@ pub(crate) fn hand_over<S: SessionStream + ?Sized>(
 
 #[cfg(test)]
 mod tests {
-    use std::io::{BufRead, Cursor};
+    use std::io::Cursor;
     use std::path::Path;
 
     use sessionlog_schema::{ChainValue, Seal, SessionHeader, SessionId, TornTail};
 
     use super::*;
-    use crate::reader::{LogReader, Rewind};
+    use crate::reader::{Lend, LogReader, Rewind};
 
     /// What a fold reports of one event: its seq, what applying it
     /// returned, and the state's seq and chain after it.
@@ -565,7 +565,7 @@ mod tests {
     }
 
     /// [`finished`] of a stream read from any source.
-    fn finished_reading<R: BufRead + Rewind + std::fmt::Debug>(
+    fn finished_reading<R: Lend + Rewind + std::fmt::Debug>(
         mut stream: LogReader<R>,
         fold: impl FnOnce(&mut LogReader<R>) -> (SessionState, Vec<Seen>, Result<(), String>),
     ) -> Finished {
@@ -597,7 +597,7 @@ mod tests {
     }
 
     /// The fold of `stream` by [`fold_stream`].
-    fn folded_handed_over<R: BufRead + Rewind + std::fmt::Debug>(
+    fn folded_handed_over<R: Lend + Rewind + std::fmt::Debug>(
         stream: &mut LogReader<R>,
     ) -> (SessionState, Vec<Seen>, Result<(), String>) {
         let mut state =

@@ -1002,8 +1002,8 @@ impl Output<'_> {
         written
             .seek(std::io::SeekFrom::Start(self.records_start))
             .map_err(|source| StoreError::io("seek", self.path, source))?;
-        let source = std::io::BufReader::with_capacity(SPOOL_CHUNK_BYTES, written)
-            .take(end - self.records_start);
+        let source =
+            BufReader::with_capacity(SPOOL_CHUNK_BYTES, written.take(end - self.records_start));
         let mut lines = LineReader::starting_at(source, self.records_start);
         let mut chain = genesis;
         while let Some((_, line)) = lines

@@ -38,7 +38,6 @@
 
 use std::fmt;
 use std::fs::File;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -49,7 +48,7 @@ use sessionlog_schema::{
 
 use crate::jsonl::{read_header_as_is, JsonlStore};
 use crate::leftovers;
-use crate::reader::{LogReader, SessionStream};
+use crate::reader::{Lend, LogReader, SessionStream};
 #[cfg(feature = "postgres")]
 use crate::sql::postgres::PostgresBulkCreate;
 #[cfg(feature = "sqlite")]
@@ -319,12 +318,12 @@ impl SessionSource<'_> {
 }
 
 /// A log's events, then a `tracing` warning if it ends in a torn tail.
-struct WarnOfTornTail<R: BufRead> {
+struct WarnOfTornTail<R: Lend> {
     reader: Option<LogReader<R>>,
     path: PathBuf,
 }
 
-impl<R: BufRead> Iterator for WarnOfTornTail<R> {
+impl<R: Lend> Iterator for WarnOfTornTail<R> {
     type Item = Result<EventRecord, StoreError>;
 
     fn next(&mut self) -> Option<Self::Item> {

@@ -148,14 +148,43 @@ impl<T: AsRef<[u8]>> Rewind for Cursor<T> {
     }
 }
 
+/// A buffered source that can show what it holds buffered without
+/// reading: what lets a [`LineReader`] lend a line that lies whole in that
+/// buffer instead of copying it out.
+pub trait Lend: BufRead {
+    /// The bytes buffered and not yet consumed; empty when none are.
+    fn buffered(&self) -> &[u8];
+}
+
+impl<R: Read> Lend for BufReader<R> {
+    fn buffered(&self) -> &[u8] {
+        self.buffer()
+    }
+}
+
+impl<T: AsRef<[u8]>> Lend for Cursor<T> {
+    fn buffered(&self) -> &[u8] {
+        let bytes = self.get_ref().as_ref();
+        let at = usize::try_from(self.position()).map_or(bytes.len(), |at| at.min(bytes.len()));
+        &bytes[at..]
+    }
+}
+
 /// Splits a log into lines with their byte offsets, in bounded memory: a
 /// line longer than the record limit is skipped, not buffered, and reported
 /// by its length only. Every reader of a log file splits it with this.
+///
+/// A line that lies whole in the source's buffer, as most do, is lent
+/// from there (the source consumes it at the next read); only one that
+/// spans two fills of the buffer is copied into a line of its own.
 #[derive(Debug)]
 pub struct LineReader<R> {
     source: R,
     offset: u64,
     line: Vec<u8>,
+    /// The length of the last line read when it is lent from the source's
+    /// buffer, where it and its `\n` are not yet consumed.
+    lent: Option<usize>,
 }
 
 /// One line as [`LineReader`] read it.
@@ -244,7 +273,7 @@ impl LogReader<BufReader<File>> {
     }
 }
 
-impl<R: BufRead> LogReader<R> {
+impl<R: Lend> LogReader<R> {
     /// Reads the header from `source`; `path` is only used in messages.
     pub fn new(source: R, path: &Path, expected_id: Option<SessionId>) -> Result<Self, StoreError> {
         let mut reader = LogReader {
@@ -504,14 +533,10 @@ impl LineReader<BufReader<File>> {
     }
 }
 
-impl<R: BufRead> LineReader<R> {
+impl<R: Lend> LineReader<R> {
     /// Lines of `source`, from its current position (offset 0).
     pub fn new(source: R) -> Self {
-        LineReader {
-            source,
-            offset: 0,
-            line: Vec::new(),
-        }
+        LineReader::starting_at(source, 0)
     }
 
     /// Lines of `source`, which is positioned at byte `offset` of its file:
@@ -521,6 +546,15 @@ impl<R: BufRead> LineReader<R> {
             source,
             offset,
             line: Vec::new(),
+            lent: None,
+        }
+    }
+
+    /// Consumes the line lent last, if any: the source is then past every
+    /// line read.
+    fn settle(&mut self) {
+        if let Some(len) = self.lent.take() {
+            self.source.consume(len + 1);
         }
     }
 
@@ -537,6 +571,7 @@ impl<R: BufRead> LineReader<R> {
             .offset
             .checked_sub(offset)
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not read yet"))?;
+        self.settle();
         self.source.rewind_by(back)?;
         self.offset = offset;
         self.line.clear();
@@ -550,7 +585,10 @@ impl<R: BufRead> LineReader<R> {
 
     /// The bytes of the last [`Line::Complete`] read, without its `\n`.
     pub fn line(&self) -> &[u8] {
-        &self.line
+        match self.lent {
+            Some(len) => &self.source.buffered()[..len],
+            None => &self.line,
+        }
     }
 
     /// The next line and the byte offset it starts at; `None` at end of file.
@@ -560,15 +598,17 @@ impl<R: BufRead> LineReader<R> {
             return Ok(None);
         };
         self.offset += match line {
-            Line::Complete { terminated } => self.line.len() as u64 + u64::from(terminated),
+            Line::Complete { terminated } => self.line().len() as u64 + u64::from(terminated),
             Line::Oversized { len, terminated } => len + u64::from(terminated),
         };
         Ok(Some((offset, line)))
     }
 
     fn read_line(&mut self) -> std::io::Result<Option<Line>> {
+        self.settle();
         self.line.clear();
         let mut skipped: Option<u64> = None;
+        let mut first = true;
         loop {
             let buffer = self.source.fill_buf()?;
             if buffer.is_empty() {
@@ -586,6 +626,10 @@ impl<R: BufRead> LineReader<R> {
                 None => (buffer, false),
             };
             let taken = chunk.len();
+            if std::mem::take(&mut first) && found && taken <= MAX_RECORD_BYTES {
+                self.lent = Some(taken);
+                return Ok(Some(Line::Complete { terminated: true }));
+            }
             match &mut skipped {
                 Some(len) => *len += taken as u64,
                 None if self.line.len() + taken > MAX_RECORD_BYTES => {
@@ -695,7 +739,7 @@ pub trait SessionStream: std::fmt::Debug {
     fn finish(self: Box<Self>) -> Result<Option<TornTail>, StoreError>;
 }
 
-impl<R: BufRead + Rewind + std::fmt::Debug> SessionStream for LogReader<R> {
+impl<R: Lend + Rewind + std::fmt::Debug> SessionStream for LogReader<R> {
     fn header(&self) -> &SessionHeader {
         LogReader::header(self)
     }
@@ -741,7 +785,7 @@ impl<R: BufRead + Rewind + std::fmt::Debug> SessionStream for LogReader<R> {
     }
 }
 
-impl<R: BufRead> Iterator for LogReader<R> {
+impl<R: Lend> Iterator for LogReader<R> {
     type Item = Result<EventRecord, StoreError>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -763,7 +807,7 @@ impl Snapshot {
     }
 
     /// Reads the rest of `reader` into memory.
-    pub fn from_reader<R: BufRead>(mut reader: LogReader<R>) -> Result<Snapshot, StoreError> {
+    pub fn from_reader<R: Lend>(mut reader: LogReader<R>) -> Result<Snapshot, StoreError> {
         let header = reader.header().clone();
         let header_body = reader.header_body().to_owned();
         let mut events = Vec::new();
@@ -1168,5 +1212,70 @@ mod tests {
         let summary = folding.finish().expect("only torn");
         assert_eq!(summary, plain.finish().expect("only torn"));
         assert!(summary.torn_tail.is_some());
+    }
+
+    /// The lines of `bytes` as a plain split gives them: each with its
+    /// offset and whether a `\n` ended it.
+    fn split_lines(bytes: &[u8]) -> Vec<(u64, Vec<u8>, bool)> {
+        let mut lines = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            let (line, terminated) = match memchr::memchr(b'\n', &bytes[at..]) {
+                Some(end) => (&bytes[at..at + end], true),
+                None => (&bytes[at..], false),
+            };
+            lines.push((at as u64, line.to_vec(), terminated));
+            at += line.len() + usize::from(terminated);
+        }
+        lines
+    }
+
+    /// Every line of `lines`, with its offset and ending.
+    fn read_lines<R: Lend>(lines: &mut LineReader<R>) -> Vec<(u64, Vec<u8>, bool)> {
+        let mut read = Vec::new();
+        while let Some((offset, line)) = lines.next_line().expect("read from memory") {
+            let Line::Complete { terminated } = line else {
+                panic!("no line is above the limit");
+            };
+            read.push((offset, lines.line().to_vec(), terminated));
+        }
+        read
+    }
+
+    proptest::proptest! {
+        /// Lines lent from the buffer and lines copied out of two fills of
+        /// it are the same lines at the same offsets, whatever the size of
+        /// the buffer; and a move back to a line read reads the same lines
+        /// again from there.
+        #[test]
+        fn lines_lent_or_copied_are_the_lines_of_the_file(
+            lengths in proptest::collection::vec(0_usize..40, 0..30),
+            unterminated in proptest::bool::ANY,
+            capacity in 1_usize..48,
+            back in proptest::num::usize::ANY,
+        ) {
+            let mut bytes = Vec::new();
+            for (index, length) in lengths.iter().enumerate() {
+                bytes.extend((0..*length).map(|at| b'a' + ((index + at) % 26) as u8));
+                bytes.push(b'\n');
+            }
+            if unterminated {
+                bytes.extend_from_slice(b"tail");
+            }
+            let expected = split_lines(&bytes);
+            let mut lines = LineReader::new(BufReader::with_capacity(capacity, Cursor::new(&bytes)));
+            proptest::prop_assert_eq!(&read_lines(&mut lines), &expected);
+            let mut lines = LineReader::new(Cursor::new(&bytes));
+            proptest::prop_assert_eq!(&read_lines(&mut lines), &expected);
+            if !expected.is_empty() {
+                let from = back % expected.len();
+                let mut lines = LineReader::new(BufReader::with_capacity(capacity, Cursor::new(&bytes)));
+                for _ in 0..=from {
+                    lines.next_line().expect("read from memory");
+                }
+                lines.rewind_to(expected[from].0).expect("a point read");
+                proptest::prop_assert_eq!(&read_lines(&mut lines), &expected[from..].to_vec());
+            }
+        }
     }
 }

@@ -822,7 +822,8 @@ pub(crate) fn check_storable_values(record: &EventRecord) -> Result<(), StoreErr
             )));
         }
     }
-    if record.event_type().contains('\0') {
+    // A type is short: a plain loop over it costs less than `memchr`'s set-up.
+    if record.event_type().bytes().any(|byte| byte == 0) {
         return Err(StoreError::InvalidEvent(format!(
             "seq {}: type {:?} holds a NUL character, which PostgreSQL's text cannot store",
             record.seq(),
