@@ -610,7 +610,13 @@ impl<R: Lend> LineReader<R> {
         let mut skipped: Option<u64> = None;
         let mut first = true;
         loop {
-            let buffer = self.source.fill_buf()?;
+            // A read a signal interrupted before it read anything is read
+            // again, as `read_exact` and `read_to_end` do.
+            let buffer = match self.source.fill_buf() {
+                Ok(buffer) => buffer,
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(error) => return Err(error),
+            };
             if buffer.is_empty() {
                 return Ok(match skipped {
                     Some(len) => Some(Line::Oversized {
@@ -1240,6 +1246,41 @@ mod tests {
             read.push((offset, lines.line().to_vec(), terminated));
         }
         read
+    }
+
+    /// A source whose every other read is interrupted by a signal before
+    /// it reads anything.
+    struct Interrupted<R> {
+        inner: R,
+        interrupt: bool,
+    }
+
+    impl<R: Read> Read for Interrupted<R> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.interrupt = !self.interrupt;
+            match self.interrupt {
+                true => Err(std::io::ErrorKind::Interrupted.into()),
+                false => self.inner.read(buf),
+            }
+        }
+    }
+
+    #[test]
+    fn a_read_a_signal_interrupts_is_read_again() {
+        let bytes = log();
+        let expected = split_lines(&bytes);
+        for capacity in [1, 7, 64, 4096] {
+            let source = Interrupted {
+                inner: Cursor::new(&bytes),
+                interrupt: false,
+            };
+            let mut lines = LineReader::new(BufReader::with_capacity(capacity, source));
+            assert_eq!(
+                read_lines(&mut lines),
+                expected,
+                "a buffer of {capacity} bytes"
+            );
+        }
     }
 
     proptest::proptest! {
