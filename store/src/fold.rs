@@ -293,8 +293,8 @@ pub(crate) fn hand_over<S: SessionStream + ?Sized>(
     let mut stale: Batch = Vec::new();
     let mut emptied: Option<Batch> = None;
     loop {
-        let mut batch = match spares.try_recv() {
-            Ok(mut folded) if give_back => {
+        let mut batch = match spares.try_recv().ok() {
+            Some(mut folded) if give_back => {
                 for (record, _) in folded.drain(..) {
                     stream.give_back(record);
                 }
@@ -307,15 +307,14 @@ pub(crate) fn hand_over<S: SessionStream + ?Sized>(
             // its size. Freed all at once, a batch's thousand bodies
             // overflow that cache into the allocator's bins, and each body
             // allocated after comes from them, at several times the cost.
-            Ok(folded) => {
-                drop(std::mem::replace(&mut stale, folded));
+            folded => {
+                if let Some(folded) = folded {
+                    drop(std::mem::replace(&mut stale, folded));
+                }
                 emptied
                     .take()
                     .unwrap_or_else(|| Vec::with_capacity(BATCH_RECORDS))
             }
-            Err(_) => emptied
-                .take()
-                .unwrap_or_else(|| Vec::with_capacity(BATCH_RECORDS)),
         };
         let mut ended = None;
         let mut bytes = 0;
