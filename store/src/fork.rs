@@ -928,7 +928,19 @@ fn write_records(
                     if let Some(chain) = &mut chain {
                         *chain = ChainValue::next(chain, body);
                     }
-                    encode_signed_line_into(body, resign.crc(record), &mut out.buffer);
+                    let crc = resign.crc(record);
+                    if body.len() >= SPOOL_CHUNK_BYTES {
+                        // A large body is written from the record, not
+                        // copied into the buffer, which would grow to
+                        // hold it (and keep that size to the end).
+                        if !out.buffer.is_empty() {
+                            out.flush()?;
+                        }
+                        out.write_unbuffered(body.as_bytes())?;
+                        encode_signed_line_into("", crc, &mut out.buffer);
+                        continue;
+                    }
+                    encode_signed_line_into(body, crc, &mut out.buffer);
                     if out.buffer.len() >= SPOOL_CHUNK_BYTES {
                         out.flush()?;
                     }
@@ -971,11 +983,21 @@ struct Output<'a> {
 
 impl Output<'_> {
     fn flush(&mut self) -> Result<(), StoreError> {
-        self.io
-            .write_all(self.file, self.path, &self.buffer)
-            .map_err(|source| StoreError::io("write", self.path, source))?;
-        self.unsynced += self.buffer.len() as u64;
+        let buffer = std::mem::take(&mut self.buffer);
+        let written = self.write_unbuffered(&buffer);
+        self.buffer = buffer;
         self.buffer.clear();
+        written
+    }
+
+    /// Writes `bytes` after what was written (the buffer flushed first, if
+    /// they are to follow it), and starts the early write-back every
+    /// [`WRITE_BACK_BYTES`].
+    fn write_unbuffered(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
+        self.io
+            .write_all(self.file, self.path, bytes)
+            .map_err(|source| StoreError::io("write", self.path, source))?;
+        self.unsynced += bytes.len() as u64;
         if let Some(write_back) = &self.write_back {
             // The syncer takes every byte written so far: while it is
             // busy, one request waits and more are not needed.
@@ -1522,6 +1544,63 @@ mod tests {
                 other => panic!("with snapshot {with_snapshot}: a seal failure, not {other:?}"),
             }
             assert!(!store.session_path(&id("c")).exists());
+            assert_no_temporary_file(store.path());
+        }
+    }
+
+    /// A body of a chunk or more is written from its record, after the
+    /// lines buffered before it and before those after it; a seal after
+    /// it is checked against the chain read back from what was written.
+    #[test]
+    fn large_bodies_are_copied_whole_between_the_lines_around_them() {
+        for with_snapshot in [true, false] {
+            let folder = ok(tempfile::tempdir());
+            let store = ok(Store::create(folder.path()));
+            ok(store.create_session(&header("p"), &[], Durability::Fsync));
+            let mut writer = ok(store.open_writer(&id("p"), WriterOptions::default()));
+            // Enough events for the writer to keep a state snapshot.
+            let notes = (0..1_100).map(|n| note(&format!("before {n}"))).collect();
+            ok(writer.append_batch(notes, None));
+            let sizes = [
+                10,
+                SPOOL_CHUNK_BYTES,
+                20,
+                SPOOL_CHUNK_BYTES * 3,
+                SPOOL_CHUNK_BYTES - 30,
+            ];
+            for (n, size) in sizes.into_iter().enumerate() {
+                ok(writer.append(note(&format!("{n} {}", "y".repeat(size))), None));
+                ok(writer.append(note(&format!("small {n}")), None));
+            }
+            ok(writer.seal(None, None));
+            ok(writer.append(note("after the seal"), None));
+            drop(writer);
+            let parent_log = store.session_path(&id("p"));
+            if !with_snapshot {
+                ok(std::fs::remove_file(crate::jsonl::state_snapshot_path(
+                    &parent_log,
+                )));
+            }
+            let seed_length = 1_100 + 2 * sizes.len() as u64 + 2;
+            assert_eq!(fork_of(&store, "c").seed_length, seed_length);
+            let bodies = |session: &str| -> Vec<String> {
+                let snapshot = ok(store.snapshot(&id(session)));
+                let records = snapshot.events.iter().take(seed_length as usize);
+                records.map(|record| record.body().to_owned()).collect()
+            };
+            assert_eq!(bodies("c"), bodies("p"), "with snapshot {with_snapshot}");
+            let (_, violations) = ok(store.snapshot(&id("c"))).fold();
+            assert!(violations.is_empty(), "{violations:?}");
+
+            // The seal after the large bodies holds only over the chain of
+            // what the writer wrote: broken, it refuses the fork.
+            break_seal(&parent_log, seed_length - 1);
+            match store.fork(&id("p"), &id("d"), Some("go"), &Defaults::default()) {
+                Err(StoreError::Rule { violation, .. }) => {
+                    assert_eq!(violation.kind, ViolationKind::Seal, "{violation}");
+                }
+                other => panic!("with snapshot {with_snapshot}: a seal failure, not {other:?}"),
+            }
             assert_no_temporary_file(store.path());
         }
     }
