@@ -453,10 +453,23 @@ fn a_broken_file_is_named_with_its_line_imports_nothing_and_the_others_go_on() {
     let store = dir.path().join("audit");
     let run = import("auto", &[sources], &store);
     run.expect_code(1);
+    // The byte offset of a fixture's second line.
+    let second_line = |name: &str| {
+        let text = std::fs::read_to_string(bad.join(name)).unwrap_or_default();
+        text.find('\n').map_or(0, |end| end + 1)
+    };
+    let not_json = format!(
+        "000000000001.jsonl line 2 (byte offset {}): not JSON",
+        second_line("not-json.jsonl")
+    );
+    let cut = format!(
+        "000000000002.jsonl line 2 (byte offset {}): the last line is cut short",
+        second_line("cut.jsonl")
+    );
     for named in [
-        "000000000001.jsonl line 2: not JSON",
-        "000000000002.jsonl line 2: the last line is cut short",
-        "unknown.jsonl line 1: not a Codex rollout nor a Claude Code transcript",
+        not_json.as_str(),
+        cut.as_str(),
+        "unknown.jsonl line 1 (byte offset 0): not a Codex rollout nor a Claude Code transcript",
         "000000000003.jsonl: empty file",
     ] {
         assert!(run.stderr.contains(named), "{named:?} in {}", run.stderr);
@@ -635,13 +648,15 @@ fn a_record_above_the_limit_is_named_with_its_source_line() {
             serde_json::json!({ "role": "user", "content": "next" }),
         ),
     ];
-    // Each transcript fails, named by file, line and session.
-    let fails_at = |format: &str, name: &str, lines: &[String], named: &str| {
+    // Each transcript fails, named by file, line, the line's byte offset
+    // and session.
+    let fails_at = |format: &str, name: &str, lines: &[String], line: usize, session: &str| {
         let file = dir.path().join(name);
         ok(std::fs::write(&file, lines.join("\n") + "\n"));
         let run = import(format, &[file], &dir.path().join(format));
         run.expect_code(1);
-        let expected = format!("{name} line {named}");
+        let offset: usize = lines[..line - 1].iter().map(|line| line.len() + 1).sum();
+        let expected = format!("{name} line {line} (byte offset {offset}): session {session}");
         assert!(
             run.stderr.contains(&expected) && run.stderr.contains("record limit"),
             "{expected:?} in {}",
@@ -652,7 +667,8 @@ fn a_record_above_the_limit_is_named_with_its_source_line() {
         "claude",
         "0b160000-0000-4000-8000-000000000001.jsonl",
         &claude,
-        "2: session claude-",
+        2,
+        "claude-",
     );
 
     let codex = [
@@ -674,6 +690,71 @@ fn a_record_above_the_limit_is_named_with_its_source_line() {
         "codex",
         "rollout-2025-11-20T16-59-09-0b160000-0000-4000-8000-000000000002.jsonl",
         &codex,
-        "4: session codex-",
+        4,
+        "codex-",
     );
+}
+
+/// Two sources whose ids map to one session id: the second is skipped, and
+/// its reason names that other source as what it may be, not only a change.
+/// (A Claude session whose own id spells another's agent file.)
+#[test]
+fn a_second_source_mapping_to_a_stored_id_is_not_said_to_have_changed() {
+    let dir = temp();
+    let sources = dir.path().join("p");
+    std::fs::create_dir_all(&sources).unwrap_or_else(|error| panic!("mkdir: {error}"));
+    let user = |session: &str, extra: &str, text: &str| {
+        format!(
+            r#"{{"type":"user","sessionId":"{session}"{extra},"uuid":"u1","timestamp":"2025-12-01T10:00:01.000Z","cwd":"/w","message":{{"role":"user","content":"{text}"}}}}"#
+        ) + "\n"
+    };
+    let main = sources.join("main.jsonl");
+    let agent = sources.join("agent-def.jsonl");
+    let write = |path: &Path, text: String| {
+        std::fs::write(path, text).unwrap_or_else(|error| panic!("write: {error}"));
+    };
+    write(&main, user("abc-agent-def", "", "the main session"));
+    write(
+        &agent,
+        user(
+            "abc",
+            r#","isSidechain":true,"agentId":"def""#,
+            "a sub-agent",
+        ),
+    );
+    let store = dir.path().join("audit");
+    let run = import("claude", &[main, agent], &store);
+    run.expect_code(0);
+    assert!(
+        run.stderr
+            .contains("session claude-abc-agent-def is already in the store")
+            && run
+                .stderr
+                .contains("another source whose id maps to the same session id"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("grew"), "{}", run.stderr);
+}
+
+/// A file of a walked folder whose name is not UTF-8 is read as any other
+/// (its id, should it come from the name, has the bytes replaced).
+#[test]
+fn a_transcript_whose_name_is_not_utf8_is_imported_from_a_folder() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = temp();
+    let sources = dir.path().join("sources");
+    std::fs::create_dir_all(&sources).unwrap_or_else(|error| panic!("mkdir: {error}"));
+    let name = std::ffi::OsStr::from_bytes(b"rollout-\xff\xfe.jsonl");
+    let rollout = fixtures().join(
+        "codex/current/rollout-2025-11-20T16-59-09-019aa234-a2a1-75c3-a9bf-d8425e1785f5.jsonl",
+    );
+    std::fs::copy(&rollout, sources.join(name)).unwrap_or_else(|error| panic!("copy: {error}"));
+    let store = dir.path().join("audit");
+    let run = import("codex", &[sources], &store);
+    run.expect_code(0);
+    let ids = Store::open(&store)
+        .and_then(|store| store.ids())
+        .unwrap_or_else(|error| panic!("ids: {error}"));
+    assert_eq!(ids, [id(CODEX)], "{}", run.stdout);
 }

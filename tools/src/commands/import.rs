@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 use serde::Serialize;
+use sessionlog_schema::SessionId;
 use sessionlog_store::Store;
 
 use crate::commands::replay::display;
@@ -46,6 +47,8 @@ struct FileNote<'a> {
     file: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     line: Option<Option<usize>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    offset: Option<Option<u64>>,
     reason: &'a str,
 }
 
@@ -146,16 +149,37 @@ fn import_one(store: &Store, file: &Path, format: Format, report: &mut SourceRep
                 });
             }
             SessionOutcome::Unchanged => report.unchanged += 1,
-            SessionOutcome::Changed { stored, now } => report.skipped.push((
+            SessionOutcome::Changed {
+                stored,
+                now,
+                differs_at,
+            } => report.skipped.push((
                 file.display().to_string(),
-                format!(
-                    "session {} is already in the store with {stored} events; the source now gives {now} \
-                     (it changed since it was imported); nothing written",
-                    header.id
-                ),
+                changed_reason(&header.id, stored, now, differs_at),
             )),
         }
     }
+}
+
+/// Why a source whose session the store holds, with other events, was
+/// skipped. A source that only grew was resumed since it was imported;
+/// one that differs before the stored events end cannot be told apart from
+/// another source whose id maps to the same session id, so both are named.
+fn changed_reason(id: &SessionId, stored: u64, now: u64, differs_at: u64) -> String {
+    let why = if differs_at > stored {
+        format!("the source now gives {now}, the first {stored} the same: it grew since it was imported")
+    } else {
+        let place = match differs_at {
+            0 => "its header differs".to_owned(),
+            seq => format!("they differ from seq {seq} on"),
+        };
+        format!(
+            "the source now gives {now}, and {place}: the source changed since it was imported \
+             (a session resumed in the tool), or it is another source whose id maps to the same \
+             session id (see \"Session ids\" in docs/IMPORT.md)"
+        )
+    };
+    format!("session {id} is already in the store with {stored} events; {why}; nothing written")
 }
 
 fn print_report(source: &Path, report: &SourceReport, json: bool) -> std::io::Result<()> {
@@ -176,6 +200,7 @@ fn print_report(source: &Path, report: &SourceReport, json: bool) -> std::io::Re
             .map(|error| FileNote {
                 file: error.file.display().to_string(),
                 line: Some(error.line),
+                offset: Some(error.offset),
                 reason: &error.reason,
             })
             .collect();
@@ -185,6 +210,7 @@ fn print_report(source: &Path, report: &SourceReport, json: bool) -> std::io::Re
             .map(|(file, reason)| FileNote {
                 file: file.clone(),
                 line: None,
+                offset: None,
                 reason,
             })
             .collect();

@@ -12,6 +12,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::source::Place;
 use serde_json::{json, Value};
 use sessionlog_schema::{compact_json, ApprovalPolicy, Preset, SandboxMode};
 
@@ -24,9 +25,9 @@ pub struct Draft {
     pub data: String,
     /// Unix milliseconds.
     pub ts: u64,
-    /// The 1-based line of the source it was made from (its first, for a
-    /// message gathered from several); 0 before the first line.
-    pub line: usize,
+    /// The line of the source it was made from (its first, for a message
+    /// gathered from several); line 0 before the first line.
+    pub at: Place,
 }
 
 /// Who a message came from, as the importer judged it.
@@ -61,7 +62,7 @@ pub struct SessionBuilder {
     tool: &'static str,
     events: Vec<Draft>,
     ts: u64,
-    line: usize,
+    at: Place,
     open_turn: Option<String>,
     turn_has_content: bool,
     open_step: Option<String>,
@@ -85,7 +86,7 @@ impl SessionBuilder {
             tool,
             events: Vec::new(),
             ts: created_at,
-            line: 0,
+            at: Place::default(),
             open_turn: None,
             turn_has_content: false,
             open_step: None,
@@ -111,13 +112,13 @@ impl SessionBuilder {
 
     /// The source line what follows is made from, named by an error about
     /// one of its events.
-    pub fn set_line(&mut self, number: usize) {
-        self.line = number;
+    pub fn set_line(&mut self, at: Place) {
+        self.at = at;
     }
 
     /// The source line set last.
-    pub fn line(&self) -> usize {
-        self.line
+    pub fn line(&self) -> Place {
+        self.at
     }
 
     /// The source started a turn (Codex `task_started`), named `source_id`.
@@ -329,7 +330,7 @@ impl SessionBuilder {
             event_type: format!("x-{}/{kind}", self.tool),
             data,
             ts: self.ts,
-            line: self.line,
+            at: self.at,
         });
     }
 
@@ -367,7 +368,7 @@ impl SessionBuilder {
             event_type: event_type.to_owned(),
             data: data.to_string(),
             ts: self.ts,
-            line: self.line,
+            at: self.at,
         });
     }
 }

@@ -26,6 +26,7 @@ use sessionlog_schema::{ApprovalPolicy, Preset, SandboxMode, SessionHeader, Sess
 
 use super::builder::{image_part, text_part, Origin, Outcome, SessionBuilder};
 use super::codex::{file_stem, opening_tag};
+use super::source::Place;
 use super::source::{derive_session_id, parse_time, str_of, ImportError, SourceLine};
 use super::{ImportedSession, Translation};
 
@@ -75,9 +76,9 @@ pub fn translate(file: &Path, lines: &[SourceLine]) -> Result<Translation, Impor
         .first()
         .ok_or_else(|| ImportError::file(file, "empty file"))?;
     if !recognise(lines) {
-        return Err(ImportError::at(
+        return Err(ImportError::at_place(
             file,
-            first.number,
+            first.place(),
             "not a Claude Code transcript: none of its first lines has a type with a sessionId, a message or a Claude Code line type",
         ));
     }
@@ -248,7 +249,7 @@ struct Conversation<'a> {
     pending_text: Vec<Value>,
     pending_key: Option<String>,
     /// The line the pending text starts at.
-    pending_line: usize,
+    pending_line: Place,
 }
 
 impl<'a> Conversation<'a> {
@@ -260,7 +261,7 @@ impl<'a> Conversation<'a> {
             seen_blocks: HashSet::new(),
             pending_text: Vec::new(),
             pending_key: None,
-            pending_line: 0,
+            pending_line: Place::default(),
         }
     }
 
@@ -276,7 +277,7 @@ impl<'a> Conversation<'a> {
             }
             self.builder
                 .set_time(str_of(&line.value, "timestamp").and_then(parse_time));
-            self.builder.set_line(line.number);
+            self.builder.set_line(line.place());
             self.line(line);
         }
         for child in announced.get(&lines.len()).into_iter().flatten() {
@@ -337,7 +338,7 @@ impl<'a> Conversation<'a> {
                     self.builder.model_output(&key);
                     self.pending_key = Some(key.clone());
                     if self.pending_text.is_empty() {
-                        self.pending_line = line.number;
+                        self.pending_line = line.place();
                     }
                     self.pending_text
                         .push(text_part(str_of(block, "text").unwrap_or_default()));
@@ -428,7 +429,10 @@ impl<'a> Conversation<'a> {
                     }
                 }
                 Some("image") => {
-                    parts.push(image_block(block));
+                    let part = image_block(block);
+                    // Only referred to (a URL, a file id): the line keeps it.
+                    unmapped |= part.get("data").is_none();
+                    parts.push(part);
                     continues.push(false);
                 }
                 Some("document") => {

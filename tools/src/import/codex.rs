@@ -58,9 +58,9 @@ pub fn translate(file: &Path, lines: &[SourceLine]) -> Result<Translation, Impor
         .first()
         .ok_or_else(|| ImportError::file(file, "empty file"))?;
     let era = era(&first.value).ok_or_else(|| {
-        ImportError::at(
+        ImportError::at_place(
             file,
-            first.number,
+            first.place(),
             "not a Codex rollout: line 1 is neither a session_meta line nor a legacy session header",
         )
     })?;
@@ -83,7 +83,7 @@ pub fn translate(file: &Path, lines: &[SourceLine]) -> Result<Translation, Impor
     };
     for (index, item) in items.iter().enumerate() {
         builder.set_time(item.ts);
-        builder.set_line(item.line.number);
+        builder.set_line(item.line.place());
         state.apply(&mut builder, index, item);
     }
     Ok(Translation {
@@ -292,18 +292,34 @@ fn content_text(payload: &Value) -> String {
     }
 }
 
-/// The message parts of a message item: texts and images.
-fn content_parts(payload: &Value) -> Vec<Value> {
+/// The message parts of a message item (texts and images), and whether
+/// it holds a part the mapping does not know (a file, a refusal, a type of
+/// a later Codex): the caller then keeps the line too, so that nothing of
+/// it is lost. The text of an unknown part that has one is still a text.
+fn content_parts(payload: &Value) -> (Vec<Value>, bool) {
     match payload.get("content") {
-        Some(Value::String(text)) => vec![text_part(text)],
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|part| match str_of(part, "type") {
-                Some("input_image") => Some(data_url_image(str_of(part, "image_url"))),
-                _ => str_of(part, "text").map(text_part),
-            })
-            .collect(),
-        _ => Vec::new(),
+        Some(Value::String(text)) => (vec![text_part(text)], false),
+        Some(Value::Array(parts)) => {
+            let mut unmapped = false;
+            let mapped = parts
+                .iter()
+                .filter_map(|part| match str_of(part, "type") {
+                    Some("input_image") => Some(data_url_image(str_of(part, "image_url"))),
+                    Some("input_text" | "output_text" | "text") => {
+                        let text = str_of(part, "text");
+                        unmapped |= text.is_none();
+                        text.map(text_part)
+                    }
+                    _ => {
+                        unmapped = true;
+                        str_of(part, "text").map(text_part)
+                    }
+                })
+                .collect();
+            (mapped, unmapped)
+        }
+        None | Some(Value::Null) => (Vec::new(), false),
+        Some(_) => (Vec::new(), true),
     }
 }
 
@@ -454,27 +470,33 @@ impl State {
                 .map_or_else(|| format!("line-{}", item.line.number), str::to_owned)
         };
         match item.payload_type() {
-            Some("message") => match str_of(payload, "role") {
-                Some("assistant") => {
-                    builder.model_output(&self.response_key());
-                    builder.message(Origin::Assistant, content_parts(payload));
-                }
-                Some("user") => {
-                    self.input_epoch += 1;
-                    let parts = content_parts(payload);
-                    let mirrored = self.mirrors.contains(&index)
-                        && opening_tag(&content_text(payload)).is_none();
-                    if mirrored || self.legacy_prompt(payload) {
-                        builder.prompt(self.prompter.clone(), parts);
-                    } else {
-                        builder.message(injected_origin(&content_text(payload)), parts);
+            Some("message") => {
+                let Some(role) = str_of(payload, "role") else {
+                    builder.keep_line("message", raw);
+                    return;
+                };
+                let (parts, unmapped) = content_parts(payload);
+                match role {
+                    "assistant" => {
+                        builder.model_output(&self.response_key());
+                        builder.message(Origin::Assistant, parts);
                     }
+                    "user" => {
+                        self.input_epoch += 1;
+                        let mirrored = self.mirrors.contains(&index)
+                            && opening_tag(&content_text(payload)).is_none();
+                        if mirrored || self.legacy_prompt(payload) {
+                            builder.prompt(self.prompter.clone(), parts);
+                        } else {
+                            builder.message(injected_origin(&content_text(payload)), parts);
+                        }
+                    }
+                    role => builder.message(Origin::Context(role.to_owned()), parts),
                 }
-                Some(role) => {
-                    builder.message(Origin::Context(role.to_owned()), content_parts(payload))
+                if unmapped {
+                    builder.keep_line("message", raw);
                 }
-                None => builder.keep_line("message", raw),
-            },
+            }
             Some("reasoning") => {
                 let texts = reasoning_texts(payload);
                 if texts.is_empty() {
@@ -602,7 +624,8 @@ fn tool_name(payload: &Value) -> String {
     }
 }
 
-/// The readable text of a reasoning item: its summaries, else its content.
+/// The readable text of a reasoning item: its summaries, then its content
+/// (the reasoning itself, which some models write beside a summary of it).
 fn reasoning_texts(payload: &Value) -> Vec<String> {
     let texts = |key: &str| -> Vec<String> {
         payload
@@ -618,12 +641,9 @@ fn reasoning_texts(payload: &Value) -> Vec<String> {
             })
             .unwrap_or_default()
     };
-    let summary = texts("summary");
-    if summary.is_empty() {
-        texts("content")
-    } else {
-        summary
-    }
+    let mut texts_read = texts("summary");
+    texts_read.extend(texts("content"));
+    texts_read
 }
 
 /// Whether a `user_message` event holds what the person typed: its `kind`

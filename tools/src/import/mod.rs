@@ -24,6 +24,7 @@ use sessionlog_store::{Durability, Store, StoreError};
 
 pub use builder::Draft;
 pub use source::ImportError;
+use source::Place;
 
 /// Which tool wrote a source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,13 +76,19 @@ pub enum SessionOutcome {
     },
     /// Already in the store, identical: nothing written.
     Unchanged,
-    /// Already in the store, but the source has changed since (a resumed
-    /// session): nothing written.
+    /// Already in the store, but the source now gives another session:
+    /// nothing written. A source that grew (a resumed session) gives the
+    /// stored events and more; one that differs before the stored events
+    /// end was rewritten, or is another source whose id maps to the same
+    /// session id.
     Changed {
         /// Events in the store.
         stored: u64,
         /// Events the source gives now.
         now: u64,
+        /// The first seq at which the two differ; 0 when the headers do.
+        /// Past the stored events when the source only grew.
+        differs_at: u64,
     },
 }
 
@@ -142,7 +149,10 @@ fn same_folder(a: &Path, b: &Path) -> bool {
 }
 
 fn is_transcript_name(path: &Path, format: Format) -> bool {
-    let Some(name) = path.file_name().and_then(|name| name.to_str()) else {
+    // A name that is not UTF-8 is matched as the session id is derived
+    // from it (`file_stem`), its other bytes as U+FFFD: skipped silently,
+    // it would be a transcript of the folder never read nor reported.
+    let Some(name) = path.file_name().map(|name| name.to_string_lossy()) else {
         return false;
     };
     let Some(stem) = name
@@ -195,9 +205,9 @@ pub fn translate_bytes(
         Format::Auto if codex::recognise(&lines) => Format::Codex,
         Format::Auto if claude::recognise(&lines) => Format::Claude,
         Format::Auto => {
-            return Err(ImportError::at(
+            return Err(ImportError::at_place(
                 path,
-                lines[0].number,
+                lines[0].place(),
                 "not a Codex rollout nor a Claude Code transcript",
             ))
         }
@@ -249,14 +259,11 @@ pub fn write(
                     .seq
                     .checked_sub(1)
                     .and_then(|index| session.events.get(index as usize))
-                    .map_or(0, |draft| draft.line),
-                _ => 0,
+                    .map_or(Place::default(), |draft| draft.at),
+                _ => Place::default(),
             };
             let reason = format!("session {}: {error}", session.header.id);
-            return Err(match line {
-                0 => ImportError::file(path, reason),
-                line => ImportError::at(path, line, reason),
-            });
+            return Err(ImportError::at_place(path, line, reason));
         }
         prepared.push((session.header, records));
     }
@@ -319,10 +326,7 @@ fn records_of(path: &Path, session: &ImportedSession) -> Result<Vec<EventRecord>
                 draft.event_type,
                 record.body().len()
             );
-            return Err(match draft.line {
-                0 => ImportError::file(path, reason),
-                line => ImportError::at(path, line, reason),
-            });
+            return Err(ImportError::at_place(path, draft.at, reason));
         }
         records.push(record);
     }
@@ -361,19 +365,24 @@ fn compare(
     records: &[EventRecord],
 ) -> Result<SessionOutcome, StoreError> {
     let stored = store.snapshot(id)?;
-    let same = stored.header == *header
-        && stored.events.len() == records.len()
-        && stored
-            .events
-            .iter()
-            .zip(records)
-            .all(|(stored, new)| stored.body() == new.body());
+    let common = stored
+        .events
+        .iter()
+        .zip(records)
+        .take_while(|(stored, new)| stored.body() == new.body())
+        .count();
+    let differs_at = match stored.header == *header {
+        false => 0,
+        true => common as u64 + 1,
+    };
+    let same = differs_at > 0 && common == stored.events.len() && common == records.len();
     Ok(if same {
         SessionOutcome::Unchanged
     } else {
         SessionOutcome::Changed {
             stored: stored.events.len() as u64,
             now: records.len() as u64,
+            differs_at,
         }
     })
 }

@@ -17,10 +17,33 @@ use sessionlog_schema::{SessionId, MAX_SESSION_ID_LEN};
 pub struct SourceLine {
     /// 1-based line number in the file.
     pub number: usize,
+    /// The byte offset of its first byte in the file (in the text a `.zst`
+    /// file decompresses to).
+    pub offset: u64,
     /// The line's text, without its line ending.
     pub raw: String,
     /// The line, parsed.
     pub value: Value,
+}
+
+/// Where in a transcript: a line and the byte offset it starts at. Line 0
+/// is before the first line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Place {
+    /// 1-based line number.
+    pub line: usize,
+    /// The byte offset of the line's first byte.
+    pub offset: u64,
+}
+
+impl SourceLine {
+    /// Where this line is.
+    pub fn place(&self) -> Place {
+        Place {
+            line: self.number,
+            offset: self.offset,
+        }
+    }
 }
 
 /// Why a transcript could not be imported, with where.
@@ -30,6 +53,8 @@ pub struct ImportError {
     pub file: PathBuf,
     /// The line, when one line is at fault.
     pub line: Option<usize>,
+    /// The byte offset that line starts at, when known.
+    pub offset: Option<u64>,
     /// What is wrong.
     pub reason: String,
 }
@@ -38,19 +63,32 @@ impl std::error::Error for ImportError {}
 
 impl fmt::Display for ImportError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.line {
-            Some(line) => write!(f, "{} line {line}: {}", self.file.display(), self.reason),
-            None => write!(f, "{}: {}", self.file.display(), self.reason),
+        let file = self.file.display();
+        match (self.line, self.offset) {
+            (Some(line), Some(offset)) => {
+                write!(
+                    f,
+                    "{file} line {line} (byte offset {offset}): {}",
+                    self.reason
+                )
+            }
+            (Some(line), None) => write!(f, "{file} line {line}: {}", self.reason),
+            (None, _) => write!(f, "{file}: {}", self.reason),
         }
     }
 }
 
 impl ImportError {
-    /// An error at `line` of `file`.
-    pub fn at(file: &Path, line: usize, reason: impl Into<String>) -> ImportError {
+    /// An error at `place` of `file`; about the file as a whole when the
+    /// place is before its first line.
+    pub fn at_place(file: &Path, place: Place, reason: impl Into<String>) -> ImportError {
+        if place.line == 0 {
+            return ImportError::file(file, reason);
+        }
         ImportError {
             file: file.to_owned(),
-            line: Some(line),
+            line: Some(place.line),
+            offset: Some(place.offset),
             reason: reason.into(),
         }
     }
@@ -60,6 +98,7 @@ impl ImportError {
         ImportError {
             file: file.to_owned(),
             line: None,
+            offset: None,
             reason: reason.into(),
         }
     }
@@ -75,6 +114,10 @@ pub fn read_lines(file: &Path, bytes: &[u8]) -> Result<Vec<SourceLine>, ImportEr
     let mut number = 0;
     while !rest.is_empty() {
         number += 1;
+        let place = Place {
+            line: number,
+            offset: (bytes.len() - rest.len()) as u64,
+        };
         let (line, ended) = match memchr_newline(rest) {
             Some(at) => {
                 let line = &rest[..at];
@@ -92,33 +135,53 @@ pub fn read_lines(file: &Path, bytes: &[u8]) -> Result<Vec<SourceLine>, ImportEr
             continue;
         }
         let text = std::str::from_utf8(line).map_err(|error| {
-            ImportError::at(
+            ImportError::at_place(
                 file,
-                number,
-                format!("not UTF-8 (byte {})", error.valid_up_to()),
+                place,
+                format!("not UTF-8 (byte {} of the line)", error.valid_up_to()),
             )
         })?;
         let value: Value = match serde_json::from_str(text) {
             Ok(value) => value,
             Err(error) if !ended => {
-                return Err(ImportError::at(
+                return Err(ImportError::at_place(
                     file,
-                    number,
-                    format!("the last line is cut short (no newline, and {error})"),
+                    place,
+                    format!(
+                        "the last line is cut short (no newline, and {})",
+                        json_error(&error)
+                    ),
                 ))
             }
-            Err(error) => return Err(ImportError::at(file, number, format!("not JSON: {error}"))),
+            Err(error) => {
+                return Err(ImportError::at_place(
+                    file,
+                    place,
+                    format!("not JSON: {}", json_error(&error)),
+                ))
+            }
         };
         if !value.is_object() {
-            return Err(ImportError::at(file, number, "not a JSON object"));
+            return Err(ImportError::at_place(file, place, "not a JSON object"));
         }
         lines.push(SourceLine {
             number,
+            offset: place.offset,
             raw: text.trim().to_owned(),
             value,
         });
     }
     Ok(lines)
+}
+
+/// A JSON parse error of one line, placed by its column in the line: the
+/// parser, given the line alone, calls it line 1 whichever line it is.
+fn json_error(error: &serde_json::Error) -> String {
+    let text = error.to_string();
+    let message = text
+        .rsplit_once(" at line ")
+        .map_or(text.as_str(), |(message, _)| message);
+    format!("{message} at column {}", error.column())
 }
 
 fn memchr_newline(bytes: &[u8]) -> Option<usize> {
@@ -200,7 +263,9 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 /// A session id from `prefix` and the parts of a source's own id: each
 /// character outside `[A-Za-z0-9_-]` becomes `_`, and when that changed
 /// anything or the id would be too long, the id is cut and ends in a hash
-/// of the original, so two different sources never share an id.
+/// of the original. Two sources can still meet (a CRC-32 is not unique,
+/// and the parts are joined with `-`, which a part may hold): the import
+/// then finds the id taken and says so (docs/IMPORT.md, "Session ids").
 pub fn derive_session_id(prefix: &str, parts: &[&str]) -> SessionId {
     let original = parts.join("-");
     let mut id = String::with_capacity(prefix.len() + original.len() + 1);

@@ -12,6 +12,7 @@ use sessionlog_schema::EventRecord;
 use sessionlog_schema::{SessionHeader, SessionId};
 use sessionlog_store::Store;
 
+use super::source::Place;
 use super::{translate_bytes, write, Draft, Format, ImportedSession, Translation};
 
 /// Folds a translated session and returns its violations, as text.
@@ -543,7 +544,10 @@ fn a_file_is_refused_whole_when_one_of_its_sessions_breaks_a_rule() {
         event_type: event_type.to_owned(),
         data: data.to_owned(),
         ts: 1,
-        line,
+        at: Place {
+            line,
+            offset: 100 * line as u64,
+        },
     };
     let session = |id: &str, events: Vec<Draft>| ImportedSession {
         header: SessionHeader::root(
@@ -565,6 +569,7 @@ fn a_file_is_refused_whole_when_one_of_its_sessions_breaks_a_rule() {
         .map(|_| ())
         .expect_err("a rule is broken");
     assert_eq!(refused.line, Some(7), "{refused:?}");
+    assert_eq!(refused.offset, Some(700), "{refused:?}");
     assert!(refused.reason.contains("session second"), "{refused:?}");
     let ids = store.ids().unwrap_or_else(|error| panic!("{error}"));
     assert!(ids.is_empty(), "nothing of the file is written: {ids:?}");
@@ -683,4 +688,116 @@ fn a_reminder_inside_the_text_typed_is_context_not_the_prompt() {
         "{}",
         messages[1]
     );
+}
+
+/// The texts of every `message` of `sessions` whose source kind is `kind`.
+fn texts_of_kind(sessions: &[ImportedSession], kind: &str) -> Vec<String> {
+    sessions[0]
+        .events
+        .iter()
+        .filter(|draft| draft.event_type == "message")
+        .filter_map(|draft| serde_json::from_str::<serde_json::Value>(&draft.data).ok())
+        .filter(|data| data["source"]["kind"] == kind)
+        .flat_map(|data| {
+            let parts = data["content"].as_array().cloned().unwrap_or_default();
+            parts
+                .into_iter()
+                .filter_map(|part| part["text"].as_str().map(str::to_owned))
+        })
+        .collect()
+}
+
+/// The kept lines (`x-<tool>/<kind>`) of `sessions` that hold `needle`.
+fn kept_lines_holding(sessions: &[ImportedSession], kind: &str, needle: &str) -> usize {
+    sessions[0]
+        .events
+        .iter()
+        .filter(|draft| draft.event_type == kind && draft.data.contains(needle))
+        .count()
+}
+
+#[test]
+fn a_codex_reasoning_keeps_its_content_beside_its_summary() {
+    let text = format!(
+        "{CODEX_META}\n{}\n",
+        r#"{"type":"response_item","payload":{"type":"reasoning","summary":[{"type":"summary_text","text":"SUMMARY"}],"content":[{"type":"reasoning_text","text":"THE REASONING"}]}}"#
+    );
+    let sessions = check_all_valid(Format::Codex, &text);
+    assert_eq!(
+        texts_of_kind(&sessions, "reasoning"),
+        ["SUMMARY", "THE REASONING"]
+    );
+}
+
+#[test]
+fn a_codex_message_part_the_mapping_does_not_know_keeps_its_line() {
+    let text = format!(
+        "{CODEX_META}\n{}\n{}\n{}\n",
+        r#"{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"},{"type":"input_file","file_id":"file-123","filename":"secret.pdf"}]}}"#,
+        r#"{"type":"response_item","payload":{"type":"message","role":"assistant","content":[{"type":"output_text","text":"answer"},{"type":"refusal","refusal":"I REFUSE"}]}}"#,
+        r#"{"type":"response_item","payload":{"type":"message","role":"assistant","content":[{"type":"output_text","text":"plain"}]}}"#,
+    );
+    let sessions = check_all_valid(Format::Codex, &text);
+    // The texts are messages still; each line with a part not mapped is
+    // kept whole beside them, and a line of known parts is not.
+    assert_eq!(texts_of_kind(&sessions, "assistant"), ["answer", "plain"]);
+    assert_eq!(
+        kept_lines_holding(&sessions, "x-codex/message", "secret.pdf"),
+        1
+    );
+    assert_eq!(
+        kept_lines_holding(&sessions, "x-codex/message", "I REFUSE"),
+        1
+    );
+    assert_eq!(kept_lines_holding(&sessions, "x-codex/message", "plain"), 0);
+}
+
+#[test]
+fn a_claude_image_only_referred_to_keeps_its_line() {
+    let line = |source: &str| {
+        format!(
+            r#"{{"type":"user","sessionId":"c-1","message":{{"role":"user","content":[{{"type":"text","text":"look"}},{{"type":"image","source":{source}}}]}}}}"#
+        )
+    };
+    let text = format!(
+        "{}\n{}\n",
+        line(r#"{"type":"url","url":"https://example.com/y.png"}"#),
+        line(r#"{"type":"base64","media_type":"image/png","data":"iVBORw=="}"#),
+    );
+    let sessions = check_all_valid(Format::Claude, &text);
+    assert_eq!(
+        kept_lines_holding(&sessions, "x-claude/user", "example.com/y.png"),
+        1
+    );
+    // An image whose bytes the line holds is mapped whole.
+    assert_eq!(
+        kept_lines_holding(&sessions, "x-claude/user", "iVBORw=="),
+        0
+    );
+}
+
+#[test]
+fn a_line_that_is_not_json_is_named_by_its_line_and_byte_offset() {
+    let first = r#"{"timestamp":"2025-11-20T16:59:09.000Z","type":"session_meta","payload":{"id":"s-1","cwd":"/w"}}"#;
+    let cut = r#"{"type":"event_msg","payload":{"type":"task_sta"#;
+    let text = format!("{first}\n\n{cut}");
+    let error = translate_bytes(Path::new("r.jsonl"), text.as_bytes(), Format::Codex)
+        .map(|_| ())
+        .expect_err("a cut line");
+    assert_eq!(error.line, Some(3), "{error}");
+    assert_eq!(error.offset, Some(first.len() as u64 + 2), "{error}");
+    let shown = error.to_string();
+    assert!(
+        shown.starts_with(&format!(
+            "r.jsonl line 3 (byte offset {}): the last line is cut short",
+            first.len() + 2
+        )),
+        "{shown}"
+    );
+    // Placed by its column in the line, not as the parser's line 1.
+    assert!(
+        shown.contains(&format!("at column {}", cut.len())),
+        "{shown}"
+    );
+    assert!(!shown.contains("line 1"), "{shown}");
 }
