@@ -393,14 +393,34 @@ impl<'a> SeqCheck<'a> {
         owner: Option<&SessionId>,
         (seq, ts, event_type, batch): (u64, u64, &str, Option<u64>),
     ) -> Result<(), StoreError> {
-        let columns_agree = seq == self.next_seq
-            && i64::try_from(ts).ok() == Some(row.ts)
-            && event_type.as_bytes() == type_column
-            && batch.map(i64::try_from).transpose().ok() == Some(row.batch);
-        if !columns_agree {
+        let mut disagreeing = Vec::new();
+        if seq != self.next_seq {
+            disagreeing.push(format!("seq {} (the body's {seq})", self.next_seq));
+        }
+        if i64::try_from(ts).ok() != Some(row.ts) {
+            disagreeing.push(format!("ts {} (the body's {ts})", row.ts));
+        }
+        if event_type.as_bytes() != type_column {
+            disagreeing.push(format!(
+                "type {:?} (the body's {event_type:?})",
+                String::from_utf8_lossy(type_column)
+            ));
+        }
+        if batch.map(i64::try_from).transpose().ok() != Some(row.batch) {
+            let shown = |batch: Option<String>| batch.unwrap_or_else(|| "null".to_owned());
+            disagreeing.push(format!(
+                "batch {} (the body's {})",
+                shown(row.batch.map(|batch| batch.to_string())),
+                shown(batch.map(|batch| batch.to_string()))
+            ));
+        }
+        if !disagreeing.is_empty() {
             return Err(self.row_corrupt(
                 owner,
-                "the columns seq, ts, type or batch disagree with the body".to_owned(),
+                format!(
+                    "the row's columns disagree with its body: {}",
+                    disagreeing.join(", ")
+                ),
             ));
         }
         match (batch, self.batch_remaining) {

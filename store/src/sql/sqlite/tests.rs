@@ -598,12 +598,26 @@ fn seq_gap_is_corruption_naming_session_and_seq() {
     assert_corrupt_at(store.snapshot(&id("a")), 2, "not contiguous");
 }
 
+/// A column that disagrees with its row's body is named with its value
+/// and the body's.
 #[test]
 fn columns_that_disagree_with_the_body_are_corruption() {
     let folder = ok(tempfile::tempdir());
     let store = store_with_events(folder.path(), 2);
-    ok(raw(store.path()).execute("UPDATE events SET type = 'turn/start' WHERE seq = 1", []));
-    assert_corrupt_at(store.snapshot(&id("a")), 1, "disagree");
+    let connection = raw(store.path());
+    ok(connection.execute("UPDATE events SET type = 'turn/start' WHERE seq = 1", []));
+    assert_corrupt_at(
+        store.snapshot(&id("a")),
+        1,
+        r#"disagree with its body: type "turn/start" (the body's "note/test")"#,
+    );
+    ok(connection.execute("UPDATE events SET type = 'note/test' WHERE seq = 1", []));
+    ok(connection.execute("UPDATE events SET ts = 5, batch = 2 WHERE seq = 2", []));
+    assert_corrupt_at(
+        store.snapshot(&id("a")),
+        2,
+        "disagree with its body: ts 5 (the body's 1700000000102), batch 2 (the body's null)",
+    );
 }
 
 /// Rewrites the text `select` reads with `edit`, its CRC (of session
