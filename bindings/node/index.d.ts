@@ -17,7 +17,7 @@ export type SessionlogErrorCode =
   | 'INVALID_EVENT' // an event that cannot be written (not {type, data}, data not JSON, over the size limit)
   | 'INVALID_ARGUMENT' // an option the API cannot take (a bad seq, an unknown vocabulary value)
   | 'CLOSED' // the writer was closed
-  | 'TOO_LARGE' // a result longer than one JavaScript string holds (a snapshot of about 512 MiB): read it with follow()
+  | 'TOO_LARGE' // a result longer than one JavaScript string holds (about 512 MiB): a snapshot (read it with follow()), a review request
   | 'PANIC' // a bug in sessionlog, reported instead of crashing the process
   // the reviewer's request (fail-closed, in the order they are checked)
   | 'INVALID_LOG'
@@ -73,7 +73,7 @@ export interface SessionHeader {
   approvalPolicy: ApprovalPolicy | null
 }
 
-/** An event to append. `data` is any JSON value (an object for every known type). */
+/** An event to append. `data` is any JSON value (an object for every known type); a member besides these three is INVALID_EVENT. */
 export interface NewEvent {
   type: string
   data: unknown

@@ -107,8 +107,8 @@ function checkBoolean(value, name, fallback) {
   return value
 }
 
-function isBuffered(durability = 'fsync') {
-  if (durability === 'fsync') return false
+function isBuffered(durability) {
+  if (durability === undefined || durability === null || durability === 'fsync') return false
   if (durability === 'buffered') return true
   throw invalidArgument(`durability must be "fsync" or "buffered", not ${describe(durability)}`)
 }
@@ -176,6 +176,15 @@ function encodeEventChecked(event, index) {
   const ts = event.ts
   if (ts !== undefined && ts !== null && !(Number.isSafeInteger(ts) && ts >= 0)) {
     throw new SessionlogError('INVALID_EVENT', `event ${index} (${type}): ts must be an integer of at least 0, not ${describe(ts)}`)
+  }
+  // A member the store would not write is refused, as the command line
+  // refuses it: dropped, an `expectSeq` put in the event instead of the
+  // options would append without the check it asks for.
+  for (const key in event) {
+    if (key !== 'type' && key !== 'data' && key !== 'ts' && Object.hasOwn(event, key)) {
+      const hint = key === 'expectSeq' ? ' (expectSeq is an option: append(event, { expectSeq }))' : ''
+      throw new SessionlogError('INVALID_EVENT', `event ${index} (${type}): unknown member ${JSON.stringify(key)}, an event is {type, data, ts?}${hint}`)
+    }
   }
   return `[${JSON.stringify(type)},${ts === undefined || ts === null ? 'null' : ts},${data}]`
 }

@@ -70,6 +70,23 @@ pub struct DefaultsInput {
 /// string in UTF-16 units, which a UTF-8 text of as many bytes never passes.
 const MAX_STRING_BYTES: usize = (1 << 29) - 24;
 
+/// `text`, when one JavaScript string holds it; else `TOO_LARGE`, `what`
+/// saying what it is (given its length), then `remedy`. Handed over as it
+/// is, napi would refuse it in its own words, as an argument it cannot
+/// convert.
+fn one_string(text: String, what: impl FnOnce(usize) -> String, remedy: &str) -> Outcome<String> {
+    if text.len() > MAX_STRING_BYTES {
+        return Err(Failure::new(
+            "TOO_LARGE",
+            format!(
+                "{}, more than one JavaScript string holds ({MAX_STRING_BYTES}); {remedy}",
+                what(text.len())
+            ),
+        ));
+    }
+    Ok(text)
+}
+
 /// A store of sessions: a folder of JSONL logs or a SQLite database.
 #[napi]
 #[derive(Debug)]
@@ -252,19 +269,11 @@ impl NativeStore {
         let store = self.store.clone();
         blocking(move || {
             let snapshot = store.store().snapshot(&session_id(&id)?)?;
-            let text = json::snapshot(&snapshot);
-            if text.len() > MAX_STRING_BYTES {
-                return Err(Failure::new(
-                    "TOO_LARGE",
-                    format!(
-                        "session {id} is {} bytes of JSON, more than one JavaScript string \
-                         holds ({MAX_STRING_BYTES}); read its events with follow(), a part \
-                         at a time",
-                        text.len()
-                    ),
-                ));
-            }
-            Ok(text)
+            one_string(
+                json::snapshot(&snapshot),
+                |len| format!("session {id} is {len} bytes of JSON"),
+                "read its events with follow(), a part at a time",
+            )
         })
     }
 

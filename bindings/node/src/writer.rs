@@ -225,7 +225,11 @@ fn run(slot: &mut Option<SessionWriter>, id: &str, work: Work) -> Outcome<String
         Work::AppendGroup(group) => append_group(writer, &group),
         Work::ReviewRequest { pending, max_bytes } => {
             let action = parse_pending_action(pending.as_bytes())?;
-            Ok(writer.review_request(&action, max_bytes)?)
+            crate::one_string(
+                writer.review_request(&action, max_bytes)?,
+                |len| format!("the review request of session {id} is {len} bytes"),
+                "with a maxBytes below that, it is REQUEST_TOO_LARGE, as a reviewer refuses it",
+            )
         }
         Work::Seal(key) => {
             let key = key

@@ -273,15 +273,20 @@ test('an event that cannot be encoded is refused alone, never with the appends g
     writer.appendBatch(sparse),
     writer.append({ type: 'x\ud800', data: {} }),
     writer.append({ type: 'x-test/note', data: 'third', ts: 1.5 }),
+    // A member the store does not write: an option put in the event.
+    writer.append({ type: 'x-test/note', data: 'guarded', expectSeq: 99 }),
+    writer.appendBatch([{ type: 'x-test/note', data: 'numbered', seq: 42 }]),
     writer.append({ type: 'x-test/note', data: 'fourth' }),
   ])
   assert.deepEqual(
     outcomes.map((o) => (o.status === 'fulfilled' ? o.value : o.reason.code)),
-    [1, 2, 'INVALID_EVENT', 'INVALID_EVENT', 'INVALID_EVENT', 3],
+    [1, 2, 'INVALID_EVENT', 'INVALID_EVENT', 'INVALID_EVENT', 'INVALID_EVENT', 'INVALID_EVENT', 3],
   )
   assert.match(outcomes[2].reason.message, /event 0 must be an object/)
   assert.match(outcomes[3].reason.message, /lone surrogate/)
   assert.match(outcomes[4].reason.message, /ts must be an integer/)
+  assert.match(outcomes[5].reason.message, /unknown member "expectSeq".*an option: append\(event, \{ expectSeq \}\)/)
+  assert.match(outcomes[6].reason.message, /event 0 \(x-test\/note\): unknown member "seq", an event is \{type, data, ts\?\}/)
   await writer.close()
   const { events } = await store.snapshot('s1')
   assert.deepEqual(events.map((event) => event.data), ['first', 'second', 'fourth'])
@@ -376,6 +381,8 @@ test('options given as null are no options; the errors name the option as JavaSc
   await Store.open(location, { create: true })
   const created = await Store.open(location, null)
   await created.createSession({ id: 's1', cwd: '/w' }, null)
+  await created.createSession({ id: 's2', cwd: '/w' }, { durability: null })
+  await (await created.openWriter('s2', { durability: null })).close()
   const writer = await created.openWriter('s1', { keepSnapshot: false })
   assert.equal(await writer.append({ type: 'x-test/note', data: 1 }, null), 1)
   const sealed = await rejectsWith(writer.seal({ key: 'junk' }), 'INVALID_ARGUMENT')
@@ -390,16 +397,33 @@ test('options given as null are no options; the errors name the option as JavaSc
   })
 })
 
-test('a burst of appends longer than one JavaScript string is handed over in parts', { timeout: 120_000 }, async (t) => {
+test('a burst of appends longer than one JavaScript string is handed over in parts; a result no string holds is TOO_LARGE', { timeout: 120_000 }, async (t) => {
   const store = await Store.open(path.join(tempDir(t), 'sessions'), { create: true })
   await store.createSession({ id: 's1', cwd: '/w' })
-  const writer = await store.openWriter('s1', { durability: 'buffered', keepSnapshot: false })
+  const writer = await store.openWriter('s1', { durability: 'buffered' })
+  await writer.appendBatch([
+    { type: 'turn/start', data: { turnId: 't' } },
+    { type: 'step/start', data: { stepId: 's', turnId: 't' } },
+    {
+      type: 'request/header',
+      data: { provider: 'p', model: 'm', approvalPolicy: 'ask', sandboxMode: 'workspace-write', tools: [{ name: 'sh', description: 'd', parameters: {} }] },
+    },
+  ])
   // 36 appends of 15 MiB: 540 MiB in all, past the longest string (512 MiB).
-  const data = 'x'.repeat(15 * 1024 * 1024)
-  const appends = Array.from({ length: 36 }, () => writer.append({ type: 'x-test/blob', data }))
+  // Messages of the person, each of which the reviewer is shown.
+  const text = 'x'.repeat(15 * 1024 * 1024)
+  const message = { type: 'message', data: { role: 'user', source: { kind: 'user' }, content: [{ type: 'text', text }] } }
+  const appends = Array.from({ length: 36 }, () => writer.append(message))
   const seqs = await Promise.all(appends)
-  assert.deepEqual(seqs, Array.from({ length: 36 }, (_, index) => index + 1))
+  assert.deepEqual(seqs, Array.from({ length: 36 }, (_, index) => index + 4))
+  const pending = { callId: 'c', stepId: 's', name: 'sh', arguments: {} }
+  const request = await rejectsWith(writer.reviewRequestText(pending, { maxBytes: 2 ** 40 }), 'TOO_LARGE')
+  assert.match(request.message, /^the review request of session s1 is \d+ bytes, more than one JavaScript string holds/)
+  // The writer goes on.
+  assert.equal(await writer.append({ type: 'x-test/note', data: 1 }), 40)
   await writer.close()
+  const snapshot = await rejectsWith(store.snapshot('s1'), 'TOO_LARGE')
+  assert.match(snapshot.message, /^session s1 is \d+ bytes of JSON, .*follow\(\)/)
 })
 
 test('LOCKED across two Node processes', { timeout: 60_000 }, async (t) => {
