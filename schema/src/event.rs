@@ -619,18 +619,39 @@ fn typed<'de, T: Deserialize<'de>>(known: EventType, data: &'de str) -> Result<T
         ShapeError {
             event_type: known.as_str(),
             path,
-            message: strip_position(&error.inner().to_string()),
+            message: serde_message(&error.inner().to_string()),
         }
     })
 }
 
-/// serde_json appends " at line 1 column 17" to its messages; the path already
-/// says where.
-fn strip_position(message: &str) -> String {
-    match message.rfind(" at line ") {
-        Some(index) => message[..index].to_owned(),
-        None => message.to_owned(),
+/// A serde message about a log's JSON, fit to be shown on one line: without
+/// the " at line 1 column 17" serde_json appends (the path already says
+/// where), and with the line breaks and tabs of the names it quotes
+/// (`` unknown field `…` ``, unquoted log text) written as `\n`, `\r` and
+/// `\t`, so that a name cannot print a line of its own.
+pub(crate) fn serde_message(message: &str) -> String {
+    let message = match message.rfind(" at line ") {
+        Some(index) => &message[..index],
+        None => message,
+    };
+    one_line(message)
+}
+
+/// `text` with its line breaks and tabs written as `\n`, `\r` and `\t`:
+/// log text quoted in a message that must stay one line (a name serde
+/// quotes in its error, a line of input refused). Other control characters
+/// are the printing writer's to escape.
+pub fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c => out.push(c),
+        }
     }
+    out
 }
 
 /// An optional member: may be absent, but when present it is never null.
@@ -645,6 +666,16 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// serde quotes a name it does not know as the log spells it: a line
+    /// break in it is written as `\n`, so a message shows on one line.
+    #[test]
+    fn a_name_serde_quotes_cannot_break_a_message_into_lines() {
+        let data = r#"{"role":"user","source":{"kind":"user"},"content":[{"type":"text`\nw: ok\t","text":"hi"}]}"#;
+        let error = Event::parse("message", data).expect_err("an unknown content type");
+        assert!(!error.message.contains(['\n', '\t']), "{error:?}");
+        assert!(error.message.contains(r"text`\nw: ok\t"), "{error:?}");
+    }
 
     #[test]
     fn a_type_is_refused_for_a_control_or_bidirectional_character_and_for_nothing_else() {

@@ -188,15 +188,8 @@ pub(crate) fn check_forms(known: EventType, data: &str) -> Result<(), ShapeError
         } else {
             format!("data.{path}")
         },
-        message: strip_position(&error.to_string()),
+        message: crate::event::serde_message(&error.to_string()),
     })
-}
-
-fn strip_position(message: &str) -> String {
-    match message.rfind(" at line ") {
-        Some(index) => message[..index].to_owned(),
-        None => message.to_owned(),
-    }
 }
 
 /// The messages of a refused form.

@@ -21,10 +21,10 @@ mod vocab;
 
 pub use build::EventData;
 pub use event::{
-    event_type_error, is_unprintable, ApprovalAsked, ApprovalDecided, ApprovalPolicyChange,
-    Checkpoint, ChildCreated, ContentPart, Event, EventType, Message, MessageSource, PresetChange,
-    RequestHeader, SandboxModeChange, ShapeError, StepEnd, StepStart, ToolDefinition, ToolError,
-    ToolSettle, ToolStart, TurnEnd, TurnStart,
+    event_type_error, is_unprintable, one_line, ApprovalAsked, ApprovalDecided,
+    ApprovalPolicyChange, Checkpoint, ChildCreated, ContentPart, Event, EventType, Message,
+    MessageSource, PresetChange, RequestHeader, SandboxModeChange, ShapeError, StepEnd, StepStart,
+    ToolDefinition, ToolError, ToolSettle, ToolStart, TurnEnd, TurnStart,
 };
 pub use id::{InvalidSessionId, SessionId, MAX_SESSION_ID_LEN};
 pub use record::{

@@ -1143,8 +1143,10 @@ fn parse_record<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T, DecodeError>
         let is_json =
             error.is_data() && serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok();
         if is_json {
+            let error = crate::event::one_line(&error.to_string());
             DecodeError::Malformed(format!("record breaks the format: {error}"))
         } else {
+            let error = crate::event::one_line(&error.to_string());
             DecodeError::Damaged(format!("not a JSON object: {error}"))
         }
     })
@@ -1196,6 +1198,23 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    /// A member the format does not know is named on one line, however it
+    /// is spelt.
+    #[test]
+    fn an_unknown_member_with_a_line_break_is_named_on_one_line() {
+        let id = SessionId::parse("w").unwrap_or_else(|error| panic!("{error}"));
+        let body = r#"{"seq":1,"ts":1,"type":"turn/start","data":{"turnId":"t"},"z\nr#r: FAKE":1"#;
+        let line = encode_line(&id, body);
+        let line = line.trim_end_matches('\n');
+        match decode_event(&id, line.as_bytes()) {
+            Err(DecodeError::Malformed(reason)) => {
+                assert!(!reason.contains('\n'), "{reason}");
+                assert!(reason.contains(r"z\nr#r: FAKE"), "{reason}");
+            }
+            other => panic!("malformed, not {other:?}"),
+        }
+    }
 
     #[test]
     fn a_crc_suffix_is_eight_lower_case_hex_digits() {

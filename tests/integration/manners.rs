@@ -1350,6 +1350,23 @@ fn a_corrupt_log_s_note_in_the_report_shows_control_characters_escaped() {
     }
 }
 
+/// The store's own name, in the report's title and heading, is shown as
+/// log text is: a folder named with a bidirectional override or an escape
+/// reaches the page escaped.
+#[test]
+fn a_store_named_with_control_characters_is_shown_escaped_in_the_report() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let store = dir.path().join("logs\u{202e}lmth.exe\u{1b}[2J");
+    run(["create", &arg(&store), "--session", "fine"]).expect_code(0);
+    let html = dir.path().join("report.html");
+    run(["report", &arg(&store), "--html", &arg(&html)]).expect_code(0);
+    let page = std::fs::read_to_string(&html).unwrap_or_else(|error| panic!("read: {error}"));
+    assert!(page.contains("<title>sessionlog report: "), "a title");
+    for raw in ['\u{1b}', '\u{202e}'] {
+        assert!(!page.contains(raw), "{raw:?} reached the report");
+    }
+}
+
 /// `list --tree` shows every session: sessions whose parents form a
 /// cycle (a header names itself, or two name each other), which no root
 /// leads to, are shown from the cycle, marked, with the sessions under
@@ -1534,4 +1551,41 @@ fn diff_refuses_a_corrupt_session_wherever_it_is() {
     let compared = run(["diff", &arg(&one), &arg(&two)]);
     compared.expect_code(1);
     assert!(compared.stdout.contains("approval"), "{}", compared.stdout);
+}
+
+/// A member's name that serde quotes as it is spelt cannot print a line of
+/// its own: the refusal of an input line with a line break in a member's
+/// name, and the verdict on a log holding one, are each one line.
+#[test]
+fn a_line_break_in_a_quoted_name_does_not_forge_a_line() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let store = store_with_session(dir.path());
+    let appended = crate::cli_support::run_with_stdin(
+        ["append", &store, "--session", "s1"],
+        "{\"type\":\"turn/end\",\"data\":{},\"x\\nsessionlog: FAKE LINE\":1}\n",
+    );
+    appended.expect_code(1);
+    assert_eq!(appended.stderr.lines().count(), 1, "{}", appended.stderr);
+    assert!(
+        appended.stderr.contains(r"`x\nsessionlog: FAKE LINE`"),
+        "{}",
+        appended.stderr
+    );
+
+    let log = dir.path().join("store").join("s1.jsonl");
+    let id = sessionlog_schema::SessionId::parse("s1").unwrap_or_else(|error| panic!("{error}"));
+    let body = r#"{"seq":1,"ts":1,"type":"turn/start","data":{"turnId":"t"},"z\ns1: ok (1 event, last seq 1)":1"#;
+    let mut text = std::fs::read_to_string(&log).unwrap_or_else(|error| panic!("read: {error}"));
+    text.push_str(&sessionlog_schema::encode_line(&id, body));
+    std::fs::write(&log, text).unwrap_or_else(|error| panic!("write: {error}"));
+    let verified = run(["verify", &store]);
+    verified.expect_code(2);
+    assert!(!verified.stdout.contains("\ns1: ok"), "{}", verified.stdout);
+    assert!(
+        verified
+            .stdout
+            .contains(r"`z\ns1: ok (1 event, last seq 1)`"),
+        "{}",
+        verified.stdout
+    );
 }

@@ -16,7 +16,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use sessionlog_schema::EventType;
+use sessionlog_schema::{one_line, EventType};
 use sessionlog_store::{NewEvent, SealTurns, SessionWriter, StoreError, WriterOptions};
 
 use crate::cli::SessionArgs;
@@ -123,7 +123,7 @@ fn parse_line(line: &[u8], line_number: u64) -> Result<Vec<NewEvent>> {
     let trimmed = text.trim_ascii_start();
     if trimmed.starts_with(b"[") {
         let items: Vec<Box<RawValue>> =
-            serde_json::from_slice(text).map_err(|error| refused(error.to_string()))?;
+            serde_json::from_slice(text).map_err(|error| refused(one_line(&error.to_string())))?;
         if items.is_empty() {
             return Err(refused("the array holds no event".to_owned()).into());
         }
@@ -146,7 +146,10 @@ fn parse_object(text: &[u8]) -> Result<NewEvent, String> {
     if !text.trim_ascii_start().starts_with(b"{") {
         return Err("not a JSON object".to_owned());
     }
-    let input: InputLine = serde_json::from_slice(text).map_err(|error| error.to_string())?;
+    // serde quotes an unknown member's name as it is: a line break in it
+    // would print a line of its own.
+    let input: InputLine =
+        serde_json::from_slice(text).map_err(|error| one_line(&error.to_string()))?;
     Ok(NewEvent {
         event_type: input.event_type,
         data: input.data.get().to_owned(),

@@ -355,7 +355,9 @@ pub fn run(
             ));
         }
     }
-    let store = sessionlog_store::store_display(&args.store);
+    // The store's name is the auditor's, but a folder may be named with
+    // control or bidirectional characters: shown as log text is.
+    let store = replay::display(&sessionlog_store::store_display(&args.store));
     let events: usize = sections.iter().map(Section::events).sum();
     let written = Written {
         target: &target,
