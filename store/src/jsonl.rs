@@ -23,7 +23,9 @@ use crate::error::Refusal;
 use crate::follow::LogFollower;
 use crate::io::Io;
 use crate::leftovers::{self, Leftover};
-use crate::reader::{ensure_regular_file, open_log_for_reading, FoldedEvent, LogReader, Snapshot};
+use crate::reader::{
+    ensure_regular_file, log_open_error, open_log_for_reading, FoldedEvent, LogReader, Snapshot,
+};
 use crate::state_snapshot;
 use crate::writer::{Durability, LogSink, SessionWriter, WriterOptions};
 use crate::StoreError;
@@ -538,7 +540,7 @@ pub fn open_log_writer(
         .append(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)
-        .map_err(|source| StoreError::io("open", path, source))?;
+        .map_err(|source| log_open_error(path, source))?;
     ensure_regular_file(&file, path)?;
     match lock_exclusive(&file) {
         Ok(true) => {}

@@ -839,9 +839,26 @@ pub(crate) fn open_log_for_reading(path: &Path) -> Result<File, StoreError> {
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)
-        .map_err(|source| StoreError::io("open", path, source))?;
+        .map_err(|source| log_open_error(path, source))?;
     ensure_regular_file(&file, path)?;
     Ok(file)
+}
+
+/// The error of a log's `O_NOFOLLOW` open that failed with `source`. A
+/// symbolic link in the log's place fails it with `ELOOP`, whose own words
+/// ("Too many levels of symbolic links") say nothing of why a link is
+/// refused: it is named as what it is, as [`ensure_regular_file`] names a
+/// FIFO. An `ELOOP` of a path whose last part is no link (a loop of links
+/// among the folders above it) keeps the system's words.
+pub(crate) fn log_open_error(path: &Path, source: std::io::Error) -> StoreError {
+    let is_link = source.raw_os_error() == Some(libc::ELOOP)
+        && path
+            .symlink_metadata()
+            .is_ok_and(|metadata| metadata.file_type().is_symlink());
+    match is_link {
+        true => not_a_log(path, "a symbolic link"),
+        false => StoreError::io("open", path, source),
+    }
 }
 
 /// Refuses an opened log that is not a regular file. A FIFO named
@@ -872,14 +889,20 @@ pub(crate) fn ensure_regular_file(file: &File, path: &Path) -> Result<(), StoreE
     } else {
         "not a regular file"
     };
-    Err(StoreError::io(
+    Err(not_a_log(path, kind))
+}
+
+/// The refusal of `path`, which is `kind` (`a FIFO`, `a symbolic link`)
+/// where a log was looked for.
+fn not_a_log(path: &Path, kind: &str) -> StoreError {
+    StoreError::io(
         "open",
         path,
         std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             format!("{kind}, not a regular file; a log is only ever a regular file"),
         ),
-    ))
+    )
 }
 
 /// Reads `source` from its start through the end (a convenience for

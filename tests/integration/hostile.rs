@@ -9,7 +9,8 @@
 //!   and through the binary, and nothing is written.
 //! - Ids with `/`, `..`, NUL, look-alike letters are refused before the file
 //!   system is touched.
-//! - A symlink planted in place of a log or a lock is not followed.
+//! - A symlink planted in place of a log or a lock is not followed, and one
+//!   given as a log is refused as a symbolic link.
 
 use std::path::Path;
 
@@ -323,6 +324,75 @@ fn a_symlink_planted_in_place_of_a_log_is_not_followed() {
         !target.exists(),
         "create does not write through a planted link"
     );
+}
+
+/// A symbolic link given as a log, in a store by `--session` or on its
+/// own, is refused by what it is, as a FIFO is: the system's words for the
+/// refused open ("Too many levels of symbolic links") said nothing of why.
+#[test]
+fn a_symlink_given_as_a_log_is_refused_as_a_symbolic_link() {
+    let folder = ok(tempfile::tempdir());
+    let store = folder.path().join("logs");
+    run(["create", &text(&store), "--session", "real", "--cwd", "/w"]).expect_code(0);
+    ok(std::os::unix::fs::symlink(
+        "real.jsonl",
+        store.join("link.jsonl"),
+    ));
+    let lone = folder.path().join("lone.jsonl");
+    ok(std::os::unix::fs::symlink(store.join("real.jsonl"), &lone));
+    let (store, lone) = (text(&store), text(&lone));
+    let out = text(&folder.path().join("out.jsonl"));
+    let line = "{\"type\":\"x-note\",\"data\":{}}\n";
+    let in_store = |command: &[&str]| {
+        let mut args = vec![command[0], store.as_str(), "--session", "link"];
+        args.extend(&command[1..]);
+        args.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let on_its_own = |command: &[&str]| {
+        let mut args = vec![command[0], lone.as_str()];
+        args.extend(&command[1..]);
+        args.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let mut runs = Vec::new();
+    for command in [
+        &["verify"][..],
+        &["export"],
+        &["stats"],
+        &["tail"],
+        &["project"],
+        &["replay"],
+        &["head"],
+        &["fork", "--child", "kid"],
+    ] {
+        runs.push((in_store(command), None));
+    }
+    runs.push((in_store(&["append"]), Some(line)));
+    for command in [&["verify"][..], &["list"], &["export"], &["tail"]] {
+        runs.push((on_its_own(command), None));
+    }
+    runs.push((on_its_own(&["append"]), Some(line)));
+    runs.push((vec!["salvage".into(), lone.clone(), out.clone()], None));
+    for (args, input) in runs {
+        let refused = match input {
+            Some(input) => run_with_stdin(&args, input),
+            None => run(&args),
+        };
+        assert_eq!(refused.code, 1, "{args:?}: {}", refused.stderr);
+        assert!(
+            refused.stderr.contains(
+                "link.jsonl: a symbolic link, not a regular file; a log is only ever a regular file"
+            ) || refused.stderr.contains(
+                "lone.jsonl: a symbolic link, not a regular file; a log is only ever a regular file"
+            ),
+            "{args:?}: {}",
+            refused.stderr
+        );
+        assert!(
+            !refused.stderr.contains("os error 40"),
+            "{args:?}: {}",
+            refused.stderr
+        );
+    }
 }
 
 #[test]

@@ -63,7 +63,8 @@
 //!   stopped with `pg_ctl stop -m immediate` mid-append; `review-audit`,
 //!   `report --audit` and `import --into` on a PostgreSQL store.
 //! - `hostile`: arbitrary `append` lines and pending actions through the
-//!   binary (proptest), records above 16 MiB, hostile ids, planted symlinks.
+//!   binary (proptest), records above 16 MiB, hostile ids, planted symlinks
+//!   (never followed; one given as a log is refused as a symbolic link).
 //! - `hostile_logs`: terminal escapes in log text, FIFOs in place of logs,
 //!   exit precedence, event type spelling, `tail -f` on a replaced log, and
 //!   the messages of these cases.
