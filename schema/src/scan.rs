@@ -363,38 +363,47 @@ impl LogScanner {
             });
         };
         let last_seq = self.next_seq - 1 - self.batch.len() as u64;
-        let torn_tail = if let Some((position, reason)) = self.damage {
-            let start = self.good_bytes;
-            Some(TornTail {
-                position: if self.batch.is_empty() {
-                    position
-                } else {
-                    Position {
-                        line: self.good_lines + 1,
-                        offset: start,
-                    }
-                },
-                bytes: self.end - start,
-                dropped_records: self.batch.len() as u64,
+        let batch_start = Position {
+            line: self.good_lines + 1,
+            offset: self.good_bytes,
+        };
+        let unfinished = |first: &EventRecord, intact: &str| {
+            format!(
+                "the batch starting at seq {} announced {} records but only {} arrived{intact}",
+                first.seq(),
+                first.batch().unwrap_or(0),
+                self.batch.len()
+            )
+        };
+        let torn_tail = match (self.damage, self.batch.first()) {
+            // Damage after the good prefix, no batch open.
+            (Some((position, reason)), None) => Some(TornTail {
+                position,
+                bytes: self.end - self.good_bytes,
+                dropped_records: 0,
                 reason,
-            })
-        } else if let Some(first) = self.batch.first() {
-            Some(TornTail {
-                position: Position {
-                    line: self.good_lines + 1,
-                    offset: self.good_bytes,
-                },
+            }),
+            // Damage inside a batch: the tail starts at the batch's first
+            // line, which is intact, so the reason names both the batch
+            // and the damaged line (whose position is not the tail's).
+            (Some((damaged, reason)), Some(first)) => Some(TornTail {
+                position: batch_start,
                 bytes: self.end - self.good_bytes,
                 dropped_records: self.batch.len() as u64,
                 reason: format!(
-                    "the batch starting at seq {} announced {} records but only {} arrived",
-                    first.seq(),
-                    first.batch().unwrap_or(0),
-                    self.batch.len()
+                    "{}; line {} (byte offset {}): {reason}",
+                    unfinished(first, " intact"),
+                    damaged.line,
+                    damaged.offset
                 ),
-            })
-        } else {
-            None
+            }),
+            (None, Some(first)) => Some(TornTail {
+                position: batch_start,
+                bytes: self.end - self.good_bytes,
+                dropped_records: self.batch.len() as u64,
+                reason: unfinished(first, ""),
+            }),
+            (None, None) => None,
         };
         if header.seed_length > last_seq {
             return Err(Corruption {

@@ -382,6 +382,48 @@ fn every_torn_tail_class_keeps_the_good_prefix() {
     ]);
 }
 
+/// Damage inside an unfinished batch: the torn tail starts at the batch's
+/// first line, which is intact, so its reason names the batch and then the
+/// damaged line, where it is and what is wrong there. A reason that gave
+/// only the damage (a CRC mismatch) read as if the batch's first line held
+/// it.
+#[test]
+fn damage_inside_an_unfinished_batch_names_the_batch_and_the_damaged_line() {
+    let last = r#"{"seq":3,"ts":9,"type":"a","data":{"i":1}"#;
+    let mut flipped = signed_bytes(last);
+    flipped[30] ^= 0x01;
+    let cut = &signed_bytes(last)[..20];
+    for (damaged, what) in [
+        (flipped.as_slice(), "CRC mismatch (stored "),
+        (cut, "the last line has no \\n"),
+        (b"garbage\n".as_slice(), "line does not end with a ,\"crc\""),
+    ] {
+        let log = base().signed(&batch_of(2)).raw(damaged).build();
+        let scanned = scan(&log, Some("c"));
+        let summary = scanned.outcome.expect("only a torn tail");
+        let tail = summary.torn_tail.expect("a torn tail");
+        assert_eq!(
+            (
+                tail.position.line,
+                tail.position.offset,
+                tail.dropped_records
+            ),
+            (3, line_offset(&log, 3), 1),
+            "{tail:?}"
+        );
+        let expected = format!(
+            "the batch starting at seq 2 announced 2 records but only 1 arrived intact; \
+             line 4 (byte offset {}): ",
+            line_offset(&log, 4)
+        );
+        assert!(tail.reason.starts_with(&expected), "{expected}\n{tail:?}");
+        assert!(
+            tail.reason[expected.len()..].contains(what),
+            "{what}: {tail:?}"
+        );
+    }
+}
+
 #[test]
 fn header_vocabulary_errors_are_rule_violations_at_seq_0_not_corruption() {
     let log = base()

@@ -9,6 +9,8 @@
 //! - `list` reads a header out of vocabulary as it is.
 //! - An empty type, or one with a control character, is a violation.
 //! - `tail -f` reports a log replaced by another session's.
+//! - A damaged batch's torn tail is named by its first line and its
+//!   damaged line alike by verify, tail and salvage.
 //! - Messages: no ANSI code on a pipe, the salvage advice once, `create`
 //!   names the session a file holds, `migrate` takes a lone log, a
 //!   non-UTF-8 cwd needs `--cwd`, a pending action is read up to a bound.
@@ -493,6 +495,78 @@ fn messages_name_what_happened() {
     refused.expect_code(1);
     assert!(refused.stderr.contains("--cwd"), "{}", refused.stderr);
     assert!(!target.exists());
+}
+
+/// A batch whose last record is damaged is a torn tail from the batch's
+/// first line, which is intact: `verify`, `tail -n`'s warning and
+/// `salvage` name that line, and give one reason that says both that the
+/// batch is unfinished and which line is damaged, with that line's CRCs.
+/// The reason once held the damaged line's CRC mismatch alone, as if the
+/// batch's first line were the one whose CRC did not match.
+#[test]
+fn a_torn_batch_is_named_by_its_first_line_and_its_damaged_line() {
+    let folder = ok(tempfile::tempdir());
+    let store = folder.path().join("m");
+    ok(std::fs::create_dir(&store));
+    let whole = LogBuilder::new("a")
+        .event("x-a/one", "{}")
+        .batch(vec![("x-a/b", r#"{"i":0}"#), ("x-a/b", r#"{"i":1}"#)])
+        .build();
+    let whole = ok(String::from_utf8(whole));
+    let lines: Vec<&str> = whole.split_inclusive('\n').collect();
+    assert_eq!(lines.len(), 4, "{whole}");
+    let (body, stored) = ok(lines[3]
+        .trim_end()
+        .rsplit_once(",\"crc\":\"")
+        .ok_or("no CRC member"));
+    let damaged_body = body.replace(r#""i":1"#, r#""i":9"#);
+    let computed = crate::support::spec_crc("a", damaged_body.as_bytes());
+    let damaged = format!("{damaged_body},\"crc\":\"{stored}\n");
+    let log = [lines[0], lines[1], lines[2], damaged.as_str()].concat();
+    ok(std::fs::write(store.join("a.jsonl"), &log));
+    let (line_3, line_4) = (lines[..2].concat().len(), lines[..3].concat().len());
+    let reason = format!(
+        "the batch starting at seq 2 announced 2 records but only 1 arrived intact; \
+         line 4 (byte offset {line_4}): CRC mismatch (stored {}, computed {computed:08x} \
+         for session a)",
+        &stored[..8]
+    );
+    let store = store.display().to_string();
+
+    let verified = run(["verify", &store]);
+    verified.expect_code(3);
+    let bytes = log.len() - line_3;
+    assert!(
+        verified.stdout.contains(&format!(
+            "torn tail at line 3 (byte offset {line_3}): {bytes} bytes, {reason}; \
+             the good prefix holds 1 events (last seq 1)"
+        )),
+        "{reason}\n{}",
+        verified.stdout
+    );
+    let verified = run(["verify", &store, "--json"]);
+    verified.expect_code(3);
+    let verdict: serde_json::Value = ok(serde_json::from_str(&verified.stdout));
+    assert_eq!(verdict["tornTail"]["line"], 3, "{verdict}");
+    assert_eq!(verdict["tornTail"]["droppedRecords"], 1, "{verdict}");
+    assert_eq!(verdict["tornTail"]["reason"], reason.as_str(), "{verdict}");
+
+    let tailed = run(["tail", &store, "-n", "5"]);
+    tailed.expect_code(0);
+    assert!(
+        tailed.stderr.contains(&format!(
+            "torn tail of {bytes} bytes at line 3 (byte offset {line_3}): {reason}"
+        )),
+        "{reason}\n{}",
+        tailed.stderr
+    );
+
+    let out = folder.path().join("out.jsonl").display().to_string();
+    let salvaged = run(["salvage", &format!("{store}/a.jsonl"), &out, "--json"]);
+    salvaged.expect_code(0);
+    let report: serde_json::Value = ok(serde_json::from_str(&salvaged.stdout));
+    assert_eq!(report["leftBehind"]["line"], 3, "{report}");
+    assert_eq!(report["leftBehind"]["reason"], reason.as_str(), "{report}");
 }
 
 /// What a person is told to do about a log that cannot be read depends on

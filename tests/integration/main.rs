@@ -9,8 +9,8 @@
 //! - `format`: hand-written logs decode and scan clean in any member order,
 //!   and our encoder writes the same bytes as the independent writer.
 //! - `codec`: round trips and hostile lines (proptest).
-//! - `damage`: truncation at every offset, bit flips, and one row per
-//!   corruption and torn-tail class.
+//! - `damage`: truncation at every offset, bit flips, one row per
+//!   corruption and torn-tail class, and the reason of damage inside a batch.
 //! - `docs`: docs/FORMAT.md's worked example, limits, schemas and versions
 //!   tables, and docs/EVENTS.md's example log, projection, pending action
 //!   and reply, match the code (the schemas: the tables a new store has).
@@ -66,8 +66,8 @@
 //!   binary (proptest), records above 16 MiB, hostile ids, planted symlinks
 //!   (never followed; one given as a log is refused as a symbolic link).
 //! - `hostile_logs`: terminal escapes in log text, FIFOs in place of logs,
-//!   exit precedence, event type spelling, `tail -f` on a replaced log, and
-//!   the messages of these cases.
+//!   exit precedence, event type spelling, `tail -f` on a replaced log, a
+//!   damaged batch's torn tail, and the messages of these cases.
 //! - `seals`: the attacks seals, trust files and anchors catch, forks, both
 //!   backends, exit 7 and its precedence, and the chain property (proptest).
 

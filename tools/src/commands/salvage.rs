@@ -259,14 +259,9 @@ fn choose_prefix(scan: &Scan, file_len: u64, file: &Path) -> Result<(usize, Opti
             offset: torn.position.offset,
             bytes: torn.bytes,
             cause: "torn-tail",
-            reason: if torn.dropped_records > 0 {
-                format!(
-                    "{} (dropping {} records of an unfinished batch)",
-                    torn.reason, torn.dropped_records
-                )
-            } else {
-                torn.reason.clone()
-            },
+            // The reason `verify` gives, which names an unfinished batch
+            // and how many of its records arrived.
+            reason: torn.reason.clone(),
         }),
         Some(Damage::Corrupt(corruption)) => Some(LeftBehind {
             line: scan.good_lines + 1,
