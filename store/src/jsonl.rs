@@ -334,15 +334,22 @@ impl JsonlStore {
             .collect())
     }
 
+    /// The log of session `id`, which must exist: a missing name is
+    /// `NotFound`, and a name that cannot be looked up (a path too long, a
+    /// folder that cannot be searched) is the I/O error it is, never taken
+    /// for a missing session.
     pub(crate) fn existing_log(&self, id: &SessionId) -> Result<PathBuf, StoreError> {
         let path = self.log_path(id);
-        if path.symlink_metadata().is_err() {
-            return Err(StoreError::NotFound {
-                id: id.to_string(),
-                path: self.folder.clone(),
-            });
+        match path.symlink_metadata() {
+            Ok(_) => Ok(path),
+            Err(source) if source.kind() == std::io::ErrorKind::NotFound => {
+                Err(StoreError::NotFound {
+                    id: id.to_string(),
+                    path: self.folder.clone(),
+                })
+            }
+            Err(source) => Err(StoreError::io("open", path, source)),
         }
-        Ok(path)
     }
 }
 

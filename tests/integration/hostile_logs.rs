@@ -5,6 +5,9 @@
 //!   reaches standard output or standard error raw, in replay, list,
 //!   verify, project or fork.
 //! - A FIFO or a device named `<id>.jsonl` hangs no reader.
+//! - A log that cannot be opened is that session's verdict in `verify`,
+//!   `stats`, `list` and `head`, which read the others (exit 1, below 2, 7
+//!   and 4, above 3).
 //! - 2 wins over 4: a violation before a corruption still exits 2.
 //! - `list` reads a header out of vocabulary as it is.
 //! - An empty type, or one with a control character, is a violation.
@@ -220,6 +223,275 @@ fn a_name_in_a_folder_that_is_no_regular_file_hides_no_other_session() {
         "{}",
         compared.stderr
     );
+}
+
+/// The longest path the system opens, its terminating NUL included
+/// (Linux's `PATH_MAX`).
+const PATH_MAX: usize = 4096;
+
+/// A folder of logs holding `a`, ending in a torn tail, and a log of
+/// session `unreadable` that every command fails to open with the system's
+/// words `cause`; `corrupt` (session `c`, damage at line 2 and an intact
+/// line 3) is added to it halfway. `run` runs the binary as the user who
+/// cannot open that log.
+struct UnreadableStore<'a> {
+    store: &'a Path,
+    unreadable: &'a str,
+    cause: &'a str,
+    run: &'a dyn Fn(&[&str]) -> crate::cli_support::Run,
+}
+
+fn torn_log() -> LogBuilder {
+    LogBuilder::new("a")
+        .event("turn/start", r#"{"turnId":"t1"}"#)
+        .raw(b"{\"seq\":2,\"ts")
+}
+
+fn corrupt_log() -> LogBuilder {
+    LogBuilder::new("c")
+        .event("turn/start", r#"{"turnId":"t1"}"#)
+        .raw(b"garbage\n")
+        .next_seq(2)
+        .event("turn/end", r#"{"turnId":"t1"}"#)
+}
+
+/// `verify`, `stats`, `list` and `head` of an [`UnreadableStore`]: the log
+/// that cannot be opened is reported as that session's (exit 1), and
+/// every other session is still read and judged; with the torn tail alone
+/// besides, 1 wins over 3, and a corrupt session besides wins over it
+/// (2). Its message is said once, never with the system's words twice.
+fn check_unreadable_log_hides_no_other_session(case: &UnreadableStore<'_>) {
+    let UnreadableStore {
+        store,
+        unreadable,
+        cause,
+        run,
+    } = *case;
+    let named = format!("{}.jsonl: {cause}", unreadable);
+    let folder = store.display().to_string();
+    let once = |output: &str| {
+        assert_eq!(output.matches(cause).count(), 1, "{output}");
+        assert!(output.contains(&named), "{named}\n{output}");
+    };
+
+    let verified = run(&["verify", &folder]);
+    verified.expect_code(1);
+    assert!(
+        verified.stdout.contains("#a: torn tail at line 3"),
+        "{}",
+        verified.stdout
+    );
+    assert!(
+        verified
+            .stdout
+            .contains(&format!("#{unreadable}: unreadable: open ")),
+        "{}",
+        verified.stdout
+    );
+    once(&verified.stdout);
+    let verified = run(&["verify", &folder, "--json"]);
+    verified.expect_code(1);
+    let verdicts: Vec<serde_json::Value> = verified
+        .stdout
+        .lines()
+        .map(|line| ok(serde_json::from_str(line)))
+        .collect();
+    assert_eq!(verdicts.len(), 2, "{}", verified.stdout);
+    assert_eq!(verdicts[0]["status"], "torn-tail", "{}", verified.stdout);
+    assert_eq!(verdicts[1]["session"], unreadable, "{}", verified.stdout);
+    assert_eq!(verdicts[1]["status"], "unreadable", "{}", verified.stdout);
+    assert!(
+        verdicts[1]["error"]
+            .as_str()
+            .is_some_and(|error| error.contains(&named)),
+        "{}",
+        verified.stdout
+    );
+    assert!(verdicts[0].get("error").is_none(), "{}", verified.stdout);
+
+    let counted = run(&["stats", &folder]);
+    counted.expect_code(1);
+    assert!(
+        counted
+            .stdout
+            .contains("sessions  2 (1 with a torn tail, 0 corrupt, 1 unreadable)"),
+        "{}",
+        counted.stdout
+    );
+    assert!(
+        counted.stdout.contains("UNREADABLE: open "),
+        "{}",
+        counted.stdout
+    );
+    once(&counted.stdout);
+    let counted = run(&["stats", &folder, "--json"]);
+    counted.expect_code(1);
+    let report: serde_json::Value = ok(serde_json::from_str(&counted.stdout));
+    assert_eq!(report["totals"]["unreadable"], 1, "{report}");
+    assert_eq!(report["totals"]["events"], 1, "{report}");
+    assert!(
+        report["sessions"][1]["unreadable"]
+            .as_str()
+            .is_some_and(|error| error.contains(&named)),
+        "{report}"
+    );
+
+    let listed = run(&["list", &folder]);
+    listed.expect_code(1);
+    assert!(listed.stdout.starts_with("a\t"), "{}", listed.stdout);
+    assert!(
+        listed
+            .stdout
+            .contains(&format!("{unreadable}\tunreadable: open ")),
+        "{}",
+        listed.stdout
+    );
+
+    let anchored = run(&["head", &folder]);
+    anchored.expect_code(1);
+    assert_eq!(anchored.stdout.lines().count(), 1, "{}", anchored.stdout);
+    assert!(
+        anchored.stdout.starts_with(r#"{"session":"a","seq":1,"#),
+        "{}",
+        anchored.stdout
+    );
+    assert!(
+        anchored
+            .stderr
+            .contains(&format!("#{unreadable}: unreadable: open ")),
+        "{}",
+        anchored.stderr
+    );
+    once(&anchored.stderr);
+
+    // A corrupt session besides: 2 wins, and neither hides the other.
+    let corrupt = write_log(store, "c.jsonl", &corrupt_log());
+    ok(std::fs::set_permissions(
+        &corrupt,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    ));
+    let verified = run(&["verify", &folder]);
+    verified.expect_code(2);
+    for (session, verdict) in [
+        ("a", "torn tail"),
+        (unreadable, "unreadable"),
+        ("c", "corrupt at line 3"),
+    ] {
+        assert!(
+            verified.stdout.contains(&format!("#{session}: {verdict}")),
+            "{session}: {}",
+            verified.stdout
+        );
+    }
+    let counted = run(&["stats", &folder]);
+    counted.expect_code(2);
+    assert!(
+        counted
+            .stdout
+            .contains("sessions  3 (1 with a torn tail, 1 corrupt, 1 unreadable)"),
+        "{}",
+        counted.stdout
+    );
+    // `list` reads headers only: c's is whole.
+    run(&["list", &folder]).expect_code(1);
+    let anchored = run(&["head", &folder]);
+    anchored.expect_code(2);
+    assert_eq!(anchored.stdout.lines().count(), 1, "{}", anchored.stdout);
+    // Named with `--session`, the log ends the command.
+    let picked = run(&["verify", &folder, "--session", unreadable]);
+    picked.expect_code(1);
+    assert!(picked.stdout.is_empty(), "{}", picked.stdout);
+    assert!(picked.stderr.contains(unreadable), "{}", picked.stderr);
+}
+
+/// A log of a folder that cannot be opened is that session's verdict: the
+/// others are still read. Root, who runs the tests in CI, opens a file of
+/// any mode, so the log here is one whose path is longer than the system
+/// opens while its folder's is not: its open fails (`ENAMETOOLONG`), an
+/// I/O error as permission denied is, for every user.
+#[test]
+fn a_log_that_cannot_be_opened_hides_no_other_session() {
+    let folder = ok(tempfile::tempdir());
+    let unreadable = format!("b{}", "x".repeat(127));
+    let name = format!("{unreadable}.jsonl");
+    // The logs are written where their paths are short, then the folder
+    // is moved under one whose path leaves room for `a.jsonl`, not for
+    // the long name.
+    let short = folder.path().join("s");
+    ok(std::fs::create_dir(&short));
+    write_log(&short, "a.jsonl", &torn_log());
+    write_log(&short, &name, &LogBuilder::new(&unreadable));
+    // `<store>/<name>` is then PATH_MAX + 1 bytes long.
+    let store_length = PATH_MAX - name.len();
+    let mut deep = folder.path().to_path_buf();
+    while store_length - deep.as_os_str().len() > 250 {
+        deep.push("d".repeat(200));
+    }
+    // The last folder's name, then `/s`.
+    let last = store_length - deep.as_os_str().len() - 1 - 2;
+    deep.push("e".repeat(last));
+    ok(std::fs::create_dir_all(&deep));
+    let store = deep.join("s");
+    ok(std::fs::rename(&short, &store));
+    assert_eq!(store.as_os_str().len(), store_length);
+    assert!(store.join("a.jsonl").as_os_str().len() < PATH_MAX);
+    assert!(store.join(&name).as_os_str().len() >= PATH_MAX);
+    check_unreadable_log_hides_no_other_session(&UnreadableStore {
+        store: &store,
+        unreadable: &unreadable,
+        cause: "File name too long (os error 36)",
+        run: &|args: &[&str]| run(args),
+    });
+}
+
+/// The same of a log this user may not read (mode 0600, another user's),
+/// the case as people meet it: run as `nobody` through `setpriv` when the
+/// tests run as root; otherwise there is no second user to be, and the
+/// test says so.
+#[test]
+fn a_log_this_user_may_not_read_hides_no_other_session() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = std::fs::metadata("/proc/self")
+        .map(|metadata| std::os::unix::fs::MetadataExt::uid(&metadata) == 0)
+        .unwrap_or(false);
+    let as_nobody = |args: &[&str]| {
+        let mut command = Command::new("setpriv");
+        command
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(crate::cli_support::sessionlog_binary())
+            .args(args)
+            .env("NO_COLOR", "1")
+            .env_remove("COLUMNS")
+            .env_remove("SESSIONLOG_LOG");
+        crate::cli_support::run_command(command, None)
+    };
+    if !root || as_nobody(&["--version"]).code != 0 {
+        eprintln!("note: not root, or nobody cannot run the binary through setpriv: not tested");
+        return;
+    }
+    let folder = ok(tempfile::tempdir());
+    let store = folder.path().join("s");
+    ok(std::fs::create_dir(&store));
+    for path in [folder.path(), store.as_path()] {
+        ok(std::fs::set_permissions(
+            path,
+            std::fs::Permissions::from_mode(0o755),
+        ));
+    }
+    for (name, log) in [("a.jsonl", torn_log()), ("b.jsonl", LogBuilder::new("b"))] {
+        let path = write_log(&store, name, &log);
+        let mode = if name == "b.jsonl" { 0o600 } else { 0o644 };
+        ok(std::fs::set_permissions(
+            &path,
+            std::fs::Permissions::from_mode(mode),
+        ));
+    }
+    check_unreadable_log_hides_no_other_session(&UnreadableStore {
+        store: &store,
+        unreadable: "b",
+        cause: "Permission denied (os error 13)",
+        run: &as_nobody,
+    });
 }
 
 /// A `.jsonl` file whose name is no session id is named, not skipped in

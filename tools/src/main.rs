@@ -48,7 +48,11 @@ pub mod exit {
     /// The codes that outrank one another when several apply, strongest
     /// first (README.md, "Exit codes": 2 wins over 7, 7 over 4, 4 over 3).
     /// The store ranks its refusals the same way (`ErrorClass::precedence`).
-    pub const PRECEDENCE: [u8; 4] = [CORRUPT, SEAL, RULE, TORN];
+    /// A log of a folder that could not be read while the other sessions
+    /// were (1) wins over 3 alone: a torn tail is "only a torn tail" when
+    /// every session was read, and what was found in the others (2, 7, 4)
+    /// is not hidden by it (docs/FORMAT.md, "The command line").
+    pub const PRECEDENCE: [u8; 5] = [CORRUPT, SEAL, RULE, USAGE, TORN];
 
     /// Combines two exit codes by [`PRECEDENCE`]; `a` when neither ranks.
     pub fn worst(a: u8, b: u8) -> u8 {
@@ -387,16 +391,21 @@ pub fn exit_code(error: &anyhow::Error) -> u8 {
             return exit.code;
         }
         if let Some(store) = cause.downcast_ref::<StoreError>() {
-            return match store.class() {
-                ErrorClass::Io => exit::USAGE,
-                ErrorClass::Corrupt => exit::CORRUPT,
-                ErrorClass::Rule => exit::RULE,
-                ErrorClass::Seal => exit::SEAL,
-                ErrorClass::Contention => exit::CONTENTION,
-            };
+            return store_exit_code(store);
         }
     }
     exit::USAGE
+}
+
+/// The exit code a store's error stands for, by its class.
+pub fn store_exit_code(error: &StoreError) -> u8 {
+    match error.class() {
+        ErrorClass::Io => exit::USAGE,
+        ErrorClass::Corrupt => exit::CORRUPT,
+        ErrorClass::Rule => exit::RULE,
+        ErrorClass::Seal => exit::SEAL,
+        ErrorClass::Contention => exit::CONTENTION,
+    }
 }
 
 fn render(error: &anyhow::Error) -> String {

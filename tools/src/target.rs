@@ -8,8 +8,8 @@ use anyhow::{bail, Context, Result};
 use sessionlog_schema::{SessionId, TornTail};
 use sessionlog_store::testing::Io;
 use sessionlog_store::{
-    open_log_writer, Backend, HeldRead, LogReader, SessionStream, SessionWriter, Snapshot, Store,
-    StoreError, WriterOptions,
+    open_log_writer, Backend, ErrorClass, HeldRead, LogReader, SessionStream, SessionWriter,
+    Snapshot, Store, StoreError, WriterOptions,
 };
 
 use crate::UsageError;
@@ -21,6 +21,31 @@ pub enum Target {
     File(PathBuf),
     /// A folder of logs or a database.
     Store(Store),
+}
+
+/// What a command that reads sessions does with one whose log cannot be
+/// opened or read: an I/O error, what the file system says of the log
+/// (permission denied, a failed read), not what the log holds
+/// (docs/FORMAT.md, "The command line").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnreadableLog {
+    /// Reported as that session's verdict, and the other sessions read:
+    /// one log that cannot be opened hides no other session's verdict.
+    Reported,
+    /// The error ends the command: the one session it was asked for, a
+    /// lone log, or a database, whose I/O errors are the store's and would
+    /// be the same for every session.
+    Refused,
+}
+
+/// The I/O error that left one log unread, if `error` is one (a store's
+/// error of the I/O class, exit 1): corruption and every other finding
+/// are not.
+pub fn unreadable_log(error: &anyhow::Error) -> Option<&StoreError> {
+    error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<StoreError>())
+        .filter(|store| store.class() == ErrorClass::Io)
 }
 
 /// Refuses an empty list of sessions unless `allow_empty`: a folder that is
@@ -107,6 +132,16 @@ impl Target {
             )));
         }
         Ok(Target::Store(open(path)?))
+    }
+
+    /// What a command reading `session` (or, without it, every session)
+    /// does with a log it cannot open or read: a folder of logs read
+    /// whole reports it as that session's and reads the others.
+    pub fn unreadable_log(&self, session: Option<&str>) -> UnreadableLog {
+        match (self, session) {
+            (Target::Store(Store::Jsonl(_)), None) => UnreadableLog::Reported,
+            _ => UnreadableLog::Refused,
+        }
     }
 
     /// Every session (or just `--session`), in id order.

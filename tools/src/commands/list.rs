@@ -1,5 +1,7 @@
 //! `sessionlog list`: the sessions of a store, read from their headers only;
-//! `--tree` shows children under their parents.
+//! `--tree` shows children under their parents. A session whose header
+//! cannot be read is listed with why: corruption (exit 2), or a log that
+//! cannot be opened or read (exit 1, unless one is corrupt).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -27,6 +29,7 @@ struct ListedSession<'a> {
 /// Runs `list`.
 pub fn run(store: &Path, tree: bool, json: bool) -> Result<u8> {
     let target = Target::open(store)?;
+    let mut code = exit::OK;
     let entries: Vec<(String, Result<SessionHeader, String>)> = match &target {
         Target::File(path) => {
             let header = sessionlog_store::read_header_as_is(path, None)?.header;
@@ -38,18 +41,15 @@ pub fn run(store: &Path, tree: bool, json: bool) -> Result<u8> {
             entries
                 .into_iter()
                 .map(|entry| {
-                    (
-                        entry.id.to_string(),
-                        entry.header.map_err(|e| e.to_string()),
-                    )
+                    let header = entry.header.map_err(|error| {
+                        code = exit::worst(code, crate::store_exit_code(&error));
+                        error.to_string()
+                    });
+                    (entry.id.to_string(), header)
                 })
                 .collect()
         }
     };
-    let mut code = exit::OK;
-    if entries.iter().any(|(_, header)| header.is_err()) {
-        code = exit::CORRUPT;
-    }
     if json {
         for (id, header) in &entries {
             let listed = match header {

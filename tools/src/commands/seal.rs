@@ -14,7 +14,7 @@ use sessionlog_schema::SealSecretKey;
 use sessionlog_store::{chain_head, WriterOptions};
 
 use crate::cli::SessionArgs;
-use crate::target::Target;
+use crate::target::{Target, UnreadableLog};
 use crate::{exit, UsageError};
 
 /// Runs `keygen FILE`.
@@ -108,7 +108,10 @@ pub fn seal(args: &SessionArgs, key_file: Option<&Path>, json: bool) -> Result<u
 }
 
 /// Runs `head STORE [--session ID]`: one anchor line per session, for the
-/// last record of its good prefix.
+/// last record of its good prefix. A corrupt session, and in a folder read
+/// whole a log that cannot be opened or read, is named on stderr with no
+/// line, and the others are read (exit 2, else 1): an anchor file missing
+/// a session would never check it.
 pub fn head(args: &SessionArgs) -> Result<u8> {
     let target = Target::open(&args.store)?;
     let sessions = target.sessions(args.session.as_deref())?;
@@ -122,27 +125,30 @@ pub fn head(args: &SessionArgs) -> Result<u8> {
     }
     let mut stdout = crate::terminal::stdout(crate::terminal::Mode::Json);
     let mut code = exit::OK;
+    let unreadable = target.unreadable_log(args.session.as_deref());
     for session in &sessions {
-        match head_of(&target, session) {
+        let error = match head_of(&target, session) {
             Ok(anchor) => {
                 writeln!(stdout, "{}", anchor.to_json_line())?;
                 stdout.flush()?;
+                continue;
             }
-            Err(error) => {
-                let error_code = crate::exit_code(&error);
-                // A log's error names its file already; only a session of a
-                // store is named here.
-                let message = format!("{error:#}");
-                match message.starts_with(&format!("{}: ", session.label)) {
-                    true => crate::errln!("sessionlog: {message}"),
-                    false => crate::errln!("sessionlog: {}: {message}", session.label),
-                }
-                code = exit::worst(code, error_code);
-                if !matches!(error_code, exit::CORRUPT) {
-                    return Err(error);
-                }
-            }
+            Err(error) => error,
+        };
+        let error_code = crate::exit_code(&error);
+        let message = match crate::target::unreadable_log(&error) {
+            Some(io) if unreadable == UnreadableLog::Reported => format!("unreadable: {io}"),
+            _ if error_code == exit::CORRUPT => crate::render(&error),
+            // Anything else ends the command, and is said once, by it.
+            _ => return Err(error),
+        };
+        // A log's error names its file already; only a session of a store
+        // is named here.
+        match message.starts_with(&format!("{}: ", session.label)) {
+            true => crate::errln!("sessionlog: {message}"),
+            false => crate::errln!("sessionlog: {}: {message}", session.label),
         }
+        code = exit::worst(code, error_code);
     }
     Ok(code)
 }

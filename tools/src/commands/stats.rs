@@ -3,6 +3,8 @@
 //! torn tails, rule violations, corrupt sessions. It reads every log as it
 //! is: a rule violation or a torn tail is counted and warned of on stderr
 //! (exit 0); a corrupt session is counted, named, and makes the exit code 2.
+//! In a folder read whole, a log that cannot be opened or read is counted
+//! and named too, and the others counted: exit 1 unless one is corrupt.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -16,7 +18,7 @@ use sessionlog_store::{fold_stream, ErrorClass, StoreError};
 use crate::cli::SessionArgs;
 use crate::commands::verify::readers_for;
 use crate::side_by_side::Readers;
-use crate::target::{Audit, SessionRef, Target};
+use crate::target::{unreadable_log, Audit, SessionRef, Target, UnreadableLog};
 use crate::{exit, progress, warn};
 
 /// The counts of one session.
@@ -32,6 +34,8 @@ struct SessionStats {
     torn_tail_bytes: Option<u64>,
     /// Why the session is corrupt, if it is.
     corrupt: Option<String>,
+    /// Why its log could not be opened or read (an I/O error), if so.
+    unreadable: Option<String>,
     /// Events of the good prefix that break a rule (`verify` names them).
     violations: u64,
     /// How many of those are seals that do not hold (said apart, not a
@@ -51,6 +55,8 @@ struct Totals {
     bytes: u64,
     torn_tails: u64,
     corrupt: u64,
+    /// Sessions whose log could not be opened or read.
+    unreadable: u64,
     violations: u64,
     /// How many of those are seals that do not hold (said apart in
     /// people's output, not a member of the JSON).
@@ -74,6 +80,9 @@ struct Report {
     count: usize,
     /// The corruption of the one session, when there is only one.
     only_corrupt: Option<String>,
+    /// Why the log of the one session could not be read, when there is
+    /// only one.
+    only_unreadable: Option<String>,
 }
 
 /// How each session of a chunk is written out.
@@ -138,6 +147,7 @@ fn report(
             lone: sessions.len() == 1,
         },
     };
+    let unreadable = readers.first().unreadable_log(args.session.as_deref());
     // The chunks come back in the order of `sessions`.
     let mut labels = sessions.iter();
     readers.in_order(
@@ -149,7 +159,7 @@ fn report(
             let mut by_type = Totals::default();
             let stats = chunk
                 .iter()
-                .map(|session| count(target, session, (!json).then_some(&mut by_type)))
+                .map(|session| count(target, session, (!json).then_some(&mut by_type), unreadable))
                 .collect::<Result<Vec<_>>>()?;
             let block = write_block(&stats, layout)?;
             Ok((by_type, stats, block))
@@ -164,6 +174,7 @@ fn report(
                 report.count += 1;
                 if sessions.len() == 1 {
                     report.only_corrupt = stats.corrupt;
+                    report.only_unreadable = stats.unreadable;
                 }
                 bar.inc(1);
             }
@@ -193,31 +204,39 @@ fn report(
     }
     Ok(if report.totals.corrupt > 0 {
         exit::CORRUPT
+    } else if report.totals.unreadable > 0 {
+        exit::USAGE
     } else {
         exit::OK
     })
 }
 
 /// Counts one session; by type into `totals` when given, else into its
-/// own counts.
+/// own counts. A log that cannot be opened or read is counted as such when
+/// `unreadable` says so, with what was read of it.
 fn count(
     target: &Target,
     session: &SessionRef,
     totals: Option<&mut Totals>,
+    unreadable: UnreadableLog,
 ) -> Result<SessionStats> {
     let mut stats = SessionStats {
         session: session.id.to_string(),
         ..SessionStats::default()
     };
-    match read(target, session, &mut stats, totals) {
-        Ok(()) => Ok(stats),
-        Err(error) => match corrupt(&error) {
-            Some(message) => {
-                stats.corrupt = Some(message);
-                Ok(stats)
-            }
-            None => Err(error),
-        },
+    let Err(error) = read(target, session, &mut stats, totals) else {
+        return Ok(stats);
+    };
+    if let Some(message) = corrupt(&error) {
+        stats.corrupt = Some(message);
+        return Ok(stats);
+    }
+    match unreadable_log(&error) {
+        Some(io) if unreadable == UnreadableLog::Reported => {
+            stats.unreadable = Some(io.to_string());
+            Ok(stats)
+        }
+        _ => Err(error),
     }
 }
 
@@ -318,6 +337,7 @@ impl Totals {
         self.bytes += stats.bytes;
         self.torn_tails += u64::from(stats.torn_tail_bytes.is_some());
         self.corrupt += u64::from(stats.corrupt.is_some());
+        self.unreadable += u64::from(stats.unreadable.is_some());
         self.violations += stats.violations;
         self.seal_failures += stats.seal_failures;
         self.add_counts(&stats.events_by_type, &stats.unknown_types);
@@ -352,6 +372,9 @@ fn write_block(chunk: &[SessionStats], layout: Layout) -> Result<String> {
                 if let Some(message) = &stats.corrupt {
                     let _ = write!(block, ", CORRUPT: {message}");
                 }
+                if let Some(message) = &stats.unreadable {
+                    let _ = write!(block, ", UNREADABLE: {message}");
+                }
                 block.push('\n');
             }
         }
@@ -362,9 +385,13 @@ fn write_block(chunk: &[SessionStats], layout: Layout) -> Result<String> {
 /// Writes the report, as people read it, into `out`.
 fn write_human(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     let totals = &report.totals;
+    let unreadable = match totals.unreadable {
+        0 => String::new(),
+        count => format!(", {count} unreadable"),
+    };
     writeln!(
         out,
-        "sessions  {} ({} with a torn tail, {} corrupt)",
+        "sessions  {} ({} with a torn tail, {} corrupt{unreadable})",
         totals.sessions, totals.torn_tails, totals.corrupt
     )?;
     writeln!(
@@ -406,6 +433,9 @@ fn write_human(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     }
     if let Some(message) = &report.only_corrupt {
         writeln!(out, "corrupt: {message}")?;
+    }
+    if let Some(message) = &report.only_unreadable {
+        writeln!(out, "unreadable: {message}")?;
     }
     Ok(())
 }

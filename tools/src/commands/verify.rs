@@ -17,7 +17,7 @@ use sessionlog_store::{fold_stream, StoreError};
 
 use crate::cli::SessionArgs;
 use crate::side_by_side::Readers;
-use crate::target::{read_input, require_sessions, Audit, SessionRef, Target};
+use crate::target::{read_input, require_sessions, Audit, SessionRef, Target, UnreadableLog};
 use crate::terminal::Mode;
 use crate::{exit, UsageError};
 
@@ -117,6 +117,10 @@ pub struct Verdict {
     own_seals: u64,
     /// The last seal, own or inherited.
     last_seal: Option<SealReport>,
+    /// Why its log could not be opened or read (an I/O error), when it
+    /// could not: the other sessions are still verified.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
 }
 
 /// A failed seal check: a seal (its seq) or a policy about the session
@@ -328,6 +332,7 @@ fn verify_all(
         print(&render_one(&damage_verdict(error, &mut code), json)?)?;
     }
     let mut short_of_rows = false;
+    let unreadable = readers.first().unreadable_log(args.session.as_deref());
     // Each reader renders the verdicts of its chunk; the calling thread
     // prints them in order.
     readers.in_order(
@@ -337,7 +342,7 @@ fn verify_all(
             let verdicts = chunk
                 .iter()
                 .map(|session| {
-                    let verdict = verify_session(target, session, policy)?;
+                    let verdict = verify_session(target, session, policy, unreadable)?;
                     render(&mut rendered, &verdict, json)?;
                     Ok(Judged {
                         status: verdict_code(&verdict),
@@ -565,13 +570,21 @@ impl Verdict {
             seal_failures: Vec::new(),
             own_seals: 0,
             last_seal: None,
+            error: None,
         }
     }
 }
 
 /// Verifies one session (its records, rules and own seals), then holds it
-/// to `policy`.
-fn verify_session(target: &Target, session: &SessionRef, policy: &SealPolicy) -> Result<Verdict> {
+/// to `policy`. A log that cannot be opened or read is that session's
+/// verdict when `unreadable` says so, with what was found before the
+/// error.
+fn verify_session(
+    target: &Target,
+    session: &SessionRef,
+    policy: &SealPolicy,
+    unreadable: UnreadableLog,
+) -> Result<Verdict> {
     let mut verdict = Verdict::empty(Some(session.id.to_string()), session.label.clone());
     match scan(target, session, policy, &mut verdict) {
         Ok(()) => {}
@@ -599,6 +612,12 @@ fn verify_session(target: &Target, session: &SessionRef, policy: &SealPolicy) ->
                 message: error.to_string(),
             });
         }
+        Err(error)
+            if error.class() == sessionlog_store::ErrorClass::Io
+                && unreadable == UnreadableLog::Reported =>
+        {
+            verdict.error = Some(error.to_string());
+        }
         Err(error) => return Err(error.into()),
     }
     verdict.status = if verdict.corruption.is_some() {
@@ -607,6 +626,8 @@ fn verify_session(target: &Target, session: &SessionRef, policy: &SealPolicy) ->
         "seal-failure"
     } else if !verdict.violations.is_empty() {
         "violations"
+    } else if verdict.error.is_some() {
+        "unreadable"
     } else if verdict.torn_tail.is_some() {
         "torn-tail"
     } else {
@@ -730,14 +751,19 @@ fn scan(
     Ok(())
 }
 
-/// The exit code of one verdict.
+/// The exit code of one verdict: a log that could not be read is an I/O
+/// error (1), which only what was found outranks.
 pub fn verdict_code(verdict: &Verdict) -> u8 {
-    exit::of_findings(
+    let found = exit::of_findings(
         verdict.corruption.is_some(),
         !verdict.seal_failures.is_empty(),
         !verdict.violations.is_empty(),
         verdict.torn_tail.is_some(),
-    )
+    );
+    match verdict.error {
+        Some(_) => exit::worst(found, exit::USAGE),
+        None => found,
+    }
 }
 
 /// Writes the lines of one verdict, as people read them, into `out`.
@@ -779,6 +805,9 @@ fn write_human(out: &mut impl Write, verdict: &Verdict) -> std::io::Result<()> {
             }
             for violation in &verdict.violations {
                 writeln!(out, "{name}: rule violation: {}", violation.message)?;
+            }
+            if let Some(error) = &verdict.error {
+                writeln!(out, "{name}: unreadable: {error}")?;
             }
             if let Some(torn) = &verdict.torn_tail {
                 writeln!(
