@@ -12,7 +12,7 @@ use sessionlog_schema::{Corruption, HeaderVocabularyError, InvalidSessionId, Ses
 #[non_exhaustive]
 pub enum StoreError {
     /// A file-system or database operation failed.
-    #[error("{operation} {path}: {source}")]
+    #[error("{operation} {shown_path}: {source}", shown_path = shown_path(.path))]
     Io {
         /// What was being done (`open`, `write`, `fdatasync`, ...).
         operation: &'static str,
@@ -24,7 +24,7 @@ pub enum StoreError {
     },
     /// A SQLite operation failed.
     #[cfg(feature = "sqlite")]
-    #[error("SQLite {operation} on {path}: {source}")]
+    #[error("SQLite {operation} on {shown_path}: {source}", shown_path = shown_path(.path))]
     Sqlite {
         /// What was being done.
         operation: &'static str,
@@ -61,7 +61,7 @@ pub enum StoreError {
         reason: String,
     },
     /// The database was written by a newer sessionlog.
-    #[error("{path}: database schema version {found} is newer than this build's {supported}; upgrade sessionlog to open it")]
+    #[error("{shown_path}: database schema version {found} is newer than this build's {supported}; upgrade sessionlog to open it", shown_path = shown_path(.path))]
     NewerSchema {
         /// The database file.
         path: PathBuf,
@@ -72,9 +72,7 @@ pub enum StoreError {
     },
     /// The file or PostgreSQL schema is not a sessionlog database (another
     /// application's, or an empty one): it is neither read nor changed.
-    #[error(
-        "{path} is not a sessionlog store ({reason}); sessionlog neither reads nor changes it"
-    )]
+    #[error("{shown_path} is not a sessionlog store ({reason}); sessionlog neither reads nor changes it", shown_path = shown_path(.path))]
     NotAStore {
         /// The file, or the PostgreSQL URL without its password.
         path: PathBuf,
@@ -83,7 +81,7 @@ pub enum StoreError {
     },
     /// The database file is damaged outside any one session's rows, or so
     /// that SQLite itself reports it (`SQLITE_CORRUPT`, `SQLITE_NOTADB`).
-    #[error("{path}: the database is damaged: {reason}; `sessionlog verify` names the sessions that are still whole, and `sessionlog migrate` refuses to copy it")]
+    #[error("{shown_path}: the database is damaged: {reason}; `sessionlog verify` names the sessions that are still whole, and `sessionlog migrate` refuses to copy it", shown_path = shown_path(.path))]
     DamagedDatabase {
         /// The database file.
         path: PathBuf,
@@ -94,7 +92,7 @@ pub enum StoreError {
     #[error(transparent)]
     InvalidId(#[from] InvalidSessionId),
     /// No such session.
-    #[error("no session {id} in {path}")]
+    #[error("no session {id} in {shown_path}", shown_path = shown_path(.path))]
     NotFound {
         /// The session asked for.
         id: String,
@@ -102,7 +100,7 @@ pub enum StoreError {
         path: PathBuf,
     },
     /// A session with this id exists already.
-    #[error("session {id} already exists in {path}; pick another id")]
+    #[error("session {id} already exists in {shown_path}; pick another id", shown_path = shown_path(.path))]
     AlreadyExists {
         /// The id.
         id: SessionId,
@@ -111,7 +109,7 @@ pub enum StoreError {
     },
     /// The log is corrupt: damage that an intact record follows, or a record
     /// that breaks the format.
-    #[error("{path}: the log is {corruption}{}", what_helps(.corruption))]
+    #[error("{shown_path}: the log is {corruption}{}", what_helps(.corruption), shown_path = shown_path(.path))]
     Corrupt {
         /// The log.
         path: PathBuf,
@@ -121,7 +119,7 @@ pub enum StoreError {
     /// A session's rows in a database are damaged: a row changed, lost or
     /// added outside sessionlog, while the database file itself may be
     /// whole (its damage is [`StoreError::DamagedDatabase`]).
-    #[error("{path}: session {id} is corrupt at seq {seq}: {reason}; `sessionlog verify` names every damaged session")]
+    #[error("{shown_path}: session {id} is corrupt at seq {seq}: {reason}; `sessionlog verify` names every damaged session", shown_path = shown_path(.path))]
     CorruptRow {
         /// The database, or the PostgreSQL store (without its password).
         path: PathBuf,
@@ -133,7 +131,7 @@ pub enum StoreError {
         reason: String,
     },
     /// The header holds a value outside a closed vocabulary.
-    #[error("{path}: {error}")]
+    #[error("{shown_path}: {error}", shown_path = shown_path(.path))]
     HeaderVocabulary {
         /// The log.
         path: PathBuf,
@@ -142,7 +140,7 @@ pub enum StoreError {
     },
     /// An event breaks a rule of the format (vocabulary, shape, turns, steps,
     /// calls, approvals); nothing was written.
-    #[error("{path}: {violation}")]
+    #[error("{shown_path}: {violation}", shown_path = shown_path(.path))]
     Rule {
         /// The log.
         path: PathBuf,
@@ -150,7 +148,7 @@ pub enum StoreError {
         violation: Violation,
     },
     /// Another writer holds the session.
-    #[error("session {id} is locked by another writer ({path}); wait for it to close the session")]
+    #[error("session {id} is locked by another writer ({shown_path}); wait for it to close the session", shown_path = shown_path(.path))]
     Locked {
         /// The session.
         id: SessionId,
@@ -181,7 +179,7 @@ pub enum StoreError {
     /// A log being followed no longer holds what was read from it: another
     /// session's log was put in its place, or its earlier records were
     /// rewritten or removed. Nothing read after the change is delivered.
-    #[error("{path}: the log changed under the reader: {reason}; what was read from it no longer stands")]
+    #[error("{shown_path}: the log changed under the reader: {reason}; what was read from it no longer stands", shown_path = shown_path(.path))]
     HistoryChanged {
         /// The log.
         path: PathBuf,
@@ -348,4 +346,11 @@ fn what_helps(corruption: &Corruption) -> &'static str {
     } else {
         ""
     }
+}
+
+/// A path as a message shows it: line breaks and tabs written as `\n`, `\r`
+/// and `\t`, so that a file named with one (in a folder of logs, which
+/// anyone who may write there names) cannot print a line of its own.
+fn shown_path(path: &std::path::Path) -> String {
+    sessionlog_schema::one_line(&path.display().to_string())
 }

@@ -9,6 +9,7 @@
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
@@ -257,7 +258,8 @@ impl JsonlStore {
                 .unwrap_or_else(PoisonError::into_inner)
                 .insert(path.clone());
             if first {
-                tracing::warn!(path = %path.display(), "passed over: {what}");
+                let path = sessionlog_schema::one_line(&path.display().to_string());
+                tracing::warn!(path = %path, "passed over: {what}");
             }
         }
         Ok(ids)
@@ -282,15 +284,19 @@ impl JsonlStore {
             let entry =
                 entry.map_err(|source| StoreError::io("read folder", &self.folder, source))?;
             let name = entry.file_name();
-            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".jsonl")) else {
+            let Some(stem) = name.as_bytes().strip_suffix(b".jsonl") else {
                 continue;
             };
             // Dot-named files are the store's own (state snapshots,
             // temporary files), never logs.
-            if stem.starts_with('.') {
+            if stem.starts_with(b".") {
                 continue;
             }
-            let Ok(id) = SessionId::parse(stem) else {
+            // A name that is not UTF-8 is no id either, and is named as the
+            // others are: passed over unsaid, it would be a session a copy
+            // leaves out and then proves "identical".
+            let stem = String::from_utf8_lossy(stem);
+            let Ok(id) = SessionId::parse(&stem) else {
                 passed_over.push((
                     entry.path(),
                     format!("{stem:?} is no valid session id, so no log of a session"),

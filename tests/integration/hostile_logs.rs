@@ -225,6 +225,55 @@ fn a_name_in_a_folder_that_is_no_regular_file_hides_no_other_session() {
     );
 }
 
+/// A `.jsonl` whose name is not UTF-8, or holds a line break, is passed
+/// over as any name that is no id is: named in a warning of one line, and
+/// refused by `migrate` and `diff`, never left out of a copy unsaid.
+#[test]
+fn a_log_name_that_is_not_utf8_or_breaks_a_line_is_named_on_one_line() {
+    use std::os::unix::ffi::OsStrExt;
+    let folder = ok(tempfile::tempdir());
+    let store = folder.path().join("store");
+    ok(std::fs::create_dir(&store));
+    let log = LogBuilder::new("good").event("turn/start", r#"{"turnId":"t1"}"#);
+    let good = write_log(&store, "good.jsonl", &log);
+    let bytes = ok(std::fs::read(&good));
+    let odd = std::ffi::OsStr::from_bytes(b"zz\xff.jsonl");
+    ok(std::fs::write(store.join(odd), &bytes));
+    ok(std::fs::write(
+        store.join("x\ngood: forged\tline.jsonl"),
+        &bytes,
+    ));
+    let store = store.display().to_string();
+    let verified = run(["verify", &store]);
+    verified.expect_code(0);
+    let warnings: Vec<&str> = verified
+        .stderr
+        .lines()
+        .filter(|line| line.contains("passed over"))
+        .collect();
+    assert_eq!(warnings.len(), 2, "{}", verified.stderr);
+    assert!(
+        warnings
+            .iter()
+            .any(|line| line.contains("zz\u{fffd}.jsonl")),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|line| line.contains(r"x\ngood: forged\tline.jsonl: passed over")),
+        "{warnings:?}"
+    );
+    assert!(
+        !verified.stderr.contains("\ngood: forged"),
+        "{}",
+        verified.stderr
+    );
+    let copy = folder.path().join("copy.db").display().to_string();
+    run(["-q", "migrate", &store, &copy]).expect_code(1);
+    run(["-q", "diff", &store, &store]).expect_code(9);
+}
+
 /// The longest path the system opens, its terminating NUL included
 /// (Linux's `PATH_MAX`).
 const PATH_MAX: usize = 4096;
