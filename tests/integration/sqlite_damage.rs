@@ -708,6 +708,106 @@ fn damage_in_one_session_is_never_blamed_on_its_neighbours() {
     );
 }
 
+/// A page of event rows that SQLite cannot read, in the middle of a
+/// session: a read gives out the events before it, then the corruption,
+/// as a read of a log file stops at its damage. `project --at` before the
+/// page succeeds, `tail --from 1` prints the events before it, `stats
+/// --session` and `verify` count them, and each exits 2 once it reaches
+/// the page.
+#[test]
+fn an_unreadable_page_leaves_the_events_before_it_to_every_reader() {
+    let folder = ok(tempfile::tempdir());
+    let database = folder.path().join("s.db");
+    run(["create", &text(&database), "--session", "s"]).expect_code(0);
+    let marker = |n: usize| format!("mk-{n}-");
+    let lines: String = (1..=300)
+        .map(|n| {
+            let data = format!(r#"{{"n":{n},"text":"{}{}"}}"#, marker(n), "p".repeat(180));
+            format!("{{\"type\":\"x-test/note\",\"data\":{data}}}\n")
+        })
+        .collect();
+    crate::cli_support::run_with_stdin(["append", &text(&database), "--session", "s"], &lines)
+        .expect_code(0);
+    {
+        let connection = ok(rusqlite::Connection::open(&database));
+        ok(connection.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)"));
+    }
+    // The leaf page of `events` (an index b-tree leaf, type 10: the table
+    // has no rowid) that holds event 150, zeroed.
+    let mut bytes = ok(std::fs::read(&database));
+    let holds = |page: &[u8], n: usize| {
+        let marker = marker(n);
+        page.windows(marker.len())
+            .any(|window| window == marker.as_bytes())
+    };
+    let page = (1..bytes.len() / PAGE)
+        .map(|page| page * PAGE..(page + 1) * PAGE)
+        .find(|page| bytes[page.start] == 10 && holds(&bytes[page.clone()], 150))
+        .unwrap_or_else(|| panic!("no leaf page holds event 150"));
+    let first_lost = (1..=150)
+        .find(|&n| holds(&bytes[page.clone()], n))
+        .unwrap_or(150);
+    assert!(
+        first_lost > 3,
+        "event {first_lost} is the first on its page"
+    );
+    bytes[page].fill(0);
+    ok(std::fs::write(&database, bytes));
+    let store = text(&database);
+    let before = (1..first_lost as u64).collect::<Vec<_>>();
+    let at = |seq: usize| seq.to_string();
+
+    run(["project", &store, "--session", "s", "--at", "1"]).expect_code(0);
+    run([
+        "project",
+        &store,
+        "--session",
+        "s",
+        "--at",
+        &at(first_lost - 1),
+    ])
+    .expect_code(0);
+    let reaching = run(["project", &store, "--session", "s", "--at", &at(first_lost)]);
+    reaching.expect_code(2);
+    let lost = format!("session s is corrupt at seq {first_lost}: the row cannot be read");
+    assert!(reaching.stderr.contains(&lost), "{}", reaching.stderr);
+    let tail = run(["tail", &store, "--session", "s", "--from", "1"]);
+    tail.expect_code(2);
+    let printed: Vec<u64> = tail
+        .stdout
+        .lines()
+        .map(|line| {
+            let record: serde_json::Value = ok(serde_json::from_str(line));
+            record["seq"].as_u64().unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(printed, before);
+    let stats = run(["stats", &store, "--session", "s", "--json"]);
+    stats.expect_code(2);
+    let report: serde_json::Value = ok(serde_json::from_str(&stats.stdout));
+    assert_eq!(
+        report["sessions"][0]["events"],
+        first_lost - 1,
+        "{}",
+        stats.stdout
+    );
+    // The page is damage of the file, too: `stats` of the whole store
+    // refuses it before it prints a report.
+    let whole = run(["stats", &store, "--json"]);
+    whole.expect_code(2);
+    assert!(whole.stdout.is_empty(), "{}", whole.stdout);
+    let verified = run(["verify", &store, "--json"]);
+    verified.expect_code(2);
+    let verdict: serde_json::Value = verified
+        .stdout
+        .lines()
+        .map(|line| ok(serde_json::from_str::<serde_json::Value>(line)))
+        .find(|verdict| verdict["session"] == "s")
+        .unwrap_or_else(|| panic!("no verdict of session s: {}", verified.stdout));
+    assert_eq!(verdict["events"], first_lost - 1, "{verdict}");
+    assert_eq!(verdict["corruption"]["seq"], first_lost, "{verdict}");
+}
+
 /// Event rows of an id that has no session row, written behind the
 /// store's back: no session of that id is created over them, by `create`,
 /// `fork` or `migrate` (which writes nothing then), as PostgreSQL refuses

@@ -36,7 +36,9 @@ const MAX_REFERENCE_DEPTH: usize = 100_000;
 /// How an engine fetches a session's rows.
 pub(crate) trait RowPages: Send {
     /// Up to one page of session `id`'s rows from seq `from` through seq
-    /// `through`, in seq order, into `page` (emptied first).
+    /// `through`, in seq order, into `page` (emptied first). A read that
+    /// fails partway leaves in `page` the rows it read before the failure,
+    /// which the caller gives out (whole units) before the error.
     fn rows(
         &mut self,
         id: &SessionId,
@@ -61,7 +63,9 @@ pub(crate) trait RowPages: Send {
     /// otherwise, and then the caller reads bounded pages and
     /// [`bounds`](Self::bounds). In one snapshot, the rows read to their
     /// end say all that `bounds` would: the last seq is the one already
-    /// read, and a row past it is in the page.
+    /// read, and a row past it is in the page. A read that fails partway
+    /// leaves in `page` the rows it read before the failure, as
+    /// [`rows`](Self::rows) does.
     fn rows_to_end(
         &mut self,
         _id: &SessionId,
@@ -347,7 +351,9 @@ impl SqlEvents {
 
     /// Reads and checks the next page of rows: into records in `page`, or
     /// when `lend`, into bodies lent from `rows`. Sets `finished` at the
-    /// end.
+    /// end. A read that fails partway still gives out the whole units of
+    /// the rows it read before failing, then the failure, as damage met in
+    /// a row is.
     fn read_page(&mut self, lend: bool) -> Result<(), StoreError> {
         if self.segments.is_none() {
             self.segments = Some(self.resolve()?);
@@ -359,6 +365,9 @@ impl SqlEvents {
         });
         self.rows.clear();
         self.rows_owner = None;
+        // A failure of the engine's read, met after the rows it left in
+        // `rows`: given out after their whole units.
+        let mut failure = None;
         match segment {
             None => {}
             Some(_) if self.rows_end == RowsEnd::Read => {}
@@ -370,28 +379,31 @@ impl SqlEvents {
                 // runs only where the engine said no to this.)
                 let to_end = match (&owner, &self.seed_source, self.rows_end, &self.ahead) {
                     (None, None, RowsEnd::Unknown, None) => {
-                        lock(&self.pages).rows_to_end(&self.id, self.next_seq, &mut self.rows)?
+                        lock(&self.pages).rows_to_end(&self.id, self.next_seq, &mut self.rows)
                     }
-                    _ => None,
+                    _ => Ok(None),
                 };
-                match to_end {
-                    Some(whole) => {
-                        let through = i64::try_from(through).unwrap_or(i64::MAX);
-                        let past = self.rows.rows.iter().position(|row| row.seq > through);
-                        if let Some(first_past) = past {
-                            self.rows.rows.truncate(first_past);
-                            self.rows_end = RowsEnd::PastLastSeq;
-                        } else if whole {
-                            self.rows_end = RowsEnd::Read;
-                        }
-                    }
-                    None => {
-                        // Its own: `read_rows` takes all of `self`.
+                let read = match to_end {
+                    // Its own: `read_rows` takes all of `self`.
+                    Ok(None) => {
                         let reading = segment.owner.clone();
-                        self.read_rows(&reading, through)?;
+                        self.read_rows(&reading, through).map(|()| None)
                     }
+                    other => other,
+                };
+                let whole = read.unwrap_or_else(|error| {
+                    failure = Some(error);
+                    None
+                });
+                // Rows read to their end may run past the last seq.
+                let through = i64::try_from(through).unwrap_or(i64::MAX);
+                if let Some(first_past) = self.rows.rows.iter().position(|row| row.seq > through) {
+                    self.rows.rows.truncate(first_past);
+                    self.rows_end = RowsEnd::PastLastSeq;
+                } else if whole == Some(true) {
+                    self.rows_end = RowsEnd::Read;
                 }
-                if self.rows.rows.is_empty() {
+                if self.rows.rows.is_empty() && failure.is_none() {
                     if let Some(owner) = &owner {
                         return Err(corrupt_session(
                             &self.store,
@@ -410,6 +422,8 @@ impl SqlEvents {
         }
         let bounds = match (self.rows.rows.is_empty(), self.rows_end) {
             (false, _) => None,
+            // The read failed: its failure is what ends the session.
+            _ if failure.is_some() => None,
             // Read in the snapshot of the session row: its last seq, and
             // no row past it.
             (true, RowsEnd::Read) => Some(RowBounds {
@@ -425,6 +439,7 @@ impl SqlEvents {
         // The rows that end whole units (a lone event, a batch with all its
         // records): what is given out before damage met in the page.
         let mut whole = 0;
+        let mut damage = None;
         for (index, row) in self.rows.rows.iter().enumerate() {
             let checked = match lend {
                 true => check.check_from(&self.rows, row, owner),
@@ -432,22 +447,27 @@ impl SqlEvents {
                     .accept_from(&self.rows, row, owner)
                     .map(|record| self.page.push_back(record)),
             };
-            if let Err(damage) = checked {
-                self.page.truncate(whole);
-                self.lent = 0..if lend { whole } else { 0 };
-                // A batch carried from the pages before is given out only
-                // if it ended before the damage.
-                match whole {
-                    0 => self.carry.clear(),
-                    _ => release(&mut self.carry, &mut self.page),
-                }
-                self.damage = Some(damage);
-                self.finished = true;
-                return Ok(());
+            if let Err(found) = checked {
+                damage = Some(found);
+                break;
             }
             if check.batch_remaining == 0 {
                 whole = index + 1;
             }
+        }
+        // Damage in a row read comes before the failure to read the next.
+        if let Some(damage) = damage.or(failure) {
+            self.page.truncate(whole);
+            self.lent = 0..if lend { whole } else { 0 };
+            // A batch carried from the pages before is given out only if
+            // it ended before the damage.
+            match whole {
+                0 => self.carry.clear(),
+                _ => release(&mut self.carry, &mut self.page),
+            }
+            self.damage = Some(damage);
+            self.finished = true;
+            return Ok(());
         }
         // A batch still open at the page's end is held back, checked, until
         // its last record is: a read gives out whole units only, as a read
@@ -528,7 +548,7 @@ impl SqlEvents {
 impl SqlEvents {
     /// One page of `owner`'s rows from `next_seq` through `through`, into
     /// `rows`: the page read ahead for that place when there is one, else
-    /// read here. When the segment goes on past a page read here, the
+    /// read here. After a failure, `rows` holds the rows read before it. When the segment goes on past a page read here, the
     /// pages after it are read ahead, on a thread of their own, while this
     /// one is checked.
     fn read_rows(&mut self, owner: &SessionId, through: u64) -> Result<(), StoreError> {
@@ -572,7 +592,9 @@ struct ReadAhead {
     through: u64,
     /// Where the next page to be taken starts.
     next_from: u64,
-    pages: mpsc::Receiver<Result<RowPage, StoreError>>,
+    /// Each page with how its read ended: a failed read's page holds the
+    /// rows read before the failure.
+    pages: mpsc::Receiver<(RowPage, Result<(), StoreError>)>,
     /// Pages taken and done with, to be filled again.
     spare: mpsc::Sender<RowPage>,
     thread: thread::JoinHandle<()>,
@@ -603,7 +625,7 @@ impl ReadAhead {
                         Err(_) => None,
                     };
                     // The caller stopped taking pages: nothing more to read.
-                    if sender.send(read.map(|()| page)).is_err() {
+                    if sender.send((page, read)).is_err() {
                         return;
                     }
                     match next {
@@ -630,12 +652,10 @@ impl ReadAhead {
     }
 
     /// The next page, put into `rows` (whose page goes back to be filled
-    /// again); `None` when the thread ended before it.
+    /// again), and how its read ended (the thread ends after a failure);
+    /// `None` when the thread ended before it.
     fn next_page(&mut self, rows: &mut RowPage) -> Option<Result<(), StoreError>> {
-        let mut page = match self.pages.recv().ok()? {
-            Ok(page) => page,
-            Err(error) => return Some(Err(error)),
-        };
+        let (mut page, read) = self.pages.recv().ok()?;
         std::mem::swap(rows, &mut page);
         page.clear();
         // The thread may be done: the page is then freed here.
@@ -643,7 +663,7 @@ impl ReadAhead {
         if let Some(next) = next_page_from(rows, self.next_from) {
             self.next_from = next;
         }
-        Some(Ok(()))
+        Some(read)
     }
 
     /// Stops reading ahead: the thread ends after the page it is reading,

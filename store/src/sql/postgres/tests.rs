@@ -699,6 +699,83 @@ fn a_long_session_reads_in_order_across_its_pages_whole_or_to_its_damage() {
 }
 
 #[test]
+fn a_row_the_server_cannot_read_leaves_the_whole_units_before_it_then_the_error() {
+    // Row `at` alone has a body stored out of line, whose chunks are then
+    // lost: the server fails as it sends that row, after the rows before
+    // it. They are given out, but for a batch the failure cuts,
+    // then the failure: on the first page of rows a read takes, and on
+    // one a thread reads ahead.
+    for (count, at, batch) in [(40, 30, None), (40, 30, Some(28..=31)), (400, 300, None)] {
+        let Some(schema) = postgres_store() else {
+            return;
+        };
+        let store = engine(&schema);
+        execute(
+            &schema,
+            "ALTER TABLE events ALTER COLUMN body SET STORAGE EXTERNAL",
+        );
+        let events: Vec<EventRecord> = (1..=count)
+            .map(|seq| {
+                let text = match seq == at {
+                    true => "p".repeat(4_000),
+                    false => String::new(),
+                };
+                let size = batch
+                    .as_ref()
+                    .filter(|batch| *batch.start() == seq)
+                    .map(|batch| batch.end() - batch.start() + 1);
+                let data = format!(r#"{{"n":{seq},"text":"{text}"}}"#);
+                EventRecord::new(seq, 1_700_000_000_000 + seq, size, "note/test", &data)
+            })
+            .collect();
+        ok(store.create_session(&header("a"), &events, Durability::Fsync));
+        // The server refuses a statement that changes a TOAST table;
+        // PostgreSQL's own `pg_surgery` kills its tuples, as the server's
+        // corruption tests do. The extension goes with the test's schema.
+        execute(
+            &schema,
+            &format!(
+                "CREATE EXTENSION pg_surgery SCHEMA \"{}\";
+                 DO $$ DECLARE toast regclass := (SELECT reltoastrelid::regclass FROM pg_class
+                                                   WHERE oid = 'events'::regclass);
+                 BEGIN
+                     EXECUTE format('SELECT heap_force_kill(%L, ARRAY(SELECT ctid FROM %s))',
+                                    toast, toast);
+                 END $$;",
+                schema.schema
+            ),
+        );
+        let given = batch.as_ref().map_or(at - 1, |batch| batch.start() - 1);
+        let case = format!("{count} events, row {at} unreadable, batch {batch:?}");
+        let mut records = 0;
+        let mut ended = None;
+        for event in ok(store.events(&id("a"))) {
+            match event {
+                Ok(record) => {
+                    records += 1;
+                    assert_eq!(record.seq(), records, "{case}");
+                }
+                Err(error) => ended = Some(error),
+            }
+        }
+        assert_eq!(records, given, "{case}: {ended:?}");
+        let ended = ended.unwrap_or_else(|| panic!("{case}: the read ended without an error"));
+        assert!(ended.to_string().contains("toast"), "{case}: {ended}");
+        let mut read = ok(store.events(&id("a")));
+        let mut lent = 0;
+        let ended = loop {
+            match read.next_body() {
+                Ok(Some(_)) => lent += 1,
+                Ok(None) => break None,
+                Err(error) => break Some(error),
+            }
+        };
+        assert_eq!(lent, given, "{case}, bodies lent: {ended:?}");
+        assert!(ended.is_some(), "{case}, bodies lent: no error");
+    }
+}
+
+#[test]
 fn a_burst_of_appends_is_announced_through_its_last_seq_in_order() {
     // The notifier sends at most one statement every NOTIFY_INTERVAL and
     // takes along what queued meanwhile: the last seq of a burst is still

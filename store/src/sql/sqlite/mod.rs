@@ -1376,7 +1376,9 @@ impl Shared {
     }
 
     /// One page ([`PAGE_ROWS`]) of the rows of session `id` from
-    /// `from_seq` through `to_seq`, into `page` (emptied first).
+    /// `from_seq` through `to_seq`, into `page` (emptied first). When a
+    /// row cannot be read (a damaged page of the file), `page` keeps the
+    /// rows read before it, to be given out before the error.
     fn read_rows(
         &self,
         connection: &Connection,

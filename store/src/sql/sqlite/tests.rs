@@ -985,6 +985,114 @@ fn a_long_session_reads_in_order_across_its_pages_whole_or_to_its_damage() {
     }
 }
 
+/// SQLite's page size for the databases the tests make (the default).
+const FILE_PAGE: usize = 4096;
+
+/// Session `a` of `count` events of some 200 bytes, in batches of `batch`
+/// records, written out to the database file (no write-ahead log left);
+/// then the leaf page of `events` that holds event `at` zeroed, as a
+/// damaged disk leaves it. Gives the first seq that page held: the first
+/// row a read cannot read.
+fn zero_the_page_of_event(path: &Path, count: u64, batch: u64, at: u64) -> u64 {
+    let marker = |seq: u64| format!("mk-{seq}-");
+    let events: Vec<EventRecord> = (1..=count)
+        .map(|seq| {
+            let size = batch.min(count - seq + 1);
+            let size = ((seq - 1) % batch == 0 && size > 1).then_some(size);
+            let data = format!(r#"{{"text":"{}{}"}}"#, marker(seq), "p".repeat(180));
+            EventRecord::new(seq, 1_700_000_000_000 + seq, size, "note/test", &data)
+        })
+        .collect();
+    let store = ok(SqliteStore::open(path));
+    ok(store.create(&header("a"), &events, Durability::Fsync));
+    drop(store);
+    ok(raw(path).execute_batch("PRAGMA wal_checkpoint(TRUNCATE)"));
+    let mut bytes = ok(std::fs::read(path));
+    let holds = |page: &[u8], seq: u64| {
+        let marker = marker(seq);
+        page.windows(marker.len())
+            .any(|window| window == marker.as_bytes())
+    };
+    // A leaf of a WITHOUT ROWID table is an index b-tree leaf (type 10);
+    // its parent holds copies of some rows too.
+    let page = (1..bytes.len() / FILE_PAGE)
+        .find(|&page| {
+            let page = &bytes[page * FILE_PAGE..(page + 1) * FILE_PAGE];
+            page[0] == 10 && holds(page, at)
+        })
+        .unwrap_or_else(|| panic!("no leaf page holds event {at}"));
+    let leaf = page * FILE_PAGE..(page + 1) * FILE_PAGE;
+    let first = (1..=at)
+        .find(|&seq| holds(&bytes[leaf.clone()], seq))
+        .unwrap_or(at);
+    bytes[leaf].fill(0);
+    ok(std::fs::write(path, bytes));
+    first
+}
+
+/// What a read of session `a` gives both ways (records, and bodies lent):
+/// how many events, and the seq and reason of the corruption it ends with
+/// (`None`: it ends with no error, or another one).
+fn read_both_ways(store: &SqliteStore) -> [(usize, Option<(u64, String)>); 2] {
+    let verdict = |error: Option<StoreError>| match error {
+        Some(StoreError::CorruptRow { seq, reason, .. }) => Some((seq, reason)),
+        _ => None,
+    };
+    let mut records = (0, None);
+    for event in ok(store.events(&id("a"))) {
+        match event {
+            Ok(_) => records.0 += 1,
+            Err(error) => records.1 = verdict(Some(error)),
+        }
+    }
+    let mut read = ok(store.events(&id("a")));
+    let mut lent = 0;
+    let ended = loop {
+        match read.next_body() {
+            Ok(Some(_)) => lent += 1,
+            Ok(None) => break None,
+            Err(error) => break Some(error),
+        }
+    };
+    [records, (lent, verdict(ended))]
+}
+
+#[test]
+fn an_unreadable_page_gives_out_the_whole_units_before_it_then_the_damage() {
+    // The rows before the damaged page are given out, a batch the damage
+    // cuts is held back whole, and the read ends with the corruption at
+    // the first row it cannot read: on the first page of rows a read
+    // takes, and on one a thread reads ahead, in a held read or not.
+    let mut cut_a_batch = false;
+    for (count, at) in [(300, 150), (1_300, 900)] {
+        for batch in [1, 3, 7] {
+            let folder = ok(tempfile::tempdir());
+            let path = database(folder.path());
+            let first_lost = zero_the_page_of_event(&path, count, batch, at);
+            assert!(first_lost > 1, "{count} events, batches of {batch}");
+            let given = (first_lost - 1) / batch * batch;
+            cut_a_batch |= given < first_lost - 1;
+            let store = ok(SqliteStore::open_read_only(&path));
+            let expected = (given as usize, Some(first_lost));
+            for how in ["apart", "in a held read"] {
+                let held = (how != "apart").then(|| ok(store.hold_read()));
+                for (read, (events, ended)) in read_both_ways(&store).into_iter().enumerate() {
+                    let case = format!("{count} events, batches of {batch}, {how}, way {read}");
+                    let (seq, reason) = ended.unwrap_or_else(|| panic!("{case}: no corruption"));
+                    assert_eq!((events, Some(seq)), expected, "{case}: {reason}");
+                    assert!(
+                        reason.contains("the row cannot be read"),
+                        "{case}: {reason}"
+                    );
+                }
+                drop(held);
+            }
+            assert_corrupt_at(store.snapshot(&id("a")), first_lost, "cannot be read");
+        }
+    }
+    assert!(cut_a_batch, "no case had the damage cut a batch");
+}
+
 #[test]
 fn a_long_read_dropped_halfway_leaves_the_store_to_its_writer_and_readers() {
     let page = PAGE_ROWS as u64;
