@@ -808,6 +808,53 @@ fn an_unreadable_page_leaves_the_events_before_it_to_every_reader() {
     assert_eq!(verdict["corruption"]["seq"], first_lost, "{verdict}");
 }
 
+/// A page that SQLite's `quick_check` finds damaged but no session's read
+/// meets (the page of the `snapshots` table): damage of the database as a
+/// whole, which every store-wide command refuses (exit 2) as `verify`
+/// reports it; `stats` before it prints a report. A command of one
+/// session reads that session alone.
+#[test]
+fn a_database_that_fails_quick_check_is_refused_by_every_store_wide_command() {
+    let dir = ok(tempfile::tempdir());
+    let examples = crate::cli_support::workspace_root().join("examples/sessions");
+    let database = dir.path().join("store.db");
+    run(["migrate", &text(&examples), &text(&database)]).expect_code(0);
+    let page = {
+        let connection = ok(rusqlite::Connection::open(&database));
+        ok(connection.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)"));
+        let page: i64 = ok(connection.query_row(
+            "SELECT rootpage FROM sqlite_schema WHERE name = 'snapshots'",
+            [],
+            |row| row.get(0),
+        ));
+        page.unsigned_abs() as usize
+    };
+    let mut bytes = ok(std::fs::read(&database));
+    bytes[(page - 1) * PAGE..page * PAGE].fill(7);
+    ok(std::fs::write(&database, bytes));
+    let store = text(&database);
+    let copy = text(&dir.path().join("copy"));
+    for args in [
+        vec!["verify", &store],
+        vec!["stats", &store],
+        vec!["stats", &store, "--json"],
+        vec!["list", &store],
+        vec!["list", &store, "--json"],
+        vec!["migrate", &store, &copy],
+        vec!["diff", &store, &text(&examples)],
+    ] {
+        let refused = run(&args);
+        refused.expect_code(2);
+        let said = format!("{}{}", refused.stdout, refused.stderr);
+        assert!(said.contains("quick_check"), "{args:?}: {said}");
+        if args[0] != "verify" {
+            assert!(refused.stdout.is_empty(), "{args:?}: {}", refused.stdout);
+        }
+    }
+    run(["stats", &store, "--session", "lead"]).expect_code(0);
+    run(["export", &store, "--session", "lead"]).expect_code(0);
+}
+
 /// Event rows of an id that has no session row, written behind the
 /// store's back: no session of that id is created over them, by `create`,
 /// `fork` or `migrate` (which writes nothing then), as PostgreSQL refuses

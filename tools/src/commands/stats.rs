@@ -16,7 +16,7 @@ use sessionlog_schema::{EventType, CRC_SUFFIX_LEN};
 use sessionlog_store::{fold_stream, ErrorClass, StoreError};
 
 use crate::cli::SessionArgs;
-use crate::commands::verify::readers_for;
+use crate::commands::verify::{readers_for, WholeStore};
 use crate::side_by_side::Readers;
 use crate::target::{unreadable_log, Audit, SessionRef, Target, UnreadableLog};
 use crate::{exit, progress, warn};
@@ -99,28 +99,34 @@ enum Layout {
 pub fn run(args: &SessionArgs, json: bool, quiet: bool) -> Result<u8> {
     let target = Target::open(&args.store)?;
     // The whole store as of one moment, read on each core side by side,
-    // and SQLite's count of the rows on a handle of its own beside them.
+    // and SQLite's check of every page and its count of the rows on a
+    // handle of their own beside them, as `verify` runs them. One session
+    // (`--session`) is read alone, as `export` reads it.
     let readers = Readers::hold_with_checker(&target, readers_for(args))?;
     readers.beside(
         |checker| match args.session {
-            Some(_) => Ok(true),
-            None => checker.events_accounted_for(),
+            Some(_) => Ok(WholeStore {
+                engine_damage: Vec::new(),
+                events_accounted_for: true,
+            }),
+            None => WholeStore::check(checker),
         },
-        |accounted| report(args, json, quiet, &readers, accounted),
+        |whole_store| report(args, json, quiet, &readers, whole_store),
     )
 }
 
 /// Counts the sessions of `readers` and prints the report. Damage of the
 /// store as a whole is refused, as by `list`: a session row with an
-/// invalid id before any session is read; events without a session row,
-/// when the count of the rows (`accounted`, which may be running already)
-/// does not rule them out, before the report is printed.
+/// invalid id before any session is read; what SQLite's check of every
+/// page finds, and events without a session row when the count of the
+/// rows does not rule them out (`whole_store`, which may be running
+/// already), before the report is printed.
 fn report(
     args: &SessionArgs,
     json: bool,
     quiet: bool,
     readers: &Readers,
-    accounted: impl FnOnce() -> Result<bool>,
+    whole_store: impl FnOnce() -> Result<WholeStore>,
 ) -> Result<u8> {
     let sessions = match args.session {
         Some(_) => readers.first().sessions(args.session.as_deref())?,
@@ -183,7 +189,11 @@ fn report(
         },
     )?;
     bar.finish_and_clear();
-    if !accounted()? {
+    let whole_store = whole_store()?;
+    if let Some(first) = whole_store.engine_damage.into_iter().next() {
+        return Err(first.into());
+    }
+    if !whole_store.events_accounted_for {
         if let Some(first) = readers.first().unowned_events()?.into_iter().next() {
             return Err(first.into());
         }

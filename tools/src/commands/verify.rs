@@ -212,37 +212,42 @@ pub fn run(
     // and SQLite's check of every page and its count of the rows on a
     // handle of their own beside them.
     let readers = Readers::hold_with_checker(&target, readers_for(args))?;
-    let code = readers.beside(
-        |checker| {
-            Ok(WholeStore {
-                engine_damage: checker.engine_check()?,
-                events_accounted_for: checker.events_accounted_for()?,
-            })
-        },
-        |whole_store| {
-            verify_all(
-                args,
-                json,
-                allow_empty,
-                quiet,
-                policy,
-                &readers,
-                whole_store,
-            )
-        },
-    )?;
+    let code = readers.beside(WholeStore::check, |whole_store| {
+        verify_all(
+            args,
+            json,
+            allow_empty,
+            quiet,
+            policy,
+            &readers,
+            whole_store,
+        )
+    })?;
     if let Target::Store(sessionlog_store::Store::Jsonl(store)) = &target {
         warn_of_leftovers(store)?;
     }
     Ok(code)
 }
 
-/// What the checks of a store as a whole find beside the sessions' reads.
-struct WholeStore {
+/// What the checks of a store as a whole find beside the sessions' reads
+/// (`verify`, and `stats` of the whole store).
+#[derive(Debug)]
+pub struct WholeStore {
     /// What SQLite's check of every page finds.
-    engine_damage: Vec<StoreError>,
+    pub engine_damage: Vec<StoreError>,
     /// Whether counting the rows rules out events without a session row.
-    events_accounted_for: bool,
+    pub events_accounted_for: bool,
+}
+
+impl WholeStore {
+    /// Runs SQLite's check of every page, then the count of the rows, on
+    /// `checker` (a handle of the moment the sessions are read in).
+    pub fn check(checker: &Target) -> Result<WholeStore> {
+        Ok(WholeStore {
+            engine_damage: checker.engine_check()?,
+            events_accounted_for: checker.events_accounted_for()?,
+        })
+    }
 }
 
 /// Prints a verdict on each session of `readers` and on each piece of

@@ -897,8 +897,36 @@ impl SqliteStore {
         })
     }
 
-    /// Every session with its header.
+    /// Every session with its header. Damage of the database as a whole
+    /// is refused, as by [`audit`](Self::audit) with its engine check:
+    /// SQLite's `PRAGMA quick_check` of every page runs on a handle of its
+    /// own, of the same moment, beside the listing (after it, on this
+    /// handle, when no other can be had).
     pub fn list(&self) -> Result<Vec<ListEntry>, StoreError> {
+        let held = self.hold_read_for(2)?;
+        let (listed, engine_damage) = std::thread::scope(|scope| {
+            let checking = held
+                .get(1)
+                .map(|(checker, _)| scope.spawn(|| checker.engine_check()));
+            let listed = self.list_headers();
+            let engine_damage = match checking {
+                Some(checking) => checking
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                None => self.engine_check(),
+            };
+            (listed, engine_damage)
+        });
+        drop(held);
+        if let Some(first) = engine_damage?.into_iter().next() {
+            return Err(first);
+        }
+        listed
+    }
+
+    /// Every session with its header, after the checks of
+    /// [`ids`](Self::ids).
+    fn list_headers(&self) -> Result<Vec<ListEntry>, StoreError> {
         let ids = self.ids()?;
         let reader = self.shared.reader();
         Ok(ids

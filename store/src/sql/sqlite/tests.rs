@@ -440,6 +440,48 @@ fn an_invalid_session_row_or_orphan_events_are_corruption_for_every_reader() {
     }
 }
 
+/// Overwrites the one page of the (empty) `snapshots` table of the
+/// database at `path` with bytes that make no b-tree page: damage no read
+/// of a session meets, which only SQLite's check of every page finds.
+fn damage_the_snapshots_page(path: &Path) {
+    let connection = raw(path);
+    ok(connection.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)"));
+    let page: i64 = ok(connection.query_row(
+        "SELECT rootpage FROM sqlite_schema WHERE name = 'snapshots'",
+        [],
+        |row| row.get(0),
+    ));
+    drop(connection);
+    let mut bytes = ok(std::fs::read(path));
+    let start = (page.unsigned_abs() as usize - 1) * FILE_PAGE;
+    bytes[start..start + FILE_PAGE].fill(7);
+    ok(std::fs::write(path, bytes));
+}
+
+#[test]
+fn a_database_that_fails_quick_check_is_refused_by_list() {
+    let folder = ok(tempfile::tempdir());
+    let path = database(folder.path());
+    drop(store_with_events(folder.path(), 3));
+    damage_the_snapshots_page(&path);
+    let store = ok(SqliteStore::open_read_only(&path));
+    // Each session reads whole: a command of one session reads it.
+    assert_eq!(ok(store.ids()), [id("a")]);
+    assert_eq!(ok(store.snapshot(&id("a"))).events.len(), 3);
+    let audit = ok(store.audit(true));
+    assert_eq!(audit.damage.len(), 1, "{:?}", audit.damage);
+    // Beside the listing, and on its own handle in a held read.
+    for held in [false, true] {
+        let _held = held.then(|| ok(store.hold_read()));
+        let listed = store.list();
+        assert!(
+            matches!(&listed, Err(error) if error.class() == crate::ErrorClass::Corrupt
+                && error.to_string().contains("quick_check")),
+            "held {held}: {listed:?}"
+        );
+    }
+}
+
 #[test]
 fn sqlite_reports_of_a_damaged_file_are_corruption() {
     let folder = ok(tempfile::tempdir());
