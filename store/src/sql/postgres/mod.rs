@@ -755,10 +755,11 @@ impl RowPages for PostgresRows {
         through: u64,
         page: &mut RowPage,
     ) -> Result<(), StoreError> {
+        let first = from.max(1);
         let (from, through) = (crate::sql::lowest_row_seq(from), sql_integer(through));
         let limit = self.limit;
         page.clear();
-        self.shared.with_connection("read events", |connection| {
+        let read = self.shared.with_connection("read events", |connection| {
             let statement = connection.prepared(sql::READ_EVENTS)?;
             let params: [&(dyn postgres::types::ToSql + Sync); 4] =
                 [&id.as_str(), &from, &through, &limit];
@@ -773,7 +774,16 @@ impl RowPages for PostgresRows {
                 }
             }
             Ok(())
-        })?;
+        });
+        if let Err(error) = read {
+            // The row after those read, named as a row that reads but
+            // fails its checks is.
+            let seq = page
+                .rows
+                .last()
+                .map_or(first, |row| row.seq.unsigned_abs().saturating_add(1));
+            return Err(damaged_row(error, &self.shared.location, id, seq));
+        }
         let per_row = (page.body_bytes() / page.rows.len().max(1)).max(1);
         let fit = i64::try_from(crate::sql::PAGE_BYTES / per_row).unwrap_or(PAGE_ROWS);
         self.limit = fit.clamp(1, PAGE_ROWS.min(limit.saturating_mul(4)));
@@ -1816,6 +1826,27 @@ fn lock_key(kind: &str, schema: &str, name: &str) -> i64 {
 
 fn is_unique_violation(error: &StoreError) -> bool {
     matches!(error, StoreError::Postgres { code: Some(code), .. } if code == SqlState::UNIQUE_VIOLATION.code())
+}
+
+/// `error`, met reading session `id`'s rows at `seq`, as corruption of that
+/// session when the server says its data is damaged (SQLSTATE `XX001`
+/// data_corrupted, `XX002` index_corrupted: a lost TOAST chunk, a page
+/// that fails its checks), as SQLite's damaged page is: damage is exit 2,
+/// never an I/O error. Any other error is what it is.
+fn damaged_row(error: StoreError, location: &Location, id: &SessionId, seq: u64) -> StoreError {
+    match error {
+        StoreError::Postgres {
+            code: Some(code),
+            detail,
+            ..
+        } if matches!(code.as_str(), "XX001" | "XX002") => crate::sql::checks::corrupt_session(
+            &location.display,
+            id,
+            seq,
+            format!("the row cannot be read: {detail}"),
+        ),
+        other => other,
+    }
 }
 
 fn lost(location: &Location) -> StoreError {
