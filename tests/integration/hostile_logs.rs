@@ -413,6 +413,31 @@ fn check_unreadable_log_hides_no_other_session(case: &UnreadableStore<'_>) {
     );
     once(&anchored.stderr);
 
+    // The report names the session it could not read, and shows the
+    // others. It is written where the user running it may write.
+    let pages = ok(tempfile::tempdir());
+    ok(std::fs::set_permissions(
+        pages.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    ));
+    let page = pages.path().join("report.html");
+    let page_text = page.display().to_string();
+    let reported = run(&["report", &folder, "--html", &page_text]);
+    reported.expect_code(1);
+    let html = ok(std::fs::read_to_string(&page));
+    assert!(html.contains("id=\"session-a\""), "session a is shown");
+    assert!(
+        html.contains("This log could not be read and is not shown: ") && html.contains(&named),
+        "the unreadable log is named"
+    );
+    assert!(
+        reported
+            .stderr
+            .contains("1 session whose log could not be read named but not shown"),
+        "{}",
+        reported.stderr
+    );
+
     // A corrupt session besides: 2 wins, and neither hides the other.
     let corrupt = write_log(store, "c.jsonl", &corrupt_log());
     ok(std::fs::set_permissions(
@@ -443,6 +468,7 @@ fn check_unreadable_log_hides_no_other_session(case: &UnreadableStore<'_>) {
     );
     // `list` reads headers only: c's is whole.
     run(&["list", &folder]).expect_code(1);
+    run(&["report", &folder, "--html", &page_text]).expect_code(2);
     let anchored = run(&["head", &folder]);
     anchored.expect_code(2);
     assert_eq!(anchored.stdout.lines().count(), 1, "{}", anchored.stdout);

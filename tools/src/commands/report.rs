@@ -45,7 +45,7 @@ use crate::commands::audit::{describe_now, Audit, Row};
 use crate::commands::replay::{
     self, Entry, EntryKind, TimelineBuilder, TimelineSummary, View, Window,
 };
-use crate::target::{SessionRef, Target};
+use crate::target::{unreadable_log, SessionRef, Target, UnreadableLog};
 use crate::{exit, progress, warn};
 
 /// One session as the report shows it.
@@ -58,8 +58,47 @@ enum Section {
         /// What the page says of its seals, and whether a check failed.
         seals: SealStatus,
     },
-    /// A corrupt session: refused, named, not shown.
-    Corrupt { id: SessionId, message: String },
+    /// A session named, not shown: corrupt, or a log of a folder read
+    /// whole that could not be read.
+    NotShown {
+        id: SessionId,
+        message: String,
+        finding: NotShown,
+    },
+}
+
+/// Why a session is named but not shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NotShown {
+    Corrupt,
+    /// Its log could not be opened or read (an I/O error): the other
+    /// sessions are still shown (docs/FORMAT.md, "The command line").
+    Unreadable,
+}
+
+impl NotShown {
+    /// The word the index gives it.
+    fn word(self) -> &'static str {
+        match self {
+            NotShown::Corrupt => "corrupt",
+            NotShown::Unreadable => "unreadable",
+        }
+    }
+
+    /// What its section says.
+    fn sentence(self) -> &'static str {
+        match self {
+            NotShown::Corrupt => "This log is corrupt and is not shown",
+            NotShown::Unreadable => "This log could not be read and is not shown",
+        }
+    }
+
+    fn exit_code(self) -> u8 {
+        match self {
+            NotShown::Corrupt => exit::CORRUPT,
+            NotShown::Unreadable => exit::USAGE,
+        }
+    }
 }
 
 impl Section {
@@ -67,7 +106,7 @@ impl Section {
     fn events(&self) -> usize {
         match self {
             Section::Shown { summary, .. } => summary.entries.saturating_sub(1),
-            Section::Corrupt { .. } => 0,
+            Section::NotShown { .. } => 0,
         }
     }
 }
@@ -306,23 +345,31 @@ pub fn run(
     let bar = progress::bar(quiet, "report");
     bar.set_length(sessions.len() as u64);
     let lone = sessions.len() == 1;
+    let unreadable = target.unreadable_log(args.session.as_deref());
     let mut sections = Vec::new();
     for session in sessions {
         let (summary, torn) = match Summary::read(&target, &session, defaults) {
             Ok(read) => read,
             // A lone session that is corrupt is refused outright.
             Err(error) if lone => return Err(error),
-            Err(error) => match corruption(&error) {
-                Some(message) => {
-                    sections.push(Section::Corrupt {
-                        id: session.id.clone(),
-                        message,
-                    });
-                    bar.inc(1);
-                    continue;
-                }
-                None => return Err(error),
-            },
+            Err(error) => {
+                let finding = match corruption(&error) {
+                    Some(message) => Some((NotShown::Corrupt, message)),
+                    None if unreadable == UnreadableLog::Reported => unreadable_log(&error)
+                        .map(|error| (NotShown::Unreadable, replay::display(&error.to_string()))),
+                    None => None,
+                };
+                let Some((finding, message)) = finding else {
+                    return Err(error);
+                };
+                sections.push(Section::NotShown {
+                    id: session.id.clone(),
+                    message,
+                    finding,
+                });
+                bar.inc(1);
+                continue;
+            }
         };
         let torn = torn.as_ref().map(|torn| {
             warn(format!(
@@ -372,10 +419,16 @@ pub fn run(
     } else {
         write_paged(out, &written, page_events.max(1))?;
     }
-    let corrupt = sections
-        .iter()
-        .filter(|s| matches!(s, Section::Corrupt { .. }))
-        .count();
+    let not_shown = |wanted: NotShown| {
+        sections
+            .iter()
+            .filter(|s| matches!(s, Section::NotShown { finding, .. } if *finding == wanted))
+            .count()
+    };
+    let (corrupt, unreadable) = (
+        not_shown(NotShown::Corrupt),
+        not_shown(NotShown::Unreadable),
+    );
     let code = sections
         .iter()
         .map(|section| match section {
@@ -383,9 +436,16 @@ pub fn run(
                 summary.timeline.exit_code(),
                 if seals.failed { exit::SEAL } else { exit::OK },
             ),
-            Section::Corrupt { .. } => exit::CORRUPT,
+            Section::NotShown { finding, .. } => finding.exit_code(),
         })
         .fold(exit::OK, exit::worst);
+    if unreadable > 0 {
+        warn(format!(
+            "{unreadable} session{} whose log could not be read named but not shown in {}",
+            if unreadable == 1 { "" } else { "s" },
+            out.display()
+        ));
+    }
     if corrupt > 0 {
         warn(format!(
             "{corrupt} corrupt session{} named but not shown in {}",
@@ -398,7 +458,7 @@ pub fn run(
         .iter()
         .filter_map(|section| match section {
             Section::Shown { summary, .. } => Some(&summary.timeline),
-            Section::Corrupt { .. } => None,
+            Section::NotShown { .. } => None,
         })
         .fold((0, 0), |(violations, seals), timeline| {
             (
@@ -508,10 +568,16 @@ fn render(written: &Written<'_>) -> Result<String> {
                 })?;
                 html.push_str("</section>\n");
             }
-            Section::Corrupt { id, message } => {
+            Section::NotShown {
+                id,
+                message,
+                finding,
+            } => {
                 let _ = writeln!(
                     html,
-                    "<section class=\"session corrupt\" id=\"session-{id}\">\n<h2>Session {id}</h2>\n<p class=\"refused\">This log is corrupt and is not shown: {}</p>\n</section>",
+                    "<section class=\"session {}\" id=\"session-{id}\">\n<h2>Session {id}</h2>\n<p class=\"refused\">{}: {}</p>\n</section>",
+                    finding.word(),
+                    finding.sentence(),
                     escape(message)
                 );
             }
@@ -534,7 +600,7 @@ impl<'a> Family<'a> {
             .iter()
             .filter_map(|section| match section {
                 Section::Shown { summary, .. } => Some(&summary.timeline.header),
-                Section::Corrupt { .. } => None,
+                Section::NotShown { .. } => None,
             })
             .collect();
         let mut children: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
@@ -932,10 +998,15 @@ fn render_nav_item(html: &mut String, section: &Section, links: Links<'_>) {
                 seals,
             );
         }
-        Section::Corrupt { id, message } => {
+        Section::NotShown {
+            id,
+            message,
+            finding,
+        } => {
             let _ = writeln!(
                 html,
-                "<li>{id} <span class=\"counts refused\">corrupt: {}</span></li>",
+                "<li>{id} <span class=\"counts refused\">{}: {}</span></li>",
+                finding.word(),
                 escape(message)
             );
         }
