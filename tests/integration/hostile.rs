@@ -23,21 +23,28 @@ use crate::crash::text;
 use crate::faults::{id, ok};
 use crate::support::LogBuilder;
 
-/// Whether `line` is an input `append` accepts as an event: one JSON object
-/// with a string `type`, a `data`, an optional unsigned `ts`, nothing else.
-fn is_event_object(line: &str) -> bool {
-    let Ok(serde_json::Value::Object(members)) = serde_json::from_str::<serde_json::Value>(line)
-    else {
-        return false;
+/// Whether `line` is an input `append` accepts as events: one JSON object
+/// with a string `type`, a `data`, an optional unsigned `ts`, nothing else;
+/// or a batch, a non-empty array of such objects.
+fn is_event_line(line: &str) -> bool {
+    let is_event = |value: &serde_json::Value| {
+        let serde_json::Value::Object(members) = value else {
+            return false;
+        };
+        members
+            .keys()
+            .all(|key| ["type", "data", "ts"].contains(&key.as_str()))
+            && members
+                .get("type")
+                .is_some_and(serde_json::Value::is_string)
+            && members.contains_key("data")
+            && members.get("ts").is_none_or(|ts| ts.as_u64().is_some())
     };
-    members
-        .keys()
-        .all(|key| ["type", "data", "ts"].contains(&key.as_str()))
-        && members
-            .get("type")
-            .is_some_and(serde_json::Value::is_string)
-        && members.contains_key("data")
-        && members.get("ts").is_none_or(|ts| ts.as_u64().is_some())
+    match serde_json::from_str::<serde_json::Value>(line) {
+        Ok(serde_json::Value::Array(items)) => !items.is_empty() && items.iter().all(is_event),
+        Ok(value) => is_event(&value),
+        Err(_) => false,
+    }
 }
 
 fn json_value() -> impl Strategy<Value = serde_json::Value> {
@@ -116,7 +123,7 @@ proptest! {
         let outcome = run_with_stdin(["append", &text(&path)], &input);
         assert_no_panic(&outcome.stderr, outcome.code);
         prop_assert_eq!(outcome.stdout.lines().count() >= good, true, "the good lines before it are acknowledged");
-        if is_event_object(&line) {
+        if is_event_line(&line) {
             prop_assert!(matches!(outcome.code, 0 | 1 | 4), "exit {}: {}", outcome.code, outcome.stderr);
             prop_assert!(!outcome.stderr.contains("expected one JSON object"), "{}", outcome.stderr);
         } else {
