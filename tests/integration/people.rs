@@ -784,6 +784,10 @@ fn report_renders_in_a_headless_browser() {
             "--disable-component-update",
             "--disable-sync",
             "--disable-dev-shm-usage",
+            // The page's console on stderr: where a refused style or
+            // script says so.
+            "--enable-logging=stderr",
+            "--v=0",
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg("--dump-dom")
@@ -800,6 +804,13 @@ fn report_renders_in_a_headless_browser() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(!dom.contains("data-pwned=\""), "log text ran as markup");
+    // The page allows its own style and script by their hashes only: both
+    // apply, and nothing else was asked for.
+    let console = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !console.contains("Content Security Policy"),
+        "the page broke its own policy:\n{console}"
+    );
     assert!(dom.contains("<table class=\"timeline\">"));
     assert!(dom.contains("<tr class=\"entry kind-denial highlight\" id=\"auto-review-seq-14\""));
     assert!(dom.contains("DENIED by Auto review"));

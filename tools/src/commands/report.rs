@@ -25,8 +25,10 @@
 //! each page as its events are read.
 //!
 //! No page loads anything: its CSS and its small script are inline, and a
-//! Content-Security-Policy forbids every network fetch; links are relative,
-//! so the report works offline and moved as a whole. A log is hostile
+//! Content-Security-Policy forbids every network fetch and allows no style
+//! or script but those two, by their SHA-256 (were some log text ever to
+//! reach a page unescaped, a script of its own would not run); links are
+//! relative, so the report works offline and moved as a whole. A log is hostile
 //! input, so every piece of log text goes through [`escape`] before it
 //! reaches a page; only session ids, which `SessionId` restricts to
 //! `[A-Za-z0-9_-]`, are used in anchors and file names.
@@ -700,6 +702,13 @@ fn page_start(title: &str) -> String {
     let mut html = String::from(PAGE_START);
     let _ = writeln!(
         html,
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src '{}'; script-src '{}'\">",
+        csp_hash(STYLE),
+        csp_hash(SCRIPT)
+    );
+    html.push_str(VIEWPORT);
+    let _ = writeln!(
+        html,
         "<title>{title}</title>\n<style>{STYLE}</style>\n</head>\n<body>"
     );
     html
@@ -1259,7 +1268,21 @@ fn plural(count: usize) -> &'static str {
     }
 }
 
-const PAGE_START: &str = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
+const PAGE_START: &str = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
+
+const VIEWPORT: &str = "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
+
+/// The source expression a Content-Security-Policy allows the inline
+/// element holding exactly `text` by: `sha256-` and its digest in base64.
+fn csp_hash(text: &str) -> String {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    format!(
+        "sha256-{}",
+        base64::engine::general_purpose::STANDARD.encode(digest)
+    )
+}
 
 const CONTROLS: &str = "<div class=\"controls\"><label>Filter rows <input type=\"search\" id=\"filter\" placeholder=\"text in any row\"></label> <label><input type=\"checkbox\" id=\"only-highlights\"> only approvals, denials and violations</label></div>\n";
 
