@@ -161,20 +161,7 @@ impl Store {
             Backend::Postgres => Err(postgres_unsupported(path)),
             Backend::Sqlite => {
                 require_existing(path, "no such store; create it first")?;
-                // A FIFO or a device named `.db` is no database; SQLite
-                // would block or spin on it.
-                let metadata = std::fs::metadata(path)
-                    .map_err(|source| StoreError::io("open store", path, source))?;
-                if !metadata.is_file() {
-                    return Err(StoreError::io(
-                        "open store",
-                        path,
-                        std::io::Error::new(
-                            std::io::ErrorKind::InvalidInput,
-                            "not a regular file; a database is only ever a regular file",
-                        ),
-                    ));
-                }
+                refuse_non_regular_database(path)?;
                 sqlite_store(path, SqliteStore::open)
             }
             Backend::Jsonl => {
@@ -214,6 +201,7 @@ impl Store {
             Backend::Postgres => Err(postgres_unsupported(path)),
             Backend::Sqlite => {
                 require_existing(path, "no such store")?;
+                refuse_non_regular_database(path)?;
                 sqlite_store(path, SqliteStore::open_read_only)
             }
             Backend::Jsonl => {
@@ -233,7 +221,12 @@ impl Store {
             Backend::Postgres => PostgresStore::create(path).map(Store::Postgres),
             #[cfg(not(feature = "postgres"))]
             Backend::Postgres => Err(postgres_unsupported(path)),
-            Backend::Sqlite => sqlite_store(path, SqliteStore::open),
+            Backend::Sqlite => {
+                if path.symlink_metadata().is_ok() {
+                    refuse_non_regular_database(path)?;
+                }
+                sqlite_store(path, SqliteStore::open)
+            }
             Backend::Jsonl => JsonlStore::create_folder(path).map(Store::Jsonl),
         }
     }
@@ -815,6 +808,32 @@ impl SqliteStore {
     fn open_read_only(_: &Path) -> Result<(), StoreError> {
         Ok(())
     }
+}
+
+/// Refuses a database path that is no regular file: a FIFO or a device
+/// named `.db`, on which SQLite would block or spin, and a symbolic link,
+/// which the store never follows (SQLite's own refusal says only "unable
+/// to open database file").
+fn refuse_non_regular_database(path: &Path) -> Result<(), StoreError> {
+    let metadata = std::fs::symlink_metadata(path)
+        .map_err(|source| StoreError::io("open store", path, source))?;
+    let what = if metadata.file_type().is_symlink() {
+        "a symbolic link"
+    } else if metadata.is_dir() {
+        "a folder"
+    } else if metadata.is_file() {
+        return Ok(());
+    } else {
+        "a FIFO, socket or device"
+    };
+    Err(StoreError::io(
+        "open store",
+        path,
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{what}, not a regular file; a database is only ever a regular file"),
+        ),
+    ))
 }
 
 /// Refuses a store path that does not exist, so a mistyped path never

@@ -333,6 +333,43 @@ fn a_symlink_planted_in_place_of_a_log_is_not_followed() {
     );
 }
 
+/// A symbolic link in a database's place is refused by what it is, by
+/// every command that opens a store, creating one included: SQLite's own
+/// refusal ("unable to open database file") said nothing of why.
+#[test]
+fn a_symlink_given_as_a_database_is_refused_as_a_symbolic_link() {
+    let folder = ok(tempfile::tempdir());
+    let database = folder.path().join("x.db");
+    let store = ok(Store::create(&database));
+    ok(store.create_session(
+        &SessionHeader::root(id("a"), 1, "/w".into()),
+        &[],
+        Durability::Fsync,
+    ));
+    drop(store);
+    let link = folder.path().join("link.db");
+    ok(std::os::unix::fs::symlink("x.db", &link));
+    let link = text(&link);
+    for args in [
+        vec!["verify", link.as_str()],
+        vec!["list", link.as_str()],
+        vec!["export", link.as_str(), "--session", "a"],
+        vec!["create", link.as_str(), "--session", "b", "--cwd", "/w"],
+    ] {
+        let refused = run(args.clone());
+        refused.expect_code(1);
+        assert!(
+            refused
+                .stderr
+                .contains("link.db: a symbolic link, not a regular file; a database is only ever a regular file"),
+            "{args:?}: {}",
+            refused.stderr
+        );
+    }
+    // The database itself is untouched, and reads as ever.
+    run(["verify", text(&database).as_str()]).expect_code(0);
+}
+
 /// A symbolic link given as a log, in a store by `--session` or on its
 /// own, is refused by what it is, as a FIFO is: the system's words for the
 /// refused open ("Too many levels of symbolic links") said nothing of why.
