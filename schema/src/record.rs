@@ -1142,11 +1142,10 @@ fn parse_record<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T, DecodeError>
     serde_json::from_str(text).map_err(|error| {
         let is_json =
             error.is_data() && serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok();
+        let error = crate::event::one_line(&error.to_string());
         if is_json {
-            let error = crate::event::one_line(&error.to_string());
             DecodeError::Malformed(format!("record breaks the format: {error}"))
         } else {
-            let error = crate::event::one_line(&error.to_string());
             DecodeError::Damaged(format!("not a JSON object: {error}"))
         }
     })

@@ -351,6 +351,6 @@ fn what_helps(corruption: &Corruption) -> &'static str {
 /// A path as a message shows it: line breaks and tabs written as `\n`, `\r`
 /// and `\t`, so that a file named with one (in a folder of logs, which
 /// anyone who may write there names) cannot print a line of its own.
-fn shown_path(path: &std::path::Path) -> String {
+pub(crate) fn shown_path(path: &std::path::Path) -> String {
     sessionlog_schema::one_line(&path.display().to_string())
 }

@@ -25,7 +25,8 @@ use crate::follow::LogFollower;
 use crate::io::Io;
 use crate::leftovers::{self, Leftover};
 use crate::reader::{
-    ensure_regular_file, log_open_error, open_log_for_reading, FoldedEvent, LogReader, Snapshot,
+    ensure_regular_file, file_kind, log_open_error, open_log_for_reading, FoldedEvent, LogReader,
+    Snapshot,
 };
 use crate::state_snapshot;
 use crate::writer::{Durability, LogSink, SessionWriter, WriterOptions};
@@ -258,8 +259,7 @@ impl JsonlStore {
                 .unwrap_or_else(PoisonError::into_inner)
                 .insert(path.clone());
             if first {
-                let path = sessionlog_schema::one_line(&path.display().to_string());
-                tracing::warn!(path = %path, "passed over: {what}");
+                tracing::warn!(path = %crate::error::shown_path(&path), "passed over: {what}");
             }
         }
         Ok(ids)
@@ -306,14 +306,7 @@ impl JsonlStore {
             let file_type = entry
                 .file_type()
                 .map_err(|source| StoreError::io("read folder", entry.path(), source))?;
-            if !file_type.is_file() {
-                let what = if file_type.is_dir() {
-                    "a folder"
-                } else if file_type.is_symlink() {
-                    "a symbolic link"
-                } else {
-                    "a FIFO, socket or device"
-                };
+            if let Some(what) = file_kind(file_type) {
                 passed_over.push((
                     entry.path(),
                     format!("{what}, not a regular file, so no log of session {id}"),

@@ -868,15 +868,27 @@ pub(crate) fn log_open_error(path: &Path, source: std::io::Error) -> StoreError 
 /// file) and its type is checked on the open file, where no rename can
 /// swap it after the check.
 pub(crate) fn ensure_regular_file(file: &File, path: &Path) -> Result<(), StoreError> {
-    use std::os::unix::fs::FileTypeExt;
     let file_type = file
         .metadata()
         .map_err(|source| StoreError::io("stat", path, source))?
         .file_type();
-    if file_type.is_file() {
-        return Ok(());
+    match file_kind(file_type) {
+        None => Ok(()),
+        Some(kind) => Err(not_a_log(path, kind)),
     }
-    let kind = if file_type.is_fifo() {
+}
+
+/// What a file of `file_type` is, in the words a refusal names it by
+/// (`a FIFO`, `a symbolic link`); `None` for a regular file, the only
+/// kind a log or a database is.
+pub(crate) fn file_kind(file_type: std::fs::FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    if file_type.is_file() {
+        return None;
+    }
+    Some(if file_type.is_symlink() {
+        "a symbolic link"
+    } else if file_type.is_fifo() {
         "a FIFO"
     } else if file_type.is_char_device() {
         "a character device"
@@ -888,8 +900,7 @@ pub(crate) fn ensure_regular_file(file: &File, path: &Path) -> Result<(), StoreE
         "a folder"
     } else {
         "not a regular file"
-    };
-    Err(not_a_log(path, kind))
+    })
 }
 
 /// The refusal of `path`, which is `kind` (`a FIFO`, `a symbolic link`)

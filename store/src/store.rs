@@ -817,14 +817,8 @@ impl SqliteStore {
 fn refuse_non_regular_database(path: &Path) -> Result<(), StoreError> {
     let metadata = std::fs::symlink_metadata(path)
         .map_err(|source| StoreError::io("open store", path, source))?;
-    let what = if metadata.file_type().is_symlink() {
-        "a symbolic link"
-    } else if metadata.is_dir() {
-        "a folder"
-    } else if metadata.is_file() {
+    let Some(what) = crate::reader::file_kind(metadata.file_type()) else {
         return Ok(());
-    } else {
-        "a FIFO, socket or device"
     };
     Err(StoreError::io(
         "open store",
