@@ -624,12 +624,12 @@ fn typed<'de, T: Deserialize<'de>>(known: EventType, data: &'de str) -> Result<T
     })
 }
 
-/// A serde message about a log's JSON, fit to be shown on one line: without
-/// the " at line 1 column 17" serde_json appends (the path already says
-/// where), and with the line breaks and tabs of the names it quotes
+/// A serde message about JSON read (a log's, a transcript's), fit to be
+/// shown on one line: without the " at line 1 column 17" serde_json
+/// appends (the caller says where), and with the line breaks and tabs of the names it quotes
 /// (`` unknown field `…` ``, unquoted log text) written as `\n`, `\r` and
 /// `\t`, so that a name cannot print a line of its own.
-pub(crate) fn serde_message(message: &str) -> String {
+pub fn serde_message(message: &str) -> String {
     let message = match message.rfind(" at line ") {
         Some(index) => &message[..index],
         None => message,

@@ -21,7 +21,7 @@ mod vocab;
 
 pub use build::EventData;
 pub use event::{
-    event_type_error, is_unprintable, one_line, ApprovalAsked, ApprovalDecided,
+    event_type_error, is_unprintable, one_line, serde_message, ApprovalAsked, ApprovalDecided,
     ApprovalPolicyChange, Checkpoint, ChildCreated, ContentPart, Event, EventType, Message,
     MessageSource, PresetChange, RequestHeader, SandboxModeChange, ShapeError, StepEnd, StepStart,
     ToolDefinition, ToolError, ToolSettle, ToolStart, TurnEnd, TurnStart,

@@ -177,10 +177,7 @@ pub fn read_lines(file: &Path, bytes: &[u8]) -> Result<Vec<SourceLine>, ImportEr
 /// A JSON parse error of one line, placed by its column in the line: the
 /// parser, given the line alone, calls it line 1 whichever line it is.
 fn json_error(error: &serde_json::Error) -> String {
-    let text = error.to_string();
-    let message = text
-        .rsplit_once(" at line ")
-        .map_or(text.as_str(), |(message, _)| message);
+    let message = sessionlog_schema::serde_message(&error.to_string());
     format!("{message} at column {}", error.column())
 }
 
