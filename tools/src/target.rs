@@ -48,6 +48,38 @@ pub fn unreadable_log(error: &anyhow::Error) -> Option<&StoreError> {
         .filter(|store| store.class() == ErrorClass::Io)
 }
 
+/// Why a session was not read, in a command that names such a session and
+/// reads the others (`stats`, `report`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotRead {
+    /// Its log or rows are corrupt.
+    Corrupt,
+    /// Its log could not be opened or read ([`unreadable_log`]), in a
+    /// folder read whole.
+    Unreadable,
+}
+
+/// What the read of one session that failed with `error` found, with the
+/// store's error that says it: corruption, or a log that could not be
+/// read when `unreadable` reports one; `None` when the error ends the
+/// command.
+pub fn not_read(
+    error: &anyhow::Error,
+    unreadable: UnreadableLog,
+) -> Option<(NotRead, &StoreError)> {
+    let corrupt = error
+        .chain()
+        .filter_map(|cause| cause.downcast_ref::<StoreError>())
+        .find(|store| store.class() == ErrorClass::Corrupt);
+    if let Some(corrupt) = corrupt {
+        return Some((NotRead::Corrupt, corrupt));
+    }
+    match unreadable {
+        UnreadableLog::Reported => unreadable_log(error).map(|io| (NotRead::Unreadable, io)),
+        UnreadableLog::Refused => None,
+    }
+}
+
 /// Refuses an empty list of sessions unless `allow_empty`: a folder that is
 /// not a store (`$HOME`, `/etc`, a mistyped path that happens to exist) holds
 /// no session either, and saying nothing would pass it as a clean store.

@@ -40,14 +40,14 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use sessionlog_projections::{check_trusted, Defaults};
 use sessionlog_schema::{SealPublicKey, SessionHeader, SessionId, TornTail};
-use sessionlog_store::{ErrorClass, SessionStream, StoreError};
+use sessionlog_store::SessionStream;
 
 use crate::cli::{DefaultArgs, SessionArgs};
 use crate::commands::audit::{describe_now, Audit, Row};
 use crate::commands::replay::{
     self, Entry, EntryKind, TimelineBuilder, TimelineSummary, View, Window,
 };
-use crate::target::{unreadable_log, SessionRef, Target, UnreadableLog};
+use crate::target::{not_read, NotRead, SessionRef, Target};
 use crate::{exit, progress, warn};
 
 /// One session as the report shows it.
@@ -65,40 +65,32 @@ enum Section {
     NotShown {
         id: SessionId,
         message: String,
-        finding: NotShown,
+        finding: NotRead,
     },
 }
 
-/// Why a session is named but not shown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum NotShown {
-    Corrupt,
-    /// Its log could not be opened or read (an I/O error): the other
-    /// sessions are still shown (docs/FORMAT.md, "The command line").
-    Unreadable,
-}
-
-impl NotShown {
+/// A session not read, as the report names it.
+impl NotRead {
     /// The word the index gives it.
     fn word(self) -> &'static str {
         match self {
-            NotShown::Corrupt => "corrupt",
-            NotShown::Unreadable => "unreadable",
+            NotRead::Corrupt => "corrupt",
+            NotRead::Unreadable => "unreadable",
         }
     }
 
     /// What its section says.
     fn sentence(self) -> &'static str {
         match self {
-            NotShown::Corrupt => "This log is corrupt and is not shown",
-            NotShown::Unreadable => "This log could not be read and is not shown",
+            NotRead::Corrupt => "This log is corrupt and is not shown",
+            NotRead::Unreadable => "This log could not be read and is not shown",
         }
     }
 
     fn exit_code(self) -> u8 {
         match self {
-            NotShown::Corrupt => exit::CORRUPT,
-            NotShown::Unreadable => exit::USAGE,
+            NotRead::Corrupt => exit::CORRUPT,
+            NotRead::Unreadable => exit::USAGE,
         }
     }
 }
@@ -355,18 +347,15 @@ pub fn run(
             // A lone session that is corrupt is refused outright.
             Err(error) if lone => return Err(error),
             Err(error) => {
-                let finding = match corruption(&error) {
-                    Some(message) => Some((NotShown::Corrupt, message)),
-                    None if unreadable == UnreadableLog::Reported => unreadable_log(&error)
-                        .map(|error| (NotShown::Unreadable, replay::display(&error.to_string()))),
-                    None => None,
-                };
-                let Some((finding, message)) = finding else {
+                let Some((finding, found)) = not_read(&error, unreadable) else {
                     return Err(error);
                 };
                 sections.push(Section::NotShown {
                     id: session.id.clone(),
-                    message,
+                    // The message may quote the log (a member's name): its
+                    // control and bidirectional characters are shown
+                    // escaped, as everywhere else.
+                    message: replay::display(&found.to_string()),
                     finding,
                 });
                 bar.inc(1);
@@ -421,16 +410,13 @@ pub fn run(
     } else {
         write_paged(out, &written, page_events.max(1))?;
     }
-    let not_shown = |wanted: NotShown| {
+    let not_shown = |wanted: NotRead| {
         sections
             .iter()
             .filter(|s| matches!(s, Section::NotShown { finding, .. } if *finding == wanted))
             .count()
     };
-    let (corrupt, unreadable) = (
-        not_shown(NotShown::Corrupt),
-        not_shown(NotShown::Unreadable),
-    );
+    let (corrupt, unreadable) = (not_shown(NotRead::Corrupt), not_shown(NotRead::Unreadable));
     let code = sections
         .iter()
         .map(|section| match section {
@@ -488,16 +474,6 @@ fn read_audit(path: &Path) -> Result<Audit> {
         ))
         .into()
     })
-}
-
-fn corruption(error: &anyhow::Error) -> Option<String> {
-    error
-        .chain()
-        .filter_map(|cause| cause.downcast_ref::<StoreError>())
-        .find(|store| store.class() == ErrorClass::Corrupt)
-        // The message may quote the log (a member's name): its control and
-        // bidirectional characters are shown escaped, as everywhere else.
-        .map(|store| replay::display(&store.to_string()))
 }
 
 /// `text` safe to place in HTML text and in double-quoted attributes.

@@ -13,12 +13,12 @@ use anyhow::Result;
 use serde::Serialize;
 use sessionlog_projections::SessionState;
 use sessionlog_schema::{EventType, CRC_SUFFIX_LEN};
-use sessionlog_store::{fold_stream, ErrorClass, StoreError};
+use sessionlog_store::fold_stream;
 
 use crate::cli::SessionArgs;
 use crate::commands::verify::{readers_for, WholeStore};
 use crate::side_by_side::Readers;
-use crate::target::{unreadable_log, Audit, SessionRef, Target, UnreadableLog};
+use crate::target::{not_read, Audit, NotRead, SessionRef, Target, UnreadableLog};
 use crate::{exit, progress, warn};
 
 /// The counts of one session.
@@ -237,17 +237,12 @@ fn count(
     let Err(error) = read(target, session, &mut stats, totals) else {
         return Ok(stats);
     };
-    if let Some(message) = corrupt(&error) {
-        stats.corrupt = Some(message);
-        return Ok(stats);
+    match not_read(&error, unreadable) {
+        Some((NotRead::Corrupt, corrupt)) => stats.corrupt = Some(corrupt.to_string()),
+        Some((NotRead::Unreadable, io)) => stats.unreadable = Some(io.to_string()),
+        None => return Err(error),
     }
-    match unreadable_log(&error) {
-        Some(io) if unreadable == UnreadableLog::Reported => {
-            stats.unreadable = Some(io.to_string());
-            Ok(stats)
-        }
-        _ => Err(error),
-    }
+    Ok(stats)
 }
 
 fn read(
@@ -315,15 +310,6 @@ fn warn_of(label: &str, stats: &SessionStats) {
             crate::terminal::what_breaks(stats.violations, stats.seal_failures)
         ));
     }
-}
-
-/// The message of a corruption error, `None` for any other error.
-fn corrupt(error: &anyhow::Error) -> Option<String> {
-    error
-        .chain()
-        .filter_map(|cause| cause.downcast_ref::<StoreError>())
-        .find(|store| store.class() == ErrorClass::Corrupt)
-        .map(ToString::to_string)
 }
 
 impl Totals {
