@@ -378,6 +378,20 @@ where
     }
 }
 
+/// How many bodies `read` lends, and the error it ends with (`None`: its
+/// end), for the engines' damage tests.
+#[cfg(test)]
+pub(crate) fn bodies_lent(mut read: events::SqlEvents) -> (usize, Option<crate::StoreError>) {
+    let mut lent = 0;
+    loop {
+        match read.next_body() {
+            Ok(Some(_)) => lent += 1,
+            Ok(None) => return (lent, None),
+            Err(error) => return (lent, Some(error)),
+        }
+    }
+}
+
 /// Asserts that `result` is the corruption of session `a` at `seq`, for a
 /// `reason` its message names (the engines' damage tests).
 #[cfg(test)]

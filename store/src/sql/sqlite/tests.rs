@@ -1087,15 +1087,7 @@ fn read_both_ways(store: &SqliteStore) -> [(usize, Option<(u64, String)>); 2] {
             Err(error) => records.1 = verdict(Some(error)),
         }
     }
-    let mut read = ok(store.events(&id("a")));
-    let mut lent = 0;
-    let ended = loop {
-        match read.next_body() {
-            Ok(Some(_)) => lent += 1,
-            Ok(None) => break None,
-            Err(error) => break Some(error),
-        }
-    };
+    let (lent, ended) = crate::sql::bodies_lent(ok(store.events(&id("a"))));
     [records, (lent, verdict(ended))]
 }
 
