@@ -31,9 +31,9 @@ pub use record::{
     check_crc, checked_body_fields, compact_json, decode_checked_body, decode_event,
     decode_event_unproven, decode_event_unproven_into, decode_event_viewed, decode_header,
     decode_header_body, encode_line, encode_line_into, encode_signed_line_into, line_break_at,
-    prove_data, prove_json, record_crc, split_crc, BodyFields, DecodeError, DecodedHeader,
-    EventRecord, HeaderVocabularyError, Resign, SessionHeader, ViewedEvent, CRC_SUFFIX_LEN,
-    FORMAT_VERSION, MAX_RECORD_BYTES,
+    prove_data, prove_json, record_crc, split_crc, BodyFields, BodyRoom, DecodeError,
+    DecodedHeader, EventRecord, HeaderVocabularyError, Resign, SessionHeader, ViewedEvent,
+    CRC_SUFFIX_LEN, FORMAT_VERSION, MAX_RECORD_BYTES,
 };
 pub use scan::{Corruption, LogScanner, Position, ScanSummary, TornTail, MAX_BATCH_RECORDS};
 pub use seal::{

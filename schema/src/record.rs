@@ -8,6 +8,7 @@
 
 use std::borrow::Cow;
 use std::ops::Range;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -55,7 +56,7 @@ pub struct EventRecord {
     ts: u64,
     batch: Option<u64>,
     event_type: TypeText,
-    body: String,
+    body: BodyText,
     data: Range<usize>,
     /// The CRC its line stored, checked for the session it was read from,
     /// when it was decoded from a line: what [`Resign`] re-signs it from.
@@ -73,15 +74,63 @@ enum TypeText {
     Own(Box<str>),
 }
 
+/// Where a record keeps its body.
+#[derive(Clone)]
+enum BodyText {
+    /// Its own text.
+    Own(String),
+    /// These bytes of a text other records share: the read buffer its line
+    /// was lent from ([`BodyRoom::Shared`]). Offsets of 32 bits keep a record
+    /// as small as one with a body of its own, which a long read moves
+    /// through its queues a million times.
+    Shared(Arc<String>, Range<u32>),
+}
+
+impl BodyText {
+    #[inline]
+    fn as_str(&self) -> &str {
+        match self {
+            BodyText::Own(text) => text,
+            BodyText::Shared(text, body) => &text[body.start as usize..body.end as usize],
+        }
+    }
+
+    /// These bytes of the body, cut from the text that holds them at once:
+    /// a record's type and `data` are read many times a fold.
+    #[inline]
+    fn part(&self, range: &Range<usize>) -> &str {
+        match self {
+            BodyText::Own(text) => &text[range.clone()],
+            BodyText::Shared(text, body) => {
+                let start = body.start as usize;
+                &text[start + range.start..start + range.end]
+            }
+        }
+    }
+}
+
+/// Where [`decode_event_unproven_into`] keeps the body of a record in the
+/// writers' layout.
+#[derive(Debug)]
+pub enum BodyRoom<'a> {
+    /// Written into this buffer (its text dropped, its room kept).
+    Buffer(String),
+    /// Lent from the text the line lies in, which the record then shares,
+    /// with no copy: the line is the bytes of the text from this index on.
+    /// A reader that reads its log into shared blocks of text decodes its
+    /// records so; they keep the block alive while they live.
+    Shared(&'a Arc<String>, usize),
+}
+
 /// Records are equal when their fields and bodies are, wherever each
-/// keeps its type.
+/// keeps its type and its body.
 impl PartialEq for EventRecord {
     fn eq(&self, other: &Self) -> bool {
         self.seq == other.seq
             && self.ts == other.ts
             && self.batch == other.batch
             && self.event_type() == other.event_type()
-            && self.body == other.body
+            && self.body() == other.body()
             && self.data == other.data
     }
 }
@@ -202,7 +251,7 @@ impl EventRecord {
             batch,
             event_type: TypeText::Own(event_type.into()),
             data: start..body.len(),
-            body,
+            body: BodyText::Own(body),
             line_crc: None,
         }
     }
@@ -223,27 +272,34 @@ impl EventRecord {
     }
 
     /// The event type, e.g. `turn/start`.
+    #[inline]
     pub fn event_type(&self) -> &str {
         match &self.event_type {
-            TypeText::InBody(range) => &self.body[range.clone()],
+            TypeText::InBody(range) => self.body.part(range),
             TypeText::Own(text) => text,
         }
     }
 
     /// The raw JSON text of `data`, exactly as logged.
+    #[inline]
     pub fn data(&self) -> &str {
-        &self.body[self.data.clone()]
+        self.body.part(&self.data)
     }
 
     /// The record's body, given up: room for the body of another record
-    /// ([`decode_event_unproven_into`]).
+    /// ([`decode_event_unproven_into`]). A body shared with other records
+    /// ([`BodyRoom::Shared`]) leaves no room of its own: an empty string.
     pub fn into_body(self) -> String {
-        self.body
+        match self.body {
+            BodyText::Own(text) => text,
+            BodyText::Shared(..) => String::new(),
+        }
     }
 
     /// The record's body: its line up to, not including, `,"crc":`.
+    #[inline]
     pub fn body(&self) -> &str {
-        &self.body
+        self.body.as_str()
     }
 
     /// The CRC its line stored, when it was decoded from a line of a log
@@ -263,15 +319,16 @@ impl EventRecord {
 
     /// The record as `export` prints it: the body closed by `}`.
     pub fn export_line(&self) -> String {
-        let mut line = String::with_capacity(self.body.len() + 1);
-        line.push_str(&self.body);
+        let body = self.body();
+        let mut line = String::with_capacity(body.len() + 1);
+        line.push_str(body);
         line.push('}');
         line
     }
 
     /// The full line for session `id`, with its CRC and `\n`.
     pub fn encode(&self, id: &SessionId) -> String {
-        encode_line(id, &self.body)
+        encode_line(id, self.body())
     }
 
     /// The same record with a new seq (used when an event's place is only
@@ -286,7 +343,7 @@ impl std::fmt::Debug for EventRecord {
         f.debug_struct("EventRecord")
             .field("seq", &self.seq)
             .field("type", &self.event_type())
-            .field("body", &self.body)
+            .field("body", &self.body())
             .finish()
     }
 }
@@ -706,7 +763,7 @@ pub fn decode_checked_body(
     refuse_line_break(&body)?;
     if let Some(prefix) = CanonicalPrefix::read(&body, body.len()) {
         if is_json(&body[prefix.data.clone()]) {
-            return Ok(prefix.into_record_owning(body));
+            return Ok(prefix.into_record_with(BodyText::Own(body)));
         }
     }
     let mut line = body;
@@ -819,32 +876,56 @@ pub fn decode_event_unproven(
     id: &SessionId,
     line: &[u8],
 ) -> Result<(EventRecord, bool), DecodeError> {
-    decode_event_unproven_into(id, line, String::new())
+    decode_event_unproven_into(id, line, BodyRoom::Buffer(String::new()))
 }
 
 /// [`decode_event_unproven`], the body of a record in the writers' layout
-/// written into `buffer` (its text dropped, its room kept): a reader that
-/// is given back the records it returned makes no new bodies
-/// ([`EventRecord::into_body`]).
+/// kept in `room`: written into a buffer given (its text dropped, its room
+/// kept), so that a reader given back the records it returned makes no new
+/// bodies ([`EventRecord::into_body`]), or shared with the text the line
+/// lies in, which `line` must then be.
 pub fn decode_event_unproven_into(
     id: &SessionId,
     line: &[u8],
-    mut buffer: String,
+    room: BodyRoom<'_>,
 ) -> Result<(EventRecord, bool), DecodeError> {
     let (body, crc) = checked_line(id, line)?;
-    let text = utf8(line)?;
+    let text = match &room {
+        // UTF-8 already: the shared text is a `String`.
+        BodyRoom::Shared(shared, start) => {
+            let text = &shared[*start..*start + line.len()];
+            debug_assert!(std::ptr::eq(text.as_ptr(), line.as_ptr()));
+            text
+        }
+        BodyRoom::Buffer(_) => utf8(line)?,
+    };
     if let Some(prefix) = CanonicalPrefix::read(text, body.len()) {
         let body = &text[..prefix.data.end];
-        buffer.clear();
-        // A buffer too small is not grown: growing it would copy what it
-        // held, which is nothing now.
-        if buffer.capacity() < body.len() {
-            buffer = String::with_capacity(body.len());
-        }
-        buffer.push_str(body);
-        return Ok((prefix.into_record_owning(buffer).read_under(crc), true));
+        let body = match room {
+            BodyRoom::Shared(shared, start) => {
+                match (u32::try_from(start), u32::try_from(start + body.len())) {
+                    (Ok(start), Ok(end)) => BodyText::Shared(Arc::clone(shared), start..end),
+                    // Beyond 4 GiB into the text: the body is copied.
+                    _ => BodyText::Own(body.to_owned()),
+                }
+            }
+            BodyRoom::Buffer(buffer) => BodyText::Own(copied_into(buffer, body)),
+        };
+        return Ok((prefix.into_record_with(body).read_under(crc), true));
     }
     decode_event_members(text, body.len()).map(|record| (record.read_under(crc), false))
+}
+
+/// `body` written into `buffer`, its text dropped. A buffer too small is
+/// replaced, not grown: growing it would copy what it held, which is
+/// nothing now.
+fn copied_into(mut buffer: String, body: &str) -> String {
+    buffer.clear();
+    if buffer.capacity() < body.len() {
+        buffer = String::with_capacity(body.len());
+    }
+    buffer.push_str(body);
+    buffer
 }
 
 /// Proves that the `data` of a record of session `id` that
@@ -911,7 +992,7 @@ fn decode_event_members(text: &str, body_len: usize) -> Result<EventRecord, Deco
         ts: wire.ts,
         batch: wire.batch,
         event_type: TypeText::Own(wire.event_type.into()),
-        body: text[..body_len].into(),
+        body: BodyText::Own(text[..body_len].into()),
         data,
         line_crc: None,
     })
@@ -980,7 +1061,7 @@ impl CanonicalPrefix {
             ts: self.ts,
             batch: self.batch,
             event_type: TypeText::InBody(self.event_type),
-            body: text[..self.data.end].into(),
+            body: BodyText::Own(text[..self.data.end].into()),
             data: self.data,
             line_crc: None,
         }
@@ -988,7 +1069,7 @@ impl CanonicalPrefix {
 
     /// [`into_record`](Self::into_record) of a text that is the body
     /// alone, kept as the record's body.
-    fn into_record_owning(self, body: String) -> EventRecord {
+    fn into_record_with(self, body: BodyText) -> EventRecord {
         EventRecord {
             seq: self.seq,
             ts: self.ts,

@@ -8,7 +8,7 @@
 
 use crate::record::{
     check_crc, decode_event, decode_event_unproven_into, decode_event_viewed, decode_header,
-    prove_json, DecodeError, MAX_RECORD_BYTES,
+    prove_json, BodyRoom, DecodeError, MAX_RECORD_BYTES,
 };
 use crate::{EventRecord, EventView, HeaderVocabularyError, SessionHeader, SessionId, ShapeError};
 
@@ -250,7 +250,7 @@ impl LogScanner {
     /// gives) and one held for its batch (which may never be finished, and
     /// would then leave with the torn tail, unproved).
     ///
-    /// The record's body is written into `buffer` where it can be
+    /// The record's body is kept in `room` where it can be
     /// ([`decode_event_unproven_into`]).
     pub fn push_line_unproven(
         &mut self,
@@ -258,7 +258,7 @@ impl LogScanner {
         terminated: bool,
         offset: u64,
         ready: &mut Vec<EventRecord>,
-        buffer: String,
+        room: BodyRoom<'_>,
     ) -> Result<Option<Position>, Corruption> {
         let (next_seq, batch_remaining) = (self.next_seq, self.batch_remaining);
         let position = Position {
@@ -266,7 +266,7 @@ impl LogScanner {
             offset,
         };
         self.push_event_line(line, terminated, offset, ready, |id, line| {
-            let (record, unproven) = decode_event_unproven_into(id, line, buffer)?;
+            let (record, unproven) = decode_event_unproven_into(id, line, room)?;
             let joins_alone =
                 record.seq() == next_seq && batch_remaining == 0 && record.batch().is_none();
             if unproven && !joins_alone {

@@ -360,6 +360,7 @@ mod tests {
 
     use super::*;
     use crate::reader::{Lend, LogReader, Rewind};
+    use crate::shared_text::SharedTextReader;
 
     /// What a fold reports of one event: its seq, what applying it
     /// returned, and the state's seq and chain after it.
@@ -427,8 +428,11 @@ mod tests {
     }
 
     fn reader(bytes: &[u8]) -> LogReader<Cursor<&[u8]>> {
-        LogReader::new(Cursor::new(bytes), Path::new("fold.jsonl"), None)
-            .expect("a readable header")
+        read_from(Cursor::new(bytes))
+    }
+
+    fn read_from<R: Lend>(source: R) -> LogReader<R> {
+        LogReader::new(source, Path::new("fold.jsonl"), None).expect("a readable header")
     }
 
     /// The fold on one thread, event by event.
@@ -500,6 +504,8 @@ mod tests {
         Gap,
         /// It announces a batch of this many records.
         Batch(u64),
+        /// A byte of its `data` is not UTF-8, and its CRC matches.
+        NotUtf8,
     }
 
     /// A log of `events` small events (a turn's step, started and ended,
@@ -557,9 +563,19 @@ mod tests {
                 Some(Flaw::Batch(n)) => Some(n),
                 _ => None,
             };
-            let mut line = EventRecord::new(stored_seq, 10, batch, event_type, &data).encode(&id);
+            let record = EventRecord::new(stored_seq, 10, batch, event_type, &data);
+            let mut line = record.encode(&id);
             if flaw == Some(Flaw::Crc) {
                 line = line.replacen("\"seq\"", "\"seq\" ", 1);
+            }
+            if flaw == Some(Flaw::NotUtf8) {
+                let mut body = record.body().as_bytes().to_vec();
+                let last = body.len() - 3;
+                body[last] = 0xff;
+                let crc = sessionlog_schema::record_crc(&id, &body);
+                bytes.extend(body);
+                bytes.extend(format!(",\"crc\":\"{crc:08x}\"}}\n").as_bytes());
+                continue;
             }
             bytes.extend(line.as_bytes());
         }
@@ -713,15 +729,49 @@ mod tests {
             std::fs::write(&path, &bytes).expect("the log written");
             let alone = finished(&bytes, folded_alone);
             // A whole read's buffer, which the reader moves back in, and
-            // one far smaller than what it read ahead, moved back from.
+            // one far smaller than what it read ahead, moved back from;
+            // each a `BufReader`'s and blocks of shared text.
             for capacity in [crate::reader::READ_BUFFER_BYTES, 4096] {
-                let file = std::fs::File::open(&path).expect("the log opened");
-                let source = std::io::BufReader::with_capacity(capacity, file);
-                let stream = LogReader::new(source, Path::new("fold.jsonl"), None)
-                    .expect("a readable header");
-                let handed_over = finished_reading(stream, folded_handed_over);
+                let open = || std::fs::File::open(&path).expect("the log opened");
+                let bytes = std::io::BufReader::with_capacity(capacity, open());
+                let handed_over = finished_reading(read_from(bytes), folded_handed_over);
                 assert_eq!(handed_over.0 .2.is_ok(), expected);
                 assert_eq!(handed_over, alone);
+                let shared = SharedTextReader::with_capacity(capacity, open());
+                assert_eq!(
+                    finished_reading(read_from(shared), folded_handed_over),
+                    alone
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_found_in_blocks_of_shared_text_as_in_bytes() {
+        let far = FOLDED_BEFORE_HANDOVER + 2 * BATCH_RECORDS as u64 + 7;
+        for (bytes, error) in [
+            (
+                flawed_log(far + 100, &[(far, Flaw::NotUtf8)], 0),
+                Some("not UTF-8"),
+            ),
+            // The last line: a torn tail.
+            (flawed_log(far, &[(far, Flaw::NotUtf8)], 0), None),
+        ] {
+            let alone = finished(&bytes, folded_alone);
+            match (&alone.0 .2, error) {
+                (Err(found), Some(error)) => assert!(found.contains(error), "{found}"),
+                (Ok(()), None) => {
+                    let tail = alone.1.clone().expect("a finished read");
+                    assert!(tail.expect("a torn tail").is_some());
+                }
+                (ended, _) => panic!("{ended:?}"),
+            }
+            for block in [64, 4096, crate::reader::READ_BUFFER_BYTES] {
+                let shared = SharedTextReader::with_capacity(block, Cursor::new(&bytes[..]));
+                assert_eq!(
+                    finished_reading(read_from(shared), folded_handed_over),
+                    alone
+                );
             }
         }
     }
@@ -745,16 +795,25 @@ mod tests {
                         1 => proptest::strategy::Just(Flaw::Crc),
                         1 => proptest::strategy::Just(Flaw::Gap),
                         2 => proptest::strategy::Strategy::prop_map(2..40_u64, Flaw::Batch),
+                        1 => proptest::strategy::Just(Flaw::NotUtf8),
                     ],
                 ),
                 0..4,
             ),
             cut in proptest::prop_oneof![3 => proptest::strategy::Just(0_usize), 1 => 1..200_usize],
+            block in proptest::prop_oneof![1 => 16..256_usize, 1 => 256..65_536_usize],
         ) {
             let bytes = flawed_log(events, &flaws, cut);
             let alone = finished(&bytes, folded_alone);
             let handed_over = finished(&bytes, folded_handed_over);
-            proptest::prop_assert_eq!(handed_over, alone);
+            proptest::prop_assert_eq!(&handed_over, &alone);
+            // Read in blocks of shared text, of any size: a block that is
+            // not UTF-8, or holds no whole line, is read as bytes.
+            let shared = SharedTextReader::with_capacity(block, Cursor::new(&bytes[..]));
+            proptest::prop_assert_eq!(
+                finished_reading(read_from(shared), folded_handed_over),
+                alone
+            );
             // Without the chain: the same, or, for data that is not JSON
             // past the handover, a stop that asks for the fold with it.
             let (_, _, ended, _) = fold_without_chain(&bytes);

@@ -51,6 +51,7 @@ use crate::leftovers;
 use crate::reader::{
     FoldedEvent, Line, LineReader, LogReader, SessionStream, Unproven, READ_BUFFER_BYTES,
 };
+use crate::shared_text::SharedTextReader;
 use crate::writer::{check_storable, check_storable_values, now_ms};
 use crate::{Refusal, StoreError};
 
@@ -397,7 +398,8 @@ fn copy_parent(
         .map_err(|source| StoreError::io("fdatasync", parent_path, source))?;
     // A bounded file can still be moved back in: the reader can leave the
     // proof of each record's `data` to the fold ([`ParentRecords`]).
-    let source = BufReader::with_capacity(READ_BUFFER_BYTES, parent.take(durable));
+    // Its records share the blocks it reads: no copy of each body.
+    let source = SharedTextReader::with_capacity(READ_BUFFER_BYTES, parent.take(durable));
     let reader = LogReader::new(source, parent_path, parent_id)?;
     let syncer_file = if write_back {
         let clone = out.file.try_clone();
@@ -527,7 +529,7 @@ fn copy_parent(
 }
 
 /// The parent's reader, as [`copy_parent`] reads it.
-type ParentReader = LogReader<BufReader<std::io::Take<File>>>;
+type ParentReader = LogReader<SharedTextReader<std::io::Take<File>>>;
 
 /// The records of the parent's good prefix, for [`copy_parent`] to fold
 /// in order: split into lines, CRC-checked and decoded on a reading thread

@@ -90,6 +90,7 @@ mod migrate;
 mod reader;
 mod review;
 mod row_follow;
+mod shared_text;
 mod sql;
 mod state_snapshot;
 mod store;

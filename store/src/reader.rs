@@ -10,11 +10,12 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Cursor, Read, Seek};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use sessionlog_projections::{Anchor, Defaults, Projection, SessionState, Violation};
 use sessionlog_schema::{
-    ChainValue, Corruption, EventRecord, EventView, HeaderVocabularyError, LogScanner, Position,
-    ScanSummary, SessionHeader, SessionId, ShapeError, TornTail, MAX_RECORD_BYTES,
+    BodyRoom, ChainValue, Corruption, EventRecord, EventView, HeaderVocabularyError, LogScanner,
+    Position, ScanSummary, SessionHeader, SessionId, ShapeError, TornTail, MAX_RECORD_BYTES,
 };
 
 use crate::fold::Folded;
@@ -154,6 +155,13 @@ impl<T: AsRef<[u8]>> Rewind for Cursor<T> {
 pub trait Lend: BufRead {
     /// The bytes buffered and not yet consumed; empty when none are.
     fn buffered(&self) -> &[u8];
+
+    /// The text that [`buffered`](Self::buffered) lies in, which records
+    /// may share, and where in it those bytes start; `None` when the
+    /// buffer is bytes only, as a `BufReader`'s is.
+    fn shared(&self) -> Option<(&Arc<String>, usize)> {
+        None
+    }
 }
 
 impl<R: Read> Lend for BufReader<R> {
@@ -409,15 +417,13 @@ impl<R: Lend> LogReader<R> {
                 Step::End => return Ok(None),
                 Step::Line { offset, terminated } => (offset, terminated),
             };
+            let room = match self.lines.shared_line() {
+                Some((text, start)) => BodyRoom::Shared(text, start),
+                None => BodyRoom::Buffer(self.spare_bodies.pop().unwrap_or_default()),
+            };
             let unproven = self
                 .scanner
-                .push_line_unproven(
-                    self.lines.line(),
-                    terminated,
-                    offset,
-                    &mut self.ready,
-                    self.spare_bodies.pop().unwrap_or_default(),
-                )
+                .push_line_unproven(self.lines.line(), terminated, offset, &mut self.ready, room)
                 .map_err(corrupt_in(&self.path))?;
             match (unproven, self.ready.pop()) {
                 (Some(position), Some(record)) => {
@@ -589,6 +595,13 @@ impl<R: Lend> LineReader<R> {
             Some(len) => &self.source.buffered()[..len],
             None => &self.line,
         }
+    }
+
+    /// The shared text that the last [`Line::Complete`] read lies in, and
+    /// where it starts in it, when it was lent from such a text
+    /// ([`Lend::shared`]).
+    pub fn shared_line(&self) -> Option<(&Arc<String>, usize)> {
+        self.lent.and(self.source.shared())
     }
 
     /// The next line and the byte offset it starts at; `None` at end of file.
