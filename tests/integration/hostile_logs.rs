@@ -472,6 +472,19 @@ fn check_unreadable_log_hides_no_other_session(case: &UnreadableStore<'_>) {
     let anchored = run(&["head", &folder]);
     anchored.expect_code(2);
     assert_eq!(anchored.stdout.lines().count(), 1, "{}", anchored.stdout);
+    // The corrupt log is named by its file, which names its session: once.
+    let said = anchored
+        .stderr
+        .lines()
+        .find(|line| line.contains("corrupt"))
+        .unwrap_or_default();
+    assert_eq!(
+        said.strip_prefix("sessionlog: ")
+            .map(|rest| rest.starts_with(&corrupt.display().to_string())),
+        Some(true),
+        "{}",
+        anchored.stderr
+    );
     // Named with `--session`, the log ends the command.
     let picked = run(&["verify", &folder, "--session", unreadable]);
     picked.expect_code(1);

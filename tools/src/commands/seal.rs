@@ -142,9 +142,13 @@ pub fn head(args: &SessionArgs) -> Result<u8> {
             // Anything else ends the command, and is said once, by it.
             _ => return Err(error),
         };
-        // A log's error names its file already; only a session of a store
-        // is named here.
-        match message.starts_with(&format!("{}: ", session.label)) {
+        // A log's corruption names its file already, which names its
+        // session; only a session of a database is named here.
+        let names_its_log = matches!(
+            error.downcast_ref::<sessionlog_store::StoreError>(),
+            Some(sessionlog_store::StoreError::Corrupt { .. })
+        );
+        match names_its_log || message.starts_with(&format!("{}: ", session.label)) {
             true => crate::errln!("sessionlog: {message}"),
             false => crate::errln!("sessionlog: {}: {message}", session.label),
         }
