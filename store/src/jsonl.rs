@@ -160,9 +160,16 @@ impl JsonlStore {
         self.folder.join(format!("{id}.jsonl"))
     }
 
-    /// Whether session `id` exists.
-    pub fn contains(&self, id: &SessionId) -> bool {
-        self.log_path(id).symlink_metadata().is_ok()
+    /// Whether session `id` exists: whether anything is at its log's path.
+    /// A path that cannot be looked at (its folder not searchable, the path
+    /// too long) is an error, not a session that is not there.
+    pub fn contains(&self, id: &SessionId) -> Result<bool, StoreError> {
+        let path = self.log_path(id);
+        match path.symlink_metadata() {
+            Ok(_) => Ok(true),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(source) => Err(StoreError::io("stat", &path, source)),
+        }
     }
 
     /// Creates a session atomically with its header and `events` (a child's

@@ -269,7 +269,7 @@ impl Store {
     /// Whether session `id` exists.
     pub fn contains(&self, id: &SessionId) -> Result<bool, StoreError> {
         match self {
-            Store::Jsonl(store) => Ok(store.contains(id)),
+            Store::Jsonl(store) => store.contains(id),
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.contains(id),
             #[cfg(feature = "postgres")]

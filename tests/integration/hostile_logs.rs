@@ -485,11 +485,14 @@ fn check_unreadable_log_hides_no_other_session(case: &UnreadableStore<'_>) {
         "{}",
         anchored.stderr
     );
-    // Named with `--session`, the log ends the command.
+    // Named with `--session`, the log ends the command, with its cause:
+    // a session that cannot be looked at is not one that is not there.
     let picked = run(&["verify", &folder, "--session", unreadable]);
     picked.expect_code(1);
     assert!(picked.stdout.is_empty(), "{}", picked.stdout);
     assert!(picked.stderr.contains(unreadable), "{}", picked.stderr);
+    assert!(picked.stderr.contains(cause), "{}", picked.stderr);
+    assert!(!picked.stderr.contains("no session"), "{}", picked.stderr);
 }
 
 /// A log of a folder that cannot be opened is that session's verdict: the
