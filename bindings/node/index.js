@@ -653,8 +653,9 @@ function chatCompletionsBody(requestText, model) {
   if (typeof requestText !== 'string') {
     throw new SessionlogError('INVALID_ARGUMENT', `the request must be its JSON text, not ${describe(requestText)}`)
   }
+  const chosen = checkOptionalString(model, 'model')
   try {
-    return native.chatCompletionsBodyJson(requestText, model ?? null)
+    return native.chatCompletionsBodyJson(requestText, chosen ?? null)
   } catch (error) {
     throw fromNative(error)
   }

@@ -275,6 +275,11 @@ test('the Chat Completions mapping: the body carries the request, an answer beco
   assert.equal(parsed.messages[1].content, JSON.stringify(others))
   assert.equal(JSON.parse(chatCompletionsBody(requestText, 'other-model')).model, 'other-model')
   assert.throws(() => chatCompletionsBody('{"not":"a request"}'), (error) => error.code === 'INVALID_ARGUMENT')
+  // A model that is not a string is named as such, in this binding's words.
+  assert.throws(
+    () => chatCompletionsBody(requestText, 5),
+    (error) => error.code === 'INVALID_ARGUMENT' && error.message === 'model must be a string, not 5',
+  )
 
   const answer = (content, finish) =>
     JSON.stringify({ choices: [{ message: { role: 'assistant', content, reasoning_content: 'thinking' }, finish_reason: finish }] })
