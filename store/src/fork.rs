@@ -1681,6 +1681,54 @@ mod tests {
         }
     }
 
+    /// The parent's log with a byte of the record at `seq` made one that
+    /// is not UTF-8, its CRC recomputed over the bytes: damage the reader
+    /// finds in a block it then reads as bytes, not as shared text.
+    fn damage_utf8(log: &Path, seq: u64) {
+        let bytes = ok(std::fs::read(log));
+        let mut out = Vec::new();
+        for line in bytes.split_inclusive(|byte| *byte == b'\n') {
+            if !line.starts_with(format!("{{\"seq\":{seq},").as_bytes()) {
+                out.extend_from_slice(line);
+                continue;
+            }
+            let suffix = sessionlog_schema::CRC_SUFFIX_LEN + 1;
+            let mut body = line[..line.len() - suffix].to_vec();
+            let text = body.len() - 3;
+            body[text] = 0xff;
+            let crc = sessionlog_schema::record_crc(&id("p"), &body);
+            out.extend_from_slice(&body);
+            out.extend_from_slice(format!(",\"crc\":\"{crc:08x}\"}}\n").as_bytes());
+        }
+        ok(std::fs::write(log, out));
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_found_where_a_read_alone_finds_it() {
+        for (seq, torn) in [(10, false), (1_200, false), (1_600, true)] {
+            let folder = ok(tempfile::tempdir());
+            let store = unbatched_parent(folder.path(), 4, false);
+            let parent_log = store.session_path(&id("p"));
+            damage_utf8(&parent_log, seq);
+            let alone = read_alone(&parent_log);
+            let forked = store.fork(&id("p"), &id("c"), None, &Defaults::default());
+            match (forked, alone) {
+                (Ok(header), Ok(Some(position))) if torn => {
+                    assert_eq!(header.seed_length, seq - 1, "the torn tail is not copied");
+                    assert_eq!(position.line, seq + 1);
+                }
+                (Err(StoreError::Corrupt { corruption, .. }), Err(alone)) if !torn => {
+                    assert_eq!(corruption, alone);
+                    assert_eq!(corruption.position.line, seq + 1, "{corruption}");
+                    assert!(corruption.reason.contains("not UTF-8"), "{corruption}");
+                    assert!(!store.session_path(&id("c")).exists());
+                }
+                (forked, alone) => panic!("seq {seq}: the fork gave {forked:?}, a read {alone:?}"),
+            }
+            assert_no_temporary_file(store.path());
+        }
+    }
+
     #[test]
     fn damage_after_a_seal_that_fails_outranks_it() {
         // The seal at 401 fails and stops the fold; the damage comes in
