@@ -118,7 +118,8 @@ pub enum BodyRoom<'a> {
     /// Lent from the text the line lies in, which the record then shares,
     /// with no copy: the line is the bytes of the text from this index on.
     /// A reader that reads its log into shared blocks of text decodes its
-    /// records so; they keep the block alive while they live.
+    /// records so; they keep the block alive while they live. A line that
+    /// does not lie there is read as bytes, its body copied.
     Shared(&'a Arc<String>, usize),
 }
 
@@ -890,26 +891,32 @@ pub fn decode_event_unproven_into(
     room: BodyRoom<'_>,
 ) -> Result<(EventRecord, bool), DecodeError> {
     let (body, crc) = checked_line(id, line)?;
-    let text = match &room {
-        // UTF-8 already: the shared text is a `String`.
-        BodyRoom::Shared(shared, start) => {
-            let text = &shared[*start..*start + line.len()];
-            debug_assert!(std::ptr::eq(text.as_ptr(), line.as_ptr()));
-            text
-        }
-        BodyRoom::Buffer(_) => utf8(line)?,
+    // The shared text, where `line` lies in it as the room says: UTF-8
+    // already, being a `String`. A line elsewhere is read as bytes.
+    let shared = match &room {
+        BodyRoom::Shared(shared, start) => start
+            .checked_add(line.len())
+            .and_then(|end| shared.get(*start..end))
+            .filter(|text| std::ptr::eq(text.as_ptr(), line.as_ptr()))
+            .map(|text| (*shared, *start, text)),
+        BodyRoom::Buffer(_) => None,
+    };
+    let text = match shared {
+        Some((_, _, text)) => text,
+        None => utf8(line)?,
     };
     if let Some(prefix) = CanonicalPrefix::read(text, body.len()) {
         let body = &text[..prefix.data.end];
-        let body = match room {
-            BodyRoom::Shared(shared, start) => {
+        let body = match (shared, room) {
+            (Some((shared, start, _)), _) => {
                 match (u32::try_from(start), u32::try_from(start + body.len())) {
                     (Ok(start), Ok(end)) => BodyText::Shared(Arc::clone(shared), start..end),
                     // Beyond 4 GiB into the text: the body is copied.
                     _ => BodyText::Own(body.to_owned()),
                 }
             }
-            BodyRoom::Buffer(buffer) => BodyText::Own(copied_into(buffer, body)),
+            (None, BodyRoom::Buffer(buffer)) => BodyText::Own(copied_into(buffer, body)),
+            (None, BodyRoom::Shared(..)) => BodyText::Own(body.to_owned()),
         };
         return Ok((prefix.into_record_with(body).read_under(crc), true));
     }
@@ -1489,6 +1496,23 @@ mod tests {
                 by_members.clone().err(),
                 "{body}"
             );
+        }
+        // Lent from a shared text the line lies in, behind another line:
+        // the same record, its body shared. A line that is not where the
+        // room says is read as bytes, to the same record.
+        let text = std::str::from_utf8(line).expect("an encoded line is text");
+        let shared = Arc::new(format!("x\n{text}\n"));
+        let lent = &shared.as_bytes()[2..2 + line.len()];
+        let from_bytes = decode_event_unproven(&id, line);
+        let from_shared = decode_event_unproven_into(&id, lent, BodyRoom::Shared(&shared, 2));
+        assert_eq!(from_shared, from_bytes, "{body}");
+        if let Ok((record, true)) = from_shared {
+            assert!(record.into_body().is_empty(), "not shared: {body}");
+        }
+        let elsewhere = decode_event_unproven_into(&id, line, BodyRoom::Shared(&shared, 2));
+        assert_eq!(elsewhere, from_bytes, "{body}");
+        if let Ok((record, _)) = elsewhere {
+            assert!(!record.into_body().is_empty(), "shared: {body}");
         }
     }
 
