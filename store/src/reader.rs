@@ -193,6 +193,10 @@ pub struct LineReader<R> {
     /// The length of the last line read when it is lent from the source's
     /// buffer, where it and its `\n` are not yet consumed.
     lent: Option<usize>,
+    /// The bytes of a line taken from the source before a read failed
+    /// part-way through it: no line can be read after them, and a move
+    /// back counts them.
+    unfinished: u64,
 }
 
 /// One line as [`LineReader`] read it.
@@ -553,6 +557,7 @@ impl<R: Lend> LineReader<R> {
             offset,
             line: Vec::new(),
             lent: None,
+            unfinished: 0,
         }
     }
 
@@ -578,7 +583,8 @@ impl<R: Lend> LineReader<R> {
             .checked_sub(offset)
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not read yet"))?;
         self.settle();
-        self.source.rewind_by(back)?;
+        self.source.rewind_by(back + self.unfinished)?;
+        self.unfinished = 0;
         self.offset = offset;
         self.line.clear();
         Ok(())
@@ -619,16 +625,27 @@ impl<R: Lend> LineReader<R> {
 
     fn read_line(&mut self) -> std::io::Result<Option<Line>> {
         self.settle();
+        if self.unfinished > 0 {
+            return Err(std::io::Error::other(format!(
+                "a read failed {} bytes into the line at byte offset {}",
+                self.unfinished, self.offset
+            )));
+        }
         self.line.clear();
         let mut skipped: Option<u64> = None;
         let mut first = true;
+        // The bytes of this line taken from the source so far.
+        let mut taken_so_far = 0u64;
         loop {
             // A read a signal interrupted before it read anything is read
             // again, as `read_exact` and `read_to_end` do.
             let buffer = match self.source.fill_buf() {
                 Ok(buffer) => buffer,
                 Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(error) => return Err(error),
+                Err(error) => {
+                    self.unfinished = taken_so_far;
+                    return Err(error);
+                }
             };
             if buffer.is_empty() {
                 return Ok(match skipped {
@@ -658,6 +675,7 @@ impl<R: Lend> LineReader<R> {
                 None => self.line.extend_from_slice(chunk),
             }
             self.source.consume(taken + usize::from(found));
+            taken_so_far += taken as u64;
             if found {
                 return Ok(Some(match skipped {
                     Some(len) => Line::Oversized {
@@ -1310,6 +1328,63 @@ mod tests {
                 false => self.inner.read(buf),
             }
         }
+    }
+
+    /// A source whose read number `fail_at` (from 1) fails.
+    struct FailingOnce {
+        inner: Cursor<Vec<u8>>,
+        reads: usize,
+        fail_at: usize,
+    }
+
+    impl Read for FailingOnce {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.reads += 1;
+            match self.reads == self.fail_at {
+                true => Err(std::io::Error::other("a failed read")),
+                false => self.inner.read(buf),
+            }
+        }
+    }
+
+    impl Seek for FailingOnce {
+        fn seek(&mut self, position: std::io::SeekFrom) -> std::io::Result<u64> {
+            self.inner.seek(position)
+        }
+    }
+
+    /// A read that fails part-way through a line leaves bytes of it taken
+    /// from the source: no line is read after them, and a move back counts
+    /// them, so that the line is then read whole from its start.
+    #[test]
+    fn a_read_that_fails_part_way_through_a_line_is_counted_by_a_move_back() {
+        let bytes = b"ab\ncdefghijklmnopq\nrs\n".to_vec();
+        let source = FailingOnce {
+            inner: Cursor::new(bytes),
+            reads: 0,
+            fail_at: 3,
+        };
+        let mut lines = LineReader::new(BufReader::with_capacity(8, source));
+        let first = lines.next_line().expect("a read");
+        assert_eq!(first, Some((0, Line::Complete { terminated: true })));
+        assert_eq!(lines.line(), b"ab");
+        assert!(lines.next_line().is_err(), "the third read fails");
+        let after = lines
+            .next_line()
+            .expect_err("no line after the bytes taken");
+        assert!(
+            after
+                .to_string()
+                .contains("13 bytes into the line at byte offset 3"),
+            "{after}"
+        );
+        lines.rewind_to(3).expect("a move back");
+        let again = lines.next_line().expect("a read");
+        assert_eq!(again, Some((3, Line::Complete { terminated: true })));
+        assert_eq!(lines.line(), b"cdefghijklmnopq");
+        let last = lines.next_line().expect("a read");
+        assert_eq!(last, Some((19, Line::Complete { terminated: true })));
+        assert_eq!(lines.line(), b"rs");
     }
 
     #[test]

@@ -65,16 +65,33 @@ impl<R: Read> SharedTextReader<R> {
         }
     }
 
-    /// Room for the next block: a block no record holds any longer, else a
-    /// new one. Its bytes are initialised, so a read can fill them.
-    fn room(&mut self) -> Vec<u8> {
-        let mut room = match std::mem::replace(&mut self.block, Block::Bytes(Vec::new())) {
-            Block::Bytes(bytes) => bytes,
+    /// Puts the block aside, empty: a block of text joins those kept, to be
+    /// filled again once no record holds it; bytes keep their room. Nothing
+    /// of it can be read or moved back into after.
+    fn set_aside(&mut self) {
+        match std::mem::replace(&mut self.block, Block::Bytes(Vec::new())) {
             Block::Text(text) => {
                 if self.kept.len() == KEPT_BLOCKS {
                     self.kept.pop_front();
                 }
                 self.kept.push_back(text);
+            }
+            Block::Bytes(mut bytes) => {
+                bytes.clear();
+                self.block = Block::Bytes(bytes);
+            }
+        }
+        self.at = 0;
+    }
+
+    /// Room for the next block: the room of bytes set aside, a block no
+    /// record holds any longer, else a new one. Its bytes are initialised,
+    /// so a read can fill them.
+    fn room(&mut self) -> Vec<u8> {
+        self.set_aside();
+        let mut room = match &mut self.block {
+            Block::Bytes(bytes) if bytes.capacity() > 0 => std::mem::take(bytes),
+            _ => {
                 let free = self
                     .kept
                     .iter_mut()
@@ -100,13 +117,15 @@ impl<R: Read> SharedTextReader<R> {
         let mut room = self.room();
         let rest = self.rest.len();
         room[..rest].copy_from_slice(&self.rest);
+        // A block room kept from a longer one is read into no further than
+        // the capacity: a block stays under twice the capacity.
         let read = loop {
-            match self.inner.read(&mut room[rest..]) {
+            match self.inner.read(&mut room[rest..rest + self.capacity]) {
                 Ok(read) => break read,
                 Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(error) => {
                     self.block = Block::Bytes(room);
-                    self.block_empty();
+                    self.set_aside();
                     return Err(error);
                 }
             }
@@ -129,14 +148,6 @@ impl<R: Read> SharedTextReader<R> {
         };
         self.at = 0;
         Ok(())
-    }
-
-    /// Marks the block as consumed whole, its room kept.
-    fn block_empty(&mut self) {
-        if let Block::Bytes(bytes) = &mut self.block {
-            bytes.clear();
-        }
-        self.at = self.block.bytes().len();
     }
 }
 
@@ -197,7 +208,7 @@ impl<R: Read + Seek> Rewind for SharedTextReader<R> {
             .ok_or_else(|| std::io::Error::other("a move back beyond any file"))?;
         self.inner.seek(SeekFrom::Current(-back))?;
         self.rest.clear();
-        self.block_empty();
+        self.set_aside();
         Ok(())
     }
 }
@@ -293,30 +304,89 @@ mod tests {
         }
 
         /// Moving back by any number of the bytes consumed, within the block
-        /// or beyond it, gives them again.
+        /// or beyond it, and again before the next read, gives them again.
         #[test]
         fn moves_back_over_what_it_gave(
             text in "([a-z]{0,9}\n){1,30}",
             capacity in 1usize..40,
             step in 1usize..50,
-            (consumed, back) in (0usize..300).prop_flat_map(|consumed| (Just(consumed), 0..=consumed)),
+            moves in prop::collection::vec((0usize..120, 0usize..120, any::<bool>()), 1..6),
         ) {
             let bytes = text.into_bytes();
-            let consumed = consumed.min(bytes.len());
-            let back = back.min(consumed);
             let mut reader = SharedTextReader::with_capacity(capacity, trickle(&bytes, step));
-            let mut taken = 0;
-            while taken < consumed {
-                let available = reader.fill_buf().expect("a read").len();
-                let amount = available.min(consumed - taken);
-                reader.consume(amount);
-                taken += amount;
+            // Where the reader is in `bytes`.
+            let mut at = 0;
+            for (forward, back, read_between) in moves {
+                let forward = forward.min(bytes.len() - at);
+                let mut taken = 0;
+                while taken < forward {
+                    let available = reader.fill_buf().expect("a read").len();
+                    let amount = available.min(forward - taken);
+                    reader.consume(amount);
+                    taken += amount;
+                }
+                at += forward;
+                let back = back.min(at);
+                reader.rewind_by(back as u64).expect("a move back");
+                at -= back;
+                if read_between {
+                    let first = reader.fill_buf().expect("a read").first().copied();
+                    prop_assert_eq!(first, bytes.get(at).copied());
+                }
             }
-            reader.rewind_by(back as u64).expect("a move back");
             let mut again = Vec::new();
             reader.read_to_end(&mut again).expect("a read");
-            prop_assert_eq!(&again[..], &bytes[consumed - back..]);
+            prop_assert_eq!(&again[..], &bytes[at..]);
         }
+    }
+
+    /// Two moves back with no read between, the first beyond the block:
+    /// the second moves back in the file, not into the block set aside.
+    #[test]
+    fn a_second_move_back_after_one_beyond_the_block_reads_the_file() {
+        let text = b"aaaa\nbbbb\ncccc\ndddd\n";
+        let mut reader = SharedTextReader::with_capacity(10, trickle(text, 10));
+        let mut consumed = 0;
+        while consumed < 10 {
+            let available = reader.fill_buf().expect("a read").len();
+            reader.consume(available);
+            consumed += available;
+        }
+        let available = reader.fill_buf().expect("a read").len();
+        reader.consume(available);
+        for back in [5, 6, 1] {
+            reader.rewind_by(back).expect("a move back");
+        }
+        let mut again = Vec::new();
+        reader.read_to_end(&mut again).expect("a read");
+        assert_eq!(again, b"b\ncccc\ndddd\n");
+    }
+
+    /// A block is the capacity read and the unfinished line carried into
+    /// it, less than a capacity (a line that does not fit is given whole,
+    /// nothing carried), whatever the room it was filled into held before.
+    #[test]
+    fn a_block_is_under_twice_the_capacity() {
+        let mut text = String::new();
+        for len in (0..40).map(|n| n * 60) {
+            text.push_str(&"x".repeat(len));
+            text.push('\n');
+        }
+        let capacity = 256;
+        let mut reader =
+            SharedTextReader::with_capacity(capacity, trickle(text.as_bytes(), 1 << 20));
+        let mut given = Vec::new();
+        loop {
+            let block = reader.block.bytes().len();
+            assert!(block < 2 * capacity, "a block of {block} bytes");
+            let available = reader.fill_buf().expect("a read").to_vec();
+            if available.is_empty() {
+                break;
+            }
+            reader.consume(available.len());
+            given.extend(available);
+        }
+        assert_eq!(given, text.as_bytes());
     }
 
     #[test]
