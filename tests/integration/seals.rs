@@ -1413,3 +1413,79 @@ fn session_picked_with_no_anchor_is_refused_and_one_gone_fails_its_anchor() {
     )
     .expect_code(7);
 }
+
+/// The key files' modes are FORMAT.md's whatever the umask: the secret
+/// 0600, the public key 0644.
+#[test]
+fn keygen_gives_its_files_their_modes_under_any_umask() {
+    let dir = ok(tempfile::tempdir());
+    for (umask, name) in [("077", "strict.key"), ("000", "open.key")] {
+        let key = dir.path().join(name);
+        let mut command = std::process::Command::new("sh");
+        command.args([
+            "-c",
+            &format!("umask {umask} && exec \"$0\" keygen \"$1\""),
+            path_str(crate::cli_support::sessionlog_binary()),
+            path_str(&key),
+        ]);
+        crate::cli_support::run_command(command, None).expect_code(0);
+        let public = PathBuf::from(format!("{}.pub", path_str(&key)));
+        for (file, expected) in [(&key, 0o600), (&public, 0o644)] {
+            let mode =
+                std::os::unix::fs::PermissionsExt::mode(&ok(std::fs::metadata(file)).permissions());
+            assert_eq!(
+                mode & 0o777,
+                expected,
+                "{} under umask {umask}",
+                file.display()
+            );
+        }
+    }
+}
+
+/// An anchor file holds a line for each session of a store (or more): one
+/// longer than the 16 MiB a pending action may hold is read whole.
+#[test]
+fn an_anchor_file_longer_than_16_mib_is_read() {
+    let dir = ok(tempfile::tempdir());
+    let store = unsigned_store(dir.path());
+    let head = run(["head", path_str(&store)]);
+    head.expect_code(0);
+    let line = head.stdout.lines().next().unwrap_or_default().to_owned();
+    assert!(!line.is_empty(), "head printed an anchor");
+    let copies = (17 << 20) / (line.len() + 1) + 1;
+    let anchors = dir.path().join("anchors.jsonl");
+    ok(std::fs::write(&anchors, format!("{line}\n").repeat(copies)));
+    assert!(ok(std::fs::metadata(&anchors)).len() > 16 << 20);
+    verify(&store, &["--anchor", path_str(&anchors)]).expect_code(0);
+}
+
+/// A lone log is a store of one session: `--session` naming another that
+/// the anchor file names is a session gone from the store (7), as in a
+/// folder.
+#[test]
+fn a_lone_log_asked_for_an_anchored_session_it_does_not_hold_fails_the_anchor() {
+    let dir = ok(tempfile::tempdir());
+    let store = unsigned_store(dir.path());
+    let log = log_path(&store);
+    let anchors = dir.path().join("anchors.jsonl");
+    let head = run(["head", path_str(&store)]);
+    head.expect_code(0);
+    let other = head
+        .stdout
+        .replacen(r#""session":"s""#, r#""session":"zz""#, 1);
+    assert_ne!(other, head.stdout);
+    ok(std::fs::write(&anchors, format!("{}{other}", head.stdout)));
+    for target in [store.as_path(), log.as_path()] {
+        let picked = run([
+            "verify",
+            path_str(target),
+            "--session",
+            "zz",
+            "--anchor",
+            path_str(&anchors),
+        ]);
+        picked.expect_code(7);
+        assert!(picked.stdout.contains("zz"), "{}", picked.stdout);
+    }
+}

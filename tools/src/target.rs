@@ -496,33 +496,44 @@ pub fn is_lone_log(path: &Path) -> bool {
 }
 
 /// The most a command reads of an input of its own (a pending action, a
-/// reviewer's reply): far above any real one, and a bound on what
-/// `/dev/zero` or an endless pipe can make it hold.
+/// reviewer's reply, a trust file): far above any real one, and a bound on
+/// what `/dev/zero` or an endless pipe can make it hold.
 pub const MAX_INPUT_BYTES: u64 = 16 << 20;
+
+/// The most `verify` reads of an anchor file, which holds a line for each
+/// session of a store (some 200 bytes each): 4 GiB, twenty million
+/// sessions, still a bound on an endless pipe.
+pub const MAX_ANCHOR_FILE_BYTES: u64 = 4 << 30;
 
 /// Reads a whole file or stdin, naming the file on error, refusing more
 /// than [`MAX_INPUT_BYTES`].
 pub fn read_input(file: Option<&Path>) -> Result<Vec<u8>> {
+    read_bounded(file, MAX_INPUT_BYTES, "pending action or reply")
+}
+
+/// [`read_input`] of at most `limit` bytes, the refusal naming the input
+/// as `what` it is read as.
+pub fn read_bounded(file: Option<&Path>, limit: u64, what: &str) -> Result<Vec<u8>> {
     use std::io::Read;
     let mut bytes = Vec::new();
     let name = match file {
         Some(path) => {
             std::fs::File::open(path)
-                .and_then(|file| file.take(MAX_INPUT_BYTES + 1).read_to_end(&mut bytes))
+                .and_then(|file| file.take(limit + 1).read_to_end(&mut bytes))
                 .with_context(|| format!("read {}", path.display()))?;
             path.display().to_string()
         }
         None => {
             std::io::stdin()
-                .take(MAX_INPUT_BYTES + 1)
+                .take(limit + 1)
                 .read_to_end(&mut bytes)
                 .context("read standard input")?;
             "standard input".to_owned()
         }
     };
-    if bytes.len() as u64 > MAX_INPUT_BYTES {
+    if bytes.len() as u64 > limit {
         bail!(UsageError(format!(
-            "{name} holds more than {MAX_INPUT_BYTES} bytes; an input this large is no pending action or reply"
+            "{name} holds more than {limit} bytes; an input this large is no {what}"
         )));
     }
     Ok(bytes)

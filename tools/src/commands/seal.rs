@@ -198,7 +198,13 @@ fn write_new_file(path: &Path, mode: u32, contents: &[u8]) -> Result<()> {
         .mode(mode)
         .open(path)
         .with_context(|| format!("create {}", path.display()))?;
-    if let Err(error) = file.write_all(contents).and_then(|()| file.sync_all()) {
+    // The mode given, whatever the umask took from it: a public key is
+    // for others to read.
+    let written = file
+        .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
+        .and_then(|()| file.write_all(contents))
+        .and_then(|()| file.sync_all());
+    if let Err(error) = written {
         // No empty or partial key file is left behind for the next keygen
         // to refuse to replace.
         drop(file);

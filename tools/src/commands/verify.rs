@@ -17,7 +17,10 @@ use sessionlog_store::{fold_stream, StoreError};
 
 use crate::cli::SessionArgs;
 use crate::side_by_side::Readers;
-use crate::target::{read_input, require_sessions, Audit, SessionRef, Target, UnreadableLog};
+use crate::target::{
+    read_bounded, require_sessions, Audit, SessionRef, Target, UnreadableLog,
+    MAX_ANCHOR_FILE_BYTES, MAX_INPUT_BYTES,
+};
 use crate::terminal::Mode;
 use crate::{exit, UsageError};
 
@@ -43,7 +46,8 @@ pub fn read_trust_files(files: &[PathBuf]) -> Result<Option<Vec<SealPublicKey>>>
     }
     let mut keys = Vec::new();
     for file in files {
-        let text = String::from_utf8(read_input(Some(file))?)
+        let bytes = read_bounded(Some(file), MAX_INPUT_BYTES, "trust file")?;
+        let text = String::from_utf8(bytes)
             .map_err(|_| UsageError(format!("{}: a trust file is UTF-8 text", file.display())))?;
         let read = parse_trust_file(&text)
             .map_err(|error| UsageError(format!("{}: {error}", file.display())))?;
@@ -64,7 +68,8 @@ impl SealPolicy {
         let anchors = match anchor_file {
             None => None,
             Some(file) => {
-                let text = String::from_utf8(read_input(Some(file))?).map_err(|_| {
+                let bytes = read_bounded(Some(file), MAX_ANCHOR_FILE_BYTES, "anchor file")?;
+                let text = String::from_utf8(bytes).map_err(|_| {
                     UsageError(format!("{}: an anchor file is UTF-8 text", file.display()))
                 })?;
                 let mut by_session: BTreeMap<String, Vec<Anchor>> = BTreeMap::new();
@@ -504,19 +509,28 @@ fn store_damage_verdict(store: &Path, error: &StoreError) -> Verdict {
 }
 
 /// Whether `--session` picks a session the anchor file names and the
-/// store does not list.
+/// store does not list (a lone log: whose header names another session).
 fn anchored_but_absent(args: &SessionArgs, policy: &SealPolicy, target: &Target) -> Result<bool> {
-    let (Some(wanted), Some(anchors), Target::Store(store)) =
-        (args.session.as_deref(), &policy.anchors, target)
-    else {
+    let (Some(wanted), Some(anchors)) = (args.session.as_deref(), &policy.anchors) else {
         return Ok(false);
     };
     let Ok(id) = sessionlog_schema::SessionId::parse(wanted) else {
         return Ok(false);
     };
-    // The store's listing, as a read of the whole store has it: a name
-    // that is no session there (a symlink, a folder) is none here either.
-    Ok(anchors.contains_key(wanted) && !store.list_sessions()?.ids.contains(&id))
+    if !anchors.contains_key(wanted) {
+        return Ok(false);
+    }
+    Ok(match target {
+        // The store's listing, as a read of the whole store has it: a name
+        // that is no session there (a symlink, a folder) is none here
+        // either.
+        Target::Store(store) => !store.list_sessions()?.ids.contains(&id),
+        // A log whose header cannot be read is left to the read, which
+        // says why.
+        Target::File(path) => {
+            sessionlog_store::LogReader::open(path, None).is_ok_and(|log| log.header().id != id)
+        }
+    })
 }
 
 /// The sessions an anchor file names that the store no longer holds (all
