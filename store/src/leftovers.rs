@@ -44,10 +44,12 @@ pub struct Leftover {
 }
 
 impl Leftover {
-    /// Whether removal takes it: nobody holds it, and it was last written
-    /// at least `min_age` ago.
+    /// Whether removal takes it: nobody holds it, it was last written at
+    /// least `min_age` ago, and it is no migration's lock. Left unheld, a
+    /// lock is the one mark of an unfinished migration into the folder, so
+    /// it stays until a run finishes that migration ([`remove_finished`]).
     pub fn removable(&self, min_age: Duration) -> bool {
-        !self.in_use && self.age >= min_age
+        !self.in_use && self.age >= min_age && !self.is_migration_lock()
     }
 
     /// Whether it is a migration's lock file: left unheld, it is the mark
@@ -214,6 +216,28 @@ pub(crate) fn find(folder: &Path) -> Result<Vec<Leftover>, StoreError> {
     Ok(found)
 }
 
+/// Removes the locks that interrupted migrations into `folder` left (none
+/// holds them) once a run has finished what they had begun (`migrate
+/// --resume`); returns how many.
+pub(crate) fn remove_finished(folder: &Path, io: &Io) -> Result<usize, StoreError> {
+    let finished: Vec<Leftover> = find(folder)?
+        .into_iter()
+        .filter(|leftover| leftover.is_migration_lock() && !leftover.in_use)
+        .collect();
+    for lock in &finished {
+        match std::fs::remove_file(&lock.path) {
+            Ok(()) => {}
+            Err(source) if source.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(StoreError::io("remove", &lock.path, source)),
+        }
+    }
+    if !finished.is_empty() {
+        io.sync_folder(folder)
+            .map_err(|source| StoreError::io("fsync folder", folder, source))?;
+    }
+    Ok(finished.len())
+}
+
 /// Removes those of `found` (what [`find`] gave for `folder`) that are
 /// [`removable`](Leftover::removable) at `min_age`; returns them. One gone
 /// meanwhile is skipped.
@@ -317,8 +341,9 @@ mod tests {
                 .into_iter()
                 .map(|leftover| leftover.path)
                 .collect();
-        assert_eq!(removed, [stale_lock.clone(), stale.clone()]);
-        for path in [&log, &young, &held_file, &staged, &run_lock] {
+        // An interrupted migration's lock is its mark: kept.
+        assert_eq!(removed, [stale.clone()]);
+        for path in [&log, &young, &held_file, &staged, &run_lock, &stale_lock] {
             assert!(path.exists(), "{} was kept", path.display());
         }
 
@@ -329,8 +354,12 @@ mod tests {
             &ok(find(folder.path())),
             Duration::ZERO,
         ));
-        assert_eq!(removed.len(), 4, "{removed:?}");
+        assert_eq!(removed.len(), 3, "{removed:?}");
         assert!(log.exists());
+        assert!(run_lock.exists() && stale_lock.exists(), "the locks stay");
+        // Until a run finishes the migrations they mark.
+        assert_eq!(ok(remove_finished(folder.path(), &io)), 2);
+        assert!(!run_lock.exists() && !stale_lock.exists());
         assert_eq!(ok(store.ids()).len(), 1);
     }
 }

@@ -456,6 +456,11 @@ fn migrate_from(
             ),
         ));
     }
+    // The migration an interrupted run began is finished: the locks such
+    // runs left, the marks that the folder may lack sessions, go.
+    if let (true, Store::Jsonl(store)) = (options.resume, to) {
+        crate::leftovers::remove_finished(store.folder(), store.io())?;
+    }
     Ok(MigrateReport {
         sessions: total,
         events,

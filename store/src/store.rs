@@ -885,7 +885,9 @@ pub fn store_display(path: &Path) -> String {
         // A mistyped URL (`POSTGRES://`, `postgres:/`, a space before it)
         // may carry a password as well.
         Some(text) if reads_as_url(text) => redact_url(text),
-        _ => path.display().to_string(),
+        // One line, as a path in a message is (a folder named with a
+        // line break would print a line of its own).
+        _ => sessionlog_schema::one_line(&path.display().to_string()),
     }
 }
 

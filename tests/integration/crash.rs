@@ -429,7 +429,9 @@ fn dot_files(folder: &Path) -> Vec<String> {
 }
 
 /// Runs `sessionlog clean` on a JSONL store folder whose writers are all
-/// gone: every temporary file goes, no session does. Returns how many went.
+/// gone: every temporary file goes but the locks of interrupted
+/// migrations, which it keeps and names; no session goes. Returns how many
+/// went.
 fn clean_after_kills(store: &Path) -> usize {
     let before = ok(ok(Store::open(store)).ids());
     let cleaned = run(["clean", &text(store), "--older-than", "0", "--json"]);
@@ -439,10 +441,22 @@ fn clean_after_kills(store: &Path) -> usize {
         .lines()
         .filter(|line| line.contains(r#""action":"removed""#))
         .count();
+    let kept = cleaned
+        .stdout
+        .lines()
+        .filter(|line| line.contains(r#""action":"unfinished migration""#))
+        .count();
+    let left = dot_files(store);
+    assert!(
+        left.iter()
+            .all(|name| name.starts_with(".migrate-") && name.ends_with(".lock")),
+        "every temporary file removed but migration locks: {left:?}"
+    );
     assert_eq!(
-        dot_files(store),
-        Vec::<String>::new(),
-        "every temporary file removed"
+        left.len(),
+        kept,
+        "each lock kept is named: {}",
+        cleaned.stdout
     );
     assert_eq!(
         ok(ok(Store::open(store)).ids()),
@@ -504,6 +518,13 @@ fn migrate_kills(from: &Path, to_name: &str, kills: usize, seed: u64) -> Migrate
                 );
             }
             code => panic!("round {round}: rerun exit {code}: {}", rerun.stderr),
+        }
+        // Finished by a run that resumes it, the migration leaves nothing
+        // behind: no lock of the killed run says the folder is short.
+        run(["migrate", &text(from), &text(&to), "--quiet", "--resume"]).expect_code(0);
+        run(["diff", &text(from), &text(&to)]).expect_code(0);
+        if to.is_dir() {
+            assert_eq!(dot_files(&to), Vec::<String>::new(), "round {round}");
         }
     }
     outcomes

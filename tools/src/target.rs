@@ -193,7 +193,7 @@ impl Target {
                     }
                 }
                 Ok(vec![SessionRef {
-                    label: path.display().to_string(),
+                    label: sessionlog_store::store_display(path),
                     id: header.id,
                 }])
             }
@@ -218,7 +218,7 @@ impl Target {
                     }
                     None => store.ids()?,
                 };
-                let store_part = format!("{}#", store.path().display());
+                let store_part = format!("{}#", sessionlog_store::store_display(store.path()));
                 Ok(ids
                     .into_iter()
                     .map(|id| SessionRef {
@@ -248,7 +248,7 @@ impl Target {
             Some(_) => self.sessions(session)?,
             None => {
                 // `store#id`, from the store's part formatted once.
-                let store_part = format!("{}#", store.path().display());
+                let store_part = format!("{}#", sessionlog_store::store_display(store.path()));
                 audit
                     .ids
                     .into_iter()

@@ -1,7 +1,8 @@
 //! `sessionlog clean`: removes the temporary files that a killed `create`,
 //! `fork` or `migrate` left in a folder of logs (see
 //! `JsonlStore::remove_leftovers`). Files in use by a running creation or
-//! migration, and files written less than `--older-than` seconds ago, stay;
+//! migration, files written less than `--older-than` seconds ago, and the
+//! lock an interrupted migration left (until a run finishes it), stay;
 //! each is listed with why.
 
 use std::path::Path;
@@ -22,8 +23,10 @@ struct Entry {
     path: String,
     bytes: u64,
     age_seconds: u64,
-    /// `removed`, `would remove`, `in use`, `recent` or `unreadable`
-    /// (another user's file, whose lock this user cannot test: kept).
+    /// `removed`, `would remove`, `in use`, `recent`, `unfinished
+    /// migration` (the lock an interrupted migration left: kept until a run
+    /// finishes it) or `unreadable` (another user's file, whose lock this
+    /// user cannot test: kept).
     action: &'static str,
 }
 
@@ -64,6 +67,10 @@ pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u
             "unreadable"
         } else if leftover.in_use {
             "in use"
+        } else if leftover.is_migration_lock() {
+            // The mark of a migration that was interrupted: kept until a
+            // run finishes it (`migrate --resume`).
+            "unfinished migration"
         } else if !leftover.removable(min_age) {
             "recent"
         } else if dry_run {
@@ -101,8 +108,8 @@ pub fn run(store: &Path, older_than: u64, dry_run: bool, json: bool) -> Result<u
             entries.len() - gone.len()
         )?;
     }
-    // Removing the lock of an interrupted migration takes away the one mark
-    // that the folder may be short of the source's sessions: say so now.
+    // The lock of an interrupted migration, kept, says that the folder may
+    // be short of the source's sessions.
     crate::commands::verify::warn_of_migration_locks(jsonl.folder(), &found);
     Ok(exit::OK)
 }

@@ -471,8 +471,8 @@ fn migration_of_another_user(folder: &std::path::Path, lock: &std::path::Path) -
          cannot test: if no such run is going on, it was interrupted, and the folder may lack \
          sessions it had not published; its owner finishes it with \
          `sessionlog migrate FROM {folder} --resume`",
-        folder = folder.display(),
-        lock = lock.display()
+        folder = sessionlog_store::store_display(folder),
+        lock = sessionlog_store::store_display(lock)
     )
 }
 
@@ -482,9 +482,10 @@ fn interrupted_migration(folder: &std::path::Path, lock: &std::path::Path) -> St
     format!(
         "a migration into {folder} was interrupted ({lock} is its lock, held by no run): the \
          folder may lack sessions that run had not published; finish it with \
-         `sessionlog migrate FROM {folder} --resume` before trusting it whole",
-        folder = folder.display(),
-        lock = lock.display()
+         `sessionlog migrate FROM {folder} --resume` before trusting it whole (the lock \
+         stays until a run finishes it; remove it by hand to give the migration up)",
+        folder = sessionlog_store::store_display(folder),
+        lock = sessionlog_store::store_display(lock)
     )
 }
 
