@@ -47,7 +47,7 @@ impl Leftover {
     /// Whether removal takes it: nobody holds it, it was last written at
     /// least `min_age` ago, and it is no migration's lock. Left unheld, a
     /// lock is the one mark of an unfinished migration into the folder, so
-    /// it stays until a run finishes that migration ([`remove_finished`]).
+    /// it stays until a run finishes that migration (`migrate --resume`).
     pub fn removable(&self, min_age: Duration) -> bool {
         !self.in_use && self.age >= min_age && !self.is_migration_lock()
     }
@@ -342,7 +342,7 @@ mod tests {
                 .map(|leftover| leftover.path)
                 .collect();
         // An interrupted migration's lock is its mark: kept.
-        assert_eq!(removed, [stale.clone()]);
+        assert_eq!(removed, std::slice::from_ref(&stale));
         for path in [&log, &young, &held_file, &staged, &run_lock, &stale_lock] {
             assert!(path.exists(), "{} was kept", path.display());
         }
