@@ -1652,15 +1652,16 @@ mod tests {
         }
     }
 
-    #[test]
-    fn data_damaged_under_a_good_crc_is_found_where_a_read_alone_finds_it() {
-        // 1,600 events: the damage in the first batch the reading thread
-        // hands over, in its second, and in the last record.
+    /// Forks a parent of 1,600 events damaged by `damage` at the record of
+    /// each seq: in the first batch the reading thread hands over, in its
+    /// second, and as the last record (a torn tail). The fork finds what a
+    /// read alone finds, and the damage found is `reason`'s.
+    fn damage_is_found_where_a_read_alone_finds_it(damage: fn(&Path, u64), reason: &str) {
         for (seq, torn) in [(10, false), (1_200, false), (1_600, true)] {
             let folder = ok(tempfile::tempdir());
             let store = unbatched_parent(folder.path(), 4, false);
             let parent_log = store.session_path(&id("p"));
-            damage_data(&parent_log, seq);
+            damage(&parent_log, seq);
             let alone = read_alone(&parent_log);
             let forked = store.fork(&id("p"), &id("c"), None, &Defaults::default());
             match (forked, alone) {
@@ -1673,12 +1674,18 @@ mod tests {
                 (Err(StoreError::Corrupt { corruption, .. }), Err(alone)) if !torn => {
                     assert_eq!(corruption, alone);
                     assert_eq!(corruption.position.line, seq + 1, "{corruption}");
+                    assert!(corruption.reason.contains(reason), "{corruption}");
                     assert!(!store.session_path(&id("c")).exists());
                 }
                 (forked, alone) => panic!("seq {seq}: the fork gave {forked:?}, a read {alone:?}"),
             }
             assert_no_temporary_file(store.path());
         }
+    }
+
+    #[test]
+    fn data_damaged_under_a_good_crc_is_found_where_a_read_alone_finds_it() {
+        damage_is_found_where_a_read_alone_finds_it(damage_data, "not a JSON object");
     }
 
     /// The parent's log with a byte of the record at `seq` made one that
@@ -1705,28 +1712,7 @@ mod tests {
 
     #[test]
     fn a_line_that_is_not_utf8_is_found_where_a_read_alone_finds_it() {
-        for (seq, torn) in [(10, false), (1_200, false), (1_600, true)] {
-            let folder = ok(tempfile::tempdir());
-            let store = unbatched_parent(folder.path(), 4, false);
-            let parent_log = store.session_path(&id("p"));
-            damage_utf8(&parent_log, seq);
-            let alone = read_alone(&parent_log);
-            let forked = store.fork(&id("p"), &id("c"), None, &Defaults::default());
-            match (forked, alone) {
-                (Ok(header), Ok(Some(position))) if torn => {
-                    assert_eq!(header.seed_length, seq - 1, "the torn tail is not copied");
-                    assert_eq!(position.line, seq + 1);
-                }
-                (Err(StoreError::Corrupt { corruption, .. }), Err(alone)) if !torn => {
-                    assert_eq!(corruption, alone);
-                    assert_eq!(corruption.position.line, seq + 1, "{corruption}");
-                    assert!(corruption.reason.contains("not UTF-8"), "{corruption}");
-                    assert!(!store.session_path(&id("c")).exists());
-                }
-                (forked, alone) => panic!("seq {seq}: the fork gave {forked:?}, a read {alone:?}"),
-            }
-            assert_no_temporary_file(store.path());
-        }
+        damage_is_found_where_a_read_alone_finds_it(damage_utf8, "not UTF-8");
     }
 
     #[test]
