@@ -1489,3 +1489,39 @@ fn a_lone_log_asked_for_an_anchored_session_it_does_not_hold_fails_the_anchor() 
         assert!(picked.stdout.contains("zz"), "{}", picked.stdout);
     }
 }
+
+/// A secret key file others may read is used, with a warning that names
+/// its mode; one of mode 0600, as keygen makes it, draws none.
+#[test]
+fn a_secret_key_others_may_read_is_warned_of() {
+    let dir = ok(tempfile::tempdir());
+    let (store, key) = signed_store(dir.path());
+    let seal = || {
+        run([
+            "seal",
+            path_str(&store),
+            "--session",
+            "s",
+            "--key",
+            path_str(&key),
+        ])
+    };
+    let private = seal();
+    private.expect_code(0);
+    assert!(
+        !private.stderr.contains("others may read"),
+        "{}",
+        private.stderr
+    );
+    ok(std::fs::set_permissions(
+        &key,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    ));
+    let shared = seal();
+    shared.expect_code(0);
+    assert!(
+        shared.stderr.contains("others may read (mode 0644)"),
+        "{}",
+        shared.stderr
+    );
+}

@@ -169,9 +169,23 @@ fn head_of(target: &Target, session: &crate::target::SessionRef) -> Result<Ancho
     Ok(anchor)
 }
 
-/// Reads a secret key file written by `keygen`.
+/// Reads a secret key file written by `keygen`. One that others may read
+/// (`keygen` makes it 0600) is used, with a warning: whoever can read it
+/// can sign seals as its owner.
 pub fn read_secret_key(path: &Path) -> Result<SealSecretKey> {
+    use std::os::unix::fs::PermissionsExt;
     let bytes = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
+    if let Ok(metadata) = std::fs::metadata(path) {
+        let mode = metadata.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            crate::warn(format!(
+                "{}: a secret key that others may read (mode {mode:04o}): whoever reads it can \
+                 sign seals as you; `chmod 600 {}`",
+                sessionlog_store::store_display(path),
+                sessionlog_store::store_display(path)
+            ));
+        }
+    }
     let text = String::from_utf8(bytes).map_err(|_| {
         UsageError(format!(
             "{}: a secret key file is UTF-8 text",
