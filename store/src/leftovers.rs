@@ -220,22 +220,11 @@ pub(crate) fn find(folder: &Path) -> Result<Vec<Leftover>, StoreError> {
 /// holds them) once a run has finished what they had begun (`migrate
 /// --resume`); returns how many.
 pub(crate) fn remove_finished(folder: &Path, io: &Io) -> Result<usize, StoreError> {
-    let finished: Vec<Leftover> = find(folder)?
-        .into_iter()
-        .filter(|leftover| leftover.is_migration_lock() && !leftover.in_use)
-        .collect();
-    for lock in &finished {
-        match std::fs::remove_file(&lock.path) {
-            Ok(()) => {}
-            Err(source) if source.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => return Err(StoreError::io("remove", &lock.path, source)),
-        }
-    }
-    if !finished.is_empty() {
-        io.sync_folder(folder)
-            .map_err(|source| StoreError::io("fsync folder", folder, source))?;
-    }
-    Ok(finished.len())
+    let found = find(folder)?;
+    let finished = found
+        .iter()
+        .filter(|leftover| leftover.is_migration_lock() && !leftover.in_use);
+    Ok(remove_each(folder, io, finished)?.len())
 }
 
 /// Removes those of `found` (what [`find`] gave for `folder`) that are
@@ -247,8 +236,19 @@ pub(crate) fn remove(
     found: &[Leftover],
     min_age: Duration,
 ) -> Result<Vec<Leftover>, StoreError> {
+    let removable = found.iter().filter(|leftover| leftover.removable(min_age));
+    remove_each(folder, io, removable)
+}
+
+/// Removes each of `leftovers`, then syncs `folder` when any went; returns
+/// those removed. One gone meanwhile is skipped.
+fn remove_each<'l>(
+    folder: &Path,
+    io: &Io,
+    leftovers: impl Iterator<Item = &'l Leftover>,
+) -> Result<Vec<Leftover>, StoreError> {
     let mut removed = Vec::new();
-    for leftover in found.iter().filter(|leftover| leftover.removable(min_age)) {
+    for leftover in leftovers {
         match std::fs::remove_file(&leftover.path) {
             Ok(()) => removed.push(leftover.clone()),
             Err(source) if source.kind() == std::io::ErrorKind::NotFound => {}
