@@ -173,19 +173,24 @@ fn head_of(target: &Target, session: &crate::target::SessionRef) -> Result<Ancho
 /// (`keygen` makes it 0600) is used, with a warning: whoever can read it
 /// can sign seals as its owner.
 pub fn read_secret_key(path: &Path) -> Result<SealSecretKey> {
+    use std::io::Read;
     use std::os::unix::fs::PermissionsExt;
-    let bytes = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
-    if let Ok(metadata) = std::fs::metadata(path) {
+    let mut file = std::fs::File::open(path).with_context(|| format!("read {}", path.display()))?;
+    // The mode of the file read, not of what the path names a moment later.
+    if let Ok(metadata) = file.metadata() {
         let mode = metadata.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
-            crate::warn(format!(
-                "{}: a secret key that others may read (mode {mode:04o}): whoever reads it can \
-                 sign seals as you; `chmod 600 {}`",
-                sessionlog_store::store_display(path),
-                sessionlog_store::store_display(path)
+            // A warning is written escaped, as every line is.
+            crate::warn(format_args!(
+                "{path}: a secret key that others may read (mode {mode:04o}): whoever reads it \
+                 can sign seals as you; `chmod 600 {path}`",
+                path = path.display()
             ));
         }
     }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .with_context(|| format!("read {}", path.display()))?;
     let text = String::from_utf8(bytes).map_err(|_| {
         UsageError(format!(
             "{}: a secret key file is UTF-8 text",
