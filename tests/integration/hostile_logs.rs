@@ -55,6 +55,16 @@ fn write_log(folder: &Path, name: &str, log: &LogBuilder) -> PathBuf {
     path
 }
 
+/// A folder `store` in `folder` holding the log of session `good`, one turn
+/// started; returns the folder and the log.
+fn store_with_a_good_log(folder: &Path) -> (PathBuf, PathBuf) {
+    let store = folder.join("store");
+    ok(std::fs::create_dir(&store));
+    let log = LogBuilder::new("good").event("turn/start", r#"{"turnId":"t1"}"#);
+    let good = write_log(&store, "good.jsonl", &log);
+    (store, good)
+}
+
 #[test]
 fn log_text_never_reaches_the_terminal_raw() {
     let folder = ok(tempfile::tempdir());
@@ -172,10 +182,7 @@ fn a_fifo_or_a_device_in_place_of_a_log_hangs_no_reader() {
 #[test]
 fn a_name_in_a_folder_that_is_no_regular_file_hides_no_other_session() {
     let folder = ok(tempfile::tempdir());
-    let store = folder.path().join("store");
-    ok(std::fs::create_dir(&store));
-    let log = LogBuilder::new("good").event("turn/start", r#"{"turnId":"t1"}"#);
-    write_log(&store, "good.jsonl", &log);
+    let (store, _) = store_with_a_good_log(folder.path());
     let made = ok(Command::new("mkfifo").arg(store.join("f.jsonl")).status());
     assert!(made.success(), "mkfifo failed");
     ok(std::fs::create_dir(store.join("d.jsonl")));
@@ -232,10 +239,7 @@ fn a_name_in_a_folder_that_is_no_regular_file_hides_no_other_session() {
 fn a_log_name_that_is_not_utf8_or_breaks_a_line_is_named_on_one_line() {
     use std::os::unix::ffi::OsStrExt;
     let folder = ok(tempfile::tempdir());
-    let store = folder.path().join("store");
-    ok(std::fs::create_dir(&store));
-    let log = LogBuilder::new("good").event("turn/start", r#"{"turnId":"t1"}"#);
-    let good = write_log(&store, "good.jsonl", &log);
+    let (store, good) = store_with_a_good_log(folder.path());
     let bytes = ok(std::fs::read(&good));
     let odd = std::ffi::OsStr::from_bytes(b"zz\xff.jsonl");
     ok(std::fs::write(store.join(odd), &bytes));
@@ -590,11 +594,8 @@ fn a_log_this_user_may_not_read_hides_no_other_session() {
 #[test]
 fn a_log_named_with_no_valid_id_is_warned_of_and_stops_a_migration() {
     let folder = ok(tempfile::tempdir());
-    let store = folder.path().join("store");
-    ok(std::fs::create_dir(&store));
-    let log = LogBuilder::new("good").event("turn/start", r#"{"turnId":"t1"}"#);
-    write_log(&store, "good.jsonl", &log);
-    write_log(&store, "good copy.jsonl", &log);
+    let (store, good) = store_with_a_good_log(folder.path());
+    ok(std::fs::copy(&good, store.join("good copy.jsonl")));
     let store = store.display().to_string();
     let verified = run(["verify", &store]);
     verified.expect_code(0);

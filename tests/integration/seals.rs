@@ -156,6 +156,13 @@ fn verify(store: &Path, extra: &[&str]) -> Run {
     run(args)
 }
 
+/// The anchor lines `head` prints for `store`, which it must print.
+fn anchors_of(store: &Path) -> String {
+    let head = run(["head", path_str(store)]);
+    head.expect_code(0);
+    head.stdout
+}
+
 #[test]
 fn a_sealed_log_verifies_against_its_trust_file_and_as_sealed() {
     let dir = ok(tempfile::tempdir());
@@ -334,9 +341,7 @@ fn an_unsigned_seal_rewritten_to_match_passes_alone_and_fails_an_older_anchor() 
     let dir = ok(tempfile::tempdir());
     let store = unsigned_store(dir.path());
     let anchor = dir.path().join("anchor.jsonl");
-    let head = run(["head", path_str(&store)]);
-    head.expect_code(0);
-    ok(std::fs::write(&anchor, &head.stdout));
+    ok(std::fs::write(&anchor, anchors_of(&store)));
     let log = log_path(&store);
     let mut bodies = bodies(&log);
     bodies[2] = bodies[2].replace("do t1", "do t9");
@@ -413,8 +418,7 @@ fn the_last_seal_and_later_records_cut_off_fail_the_anchor_and_require_sealed() 
     let dir = ok(tempfile::tempdir());
     let (store, _) = signed_store(dir.path());
     let anchor = dir.path().join("anchor.jsonl");
-    let head = run(["head", path_str(&store)]);
-    ok(std::fs::write(&anchor, &head.stdout));
+    ok(std::fs::write(&anchor, anchors_of(&store)));
     let log = log_path(&store);
     let mut bodies = bodies(&log);
     // Keep through the second seal (seq 8) and two events of the third
@@ -572,13 +576,10 @@ fn both_backends_give_the_same_head_and_catch_an_edited_sqlite_row() {
     let public = format!("{}.pub", path_str(&key));
     let database = dir.path().join("copy.db");
     run(["migrate", path_str(&store), path_str(&database)]).expect_code(0);
-    let jsonl_head = run(["head", path_str(&store)]);
-    let sqlite_head = run(["head", path_str(&database)]);
-    jsonl_head.expect_code(0);
-    sqlite_head.expect_code(0);
-    assert_eq!(jsonl_head.stdout, sqlite_head.stdout);
+    let jsonl_head = anchors_of(&store);
+    assert_eq!(jsonl_head, anchors_of(&database));
     let anchor = dir.path().join("anchor.jsonl");
-    ok(std::fs::write(&anchor, &jsonl_head.stdout));
+    ok(std::fs::write(&anchor, &jsonl_head));
     verify(
         &database,
         &["--trust", &public, "--anchor", path_str(&anchor)],
@@ -1105,9 +1106,7 @@ fn a_long_unsealed_log_named_by_an_anchor_is_checked_against_it() {
     ok(std::fs::create_dir(&store));
     let (log, _) = written_log(&store, 2_000, &[], false);
     let anchor = dir.path().join("anchor.jsonl");
-    let head = run(["head", path_str(&store)]);
-    head.expect_code(0);
-    ok(std::fs::write(&anchor, &head.stdout));
+    ok(std::fs::write(&anchor, anchors_of(&store)));
     verify(&store, &["--anchor", path_str(&anchor)]).expect_code(0);
     edit_message(&log, "do t1500", "do t9999");
     // Nothing inside an unsealed log can tell; the anchor can.
@@ -1449,9 +1448,8 @@ fn keygen_gives_its_files_their_modes_under_any_umask() {
 fn an_anchor_file_longer_than_16_mib_is_read() {
     let dir = ok(tempfile::tempdir());
     let store = unsigned_store(dir.path());
-    let head = run(["head", path_str(&store)]);
-    head.expect_code(0);
-    let line = head.stdout.lines().next().unwrap_or_default().to_owned();
+    let head = anchors_of(&store);
+    let line = head.lines().next().unwrap_or_default().to_owned();
     assert!(!line.is_empty(), "head printed an anchor");
     let copies = (17 << 20) / (line.len() + 1) + 1;
     let anchors = dir.path().join("anchors.jsonl");
@@ -1469,13 +1467,10 @@ fn a_lone_log_asked_for_an_anchored_session_it_does_not_hold_fails_the_anchor() 
     let store = unsigned_store(dir.path());
     let log = log_path(&store);
     let anchors = dir.path().join("anchors.jsonl");
-    let head = run(["head", path_str(&store)]);
-    head.expect_code(0);
-    let other = head
-        .stdout
-        .replacen(r#""session":"s""#, r#""session":"zz""#, 1);
-    assert_ne!(other, head.stdout);
-    ok(std::fs::write(&anchors, format!("{}{other}", head.stdout)));
+    let head = anchors_of(&store);
+    let other = head.replacen(r#""session":"s""#, r#""session":"zz""#, 1);
+    assert_ne!(other, head);
+    ok(std::fs::write(&anchors, format!("{head}{other}")));
     for target in [store.as_path(), log.as_path()] {
         let picked = run([
             "verify",
