@@ -18,6 +18,7 @@
 //! a second name of that file: removing it leaves the session whole.
 
 use std::fs::{File, TryLockError};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -50,6 +51,25 @@ impl Leftover {
     /// it stays until a run finishes that migration (`migrate --resume`).
     pub fn removable(&self, min_age: Duration) -> bool {
         !self.in_use && self.age >= min_age && !self.is_migration_lock()
+    }
+
+    /// The source a migration's lock names, as its run wrote it (what
+    /// `migrate --resume` takes again: a path made absolute, or a database
+    /// URL without its password); `None` for another leftover, and for a
+    /// lock that names none (cut short by a crash, or another user's, which
+    /// this user may not read).
+    pub fn migration_source(&self) -> Option<String> {
+        if !self.is_migration_lock() {
+            return None;
+        }
+        let file = open_log_for_reading(&self.path).ok()?;
+        let mut text = String::new();
+        file.take(MAX_LOCK_TEXT_BYTES + 1)
+            .read_to_string(&mut text)
+            .ok()?;
+        let source = text.strip_suffix('\n')?;
+        let one_line = !source.is_empty() && !source.chars().any(char::is_control);
+        (text.len() as u64 <= MAX_LOCK_TEXT_BYTES && one_line).then(|| source.to_owned())
     }
 
     /// Whether it is a migration's lock file: left unheld, it is the mark
@@ -91,6 +111,15 @@ fn is_token(token: &str) -> bool {
     token
         .split_once('-')
         .is_some_and(|(pid, ms)| digits(pid) && digits(ms))
+}
+
+/// The most a migration's lock holds: the line naming its source.
+const MAX_LOCK_TEXT_BYTES: u64 = 64 << 10;
+
+/// What a migration from `source` writes in its lock: the source on a line
+/// of its own ([`Leftover::migration_source`]).
+pub(crate) fn lock_text(source: &str) -> String {
+    format!("{}\n", sessionlog_schema::one_line(source))
 }
 
 /// The name of the lock file of the migration whose token is `token`.
@@ -271,6 +300,36 @@ mod tests {
     fn age(path: &Path, by: Duration) {
         let file = ok(std::fs::OpenOptions::new().write(true).open(path));
         ok(file.set_modified(SystemTime::now() - by));
+    }
+
+    /// A lock names its source on one line, as [`lock_text`] writes it;
+    /// anything else (an empty lock, one cut before its line break, a
+    /// control character, more than a line's worth) names none.
+    #[test]
+    fn a_migration_lock_names_the_source_its_run_wrote_or_none() {
+        let folder = ok(tempfile::tempdir());
+        let source = |text: &[u8], name: &str| {
+            let path = folder.path().join(name);
+            ok(std::fs::write(&path, text));
+            let found = ok(find(folder.path()));
+            let leftover = found.iter().find(|leftover| leftover.path == path);
+            leftover.and_then(Leftover::migration_source)
+        };
+        let written = lock_text("/srv/my logs");
+        assert_eq!(
+            source(written.as_bytes(), ".migrate-1-1.lock").as_deref(),
+            Some("/srv/my logs")
+        );
+        assert_eq!(source(b"", ".migrate-1-2.lock"), None);
+        assert_eq!(source(b"/srv/logs", ".migrate-1-3.lock"), None);
+        assert_eq!(source(b"/srv\x1b[2J\n", ".migrate-1-4.lock"), None);
+        assert_eq!(source(b"/a\n/b\n", ".migrate-1-5.lock"), None);
+        let long = format!("/{}\n", "x".repeat(MAX_LOCK_TEXT_BYTES as usize));
+        assert_eq!(source(long.as_bytes(), ".migrate-1-6.lock"), None);
+        // A line break in the source is escaped, not a second line.
+        let escaped = lock_text("/srv/a\nb");
+        assert_eq!(escaped.matches('\n').count(), 1, "{escaped:?}");
+        assert_eq!(source(b"/srv/logs\n", ".s.jsonl.tmp-1-7"), None, "no lock");
     }
 
     #[test]

@@ -286,6 +286,20 @@ impl SessionSource<'_> {
         }
     }
 
+    /// The source as a run that resumes the migration names it: a path
+    /// made absolute (the resuming run may start elsewhere), a database
+    /// URL without its password, on one line.
+    fn resume_name(&self) -> String {
+        let path = match self {
+            SessionSource::Store(store) if store.backend() == crate::Backend::Postgres => {
+                return crate::store_display(store.path());
+            }
+            SessionSource::Store(store) => store.path(),
+            SessionSource::Log(path) => path,
+        };
+        crate::store_display(&std::path::absolute(path).unwrap_or_else(|_| path.to_owned()))
+    }
+
     fn session_path(&self, id: &SessionId) -> PathBuf {
         match self {
             SessionSource::Store(store) => store.session_path(id),
@@ -419,7 +433,7 @@ fn migrate_from(
     }
     ids.retain(|id| !present.contains(id));
     let total = ids.len();
-    let mut staging = Staging::begin(to)?;
+    let mut staging = Staging::begin(to, &from.resume_name())?;
     let mut digests = Vec::with_capacity(total);
     let mut events = 0u64;
     let held = from.hold_read()?;
@@ -813,13 +827,15 @@ struct JsonlStaging<'s> {
 }
 
 impl<'s> Staging<'s> {
-    fn begin(to: &'s Store) -> Result<Staging<'s>, StoreError> {
+    /// Begins the staging of a migration from the source `source` (as
+    /// [`SessionSource::resume_name`] gives it) into `to`.
+    fn begin(to: &'s Store, source: &str) -> Result<Staging<'s>, StoreError> {
         Ok(match to {
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => Staging::Sqlite(store.bulk_create(Durability::Fsync)?),
             #[cfg(feature = "postgres")]
             Store::Postgres(store) => Staging::Postgres(Box::new(store.bulk_create()?)),
-            Store::Jsonl(store) => Staging::Jsonl(JsonlStaging::begin(store)?),
+            Store::Jsonl(store) => Staging::Jsonl(JsonlStaging::begin(store, source)?),
         })
     }
 
@@ -900,14 +916,20 @@ impl<'s> Staging<'s> {
 }
 
 impl<'s> JsonlStaging<'s> {
-    fn begin(store: &'s JsonlStore) -> Result<JsonlStaging<'s>, StoreError> {
+    /// Takes the run's lock, which names `source`: should the run be
+    /// interrupted, `verify` and `clean` say what to resume it from.
+    fn begin(store: &'s JsonlStore, source: &str) -> Result<JsonlStaging<'s>, StoreError> {
         let token = leftovers::new_token();
         let path = store.folder().join(leftovers::migration_lock_name(&token));
-        let file = store
+        let mut file = store
             .io()
             .create_temp(&path)
             .map_err(|source| StoreError::io("create", &path, source))?;
         leftovers::hold(&file);
+        store
+            .io()
+            .write_all(&mut file, &path, leftovers::lock_text(source).as_bytes())
+            .map_err(|source| StoreError::io("write", &path, source))?;
         Ok(JsonlStaging {
             store,
             token,
@@ -1193,6 +1215,49 @@ mod tests {
             text.push_str(&last.encode(&id(session)));
         }
         ok(std::fs::write(store.session_path(&id(session)), text));
+    }
+
+    /// The lock a migration into a folder holds names its source as a run
+    /// that resumes it must name it, from wherever it starts: a relative
+    /// path made absolute, a lone log as its file. Read while the run holds
+    /// it, as `verify` reads the lock of a run that was killed.
+    #[test]
+    fn a_migration_lock_names_its_source_absolute() {
+        let folder = ok(tempfile::tempdir());
+        realistic_jsonl(folder.path());
+        // The source named relative to the working folder.
+        let here = ok(std::env::current_dir());
+        let up = "../".repeat(here.components().count() - 1);
+        let relative = Path::new(&up).join(ok(folder.path().join("logs").strip_prefix("/")));
+        let source = ok(Store::open(&relative));
+        let lone = relative.join("root.jsonl");
+        for (run, named_as) in [("store", "logs"), ("log", "logs/root.jsonl")] {
+            let to = ok(Store::create(&folder.path().join(format!("to-{run}"))));
+            let Store::Jsonl(jsonl) = &to else {
+                panic!("a folder is a JSONL store");
+            };
+            let mut named = Vec::new();
+            let mut progress = |_: MigrateProgress| {
+                let found = ok(jsonl.leftovers());
+                named.extend(found.iter().filter_map(crate::Leftover::migration_source));
+            };
+            match run {
+                "store" => ok(migrate(&source, &to, &mut progress)),
+                _ => ok(migrate_log(
+                    &lone,
+                    &to,
+                    MigrateOptions::default(),
+                    &mut progress,
+                )),
+            };
+            let expected = ok(std::fs::canonicalize(folder.path().join(named_as)));
+            assert!(!named.is_empty(), "the run's lock was seen");
+            for source in &named {
+                let source = Path::new(source);
+                assert!(source.is_absolute(), "{source:?}");
+                assert_eq!(ok(std::fs::canonicalize(source)), expected);
+            }
+        }
     }
 
     #[test]

@@ -636,11 +636,12 @@ fn clean_removes_only_old_temporary_files_nobody_holds() {
 /// The lock of a migration into a folder, left by a run that was killed,
 /// is the one mark that the folder may lack sessions that run had not
 /// published: `verify` and `clean` say so, `clean` keeps it, and it stays
-/// until `migrate --resume` finishes the migration.
+/// until `migrate --resume` finishes the migration, which the warning
+/// spells out from the source the lock names, quoted for a shell.
 #[test]
 fn an_interrupted_migration_is_named_until_a_run_finishes_it() {
     let folder = ok(tempfile::tempdir());
-    let source = folder.path().join("source");
+    let source = folder.path().join("my source");
     let store = folder.path().join("logs");
     for session in ["s1", "s2", "s3"] {
         run(["create", &text(&source), "--session", session]).expect_code(0);
@@ -649,15 +650,30 @@ fn an_interrupted_migration_is_named_until_a_run_finishes_it() {
     // What a run killed while publishing leaves: a session not yet there,
     // and its lock, held by no run.
     ok(std::fs::remove_file(store.join("s3.jsonl")));
+    // Its lock names the source as docs/FORMAT.md says: one line.
     let lock = store.join(".migrate-4242-1700000000000.lock");
-    ok(std::fs::write(&lock, b""));
+    ok(std::fs::write(&lock, format!("{}\n", text(&source))));
     let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
     ok(ok(std::fs::OpenOptions::new().write(true).open(&lock)).set_modified(hour_ago));
+    let command = format!(
+        "`sessionlog migrate '{}' {} --resume`",
+        text(&source),
+        text(&store)
+    );
     let interrupted =
-        |output: &str| output.contains("was interrupted") && output.contains("--resume");
+        |output: &str| output.contains("was interrupted") && output.contains(&command);
     let verified = run(["verify", &text(&store)]);
     verified.expect_code(0);
     assert!(interrupted(&verified.stderr), "{}", verified.stderr);
+    // A lock that names no source (cut short by a crash) leaves it to be
+    // filled in.
+    ok(std::fs::write(&lock, b""));
+    ok(ok(std::fs::OpenOptions::new().write(true).open(&lock)).set_modified(hour_ago));
+    let unnamed = run(["verify", &text(&store)]);
+    let from = format!("`sessionlog migrate FROM {} --resume`", text(&store));
+    assert!(unnamed.stderr.contains(&from), "{}", unnamed.stderr);
+    ok(std::fs::write(&lock, format!("{}\n", text(&source))));
+    ok(ok(std::fs::OpenOptions::new().write(true).open(&lock)).set_modified(hour_ago));
     let cleaned = run(["clean", &text(&store)]);
     cleaned.expect_code(0);
     assert!(lock.exists(), "clean kept the mark");

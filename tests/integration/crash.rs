@@ -495,6 +495,16 @@ fn migrate_kills(from: &Path, to_name: &str, kills: usize, seed: u64) -> Migrate
         }
         if to.is_dir() {
             outcomes.leftovers_removed += clean_after_kills(&to);
+            // A killed run's lock names its source, or nothing when the
+            // kill came before its line was written.
+            let source_line = format!("{}\n", text(&ok(std::path::absolute(from))));
+            for lock in dot_files(&to) {
+                let named = ok(std::fs::read_to_string(to.join(&lock)));
+                assert!(
+                    named.is_empty() || named == source_line,
+                    "round {round}: {lock} holds {named:?}"
+                );
+            }
         }
         let before = to.exists().then(|| ok(ok(Store::open(&to)).ids()));
         let rerun = run(["migrate", &text(from), &text(&to), "--quiet"]);

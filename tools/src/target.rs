@@ -326,7 +326,10 @@ impl Target {
                     "{store} holds {n} sessions ({}): pick one with --session ID{}",
                     ids.join(", "),
                     if n > SHOWN {
-                        format!("; `sessionlog list {store}` shows them all")
+                        format!(
+                            "; `sessionlog list {}` shows them all",
+                            crate::terminal::shell_word(&store)
+                        )
                     } else {
                         String::new()
                     }

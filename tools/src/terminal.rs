@@ -161,6 +161,17 @@ impl<W: Write> Drop for Escaping<W> {
 /// into this status and prints nothing more.
 pub const READER_GONE: u8 = 141;
 
+/// `word` as one word of a shell command that a hint suggests: as it is
+/// when a shell reads it so, else in single quotes (a path with a space,
+/// a URL with `?` or `&`), so that the command can be pasted as printed.
+pub fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_./:@%+=,-".contains(c);
+    match !word.is_empty() && word.chars().all(plain) {
+        true => word.to_owned(),
+        false => format!("'{}'", word.replace('\'', r"'\''")),
+    }
+}
+
 /// `count` and `noun`, the noun in the plural unless the count is one:
 /// `1 session`, `3 sessions`.
 pub fn counted(count: impl Into<u64>, noun: &str) -> String {
@@ -479,6 +490,19 @@ macro_rules! errln {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shell_word_is_quoted_only_when_a_shell_would_split_or_expand_it() {
+        assert_eq!(shell_word("/srv/logs-2.db"), "/srv/logs-2.db");
+        assert_eq!(shell_word("postgres://u@h:5/db"), "postgres://u@h:5/db");
+        assert_eq!(shell_word("my logs"), "'my logs'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        assert_eq!(
+            shell_word("postgres://h/db?schema=a&x=$HOME"),
+            "'postgres://h/db?schema=a&x=$HOME'"
+        );
+        assert_eq!(shell_word(""), "''");
+    }
 
     fn escaped(mode: Mode, pieces: &[&[u8]]) -> String {
         let mut out = Vec::new();

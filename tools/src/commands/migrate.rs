@@ -151,8 +151,8 @@ fn refused(error: StoreError, from: &Path, to: &Path) -> anyhow::Error {
     match error {
         StoreError::AlreadyExists { .. } => anyhow::Error::new(error).context(format!(
             "nothing was written; if an interrupted migrate published it, `sessionlog migrate {} {} --resume` proves and skips the sessions already copied",
-            sessionlog_store::store_display(from),
-            sessionlog_store::store_display(to)
+            crate::terminal::shell_word(&sessionlog_store::store_display(from)),
+            crate::terminal::shell_word(&sessionlog_store::store_display(to))
         )),
         error => error.into(),
     }

@@ -438,8 +438,8 @@ fn warn_of_leftovers(store: &sessionlog_store::JsonlStore) -> Result<()> {
             "{} ({bytes} bytes) left by an interrupted create, fork or migrate, \
              such as {}; no reader takes them for a session, and `sessionlog clean {}` removes them",
             crate::terminal::counted(left.len() as u64, "temporary file"),
-            first.path.display(),
-            store.folder().display()
+            sessionlog_store::store_display(&first.path),
+            crate::terminal::shell_word(&sessionlog_store::store_display(store.folder()))
         ));
     }
     warn_of_migration_locks(store.folder(), &found);
@@ -456,36 +456,55 @@ pub fn warn_of_migration_locks(folder: &std::path::Path, found: &[sessionlog_sto
             .find(|leftover| leftover.is_migration_lock() && unsure(leftover))
     };
     if let Some(lock) = lock(|leftover| !leftover.in_use) {
-        crate::warn(interrupted_migration(folder, &lock.path));
+        crate::warn(interrupted_migration(folder, lock));
     }
     if let Some(lock) = lock(|leftover| leftover.untestable) {
-        crate::warn(migration_of_another_user(folder, &lock.path));
+        crate::warn(migration_of_another_user(folder, lock));
     }
+}
+
+/// The command that finishes the migration into `folder` whose lock is
+/// `lock`: from the source the lock names, else from `FROM`, for the
+/// reader to fill in (a lock cut short, or one this user may not read).
+fn resume_command(folder: &std::path::Path, lock: &sessionlog_store::Leftover) -> String {
+    use crate::terminal::shell_word;
+    let source = lock.migration_source();
+    format!(
+        "`sessionlog migrate {} {} --resume`",
+        source
+            .as_deref()
+            .map_or_else(|| "FROM".to_owned(), shell_word),
+        shell_word(&sessionlog_store::store_display(folder))
+    )
 }
 
 /// What a migration lock of another user in `folder` means: this user
 /// cannot tell a running migration from an interrupted one.
-fn migration_of_another_user(folder: &std::path::Path, lock: &std::path::Path) -> String {
+fn migration_of_another_user(
+    folder: &std::path::Path,
+    lock: &sessionlog_store::Leftover,
+) -> String {
     format!(
-        "{lock} is the lock of a migration into {folder} by another user, which this user \
+        "{path} is the lock of a migration into {folder} by another user, which this user \
          cannot test: if no such run is going on, it was interrupted, and the folder may lack \
-         sessions it had not published; its owner finishes it with \
-         `sessionlog migrate FROM {folder} --resume`",
+         sessions it had not published; its owner finishes it with {command}",
         folder = sessionlog_store::store_display(folder),
-        lock = sessionlog_store::store_display(lock)
+        path = sessionlog_store::store_display(&lock.path),
+        command = resume_command(folder, lock)
     )
 }
 
 /// What an unheld migration lock in `folder` means: the sessions verified
 /// may not be all the source held.
-fn interrupted_migration(folder: &std::path::Path, lock: &std::path::Path) -> String {
+fn interrupted_migration(folder: &std::path::Path, lock: &sessionlog_store::Leftover) -> String {
     format!(
-        "a migration into {folder} was interrupted ({lock} is its lock, held by no run): the \
-         folder may lack sessions that run had not published; finish it with \
-         `sessionlog migrate FROM {folder} --resume` before trusting it whole (the lock \
-         stays until a run finishes it; remove it by hand to give the migration up)",
+        "a migration into {folder} was interrupted ({path} is its lock, held by no run): the \
+         folder may lack sessions that run had not published; finish it with {command} before \
+         trusting it whole (the lock stays until a run finishes it; remove it by hand to give \
+         the migration up)",
         folder = sessionlog_store::store_display(folder),
-        lock = sessionlog_store::store_display(lock)
+        path = sessionlog_store::store_display(&lock.path),
+        command = resume_command(folder, lock)
     )
 }
 
