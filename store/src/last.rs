@@ -178,7 +178,10 @@ pub fn read_last_events(
             }
         }
         extend_to_batch_start(&mut window, &mut lines, &header.header.id)?;
-        let (events, mut summary, end) = match scan(&header, header_end, &window, count) {
+        // The scan decodes the window's lines again, taking their bytes:
+        // neither they nor the read buffers are held beside the records.
+        lines.release();
+        let (events, mut summary, end) = match scan(&header, header_end, &mut window, count) {
             Ok(scanned) => scanned,
             Err(mut corruption) => {
                 corruption.position.line = line_at(&file, path, corruption.position.offset)?;
@@ -202,7 +205,11 @@ pub fn read_last_events(
                 end,
             });
         }
+        // Damage or an unfinished batch took records away: the window is
+        // read again from the end, twice as long.
         wanted = wanted.saturating_mul(2);
+        window.clear();
+        lines.rewind_to(len.max(header_end));
     }
 }
 
@@ -212,11 +219,13 @@ pub fn read_last_events(
 type Scanned = (Vec<EventRecord>, ScanSummary, Option<(LogScanner, Vec<u8>)>);
 
 /// Scans `window` forwards from its first line, resuming the scanner there,
-/// and keeps the last `count` events of the good prefix.
+/// and keeps the last `count` events of the good prefix. Takes each line's
+/// bytes as it scans it: a line is held beside the records only while it
+/// is scanned, or when it ends the good prefix (the anchor).
 fn scan(
     header: &DecodedHeader,
     header_end: u64,
-    window: &VecDeque<BackLine>,
+    window: &mut VecDeque<BackLine>,
     count: usize,
 ) -> Result<Scanned, sessionlog_schema::Corruption> {
     let (offset, next_seq) = match window.front() {
@@ -224,7 +233,7 @@ fn scan(
             offset,
             record: Some(record),
             ..
-        }) => (*offset, record.seq()),
+        }) => (*offset, record.seq),
         // Only damage after the header, or nothing: the scan starts at the
         // first event.
         Some(line) => (line.offset, 1),
@@ -235,9 +244,17 @@ fn scan(
     // Room for what is kept, not for what was asked: `count` is the
     // caller's (`tail -n 1000000000`), the records are the log's.
     let mut last: VecDeque<EventRecord> = VecDeque::with_capacity(count.min(1024));
-    for line in window {
-        match &line.bytes {
-            Some(bytes) => scanner.push_line(bytes, line.terminated, line.offset, &mut ready)?,
+    // The last line the good prefix ended at as it was scanned, and where.
+    let mut anchor: Option<(Vec<u8>, u64)> = None;
+    for line in window.iter_mut() {
+        match line.bytes.take() {
+            Some(bytes) => {
+                scanner.push_line(&bytes, line.terminated, line.offset, &mut ready)?;
+                let line_end = line.offset + line.len + 1;
+                if line.terminated && line_end == scanner.good_bytes() {
+                    anchor = Some((bytes, line_end));
+                }
+            }
             None => scanner.push_oversized_line(line.len, line.terminated, line.offset)?,
         }
         for record in ready.drain(..) {
@@ -250,17 +267,14 @@ fn scan(
         }
     }
     let at_end = scanner.at_good_prefix_end();
-    // The good prefix ends at or near the window's end.
-    let end = window.iter().rev().find_map(|line| {
-        let bytes = line.bytes.as_ref()?;
-        let ends_prefix = line.terminated && line.offset + line.len + 1 == at_end.good_bytes();
-        ends_prefix.then(|| {
-            let mut anchor = Vec::with_capacity(bytes.len() + 1);
-            anchor.extend_from_slice(bytes);
-            anchor.push(b'\n');
-            anchor
-        })
-    });
+    // The good prefix ends at or near the window's end: at the anchor,
+    // unless a line after it (one above the record limit) moved it on.
+    let end = anchor
+        .filter(|&(_, line_end)| line_end == at_end.good_bytes())
+        .map(|(mut bytes, _)| {
+            bytes.push(b'\n');
+            bytes
+        });
     let summary = scanner.finish()?;
     Ok((last.into(), summary, end.map(|anchor| (at_end, anchor))))
 }
@@ -274,20 +288,13 @@ fn extend_to_batch_start(
     lines: &mut BackwardLines<'_>,
     id: &SessionId,
 ) -> Result<(), StoreError> {
-    let Some(first_seq) = window
-        .front()
-        .and_then(|line| line.record.as_ref())
-        .map(EventRecord::seq)
-    else {
+    let Some(first) = window.front().and_then(|line| line.record) else {
         return Ok(());
     };
-    if window
-        .front()
-        .and_then(|line| line.record.as_ref())
-        .is_some_and(|record| record.batch().is_some())
-    {
+    if first.batch.is_some() {
         return Ok(());
     }
+    let first_seq = first.seq;
     let window_start = window.front().map_or(0, |line| line.offset);
     // Lines before the window are looked at, not kept: only a batch's
     // first record is decoded, and the window is extended only when one
@@ -306,13 +313,13 @@ fn extend_to_batch_start(
             break;
         };
         looked += 1;
-        let Some(record) = line.record.as_ref() else {
+        let Some(record) = line.record else {
             continue;
         };
-        let Some(size) = record.batch() else {
+        let Some(size) = record.batch else {
             continue;
         };
-        if record.seq() + size > first_seq {
+        if record.seq + size > first_seq {
             batch_start = Some(line.offset);
         }
         // The nearest batch before the window decides: one that ended
@@ -406,9 +413,19 @@ struct BackLine {
     /// Its length without `\n`.
     len: u64,
     terminated: bool,
-    /// The record, when the line is intact (`\n`, CRC, a well-formed
-    /// record).
-    record: Option<EventRecord>,
+    /// The seq and batch of its record, when the line is intact (`\n`,
+    /// CRC, a well-formed record). The record itself is not kept: the
+    /// scan decodes the lines it gives again, and a window of large
+    /// records would otherwise be held twice.
+    record: Option<Intact>,
+}
+
+/// What the look-back needs of an intact line's record.
+#[derive(Debug, Clone, Copy)]
+struct Intact {
+    seq: u64,
+    /// Its batch's size, on a batch's first record.
+    batch: Option<u64>,
 }
 
 /// The lines of a file after its header, from the last to the first.
@@ -440,6 +457,14 @@ impl<'f> BackwardLines<'f> {
     /// Whether every line has been given.
     fn at_start(&self) -> bool {
         self.pos == self.start && self.buffer.is_empty()
+    }
+
+    /// Frees the read buffers, forgetting nothing: the lines they hold
+    /// that were not given yet are read again, should they be wanted.
+    fn release(&mut self) {
+        self.pos += self.buffer.len() as u64;
+        self.buffer = Vec::new();
+        self.spare = Vec::new();
     }
 
     /// Forgets what was given from `end` on: the next line given ends there.
@@ -499,13 +524,20 @@ impl<'f> BackwardLines<'f> {
         }
         let line = &self.buffer[line_start..body_end];
         let decode = terminated && (always || BatchStartFinder::may_start_batch(line));
-        let record = if decode {
-            decode_event(id, line).ok()
-        } else {
-            None
+        let record = match decode {
+            true => decode_event(id, line).ok().map(|record| Intact {
+                seq: record.seq(),
+                batch: record.batch(),
+            }),
+            false => None,
         };
-        // A line looked at only for a batch is not kept.
-        let bytes = (always || record.is_some()).then(|| line.to_vec());
+        // A line looked at only for a batch is not kept. Room for the
+        // `\n` that the line ending the good prefix gets as its anchor.
+        let bytes = (always || record.is_some()).then(|| {
+            let mut bytes = Vec::with_capacity(line.len() + 1);
+            bytes.extend_from_slice(line);
+            bytes
+        });
         self.buffer.truncate(line_start);
         Ok(Some(BackLine {
             offset,
@@ -628,6 +660,9 @@ impl<'f> BackwardLines<'f> {
         // The buffer before last is reused: no new pages for each chunk.
         let mut chunk = std::mem::take(&mut self.spare);
         chunk.clear();
+        // Exactly the room the two need: a long line grown by doubling
+        // would hold up to twice its bytes, in the buffer and the spare.
+        chunk.reserve_exact((self.pos - from) as usize + self.buffer.len());
         chunk.resize((self.pos - from) as usize, 0);
         self.file
             .read_exact_at(&mut chunk, from)

@@ -360,3 +360,43 @@ fn reads_that_fold_on_two_threads_stay_within_64_mib_whatever_the_records_size()
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// `tail -n N` holds its last N records about once, not three times over:
+/// their lines, the records decoded to find where batches start, and the
+/// records decoded again by the scan, side by side (147 MiB for four
+/// records of 8 MiB before, in the debug build the tests run).
+#[test]
+fn tail_holds_its_last_records_about_once() {
+    let folder = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let id = SessionId::parse("large").unwrap_or_else(|e| panic!("{e}"));
+    let path = folder.path().join("large.jsonl");
+    let records: u64 = 4;
+    let record_bytes: u64 = 8 << 20;
+    write_log_of_large_records(&path, &id, 10, records, record_bytes as usize);
+    let log = path.display().to_string();
+    let last = records.to_string();
+    // The records, a line being read or scanned beside them, and what any
+    // command takes; `--json` describes the record it prints, as `replay
+    // --json` does, which takes a few times that record.
+    let text_limit = 2 * records * record_bytes + (16 << 20);
+    let json_limit = text_limit + 4 * record_bytes;
+    for (args, limit) in [
+        (vec!["tail", &log, "-n", &last], text_limit),
+        (vec!["tail", &log, "-n", &last, "--json"], json_limit),
+    ] {
+        let shown = args.join(" ");
+        let (code, peak) = peak_rss(sessionlog(args));
+        eprintln!(
+            "{shown}: exit {code}, peak RSS {:.1} MiB",
+            peak as f64 / f64::from(1 << 20)
+        );
+        assert_eq!(code, 0, "{shown}");
+        assert!(
+            peak <= limit,
+            "{shown} peaked at {} MiB, above {} MiB for {records} records of {} MiB",
+            peak >> 20,
+            limit >> 20,
+            record_bytes >> 20
+        );
+    }
+}
