@@ -253,6 +253,38 @@ fn a_compressed_rollout_imports_as_the_same_session() {
     );
 }
 
+/// A rollout compressed a frame at a time (`cat a.zst b.zst`, or a writer
+/// that flushes a frame now and then) imports whole: every frame is read,
+/// not the first alone, which once imported the first lines and exit 0.
+#[test]
+fn a_rollout_of_several_zstd_frames_imports_whole() {
+    let dir = temp();
+    let name = "rollout-2025-08-18T01-16-13-c3c4b301-27c8-4c70-b6e4-46b99fdf0236.jsonl";
+    let text = ok(std::fs::read_to_string(
+        fixtures().join("codex/legacy").join(name),
+    ));
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let mut framed = Vec::new();
+    for part in lines.chunks(lines.len().div_ceil(3)) {
+        let part = part.concat();
+        framed.extend(ruzstd::encoding::compress_to_vec(
+            part.as_bytes(),
+            ruzstd::encoding::CompressionLevel::Fastest,
+        ));
+    }
+    let source = dir.path().join("framed");
+    ok(std::fs::create_dir(&source));
+    ok(std::fs::write(source.join(format!("{name}.zst")), framed));
+    let plain = dir.path().join("plain");
+    let compressed = dir.path().join("compressed");
+    import("codex", &[fixtures().join("codex/legacy")], &plain).expect_code(0);
+    import("codex", &[source], &compressed).expect_code(0);
+    assert_eq!(
+        session(&plain, CODEX_LEGACY),
+        session(&compressed, CODEX_LEGACY)
+    );
+}
+
 #[test]
 fn a_claude_2_0_project_merges_responses_and_links_its_agent_file() {
     let dir = temp();

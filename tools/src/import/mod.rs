@@ -219,23 +219,108 @@ pub fn translate_bytes(
     }
 }
 
+/// The most an import reads of one source file, and the most a compressed
+/// one may expand to: a bound on what a device, an endless pipe or a zstd
+/// bomb named as a SOURCE can make it hold. A file above it fails alone.
+pub const MAX_SOURCE_BYTES: u64 = 1 << 30;
+
 fn read_bytes(path: &Path) -> Result<Vec<u8>, ImportError> {
-    let bytes = std::fs::read(path)
-        .map_err(|error| ImportError::file(path, format!("cannot read: {error}")))?;
+    use std::io::Read;
+    let cannot_read =
+        |error: std::io::Error| ImportError::file(path, format!("cannot read: {error}"));
+    let file = std::fs::File::open(path).map_err(cannot_read)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_SOURCE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot_read)?;
+    if bytes.len() as u64 > MAX_SOURCE_BYTES {
+        return Err(ImportError::file(
+            path,
+            format!("more than {MAX_SOURCE_BYTES} bytes, above what an import reads of one file"),
+        ));
+    }
     if path.extension().is_some_and(|extension| extension == "zst") {
         return decompress_zstd(path, &bytes);
     }
     Ok(bytes)
 }
 
+/// The content of every frame of the zstd file `bytes`, in order, as
+/// `zstd -d` gives it: skippable frames are skipped, each frame's checksum
+/// (when it has one) is checked, and bytes after the last frame that are
+/// not a frame fail the file, as does content above [`MAX_SOURCE_BYTES`].
 fn decompress_zstd(path: &Path, bytes: &[u8]) -> Result<Vec<u8>, ImportError> {
+    decompress_zstd_within(path, bytes, MAX_SOURCE_BYTES)
+}
+
+/// [`decompress_zstd`], the content held to `limit` bytes.
+fn decompress_zstd_within(path: &Path, bytes: &[u8], limit: u64) -> Result<Vec<u8>, ImportError> {
+    use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
     use std::io::Read;
-    let mut decoder = ruzstd::decoding::StreamingDecoder::new(bytes)
-        .map_err(|error| ImportError::file(path, format!("not a zstd stream: {error}")))?;
+    if bytes.is_empty() {
+        return Err(ImportError::file(
+            path,
+            "not a zstd stream: the file is empty",
+        ));
+    }
+    let mut rest = bytes;
     let mut out = Vec::new();
-    decoder
-        .read_to_end(&mut out)
-        .map_err(|error| ImportError::file(path, format!("damaged zstd stream: {error}")))?;
+    let mut frames = 0u64;
+    while !rest.is_empty() {
+        let offset = bytes.len() - rest.len();
+        let damaged = |error: &dyn std::fmt::Display| {
+            ImportError::file(
+                path,
+                format!(
+                    "damaged zstd stream: frame {} at byte offset {offset}: {error}",
+                    frames + 1
+                ),
+            )
+        };
+        let mut decoder = match ruzstd::decoding::StreamingDecoder::new(&mut rest) {
+            Ok(decoder) => decoder,
+            Err(FrameDecoderError::ReadFrameHeaderError(ReadFrameHeaderError::SkipFrame {
+                length,
+                ..
+            })) => {
+                let Some(after) = rest.get(length as usize..) else {
+                    return Err(damaged(&"a skippable frame cut short"));
+                };
+                rest = after;
+                continue;
+            }
+            Err(error) if frames == 0 => {
+                return Err(ImportError::file(
+                    path,
+                    format!("not a zstd stream: {error}"),
+                ));
+            }
+            Err(error) => return Err(damaged(&error)),
+        };
+        let room = limit + 1 - out.len() as u64;
+        (&mut decoder)
+            .take(room)
+            .read_to_end(&mut out)
+            .map_err(|error| damaged(&error))?;
+        if out.len() as u64 > limit {
+            return Err(ImportError::file(
+                path,
+                format!("decompresses to more than {limit} bytes, above what an import reads of one file"),
+            ));
+        }
+        let frame = &decoder.decoder;
+        if let (Some(stored), Some(computed)) = (
+            frame.get_checksum_from_data(),
+            frame.get_calculated_checksum(),
+        ) {
+            if stored != computed {
+                return Err(damaged(&format!(
+                    "its checksum is {stored:08x}, its content's {computed:08x}"
+                )));
+            }
+        }
+        frames += 1;
+    }
     Ok(out)
 }
 

@@ -13,7 +13,9 @@ use sessionlog_schema::{SessionHeader, SessionId};
 use sessionlog_store::Store;
 
 use super::source::Place;
-use super::{translate_bytes, write, Draft, Format, ImportedSession, Translation};
+use super::{
+    decompress_zstd_within, translate_bytes, write, Draft, Format, ImportedSession, Translation,
+};
 
 /// Folds a translated session and returns its violations, as text.
 fn violations(session: &ImportedSession) -> Vec<String> {
@@ -800,4 +802,99 @@ fn a_line_that_is_not_json_is_named_by_its_line_and_byte_offset() {
         "{shown}"
     );
     assert!(!shown.contains("line 1"), "{shown}");
+}
+
+/// A zstd frame of `content`, with its checksum.
+fn zstd_frame(content: &[u8]) -> Vec<u8> {
+    ruzstd::encoding::compress_to_vec(content, ruzstd::encoding::CompressionLevel::Fastest)
+}
+
+/// A skippable frame holding `content`.
+fn skippable_frame(content: &[u8]) -> Vec<u8> {
+    let mut frame = 0x184D_2A50u32.to_le_bytes().to_vec();
+    frame.extend_from_slice(&(content.len() as u32).to_le_bytes());
+    frame.extend_from_slice(content);
+    frame
+}
+
+fn unzstd(bytes: &[u8], limit: u64) -> Result<Vec<u8>, String> {
+    decompress_zstd_within(Path::new("r.jsonl.zst"), bytes, limit)
+        .map_err(|error| error.to_string())
+}
+
+/// The error of a file `unzstd` must refuse.
+fn refused(bytes: &[u8], limit: u64) -> String {
+    match unzstd(bytes, limit) {
+        Ok(out) => panic!("decompressed to {} bytes, not refused", out.len()),
+        Err(error) => error,
+    }
+}
+
+/// A zstd file may hold several frames (`cat a.zst b.zst`, or a writer
+/// that flushes a frame at a time): each is read, in order, as `zstd -d`
+/// reads them, skippable frames skipped. Only the first was read before.
+#[test]
+fn every_frame_of_a_zstd_file_is_read() {
+    let mut file = zstd_frame(b"line one\n");
+    file.extend(skippable_frame(b"not content"));
+    file.extend(zstd_frame(b"line two\n"));
+    file.extend(zstd_frame(b""));
+    file.extend(zstd_frame(b"line three\n"));
+    assert_eq!(
+        unzstd(&file, 1 << 20).as_deref(),
+        Ok(&b"line one\nline two\nline three\n"[..])
+    );
+    assert_eq!(unzstd(&skippable_frame(b"x"), 1 << 20), Ok(Vec::new()));
+}
+
+/// What is no frame after the frames, a frame whose checksum its content
+/// does not give, a file that is no zstd at all: each fails the file,
+/// named with the frame and its byte offset.
+#[test]
+fn a_zstd_file_with_damage_after_or_in_a_frame_fails_naming_where() {
+    let first = zstd_frame(b"line one\n");
+    let mut trailing = first.clone();
+    trailing.extend_from_slice(b"garbage\n");
+    let error = refused(&trailing, 1 << 20);
+    let at = format!("frame 2 at byte offset {}", first.len());
+    assert!(error.contains(&at), "{error}");
+
+    let mut changed = zstd_frame(b"line one\n");
+    let last = changed.len() - 1;
+    changed[last] ^= 0xff;
+    let error = refused(&changed, 1 << 20);
+    assert!(
+        error.contains("frame 1 at byte offset 0") && error.contains("checksum"),
+        "{error}"
+    );
+
+    let mut cut = skippable_frame(b"twelve bytes");
+    cut.truncate(cut.len() - 1);
+    let error = refused(&cut, 1 << 20);
+    assert!(error.contains("cut short"), "{error}");
+
+    for not_zstd in [&b""[..], b"{\"type\":\"x\"}\n"] {
+        let error = refused(not_zstd, 1 << 20);
+        assert!(error.contains("not a zstd stream"), "{error}");
+    }
+}
+
+/// A small file that decompresses to more than an import reads (a zstd
+/// bomb) fails alone, naming the bound, instead of taking the machine's
+/// memory: the bound holds across frames too.
+#[test]
+fn a_zstd_file_is_decompressed_up_to_the_bound_and_no_further() {
+    let content = vec![b'\n'; 1000];
+    let one = zstd_frame(&content);
+    assert_eq!(unzstd(&one, 1000).map(|out| out.len()), Ok(1000));
+    let error = refused(&one, 999);
+    assert!(
+        error.contains("decompresses to more than 999 bytes"),
+        "{error}"
+    );
+    let mut two = one.clone();
+    two.extend(&one);
+    assert_eq!(unzstd(&two, 2000).map(|out| out.len()), Ok(2000));
+    let error = refused(&two, 1999);
+    assert!(error.contains("more than 1999 bytes"), "{error}");
 }
