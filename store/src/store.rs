@@ -1187,6 +1187,7 @@ pub(crate) mod tests {
         fork_refuses_an_existing_child_and_a_rule_breaking_parent,
         missing_session_is_not_found,
         an_oversized_batch_is_refused_before_anything_is_written,
+        a_header_above_the_record_limit_is_refused_by_every_backend,
         a_value_either_backend_cannot_store_is_refused_alone,
         staged_events_are_seen_only_once_synced_and_a_dropped_writer_leaves_none,
         a_store_opened_read_only_reads_and_refuses_every_write,
@@ -1257,6 +1258,31 @@ pub(crate) mod tests {
         assert_eq!(export(store, &id("a")), before, "the session is unchanged");
         let ids = ok(store.ids());
         assert_eq!(ids, vec![id("a")], "nothing was created");
+    }
+
+    /// A header is a record: one above the limit (a `cwd` of megabytes)
+    /// is refused by every backend, as a folder's reader would refuse it as
+    /// line 1, and one at the limit is kept and read back.
+    fn a_header_above_the_record_limit_is_refused_by_every_backend(store: &Store) {
+        use sessionlog_schema::MAX_RECORD_BYTES;
+        let with_cwd_bytes = |session: &str, cwd_bytes: usize| {
+            let mut header = header(session);
+            header.cwd = "/".repeat(cwd_bytes);
+            header
+        };
+        // The record of a header whose cwd is empty, less that empty cwd.
+        let frame = with_cwd_bytes("a", 0).to_body().len() + sessionlog_schema::CRC_SUFFIX_LEN;
+        let at_limit = with_cwd_bytes("a", MAX_RECORD_BYTES - frame);
+        ok(store.create_session(&at_limit, &[], Durability::Fsync));
+        assert_eq!(ok(store.snapshot(&id("a"))).header, at_limit);
+        let above = with_cwd_bytes("b", MAX_RECORD_BYTES - frame + 1);
+        let refused = store.create_session(&above, &[], Durability::Fsync);
+        let expected = format!("{} bytes", MAX_RECORD_BYTES + 1);
+        assert!(
+            matches!(&refused, Err(StoreError::InvalidHeader(message)) if message.starts_with("session b: the header record") && message.contains(&expected)),
+            "{refused:?}"
+        );
+        assert!(!ok(store.contains(&id("b"))));
     }
 
     fn an_oversized_batch_is_refused_before_anything_is_written(store: &Store) {

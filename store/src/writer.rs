@@ -768,7 +768,9 @@ pub(crate) fn check_storable(
 
 /// Refuses a header holding a value one of the backends cannot store (see
 /// [`check_storable_record`]): a `createdAt`, `seedLength` or
-/// `delegationDepth` above 2^63 - 1, or a NUL in its `cwd`.
+/// `delegationDepth` above 2^63 - 1, a NUL in its `cwd`, or a record above
+/// the format's limit (a `cwd` of megabytes), which a folder's reader
+/// refuses as line 1 where a database would keep it.
 pub fn check_storable_header(header: &SessionHeader) -> Result<(), StoreError> {
     for (what, value) in [
         ("createdAt", header.created_at),
@@ -786,6 +788,15 @@ pub fn check_storable_header(header: &SessionHeader) -> Result<(), StoreError> {
         return Err(StoreError::InvalidHeader(format!(
             "session {}: cwd {:?} holds a NUL character, which PostgreSQL's text cannot store",
             header.id, header.cwd
+        )));
+    }
+    // Its line without the `\n`, as a reader measures it.
+    let record_bytes = header.to_body().len() + sessionlog_schema::CRC_SUFFIX_LEN;
+    if record_bytes > MAX_RECORD_BYTES {
+        return Err(StoreError::InvalidHeader(format!(
+            "session {}: the header record would be {record_bytes} bytes (its cwd {} bytes), above the {MAX_RECORD_BYTES}-byte limit",
+            header.id,
+            header.cwd.len()
         )));
     }
     Ok(())
