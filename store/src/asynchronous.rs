@@ -300,12 +300,11 @@ impl AsyncStore {
     ) -> Result<Reviewed, ReviewCallError> {
         let pending = Arc::new(pending);
         let this = self.clone();
-        let (building, session, max_bytes) =
-            (Arc::clone(&pending), id.clone(), options.max_request_bytes);
+        let (building, session, preparing) = (Arc::clone(&pending), id.clone(), options.clone());
         let built = blocking(move || {
             this.with_writer(&session, true, |writer| {
                 writer
-                    .review_request(&building, max_bytes)
+                    .prepare_review(&building, &preparing)
                     .map(|request| (request, writer.next_seq()))
             })
         })

@@ -23,8 +23,8 @@ use std::fmt;
 
 use sessionlog_projections::{
     chat_completions_body, chat_completions_reply, denial_settle_data, failure_settle_data,
-    parse_review_result, Decision, PendingAction, ReviewDecision, ReviewError, ReviewFailure,
-    DEFAULT_MAX_REQUEST_BYTES,
+    parse_review_result, Decision, PendingAction, ReviewDecision, ReviewError, ReviewErrorCode,
+    ReviewFailure, DEFAULT_MAX_REQUEST_BYTES,
 };
 
 use crate::writer::{AcknowledgedSeq, NewEvent, SessionWriter};
@@ -183,7 +183,7 @@ impl SessionWriter {
         options: &ReviewOptions,
         reviewer: &dyn Reviewer,
     ) -> Result<Reviewed, ReviewCallError> {
-        let request = self.review_request(pending, options.max_request_bytes)?;
+        let request = self.prepare_review(pending, options)?;
         let next_seq = self.next_seq();
         let verdict = ask_reviewer(
             reviewer,
@@ -197,6 +197,35 @@ impl SessionWriter {
             Vec::new()
         };
         Ok(Reviewed { verdict, recorded })
+    }
+
+    /// The reviewer's request for `pending`, and, when the verdict is to
+    /// be recorded, the proof that it can be: the reviewer is asked only
+    /// for a call whose start (and a settle) the log would take, for a
+    /// verdict paid for and then lost helps nobody (`INVALID_ACTION`,
+    /// nothing sent). Whether the log moved on meanwhile is the append's
+    /// to tell.
+    pub(crate) fn prepare_review(
+        &mut self,
+        pending: &PendingAction,
+        options: &ReviewOptions,
+    ) -> Result<String, ReviewCallError> {
+        let request = self.review_request(pending, options.max_request_bytes)?;
+        if options.record {
+            let failed = Verdict::Failed(ReviewFailure {
+                message: String::new(),
+            });
+            self.check_batch(&verdict_events(pending, &failed))
+                .map_err(|error| {
+                    ReviewError::new(
+                        ReviewErrorCode::InvalidAction,
+                        format!(
+                            "the call could not be recorded, so the reviewer was not asked: {error}"
+                        ),
+                    )
+                })?;
+        }
+        Ok(request)
     }
 }
 

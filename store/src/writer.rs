@@ -386,6 +386,39 @@ impl SessionWriter {
     /// Folds `events` into the state (under the caller's mark) and writes
     /// them, with the turn's seal when the batch ends a turn; returns the
     /// records written, the batch first.
+    /// Checks `events` as [`append_batch`](Self::append_batch) would check
+    /// them at the next seq (each record's size and values, every rule)
+    /// without writing anything: the state is left as it was. For a caller
+    /// that must know a batch can be recorded before it acts (the reviewer
+    /// is asked, at a cost, only for a call whose verdict can be written).
+    /// The writer's own state (poisoned, the expected seq) is
+    /// [`append_batch`](Self::append_batch)'s to tell.
+    pub(crate) fn check_batch(&mut self, events: &[NewEvent]) -> Result<(), StoreError> {
+        let batch = (events.len() >= 2).then_some(events.len() as u64);
+        let mark = self.state.mark();
+        let mut checked = Ok(());
+        for (index, event) in events.iter().enumerate() {
+            let seq = self.written_seq + 1 + index as u64;
+            let record =
+                match build_record(seq, if index == 0 { batch } else { None }, event.clone()) {
+                    Ok(record) => record,
+                    Err(error) => {
+                        checked = Err(self.naming_the_log(error));
+                        break;
+                    }
+                };
+            if let Err(violation) = self.state.apply(&record) {
+                checked = Err(StoreError::Rule {
+                    path: self.path.clone(),
+                    violation,
+                });
+                break;
+            }
+        }
+        self.state.rollback(mark);
+        checked
+    }
+
     fn fold_and_write_batch(
         &mut self,
         events: Vec<NewEvent>,

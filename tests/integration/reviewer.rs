@@ -645,6 +645,56 @@ fn a_request_that_fails_closed_is_never_sent_nor_recorded() {
     );
 }
 
+/// With `--record`, a call whose start could not be recorded (a record
+/// above the format's limit) is refused before the reviewer is asked: a
+/// verdict paid for and then lost helps nobody. Once the reviewer was
+/// asked, its verdict was dropped and the command exited 1.
+#[test]
+fn a_call_that_cannot_be_recorded_is_refused_before_the_reviewer_is_asked() {
+    let (folder, log) = open_step_session();
+    let server = Server::saying(r#"{"risk":"low","decision":"allow"}"#);
+    let before = std::fs::read(&log).expect("the log");
+    // A pending action of 16 MiB, all `--pending` reads: its call's
+    // record, with its seq, time, type and CRC, is above the limit.
+    let action = |command: &str| {
+        let mut action: Value = serde_json::from_str(PENDING).expect("the pending action");
+        action["arguments"] = json!({ "command": command });
+        action.to_string()
+    };
+    let room = sessionlog_schema::MAX_RECORD_BYTES - action("").len();
+    let pending = folder.path().join("huge.json");
+    std::fs::write(&pending, action(&"x".repeat(room))).expect("write");
+    let max_bytes = (4 * sessionlog_schema::MAX_RECORD_BYTES).to_string();
+    let review = |extra: &[&str]| {
+        let mut command = sessionlog(["review"]);
+        command
+            .arg(&log)
+            .arg("--pending")
+            .arg(&pending)
+            .args(["--endpoint", &server.endpoint, "--max-bytes", &max_bytes])
+            .args(extra);
+        run_command(command, None)
+    };
+    let recorded = review(&["--record"]);
+    recorded.expect_code(5);
+    let printed: Value = serde_json::from_str(recorded.stdout.trim()).expect("JSON");
+    assert_eq!(printed["error"], "INVALID_ACTION", "{printed}");
+    let message = printed["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("could not be recorded") && message.contains("limit"),
+        "{message}"
+    );
+    assert!(server.received().is_empty(), "nothing was sent");
+    assert_eq!(
+        std::fs::read(&log).expect("the log"),
+        before,
+        "nothing was written"
+    );
+    // Only shown, the verdict needs no record: the reviewer is asked.
+    review(&[]).expect_code(0);
+    assert_eq!(server.received().len(), 1);
+}
+
 /// The example session: call-1 was allowed (it ran), call-2 denied.
 fn audit(server: &Server, log: &Path) -> (Run, Value) {
     let before = std::fs::read(log).expect("the log");
