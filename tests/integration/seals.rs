@@ -962,11 +962,9 @@ fn a_sealed_log_still_reviews_and_a_tampered_one_is_refused_with_exit_7() {
     let refused = request(&log);
     refused.expect_code(7);
     assert!(refused.stdout.contains("INVALID_LOG"), "{}", refused.stdout);
-    assert!(
-        refused.stdout.contains("seq 10 (seal)"),
-        "{}",
-        refused.stdout
-    );
+    // Named with its log, as every other finding is.
+    let named = format!("{}: seq 10 (seal)", log.display());
+    assert!(refused.stdout.contains(&named), "{}", refused.stdout);
     let mut audit = crate::cli_support::sessionlog(["review-audit"]);
     audit
         .arg(&log)

@@ -205,7 +205,10 @@ fn request_from_snapshot(
         ));
     }
     if let Some(error) = &read.header_vocabulary_error {
-        print_error(ReviewErrorCode::InvalidLog.as_str(), error.to_string())?;
+        print_error(
+            ReviewErrorCode::InvalidLog.as_str(),
+            format!("{}: {error}", session.label),
+        )?;
         return Ok(Err(exit::RULE));
     }
     // INVALID_LOG is checked before the pending action (the order of the
@@ -218,7 +221,10 @@ fn request_from_snapshot(
         (None, None) => None,
     };
     if let Some((violation, code)) = shown {
-        print_error(ReviewErrorCode::InvalidLog.as_str(), violation.to_string())?;
+        print_error(
+            ReviewErrorCode::InvalidLog.as_str(),
+            format!("{}: {violation}", session.label),
+        )?;
         return Ok(Err(code));
     }
     let action = match pending.parse() {
