@@ -411,8 +411,14 @@ pub fn store_exit_code(error: &StoreError) -> u8 {
 fn render(error: &anyhow::Error) -> String {
     let mut text = error.to_string();
     for cause in error.chain().skip(1) {
+        // A wrapper whose own words say less than the cause it wraps, which
+        // is shown already (PostgreSQL's `db error` around the server's
+        // message): left out.
+        let wraps_what_is_shown = cause
+            .source()
+            .is_some_and(|inner| text.contains(&inner.to_string()));
         let cause = cause.to_string();
-        if !text.contains(&cause) {
+        if !text.contains(&cause) && !wraps_what_is_shown {
             text.push_str(": ");
             text.push_str(&cause);
         }
@@ -435,3 +441,44 @@ pub fn quiet() -> bool {
 }
 
 pub use terminal::warn;
+
+#[cfg(test)]
+mod tests {
+    use super::render;
+
+    /// An error saying `text`, caused by `source`.
+    #[derive(Debug)]
+    struct Said(&'static str, Option<Box<Said>>);
+
+    impl std::fmt::Display for Said {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Said {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|said| said as _)
+        }
+    }
+
+    #[test]
+    fn a_cause_is_shown_once_and_a_wrapper_of_what_is_shown_not_at_all() {
+        // As PostgreSQL's client wraps the server's message: the store's
+        // error quotes the message, the wrapper says only `db error`.
+        let server = Said("FATAL: terminating connection", None);
+        let wrapper = Said("db error", Some(Box::new(server)));
+        let store = Said(
+            "pg#s: PostgreSQL append failed: FATAL: terminating connection",
+            Some(Box::new(wrapper)),
+        );
+        assert_eq!(
+            render(&anyhow::Error::new(store)),
+            "pg#s: PostgreSQL append failed: FATAL: terminating connection"
+        );
+        // A cause with words of its own is still shown.
+        let io = Said("No space left on device", None);
+        let context = anyhow::Error::new(io).context("write a.jsonl");
+        assert_eq!(render(&context), "write a.jsonl: No space left on device");
+    }
+}

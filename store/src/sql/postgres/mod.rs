@@ -782,7 +782,10 @@ impl RowPages for PostgresRows {
                 .rows
                 .last()
                 .map_or(first, |row| row.seq.unsigned_abs().saturating_add(1));
-            return Err(damaged_row(error, &self.shared.location, id, seq));
+            return Err(of_session(
+                damaged_row(error, &self.shared.location, id, seq),
+                id,
+            ));
         }
         let per_row = (page.body_bytes() / page.rows.len().max(1)).max(1);
         let fit = i64::try_from(crate::sql::PAGE_BYTES / per_row).unwrap_or(PAGE_ROWS);
@@ -793,10 +796,13 @@ impl RowPages for PostgresRows {
     fn bounds(&mut self, id: &SessionId) -> Result<RowBounds, StoreError> {
         self.shared
             .with_connection("read events", |connection| row_bounds(connection, id))
+            .map_err(|error| of_session(error, id))
     }
 
     fn session_row(&mut self, id: &SessionId) -> Result<Option<HeaderRow>, StoreError> {
-        self.shared.read_header_row_if_any(id)
+        self.shared
+            .read_header_row_if_any(id)
+            .map_err(|error| of_session(error, id))
     }
 }
 
@@ -807,6 +813,19 @@ impl LogSink for PostgresSink {
     }
 
     fn sync(&mut self, durability: Durability) -> Result<(), StoreError> {
+        self.sync_pending(durability)
+            .map_err(|error| of_session(error, &self.id))
+    }
+
+    fn save_snapshot(&mut self, state: &SessionState) -> Result<usize, StoreError> {
+        self.write_snapshot(state)
+            .map_err(|error| of_session(error, &self.id))
+    }
+}
+
+impl PostgresSink {
+    /// Appends the staged events ([`LogSink::sync`]).
+    fn sync_pending(&mut self, durability: Durability) -> Result<(), StoreError> {
         let Some(first) = self.pending.first() else {
             return Ok(());
         };
@@ -862,7 +881,8 @@ impl LogSink for PostgresSink {
         Ok(())
     }
 
-    fn save_snapshot(&mut self, state: &SessionState) -> Result<usize, StoreError> {
+    /// Keeps the state snapshot ([`LogSink::save_snapshot`]).
+    fn write_snapshot(&mut self, state: &SessionState) -> Result<usize, StoreError> {
         let anchor = state_snapshot::SnapshotAnchor::of_row(state.seq(), self.last_crc);
         let bytes = state_snapshot::encode(state, self.header_crc, anchor);
         let location = &self.shared.location;
@@ -1854,6 +1874,22 @@ fn lost(location: &Location) -> StoreError {
         store: location.display.clone(),
         reason: "the connection to the database was lost".to_owned(),
     }
+}
+
+/// `error`, which an operation on session `id` met, naming the session
+/// (`URL#id`) as the store's other errors of one session do: in a store that
+/// many writers share, the store alone does not say which append failed.
+fn of_session(mut error: StoreError, id: &SessionId) -> StoreError {
+    if let StoreError::Postgres { store, .. } = &mut error {
+        let named = store
+            .as_os_str()
+            .to_string_lossy()
+            .ends_with(&format!("#{id}"));
+        if !named {
+            *store = session_locator(store, id);
+        }
+    }
+    error
 }
 
 /// A `StoreError::Postgres` naming the operation and the store (never its

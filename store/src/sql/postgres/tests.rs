@@ -539,6 +539,39 @@ fn a_writer_that_lost_its_lock_is_fenced_by_the_last_seq() {
     assert_eq!(texts, [r#"{"text":"one"}"#, r#"{"text":"two"}"#]);
 }
 
+/// An append whose connection the server ended names the session it was
+/// for, not the store alone: in a store many writers share, the store
+/// does not say which append failed.
+#[test]
+fn an_append_cut_off_by_the_server_names_its_session() {
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    let store = engine(&schema);
+    ok(store.create_session(&header("a"), &[], Durability::Fsync));
+    let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+    ok(writer.append(note("one"), Some(1)));
+    let key = lock_key("writer", &schema.schema, "a");
+    execute(
+        &schema,
+        &format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks
+             WHERE locktype = 'advisory' AND objsubid = 1
+               AND ((classid::bigint << 32) | objid::bigint) = {key}"
+        ),
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let cut = writer.append(note("two"), Some(2));
+    let Err(error @ StoreError::Postgres { .. }) = cut else {
+        panic!("an append on an ended connection: {cut:?}");
+    };
+    let message = error.to_string();
+    assert!(
+        message.contains("#a: PostgreSQL append failed"),
+        "{message}"
+    );
+}
+
 #[test]
 fn a_second_connection_appending_at_a_taken_seq_is_a_conflict() {
     let Some(schema) = postgres_store() else {
