@@ -707,17 +707,9 @@ fn an_interrupted_migration_is_named_until_a_run_finishes_it() {
 #[test]
 fn clean_keeps_a_leftover_it_may_not_open_and_cleans_the_rest() {
     use std::os::unix::fs::PermissionsExt;
-    let root = std::fs::metadata("/proc/self")
-        .map(|metadata| std::os::unix::fs::MetadataExt::uid(&metadata) == 0)
-        .unwrap_or(false);
-    let setpriv = std::process::Command::new("setpriv")
-        .arg("--version")
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if !root || !setpriv {
-        eprintln!("note: not root, or no setpriv: no other user to clean as");
+    let Some(as_other) = crate::cli_support::as_another_user() else {
         return;
-    }
+    };
     let dir = ok(tempfile::tempdir());
     ok(std::fs::set_permissions(
         dir.path(),
@@ -731,25 +723,6 @@ fn clean_keeps_a_leftover_it_may_not_open_and_cleans_the_rest() {
         std::fs::Permissions::from_mode(0o000),
     ));
     ok(std::fs::write(&ours, "y"));
-    let binary = crate::cli_support::sessionlog_binary();
-    let as_other = || {
-        let mut command = std::process::Command::new("setpriv");
-        command
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(binary);
-        command
-    };
-    if !as_other()
-        .arg("--version")
-        .output()
-        .is_ok_and(|output| output.status.success())
-    {
-        eprintln!(
-            "note: another user cannot run {}: not tested",
-            binary.display()
-        );
-        return;
-    }
     // Another user's migration lock: this user cannot tell a running
     // migration from an interrupted one, and says so.
     let lock = dir.path().join(".migrate-99998-1.lock");

@@ -33,6 +33,41 @@ pub fn sessionlog_binary() -> &'static Path {
     BINARY.get_or_init(locate_current_binary)
 }
 
+/// Commands that run the binary as another user (`nobody`, through
+/// `setpriv`), for the tests of what one user may not read of another's:
+/// `None`, said on standard error, when the tests do not run as root, there
+/// is no `setpriv`, or that user cannot run the binary.
+pub fn as_another_user() -> Option<impl Fn() -> Command> {
+    let root = std::fs::metadata("/proc/self")
+        .map(|metadata| std::os::unix::fs::MetadataExt::uid(&metadata) == 0)
+        .unwrap_or(false);
+    let setpriv = Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !root || !setpriv {
+        eprintln!("note: not root, or no setpriv: no other user to run as");
+        return None;
+    }
+    let binary = sessionlog_binary();
+    let as_other = move || {
+        let mut command = Command::new("setpriv");
+        command
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(binary);
+        command
+    };
+    let runs = as_other()
+        .arg("--version")
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !runs {
+        eprintln!("note: another user cannot run {}", binary.display());
+        return None;
+    }
+    Some(as_other)
+}
+
 /// A `Command` for the binary with `args`, with colour and terminal
 /// detection out of the way (`NO_COLOR` set, `COLUMNS` cleared, so that a
 /// timeline is laid out for 80 columns) and `SESSIONLOG_LOG` cleared.

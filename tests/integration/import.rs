@@ -253,6 +253,55 @@ fn a_compressed_rollout_imports_as_the_same_session() {
     );
 }
 
+/// A folder it may not list fails alone: the transcripts beside it are
+/// imported, and the failure names the folder. Once the whole SOURCE
+/// imported nothing, naming only the folder it could not list.
+#[test]
+fn a_folder_that_cannot_be_listed_fails_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(as_other) = crate::cli_support::as_another_user() else {
+        return;
+    };
+    let dir = temp();
+    ok(std::fs::set_permissions(
+        dir.path(),
+        std::fs::Permissions::from_mode(0o777),
+    ));
+    let source = dir.path().join("sessions");
+    let (first, second, locked) = (source.join("a"), source.join("b"), source.join("a/locked"));
+    for folder in [&first, &second, &locked] {
+        ok(std::fs::create_dir_all(folder));
+    }
+    for (folder, fixture) in [(&first, "codex/legacy"), (&second, "codex/current")] {
+        for entry in ok(std::fs::read_dir(fixtures().join(fixture))) {
+            let path = ok(entry).path();
+            let name = path.file_name().unwrap_or_default().to_owned();
+            ok(std::fs::copy(&path, folder.join(name)));
+        }
+    }
+    ok(std::fs::set_permissions(
+        &locked,
+        std::fs::Permissions::from_mode(0o000),
+    ));
+    let store = dir.path().join("store");
+    let output = ok(as_other()
+        .args(["import", "codex"])
+        .arg(&source)
+        .arg("--into")
+        .arg(&store)
+        .output());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}{stderr}");
+    let named = format!("{}: cannot list", locked.display());
+    assert!(stderr.contains(&named), "{stderr}");
+    let imported = ok(ok(Store::open(&store)).ids());
+    assert!(
+        imported.len() >= 3 && imported.contains(&id(CODEX_LEGACY)),
+        "the transcripts beside it were imported: {imported:?}\n{stdout}{stderr}"
+    );
+}
+
 /// A rollout compressed a frame at a time (`cat a.zst b.zst`, or a writer
 /// that flushes a frame now and then) imports whole: every frame is read,
 /// not the first alone, which once imported the first lines and exit 0.

@@ -89,7 +89,7 @@ pub fn run(
     }
     let total: u64 = discovered
         .iter()
-        .map(|files| files.as_ref().map_or(0, |files| files.len() as u64))
+        .map(|found| found.as_ref().map_or(0, |found| found.files.len() as u64))
         .sum();
     let bar = progress::bar(quiet, "import");
     bar.set_length(total);
@@ -97,8 +97,11 @@ pub fn run(
     for (source, files) in sources.iter().zip(discovered) {
         let mut report = SourceReport::default();
         match files {
-            Ok(files) => {
-                for file in files {
+            Ok(found) => {
+                // What could not be looked into fails alone; the rest of
+                // the folder is read.
+                report.failed.extend(found.failures);
+                for file in found.files {
                     report.files += 1;
                     import_one(store, &file, format, &mut report);
                     bar.inc(1);

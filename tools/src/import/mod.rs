@@ -104,41 +104,60 @@ pub struct FileImport {
 /// folder `skip` left out) whose names are the tools' own: `rollout-*.jsonl`
 /// for Codex, `<uuid>.jsonl` and `agent-*.jsonl` for Claude Code, either for
 /// `auto`; each also compressed as `.jsonl.zst`.
-pub fn discover(source: &Path, format: Format, skip: &Path) -> Result<Vec<PathBuf>, ImportError> {
+pub fn discover(source: &Path, format: Format, skip: &Path) -> Result<Discovered, ImportError> {
     let metadata = std::fs::metadata(source)
         .map_err(|error| ImportError::file(source, format!("cannot read: {error}")))?;
+    let mut discovered = Discovered::default();
     if !metadata.is_dir() {
-        return Ok(vec![source.to_owned()]);
+        discovered.files.push(source.to_owned());
+        return Ok(discovered);
     }
-    let mut files = Vec::new();
-    walk(source, format, skip, &mut files)?;
-    Ok(files)
+    walk(source, format, skip, &mut discovered);
+    Ok(discovered)
 }
 
-fn walk(
-    folder: &Path,
-    format: Format,
-    skip: &Path,
-    files: &mut Vec<PathBuf>,
-) -> Result<(), ImportError> {
-    let entries = std::fs::read_dir(folder)
-        .map_err(|error| ImportError::file(folder, format!("cannot list: {error}")))?;
-    let mut paths: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .collect();
-    paths.sort();
-    for path in paths {
-        let Ok(metadata) = path.symlink_metadata() else {
-            continue;
-        };
-        if metadata.is_dir() && !same_folder(&path, skip) {
-            walk(&path, format, skip, files)?;
-        } else if metadata.is_file() && is_transcript_name(&path, format) {
-            files.push(path);
+/// What a walk of a SOURCE found: the transcripts to read, and what it
+/// could not look into (a folder it may not list, an entry it cannot
+/// stat), each a failure of its own: the rest of the folder is still read.
+#[derive(Debug, Default)]
+pub struct Discovered {
+    /// The transcripts, in the order they are read.
+    pub files: Vec<PathBuf>,
+    /// What could not be looked into.
+    pub failures: Vec<ImportError>,
+}
+
+fn walk(folder: &Path, format: Format, skip: &Path, found: &mut Discovered) {
+    let cannot_list =
+        |error: std::io::Error| ImportError::file(folder, format!("cannot list: {error}"));
+    let entries = match std::fs::read_dir(folder) {
+        Ok(entries) => entries,
+        Err(error) => return found.failures.push(cannot_list(error)),
+    };
+    let mut paths = Vec::new();
+    for entry in entries {
+        match entry {
+            Ok(entry) => paths.push(entry.path()),
+            Err(error) => found.failures.push(cannot_list(error)),
         }
     }
-    Ok(())
+    paths.sort();
+    for path in paths {
+        let metadata = match path.symlink_metadata() {
+            Ok(metadata) => metadata,
+            Err(error) => {
+                found
+                    .failures
+                    .push(ImportError::file(&path, format!("cannot read: {error}")));
+                continue;
+            }
+        };
+        if metadata.is_dir() && !same_folder(&path, skip) {
+            walk(&path, format, skip, found);
+        } else if metadata.is_file() && is_transcript_name(&path, format) {
+            found.files.push(path);
+        }
+    }
 }
 
 fn same_folder(a: &Path, b: &Path) -> bool {
