@@ -209,7 +209,12 @@ pub fn parse_time(text: &str) -> Option<u64> {
     }
     let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
     let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+    // A date the calendar has not, or a second past a leap second, is no
+    // time: the line takes the time of the line before it.
+    if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
+        return None;
+    }
+    if hour > 23 || minute > 59 || second > 60 {
         return None;
     }
     let mut at = 19;
@@ -230,7 +235,11 @@ pub fn parse_time(text: &str) -> Option<u64> {
     let offset_minutes = match bytes.get(at) {
         Some(b'Z' | b'z') if at + 1 == bytes.len() => 0,
         Some(sign @ (b'+' | b'-')) if at + 6 == bytes.len() && bytes[at + 3] == b':' => {
-            let minutes = number(at + 1..at + 3)? * 60 + number(at + 4..at + 6)?;
+            let (hours, minutes) = (number(at + 1..at + 3)?, number(at + 4..at + 6)?);
+            if hours > 23 || minutes > 59 {
+                return None;
+            }
+            let minutes = hours * 60 + minutes;
             if *sign == b'+' {
                 minutes
             } else {
@@ -243,6 +252,18 @@ pub fn parse_time(text: &str) -> Option<u64> {
     let days = days_from_civil(year, month, day);
     let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second.min(59) - offset_minutes * 60;
     u64::try_from(seconds * 1_000 + millis).ok()
+}
+
+/// The days of `month` (1 to 12) in `year`, of the proleptic Gregorian
+/// calendar.
+fn days_in_month(year: i64, month: i64) -> i64 {
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
@@ -312,6 +333,38 @@ mod tests {
         );
         assert_eq!(parse_time("yesterday"), None);
         assert_eq!(parse_time("2025-13-20T16:59:09Z"), None);
+    }
+
+    /// A time the calendar or the clock has not is no time (the line takes
+    /// the time of the line before it), never another time: February 31st
+    /// once read as March 3rd.
+    #[test]
+    fn a_date_or_time_that_does_not_exist_is_no_time() {
+        for text in [
+            "2025-02-31T10:00:00Z",
+            "2025-02-29T10:00:00Z",
+            "2025-04-31T10:00:00Z",
+            "1900-02-29T10:00:00Z",
+            "2025-03-03T10:00:99Z",
+            "2025-03-03T10:00:61Z",
+            "2025-03-03T10:00:00+23:99",
+            "2025-03-03T10:00:00+24:00",
+            "2025-00-10T10:00:00Z",
+            "2025-03-00T10:00:00Z",
+        ] {
+            assert_eq!(parse_time(text), None, "{text}");
+        }
+        assert_eq!(parse_time("2024-02-29T00:00:00Z"), Some(1_709_164_800_000));
+        assert_eq!(parse_time("2000-02-29T00:00:00Z"), Some(951_782_400_000));
+        // A leap second reads as the second before it.
+        assert_eq!(
+            parse_time("2016-12-31T23:59:60Z"),
+            parse_time("2016-12-31T23:59:59Z")
+        );
+        assert_eq!(
+            parse_time("2025-03-03T10:00:00-23:59"),
+            Some(1_741_082_340_000)
+        );
     }
 
     #[test]
