@@ -675,6 +675,7 @@ fn a_file_that_fails_writes_none_of_its_sessions() {
     assert!(logs.is_empty(), "written: {logs:?}");
     // One of its sessions is in the store already, damaged: the file
     // fails again, and the session the store lost is not written back.
+    // A corrupt log met is exit 2, as for every command.
     let store = folder.path().join("damaged");
     import("claude", std::slice::from_ref(&source), &store).expect_code(0);
     let sidechain = store.join(format!("{main}-sidechain-s1.jsonl"));
@@ -685,7 +686,7 @@ fn a_file_that_fails_writes_none_of_its_sessions() {
     ));
     ok(std::fs::remove_file(store.join(format!("{main}.jsonl"))));
     let failed = import("claude", &[source], &store);
-    failed.expect_code(1);
+    failed.expect_code(2);
     assert!(failed.stderr.contains("sidechain-s1"), "{}", failed.stderr);
     assert!(!store.join(format!("{main}.jsonl")).exists());
 }

@@ -94,6 +94,7 @@ pub fn run(
     let bar = progress::bar(quiet, "import");
     bar.set_length(total);
     let mut any_failed = false;
+    let mut corrupt_store = false;
     for (source, files) in sources.iter().zip(discovered) {
         let mut report = SourceReport::default();
         match files {
@@ -110,12 +111,17 @@ pub fn run(
             Err(error) => report.failed.push(error),
         }
         any_failed |= !report.failed.is_empty();
+        corrupt_store |= report.failed.iter().any(|failure| failure.corrupt_store);
         bar.suspend(|| print_report(source, &report, json))?;
     }
     bar.finish_and_clear();
     // A store made for an import that imported nothing is not left behind.
     created.remove_if_empty();
-    Ok(if any_failed { exit::USAGE } else { exit::OK })
+    Ok(match (corrupt_store, any_failed) {
+        (true, _) => exit::CORRUPT,
+        (false, true) => exit::USAGE,
+        (false, false) => exit::OK,
+    })
 }
 
 fn import_one(store: &Store, file: &Path, format: Format, report: &mut SourceReport) {

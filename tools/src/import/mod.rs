@@ -415,7 +415,10 @@ pub fn write(
 
 /// An error of the store about session `id` of the source `path`.
 fn session_error(path: &Path, id: &SessionId, error: StoreError) -> ImportError {
-    ImportError::file(path, format!("session {id}: {error}"))
+    ImportError {
+        corrupt_store: error.class() == sessionlog_store::ErrorClass::Corrupt,
+        ..ImportError::file(path, format!("session {id}: {error}"))
+    }
 }
 
 fn records_of(path: &Path, session: &ImportedSession) -> Result<Vec<EventRecord>, ImportError> {

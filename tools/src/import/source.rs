@@ -57,6 +57,10 @@ pub struct ImportError {
     pub offset: Option<u64>,
     /// What is wrong.
     pub reason: String,
+    /// Whether what is wrong is a session the store holds already whose log
+    /// is corrupt: the command then exits 2, as every command that meets a
+    /// corrupt log does, not 1.
+    pub corrupt_store: bool,
 }
 
 impl std::error::Error for ImportError {}
@@ -90,6 +94,7 @@ impl ImportError {
             line: Some(place.line),
             offset: Some(place.offset),
             reason: reason.into(),
+            corrupt_store: false,
         }
     }
 
@@ -100,6 +105,7 @@ impl ImportError {
             line: None,
             offset: None,
             reason: reason.into(),
+            corrupt_store: false,
         }
     }
 }
