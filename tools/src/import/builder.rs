@@ -150,11 +150,19 @@ impl SessionBuilder {
     /// belongs to a turn the source just started, and otherwise opens a new
     /// one.
     pub fn prompt(&mut self, origin: Origin, parts: Vec<Value>) {
+        self.begin_prompt();
+        self.message(origin, parts);
+    }
+
+    /// Opens the turn a prompt belongs to, before any message of it: the
+    /// turn the source just started, and otherwise a new one. What a line
+    /// holds beside its prompt (injected context before or after it) is
+    /// then written with [`message`](Self::message), in the same turn.
+    pub fn begin_prompt(&mut self) {
         if self.open_turn.is_none() || self.turn_has_content {
             self.start_turn(None);
         }
         self.turn_has_content = true;
-        self.message(origin, parts);
     }
 
     /// The model produced something for the response `response_key` (a

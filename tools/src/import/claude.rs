@@ -459,13 +459,23 @@ impl<'a> Conversation<'a> {
                 // person typed, before or after it, and neither may take
                 // the other's authority. Runs of blocks alike are one
                 // message each, in their order.
+                // A line is one prompt at most: the turn its prompt opens
+                // holds every run of the line, the injected ones before it
+                // included, and a second run the person typed (after a
+                // reminder) continues the same turn.
                 let injected = flag("isMeta") || has_results;
-                for (text, parts, continued) in runs_of_origin(parts, &continues) {
-                    let origin = self.origin(&text, injected || continued);
-                    match origin {
-                        Origin::User | Origin::Parent(_) => self.builder.prompt(origin, parts),
-                        origin => self.builder.message(origin, parts),
-                    }
+                let runs: Vec<(Origin, Vec<Value>)> = runs_of_origin(parts, &continues)
+                    .into_iter()
+                    .map(|(text, parts, continued)| {
+                        (self.origin(&text, injected || continued), parts)
+                    })
+                    .collect();
+                let prompts = |origin: &Origin| matches!(origin, Origin::User | Origin::Parent(_));
+                if runs.iter().any(|(origin, _)| prompts(origin)) {
+                    self.builder.begin_prompt();
+                }
+                for (origin, parts) in runs {
+                    self.builder.message(origin, parts);
                 }
             }
         }

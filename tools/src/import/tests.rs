@@ -274,6 +274,53 @@ fn an_injected_block_beside_typed_text_gets_no_user_authority_before_or_after() 
     assert!(user_parts[1] > user_parts[0], "{user_parts:?}");
 }
 
+/// Each event of the first session as `type` or `type:kind:text`, with
+/// `|` at each turn's start: which turn each message landed in.
+fn turns_of(sessions: &[ImportedSession]) -> String {
+    let mut shown = String::new();
+    for draft in &sessions[0].events {
+        match draft.event_type.as_str() {
+            "turn/start" => shown.push_str(" |"),
+            "message" => {
+                let data: serde_json::Value = serde_json::from_str(&draft.data).unwrap_or_default();
+                let text = data["content"][0]["text"].as_str().unwrap_or_default();
+                shown.push_str(&format!(
+                    " {}:{text}",
+                    data["source"]["kind"].as_str().unwrap_or("?")
+                ));
+            }
+            _ => {}
+        }
+    }
+    shown
+}
+
+/// A user line is one prompt at most: the injected context before its
+/// typed text opens the prompt's turn with it (it once landed in the turn
+/// before), and typed text around a reminder stays in one turn (it once
+/// opened two).
+#[test]
+fn a_user_line_is_one_turn_with_the_context_beside_its_prompt() {
+    let line = |content: &str| {
+        format!(
+            r#"{{"type":"user","sessionId":"c-1","message":{{"role":"user","content":{content}}}}}"#
+        )
+    };
+    let text = [
+        line(r#""first""#),
+        line(r#"[{"type":"text","text":"<ide_opened_file>a.rs</ide_opened_file>"},{"type":"text","text":"fix it"}]"#),
+        line(r#""A <system-reminder>r</system-reminder> B""#),
+    ]
+    .join("\n");
+    let sessions = check_all_valid(Format::Claude, &format!("{text}\n"));
+    assert_eq!(
+        turns_of(&sessions),
+        " | user:first \
+         | context:<ide_opened_file>a.rs</ide_opened_file> user:fix it \
+         | user:A  context:<system-reminder>r</system-reminder>  user:B"
+    );
+}
+
 /// Text that opens with a tag (a reminder included) is injected as a
 /// whole; a reminder inside it does not give the words after it the
 /// person's authority. Text the person typed around a reminder stays
