@@ -12,7 +12,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::source::Place;
+use super::source::{Place, SourceLine};
 use serde_json::{json, Value};
 use sessionlog_schema::{compact_json, ApprovalPolicy, Preset, SandboxMode};
 
@@ -63,6 +63,8 @@ pub struct SessionBuilder {
     events: Vec<Draft>,
     ts: u64,
     at: Place,
+    /// The number of the source line kept whole last.
+    kept: Option<usize>,
     open_turn: Option<String>,
     turn_has_content: bool,
     open_step: Option<String>,
@@ -87,6 +89,7 @@ impl SessionBuilder {
             events: Vec::new(),
             ts: created_at,
             at: Place::default(),
+            kept: None,
             open_turn: None,
             turn_has_content: false,
             open_step: None,
@@ -313,9 +316,20 @@ impl SessionBuilder {
         }
     }
 
+    /// Keeps `line` whole as an unknown line when its numbers do not read
+    /// exactly ([`SourceLine::exact`]) and it was not kept already: what it
+    /// mapped to holds those numbers as the nearest the mapping could
+    /// write, and the line beside it the numbers as they were.
+    pub fn keep_inexact(&mut self, kind: &str, line: &SourceLine) {
+        if !line.exact && self.kept != Some(line.number) {
+            self.keep_line(kind, &line.raw);
+        }
+    }
+
     /// A source line with no counterpart in the vocabulary, kept whole as an
     /// `x-<tool>/<kind>` event whose data is the line itself.
     pub fn keep_line(&mut self, kind: &str, raw: &str) {
+        self.kept = Some(self.at.line);
         let kind: String = kind
             .chars()
             .map(|c| {

@@ -279,6 +279,11 @@ impl<'a> Conversation<'a> {
                 .set_time(str_of(&line.value, "timestamp").and_then(parse_time));
             self.builder.set_line(line.place());
             self.line(line);
+            if !line.exact {
+                self.flush_text();
+                let kind = str_of(&line.value, "type").unwrap_or("untyped");
+                self.builder.keep_inexact(kind, line);
+            }
         }
         for child in announced.get(&lines.len()).into_iter().flatten() {
             self.flush_text();

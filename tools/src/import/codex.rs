@@ -19,7 +19,9 @@ use serde_json::Value;
 use sessionlog_schema::{ApprovalPolicy, SandboxMode, SessionHeader};
 
 use super::builder::{image_part, text_part, Origin, Outcome, SessionBuilder};
-use super::source::{derive_session_id, parse_time, str_of, ImportError, SourceLine};
+use super::source::{
+    derive_session_id, numbers_read_exactly, parse_time, str_of, ImportError, SourceLine,
+};
 use super::{ImportedSession, Translation};
 
 /// Whether `lines` look like a Codex rollout (current or legacy).
@@ -85,6 +87,7 @@ pub fn translate(file: &Path, lines: &[SourceLine]) -> Result<Translation, Impor
         builder.set_time(item.ts);
         builder.set_line(item.line.place());
         state.apply(&mut builder, index, item);
+        builder.keep_inexact(&item.kept_kind(), item.line);
     }
     Ok(Translation {
         sessions: vec![ImportedSession {
@@ -511,14 +514,24 @@ impl State {
             }
             Some("function_call") => {
                 builder.model_output(&self.response_key());
+                // Arguments are JSON in a string: numbers in it that do not
+                // read exactly keep the line whole, as the line's own do.
+                let mut inexact = false;
                 let arguments = match payload.get("arguments") {
-                    Some(Value::String(text)) => {
-                        serde_json::from_str(text).unwrap_or_else(|_| Value::from(text.as_str()))
-                    }
+                    Some(Value::String(text)) => match serde_json::from_str(text) {
+                        Ok(arguments) => {
+                            inexact = !numbers_read_exactly(text);
+                            arguments
+                        }
+                        Err(_) => Value::from(text.as_str()),
+                    },
                     Some(other) => other.clone(),
                     None => Value::Null,
                 };
                 builder.tool_start(&call_id(), &tool_name(payload), arguments);
+                if inexact {
+                    builder.keep_line(&item.kept_kind(), raw);
+                }
             }
             Some("custom_tool_call") => {
                 builder.model_output(&self.response_key());

@@ -24,6 +24,10 @@ pub struct SourceLine {
     pub raw: String,
     /// The line, parsed.
     pub value: Value,
+    /// Whether every number of the line reads exactly as `value` holds it
+    /// ([`numbers_read_exactly`]): a line that does not is kept whole
+    /// beside what it maps to, so that nothing of it is lost.
+    pub exact: bool,
 }
 
 /// Where in a transcript: a line and the byte offset it starts at. Line 0
@@ -174,6 +178,7 @@ pub fn read_lines(file: &Path, bytes: &[u8]) -> Result<Vec<SourceLine>, ImportEr
             number,
             offset: place.offset,
             raw: text.trim().to_owned(),
+            exact: numbers_read_exactly(text),
             value,
         });
     }
@@ -269,6 +274,93 @@ fn days_in_month(year: i64, month: i64) -> i64 {
         2 => 28,
         4 | 6 | 9 | 11 => 30,
         _ => 31,
+    }
+}
+
+/// Whether every number in the JSON text `json` reads exactly as a
+/// `serde_json::Value` holds it: an integer within 64 bits, or a number
+/// whose value the double it is read as writes again (`1.5`, `1e5`, `0.1`;
+/// not `123456789012345678901234567890`, nor `0.10000000000000000001`).
+/// The importers map lines through such values, and what they write of a
+/// number that does not read exactly would be another number.
+pub fn numbers_read_exactly(json: &str) -> bool {
+    let bytes = json.as_bytes();
+    let mut at = 0;
+    while let Some(&byte) = bytes.get(at) {
+        match byte {
+            b'"' => {
+                at += 1;
+                while let Some(&inside) = bytes.get(at) {
+                    match inside {
+                        b'\\' => at += 2,
+                        b'"' => break,
+                        _ => at += 1,
+                    }
+                }
+                at += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = at;
+                at += 1;
+                while bytes.get(at).is_some_and(|byte| {
+                    matches!(byte, b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+                }) {
+                    at += 1;
+                }
+                if !number_reads_exactly(&json[start..at]) {
+                    return false;
+                }
+            }
+            _ => at += 1,
+        }
+    }
+    true
+}
+
+/// Whether the JSON number `token`, read as serde_json reads it into a
+/// value and written again, is the same number.
+fn number_reads_exactly(token: &str) -> bool {
+    // Most are integers of a few digits, which every 64-bit integer holds.
+    let digits = token.strip_prefix('-').unwrap_or(token);
+    if digits.len() <= 18 && digits.bytes().all(|byte| byte.is_ascii_digit()) {
+        return true;
+    }
+    let Ok(value) = serde_json::from_str::<Value>(token) else {
+        return false;
+    };
+    let Ok(written) = serde_json::to_string(&value) else {
+        return false;
+    };
+    decimal(token) == decimal(&written)
+}
+
+/// A decimal number's value as its sign, its significant digits (no
+/// leading or trailing zeros) and the exponent of its last digit; zero has
+/// no digits and no sign.
+fn decimal(text: &str) -> (bool, String, i64) {
+    let (negative, text) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (mantissa, exponent) = match text.find(['e', 'E']) {
+        Some(at) => (
+            &text[..at],
+            text[at + 1..].parse::<i64>().unwrap_or(i64::MAX),
+        ),
+        None => (text, 0),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let mut digits = format!("{whole}{fraction}")
+        .trim_start_matches('0')
+        .to_owned();
+    let mut exponent = exponent.saturating_sub(fraction.len() as i64);
+    while digits.ends_with('0') {
+        digits.pop();
+        exponent = exponent.saturating_add(1);
+    }
+    match digits.is_empty() {
+        true => (false, String::new(), 0),
+        false => (negative, digits, exponent),
     }
 }
 
@@ -371,6 +463,27 @@ mod tests {
             parse_time("2025-03-03T10:00:00-23:59"),
             Some(1_741_082_340_000)
         );
+    }
+
+    #[test]
+    fn numbers_that_a_value_changes_are_told_from_those_it_keeps() {
+        for exact in [
+            r#"{"a":1,"b":-2,"c":1.5,"d":1e5,"e":0.1,"f":18446744073709551615}"#,
+            r#"{"g":-9223372036854775808,"h":1.50,"i":100000.0,"j":2.5E-3,"k":-0}"#,
+            r#"{"text":"123456789012345678901234567890 \" 1e999"}"#,
+            "[]",
+        ] {
+            assert!(numbers_read_exactly(exact), "{exact}");
+        }
+        for inexact in [
+            r#"{"n":123456789012345678901234567890}"#,
+            r#"{"m":18446744073709551616}"#,
+            r#"{"x":0.10000000000000000001}"#,
+            r#"[1,{"deep":[-99999999999999999999]}]"#,
+            r#"{"s":"\\","t":12345678901234567890123}"#,
+        ] {
+            assert!(!numbers_read_exactly(inexact), "{inexact}");
+        }
     }
 
     #[test]

@@ -945,3 +945,54 @@ fn a_zstd_file_is_decompressed_up_to_the_bound_and_no_further() {
     let error = refused(&two, 1999);
     assert!(error.contains("more than 1999 bytes"), "{error}");
 }
+
+/// A line whose numbers a JSON value cannot hold exactly (an integer of 30
+/// digits) is mapped as well as the value can, and kept whole beside it
+/// as its `x-` line, so that the numbers as they were are in the log: they
+/// were lost before. In a Codex call's arguments (JSON in a string) too.
+#[test]
+fn a_line_with_numbers_a_value_changes_is_kept_whole_beside_its_event() {
+    let big = "123456789012345678901234567890";
+    let claude = format!(
+        r#"{{"type":"assistant","sessionId":"c-1","message":{{"id":"m1","role":"assistant","content":[{{"type":"tool_use","id":"t1","name":"calc","input":{{"n":{big}}}}}]}}}}"#
+    );
+    let sessions = check_all_valid(Format::Claude, &format!("{claude}\n"));
+    let kept: Vec<&Draft> = sessions[0]
+        .events
+        .iter()
+        .filter(|draft| draft.event_type.starts_with("x-claude/"))
+        .collect();
+    assert_eq!(kept.len(), 1, "{:?}", sessions[0].events);
+    assert!(kept[0].data.contains(big), "{}", kept[0].data);
+    assert!(sessions[0]
+        .events
+        .iter()
+        .any(|draft| draft.event_type == "tool/start"));
+
+    let arguments = serde_json::to_string(&format!(r#"{{"n":{big}}}"#)).unwrap_or_default();
+    let codex = [
+        CODEX_META.to_owned(),
+        format!(
+            r#"{{"type":"response_item","payload":{{"type":"function_call","name":"calc","arguments":{arguments},"call_id":"k1"}}}}"#
+        ),
+    ]
+    .join("\n");
+    let sessions = check_all_valid(Format::Codex, &format!("{codex}\n"));
+    let kept = sessions[0]
+        .events
+        .iter()
+        .filter(|draft| draft.event_type.starts_with("x-codex/") && draft.data.contains(big))
+        .count();
+    assert_eq!(kept, 1, "{:?}", sessions[0].events);
+    // A line whose numbers read exactly is not kept twice.
+    let plain = claude.replace(big, "12");
+    let sessions = check_all_valid(Format::Claude, &format!("{plain}\n"));
+    assert!(
+        !sessions[0]
+            .events
+            .iter()
+            .any(|draft| draft.event_type.starts_with("x-")),
+        "{:?}",
+        sessions[0].events
+    );
+}
