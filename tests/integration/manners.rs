@@ -198,6 +198,59 @@ fn stats_counts_and_report_names_rule_violations_on_stderr() {
     );
 }
 
+/// A header with two values out of the vocabulary is one record that
+/// breaks the rules: `stats`, `replay` and `report` count it once and name
+/// it as the header, where `stats` counted each value and all three called
+/// it an event.
+#[test]
+fn a_header_that_breaks_the_rules_is_named_and_counted_once_by_every_command() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let store = store_with_session(dir.path());
+    let log = dir.path().join("store").join("s1.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap_or_else(|error| panic!("read: {error}"));
+    let body = text
+        .trim_end()
+        .rsplit_once(",\"crc\":")
+        .map_or("", |(body, _)| body)
+        .replace(r#""sandboxMode":null"#, r#""sandboxMode":"bogus""#)
+        .replace(r#""approvalPolicy":null"#, r#""approvalPolicy":"Never""#);
+    let id = sessionlog_schema::SessionId::parse("s1").unwrap_or_else(|error| panic!("{error}"));
+    let crc = sessionlog_schema::record_crc(&id, body.as_bytes());
+    let event = r#"{"seq":1,"ts":1,"type":"turn/start","data":{"turnId":"t1"}"#;
+    let event_crc = sessionlog_schema::record_crc(&id, event.as_bytes());
+    std::fs::write(
+        &log,
+        format!("{body},\"crc\":\"{crc:08x}\"}}\n{event},\"crc\":\"{event_crc:08x}\"}}\n"),
+    )
+    .unwrap_or_else(|error| panic!("write: {error}"));
+    let verified = run(["verify", &store]);
+    verified.expect_code(4);
+    assert!(verified.stdout.contains("bogus"), "{}", verified.stdout);
+
+    let stats = run(["stats", &store, "--json"]);
+    stats.expect_code(0);
+    assert_warned(&stats.stderr, "1 header breaks the rules");
+    let counted: serde_json::Value =
+        serde_json::from_str(&stats.stdout).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(counted["totals"]["violations"], 1);
+    let replayed = run(["replay", &store]);
+    replayed.expect_code(4);
+    assert!(
+        replayed
+            .stdout
+            .contains("1 header breaks the rules (marked ✗ above)"),
+        "{}",
+        replayed.stdout
+    );
+    let html = dir.path().join("report.html");
+    let reported = run(["report", &store, "--html", &arg(&html)]);
+    reported.expect_code(4);
+    assert_warned(
+        &reported.stderr,
+        "1 header breaks the rules; each is marked in",
+    );
+}
+
 /// `replay --from` still folds from the start, and what the log breaks
 /// before the window decides the exit code and is said under the timeline,
 /// though it is not shown.

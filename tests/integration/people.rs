@@ -9,6 +9,7 @@ use std::process::Stdio;
 use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
 
 use crate::cli_support::{run, run_with_stdin, sessionlog, workspace_root, Follower, Run};
+use crate::faults::ok;
 
 #[allow(dead_code)]
 #[path = "../../examples/write_sessions.rs"]
@@ -186,7 +187,8 @@ fn replay_tells_the_story_of_each_example() {
             "approval approval-2 decided: rejected",
             "settled error: ApprovalRejectedError APPROVAL_REJECTED",
             "notice The approval policy changed from \"ask\" to \"never\" (changed by the user).",
-            "checkpoint through seq 15",
+            // A checkpoint is a fact, as the reviewer is shown it.
+            "[fact] checkpoint through seq 15",
             "x-runtime/usage   unknown type, kept as is",
         ],
     );
@@ -249,6 +251,12 @@ fn replay_json_is_one_object_per_event_with_projection_changes() {
     );
     assert_eq!(entries[2]["time"], "2024-05-01T10:00:01.010Z");
     assert!(entries.iter().all(|e| e.get("violation").is_none()));
+    let checkpoints: Vec<&serde_json::Value> = entries
+        .iter()
+        .filter(|entry| entry["type"] == "checkpoint")
+        .collect();
+    assert_eq!(checkpoints.len(), 1);
+    assert_eq!(checkpoints[0]["authority"], "fact");
 }
 
 #[test]
@@ -723,6 +731,47 @@ fn report_is_self_contained_and_escapes_log_text() {
     }
     assert!(html.contains("<a class=\"child-link\" href=\"#session-lead-tests\">"));
     assert!(html.contains("<dd class=\"parent\"><a href=\"#session-lead\">lead</a></dd>"));
+}
+
+/// The index counts a session's own approvals and denials: a child's
+/// inherited ones are its parent's, counted there (they were counted in
+/// both, so an auditor adding the index up counted each twice).
+#[test]
+fn the_report_index_counts_a_childs_own_approvals_not_its_parents() {
+    let dir = temp();
+    let store = dir.path().join("logs");
+    ok(std::fs::create_dir(&store));
+    ok(std::fs::copy(
+        example("approval"),
+        store.join("approval.jsonl"),
+    ));
+    let store_arg = store.display().to_string();
+    run([
+        "fork",
+        &store_arg,
+        "--session",
+        "approval",
+        "--child",
+        "c",
+        "--prompt",
+        "hi",
+    ])
+    .expect_code(0);
+    let html = report(&store, &dir.path().join("report.html"));
+    let counts = |session: &str| {
+        let link =
+            format!("<li><a href=\"#session-{session}\">{session}</a> <span class=\"counts\">");
+        let at = html.find(&link).map_or(0, |at| at + link.len());
+        html[at..].split('<').next().unwrap_or_default().to_owned()
+    };
+    assert_eq!(
+        counts("approval"),
+        "17 events, 0 denials, 2 approvals asked, 0 violations"
+    );
+    assert_eq!(
+        counts("c"),
+        "18 events (17 inherited), 0 denials, 0 approvals asked, 0 violations"
+    );
 }
 
 #[test]

@@ -181,14 +181,25 @@ pub fn counted(count: impl Into<u64>, noun: &str) -> String {
     }
 }
 
-/// What `violations` events break, `seal_failures` of them seals that do
-/// not hold: a seal is marked like a broken rule and named as what it is
-/// (`2 events break the rules, 1 seal does not hold`).
-pub fn what_breaks(violations: u64, seal_failures: u64) -> String {
+/// What `violations` records break, `seal_failures` of them seals that do
+/// not hold and `headers` of them headers: a seal is marked like a broken
+/// rule and named as what it is, and a header is named as a header, not
+/// counted as an event (`1 header and 2 events break the rules, 1 seal does
+/// not hold`).
+pub fn what_breaks(violations: u64, seal_failures: u64, headers: u64) -> String {
     let rules = violations.saturating_sub(seal_failures);
+    let events = rules.saturating_sub(headers);
     let mut found = Vec::new();
-    if rules > 0 {
-        found.push(events_breaking(rules));
+    match (headers, events) {
+        (0, 0) => {}
+        (0, events) => found.push(events_breaking(events)),
+        (1, 0) => found.push("1 header breaks the rules".to_owned()),
+        (headers, 0) => found.push(format!("{headers} headers break the rules")),
+        (headers, events) => found.push(format!(
+            "{} and {} break the rules",
+            counted(headers, "header"),
+            counted(events, "event")
+        )),
     }
     if seal_failures > 0 {
         found.push(match seal_failures {

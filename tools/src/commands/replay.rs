@@ -325,6 +325,8 @@ pub struct TimelineBuilder {
     /// Whether the next entry shown carries the projections whole.
     first_shown: bool,
     violations: usize,
+    /// Whether the header carries one of them.
+    header_breaks: bool,
     seal_failures: usize,
     /// How many of the violations are before the window (`--from`).
     hidden: usize,
@@ -342,6 +344,8 @@ pub struct TimelineSummary {
     pub header: SessionHeader,
     /// How many entries carry a violation (seal failures included).
     pub violations: usize,
+    /// Whether the header's is one of them.
+    pub header_breaks: bool,
     /// How many of those are seals that do not hold.
     pub seal_failures: usize,
     /// How many of the violations (seal failures included) are before the
@@ -402,6 +406,7 @@ impl TimelineBuilder {
             // whole.
             first_shown: window.from.unwrap_or(1) > 1,
             violations: 0,
+            header_breaks: false,
             seal_failures: 0,
             hidden: 0,
             hidden_seal_failures: 0,
@@ -414,6 +419,7 @@ impl TimelineBuilder {
     pub fn header_entry(&mut self) -> Entry {
         let violation = self.header_violation.take();
         self.violations += usize::from(violation.is_some());
+        self.header_breaks |= violation.is_some();
         Entry {
             seq: 0,
             ts: self.header.created_at,
@@ -486,6 +492,7 @@ impl TimelineBuilder {
         TimelineSummary {
             header: self.header,
             violations: self.violations,
+            header_breaks: self.header_breaks,
             seal_failures: self.seal_failures,
             hidden: self.hidden,
             hidden_seal_failures: self.hidden_seal_failures,
@@ -706,14 +713,18 @@ pub fn describe(
                 decided.outcome
             ),
         ),
-        Event::Checkpoint(checkpoint) => (
-            EntryKind::Checkpoint,
-            format!(
-                "checkpoint through seq {}: \"{}\"",
-                checkpoint.through_seq,
-                display(&checkpoint.summary)
-            ),
-        ),
+        Event::Checkpoint(checkpoint) => {
+            // A checkpoint is a fact (SPEC §6), as the reviewer is shown it.
+            entry.authority = Some(Authority::Fact);
+            (
+                EntryKind::Checkpoint,
+                format!(
+                    "checkpoint through seq {}: \"{}\"",
+                    checkpoint.through_seq,
+                    display(&checkpoint.summary)
+                ),
+            )
+        }
         Event::ChildCreated(child) => {
             entry.child = Some(child.child_session_id.clone());
             (
@@ -864,7 +875,8 @@ impl Printer {
                         "{} before the first seq shown (replay without --from marks {})",
                         crate::terminal::what_breaks(
                             summary.hidden as u64,
-                            summary.hidden_seal_failures as u64
+                            summary.hidden_seal_failures as u64,
+                            0
                         ),
                         match summary.hidden {
                             1 => "it",
@@ -980,6 +992,7 @@ impl TextPrinter {
             let found = crate::terminal::what_breaks(
                 summary.violations as u64,
                 summary.seal_failures as u64,
+                u64::from(summary.header_breaks),
             );
             let place = match (summary.violations - summary.hidden, summary.hidden) {
                 (_, 0) => "marked ✗ above".to_owned(),

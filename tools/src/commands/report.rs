@@ -112,9 +112,12 @@ struct Summary {
     timeline: TimelineSummary,
     /// The entries of its timeline, the header's included.
     entries: usize,
-    /// Entries of kind `Denial`.
+    /// Entries of its seeded prefix (a child's inherited events).
+    inherited: usize,
+    /// Own entries of kind `Denial`: a child's inherited ones are its
+    /// parent's, counted there.
     denials: usize,
-    /// Entries of kind `ApprovalAsked`.
+    /// Own entries of kind `ApprovalAsked`.
     approvals_asked: usize,
 }
 
@@ -128,11 +131,13 @@ impl Summary {
     ) -> Result<(Summary, Option<TornTail>)> {
         let mut stream = target.stream(session)?;
         let mut builder = timeline_builder(stream.as_ref(), defaults);
-        let mut counts = (0, 0, 0);
+        let mut counts = (0, 0, 0, 0);
         let mut count = |entry: &Entry| {
+            let own = !entry.inherited;
             counts.0 += 1;
-            counts.1 += usize::from(entry.kind == EntryKind::Denial);
-            counts.2 += usize::from(entry.kind == EntryKind::ApprovalAsked);
+            counts.1 += usize::from(entry.inherited);
+            counts.2 += usize::from(own && entry.kind == EntryKind::Denial);
+            counts.3 += usize::from(own && entry.kind == EntryKind::ApprovalAsked);
         };
         count(&builder.header_entry());
         while let Some(record) = stream.next_event()? {
@@ -141,10 +146,11 @@ impl Summary {
             }
         }
         let torn = stream.finish()?;
-        let (entries, denials, approvals_asked) = counts;
+        let (entries, inherited, denials, approvals_asked) = counts;
         let summary = Summary {
             timeline: builder.finish(),
             entries,
+            inherited,
             denials,
             approvals_asked,
         };
@@ -442,22 +448,23 @@ pub fn run(
         ));
         return Ok(exit::CORRUPT);
     }
-    let (violations, seal_failures) = sections
+    let (violations, seal_failures, headers) = sections
         .iter()
         .filter_map(|section| match section {
             Section::Shown { summary, .. } => Some(&summary.timeline),
             Section::NotShown { .. } => None,
         })
-        .fold((0, 0), |(violations, seals), timeline| {
+        .fold((0, 0, 0), |(violations, seals, headers), timeline| {
             (
                 violations + timeline.violations,
                 seals + timeline.seal_failures,
+                headers + u64::from(timeline.header_breaks),
             )
         });
     if violations > 0 {
         warn(format!(
             "{}; each is marked in {}",
-            crate::terminal::what_breaks(violations as u64, seal_failures as u64),
+            crate::terminal::what_breaks(violations as u64, seal_failures as u64, headers),
             out.display()
         ));
     }
@@ -972,8 +979,12 @@ fn render_nav_item(html: &mut String, section: &Section, links: Links<'_>) {
             };
             let _ = writeln!(
                 html,
-                "<li><a href=\"{}\">{id}</a> <span class=\"counts\">{events} events, {} denial{}, {} approval{} asked, {} violation{}{}</span></li>",
+                "<li><a href=\"{}\">{id}</a> <span class=\"counts\">{events} events{}, {} denial{}, {} approval{} asked, {} violation{}{}</span></li>",
                 links.session(id.as_str()),
+                match summary.inherited {
+                    0 => String::new(),
+                    inherited => format!(" ({inherited} inherited)"),
+                },
                 summary.denials,
                 plural(summary.denials),
                 summary.approvals_asked,
@@ -1064,7 +1075,11 @@ fn render_session(
         let _ = writeln!(
             html,
             "<p class=\"violations\">{}; each is marked below.</p>",
-            crate::terminal::what_breaks(timeline.violations as u64, timeline.seal_failures as u64)
+            crate::terminal::what_breaks(
+                timeline.violations as u64,
+                timeline.seal_failures as u64,
+                u64::from(timeline.header_breaks)
+            )
         );
     }
     let audited: BTreeMap<u64, &Row> = audit

@@ -36,8 +36,14 @@ struct SessionStats {
     corrupt: Option<String>,
     /// Why its log could not be opened or read (an I/O error), if so.
     unreadable: Option<String>,
-    /// Events of the good prefix that break a rule (`verify` names them).
+    /// Records of the good prefix that break a rule (`verify` names them):
+    /// its events, and the header once, however many of its values are
+    /// out of the vocabulary.
     violations: u64,
+    /// Whether the header is one of them (said apart, not a member of the
+    /// JSON).
+    #[serde(skip)]
+    header_breaks: bool,
     /// How many of those are seals that do not hold (said apart, not a
     /// member of the JSON).
     #[serde(skip)]
@@ -258,7 +264,8 @@ fn read(
     let mut stream = target.stream(session)?;
     // The header as stored (its own member order), which its seals cover.
     stats.bytes = (stream.header_body().len() + CRC_SUFFIX_LEN + 1) as u64;
-    stats.violations = stream.header_vocabulary_errors().len() as u64;
+    stats.header_breaks = !stream.header_vocabulary_errors().is_empty();
+    stats.violations = u64::from(stats.header_breaks);
     let mut state = SessionState::with_header_body(stream.header().clone(), stream.header_body());
     fold_stream(&mut *stream, &mut state, |record, folded, _| {
         stats.violations += u64::from(folded.is_err());
@@ -307,7 +314,11 @@ fn warn_of(label: &str, stats: &SessionStats) {
     if stats.violations > 0 {
         warn(format!(
             "{label}: {} (`sessionlog verify` names them)",
-            crate::terminal::what_breaks(stats.violations, stats.seal_failures)
+            crate::terminal::what_breaks(
+                stats.violations,
+                stats.seal_failures,
+                u64::from(stats.header_breaks)
+            )
         ));
     }
 }
