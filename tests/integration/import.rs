@@ -302,6 +302,39 @@ fn a_folder_that_cannot_be_listed_fails_alone() {
     );
 }
 
+/// A transcript whose header would pass the record limit (a `cwd` of
+/// 17 MiB) fails its file, naming the session once: imported, it was a log
+/// `verify` called corrupt at line 1, and a database kept it.
+#[test]
+fn a_header_above_the_record_limit_fails_its_file() {
+    let dir = temp();
+    let line = serde_json::json!({
+        "type": "user",
+        "message": {"role": "user", "content": "go"},
+        "sessionId": "s-cwd",
+        "timestamp": "2025-12-01T10:00:01.000Z",
+        "uuid": "u1",
+        "cwd": format!("/{}", "c".repeat(17 << 20)),
+    });
+    let source = dir.path().join("big.jsonl");
+    ok(std::fs::write(&source, format!("{line}\n")));
+    for store in ["folder", "sessions.db"] {
+        let store = dir.path().join(store);
+        let failed = import("claude", std::slice::from_ref(&source), &store);
+        failed.expect_code(1);
+        assert!(
+            failed
+                .stderr
+                .contains("invalid header: session claude-s-cwd: the header record would be"),
+            "{}",
+            failed.stderr
+        );
+        assert!(!failed
+            .stderr
+            .contains("session claude-s-cwd: invalid header"));
+    }
+}
+
 /// A rollout compressed a frame at a time (`cat a.zst b.zst`, or a writer
 /// that flushes a frame now and then) imports whole: every frame is read,
 /// not the first alone, which once imported the first lines and exit 0.

@@ -366,7 +366,11 @@ pub fn write(
                     .map_or(Place::default(), |draft| draft.at),
                 _ => Place::default(),
             };
-            let reason = format!("session {}: {error}", session.header.id);
+            // A header's refusal names its session already.
+            let reason = match &error {
+                StoreError::InvalidHeader(_) => error.to_string(),
+                _ => format!("session {}: {error}", session.header.id),
+            };
             return Err(ImportError::at_place(path, line, reason));
         }
         prepared.push((session.header, records));
