@@ -19,6 +19,7 @@
 
 use std::fs::{File, TryLockError};
 use std::io::Read;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -127,6 +128,17 @@ pub(crate) fn migration_lock_name(token: &str) -> String {
     format!(".migrate-{token}.lock")
 }
 
+/// The millisecond of the last token this process gave.
+static LAST_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Moves the tokens this process gives to after `ms`, which a test sets
+/// far ahead of the clock: the tokens given next are then `ms + 1`,
+/// `ms + 2`, … whatever time the test takes.
+#[cfg(test)]
+pub(crate) fn give_tokens_after(ms: u64) {
+    LAST_MS.fetch_max(ms, Ordering::Relaxed);
+}
+
 /// A `<pid>-<ms>` token for temporary names made now by this process,
 /// never one it gave before: two creations of one session in the same
 /// millisecond (two threads, or two handles of the store) must not share a
@@ -136,8 +148,6 @@ pub(crate) fn migration_lock_name(token: &str) -> String {
 /// container sharing the folder): every temporary file is created with
 /// `O_EXCL`, so that the name being taken is told, and never removed.
 pub(crate) fn new_token() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static LAST_MS: AtomicU64 = AtomicU64::new(0);
     let now = crate::writer::now_ms();
     let previous = LAST_MS
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {

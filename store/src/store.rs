@@ -162,7 +162,7 @@ impl Store {
             Backend::Sqlite => {
                 require_existing(path, "no such store; create it first")?;
                 refuse_non_regular_database(path)?;
-                sqlite_store(path, SqliteStore::open)
+                sqlite_store(path, SqliteStore::open_existing)
             }
             Backend::Jsonl => {
                 require_existing(path, "no such store; create it first")?;

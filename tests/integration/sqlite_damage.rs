@@ -325,6 +325,44 @@ fn folder_bytes(folder: &Path) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
+/// Nor do the commands that write to a session a store already holds:
+/// `append`, `seal`, `preset` and `fork` on an empty file once made it a
+/// store (WAL, the schema, mode 0644) before finding no session there.
+/// Only `create` makes it one, private to its owner.
+#[test]
+fn only_create_makes_an_empty_file_a_store() {
+    use std::os::unix::fs::PermissionsExt;
+    let folder = ok(tempfile::tempdir());
+    let empty = folder.path().join("empty.db");
+    ok(std::fs::write(&empty, b""));
+    ok(std::fs::set_permissions(
+        &empty,
+        std::fs::Permissions::from_mode(0o644),
+    ));
+    let key = folder.path().join("seal.key");
+    run(["keygen", &text(&key)]).expect_code(0);
+    let database = text(&empty);
+    for arguments in [
+        vec!["append", &database, "--session", "a"],
+        vec!["seal", &database, "--session", "a", "--key", &text(&key)],
+        vec!["preset", &database, "--session", "a", "read-only"],
+        vec!["fork", &database, "--session", "a", "--child", "b"],
+    ] {
+        let refused = crate::cli_support::run_command(sessionlog(&arguments), Some(""));
+        assert_eq!(refused.code, 1, "{arguments:?}: {refused:?}");
+        assert!(
+            refused.stderr.contains("not a sessionlog store"),
+            "{arguments:?}: {}",
+            refused.stderr
+        );
+        assert_eq!(ok(std::fs::read(&empty)), b"", "{arguments:?} changed it");
+    }
+    run(["create", &database, "--session", "a"]).expect_code(0);
+    let mode = ok(std::fs::metadata(&empty)).permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "a store is private to its owner");
+    run(["verify", &database]).expect_code(0);
+}
+
 #[test]
 fn readers_never_adopt_another_applications_database_nor_an_empty_file() {
     let folder = ok(tempfile::tempdir());

@@ -341,6 +341,29 @@ struct SqliteSink {
     _lock: File,
 }
 
+/// Whether an open makes a database with no table a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Adopt {
+    /// A new or empty database becomes a store (`create`, `migrate`).
+    Empty,
+    /// Only a sessionlog store is opened.
+    Nothing,
+}
+
+/// Makes the database file at `path`, about to become a store, private to
+/// its owner (0600), as a database the store creates is: an empty file
+/// made by hand may have been readable by others.
+fn make_private(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::PermissionsExt;
+    let metadata =
+        std::fs::metadata(path).map_err(|source| StoreError::io("stat", path, source))?;
+    if metadata.permissions().mode() & 0o077 == 0 {
+        return Ok(());
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|source| StoreError::io("make private (chmod 600)", path, source))
+}
+
 impl SqliteStore {
     /// Opens the database at `path` for writing, creating it (0600) when
     /// missing, and brings its schema to [`SCHEMA_VERSION`]. A newer schema
@@ -354,10 +377,33 @@ impl SqliteStore {
 
     /// [`SqliteStore::open`] with every commit going through `io`.
     pub fn open_with_io(path: &Path, io: Io) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_as(path, io, Adopt::Empty)
+    }
+
+    /// Opens the sessionlog store at `path` for writing, as
+    /// [`SqliteStore::open`] does, but makes nothing a store: a database
+    /// with no table (an empty file among them) is refused as not a
+    /// sessionlog store, unchanged. For the commands that write to a
+    /// session a store already holds, which must not turn a mistyped
+    /// file into a store before finding no session there.
+    pub fn open_existing(path: &Path) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_as(path, Io::default(), Adopt::Nothing)
+    }
+
+    fn open_as(path: &Path, io: Io, adopt: Adopt) -> Result<SqliteStore, StoreError> {
         create_database_file(path)?;
         let mut writer = open_connection(path, Access::ReadWrite)?;
         match identify(&writer, path)? {
-            Identity::Empty | Identity::Sessionlog(_) => {}
+            Identity::Sessionlog(_) => {}
+            Identity::Empty => match adopt {
+                Adopt::Empty => make_private(path)?,
+                Adopt::Nothing => {
+                    return Err(not_a_store(
+                        path,
+                        "a database with no table; `sessionlog create` makes it a store".to_owned(),
+                    ))
+                }
+            },
             Identity::Foreign(reason) => return Err(not_a_store(path, reason)),
             Identity::Newer(found) => return Err(newer_schema(path, found)),
         }
