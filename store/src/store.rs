@@ -808,6 +808,10 @@ impl SqliteStore {
     fn open_read_only(_: &Path) -> Result<(), StoreError> {
         Ok(())
     }
+
+    fn open_existing(_: &Path) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 /// Refuses a database path that is no regular file: a FIFO or a device
