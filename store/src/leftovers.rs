@@ -19,8 +19,8 @@
 
 use std::fs::{File, TryLockError};
 use std::io::Read;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use crate::io::Io;

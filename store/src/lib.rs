@@ -114,8 +114,8 @@ pub use migrate::{
     MigratePhase, MigrateProgress, MigrateReport, MigrateWarning, SessionSource,
 };
 pub use reader::{
-    chain_head, fold_through, read_snapshot_from, EventBody, FoldedEvent, Lend, LogReader,
-    Projections, Rewind, SessionStream, Snapshot, Unproven,
+    chain_head, file_kind, fold_through, read_snapshot_from, EventBody, FoldedEvent, Lend,
+    LogReader, Projections, Rewind, SessionStream, Snapshot, Unproven,
 };
 pub use review::{
     ask_reviewer, bounded_failure_message, verdict_events, ReviewCallError, ReviewOptions,

@@ -912,7 +912,7 @@ pub(crate) fn ensure_regular_file(file: &File, path: &Path) -> Result<(), StoreE
 /// What a file of `file_type` is, in the words a refusal names it by
 /// (`a FIFO`, `a symbolic link`); `None` for a regular file, the only
 /// kind a log or a database is.
-pub(crate) fn file_kind(file_type: std::fs::FileType) -> Option<&'static str> {
+pub fn file_kind(file_type: std::fs::FileType) -> Option<&'static str> {
     use std::os::unix::fs::FileTypeExt;
     if file_type.is_file() {
         return None;

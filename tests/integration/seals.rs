@@ -1518,3 +1518,50 @@ fn a_secret_key_others_may_read_is_warned_of() {
         shared.stderr
     );
 }
+
+/// A FIFO named as the secret key is refused as what it is, at once: the
+/// key was opened blocking, so `seal` and `append --seal-key` waited for a
+/// writer for ever. So is a file far longer than a key.
+#[test]
+fn a_key_that_is_a_fifo_or_far_too_long_is_refused_at_once() {
+    let dir = ok(tempfile::tempdir());
+    let (store, _key) = signed_store(dir.path());
+    let fifo = dir.path().join("key.fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|status| status.success()), "mkfifo");
+    let long = dir.path().join("long.key");
+    ok(std::fs::write(&long, "x".repeat(1 << 20)));
+    for (key, expected) in [
+        (&fifo, "a FIFO, not a secret key file"),
+        (&long, "too long"),
+    ] {
+        let mut child = ok(crate::cli_support::sessionlog([
+            "seal",
+            path_str(&store),
+            "--session",
+            "s",
+            "--key",
+            path_str(key),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = ok(child.try_wait()) {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("seal with the key {} never returned", key.display());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        if let Some(mut pipe) = child.stderr.take() {
+            ok(std::io::Read::read_to_string(&mut pipe, &mut stderr));
+        }
+        assert_eq!(status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+    }
+}

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use sessionlog_projections::Anchor;
 use sessionlog_schema::SealSecretKey;
 use sessionlog_store::{chain_head, WriterOptions};
@@ -169,15 +169,31 @@ fn head_of(target: &Target, session: &crate::target::SessionRef) -> Result<Ancho
     Ok(anchor)
 }
 
+/// The most a secret key file may hold: `keygen` writes one line of a
+/// hundred bytes or so.
+const MAX_KEY_FILE_BYTES: u64 = 64 << 10;
+
 /// Reads a secret key file written by `keygen`. One that others may read
 /// (`keygen` makes it 0600) is used, with a warning: whoever can read it
 /// can sign seals as its owner.
 pub fn read_secret_key(path: &Path) -> Result<SealSecretKey> {
     use std::io::Read;
-    use std::os::unix::fs::PermissionsExt;
-    let mut file = std::fs::File::open(path).with_context(|| format!("read {}", path.display()))?;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    // Not blocking: a FIFO in the key's place would wait for a writer for
+    // ever; it is refused below as what it is.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .with_context(|| format!("read {}", path.display()))?;
     // The mode of the file read, not of what the path names a moment later.
     if let Ok(metadata) = file.metadata() {
+        if let Some(kind) = sessionlog_store::file_kind(metadata.file_type()) {
+            bail!(UsageError(format!(
+                "{}: {kind}, not a secret key file",
+                path.display()
+            )));
+        }
         let mode = metadata.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
             // A warning is written escaped, as every line is.
@@ -189,8 +205,16 @@ pub fn read_secret_key(path: &Path) -> Result<SealSecretKey> {
         }
     }
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
+    // A key file is a line of text: what is past a few kilobytes is no key.
+    file.take(MAX_KEY_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
         .with_context(|| format!("read {}", path.display()))?;
+    if bytes.len() as u64 > MAX_KEY_FILE_BYTES {
+        bail!(UsageError(format!(
+            "{}: more than {MAX_KEY_FILE_BYTES} bytes, too long for a secret key file",
+            path.display()
+        )));
+    }
     let text = String::from_utf8(bytes).map_err(|_| {
         UsageError(format!(
             "{}: a secret key file is UTF-8 text",
