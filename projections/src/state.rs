@@ -30,6 +30,20 @@ use crate::chain::Chain;
 use crate::seal::check_own_seal;
 use crate::{SealInfo, Violation, ViolationKind};
 
+/// The violation of an event at `seq` whose type is spelled in characters
+/// no type may hold (empty, a control or bidirectional formatting
+/// character); `None` for a type the fold takes. A writer asks it before
+/// anything else of an event, so that such a type is a rule violation
+/// however else the event would be refused.
+pub fn type_violation(seq: u64, event_type: &str) -> Option<Violation> {
+    event_type_error(event_type).map(|message| Violation {
+        seq,
+        event_type: event_type.to_owned(),
+        kind: ViolationKind::Shape,
+        message: format!("type: {message}"),
+    })
+}
+
 /// The configured defaults a session falls back on when neither its own
 /// switches nor its header set a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -738,14 +752,9 @@ impl SessionState {
     fn check_next_seq(&self, record: &EventRecord) -> Result<(), Violation> {
         let expected = self.seq.saturating_add(1);
         if record.seq() == expected {
-            return match event_type_error(record.event_type()) {
+            return match type_violation(record.seq(), record.event_type()) {
                 None => Ok(()),
-                Some(message) => Err(Violation {
-                    seq: record.seq(),
-                    event_type: record.event_type().to_owned(),
-                    kind: ViolationKind::Shape,
-                    message: format!("type: {message}"),
-                }),
+                Some(violation) => Err(violation),
             };
         }
         Err(Violation::rule(

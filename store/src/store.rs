@@ -1333,12 +1333,18 @@ pub(crate) mod tests {
             "{refused:?}"
         );
         assert!(!ok(store.contains(&id("b"))));
-        // A NUL in a value kept in a text column of its own: PostgreSQL's
-        // text cannot hold it, so no backend takes it.
+        // A NUL in a type: no type may hold one, a rule violation as
+        // `verify` finds it (PostgreSQL's text could not store it either).
         let refused = writer.append(event("note/a\0b", "{}", 3), None);
+        assert!(
+            matches!(&refused, Err(StoreError::Rule { path, violation }) if path == writer.path() && violation.seq == 3 && violation.message.contains("U+0000")),
+            "{refused:?}"
+        );
+        // An event refused as invalid names its log.
+        let refused = writer.append(event("note/test", "{", 3), None);
         let place = crate::store_display(writer.path());
         assert!(
-            matches!(&refused, Err(StoreError::InvalidEvent(message)) if message.contains("NUL") && message.starts_with(&format!("{place}: seq 3"))),
+            matches!(&refused, Err(StoreError::InvalidEvent(message)) if message.contains("not JSON") && message.starts_with(&format!("{place}: seq 3"))),
             "{refused:?}"
         );
         // The place names the session, not only the store that holds it.

@@ -399,14 +399,14 @@ impl SessionWriter {
         let mut checked = Ok(());
         for (index, event) in events.iter().enumerate() {
             let seq = self.written_seq + 1 + index as u64;
-            let record =
-                match build_record(seq, if index == 0 { batch } else { None }, event.clone()) {
-                    Ok(record) => record,
-                    Err(error) => {
-                        checked = Err(self.naming_the_log(error));
-                        break;
-                    }
-                };
+            let record = match self.build(seq, if index == 0 { batch } else { None }, event.clone())
+            {
+                Ok(record) => record,
+                Err(error) => {
+                    checked = Err(error);
+                    break;
+                }
+            };
             if let Err(violation) = self.state.apply(&record) {
                 checked = Err(StoreError::Rule {
                     path: self.path.clone(),
@@ -427,8 +427,7 @@ impl SessionWriter {
         let mut records = Vec::with_capacity(events.len() + 1);
         for (index, event) in events.into_iter().enumerate() {
             let seq = self.written_seq + 1 + index as u64;
-            let record = build_record(seq, if index == 0 { batch } else { None }, event)
-                .map_err(|error| self.naming_the_log(error))?;
+            let record = self.build(seq, if index == 0 { batch } else { None }, event)?;
             self.state
                 .apply(&record)
                 .map_err(|violation| StoreError::Rule {
@@ -562,8 +561,7 @@ impl SessionWriter {
     /// staged together share one fsync.
     pub fn stage(&mut self, event: NewEvent, expected_seq: Option<u64>) -> Result<u64, StoreError> {
         self.check_usable(expected_seq)?;
-        let record = build_record(self.written_seq + 1, None, event)
-            .map_err(|error| self.naming_the_log(error))?;
+        let record = self.build(self.written_seq + 1, None, event)?;
         let event = self
             .state
             .check(&record)
@@ -591,6 +589,25 @@ impl SessionWriter {
         self.state.apply_checked(&record, event);
         self.absorb_fragments(std::slice::from_ref(&record));
         Ok(record.seq())
+    }
+
+    /// The record of `event` at `seq`, refused as [`build_record`] refuses
+    /// it, but a type no type may be spelled with first, as the rule
+    /// violation `verify` finds it to be (a NUL in it was refused as what
+    /// PostgreSQL cannot store: exit 1 where `verify` says 4).
+    fn build(
+        &self,
+        seq: u64,
+        batch: Option<u64>,
+        event: NewEvent,
+    ) -> Result<EventRecord, StoreError> {
+        if let Some(violation) = sessionlog_projections::type_violation(seq, &event.event_type) {
+            return Err(StoreError::Rule {
+                path: self.path.clone(),
+                violation,
+            });
+        }
+        build_record(seq, batch, event).map_err(|error| self.naming_the_log(error))
     }
 
     /// `error`, when it refuses an event as invalid, naming the log it was

@@ -299,6 +299,25 @@ fn replay_from_counts_what_breaks_the_rules_before_its_window() {
 // append: unknown types, batches, and the preset writer
 // ---------------------------------------------------------------------------
 
+/// A type no type may be spelled with is a rule violation when appended
+/// (exit 4), as `verify` finds it in a log: a NUL in it was exit 1, refused
+/// as what PostgreSQL's text cannot store, while a BEL was exit 4.
+#[test]
+fn append_refuses_a_type_with_a_nul_as_the_rule_violation_verify_finds() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let store = store_with_session(dir.path());
+    for (spelled, character) in [(r"x-\u0000", "U+0000"), (r"x-\u0007", "U+0007")] {
+        let line = format!(r#"{{"type":"{spelled}","data":1}}"#);
+        let refused = crate::cli_support::run_with_stdin(
+            ["append", &store, "--session", "s1"],
+            &format!("{line}\n"),
+        );
+        refused.expect_code(4);
+        assert!(refused.stderr.contains(character), "{}", refused.stderr);
+    }
+    run(["verify", &store]).expect_code(0);
+}
+
 #[test]
 fn append_warns_of_an_unknown_type_with_the_closest_known_and_strict_refuses_it() {
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
