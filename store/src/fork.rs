@@ -1126,12 +1126,17 @@ fn publish(io: &Io, folder: &Path, temp: &Path, path: &Path) -> Result<(), Store
         .map_err(|source| StoreError::io("fsync folder", folder, source))
 }
 
+/// The refusal of a fork into `child_path` that delegation refused: a child
+/// with its parent's id exists already when the parent's log is at the
+/// child's name; a lone log of another name is refused for what it is.
 fn delegation_error(error: DelegationError, child_path: &Path) -> StoreError {
     match error {
-        DelegationError::ChildIsParent { child } => StoreError::AlreadyExists {
-            id: child,
-            path: child_path.to_owned(),
-        },
+        DelegationError::ChildIsParent { child } if child_path.symlink_metadata().is_ok() => {
+            StoreError::AlreadyExists {
+                id: child,
+                path: child_path.to_owned(),
+            }
+        }
         other => StoreError::InvalidEvent(format!("fork: {other}")),
     }
 }

@@ -510,3 +510,39 @@ fn a_time_no_backend_stores_is_neither_forked_nor_migrated_and_names_its_session
         migrated.stderr
     );
 }
+
+/// A lone log forked into a child with its own session's id is refused for
+/// that, not as a child that already exists at a file that does not: the
+/// log's file is named otherwise.
+#[test]
+fn a_lone_log_forked_into_its_own_id_is_refused_for_that() {
+    let folder = ok(tempfile::tempdir());
+    let source = folder.path().join("source");
+    run(["create", &text(&source), "--session", "c"]).expect_code(0);
+    let lone_folder = folder.path().join("lone");
+    ok(std::fs::create_dir(&lone_folder));
+    let lone = lone_folder.join("kept-by-hand.jsonl");
+    ok(std::fs::copy(source.join("c.jsonl"), &lone));
+    let refused = run(["fork", &text(&lone), "--child", "c"]);
+    refused.expect_code(1);
+    assert!(
+        refused
+            .stderr
+            .contains("the child id c is the parent's own id"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        !refused.stderr.contains("already exists"),
+        "{}",
+        refused.stderr
+    );
+    // In a store, the child's name is the parent's log: it exists.
+    let in_store = run(["fork", &text(&source), "--session", "c", "--child", "c"]);
+    in_store.expect_code(1);
+    assert!(
+        in_store.stderr.contains("already exists"),
+        "{}",
+        in_store.stderr
+    );
+}
