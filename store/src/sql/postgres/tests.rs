@@ -498,20 +498,18 @@ fn a_writer_in_another_store_handle_is_locked_out_until_it_closes() {
         .is_ok());
 }
 
-#[test]
-fn a_writer_that_lost_its_lock_is_fenced_by_the_last_seq() {
-    let Some(schema) = postgres_store() else {
-        return;
-    };
-    let store = engine(&schema);
+/// A writer of session `a` (made in `store`) that appended one event, then
+/// had the connection that holds its lock ended by the server.
+fn writer_cut_off_after_one(
+    schema: &PostgresSchema,
+    store: &PostgresStore,
+) -> crate::SessionWriter {
     ok(store.create_session(&header("a"), &[], Durability::Fsync));
-    let mut stale = ok(store.open_writer(&id("a"), WriterOptions::default()));
-    ok(stale.append(note("one"), Some(1)));
-    // The stale writer's lock is taken from it behind its back, as when
-    // its connection was cut and another host took over.
+    let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+    ok(writer.append(note("one"), Some(1)));
     let key = lock_key("writer", &schema.schema, "a");
     execute(
-        &schema,
+        schema,
         &format!(
             "SELECT pg_terminate_backend(pid) FROM pg_locks
              WHERE locktype = 'advisory' AND objsubid = 1
@@ -519,6 +517,18 @@ fn a_writer_that_lost_its_lock_is_fenced_by_the_last_seq() {
         ),
     );
     std::thread::sleep(Duration::from_millis(200));
+    writer
+}
+
+#[test]
+fn a_writer_that_lost_its_lock_is_fenced_by_the_last_seq() {
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    let store = engine(&schema);
+    // The stale writer's lock is taken from it behind its back, as when
+    // its connection was cut and another host took over.
+    let mut stale = writer_cut_off_after_one(&schema, store);
     let mut successor = ok(store.open_writer(&id("a"), WriterOptions::default()));
     ok(successor.append(note("two"), Some(2)));
     let late = stale.append(note("late"), Some(2));
@@ -548,19 +558,7 @@ fn an_append_cut_off_by_the_server_names_its_session() {
         return;
     };
     let store = engine(&schema);
-    ok(store.create_session(&header("a"), &[], Durability::Fsync));
-    let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
-    ok(writer.append(note("one"), Some(1)));
-    let key = lock_key("writer", &schema.schema, "a");
-    execute(
-        &schema,
-        &format!(
-            "SELECT pg_terminate_backend(pid) FROM pg_locks
-             WHERE locktype = 'advisory' AND objsubid = 1
-               AND ((classid::bigint << 32) | objid::bigint) = {key}"
-        ),
-    );
-    std::thread::sleep(Duration::from_millis(200));
+    let mut writer = writer_cut_off_after_one(&schema, store);
     let cut = writer.append(note("two"), Some(2));
     let Err(error @ StoreError::Postgres { .. }) = cut else {
         panic!("an append on an ended connection: {cut:?}");
