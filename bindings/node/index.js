@@ -100,6 +100,17 @@ function checkOptionalString(value, name) {
   return value
 }
 
+/**
+ * Refuses a text with a lone surrogate: passed to Rust it would become
+ * U+FFFD, a text that is not the one given (a pending action the reviewer
+ * would read otherwise than the tool).
+ */
+function wellFormed(text, what) {
+  if (!text.isWellFormed()) {
+    throw invalidArgument(`${what} holds a lone surrogate (not Unicode text)`)
+  }
+}
+
 /** An optional boolean option: `fallback` when absent, never a coerced value. */
 function checkBoolean(value, name, fallback) {
   if (value === undefined || value === null) return fallback
@@ -191,7 +202,10 @@ function encodeEventChecked(event, index) {
 
 /** A JSON value given as an object, or as its JSON text passed through. */
 function jsonText(value, what) {
-  if (typeof value === 'string') return value
+  if (typeof value === 'string') {
+    wellFormed(value, what)
+    return value
+  }
   const text = JSON.stringify(value)
   if (text === undefined) throw invalidArgument(`${what} must be a JSON value, not ${describe(value)}`)
   return text
@@ -214,6 +228,9 @@ class Store {
    */
   static async open(location, options) {
     if (typeof location !== 'string') throw invalidArgument(`location must be a string, not ${describe(location)}`)
+    if (location.trim() === '') {
+      throw invalidArgument('location is empty: name a folder of logs, a .db file or a postgres:// URL')
+    }
     const create = checkBoolean(optionsOf(options).create, 'create', false)
     // The addon makes a path absolute (a later process.chdir moves nothing).
     const handle = await call(native.openStore(location, create))
@@ -480,6 +497,11 @@ class Writer {
           `the writer of session ${this.id} was opened with keepSnapshot: false and holds no snapshot; open it without that option to build review requests`,
         )
       }
+      // As the same action given as an object is refused (by the strict
+      // reading of its values), never read as another action.
+      if (typeof pending === 'string' && !pending.isWellFormed()) {
+        throw new SessionlogError('INVALID_ACTION', 'the pending action holds a lone surrogate (not Unicode text)')
+      }
       text = jsonText(pending, 'the pending action')
       maxBytes = checkInteger(options.maxBytes, 'maxBytes', 1) ?? DEFAULT_MAX_REQUEST_BYTES
     } catch (error) {
@@ -634,8 +656,9 @@ function parseReviewResult(reply) {
   let text
   try {
     text = jsonText(reply, 'the reply')
-  } catch {
-    throw new SessionlogError('AUTO_REVIEW_FAILED', `the reply must be a JSON value, not ${describe(reply)}`)
+  } catch (error) {
+    const message = typeof reply === 'string' ? error.message : `the reply must be a JSON value, not ${describe(reply)}`
+    throw new SessionlogError('AUTO_REVIEW_FAILED', message)
   }
   try {
     return JSON.parse(native.parseReviewResultJson(text))
@@ -653,6 +676,7 @@ function chatCompletionsBody(requestText, model) {
   if (typeof requestText !== 'string') {
     throw new SessionlogError('INVALID_ARGUMENT', `the request must be its JSON text, not ${describe(requestText)}`)
   }
+  wellFormed(requestText, 'the request')
   const chosen = checkOptionalString(model, 'model')
   try {
     return native.chatCompletionsBodyJson(requestText, chosen ?? null)
@@ -669,6 +693,9 @@ function chatCompletionsBody(requestText, model) {
 function chatCompletionsReply(responseText) {
   if (typeof responseText !== 'string') {
     throw new SessionlogError('AUTO_REVIEW_FAILED', `the answer must be its body text, not ${describe(responseText)}`)
+  }
+  if (!responseText.isWellFormed()) {
+    throw new SessionlogError('AUTO_REVIEW_FAILED', 'the answer holds a lone surrogate (not Unicode text)')
   }
   try {
     return JSON.parse(native.chatCompletionsReplyJson(responseText))

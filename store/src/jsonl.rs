@@ -1379,6 +1379,39 @@ mod tests {
         assert_eq!(reopened.next_seq(), 5, "the four events written are whole");
     }
 
+    /// A poisoned writer's state may be past its log (the event of the
+    /// failed write folded in): it builds no review request, which would
+    /// show the reviewer an event the log does not hold.
+    #[test]
+    fn a_poisoned_writer_builds_no_review_request() {
+        let (_dir, store) = store();
+        let faults = Arc::new(FailNextFsync::default());
+        let store = store.with_io(Io::with_faults(faults.clone()));
+        let session = created(&store, "poisoned");
+        let mut writer = open_writer(&store, &session);
+        faults.0.store(true, Ordering::SeqCst);
+        assert!(writer.append(turn(1), None).is_err());
+        let pending = sessionlog_projections::parse_pending_action(
+            br#"{"callId":"c1","stepId":"s1","name":"shell","arguments":{}}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let refused = writer.review_request(&pending, 1 << 20);
+        match refused {
+            Err(error) => {
+                assert_eq!(
+                    error.code,
+                    sessionlog_projections::ReviewErrorCode::InvalidLog
+                );
+                assert!(
+                    error.message.contains("failed a write"),
+                    "{}",
+                    error.message
+                );
+            }
+            Ok(request) => panic!("a poisoned writer built {request}"),
+        }
+    }
+
     #[test]
     fn a_failed_fsync_poisons_the_writer_until_reopen() {
         let (_dir, store) = store();

@@ -256,12 +256,25 @@ impl SessionWriter {
     /// read again, and each shown event's fragment was rendered once, when
     /// the writer folded it. Fails closed like the request builder; a writer opened
     /// without `keep_snapshot` holds no snapshot and refuses with
-    /// `INVALID_LOG`.
+    /// `INVALID_LOG`, as does a poisoned one (a failed write may have left
+    /// its state past the log).
     pub fn review_request(
         &self,
         pending: &PendingAction,
         max_bytes: usize,
     ) -> Result<String, ReviewError> {
+        // A failed write left the state past what the log holds: the
+        // request would show the reviewer an event that is not history.
+        if let Some(cause) = &self.poisoned {
+            return Err(ReviewError::new(
+                ReviewErrorCode::InvalidLog,
+                format!(
+                    "the writer of {} failed a write ({cause}) and may hold events the log does not; \
+                     reopen the session to build a review request from what the log holds",
+                    crate::store_display(&self.path)
+                ),
+            ));
+        }
         let (Some(events), Some(fragments)) = (&self.events, &self.review_fragments) else {
             return Err(ReviewError::new(
                 ReviewErrorCode::InvalidLog,

@@ -99,6 +99,13 @@ test('the review request is byte for byte what `sessionlog review-request` print
     await rejectsWith(writer.reviewRequest(wrongStep), 'STEP_MISMATCH')
     await rejectsWith(writer.reviewRequest({ ...pendingAction, callId: 'c1' }), 'DUPLICATE_CALL_ID')
     await rejectsWith(writer.reviewRequest({ ...pendingAction, extra: 1 }), 'INVALID_ACTION')
+    // A lone surrogate is refused whether the action comes as an object or
+    // as its text (which once reached the reviewer as U+FFFD).
+    const lone = { ...pendingAction, arguments: { command: 'rm -rf x\ud800' } }
+    await rejectsWith(writer.reviewRequest(lone), 'INVALID_ACTION')
+    const loneText = JSON.stringify(pendingAction).replace('ledger.rs', 'ledger.rs\ud800')
+    assert.equal(loneText.isWellFormed(), false)
+    await rejectsWith(writer.reviewRequestText(loneText), 'INVALID_ACTION')
     await rejectsWith(writer.reviewRequest(pendingAction, { maxBytes: 100 }), 'REQUEST_TOO_LARGE')
     await writer.close()
 
@@ -292,4 +299,12 @@ test('the Chat Completions mapping: the body carries the request, an answer beco
   )
   assert.throws(() => chatCompletionsReply('not json'), (error) => error.code === 'AUTO_REVIEW_FAILED')
   await writer.close()
+})
+
+test('a reply or a request given as text with a lone surrogate is refused, never read as U+FFFD', () => {
+  const reply = JSON.stringify({ blocks: [{ type: 'text', text: '{"risk":"low","decision":"allow"}' }], stop: 'stop' })
+  const lone = reply.replace('allow', 'allow\udc00')
+  assert.throws(() => parseReviewResult(lone), (error) => error.code === 'AUTO_REVIEW_FAILED' && /lone surrogate/.test(error.message))
+  assert.throws(() => chatCompletionsReply('{"choices":[]}\ud800'), (error) => error.code === 'AUTO_REVIEW_FAILED')
+  assert.throws(() => chatCompletionsBody('{"model":"m"}\ud800'), (error) => error.code === 'INVALID_ARGUMENT')
 })

@@ -115,6 +115,9 @@ for (const [backend, location] of backends) {
 test('the errors a program branches on carry their code, message and context', async (t) => {
   const folder = tempDir(t)
   await rejectsWith(Store.open(path.join(folder, 'missing')), 'IO')
+  // An empty location names nothing: said so, not as a path error.
+  const empty = await rejectsWith(Store.open(''), 'INVALID_ARGUMENT')
+  assert.match(empty.message, /location is empty/)
   const store = await Store.open(path.join(folder, 'sessions'), { create: true })
   await store.createSession({ id: 's1', cwd: '/w' })
 
