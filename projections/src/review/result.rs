@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use sessionlog_schema::{EventData, ToolError, ToolSettle};
 
-use super::strict::{as_string, unique_members, utf8_text, Members};
+use super::strict::{as_string, unique_members, utf8_text, why_not_a_string, Members};
 
 /// The stable code of a reviewer failure.
 pub const AUTO_REVIEW_FAILED: &str = "AUTO_REVIEW_FAILED";
@@ -142,9 +142,10 @@ pub fn parse_review_result(reply_json: &[u8]) -> Result<ReviewDecision, ReviewFa
     let decision_text = the_text_block(&blocks)?;
 
     let Some(stop) = as_string(stop) else {
-        return Err(ReviewFailure::new(
-            "member stop of the reply must be a string",
-        ));
+        return Err(ReviewFailure::new(format!(
+            "member stop of the reply must be a string{}",
+            why_not_a_string(stop)
+        )));
     };
     if stop != "stop" {
         return Err(ReviewFailure::new(format!(
@@ -237,12 +238,14 @@ fn the_text_block(blocks: &[&RawValue]) -> Result<String, ReviewFailure> {
         let text = required(&members, "text", &what, &["type", "text"])?;
         let Some(kind) = as_string(kind) else {
             return Err(ReviewFailure::new(format!(
-                "member type of {what} must be a string"
+                "member type of {what} must be a string{}",
+                why_not_a_string(kind)
             )));
         };
         let Some(text) = as_string(text) else {
             return Err(ReviewFailure::new(format!(
-                "member text of {what} must be a string"
+                "member text of {what} must be a string{}",
+                why_not_a_string(text)
             )));
         };
         match kind.as_str() {
@@ -293,7 +296,12 @@ fn decision_of(text: &str) -> Result<ReviewDecision, ReviewFailure> {
         .map(|(_, value)| *value);
 
     let risk = as_string(risk)
-        .ok_or_else(|| ReviewFailure::new("member risk must be a string"))
+        .ok_or_else(|| {
+            ReviewFailure::new(format!(
+                "member risk must be a string{}",
+                why_not_a_string(risk)
+            ))
+        })
         .and_then(|text| {
             Risk::parse(&text).ok_or_else(|| {
                 ReviewFailure::new(format!(
@@ -302,7 +310,12 @@ fn decision_of(text: &str) -> Result<ReviewDecision, ReviewFailure> {
             })
         })?;
     let decision = as_string(decision)
-        .ok_or_else(|| ReviewFailure::new("member decision must be a string"))
+        .ok_or_else(|| {
+            ReviewFailure::new(format!(
+                "member decision must be a string{}",
+                why_not_a_string(decision)
+            ))
+        })
         .and_then(|text| {
             Decision::parse(&text).ok_or_else(|| {
                 ReviewFailure::new(format!(
@@ -324,9 +337,12 @@ fn decision_of(text: &str) -> Result<ReviewDecision, ReviewFailure> {
                 "member reason is only allowed with decision deny",
             ))
         }
-        Some(value) => Some(
-            as_string(value).ok_or_else(|| ReviewFailure::new("member reason must be a string"))?,
-        ),
+        Some(value) => Some(as_string(value).ok_or_else(|| {
+            ReviewFailure::new(format!(
+                "member reason must be a string{}",
+                why_not_a_string(value)
+            ))
+        })?),
     };
     Ok(ReviewDecision {
         risk,
@@ -502,6 +518,10 @@ mod tests {
             (
                 r#"{"blocks":[{"type":"text","text":{}}],"stop":"stop"}"#.to_owned(),
                 "member text of block 1 must be a string",
+            ),
+            (
+                r#"{"blocks":[{"type":"text","text":"\ud800"}],"stop":"stop"}"#.to_owned(),
+                "member text of block 1 must be a string, found a string that is not Unicode text (an escaped lone surrogate)",
             ),
             (
                 r#"{"blocks":[7],"stop":"stop"}"#.to_owned(),

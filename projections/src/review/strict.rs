@@ -124,6 +124,17 @@ pub(super) fn is_null(value: &RawValue) -> bool {
     value.get().trim() == "null"
 }
 
+/// What to add to "must be a string" for `value`, which was not read as
+/// one: for a string no text can hold (an escaped lone surrogate,
+/// `"\ud800"`), that it is one, since "must be a string" alone would
+/// misname the cause; nothing for a value of another kind.
+pub(super) fn why_not_a_string(value: &RawValue) -> &'static str {
+    match value.get().trim_start().starts_with('"') {
+        true => ", found a string that is not Unicode text (an escaped lone surrogate)",
+        false => "",
+    }
+}
+
 /// Reads a raw JSON value as a string, `None` when it is not one.
 pub(super) fn as_string(value: &RawValue) -> Option<String> {
     serde_json::from_str::<String>(value.get()).ok()
