@@ -33,6 +33,33 @@ pub fn sessionlog_binary() -> &'static Path {
     BINARY.get_or_init(locate_current_binary)
 }
 
+/// Runs `args` and waits at most `limit`; `None` when it had to be killed.
+pub fn run_within(args: &[&str], limit: Duration) -> Option<(i32, String)> {
+    let mut child: Child = crate::faults::ok(
+        sessionlog(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn(),
+    );
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = crate::faults::ok(child.try_wait()) {
+            let mut stderr = String::new();
+            if let Some(mut pipe) = child.stderr.take() {
+                crate::faults::ok(std::io::Read::read_to_string(&mut pipe, &mut stderr));
+            }
+            return Some((status.code().unwrap_or(-1), stderr));
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Commands that run the binary as another user (`nobody`, through
 /// `setpriv`), for the tests of what one user may not read of another's:
 /// `None`, said on standard error, when the tests do not run as root, there

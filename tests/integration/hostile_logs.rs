@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::cli_support::{run, run_with_stdin, sessionlog};
+use crate::cli_support::{run, run_with_stdin, run_within, sessionlog};
 use crate::faults::ok;
 use crate::support::LogBuilder;
 
@@ -109,31 +109,6 @@ fn log_text_never_reaches_the_terminal_raw() {
         "{}",
         project.stderr
     );
-}
-
-/// Runs `args` and waits at most `limit`; `None` when it had to be killed.
-fn run_within(args: &[&str], limit: Duration) -> Option<(i32, String)> {
-    let mut child: Child = ok(sessionlog(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn());
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = ok(child.try_wait()) {
-            let mut stderr = String::new();
-            if let Some(mut pipe) = child.stderr.take() {
-                ok(std::io::Read::read_to_string(&mut pipe, &mut stderr));
-            }
-            return Some((status.code().unwrap_or(-1), stderr));
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

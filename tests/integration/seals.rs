@@ -1535,33 +1535,20 @@ fn a_key_that_is_a_fifo_or_far_too_long_is_refused_at_once() {
         (&fifo, "a FIFO, not a secret key file"),
         (&long, "too long"),
     ] {
-        let mut child = ok(crate::cli_support::sessionlog([
+        let args = [
             "seal",
             path_str(&store),
             "--session",
             "s",
             "--key",
             path_str(key),
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn());
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        let status = loop {
-            if let Some(status) = ok(child.try_wait()) {
-                break status;
-            }
-            if std::time::Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("seal with the key {} never returned", key.display());
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
+        ];
+        let Some((code, stderr)) =
+            crate::cli_support::run_within(&args, std::time::Duration::from_secs(30))
+        else {
+            panic!("seal with the key {} never returned", key.display());
         };
-        let mut stderr = String::new();
-        if let Some(mut pipe) = child.stderr.take() {
-            ok(std::io::Read::read_to_string(&mut pipe, &mut stderr));
-        }
-        assert_eq!(status.code(), Some(1), "{stderr}");
+        assert_eq!(code, 1, "{stderr}");
         assert!(stderr.contains(expected), "{stderr}");
     }
 }
