@@ -396,9 +396,6 @@ impl SessionWriter {
         }
     }
 
-    /// Folds `events` into the state (under the caller's mark) and writes
-    /// them, with the turn's seal when the batch ends a turn; returns the
-    /// records written, the batch first.
     /// Checks `events` as [`append_batch`](Self::append_batch) would check
     /// them at the next seq (each record's size and values, every rule)
     /// without writing anything: the state is left as it was. For a caller
@@ -409,30 +406,16 @@ impl SessionWriter {
     pub(crate) fn check_batch(&mut self, events: &[NewEvent]) -> Result<(), StoreError> {
         let batch = (events.len() >= 2).then_some(events.len() as u64);
         let mark = self.state.mark();
-        let mut checked = Ok(());
-        for (index, event) in events.iter().enumerate() {
-            let seq = self.written_seq + 1 + index as u64;
-            let record = match self.build(seq, if index == 0 { batch } else { None }, event.clone())
-            {
-                Ok(record) => record,
-                Err(error) => {
-                    checked = Err(error);
-                    break;
-                }
-            };
-            if let Err(violation) = self.state.apply(&record) {
-                checked = Err(StoreError::Rule {
-                    path: self.path.clone(),
-                    violation,
-                });
-                break;
-            }
-        }
+        let checked = self.fold_batch(events.to_vec(), batch).map(drop);
         self.state.rollback(mark);
         checked
     }
 
-    fn fold_and_write_batch(
+    /// The records of `events` at the next seqs (the first carrying
+    /// `batch`), each built and folded into the state in turn; the first
+    /// refused ends it, what it folded left for the caller's mark to roll
+    /// back. Room is kept for the turn's seal.
+    fn fold_batch(
         &mut self,
         events: Vec<NewEvent>,
         batch: Option<u64>,
@@ -449,6 +432,18 @@ impl SessionWriter {
                 })?;
             records.push(record);
         }
+        Ok(records)
+    }
+
+    /// Folds `events` into the state (under the caller's mark) and writes
+    /// them, with the turn's seal when the batch ends a turn; returns the
+    /// records written, the batch first.
+    fn fold_and_write_batch(
+        &mut self,
+        events: Vec<NewEvent>,
+        batch: Option<u64>,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let mut records = self.fold_batch(events, batch)?;
         // A batch that ends a turn is followed by the turn's seal, outside
         // the batch (its member counts the events) but in the same write.
         let turn_end = records.iter().rev().find(|record| closes_turn(record));
