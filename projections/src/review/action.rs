@@ -13,7 +13,7 @@ use sessionlog_schema::{EventData, ToolStart};
 
 use super::error::{ReviewError, ReviewErrorCode};
 use super::strict::{
-    as_string, find_nested_duplicate, is_null, unique_members, utf8_text, why_not_a_string, Members,
+    find_nested_duplicate, is_null, string_member, unique_members, utf8_text, Members,
 };
 
 /// A tool call waiting for review.
@@ -191,12 +191,7 @@ fn required_string(members: &Members<'_>, name: &str, what: &str) -> Result<Stri
 }
 
 fn string_of(value: &RawValue, name: &str, what: &str) -> Result<String, ReviewError> {
-    as_string(value).ok_or_else(|| {
-        invalid(format!(
-            "member {name} of {what} must be a string{}",
-            why_not_a_string(value)
-        ))
-    })
+    string_member(value, &format!("{name} of {what}")).map_err(invalid)
 }
 
 fn schema_of(value: &RawValue) -> Result<ToolSchema, ReviewError> {

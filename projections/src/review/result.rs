@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use sessionlog_schema::{EventData, ToolError, ToolSettle};
 
-use super::strict::{as_string, unique_members, utf8_text, why_not_a_string, Members};
+use super::strict::{string_member, unique_members, utf8_text, Members};
 
 /// The stable code of a reviewer failure.
 pub const AUTO_REVIEW_FAILED: &str = "AUTO_REVIEW_FAILED";
@@ -141,12 +141,7 @@ pub fn parse_review_result(reply_json: &[u8]) -> Result<ReviewDecision, ReviewFa
         .map_err(|_| ReviewFailure::new("member blocks of the reply must be an array"))?;
     let decision_text = the_text_block(&blocks)?;
 
-    let Some(stop) = as_string(stop) else {
-        return Err(ReviewFailure::new(format!(
-            "member stop of the reply must be a string{}",
-            why_not_a_string(stop)
-        )));
-    };
+    let stop = string_member(stop, "stop of the reply").map_err(ReviewFailure::new)?;
     if stop != "stop" {
         return Err(ReviewFailure::new(format!(
             "stop reason is {stop:?}, expected \"stop\""
@@ -236,18 +231,8 @@ fn the_text_block(blocks: &[&RawValue]) -> Result<String, ReviewFailure> {
         let members = members_of(block.get(), &what)?;
         let kind = required(&members, "type", &what, &["type", "text"])?;
         let text = required(&members, "text", &what, &["type", "text"])?;
-        let Some(kind) = as_string(kind) else {
-            return Err(ReviewFailure::new(format!(
-                "member type of {what} must be a string{}",
-                why_not_a_string(kind)
-            )));
-        };
-        let Some(text) = as_string(text) else {
-            return Err(ReviewFailure::new(format!(
-                "member text of {what} must be a string{}",
-                why_not_a_string(text)
-            )));
-        };
+        let kind = string_member(kind, &format!("type of {what}")).map_err(ReviewFailure::new)?;
+        let text = string_member(text, &format!("text of {what}")).map_err(ReviewFailure::new)?;
         match kind.as_str() {
             "reasoning" => {
                 if text_block.is_some() && reasoning_after_text.is_none() {
@@ -295,13 +280,8 @@ fn decision_of(text: &str) -> Result<ReviewDecision, ReviewFailure> {
         .find(|(name, _)| name == "reason")
         .map(|(_, value)| *value);
 
-    let risk = as_string(risk)
-        .ok_or_else(|| {
-            ReviewFailure::new(format!(
-                "member risk must be a string{}",
-                why_not_a_string(risk)
-            ))
-        })
+    let risk = string_member(risk, "risk")
+        .map_err(ReviewFailure::new)
         .and_then(|text| {
             Risk::parse(&text).ok_or_else(|| {
                 ReviewFailure::new(format!(
@@ -309,13 +289,8 @@ fn decision_of(text: &str) -> Result<ReviewDecision, ReviewFailure> {
                 ))
             })
         })?;
-    let decision = as_string(decision)
-        .ok_or_else(|| {
-            ReviewFailure::new(format!(
-                "member decision must be a string{}",
-                why_not_a_string(decision)
-            ))
-        })
+    let decision = string_member(decision, "decision")
+        .map_err(ReviewFailure::new)
         .and_then(|text| {
             Decision::parse(&text).ok_or_else(|| {
                 ReviewFailure::new(format!(
@@ -337,12 +312,7 @@ fn decision_of(text: &str) -> Result<ReviewDecision, ReviewFailure> {
                 "member reason is only allowed with decision deny",
             ))
         }
-        Some(value) => Some(as_string(value).ok_or_else(|| {
-            ReviewFailure::new(format!(
-                "member reason must be a string{}",
-                why_not_a_string(value)
-            ))
-        })?),
+        Some(value) => Some(string_member(value, "reason").map_err(ReviewFailure::new)?),
     };
     Ok(ReviewDecision {
         risk,

@@ -124,15 +124,18 @@ pub(super) fn is_null(value: &RawValue) -> bool {
     value.get().trim() == "null"
 }
 
-/// What to add to "must be a string" for `value`, which was not read as
-/// one: for a string no text can hold (an escaped lone surrogate,
-/// `"\ud800"`), that it is one, since "must be a string" alone would
-/// misname the cause; nothing for a value of another kind.
-pub(super) fn why_not_a_string(value: &RawValue) -> &'static str {
-    match value.get().trim_start().starts_with('"') {
-        true => ", found a string that is not Unicode text (an escaped lone surrogate)",
-        false => "",
-    }
+/// Reads `value`, the member `member` names (`risk`, `text of block 1`),
+/// as a string; else says it must be one, and, of a string no text can
+/// hold (an escaped lone surrogate, `"\ud800"`), that it is one, since
+/// "must be a string" alone would misname the cause.
+pub(super) fn string_member(value: &RawValue, member: &str) -> Result<String, String> {
+    as_string(value).ok_or_else(|| {
+        let found = match value.get().trim_start().starts_with('"') {
+            true => ", found a string that is not Unicode text (an escaped lone surrogate)",
+            false => "",
+        };
+        format!("member {member} must be a string{found}")
+    })
 }
 
 /// Reads a raw JSON value as a string, `None` when it is not one.
