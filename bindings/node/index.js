@@ -105,9 +105,9 @@ function checkOptionalString(value, name) {
  * U+FFFD, a text that is not the one given (a pending action the reviewer
  * would read otherwise than the tool).
  */
-function wellFormed(text, what) {
+function wellFormed(text, what, code = 'INVALID_ARGUMENT') {
   if (!text.isWellFormed()) {
-    throw invalidArgument(`${what} holds a lone surrogate (not Unicode text)`)
+    throw new SessionlogError(code, `${what} holds a lone surrogate (not Unicode text)`)
   }
 }
 
@@ -499,9 +499,7 @@ class Writer {
       }
       // As the same action given as an object is refused (by the strict
       // reading of its values), never read as another action.
-      if (typeof pending === 'string' && !pending.isWellFormed()) {
-        throw new SessionlogError('INVALID_ACTION', 'the pending action holds a lone surrogate (not Unicode text)')
-      }
+      if (typeof pending === 'string') wellFormed(pending, 'the pending action', 'INVALID_ACTION')
       text = jsonText(pending, 'the pending action')
       maxBytes = checkInteger(options.maxBytes, 'maxBytes', 1) ?? DEFAULT_MAX_REQUEST_BYTES
     } catch (error) {
@@ -694,9 +692,7 @@ function chatCompletionsReply(responseText) {
   if (typeof responseText !== 'string') {
     throw new SessionlogError('AUTO_REVIEW_FAILED', `the answer must be its body text, not ${describe(responseText)}`)
   }
-  if (!responseText.isWellFormed()) {
-    throw new SessionlogError('AUTO_REVIEW_FAILED', 'the answer holds a lone surrogate (not Unicode text)')
-  }
+  wellFormed(responseText, 'the answer', 'AUTO_REVIEW_FAILED')
   try {
     return JSON.parse(native.chatCompletionsReplyJson(responseText))
   } catch (error) {
