@@ -33,6 +33,12 @@ pub fn sessionlog_binary() -> &'static Path {
     BINARY.get_or_init(locate_current_binary)
 }
 
+/// Makes a FIFO at `path` (with `mkfifo`).
+pub fn make_fifo(path: &Path) {
+    let made = crate::faults::ok(Command::new("mkfifo").arg(path).status());
+    assert!(made.success(), "mkfifo {} failed", path.display());
+}
+
 /// Runs `args` and waits at most `limit`; `None` when it had to be killed.
 pub fn run_within(args: &[&str], limit: Duration) -> Option<(i32, String)> {
     let mut child: Child = crate::faults::ok(

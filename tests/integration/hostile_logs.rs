@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::cli_support::{run, run_with_stdin, run_within, sessionlog};
+use crate::cli_support::{make_fifo, run, run_with_stdin, run_within, sessionlog};
 use crate::faults::ok;
 use crate::support::LogBuilder;
 
@@ -117,8 +117,7 @@ fn a_fifo_or_a_device_in_place_of_a_log_hangs_no_reader() {
     let store = folder.path().join("store");
     ok(std::fs::create_dir(&store));
     let fifo = store.join("f.jsonl");
-    let made = ok(Command::new("mkfifo").arg(&fifo).status());
-    assert!(made.success(), "mkfifo failed");
+    make_fifo(&fifo);
     let store = store.display().to_string();
     let fifo = fifo.display().to_string();
     for args in [
@@ -158,8 +157,7 @@ fn a_fifo_or_a_device_in_place_of_a_log_hangs_no_reader() {
 fn a_name_in_a_folder_that_is_no_regular_file_hides_no_other_session() {
     let folder = ok(tempfile::tempdir());
     let (store, _) = store_with_a_good_log(folder.path());
-    let made = ok(Command::new("mkfifo").arg(store.join("f.jsonl")).status());
-    assert!(made.success(), "mkfifo failed");
+    make_fifo(&store.join("f.jsonl"));
     ok(std::fs::create_dir(store.join("d.jsonl")));
     ok(std::os::unix::fs::symlink(
         "good.jsonl",

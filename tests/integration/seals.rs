@@ -1527,8 +1527,7 @@ fn a_key_that_is_a_fifo_or_far_too_long_is_refused_at_once() {
     let dir = ok(tempfile::tempdir());
     let (store, _key) = signed_store(dir.path());
     let fifo = dir.path().join("key.fifo");
-    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
-    assert!(made.is_ok_and(|status| status.success()), "mkfifo");
+    crate::cli_support::make_fifo(&fifo);
     let long = dir.path().join("long.key");
     ok(std::fs::write(&long, "x".repeat(1 << 20)));
     for (key, expected) in [
