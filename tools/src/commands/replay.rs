@@ -714,7 +714,8 @@ pub fn describe(
             ),
         ),
         Event::Checkpoint(checkpoint) => {
-            // A checkpoint is a fact (SPEC §6), as the reviewer is shown it.
+            // A checkpoint is a fact (docs/EVENTS.md, "Authority"), as the
+            // reviewer is shown it.
             entry.authority = Some(Authority::Fact);
             (
                 EntryKind::Checkpoint,
