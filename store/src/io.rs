@@ -158,6 +158,12 @@ impl Io {
         })
     }
 
+    /// Renames the state snapshot written whole at `from` over `to` (a
+    /// migration's, once its log is published). Not synced: a cache.
+    pub(crate) fn rename_snapshot(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.run(FaultPoint::Snapshot, to, || std::fs::rename(from, to))
+    }
+
     pub(crate) fn sync_folder(&self, folder: &Path) -> io::Result<()> {
         self.run(FaultPoint::FolderFsync, folder, || {
             File::open(folder)?.sync_all()

@@ -385,7 +385,8 @@ pub fn create_log_file_as_stored(
     io: &Io,
 ) -> Result<(), StoreError> {
     crate::writer::check_storable(header, events)?;
-    let (_, violations) = sessionlog_projections::fold_stored(header.clone(), header_body, events);
+    let (state, violations) =
+        sessionlog_projections::fold_stored(header.clone(), header_body, events);
     if let Some(violation) = violations.into_iter().next() {
         return Err(StoreError::Rule {
             path: path.to_owned(),
@@ -421,7 +422,27 @@ pub fn create_log_file_as_stored(
             already_exists()
         }
         other => other,
-    })
+    })?;
+    if let Some(last) = events.last() {
+        if state_snapshot::kept_at_creation(events.len()) {
+            let anchor = state_snapshot::SnapshotAnchor {
+                seq: last.seq(),
+                record_crc: sessionlog_schema::record_crc(&header.id, last.body().as_bytes()),
+                offset: bytes.len() as u64,
+                lines: events.len() as u64 + 1,
+            };
+            let snapshot = state_snapshot_path(path);
+            let bytes =
+                state_snapshot::encode(&state, state_snapshot::header_crc(header_body), anchor);
+            if let Err(source) =
+                io.replace_file(&state_snapshot_temporary(&snapshot), &snapshot, &bytes)
+            {
+                let error = StoreError::io("write the state snapshot", &snapshot, source);
+                state_snapshot::not_kept(&header.id, anchor.seq, &error);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Creates the temporary file that a new log named `file_name` is written
@@ -946,20 +967,20 @@ pub(crate) fn lock_exclusive(file: &File) -> std::io::Result<bool> {
 }
 
 /// Checks a new session's header and events before it is created: values
-/// both backends store, and every rule.
+/// both backends store, and every rule. Returns their fold.
 pub(crate) fn check_new_session(
     path: &Path,
     header: &SessionHeader,
     events: &[EventRecord],
-) -> Result<(), StoreError> {
+) -> Result<sessionlog_projections::SessionState, StoreError> {
     crate::writer::check_storable(header, events)?;
-    let (_, violations) = fold(header.clone(), events);
+    let (state, violations) = fold(header.clone(), events);
     match violations.into_iter().next() {
         Some(violation) => Err(StoreError::Rule {
             path: path.to_owned(),
             violation,
         }),
-        None => Ok(()),
+        None => Ok(state),
     }
 }
 

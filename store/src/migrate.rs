@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use sessionlog_projections::SessionState;
 use sessionlog_schema::{
-    encode_line, DecodedHeader, EventRecord, SessionHeader, SessionId, TornTail,
+    encode_line, record_crc, DecodedHeader, EventRecord, SessionHeader, SessionId, TornTail,
 };
 
 use crate::jsonl::{read_header_as_is, JsonlStore};
@@ -53,6 +53,7 @@ use crate::reader::{Lend, LogReader, SessionStream};
 use crate::sql::postgres::PostgresBulkCreate;
 #[cfg(feature = "sqlite")]
 use crate::sql::sqlite::SqliteBulkCreate;
+use crate::state_snapshot;
 use crate::store::Store;
 use crate::writer::Durability;
 use crate::{EventStream, Refusal, StoreError};
@@ -622,8 +623,16 @@ fn stage_source_session(
         });
     }
     let mut digest = EventsDigest::default();
-    let mut chunk = Vec::new();
+    let mut chunk: Vec<EventRecord> = Vec::new();
     let mut chunk_bytes = 0;
+    // The CRC of the last record staged: the anchor of its snapshot.
+    let mut last_crc = 0;
+    let mut staged = |staging: &mut Staging<'_>, chunk: Vec<EventRecord>| {
+        if let Some(last) = chunk.last() {
+            last_crc = record_crc(&header.id, last.body().as_bytes());
+        }
+        staging.add_events(&header, chunk)
+    };
     while let Some(event) = stream.next_event_folded(&mut state)? {
         if let Err(violation) = event.folded {
             refusal.note(StoreError::Rule {
@@ -638,7 +647,7 @@ fn stage_source_session(
         chunk_bytes += event.record.body().len();
         chunk.push(event.record);
         if chunk.len() >= STAGE_CHUNK_EVENTS || chunk_bytes >= STAGE_CHUNK_BYTES {
-            staging.add_events(&header, std::mem::take(&mut chunk))?;
+            staged(staging, std::mem::take(&mut chunk))?;
             chunk_bytes = 0;
         }
     }
@@ -646,9 +655,9 @@ fn stage_source_session(
     refusal.into_result()?;
     if let Some(staging) = staging {
         if !chunk.is_empty() {
-            staging.add_events(&header, chunk)?;
+            staged(staging, chunk)?;
         }
-        staging.end_session()?;
+        staging.end_session(&state, &header_body, digest.count, last_crc)?;
     }
     let digest = SessionDigest {
         header,
@@ -824,6 +833,11 @@ struct JsonlStaging<'s> {
     staged: Vec<(PathBuf, PathBuf)>,
     /// The temporary file of the session being staged, open for writing.
     writing: Option<File>,
+    /// What it holds so far: its bytes and its lines, header included.
+    written: (u64, u64),
+    /// The staged state snapshots: renamed beside their logs once those
+    /// are published.
+    snapshots: Vec<StagedSnapshot>,
 }
 
 impl<'s> Staging<'s> {
@@ -868,15 +882,43 @@ impl<'s> Staging<'s> {
         }
     }
 
-    /// Ends the session last started: every event of it is staged.
-    fn end_session(&mut self) -> Result<(), StoreError> {
+    /// Ends the session last started: every event of it is staged, the
+    /// `events` of them the fold `state` holds, the last one of CRC
+    /// `last_crc`, after the header stored as `header_body`. A session
+    /// long enough gets the state snapshot a closing writer would leave
+    /// (docs/FORMAT.md, "State snapshots"), published with it: its first
+    /// open then folds nothing. In a database it is written in the
+    /// migration's transaction, so what fails it fails the migration; a
+    /// JSONL sidecar that cannot be written is only warned of.
+    fn end_session(
+        &mut self,
+        state: &SessionState,
+        header_body: &str,
+        events: u64,
+        last_crc: u32,
+    ) -> Result<(), StoreError> {
+        let events = usize::try_from(events).unwrap_or(usize::MAX);
+        let id = &state.header().id;
         match self {
             #[cfg(feature = "sqlite")]
-            Staging::Sqlite(_) => Ok(()),
+            Staging::Sqlite(bulk) => {
+                match state_snapshot::of_new_rows(state, header_body, events, last_crc) {
+                    Some((anchor, bytes)) => bulk.add_snapshot(id, anchor, bytes),
+                    None => Ok(()),
+                }
+            }
             #[cfg(feature = "postgres")]
-            Staging::Postgres(_) => Ok(()),
+            Staging::Postgres(bulk) => {
+                match state_snapshot::of_new_rows(state, header_body, events, last_crc) {
+                    Some((anchor, bytes)) => bulk.add_snapshot(id, anchor, &bytes),
+                    None => Ok(()),
+                }
+            }
             Staging::Jsonl(staging) => {
                 staging.writing = None;
+                if state_snapshot::kept_at_creation(events) {
+                    staging.stage_snapshot(state, header_body, last_crc);
+                }
                 Ok(())
             }
         }
@@ -915,6 +957,17 @@ impl<'s> Staging<'s> {
     }
 }
 
+/// A state snapshot a JSONL staging wrote, waiting for its log.
+struct StagedSnapshot {
+    /// Its temporary file, of the run's token.
+    temp: PathBuf,
+    /// The final name of the log it is of.
+    log: PathBuf,
+    id: SessionId,
+    /// The seq it was taken at.
+    seq: u64,
+}
+
 impl<'s> JsonlStaging<'s> {
     /// Takes the run's lock, which names `source`: should the run be
     /// interrupted, `verify` and `clean` say what to resume it from.
@@ -936,6 +989,8 @@ impl<'s> JsonlStaging<'s> {
             lock: (file, path),
             staged: Vec::new(),
             writing: None,
+            written: (0, 0),
+            snapshots: Vec::new(),
         })
     }
 
@@ -962,6 +1017,7 @@ impl<'s> JsonlStaging<'s> {
         io.write_all(&mut file, &temp, line.as_bytes())
             .map_err(|source| StoreError::io("write", &temp, source))?;
         self.writing = Some(file);
+        self.written = (line.len() as u64, 1);
         Ok(())
     }
 
@@ -977,7 +1033,51 @@ impl<'s> JsonlStaging<'s> {
         self.store
             .io()
             .write_all(file, temp, bytes.as_bytes())
-            .map_err(|source| StoreError::io("write", temp, source))
+            .map_err(|source| StoreError::io("write", temp, source))?;
+        self.written.0 += bytes.len() as u64;
+        self.written.1 += events.len() as u64;
+        Ok(())
+    }
+
+    /// Writes the state snapshot of the session staged last, whose fold is
+    /// `state` and last record's CRC `last_crc`, to a temporary file of
+    /// this run (which `sessionlog clean` removes should the run be
+    /// killed), for [`JsonlStaging::publish`] to rename beside its log. A
+    /// snapshot is a cache: one that cannot be written is warned of, and
+    /// the session's first open folds it.
+    fn stage_snapshot(&mut self, state: &SessionState, header_body: &str, last_crc: u32) {
+        let Some((_, path)) = self.staged.last() else {
+            return;
+        };
+        let id = &state.header().id;
+        let anchor = state_snapshot::SnapshotAnchor {
+            seq: state.seq(),
+            record_crc: last_crc,
+            offset: self.written.0,
+            lines: self.written.1,
+        };
+        let bytes = state_snapshot::encode(state, state_snapshot::header_crc(header_body), anchor);
+        let temp = self
+            .store
+            .folder()
+            .join(format!(".{id}.jsonl.state.tmp-{}", self.token));
+        let io = self.store.io();
+        let written = io
+            .create_temp(&temp)
+            .map_err(|source| StoreError::io("create", &temp, source))
+            .and_then(|mut file| {
+                self.snapshots.push(StagedSnapshot {
+                    temp: temp.clone(),
+                    log: path.clone(),
+                    id: id.clone(),
+                    seq: anchor.seq,
+                });
+                io.write_all(&mut file, &temp, &bytes)
+                    .map_err(|source| StoreError::io("write", &temp, source))
+            });
+        if let Err(error) = written {
+            state_snapshot::not_kept(id, anchor.seq, &error);
+        }
     }
 
     /// fsyncs and publishes each staged file (a hard link: an existing name
@@ -999,6 +1099,17 @@ impl<'s> JsonlStaging<'s> {
             }
             published(index);
         }
+        // Each snapshot once its log is published: a snapshot is never
+        // beside a log it is not of, and one not renamed is removed with
+        // the run's other temporary files.
+        for staged in std::mem::take(&mut self.snapshots) {
+            let snapshot = crate::jsonl::state_snapshot_path(&staged.log);
+            if let Err(source) = io.rename_snapshot(&staged.temp, &snapshot) {
+                let _ = std::fs::remove_file(&staged.temp);
+                let error = StoreError::io("write the state snapshot", &snapshot, source);
+                state_snapshot::not_kept(&staged.id, staged.seq, &error);
+            }
+        }
         let folder = self.store.folder();
         io.sync_folder(folder)
             .map_err(|source| StoreError::io("fsync folder", folder, source))
@@ -1006,10 +1117,11 @@ impl<'s> JsonlStaging<'s> {
 }
 
 impl Drop for JsonlStaging<'_> {
-    /// Deletes the temporary files of sessions never published, then the
-    /// run's lock file.
+    /// Deletes the temporary files of sessions never published, and of
+    /// snapshots never renamed, then the run's lock file.
     fn drop(&mut self) {
-        for (temp, _) in &self.staged {
+        let snapshots = self.snapshots.iter().map(|staged| &staged.temp);
+        for temp in self.staged.iter().map(|(temp, _)| temp).chain(snapshots) {
             let _ = std::fs::remove_file(temp);
         }
         let _ = std::fs::remove_file(&self.lock.1);
@@ -1279,6 +1391,8 @@ mod tests {
         let events = 2 * STAGE_CHUNK_EVENTS as u64 + 5;
         let breaking = record(events + 1, "turn/end", r#"{"turnId":"nope"}"#);
         write_long_log(&source, "long", events, Some(breaking));
+        // Staged whole before it, with its state snapshot.
+        write_long_log(&source, "first", 1_100, None);
         let sqlite = sqlite_store(folder.path());
         let jsonl = ok(Store::create(&folder.path().join("copy")));
         for destination in [&sqlite, &jsonl] {

@@ -36,6 +36,31 @@ pub(crate) const SNAPSHOT_EVERY_EVENTS: u64 = 8192;
 /// Below it, folding the tail costs less than a snapshot's write.
 pub(crate) const CLOSE_SNAPSHOT_EVENTS: u64 = 1024;
 
+/// Whether a session created or copied whole with `events` events gets a
+/// snapshot from what made it (`import`, `migrate`, any creation with its
+/// events): as a writer closing with as many folded takes one, so that the
+/// first open of a long session so made folds nothing.
+pub(crate) fn kept_at_creation(events: usize) -> bool {
+    events as u64 >= CLOSE_SNAPSHOT_EVENTS
+}
+
+/// The snapshot a database keeps of a session created or copied whole with
+/// `events` events, the last of CRC `last_crc`, whose fold is `state` and
+/// stored header body `header_body`: its anchor and bytes; `None` for a
+/// session too short to get one ([`kept_at_creation`]).
+pub(crate) fn of_new_rows(
+    state: &SessionState,
+    header_body: &str,
+    events: usize,
+    last_crc: u32,
+) -> Option<(SnapshotAnchor, Vec<u8>)> {
+    if !kept_at_creation(events) {
+        return None;
+    }
+    let anchor = SnapshotAnchor::of_row(state.seq(), last_crc);
+    Some((anchor, encode(state, header_crc(header_body), anchor)))
+}
+
 /// The most snapshot bytes a writer writes per event appended, on average.
 pub(crate) const SNAPSHOT_BYTES_PER_EVENT: u64 = 256;
 
@@ -187,6 +212,16 @@ pub(crate) fn decode_hashed(
         ));
     }
     Ok((state, anchor))
+}
+
+/// Warns that the snapshot of session `id` at `seq` could not be kept, for
+/// `error`: the log is untouched, and the next open folds more of it.
+pub(crate) fn not_kept(id: &SessionId, seq: u64, error: &dyn std::fmt::Display) {
+    tracing::warn!(
+        session = %id,
+        "could not keep the state snapshot of session {id} at seq {seq} (the log is \
+         untouched; the next open folds more of it): {error}"
+    );
 }
 
 /// Notes that the snapshot of session `id` at `place` was not used, and

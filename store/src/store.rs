@@ -286,7 +286,7 @@ impl Store {
         header: &SessionHeader,
         events: &[EventRecord],
     ) -> Result<(), StoreError> {
-        crate::jsonl::check_new_session(&self.session_path(&header.id), header, events)
+        crate::jsonl::check_new_session(&self.session_path(&header.id), header, events).map(drop)
     }
 
     /// Creates a session atomically with its header and first `events`,

@@ -685,13 +685,9 @@ impl SessionWriter {
         self.snapshot_seq = self.acknowledged_seq;
         match self.sink.save_snapshot(&self.state) {
             Ok(bytes) => self.snapshot_interval = state_snapshot::snapshot_interval(bytes),
-            Err(error) => tracing::warn!(
-                session = %self.state.header().id,
-                "could not keep the state snapshot of session {} at seq {} (the log is \
-                 untouched; the next open folds more of it): {error}",
-                self.state.header().id,
-                self.acknowledged_seq
-            ),
+            Err(error) => {
+                state_snapshot::not_kept(self.id(), self.acknowledged_seq, &error);
+            }
         }
     }
 

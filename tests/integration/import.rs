@@ -873,3 +873,43 @@ fn a_transcript_whose_name_is_not_utf8_is_imported_from_a_folder() {
         .unwrap_or_else(|error| panic!("ids: {error}"));
     assert_eq!(ids, [id(CODEX)], "{}", run.stdout);
 }
+
+/// A long transcript's session is imported with the state snapshot of the
+/// fold its import checked, and a migration of it keeps one too: the
+/// first open of either folds nothing (store-level tests check the state
+/// it gives on every backend).
+#[test]
+fn a_long_transcript_is_imported_and_migrated_with_its_state_snapshot() {
+    let dir = temp();
+    let sources = dir.path().join("p");
+    ok(std::fs::create_dir_all(&sources));
+    let mut text = String::new();
+    // Each line a turn of three events.
+    for n in 0..400 {
+        text.push_str(&format!(
+            r#"{{"type":"user","sessionId":"long","uuid":"u{n}","timestamp":"2025-12-01T10:00:01.000Z","cwd":"/w","message":{{"role":"user","content":"prompt {n}"}}}}"#
+        ));
+        text.push('\n');
+    }
+    let transcript = sources.join("long.jsonl");
+    ok(std::fs::write(&transcript, text));
+    let store = dir.path().join("audit");
+    import("claude", &[transcript], &store).expect_code(0);
+    verify(&store);
+    let (_, events) = session(&store, "claude-long");
+    assert_eq!(events.len(), 1_200);
+    let sidecar = |folder: &Path| folder.join(".claude-long.jsonl.state");
+    assert!(sidecar(&store).exists(), "the import kept a snapshot");
+    let copy = dir.path().join("copy");
+    run([
+        "migrate".to_owned(),
+        store.display().to_string(),
+        copy.display().to_string(),
+    ])
+    .expect_code(0);
+    assert!(sidecar(&copy).exists(), "the migration kept a snapshot");
+    let clean = run(["clean".to_owned(), copy.display().to_string()]);
+    clean.expect_code(0);
+    assert!(!clean.stdout.contains("state"), "{}", clean.stdout);
+    verify(&copy);
+}

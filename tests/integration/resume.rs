@@ -721,3 +721,152 @@ fn a_writer_closing_with_a_long_tail_snapshots_its_last_seq_and_a_short_one_does
         whole_fold(&store, "long")
     );
 }
+
+/// Damages (`true`) or mends (`false`) event 2 of session `name`.
+type Damage = Box<dyn FnMut(&str, bool)>;
+
+/// A backend a session is made in whole, with how to damage and mend its
+/// event 2 in place (a resume from a snapshot never reads it, a whole read
+/// does) and whether session `name` has a state snapshot.
+struct MadeIn {
+    name: &'static str,
+    store: Store,
+    damage: Damage,
+    has_snapshot: Box<dyn FnMut(&str) -> bool>,
+    /// What holds the store's files or schema for as long as it is used.
+    _keep: Box<dyn std::any::Any>,
+}
+
+/// A JSONL folder, a SQLite database and, with `SESSIONLOG_TEST_PG`, a
+/// PostgreSQL schema, each empty.
+fn every_backend(label: &str) -> Vec<MadeIn> {
+    let folder = ok(tempfile::tempdir());
+    let logs = folder.path().join("logs");
+    let store = Store::Jsonl(ok(JsonlStore::create_folder(&logs)));
+    let flipped = logs.clone();
+    let mut made = vec![MadeIn {
+        name: "JSONL",
+        store,
+        damage: Box::new(move |name, _| {
+            // One bit of line 2 flipped, or flipped back: its length kept.
+            let log = flipped.join(format!("{name}.jsonl"));
+            let mut bytes = ok(std::fs::read(&log));
+            let at = bytes.iter().position(|&b| b == b'\n').unwrap_or(0) + 6;
+            bytes[at] ^= 0x01;
+            ok(std::fs::write(&log, &bytes));
+        }),
+        has_snapshot: Box::new(move |name| sidecar(&logs, name).exists()),
+        _keep: Box::new(()),
+    }];
+    let path = folder.path().join("s.db");
+    let store = ok(Store::create(&path));
+    let raw = ok(rusqlite::Connection::open(&path));
+    let counted = ok(rusqlite::Connection::open(&path));
+    made.push(MadeIn {
+        name: "SQLite",
+        store,
+        damage: Box::new(move |name, damaged| {
+            let by = if damaged { 1 } else { -1 };
+            let sql = "UPDATE events SET crc = crc + ?1 WHERE session_id = ?2 AND seq = 2";
+            assert_eq!(ok(raw.execute(sql, rusqlite::params![by, name])), 1);
+        }),
+        has_snapshot: Box::new(move |name| {
+            let sql = "SELECT count(*) FROM snapshots WHERE session_id = ?1";
+            ok(counted.query_row(sql, [name], |row| row.get::<_, i64>(0))) == 1
+        }),
+        _keep: Box::new(folder),
+    });
+    if let Some(server) = crate::postgres::test_server() {
+        let schema = crate::postgres::Schema::new(&server, label);
+        let store = ok(Store::create(&schema.path()));
+        let Store::Postgres(postgres) = &store else {
+            unreachable!()
+        };
+        let mut raw = ok(postgres.connect());
+        let mut counted = ok(postgres.connect());
+        made.push(MadeIn {
+            name: "PostgreSQL",
+            store,
+            damage: Box::new(move |name, damaged| {
+                let by: i64 = if damaged { 1 } else { -1 };
+                let sql = "UPDATE events SET crc = crc + $1 WHERE session_id = $2 AND seq = 2";
+                assert_eq!(ok(raw.execute(sql, &[&by, &name])), 1);
+            }),
+            has_snapshot: Box::new(move |name| {
+                let sql = "SELECT count(*) FROM snapshots WHERE session_id = $1";
+                let row = ok(counted.query_one(sql, &[&name]));
+                ok(row.try_get::<_, i64>(0)) == 1
+            }),
+            _keep: Box::new(schema),
+        });
+    }
+    made
+}
+
+/// Checks that session `name` of `made`, made whole without a writer,
+/// opens from a snapshot that holds: with its event 2 damaged its state is
+/// still read, and mended, that state is the whole fold's and a writer
+/// appends after it.
+fn check_made_with_snapshot(made: &mut MadeIn, name: &str) {
+    let backend = made.name;
+    assert!((made.has_snapshot)(name), "{backend}: a snapshot is kept");
+    let whole = whole_fold(&made.store, name);
+    (made.damage)(name, true);
+    let resumed = made.store.current_state(&id(name));
+    assert!(
+        made.store.snapshot(&id(name)).is_err(),
+        "{backend}: a whole read finds the damage"
+    );
+    (made.damage)(name, false);
+    assert_eq!(ok(resumed), whole, "{backend}: resumed from the snapshot");
+    check_ignored(&made.store, name, backend);
+}
+
+/// The header and records of a session of `events` events or more, as a
+/// writer wrote them (what `import` or a caller hands to a creation).
+fn records_of_a_session(events: u64, seed: u64) -> Vec<sessionlog_schema::EventRecord> {
+    let folder = ok(tempfile::tempdir());
+    let store = Store::Jsonl(ok(JsonlStore::create_folder(folder.path())));
+    long_session(&store, "source", events, seed);
+    ok(store.snapshot(&id("source"))).events
+}
+
+#[test]
+fn a_session_created_with_its_events_keeps_a_snapshot_when_long_on_every_backend() {
+    let long = records_of_a_session(1_100, 21);
+    let short = records_of_a_session(900, 22);
+    for mut made in every_backend("created") {
+        for (name, events) in [("long", &long), ("short", &short)] {
+            let header = SessionHeader::root(id(name), 1_700_000_000_000, "/work".into());
+            ok(made
+                .store
+                .create_session(&header, events, Durability::Fsync));
+        }
+        check_made_with_snapshot(&mut made, "long");
+        // Below 1,024 events the first open folds the session: no
+        // snapshot is written for it.
+        assert!(!(made.has_snapshot)("short"), "{}", made.name);
+        assert_eq!(
+            ok(made.store.current_state(&id("short"))),
+            whole_fold(&made.store, "short")
+        );
+    }
+}
+
+#[test]
+fn a_migrated_session_keeps_a_snapshot_when_long_on_every_backend() {
+    let folder = ok(tempfile::tempdir());
+    let source = Store::Jsonl(ok(JsonlStore::create_folder(folder.path())));
+    long_session(&source, "long", 1_100, 31);
+    long_session(&source, "short", 900, 32);
+    // The source's own snapshots are not what the copies get.
+    ok(std::fs::remove_file(sidecar(folder.path(), "long")));
+    for mut made in every_backend("migrated") {
+        ok(sessionlog_store::migrate(&source, &made.store, &mut |_| {}));
+        check_made_with_snapshot(&mut made, "long");
+        assert!(!(made.has_snapshot)("short"), "{}", made.name);
+        if let Store::Jsonl(jsonl) = &made.store {
+            assert_eq!(ok(jsonl.leftovers()), [], "no snapshot is left staged");
+        }
+    }
+}

@@ -319,8 +319,25 @@ impl PostgresStore {
         events: &[EventRecord],
         durability: Durability,
     ) -> Result<(), StoreError> {
-        check_new_session(&self.shared.session_path(&header.id), header, events)?;
-        self.insert_new(header, None, events, durability)
+        let state = check_new_session(&self.shared.session_path(&header.id), header, events)?;
+        self.insert_new(header, None, events, durability)?;
+        let Some(last) = events.last() else {
+            return Ok(());
+        };
+        let last_crc = record_crc(&header.id, last.body().as_bytes());
+        let header_body = header.to_body();
+        if let Some((anchor, bytes)) =
+            state_snapshot::of_new_rows(&state, &header_body, events.len(), last_crc)
+        {
+            // Not synced, as a writer's: a cache.
+            let kept = self.in_transaction(Durability::Buffered, |connection, location| {
+                connection.write_snapshot(location, &header.id, anchor, &bytes)
+            });
+            if let Err(error) = kept {
+                state_snapshot::not_kept(&header.id, anchor.seq, &error);
+            }
+        }
+        Ok(())
     }
 
     /// Creates a fork by reference, durably: the child's header row with
@@ -350,18 +367,7 @@ impl PostgresStore {
     ) -> Result<(), StoreError> {
         check_storable(header, events)?;
         self.shared.ensure_current()?;
-        let location = &self.shared.location;
-        let mut guard = self.shared.connection()?;
-        let connection = guard.as_mut().ok_or_else(|| lost(location))?;
-        let outcome = (|| {
-            connection.run(location, "begin a creation", sql::BEGIN)?;
-            if durability == Durability::Buffered {
-                connection.run(
-                    location,
-                    "set synchronous_commit",
-                    sql::SYNCHRONOUS_COMMIT_OFF_HERE,
-                )?;
-            }
+        self.in_transaction(durability, |connection, location| {
             insert_session(
                 connection,
                 location,
@@ -369,8 +375,32 @@ impl PostgresStore {
                 &header.to_body(),
                 seed_source,
                 events,
-            )?;
-            connection.run(location, "commit a creation", sql::COMMIT)
+            )
+        })
+    }
+
+    /// Runs `work` in one transaction on the shared connection, committed
+    /// with `durability` (a buffered commit waits for no flush) and rolled
+    /// back when it fails.
+    fn in_transaction(
+        &self,
+        durability: Durability,
+        work: impl FnOnce(&mut Connection, &Location) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let location = &self.shared.location;
+        let mut guard = self.shared.connection()?;
+        let connection = guard.as_mut().ok_or_else(|| lost(location))?;
+        let outcome = (|| {
+            connection.run(location, "begin a write", sql::BEGIN)?;
+            if durability == Durability::Buffered {
+                connection.run(
+                    location,
+                    "set synchronous_commit",
+                    sql::SYNCHRONOUS_COMMIT_OFF_HERE,
+                )?;
+            }
+            work(connection, location)?;
+            connection.run(location, "commit a write", sql::COMMIT)
         })();
         if outcome.is_err() {
             let _ = connection.client.batch_execute(sql::ROLLBACK);
@@ -890,18 +920,8 @@ impl PostgresSink {
         // longer fold. The next append sets its own durability again.
         self.connection
             .set_durability(location, Durability::Buffered)?;
-        self.connection.query_one(
-            location,
-            "keep the state snapshot",
-            sql::WRITE_SNAPSHOT,
-            &[
-                &self.id.as_str(),
-                &sql_integer(anchor.seq),
-                &i64::from(anchor.record_crc),
-                &i64::from(state_snapshot::STATE_SNAPSHOT_FORMAT),
-                &bytes,
-            ],
-        )?;
+        self.connection
+            .write_snapshot(location, &self.id, anchor, &bytes)?;
         Ok(bytes.len())
     }
 }
@@ -993,6 +1013,18 @@ impl PostgresBulkCreate {
             }
         }
         Ok(())
+    }
+
+    /// Keeps the state snapshot of session `id`, the last one added and
+    /// all its events, taken at `anchor`, in the open transaction.
+    pub(crate) fn add_snapshot(
+        &mut self,
+        id: &SessionId,
+        anchor: state_snapshot::SnapshotAnchor,
+        bytes: &[u8],
+    ) -> Result<(), StoreError> {
+        self.connection
+            .write_snapshot(&self.shared.location, id, anchor, bytes)
     }
 
     /// Commits every session added, durably.
@@ -1167,6 +1199,30 @@ impl Connection {
         self.client
             .batch_execute(text)
             .map_err(postgres_error(operation, location))
+    }
+
+    /// Runs [`sql::WRITE_SNAPSHOT`]: keeps `bytes` as the state snapshot
+    /// of session `id` taken at `anchor`.
+    fn write_snapshot(
+        &mut self,
+        location: &Location,
+        id: &SessionId,
+        anchor: state_snapshot::SnapshotAnchor,
+        bytes: &[u8],
+    ) -> Result<(), StoreError> {
+        self.query_one(
+            location,
+            "keep the state snapshot",
+            sql::WRITE_SNAPSHOT,
+            &[
+                &id.as_str(),
+                &sql_integer(anchor.seq),
+                &i64::from(anchor.record_crc),
+                &i64::from(state_snapshot::STATE_SNAPSHOT_FORMAT),
+                &bytes,
+            ],
+        )
+        .map(drop)
     }
 
     /// Runs [`sql::APPEND`] ([`sql::APPEND_ONE`] for one event): inserts

@@ -54,6 +54,23 @@ impl SqliteBulkCreate {
         })
     }
 
+    /// Hands the state snapshot of session `id`, the last one added and
+    /// all its events, taken at `anchor`, to the committer, which keeps it
+    /// in the open transaction.
+    pub(crate) fn add_snapshot(
+        &mut self,
+        id: &SessionId,
+        anchor: crate::state_snapshot::SnapshotAnchor,
+        bytes: Vec<u8>,
+    ) -> Result<(), StoreError> {
+        self.send(BulkItem::Snapshot(Work::Snapshot {
+            id: id.clone(),
+            seq: anchor.seq,
+            anchor_crc: anchor.record_crc,
+            bytes,
+        }))
+    }
+
     /// Sends `item`, waiting while the committer is behind.
     fn send(&mut self, item: BulkItem) -> Result<(), StoreError> {
         let sent = match &self.sessions {
@@ -435,6 +452,7 @@ pub(super) fn run_bulk(
             Ok(BulkItem::Events { id, events }) => {
                 append_records(&transaction, path, &id, &events)?;
             }
+            Ok(BulkItem::Snapshot(work)) => apply_work(&transaction, path, &work)?,
             Ok(BulkItem::Commit) => break,
             Err(_) => {
                 return Err(StoreError::io(

@@ -286,6 +286,9 @@ enum BulkItem {
         id: SessionId,
         events: Vec<EventRecord>,
     },
+    /// The state snapshot of the session last added, once all its events
+    /// were: a [`Work::Snapshot`].
+    Snapshot(Work),
     Commit,
 }
 
@@ -526,7 +529,7 @@ impl SqliteStore {
         events: &[EventRecord],
         durability: Durability,
     ) -> Result<(), StoreError> {
-        check_new_session(&self.shared.session_path(&header.id), header, events)?;
+        let state = check_new_session(&self.shared.session_path(&header.id), header, events)?;
         check_storable(header, events)?;
         if self.contains(&header.id)? {
             return Err(self.shared.already_exists(&header.id));
@@ -537,9 +540,27 @@ impl SqliteStore {
             seed_source: None,
             events: events.to_vec(),
         };
-        self.shared
-            .committer()?
-            .submit(&self.shared.path, Work::Create(vec![session]), durability)
+        let committer = self.shared.committer()?;
+        committer.submit(&self.shared.path, Work::Create(vec![session]), durability)?;
+        if let Some(last) = events.last() {
+            let last_crc = record_crc(&header.id, last.body().as_bytes());
+            let header_body = header.to_body();
+            let kept = state_snapshot::of_new_rows(&state, &header_body, events.len(), last_crc);
+            if let Some((anchor, bytes)) = kept {
+                let work = Work::Snapshot {
+                    id: header.id.clone(),
+                    seq: anchor.seq,
+                    anchor_crc: anchor.record_crc,
+                    bytes,
+                };
+                // Not synced, as a writer's: a cache.
+                let kept = committer.submit(&self.shared.path, work, Durability::Buffered);
+                if let Err(error) = kept {
+                    state_snapshot::not_kept(&header.id, anchor.seq, &error);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Creates a fork by reference, durably: the child's header row with
