@@ -11,7 +11,9 @@
 //!   writer opened and closed on it), so the child is written directly; the
 //!   fork of the same log without the snapshot (the child's header then
 //!   predicted from the log's end, and the child written directly too) is
-//!   measured beside it.
+//!   measured beside it. Every long session this store writes has one (a
+//!   writer, `import` and `migrate` keep it): a parent without one is a log
+//!   written by something else, or whose sidecar was removed.
 //!
 //! Each pair runs interleaved, N runs of each; the ratio held to the target
 //! is the best run of the command over the best run of its baseline (the
