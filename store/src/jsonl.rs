@@ -385,6 +385,7 @@ pub fn create_log_file_as_stored(
     io: &Io,
 ) -> Result<(), StoreError> {
     crate::writer::check_storable(header, events)?;
+    crate::writer::check_framing(header, header_body, events)?;
     let (state, violations) =
         sessionlog_projections::fold_stored(header.clone(), header_body, events);
     if let Some(violation) = violations.into_iter().next() {
@@ -974,6 +975,7 @@ pub(crate) fn check_new_session(
     events: &[EventRecord],
 ) -> Result<sessionlog_projections::SessionState, StoreError> {
     crate::writer::check_storable(header, events)?;
+    crate::writer::check_framing(header, &header.to_body(), events)?;
     let (state, violations) = fold(header.clone(), events);
     match violations.into_iter().next() {
         Some(violation) => Err(StoreError::Rule {

@@ -1062,21 +1062,26 @@ impl<'s> JsonlStaging<'s> {
             .folder()
             .join(format!(".{id}.jsonl.state.tmp-{}", self.token));
         let io = self.store.io();
-        let written = io
-            .create_temp(&temp)
-            .map_err(|source| StoreError::io("create", &temp, source))
-            .and_then(|mut file| {
-                self.snapshots.push(StagedSnapshot {
-                    temp: temp.clone(),
-                    log: path.clone(),
-                    id: id.clone(),
-                    seq: anchor.seq,
-                });
-                io.write_all(&mut file, &temp, &bytes)
-                    .map_err(|source| StoreError::io("write", &temp, source))
-            });
-        if let Err(error) = written {
-            state_snapshot::not_kept(id, anchor.seq, &error);
+        let mut file = match io.create_temp(&temp) {
+            Ok(file) => file,
+            Err(source) => {
+                let error = StoreError::io("create", &temp, source);
+                return state_snapshot::not_kept(id, anchor.seq, &error);
+            }
+        };
+        match io.write_all(&mut file, &temp, &bytes) {
+            Ok(()) => self.snapshots.push(StagedSnapshot {
+                temp,
+                log: path.clone(),
+                id: id.clone(),
+                seq: anchor.seq,
+            }),
+            Err(source) => {
+                // Never published: a sidecar cut short is no snapshot.
+                let _ = std::fs::remove_file(&temp);
+                let error = StoreError::io("write", &temp, source);
+                state_snapshot::not_kept(id, anchor.seq, &error);
+            }
         }
     }
 
@@ -1406,6 +1411,39 @@ mod tests {
         }
         let left_over = ok(std::fs::read_dir(jsonl.path())).count();
         assert_eq!(left_over, 0, "no temporary file is left behind");
+    }
+
+    /// Fails every write of a staged state snapshot.
+    struct NoRoomForSnapshots;
+
+    impl crate::testing::FaultInjector for NoRoomForSnapshots {
+        fn before(&self, point: crate::testing::FaultPoint, path: &Path) -> std::io::Result<()> {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            match point == crate::testing::FaultPoint::Write && name.contains(".state.tmp-") {
+                true => Err(std::io::Error::other("no space left (injected)")),
+                false => Ok(()),
+            }
+        }
+    }
+
+    /// A staged snapshot that could not be written is warned of and never
+    /// published: the session is migrated without one, and nothing is
+    /// left beside it.
+    #[test]
+    fn a_snapshot_that_could_not_be_staged_is_not_published() {
+        let folder = ok(tempfile::tempdir());
+        let source = jsonl_store(folder.path());
+        write_long_log(&source, "long", 1_100, None);
+        let copy = folder.path().join("copy");
+        let faults = crate::testing::Io::with_faults(std::sync::Arc::new(NoRoomForSnapshots));
+        let destination = Store::Jsonl(ok(JsonlStore::create_folder(&copy)).with_io(faults));
+        ok(migrate(&source, &destination, &mut quiet));
+        let left: Vec<String> = ok(std::fs::read_dir(&copy))
+            .map(|entry| ok(entry).file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left, ["long.jsonl"]);
+        let whole = ok(destination.snapshot(&id("long"))).fold().0;
+        assert_eq!(ok(destination.current_state(&id("long"))), whole);
     }
 
     #[test]

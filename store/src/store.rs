@@ -290,7 +290,9 @@ impl Store {
     }
 
     /// Creates a session atomically with its header and first `events`,
-    /// after checking them against every rule; an existing id is refused.
+    /// after checking them against every rule and that a reader would take
+    /// them whole (seqs from 1 in order, batches complete, `data` JSON);
+    /// an existing id is refused.
     pub fn create_session(
         &self,
         header: &SessionHeader,
@@ -1196,7 +1198,56 @@ pub(crate) mod tests {
         staged_events_are_seen_only_once_synced_and_a_dropped_writer_leaves_none,
         a_store_opened_read_only_reads_and_refuses_every_write,
         the_last_event_is_read_from_the_end,
+        a_creation_refuses_events_no_reader_would_take_whole,
     );
+
+    /// Events whose lines a reader would call corrupt or torn (an
+    /// unfinished batch at the end, a batch member inside a batch, `data`
+    /// that is not JSON, a seq out of order) are refused by a creation,
+    /// with the seq named, and nothing is written: not the log, nor the
+    /// state snapshot a long creation keeps, which a resuming writer would
+    /// otherwise take over them.
+    fn a_creation_refuses_events_no_reader_would_take_whole(store: &Store) {
+        let notes = |count: u64| -> Vec<EventRecord> {
+            (1..=count)
+                .map(|seq| record(seq, "note/test", r#"{"t":1}"#))
+                .collect()
+        };
+        let long = 1_100;
+        let mut unfinished = notes(long);
+        unfinished[long as usize - 1] = EventRecord::new(long, 1, Some(2), "note/test", "{}");
+        let mut member_inside = notes(long);
+        member_inside[1] = EventRecord::new(2, 1, Some(2), "note/test", "{}");
+        member_inside[2] = EventRecord::new(3, 1, Some(2), "note/test", "{}");
+        let mut not_json = notes(long);
+        not_json[4] = record(5, "note/test", "{\"t\":");
+        let mut out_of_order = notes(long);
+        out_of_order.swap(6, 7);
+        for (case, events, named) in [
+            ("an unfinished batch", unfinished, "seq 1100"),
+            ("a member inside a batch", member_inside, "seq 3"),
+            ("data that is not JSON", not_json, "seq 5"),
+            ("a seq out of order", out_of_order, "seq 8"),
+        ] {
+            let refused = store.create_session(&header("a"), &events, Durability::Fsync);
+            assert!(
+                matches!(&refused, Err(StoreError::InvalidEvent(message))
+                    if message.starts_with("session a: ") && message.contains(named)),
+                "{case}: {refused:?}"
+            );
+            assert!(!ok(store.contains(&id("a"))), "{case}: nothing written");
+        }
+        if let Store::Jsonl(jsonl) = store {
+            let left: Vec<_> = ok(std::fs::read_dir(jsonl.folder())).collect();
+            assert!(
+                left.is_empty(),
+                "no log, sidecar or temporary file: {left:?}"
+            );
+        }
+        // The same events, framed as a reader reads them, are created.
+        ok(store.create_session(&header("a"), &notes(long), Durability::Fsync));
+        assert_eq!(ok(store.snapshot(&id("a"))).events.len(), long as usize);
+    }
 
     fn the_last_event_is_read_from_the_end(store: &Store) {
         // As the store tells it, and for a log as its file alone tells it.

@@ -820,6 +820,62 @@ pub(crate) fn check_storable(
     events.iter().try_for_each(check_storable_record)
 }
 
+/// Refuses events that a reader would not take whole as the log they make
+/// after the header stored as `header_body`: each record's line is scanned
+/// as a reader scans it (seqs from 1 in order, batches whole, `data` JSON),
+/// and none may be left past damage or in an unfinished batch. A creation
+/// that took them would write a log its own readers call corrupt or torn,
+/// and keep a state snapshot over records that no read gives.
+pub(crate) fn check_framing(
+    header: &SessionHeader,
+    header_body: &str,
+    events: &[EventRecord],
+) -> Result<(), StoreError> {
+    let id = &header.id;
+    let refused = |reason: String| {
+        StoreError::InvalidEvent(format!(
+            "session {id}: {reason}; every reader would refuse the log these events make"
+        ))
+    };
+    // Line 1 is the header, and each event a line after it: the line a
+    // reader names is the event before it in seqs.
+    let at = |corruption: sessionlog_schema::Corruption| {
+        let seq = corruption.position.line.saturating_sub(1);
+        match corruption.reason.starts_with("seq ") {
+            true => refused(corruption.reason),
+            false => refused(format!("seq {seq}: {}", corruption.reason)),
+        }
+    };
+    let mut scanner = sessionlog_schema::LogScanner::new(Some(id.clone()));
+    let mut ready = Vec::new();
+    let mut taken = 0;
+    let mut offset = 0;
+    let header_line = sessionlog_schema::encode_line(id, header_body);
+    let lines = std::iter::once(header_line).chain(events.iter().map(|record| record.encode(id)));
+    for line in lines {
+        let bytes = line.as_bytes();
+        let without_newline = &bytes[..bytes.len().saturating_sub(1)];
+        scanner
+            .push_line(without_newline, true, offset, &mut ready)
+            .map_err(at)?;
+        offset += bytes.len() as u64;
+        taken += ready.len();
+        ready.clear();
+    }
+    let summary = scanner.finish().map_err(at)?;
+    if let Some(torn) = summary.torn_tail {
+        return Err(refused(torn.reason));
+    }
+    match taken == events.len() {
+        true => Ok(()),
+        false => Err(refused(format!(
+            "{} of its {} events would be read",
+            taken,
+            events.len()
+        ))),
+    }
+}
+
 /// Refuses a header holding a value one of the backends cannot store (see
 /// [`check_storable_record`]): a `createdAt`, `seedLength` or
 /// `delegationDepth` above 2^63 - 1, a NUL in its `cwd`, or a record above
