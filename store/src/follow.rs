@@ -101,6 +101,30 @@ impl Chain {
     }
 }
 
+/// What a read of a log from its start has read, for a follower to go on
+/// from ([`LogFollower::after_read`]): its header, and a digest of the
+/// bodies of its records, given in seq order as they are read.
+#[derive(Debug, Clone)]
+pub struct ReadSoFar {
+    header: SessionHeader,
+    chain: Chain,
+}
+
+impl ReadSoFar {
+    /// A read that has read the header `header` and no record yet.
+    pub fn new(header: SessionHeader) -> ReadSoFar {
+        ReadSoFar {
+            header,
+            chain: Chain::counting_from(1),
+        }
+    }
+
+    /// Notes the next record read (seqs from 1, in order).
+    pub fn add(&mut self, record: &EventRecord) {
+        self.chain.add(record);
+    }
+}
+
 /// How far a follower read, and what it needs to check before going on.
 #[derive(Debug)]
 struct ReadState {
@@ -217,6 +241,25 @@ impl LogFollower {
             must_match: None,
             caught_up: None,
         });
+        follower
+    }
+
+    /// A follower that goes on after `read`, a read of the log at `path`
+    /// from its start (with the same `expected_id`) through its good
+    /// prefix: it delivers the events from `from_seq` on that `read` did
+    /// not read. Its first poll reads the log from its start again and must
+    /// find there the header and the records `read` read: a log of another
+    /// history put in its place meanwhile is `HistoryChanged`, never
+    /// spliced onto what was read.
+    pub fn after_read(
+        path: &Path,
+        expected_id: Option<SessionId>,
+        read: &ReadSoFar,
+        from_seq: u64,
+    ) -> LogFollower {
+        let next_seq = from_seq.max(read.chain.seq + 1);
+        let mut follower = LogFollower::new(path, expected_id, next_seq);
+        follower.known = Some((read.header.clone(), read.chain));
         follower
     }
 
@@ -549,6 +592,45 @@ mod tests {
         let path = folder.path().join("a.jsonl");
         ok(std::fs::write(&path, log(events)));
         (folder, path)
+    }
+
+    /// A follower going on after a read from the start checks what that
+    /// read read: the same log goes on where it ended, another history
+    /// put in its place before the first poll is refused, never spliced
+    /// onto what was read.
+    #[test]
+    fn a_follower_after_a_read_from_the_start_finds_that_read_again() {
+        let (folder, path) = setup(3);
+        let read_through = |path: &Path| {
+            let mut reader = ok(crate::LogReader::open(path, Some(id("a"))));
+            let mut read = ReadSoFar::new(reader.header().clone());
+            while let Some(record) = ok(reader.next_event()) {
+                read.add(&record);
+            }
+            read
+        };
+        let read = read_through(&path);
+        append(&path, &line("a", &note(4)));
+        let mut follower = LogFollower::after_read(&path, Some(id("a")), &read, 2);
+        assert_eq!(seqs(&ok(follower.poll(100))), [4], "only what was not read");
+
+        // Another history of session `a` (other records, one more of
+        // them), renamed into place between the read and the first poll.
+        let read = read_through(&path);
+        let other = folder.path().join("other.jsonl");
+        let mut text = header_line("a");
+        for seq in 1..=5 {
+            let changed = record(seq, "note/test", &format!(r#"{{"other":{seq}}}"#));
+            text.push_str(&line("a", &changed));
+        }
+        ok(std::fs::write(&other, text));
+        ok(std::fs::rename(&other, &path));
+        let mut follower = LogFollower::after_read(&path, Some(id("a")), &read, 1);
+        let polled = follower.poll(100);
+        assert!(
+            matches!(&polled, Err(StoreError::HistoryChanged { reason, .. }) if reason.contains("seq 4")),
+            "{polled:?}"
+        );
     }
 
     #[test]

@@ -101,7 +101,7 @@ mod writer;
 pub use asynchronous::{AsyncStore, AsyncWriter, Follow, FOLLOW_POLL_INTERVAL};
 pub use error::{ErrorClass, Refusal, StoreError};
 pub use fold::fold_stream;
-pub use follow::LogFollower;
+pub use follow::{LogFollower, ReadSoFar};
 pub use fork::fork_log_file;
 pub use jsonl::{
     create_log_file, create_log_file_as_stored, open_log_writer, read_header, read_header_as_is,

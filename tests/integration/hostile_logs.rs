@@ -677,6 +677,66 @@ fn tail_follow_reports_a_log_replaced_by_another_sessions() {
     assert!(stderr.contains("another header"), "{stderr}");
 }
 
+/// `tail --from 1 -f` of a log replaced by another history of the same
+/// session while its first read still prints: the follower that goes on
+/// after that read finds it no longer in the log and stops with exit 2,
+/// instead of printing the other history's later events after it.
+#[test]
+fn tail_from_a_seq_then_follow_reports_a_log_replaced_during_its_first_read() {
+    let folder = ok(tempfile::tempdir());
+    let pad = "x".repeat(8 << 10);
+    let history = |cwd: &str, kind: &str, count: usize| {
+        let data = format!(r#"{{"pad":"{pad}"}}"#);
+        (0..count).fold(LogBuilder::new("a").cwd(cwd), |log, _| {
+            log.event(kind, &data)
+        })
+    };
+    let path = write_log(
+        folder.path(),
+        "a.jsonl",
+        &history("/old", "x-demo/old", 100),
+    );
+    let mut child = ok(sessionlog([
+        "tail",
+        &path.display().to_string(),
+        "--from",
+        "1",
+        "-f",
+        "--json",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn());
+    let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+    let mut stdout = std::io::BufReader::new(stdout);
+    // Its first line printed, the command is inside its first read: the
+    // 800 KB it prints fill the pipe, which is not read meanwhile.
+    let mut first = String::new();
+    ok(std::io::BufRead::read_line(&mut stdout, &mut first));
+    assert!(first.contains("x-demo/old"), "{first}");
+    let replacement = folder.path().join(".a.new");
+    ok(std::fs::write(
+        &replacement,
+        history("/new", "x-demo/new", 103).build(),
+    ));
+    ok(std::fs::rename(&replacement, &path));
+    let drained = std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut rest);
+        rest
+    });
+    let (code, stderr) = exit_of(child);
+    let printed = drained.join().unwrap_or_default();
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("changed under the reader"), "{stderr}");
+    assert!(
+        !printed.contains("x-demo/new"),
+        "spliced on: {printed:.200}"
+    );
+    assert_eq!(printed.matches("x-demo/old").count(), 99);
+}
+
 /// `tail -f` of `store` (with `options`), once it has printed the event
 /// at seq `last`, the last there is: what a test then does to the store
 /// comes after that read, whatever the machine's load. Its stdout is read

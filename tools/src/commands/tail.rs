@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
-use sessionlog_store::{read_last_events, LastEvents, LogFollower, RowFollower, Store, Wake};
+use sessionlog_store::{
+    read_last_events, LastEvents, LogFollower, ReadSoFar, RowFollower, Store, Wake,
+};
 
 use crate::cli::SessionArgs;
 use crate::commands::replay::describe;
@@ -79,14 +81,21 @@ enum Source<'a> {
 
 /// Where following goes on from once the first read is done.
 enum ReadEnd<'a> {
-    /// A log, with what was read of its end when it was read from there.
+    /// A log, with what was read of it.
     Log {
         path: PathBuf,
         expected_id: Option<SessionId>,
-        last: Option<Box<LastEvents>>,
+        read: LogRead,
     },
     /// A database session, from the last row read.
     Rows(RowFollower, &'a Store),
+}
+
+/// What the first read of a log read: its end, or all of it from its
+/// start (what following must find again there).
+enum LogRead {
+    FromEnd(Box<LastEvents>),
+    FromStart(Box<ReadSoFar>),
 }
 
 /// What `-f` polls.
@@ -149,13 +158,19 @@ impl<'a, W: Write> Tail<'a, W> {
             ReadEnd::Log {
                 path,
                 expected_id,
-                last: Some(last),
+                read: LogRead::FromEnd(last),
             } => Following::Log(Box::new(LogFollower::after(&path, expected_id, &last))),
+            // What was printed from the start must be what the follower
+            // then reads there: another history put in the log's place
+            // meanwhile ends the command, never spliced on.
             ReadEnd::Log {
-                path, expected_id, ..
-            } => Following::Log(Box::new(LogFollower::new(
+                path,
+                expected_id,
+                read: LogRead::FromStart(read),
+            } => Following::Log(Box::new(LogFollower::after_read(
                 &path,
                 expected_id,
+                &read,
                 self.printed + 1,
             ))),
             ReadEnd::Rows(rows, store) => Following::Rows(rows, store),
@@ -266,8 +281,7 @@ impl<'a, W: Write> Tail<'a, W> {
                 return self.first_rows(start, session, store);
             }
         };
-        let mut read_from_end = None;
-        let torn = match start {
+        let (torn, read) = match start {
             Start::Last(count) => {
                 let count = usize::try_from(count).unwrap_or(usize::MAX);
                 let last = read_last_events(&path, expected_id.clone(), count)?;
@@ -277,18 +291,19 @@ impl<'a, W: Write> Tail<'a, W> {
                 }
                 self.printed = self.printed.max(last.last_seq);
                 let torn = last.torn_tail.clone();
-                read_from_end = Some(Box::new(last));
-                torn
+                (torn, LogRead::FromEnd(Box::new(last)))
             }
             Start::From(from) => {
                 let mut stream = target.stream(session)?;
                 self.header = Some(stream.header().clone());
+                let mut read = ReadSoFar::new(stream.header().clone());
                 while let Some(record) = stream.next_event()? {
+                    read.add(&record);
                     if record.seq() >= from {
                         self.print(&record)?;
                     }
                 }
-                stream.finish()?
+                (stream.finish()?, LogRead::FromStart(Box::new(read)))
             }
         };
         if let Some(torn) = torn {
@@ -301,7 +316,7 @@ impl<'a, W: Write> Tail<'a, W> {
         Ok(ReadEnd::Log {
             path,
             expected_id,
-            last: read_from_end,
+            read,
         })
     }
 
