@@ -165,10 +165,16 @@ impl SealSecretKey {
     pub fn parse_file(text: &str) -> Result<SealSecretKey, KeyTextError> {
         let line = text.strip_suffix('\n').unwrap_or(text);
         let refuse = |message: String| KeyTextError { line: 1, message };
-        if line.contains('\n') {
-            return Err(refuse(
-                "a secret key file holds exactly one line".to_owned(),
-            ));
+        if let Some((_, after)) = line.split_once('\n') {
+            // What is wrong is the line after the key, however many follow.
+            let what = match after.trim().is_empty() {
+                true => "an empty line",
+                false => "more text",
+            };
+            return Err(KeyTextError {
+                line: 2,
+                message: format!("{what} after the key; a secret key file holds exactly one line"),
+            });
         }
         let Some(encoded) = line.strip_prefix(SECRET_KEY_PREFIX) else {
             return Err(refuse(format!(

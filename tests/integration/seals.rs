@@ -1517,6 +1517,51 @@ fn a_secret_key_others_may_read_is_warned_of() {
         "{}",
         shared.stderr
     );
+    // The public key given by mistake (0644, as keygen makes it) is
+    // refused as no secret key, not called a secret others may read.
+    let public = dir.path().join("public");
+    let mut text = ok(std::fs::read_to_string(format!("{}.pub", key.display())));
+    ok(std::fs::write(&public, &text));
+    let refused = run([
+        "seal",
+        path_str(&store),
+        "--session",
+        "s",
+        "--key",
+        path_str(&public),
+    ]);
+    refused.expect_code(1);
+    assert!(
+        refused.stderr.contains("is this a public key"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        !refused.stderr.contains("others may read"),
+        "{}",
+        refused.stderr
+    );
+    // A line after the key is named as the line it is.
+    text = ok(std::fs::read_to_string(&key));
+    let extra = dir.path().join("extra");
+    ok(std::fs::write(
+        &extra,
+        format!("{text}# the runtime's key\n"),
+    ));
+    let refused = run([
+        "seal",
+        path_str(&store),
+        "--session",
+        "s",
+        "--key",
+        path_str(&extra),
+    ]);
+    refused.expect_code(1);
+    assert!(
+        refused.stderr.contains("line 2: more text after the key"),
+        "{}",
+        refused.stderr
+    );
 }
 
 /// A FIFO named as the secret key is refused as what it is, at once: the

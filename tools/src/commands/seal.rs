@@ -187,6 +187,7 @@ pub fn read_secret_key(path: &Path) -> Result<SealSecretKey> {
         .open(path)
         .with_context(|| format!("read {}", path.display()))?;
     // The mode of the file read, not of what the path names a moment later.
+    let mut mode = None;
     if let Ok(metadata) = file.metadata() {
         if let Some(kind) = sessionlog_store::file_kind(metadata.file_type()) {
             bail!(UsageError(format!(
@@ -194,15 +195,7 @@ pub fn read_secret_key(path: &Path) -> Result<SealSecretKey> {
                 path.display()
             )));
         }
-        let mode = metadata.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            // A warning is written escaped, as every line is.
-            crate::warn(format_args!(
-                "{path}: a secret key that others may read (mode {mode:04o}): whoever reads it \
-                 can sign seals as you; `chmod 600 {path}`",
-                path = path.display()
-            ));
-        }
+        mode = Some(metadata.permissions().mode() & 0o777);
     }
     let mut bytes = Vec::new();
     // A key file is a line of text: what is past a few kilobytes is no key.
@@ -221,8 +214,19 @@ pub fn read_secret_key(path: &Path) -> Result<SealSecretKey> {
             path.display()
         ))
     })?;
-    SealSecretKey::parse_file(&text)
-        .map_err(|error| UsageError(format!("{}: {error}", path.display())).into())
+    let key = SealSecretKey::parse_file(&text)
+        .map_err(|error| UsageError(format!("{}: {error}", path.display())))?;
+    // Only a key that is one: a public key or another file given by
+    // mistake is refused above, not called a secret others may read.
+    if let Some(mode) = mode.filter(|mode| mode & 0o077 != 0) {
+        // A warning is written escaped, as every line is.
+        crate::warn(format_args!(
+            "{path}: a secret key that others may read (mode {mode:04o}): whoever reads it \
+             can sign seals as you; `chmod 600 {path}`",
+            path = path.display()
+        ));
+    }
+    Ok(key)
 }
 
 /// `FILE.pub` beside `FILE`.
