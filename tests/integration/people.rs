@@ -686,6 +686,41 @@ fn hostile_store(dir: &Path) -> PathBuf {
     store
 }
 
+/// Every element id of a report is its own, whatever the session ids:
+/// a session's section and another session's row never share one, so an
+/// index link lands on the session it names.
+#[test]
+fn a_reports_element_ids_are_unique_whatever_the_session_ids() {
+    let folder = ok(tempfile::tempdir());
+    let store = folder.path().join("logs");
+    let store_arg = store.display().to_string();
+    for session in ["session-x", "x-seq-1", "seq-1-x"] {
+        run(["create", &store_arg, "--session", session, "--cwd", "/w"]).expect_code(0);
+        run_with_stdin(
+            ["append", &store_arg, "--session", session],
+            "{\"type\":\"x-a/n\",\"data\":{}}\n",
+        )
+        .expect_code(0);
+    }
+    let html = report(&store, &folder.path().join("r.html"));
+    let ids: Vec<&str> = html
+        .split(" id=\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .collect();
+    assert!(ids.len() >= 6, "{ids:?}");
+    let mut unique = ids.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), ids.len(), "{ids:?}");
+    for session in ["session-x", "x-seq-1", "seq-1-x"] {
+        assert!(
+            ids.contains(&format!("session-{session}").as_str()),
+            "{ids:?}"
+        );
+    }
+}
+
 fn report(store: &Path, out: &Path) -> String {
     run([
         "report",
@@ -861,9 +896,9 @@ fn report_renders_in_a_headless_browser() {
         "the page broke its own policy:\n{console}"
     );
     assert!(dom.contains("<table class=\"timeline\">"));
-    assert!(dom.contains("<tr class=\"entry kind-denial highlight\" id=\"auto-review-seq-14\""));
+    assert!(dom.contains("<tr class=\"entry kind-denial highlight\" id=\"seq-14-auto-review\""));
     assert!(dom.contains("DENIED by Auto review"));
-    assert!(dom.contains("<tr class=\"entry kind-approval-asked highlight\" id=\"approval-seq-6\""));
+    assert!(dom.contains("<tr class=\"entry kind-approval-asked highlight\" id=\"seq-6-approval\""));
     assert!(dom.contains("&lt;script&gt;document.body.setAttribute"));
 }
 

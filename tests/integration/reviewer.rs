@@ -817,7 +817,7 @@ fn an_audit_against_a_reviewer_that_allows_everything_finds_the_denial() {
     let page = std::fs::read_to_string(&html).expect("the report");
     let row_13 = page
         .lines()
-        .find(|line| line.contains("id=\"auto-review-seq-13\""))
+        .find(|line| line.contains("id=\"seq-13-auto-review\""))
         .expect("the row of seq 13");
     assert!(
         row_13.contains("audit-differs")

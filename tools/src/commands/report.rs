@@ -1209,7 +1209,7 @@ fn render_entry(html: &mut String, session: &SessionId, entry: &Entry, row: &Row
     });
     let _ = writeln!(
         html,
-        "<tr class=\"{classes}\" id=\"{session}-seq-{seq}\" data-seq=\"{seq}\"><td class=\"time\">{time}</td><td class=\"seq\"><a href=\"#{session}-seq-{seq}\">{seq}</a></td><td class=\"type\">{event_type}</td><td>{authority}</td><td class=\"summary\">{summary}</td><td class=\"projection\">{projection}</td></tr>",
+        "<tr class=\"{classes}\" id=\"seq-{seq}-{session}\" data-seq=\"{seq}\"><td class=\"time\">{time}</td><td class=\"seq\"><a href=\"#seq-{seq}-{session}\">{seq}</a></td><td class=\"type\">{event_type}</td><td>{authority}</td><td class=\"summary\">{summary}</td><td class=\"projection\">{projection}</td></tr>",
         seq = entry.seq,
         time = escape(&entry.time),
         event_type = escape(&replay::display(&entry.event_type)),
