@@ -458,7 +458,14 @@ fn only_verify_exits_3_other_commands_use_the_good_prefix_and_warn() {
         "a warning on stderr: {}",
         project.stderr
     );
-    run(["export", &text(&path)]).expect_code(0);
+    let export = run(["export", &text(&path)]);
+    export.expect_code(0);
+    // The warning says what the torn bytes are, as every command's does.
+    assert!(
+        export.stderr.contains("(byte offset ") && export.stderr.contains("): the last line"),
+        "{}",
+        export.stderr
+    );
 }
 
 #[test]
@@ -547,6 +554,34 @@ fn a_database_header_out_of_vocabulary_is_a_rule_violation_for_every_folding_com
     );
 }
 
+/// The lock of an interrupted migration is not among the files `verify`
+/// says `clean` removes: `clean` keeps it until a run finishes that
+/// migration, which `verify` says instead.
+#[test]
+fn verify_does_not_say_clean_removes_an_interrupted_migrations_lock() {
+    let folder = ok(tempfile::tempdir());
+    let store = folder.path().join("logs");
+    run(["create", &text(&store), "--session", "s1"]).expect_code(0);
+    let lock = store.join(".migrate-4242-1700000000000.lock");
+    ok(std::fs::write(&lock, b"/src\n"));
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    ok(ok(std::fs::OpenOptions::new().write(true).open(&lock)).set_modified(hour_ago));
+    let verified = run(["verify", &text(&store)]);
+    verified.expect_code(0);
+    assert!(
+        !verified.stderr.contains("temporary file"),
+        "{}",
+        verified.stderr
+    );
+    assert!(
+        verified.stderr.contains("migrate /src"),
+        "the migration to resume is named: {}",
+        verified.stderr
+    );
+    run(["clean", &text(&store)]).expect_code(0);
+    assert!(lock.exists(), "clean keeps the lock");
+}
+
 #[test]
 fn clean_removes_only_old_temporary_files_nobody_holds() {
     let folder = ok(tempfile::tempdir());
@@ -576,6 +611,15 @@ fn clean_removes_only_old_temporary_files_nobody_holds() {
     );
     assert!(
         verified.stderr.contains("sessionlog clean"),
+        "{}",
+        verified.stderr
+    );
+    // One of them is recent, which `clean` keeps unless told otherwise:
+    // the advice says so.
+    assert!(
+        verified
+            .stderr
+            .contains("once written 10 minutes ago (1 of them written since; `--older-than 0`"),
         "{}",
         verified.stderr
     );

@@ -555,7 +555,7 @@ pub enum Command {
         /// Keep what was written less than this many seconds ago. A creation
         /// locks its file a moment after creating it: use 0 only on a folder
         /// no process is writing.
-        #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+        #[arg(long, value_name = "SECONDS", default_value_t = crate::commands::verify::CLEAN_MIN_AGE.as_secs())]
         older_than: u64,
         /// List what would be removed, and remove nothing.
         #[arg(long)]

@@ -19,8 +19,8 @@ pub fn run(args: &SessionArgs) -> Result<u8> {
         let stream = target.stream(session)?;
         if let Some(torn) = stream.finish()? {
             warn(format!(
-                "{}: exporting the good prefix; ignoring a torn tail of {} bytes at line {} (byte offset {})",
-                session.label, torn.bytes, torn.position.line, torn.position.offset
+                "{}: exporting the good prefix; ignoring a torn tail of {} bytes at line {} (byte offset {}): {}",
+                session.label, torn.bytes, torn.position.line, torn.position.offset, torn.reason
             ));
         }
     }

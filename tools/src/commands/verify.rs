@@ -429,22 +429,48 @@ pub fn readers_for(args: &SessionArgs) -> usize {
 
 /// Names the temporary files nobody holds (what a killed creation, fork or
 /// migration left): they are no session and change no verdict.
+/// The locks of interrupted migrations are left to
+/// [`warn_of_migration_locks`]: `clean` keeps them until a run finishes
+/// the migration.
 fn warn_of_leftovers(store: &sessionlog_store::JsonlStore) -> Result<()> {
     let found = store.leftovers()?;
-    let left: Vec<_> = found.iter().filter(|leftover| !leftover.in_use).collect();
+    let left: Vec<_> = found
+        .iter()
+        .filter(|leftover| !leftover.in_use && !leftover.is_migration_lock())
+        .collect();
     if let Some(first) = left.first() {
         let bytes: u64 = left.iter().map(|leftover| leftover.bytes).sum();
+        let folder = crate::terminal::shell_word(&sessionlog_store::store_display(store.folder()));
+        // What `clean` takes without options: files written at least its
+        // default age ago.
+        let recent = left
+            .iter()
+            .filter(|leftover| !leftover.removable(CLEAN_MIN_AGE))
+            .count();
+        let removes = match recent {
+            0 => format!("`sessionlog clean {folder}` removes them"),
+            _ => format!(
+                "`sessionlog clean {folder}` removes them once written {} minutes ago \
+                 ({} of them written since; `--older-than 0` takes them now, on a \
+                 folder no process is writing)",
+                CLEAN_MIN_AGE.as_secs() / 60,
+                recent
+            ),
+        };
         crate::warn(format!(
             "{} ({bytes} bytes) left by an interrupted create, fork or migrate, \
-             such as {}; no reader takes them for a session, and `sessionlog clean {}` removes them",
+             such as {}; no reader takes them for a session, and {removes}",
             crate::terminal::counted(left.len() as u64, "temporary file"),
             sessionlog_store::store_display(&first.path),
-            crate::terminal::shell_word(&sessionlog_store::store_display(store.folder()))
         ));
     }
     warn_of_migration_locks(store.folder(), &found);
     Ok(())
 }
+
+/// The age from which `clean`, given no `--older-than`, removes a
+/// leftover.
+pub const CLEAN_MIN_AGE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Warns, for `verify` and `clean`, of the migrations into `folder` that
 /// its leftovers `found` show may have been interrupted: a lock no run
