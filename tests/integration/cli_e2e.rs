@@ -468,6 +468,34 @@ fn only_verify_exits_3_other_commands_use_the_good_prefix_and_warn() {
     );
 }
 
+/// A window past the log's end is a usage error (1) only on a log that
+/// breaks nothing: on one that breaks a rule, `replay` says so with 4, as
+/// `project --at` does, since 4 outranks 1.
+#[test]
+fn a_window_past_the_end_of_a_log_that_breaks_a_rule_is_4_in_replay_and_project() {
+    let folder = ok(tempfile::tempdir());
+    let clean = folder.path().join("clean.jsonl");
+    let broken = folder.path().join("broken.jsonl");
+    ok(std::fs::write(&clean, base().build()));
+    ok(std::fs::write(&broken, with_rule_violation(base()).build()));
+    for (path, code) in [(&clean, 1), (&broken, 4)] {
+        for args in [
+            &["project", "--at", "99"][..],
+            &["replay", "--at", "99"],
+            &["replay", "--from", "99"],
+        ] {
+            let mut args = args.to_vec();
+            let path = text(path);
+            args.insert(1, &path);
+            let ran = run(&args);
+            assert_eq!(ran.code, code, "{args:?}: {}", ran.stderr);
+            if code == 4 {
+                assert!(ran.stderr.contains("seq 3"), "{args:?}: {}", ran.stderr);
+            }
+        }
+    }
+}
+
 #[test]
 fn a_usage_error_exits_1_never_2_which_means_corruption() {
     for args in [

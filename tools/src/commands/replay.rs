@@ -254,18 +254,28 @@ pub fn run(
             session.label, torn.bytes, torn.position.line, torn.position.offset, torn.reason
         ));
     }
-    if let Some(at) = window.at.filter(|at| *at > last_seq) {
-        bail!(UsageError(format!(
+    let past_the_end = match (window.at, window.from) {
+        (Some(at), _) if at > last_seq => Some(format!(
             "--at {at} is past the last seq {last_seq} of {}",
             session.label
-        )));
-    }
-    // A window that shows no event is a slip, not an empty answer.
-    if let Some(from) = window.from.filter(|from| *from > last_seq.max(1)) {
-        bail!(UsageError(format!(
+        )),
+        // A window that shows no event is a slip, not an empty answer.
+        (_, Some(from)) if from > last_seq.max(1) => Some(format!(
             "--from {from} is past the last seq {last_seq} of {}",
             session.label
-        )));
+        )),
+        _ => None,
+    };
+    if let Some(slip) = past_the_end {
+        // What the log breaks outranks the slip (7 and 4 over 1), as in
+        // `project --at`: the whole log is folded first, quietly.
+        sessionlog_store::fold_through(
+            || target.stream(&session),
+            std::path::Path::new(&session.label),
+            None,
+            target.ends_in_seal(&session),
+        )?;
+        bail!(UsageError(slip));
     }
     if let (Some(from), Some(at)) = (window.from, window.at) {
         if from > at {
