@@ -26,8 +26,8 @@ use crate::{
     ApprovalAsked, ApprovalDecided, ApprovalOutcome, ApprovalPolicy, ApprovalPolicyChange,
     Checkpoint, ChildCreated, ChildMode, ContentPart, EventType, Message, MessageRole,
     MessageSource, Preset, PresetChange, RequestHeader, SandboxMode, SandboxModeChange,
-    SettleStatus, StepEnd, StepStart, ToolDefinition, ToolError, ToolSettle, ToolStart, TurnEnd,
-    TurnStart,
+    SettleStatus, StepEnd, StepStart, TextPart, ToolDefinition, ToolError, ToolSettle, ToolStart,
+    TurnEnd, TurnStart,
 };
 
 /// The `data` of one known event type: serialisable to the JSON the log
@@ -184,7 +184,7 @@ impl MessageSource {
 impl ContentPart {
     /// A text part.
     pub fn text(text: impl Into<String>) -> ContentPart {
-        ContentPart::Text { text: text.into() }
+        ContentPart::Text(TextPart { text: text.into() })
     }
 }
 
@@ -475,12 +475,12 @@ mod tests {
             ToolSettle::cancelled("c1").to_json(),
             r#"{"callId":"c1","status":"cancelled"}"#
         );
-        let part = ContentPart::Image {
+        let part = ContentPart::Image(crate::ImagePart {
             media_type: "image/png".into(),
             name: None,
             size: Some(3),
             data: None,
-        };
+        });
         assert_eq!(
             serde_json::to_string(&part).ok().as_deref(),
             Some(r#"{"type":"image","mediaType":"image/png","size":3}"#)

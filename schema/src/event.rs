@@ -301,69 +301,82 @@ pub struct MessageSource {
     pub name: Option<String>,
 }
 
-/// One part of a message's content.
+/// One part of a message's content: `{"type": "text" | "image" |
+/// "attachment", ...}`, the members of its kind's struct beside `type`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum ContentPart {
     /// Plain text.
-    Text {
-        /// The text.
-        text: String,
-    },
+    Text(TextPart),
     /// An image.
-    Image {
-        /// Its media type.
-        #[serde(rename = "mediaType")]
-        media_type: String,
-        /// Its name.
-        #[serde(
-            default,
-            deserialize_with = "present",
-            skip_serializing_if = "Option::is_none"
-        )]
-        name: Option<String>,
-        /// Its size in bytes.
-        #[serde(
-            default,
-            deserialize_with = "present",
-            skip_serializing_if = "Option::is_none"
-        )]
-        size: Option<u64>,
-        /// Inline base64 bytes.
-        #[serde(
-            default,
-            deserialize_with = "present",
-            skip_serializing_if = "Option::is_none"
-        )]
-        data: Option<String>,
-    },
+    Image(ImagePart),
     /// A file attachment.
-    Attachment {
-        /// Its name.
-        name: String,
-        /// Its media type.
-        #[serde(
-            default,
-            rename = "mediaType",
-            deserialize_with = "present",
-            skip_serializing_if = "Option::is_none"
-        )]
-        media_type: Option<String>,
-        /// Its size in bytes.
-        #[serde(
-            default,
-            deserialize_with = "present",
-            skip_serializing_if = "Option::is_none"
-        )]
-        size: Option<u64>,
-        /// Inline base64 bytes.
-        #[serde(
-            default,
-            deserialize_with = "present",
-            skip_serializing_if = "Option::is_none"
-        )]
-        data: Option<String>,
-    },
+    Attachment(AttachmentPart),
+}
+
+/// A text part of a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TextPart {
+    /// The text.
+    pub text: String,
+}
+
+/// An image part of a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImagePart {
+    /// Its media type.
+    #[serde(rename = "mediaType")]
+    pub media_type: String,
+    /// Its name.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub name: Option<String>,
+    /// Its size in bytes.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub size: Option<u64>,
+    /// Inline base64 bytes.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub data: Option<String>,
+}
+
+/// A file attachment part of a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachmentPart {
+    /// Its name.
+    pub name: String,
+    /// Its media type.
+    #[serde(
+        default,
+        rename = "mediaType",
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub media_type: Option<String>,
+    /// Its size in bytes.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub size: Option<u64>,
+    /// Inline base64 bytes.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub data: Option<String>,
 }
 
 /// `tool/start` data.
@@ -591,8 +604,8 @@ impl Message {
             .content
             .iter()
             .filter_map(|part| match part {
-                ContentPart::Text { text } => Some(text.as_str()),
-                ContentPart::Image { .. } | ContentPart::Attachment { .. } => None,
+                ContentPart::Text(part) => Some(part.text.as_str()),
+                ContentPart::Image(_) | ContentPart::Attachment(_) => None,
             })
             .collect();
         texts.join("\n")
@@ -610,7 +623,12 @@ fn typed<'de, T: Deserialize<'de>>(known: EventType, data: &'de str) -> Result<T
     }
     let mut deserializer = serde_json::Deserializer::from_str(data);
     serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
-        let path = error.path().to_string();
+        let mut path = error.path().to_string();
+        let mut message = error.inner().to_string();
+        if let Some((member, refined)) = content_part_error(data, &path) {
+            path.push_str(&member);
+            message = refined;
+        }
         let path = if path == "." || path.is_empty() {
             "data".to_owned()
         } else {
@@ -619,9 +637,38 @@ fn typed<'de, T: Deserialize<'de>>(known: EventType, data: &'de str) -> Result<T
         ShapeError {
             event_type: known.as_str(),
             path,
-            message: serde_message(&error.inner().to_string()),
+            message: serde_message(&message),
         }
     })
+}
+
+/// The member of a message's content part that its kind refuses, when
+/// `path` (of an error in `data`) ends at the part, `content[N]`: serde
+/// reads a part whole before it knows its kind, so the path it tracks
+/// stops there. The part is read again as its kind's struct, tracking the
+/// path: the member (`.size`) and serde's message for it; `None` when that
+/// names nothing more (an unknown kind, an error of the part as a whole).
+fn content_part_error(data: &str, path: &str) -> Option<(String, String)> {
+    let index: usize = path
+        .strip_prefix("content[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()?;
+    let value: serde_json::Value = serde_json::from_str(data).ok()?;
+    let mut fields = value.get("content")?.get(index)?.as_object()?.clone();
+    let kind = fields.remove("type")?;
+    let fields = serde_json::Value::Object(fields);
+    let error = match kind.as_str()? {
+        "text" => serde_path_to_error::deserialize::<_, TextPart>(&fields).err(),
+        "image" => serde_path_to_error::deserialize::<_, ImagePart>(&fields).err(),
+        "attachment" => serde_path_to_error::deserialize::<_, AttachmentPart>(&fields).err(),
+        _ => None,
+    }?;
+    let member = error.path().to_string();
+    match member.as_str() {
+        "." | "" => None,
+        _ => Some((format!(".{member}"), error.inner().to_string())),
+    }
 }
 
 /// A serde message about JSON read (a log's, a transcript's), fit to be
@@ -744,6 +791,32 @@ mod tests {
             r#"{"role":"user","source":{"kind":"user"},"content":[{"type":"video"}]}"#
         )
         .contains("data.content[0]"));
+        // A member of a part is named, not only the part (serde reads a
+        // part whole before it knows its kind).
+        let message = |part: &str| {
+            format!(
+                r#"{{"role":"user","source":{{"kind":"user"}},"content":[{{"type":"text","text":"ok"}},{part}]}}"#
+            )
+        };
+        assert_eq!(
+            error(
+                "message",
+                &message(r#"{"type":"image","mediaType":"image/png","size":"2048"}"#)
+            ),
+            "message data.content[1].size: invalid type: string \"2048\", expected u64"
+        );
+        assert_eq!(
+            error("message", &message(r#"{"type":"attachment","name":7}"#)),
+            "message data.content[1].name: invalid type: integer `7`, expected a string"
+        );
+        assert_eq!(
+            error("message", &message(r#"{"type":"text","text":false}"#)),
+            "message data.content[1].text: invalid type: boolean `false`, expected a string"
+        );
+        assert_eq!(
+            error("message", &message(r#"{"type":"image"}"#)),
+            "message data.content[1]: missing field `mediaType`"
+        );
         assert!(error(
             "tool/start",
             r#"{"callId":"c","stepId":"s","name":"n","arguments":1,"parentCallId":null}"#

@@ -22,9 +22,10 @@ mod vocab;
 pub use build::EventData;
 pub use event::{
     event_type_error, is_unprintable, one_line, serde_message, ApprovalAsked, ApprovalDecided,
-    ApprovalPolicyChange, Checkpoint, ChildCreated, ContentPart, Event, EventType, Message,
-    MessageSource, PresetChange, RequestHeader, SandboxModeChange, ShapeError, StepEnd, StepStart,
-    ToolDefinition, ToolError, ToolSettle, ToolStart, TurnEnd, TurnStart,
+    ApprovalPolicyChange, AttachmentPart, Checkpoint, ChildCreated, ContentPart, Event, EventType,
+    ImagePart, Message, MessageSource, PresetChange, RequestHeader, SandboxModeChange, ShapeError,
+    StepEnd, StepStart, TextPart, ToolDefinition, ToolError, ToolSettle, ToolStart, TurnEnd,
+    TurnStart,
 };
 pub use id::{InvalidSessionId, SessionId, MAX_SESSION_ID_LEN};
 pub use record::{

@@ -465,8 +465,8 @@ fn attachments<'a>(
     message: &Message,
 ) -> Result<Vec<LoggedPart<'a>>, ReviewError> {
     let is_fact_part = |part: &ContentPart| match part {
-        ContentPart::Text { .. } => false,
-        ContentPart::Image { .. } | ContentPart::Attachment { .. } => true,
+        ContentPart::Text(_) => false,
+        ContentPart::Image(_) | ContentPart::Attachment(_) => true,
     };
     if !message.content.iter().any(is_fact_part) {
         return Ok(Vec::new());

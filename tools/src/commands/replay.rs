@@ -592,18 +592,18 @@ pub fn describe(
             let mut summary = format!("{from}: \"{}\"", display(&message.text()));
             for part in &message.content {
                 match part {
-                    ContentPart::Text { .. } => {}
-                    ContentPart::Image {
-                        media_type, name, ..
-                    } => summary.push_str(&format!(
+                    ContentPart::Text(_) => {}
+                    ContentPart::Image(image) => summary.push_str(&format!(
                         " + image {} ({})",
-                        display(name.as_deref().unwrap_or("unnamed")),
-                        display(media_type)
+                        display(image.name.as_deref().unwrap_or("unnamed")),
+                        display(&image.media_type)
                     )),
-                    ContentPart::Attachment { name, size, .. } => summary.push_str(&format!(
+                    ContentPart::Attachment(attachment) => summary.push_str(&format!(
                         " + attachment {}{}",
-                        display(name),
-                        size.map_or(String::new(), |size| format!(" ({size} bytes)"))
+                        display(&attachment.name),
+                        attachment
+                            .size
+                            .map_or(String::new(), |size| format!(" ({size} bytes)"))
                     )),
                 }
             }
