@@ -1012,6 +1012,36 @@ struct JsonlSink {
     snapshot_path: PathBuf,
 }
 
+impl JsonlSink {
+    /// The error of a write that failed (`source`), once what it may have
+    /// written is cut back: a refused append must leave none of its lines
+    /// for a reopen to find whole (the writer holds the log's lock, so
+    /// nothing else was written after the good prefix). The cut is synced;
+    /// should it fail, the lines are in doubt, and the error says so.
+    fn cut_back(&self, source: std::io::Error) -> StoreError {
+        let cut = self
+            .io
+            .set_len(&self.file, &self.path, self.good_bytes)
+            .and_then(|()| self.io.sync_data(&self.file, &self.path));
+        match cut {
+            Ok(()) => StoreError::io("write", &self.path, source),
+            Err(cut_error) => StoreError::io(
+                "write",
+                &self.path,
+                std::io::Error::new(
+                    source.kind(),
+                    format!(
+                        "{source}; cutting the log back to the {} bytes it held before failed too \
+                         ({cut_error}): the events of this append may be in the log whole; reopen \
+                         the session and read its next seq before appending them again",
+                        self.good_bytes
+                    ),
+                ),
+            ),
+        }
+    }
+}
+
 impl LogSink for JsonlSink {
     fn write(&mut self, id: &SessionId, records: &[EventRecord]) -> Result<(), StoreError> {
         for record in records {
@@ -1032,7 +1062,9 @@ impl LogSink for JsonlSink {
         let bytes = self.pending.len() as u64;
         self.pending.clear();
         let lines = std::mem::take(&mut self.pending_lines);
-        written.map_err(|source| StoreError::io("write", &self.path, source))?;
+        if let Err(source) = written {
+            return Err(self.cut_back(source));
+        }
         self.good_bytes += bytes;
         self.good_lines += lines;
         self.last_crc = self.pending_last_crc;

@@ -468,6 +468,58 @@ fn only_verify_exits_3_other_commands_use_the_good_prefix_and_warn() {
     );
 }
 
+/// An append whose write fails partway (the file size limit, as a full
+/// disk does) is refused and leaves none of its events: the lines it wrote
+/// whole are cut back, so the next writer neither keeps them nor gives
+/// their seqs again, and both backends hold the same log after it.
+#[test]
+fn an_append_whose_write_fails_partway_leaves_none_of_its_events() {
+    let folder = ok(tempfile::tempdir());
+    let events: String = (0..400)
+        .map(|i| {
+            format!(
+                "{{\"type\":\"x-t/e\",\"data\":{{\"i\":{i},\"p\":\"{}\"}}}}\n",
+                "x".repeat(3000)
+            )
+        })
+        .collect();
+    let input = folder.path().join("in.txt");
+    ok(std::fs::write(&input, events));
+    for store in ["s", "s.db"] {
+        let store = text(&folder.path().join(store));
+        run(["create", &store, "--session", "a"]).expect_code(0);
+        // 512 blocks of 512 bytes: the 1.2 MB group is cut at 256 KiB,
+        // after some hundred whole lines (SIGXFSZ ignored, so the write
+        // fails with EFBIG instead of killing the process).
+        let limited = ok(std::process::Command::new("bash")
+            .arg("-c")
+            .arg(r#"trap '' XFSZ; ulimit -f 512; exec "$0" append "$1" --session a < "$2""#)
+            .arg(crate::cli_support::sessionlog_binary())
+            .arg(&store)
+            .arg(&input)
+            .output());
+        let stdout = String::from_utf8_lossy(&limited.stdout);
+        let stderr = String::from_utf8_lossy(&limited.stderr);
+        assert_eq!(limited.status.code(), Some(1), "{store}: {stdout} {stderr}");
+        assert!(
+            !stdout.contains("seq"),
+            "{store}: nothing acknowledged: {stdout}"
+        );
+        let retried = run_with_stdin(
+            ["append", &store, "--session", "a"],
+            "{\"type\":\"x-t/e\",\"data\":{}}\n",
+        );
+        retried.expect_code(0);
+        assert_eq!(
+            retried.stdout.trim(),
+            r#"{"seq": 1}"#,
+            "{store}: {}",
+            retried.stderr
+        );
+        run(["verify", &store]).expect_code(0);
+    }
+}
+
 /// A window past the log's end is a usage error (1) only on a log that
 /// breaks nothing: on one that breaks a rule, `replay` says so with 4, as
 /// `project --at` does, since 4 outranks 1.
