@@ -367,6 +367,28 @@ fn make_private(path: &Path) -> Result<(), StoreError> {
         .map_err(|source| StoreError::io("make private (chmod 600)", path, source))
 }
 
+/// Switches the database to WAL (a no-op once it is), waiting while
+/// another connection holds the lock the switch needs: SQLite answers a
+/// switch that cannot take it at once with `SQLITE_BUSY` without calling
+/// the busy handler, so it is tried again, for as long as a busy wait
+/// lasts.
+fn set_wal_mode(connection: &Connection, path: &Path) -> Result<String, StoreError> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        let switched =
+            connection.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0));
+        match switched {
+            Err(rusqlite::Error::SqliteFailure(error, _))
+                if error.code == rusqlite::ErrorCode::DatabaseBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => return other.map_err(sqlite_error("set WAL mode", path)),
+        }
+    }
+}
+
 impl SqliteStore {
     /// Opens the database at `path` for writing, creating it (0600) when
     /// missing, and brings its schema to [`SCHEMA_VERSION`]. A newer schema
@@ -410,9 +432,7 @@ impl SqliteStore {
             Identity::Foreign(reason) => return Err(not_a_store(path, reason)),
             Identity::Newer(found) => return Err(newer_schema(path, found)),
         }
-        let mode: String = writer
-            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
-            .map_err(sqlite_error("set WAL mode", path))?;
+        let mode = set_wal_mode(&writer, path)?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Sqlite {
                 operation: "set WAL mode",

@@ -200,6 +200,18 @@ pub(super) enum Identity {
 }
 
 pub(super) fn identify(connection: &Connection, path: &Path) -> Result<Identity, StoreError> {
+    // One read transaction: the version and the tables of one moment,
+    // never a version read before another process's creation of the
+    // schema committed and its tables after.
+    let read = connection
+        .unchecked_transaction()
+        .map_err(sqlite_error("begin a read", path))?;
+    let identity = identify_in(&read, path);
+    drop(read);
+    identity
+}
+
+fn identify_in(connection: &Connection, path: &Path) -> Result<Identity, StoreError> {
     let version = user_version(connection, path)?;
     if version > SCHEMA_VERSION {
         return Ok(Identity::Newer(version));

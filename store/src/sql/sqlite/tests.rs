@@ -1288,3 +1288,43 @@ fn a_kept_snapshot_is_copied_into_the_database_file() {
     assert_eq!(folded.resumed.map(|(anchor, _)| anchor.seq), Some(1_100));
     assert_eq!(folded.state.seq(), 1_100);
 }
+
+/// Processes creating sessions at once in a database that does not exist
+/// yet all succeed: none takes a store whose schema another is writing
+/// for a foreign database, nor fails to switch it to WAL while another
+/// holds it.
+#[test]
+fn creations_at_once_in_a_new_database_all_succeed() {
+    for round in 0..12 {
+        let folder = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = folder.path().join(format!("new-{round}.db"));
+        let outcomes: Vec<Result<(), StoreError>> = std::thread::scope(|scope| {
+            let creators: Vec<_> = (0..6)
+                .map(|n| {
+                    let path = &path;
+                    scope.spawn(move || {
+                        let store = crate::Store::create(path)?;
+                        let header = SessionHeader::root(
+                            sessionlog_schema::SessionId::parse(&format!("s{n}"))
+                                .unwrap_or_else(|e| panic!("{e}")),
+                            1,
+                            "/work".into(),
+                        );
+                        store.create_session(&header, &[], crate::Durability::Fsync)
+                    })
+                })
+                .collect();
+            creators
+                .into_iter()
+                .map(|creator| {
+                    creator
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        });
+        for outcome in &outcomes {
+            assert!(outcome.is_ok(), "round {round}: {outcome:?}");
+        }
+    }
+}
