@@ -967,6 +967,22 @@ pub(crate) fn lock_exclusive(file: &File) -> std::io::Result<bool> {
     }
 }
 
+/// Whether a writer holds the log at `path` now (its lock is taken): a
+/// reader that found an unfinished last line may then have met an append
+/// still being written, which a writer that opens a log never leaves
+/// (it cuts a torn tail first). Taken only for a moment, shared, so a
+/// writer opening the log meanwhile waits that moment and no more.
+pub fn writer_holds(path: &Path) -> bool {
+    let Ok(file) = open_log_for_reading(path) else {
+        return false;
+    };
+    match file.try_lock_shared() {
+        Ok(()) => false,
+        Err(std::fs::TryLockError::WouldBlock) => true,
+        Err(std::fs::TryLockError::Error(_)) => false,
+    }
+}
+
 /// Checks a new session's header and events before it is created: values
 /// both backends store, and every rule. Returns their fold.
 pub(crate) fn check_new_session(
@@ -1103,6 +1119,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::store::tests::ok;
     use crate::testing::{FaultInjector, FaultPoint};
     use crate::NewEvent;
 
@@ -1379,6 +1396,85 @@ mod tests {
             "{error:?}"
         );
         assert_eq!(std::fs::read(&path).unwrap_or_default(), bytes);
+    }
+
+    /// A reader that read a torn tail, then meets a writer's new records
+    /// where the tail was (the writer cut it when it opened the log, and
+    /// appended), reads the log again from the end of its good prefix
+    /// instead of reporting the joined bytes as corruption; damage that is
+    /// in the log is still reported.
+    #[test]
+    fn a_reader_meeting_a_cut_tail_and_new_records_reads_them_again() {
+        use crate::reader::SessionStream;
+        let (_dir, store) = store();
+        let session = created(&store, "race");
+        let mut writer = open_writer(&store, &session);
+        for n in 0..3 {
+            ok(writer.append(turn(n), None));
+            ok(writer.append(
+                NewEvent::new("turn/end", format!(r#"{{"turnId":"t{n}"}}"#)),
+                None,
+            ));
+        }
+        drop(writer);
+        // A torn tail far longer than a read's buffer: a batch of 100
+        // announced, 50 of its records written.
+        let path = store.log_path(&session);
+        let pad = "x".repeat(4000);
+        let mut torn = String::new();
+        for n in 0..50u64 {
+            let batch = (n == 0).then_some(100);
+            let data = format!(r#"{{"n":{n},"pad":"{pad}"}}"#);
+            torn.push_str(
+                &EventRecord::new(7 + n, 1, batch, "x-test/note", &data).encode(&session),
+            );
+        }
+        let mut file = ok(std::fs::OpenOptions::new().append(true).open(&path));
+        ok(std::io::Write::write_all(&mut file, torn.as_bytes()));
+        drop(file);
+        let mut stream: Box<dyn SessionStream> = Box::new(ok(store.reader(&session)));
+        for seq in 1..=6 {
+            assert_eq!(
+                ok(stream.next_event()).map(|record| record.seq()),
+                Some(seq)
+            );
+        }
+        // Meanwhile a writer opens the log (cutting the torn tail) and
+        // appends records that reach past where the tail ended.
+        let mut writer = open_writer(&store, &session);
+        for n in 0..100 {
+            let data = format!(r#"{{"n":{n},"pad":"{pad}"}}"#);
+            ok(writer.append(NewEvent::new("x-test/note", data), None));
+        }
+        drop(writer);
+        let mut seqs = Vec::new();
+        while let Some(record) = ok(stream.next_event()) {
+            seqs.push(record.seq());
+        }
+        assert_eq!(
+            seqs,
+            (7..=106).collect::<Vec<_>>(),
+            "the writer's records, read again"
+        );
+        let finished = stream.finish();
+        assert!(matches!(finished, Ok(None)), "{finished:?}");
+        // Damage in the log, followed by an intact record, is corruption
+        // whatever the reading again.
+        let mut bytes = ok(std::fs::read(&path));
+        let third_line = bytes
+            .iter()
+            .enumerate()
+            .filter(|(_, byte)| **byte == b'\n')
+            .nth(2)
+            .map_or(0, |(at, _)| at + 5);
+        bytes[third_line] ^= 0x01;
+        ok(std::fs::write(&path, &bytes));
+        let mut stream: Box<dyn SessionStream> = Box::new(ok(store.reader(&session)));
+        let read = (|| {
+            while stream.next_event()?.is_some() {}
+            Ok::<(), StoreError>(())
+        })();
+        assert!(matches!(read, Err(StoreError::Corrupt { .. })), "{read:?}");
     }
 
     #[derive(Default)]

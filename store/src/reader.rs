@@ -43,6 +43,9 @@ pub struct LogReader<R> {
     /// Bodies of records given back ([`SessionStream::give_back`]), room
     /// for the bodies of records to come.
     spare_bodies: Vec<String>,
+    /// The end of the good prefix where corruption was met and the log
+    /// read again from there ([`LogReader::read_again_once`]).
+    read_again_at: Option<u64>,
 }
 
 /// How many bodies given back a reader keeps: a batch of a fold on its
@@ -281,6 +284,7 @@ impl LogReader<BufReader<File>> {
             queue: VecDeque::new(),
             exhausted: false,
             spare_bodies: Vec::new(),
+            read_again_at: None,
         })
     }
 }
@@ -296,6 +300,7 @@ impl<R: Lend> LogReader<R> {
             queue: VecDeque::new(),
             exhausted: false,
             spare_bodies: Vec::new(),
+            read_again_at: None,
         };
         if !reader.push_next_line()? {
             return Err(StoreError::Corrupt {
@@ -776,6 +781,46 @@ pub trait SessionStream: std::fmt::Debug {
     fn finish(self: Box<Self>) -> Result<Option<TornTail>, StoreError>;
 }
 
+impl<R: Lend + Rewind> LogReader<R> {
+    /// Whether `error`, met while reading, is corruption met for the first
+    /// time at the present end of the good prefix; if so, the log is read
+    /// again from there (what was read after it forgotten), and the caller
+    /// reads on. A writer that opens a log cuts its torn tail and appends:
+    /// a reader that had read part of the torn bytes, and then reads the
+    /// new ones, sees damage followed by an intact record where the log
+    /// holds none. Read again, the log holds the writer's records there;
+    /// damage that is in the log is met again, and reported.
+    fn read_again_once(&mut self, error: &StoreError) -> Result<bool, StoreError> {
+        let at = self.scanner.good_bytes();
+        let corrupt = matches!(error, StoreError::Corrupt { .. });
+        if !corrupt || self.read_again_at == Some(at) || !self.lines.source.can_rewind() {
+            return Ok(false);
+        }
+        self.read_again_at = Some(at);
+        self.lines
+            .rewind_to(at)
+            .map_err(|source| StoreError::io("seek", &self.path, source))?;
+        self.scanner = self.scanner.at_good_prefix_end();
+        self.ready.clear();
+        self.exhausted = false;
+        Ok(true)
+    }
+
+    /// `read` of this reader, read again once from the end of the good
+    /// prefix should it meet corruption there ([`Self::read_again_once`]).
+    fn reading_again_once<T>(
+        &mut self,
+        read: impl Fn(&mut Self) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        loop {
+            match read(self) {
+                Err(error) if self.read_again_once(&error)? => continue,
+                other => return other,
+            }
+        }
+    }
+}
+
 impl<R: Lend + Rewind + std::fmt::Debug> SessionStream for LogReader<R> {
     fn header(&self) -> &SessionHeader {
         LogReader::header(self)
@@ -790,20 +835,25 @@ impl<R: Lend + Rewind + std::fmt::Debug> SessionStream for LogReader<R> {
     }
 
     fn next_event(&mut self) -> Result<Option<EventRecord>, StoreError> {
-        LogReader::next_event(self)
+        self.reading_again_once(LogReader::next_event)
     }
 
     fn next_event_folded(
         &mut self,
         state: &mut SessionState,
     ) -> Result<Option<FoldedEvent>, StoreError> {
-        LogReader::next_event_folded(self, state)
+        loop {
+            match LogReader::next_event_folded(self, state) {
+                Err(error) if self.read_again_once(&error)? => continue,
+                other => return other,
+            }
+        }
     }
 
     fn next_event_unproven(
         &mut self,
     ) -> Result<Option<(EventRecord, Option<Unproven>)>, StoreError> {
-        LogReader::next_event_unproven(self)
+        self.reading_again_once(LogReader::next_event_unproven)
     }
 
     fn read_again(&mut self, unproven: Unproven) -> Result<(), StoreError> {
@@ -817,7 +867,11 @@ impl<R: Lend + Rewind + std::fmt::Debug> SessionStream for LogReader<R> {
         }
     }
 
-    fn finish(self: Box<Self>) -> Result<Option<TornTail>, StoreError> {
+    fn finish(mut self: Box<Self>) -> Result<Option<TornTail>, StoreError> {
+        self.reading_again_once(|reader| {
+            while LogReader::next_event(reader)?.is_some() {}
+            Ok(())
+        })?;
         LogReader::finish(*self).map(|summary| summary.torn_tail)
     }
 }
