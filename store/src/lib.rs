@@ -105,7 +105,7 @@ pub use follow::{LogFollower, ReadSoFar};
 pub use fork::fork_log_file;
 pub use jsonl::{
     create_log_file, create_log_file_as_stored, open_log_writer, read_header, read_header_as_is,
-    state_snapshot_path, JsonlStore, ListEntry,
+    state_snapshot_path, writer_holds, JsonlStore, ListEntry,
 };
 pub use last::{log_ends_in_seal, read_last_events, LastEvents};
 pub use leftovers::Leftover;

@@ -1018,3 +1018,61 @@ fn a_corrupt_log_is_told_what_helps_it() {
         salvageable.stderr
     );
 }
+
+/// `verify` of a log whose writer is still writing its last line (a
+/// runtime's writer holds the log for the whole session) reads it again
+/// before it calls that line a torn tail: finished meanwhile, the log is
+/// ok; still unfinished, the torn tail says a writer holds the log. With
+/// no writer, an unfinished line is a torn tail, said as ever.
+#[test]
+fn verify_reads_a_live_logs_unfinished_line_again_before_calling_it_torn() {
+    use sessionlog_schema::{EventRecord, SessionHeader, SessionId};
+    use sessionlog_store::{Durability, Store, WriterOptions};
+    let folder = ok(tempfile::tempdir());
+    let store = ok(Store::create(folder.path()));
+    let id = ok(SessionId::parse("live"));
+    let header = SessionHeader::root(id.clone(), 1_700_000_000_000, "/w".into());
+    ok(store.create_session(&header, &[], Durability::Fsync));
+    let log = folder.path().join("live.jsonl");
+    let line = EventRecord::new(1, 1, None, "x-test/note", r#"{"n":1}"#).encode(&id);
+    let (first, rest) = line.split_at(line.len() / 2);
+    let append = |bytes: &str| {
+        let mut file = ok(std::fs::OpenOptions::new().append(true).open(&log));
+        ok(std::io::Write::write_all(&mut file, bytes.as_bytes()));
+    };
+    let store_text = folder.path().display().to_string();
+    let writer = ok(store.open_writer(&id, WriterOptions::default()));
+    append(first);
+    // Still unfinished after the reads again: a torn tail, a writer named.
+    let verified = run(["verify", &store_text]);
+    verified.expect_code(3);
+    assert!(
+        verified.stdout.contains("a writer holds the log"),
+        "{}",
+        verified.stdout
+    );
+    // Finished while verify reads again: ok.
+    let child = ok(sessionlog(["verify", &store_text])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn());
+    std::thread::sleep(Duration::from_millis(60));
+    append(rest);
+    let output = ok(child.wait_with_output());
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    drop(writer);
+    // No writer: an unfinished line is a torn tail, without a writer named.
+    append(first);
+    let verified = run(["verify", &store_text]);
+    verified.expect_code(3);
+    assert!(
+        !verified.stdout.contains("a writer holds"),
+        "{}",
+        verified.stdout
+    );
+}

@@ -1489,16 +1489,17 @@ fn a_lone_log_asked_for_an_anchored_session_it_does_not_hold_fails_the_anchor() 
 fn a_secret_key_others_may_read_is_warned_of() {
     let dir = ok(tempfile::tempdir());
     let (store, key) = signed_store(dir.path());
-    let seal = || {
+    let seal_with = |key: &Path| {
         run([
             "seal",
             path_str(&store),
             "--session",
             "s",
             "--key",
-            path_str(&key),
+            path_str(key),
         ])
     };
+    let seal = || seal_with(&key);
     let private = seal();
     private.expect_code(0);
     assert!(
@@ -1522,14 +1523,7 @@ fn a_secret_key_others_may_read_is_warned_of() {
     let public = dir.path().join("public");
     let mut text = ok(std::fs::read_to_string(format!("{}.pub", key.display())));
     ok(std::fs::write(&public, &text));
-    let refused = run([
-        "seal",
-        path_str(&store),
-        "--session",
-        "s",
-        "--key",
-        path_str(&public),
-    ]);
+    let refused = seal_with(&public);
     refused.expect_code(1);
     assert!(
         refused.stderr.contains("is this a public key"),
@@ -1548,14 +1542,7 @@ fn a_secret_key_others_may_read_is_warned_of() {
         &extra,
         format!("{text}# the runtime's key\n"),
     ));
-    let refused = run([
-        "seal",
-        path_str(&store),
-        "--session",
-        "s",
-        "--key",
-        path_str(&extra),
-    ]);
+    let refused = seal_with(&extra);
     refused.expect_code(1);
     assert!(
         refused.stderr.contains("line 2: more text after the key"),

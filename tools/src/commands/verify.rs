@@ -644,7 +644,50 @@ impl Verdict {
 /// to `policy`. A log that cannot be opened or read is that session's
 /// verdict when `unreadable` says so, with what was found before the
 /// error.
+///
+/// A log whose last line is unfinished while a writer holds it is read
+/// again, a few times over some 150 ms: a writer that opens a log cuts a
+/// torn tail first, so such a line is most likely an append still being
+/// written, which is no torn tail. One still unfinished then is reported
+/// as a torn tail, saying that a writer holds the log.
 fn verify_session(
+    target: &Target,
+    session: &SessionRef,
+    policy: &SealPolicy,
+    unreadable: UnreadableLog,
+) -> Result<Verdict> {
+    let mut verdict = verify_once(target, session, policy, unreadable)?;
+    let log = match target {
+        Target::File(path) => Some(path.clone()),
+        Target::Store(sessionlog_store::Store::Jsonl(store)) => Some(store.log_path(&session.id)),
+        Target::Store(_) => None,
+    };
+    let Some(log) = log.filter(|_| verdict.torn_tail.is_some()) else {
+        return Ok(verdict);
+    };
+    for pause in [20, 40, 80] {
+        if !sessionlog_store::writer_holds(&log) {
+            return Ok(verdict);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(pause));
+        verdict = verify_once(target, session, policy, unreadable)?;
+        if verdict.torn_tail.is_none() {
+            return Ok(verdict);
+        }
+    }
+    if let Some(torn) = &mut verdict.torn_tail {
+        if sessionlog_store::writer_holds(&log) {
+            torn.reason.push_str(
+                " (a writer holds the log: this may be an append still being written; \
+                 verify again once it is done)",
+            );
+        }
+    }
+    Ok(verdict)
+}
+
+/// [`verify_session`]'s one read of the session.
+fn verify_once(
     target: &Target,
     session: &SessionRef,
     policy: &SealPolicy,
