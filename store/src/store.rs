@@ -1237,6 +1237,18 @@ pub(crate) mod tests {
             );
             assert!(!ok(store.contains(&id("a"))), "{case}: nothing written");
         }
+        // A child header counting more seeded events than it is given.
+        let mut child = header("a");
+        child.parent_session = Some(id("p"));
+        child.seed_length = 3;
+        child.delegation_depth = 1;
+        let refused = store.create_session(&child, &notes(2), Durability::Fsync);
+        assert!(
+            matches!(&refused, Err(StoreError::InvalidEvent(message))
+                if message.contains("its header: seedLength 3 is above the 2 intact events")),
+            "{refused:?}"
+        );
+        assert!(!ok(store.contains(&id("a"))), "nothing written");
         if let Store::Jsonl(jsonl) = store {
             let left: Vec<_> = ok(std::fs::read_dir(jsonl.folder())).collect();
             assert!(

@@ -841,9 +841,10 @@ pub(crate) fn check_framing(
     // reader names is the event before it in seqs.
     let at = |corruption: sessionlog_schema::Corruption| {
         let seq = corruption.position.line.saturating_sub(1);
-        match corruption.reason.starts_with("seq ") {
-            true => refused(corruption.reason),
-            false => refused(format!("seq {seq}: {}", corruption.reason)),
+        match (seq, corruption.reason.starts_with("seq ")) {
+            (0, _) => refused(format!("its header: {}", corruption.reason)),
+            (_, true) => refused(corruption.reason),
+            (_, false) => refused(format!("seq {seq}: {}", corruption.reason)),
         }
     };
     let mut scanner = sessionlog_schema::LogScanner::new(Some(id.clone()));
