@@ -1207,6 +1207,10 @@ pub(crate) mod tests {
     /// with the seq named, and nothing is written: not the log, nor the
     /// state snapshot a long creation keeps, which a resuming writer would
     /// otherwise take over them.
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        allow(irrefutable_let_patterns)
+    )]
     fn a_creation_refuses_events_no_reader_would_take_whole(store: &Store) {
         let notes = |count: u64| -> Vec<EventRecord> {
             (1..=count)
