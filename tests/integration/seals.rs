@@ -1320,6 +1320,74 @@ fn salvage_keeps_a_header_in_another_order_and_the_seal_after_it() {
     );
 }
 
+/// `salvage` of a log whose seal fails keeps only what a seal that holds
+/// proves: a record under the failed seal changed, and salvage cannot tell
+/// which, so the copy ends at the last own seal that held (or keeps no own
+/// event), the cause named `seal-failure`; never a copy that verifies
+/// clean while holding the changed record.
+#[test]
+fn salvage_of_a_log_whose_seal_fails_keeps_what_a_seal_that_holds_proves() {
+    let dir = ok(tempfile::tempdir());
+    let header = r#"{"kind":"header","formatVersion":1,"id":"r2","createdAt":1700000000000,"cwd":"/work","parentSession":null,"seedLength":0,"delegationDepth":0,"sandboxMode":null,"approvalPolicy":null"#;
+    let mut bodies = vec![
+        header.to_owned(),
+        r#"{"seq":1,"ts":1,"type":"x-test/note","data":{"n":1}"#.to_owned(),
+        r#"{"seq":2,"ts":2,"type":"x-test/note","data":{"n":2}"#.to_owned(),
+    ];
+    let seal = |bodies: &[String], seq: u64| {
+        let through = chain(bodies);
+        format!(
+            r#"{{"seq":{seq},"ts":{seq},"type":"seal","data":{{"throughSeq":{},"chain":"sha256:{}"}}"#,
+            seq - 1,
+            hex(&through[bodies.len() - 1])
+        )
+    };
+    let first_seal = seal(&bodies, 3);
+    bodies.push(first_seal);
+    bodies.push(r#"{"seq":4,"ts":4,"type":"x-test/note","data":{"n":4}"#.to_owned());
+    bodies.push(r#"{"seq":5,"ts":5,"type":"x-test/note","data":{"n":5}"#.to_owned());
+    let second_seal = seal(&bodies, 6);
+    bodies.push(second_seal);
+    // The record at seq 4 edited after the second seal, its CRC recomputed.
+    let mut edited = bodies.clone();
+    edited[4] = r#"{"seq":4,"ts":4,"type":"x-test/note","data":{"n":40}"#.to_owned();
+    let log = dir.path().join("r2.jsonl");
+    write_bodies(&log, "r2", &edited);
+    verify(&log, &[]).expect_code(7);
+    let out = dir.path().join("out.jsonl");
+    let salvaged = run(["salvage", path_str(&log), path_str(&out), "--json"]);
+    salvaged.expect_code(0);
+    let report: serde_json::Value = ok(serde_json::from_str(salvaged.stdout.trim()));
+    assert_eq!(report["lastSeq"], 3, "{report}");
+    assert_eq!(report["leftBehind"]["cause"], "seal-failure", "{report}");
+    assert_eq!(report["leftBehind"]["line"], 5, "{report}");
+    verify(&out, &[]).expect_code(0);
+    assert_eq!(
+        super::seals::bodies(&out),
+        bodies[..4],
+        "through the seal that holds"
+    );
+
+    // No own seal before the failed one: no own event is kept.
+    let mut unsealed = vec![
+        header.replace(r#""r2""#, r#""r3""#),
+        bodies[1].clone(),
+        bodies[2].clone(),
+    ];
+    let only_seal = seal(&unsealed, 3);
+    unsealed.push(only_seal);
+    unsealed[1] = r#"{"seq":1,"ts":1,"type":"x-test/note","data":{"n":10}"#.to_owned();
+    let log = dir.path().join("r3.jsonl");
+    write_bodies(&log, "r3", &unsealed);
+    verify(&log, &[]).expect_code(7);
+    let out = dir.path().join("out3.jsonl");
+    let salvaged = run(["salvage", path_str(&log), path_str(&out), "--json"]);
+    salvaged.expect_code(0);
+    let report: serde_json::Value = ok(serde_json::from_str(salvaged.stdout.trim()));
+    assert_eq!(report["events"], 0, "{report}");
+    assert_eq!(report["leftBehind"]["cause"], "seal-failure", "{report}");
+}
+
 /// `head` of a folder that holds no session is refused: an empty anchor
 /// file would make `verify --anchor` pass any store.
 #[test]

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use sessionlog_projections::fold_stored;
+use sessionlog_projections::{fold_stored, ViolationKind};
 use sessionlog_schema::{Corruption, EventRecord, LogScanner, TornTail};
 use sessionlog_store::testing::{Io, Line, LineReader};
 use sessionlog_store::{
@@ -49,7 +49,8 @@ pub struct LeftBehind {
     offset: u64,
     /// How many bytes, to the end of FILE.
     bytes: u64,
-    /// `corrupt`, `torn-tail` or `rule-violation`.
+    /// `corrupt`, `torn-tail`, `rule-violation`, `seal-failure` or
+    /// `unstorable`.
     cause: &'static str,
     /// What is wrong there.
     reason: String,
@@ -195,13 +196,30 @@ fn choose_prefix(scan: &Scan, file_len: u64, file: &Path) -> Result<(usize, Opti
     let (_, violations) = fold_stored(scan.header.clone(), &scan.header_body, records);
     // The first record that breaks a rule, or that no backend stores (an
     // integer above 2^63 - 1, a NUL in its type): the copy ends before its
-    // batch.
+    // batch. A seal that does not hold says a record it covers changed,
+    // not which: the copy ends after the last own seal that held before
+    // it (the records it covers are proved), or at the seeded prefix.
     let broken = violations.first().map(|violation| {
-        (
-            (violation.seq - 1) as usize,
-            "rule-violation",
-            violation.to_string(),
-        )
+        let index = (violation.seq - 1) as usize;
+        match violation.kind {
+            ViolationKind::Seal => {
+                let proved = last_seal_held(records, index, seed_length);
+                let reason = match proved {
+                    Some(seal) => format!(
+                        "{violation}; a record it covers changed, so only what the seal at seq {} \
+                         proves is kept",
+                        records[seal].seq()
+                    ),
+                    None => format!(
+                        "{violation}; a record it covers changed, and no own seal before it \
+                         holds, so no own event is kept"
+                    ),
+                };
+                let first_unproved = proved.map_or(seed_length as usize, |seal| seal + 1);
+                (first_unproved, "seal-failure", reason)
+            }
+            _ => (index, "rule-violation", violation.to_string()),
+        }
     });
     let unstorable = records.iter().enumerate().find_map(|(index, record)| {
         check_storable_record(record).err().map(|error| {
@@ -222,6 +240,7 @@ fn choose_prefix(scan: &Scan, file_len: u64, file: &Path) -> Result<(usize, Opti
         if (cut as u64) < seed_length {
             let (code, what) = match cause {
                 "rule-violation" => (exit::RULE, "breaks the rules"),
+                "seal-failure" => (exit::SEAL, "is under a seal that does not hold"),
                 _ => (exit::USAGE, "holds a record no backend stores"),
             };
             bail!(Exit {
@@ -272,6 +291,16 @@ fn choose_prefix(scan: &Scan, file_len: u64, file: &Path) -> Result<(usize, Opti
         }),
     };
     Ok((records.len(), left_behind))
+}
+
+/// The index of the last own seal before record `failed` (whose seal
+/// failed, the first thing the fold refused: every own seal before it
+/// held); `None` when there is none.
+fn last_seal_held(records: &[EventRecord], failed: usize, seed_length: u64) -> Option<usize> {
+    records[..failed]
+        .iter()
+        .rposition(|record| record.event_type() == "seal")
+        .filter(|&index| index as u64 >= seed_length)
 }
 
 /// The index of the first record of the batch holding record `index` (a
