@@ -1351,15 +1351,21 @@ fn salvage_of_a_log_whose_seal_fails_keeps_what_a_seal_that_holds_proves() {
     // The record at seq 4 edited after the second seal, its CRC recomputed.
     let mut edited = bodies.clone();
     edited[4] = r#"{"seq":4,"ts":4,"type":"x-test/note","data":{"n":40}"#.to_owned();
-    let log = dir.path().join("r2.jsonl");
-    write_bodies(&log, "r2", &edited);
-    verify(&log, &[]).expect_code(7);
-    let out = dir.path().join("out.jsonl");
-    let salvaged = run(["salvage", path_str(&log), path_str(&out), "--json"]);
-    salvaged.expect_code(0);
-    let report: serde_json::Value = ok(serde_json::from_str(salvaged.stdout.trim()));
+    // The session's log written, its seal failing, and salvaged: the
+    // report and the copy.
+    let salvage = |session: &str, bodies: &[String]| {
+        let log = dir.path().join(format!("{session}.jsonl"));
+        write_bodies(&log, session, bodies);
+        verify(&log, &[]).expect_code(7);
+        let out = dir.path().join(format!("{session}-out.jsonl"));
+        let salvaged = run(["salvage", path_str(&log), path_str(&out), "--json"]);
+        salvaged.expect_code(0);
+        let report: serde_json::Value = ok(serde_json::from_str(salvaged.stdout.trim()));
+        assert_eq!(report["leftBehind"]["cause"], "seal-failure", "{report}");
+        (report, out)
+    };
+    let (report, out) = salvage("r2", &edited);
     assert_eq!(report["lastSeq"], 3, "{report}");
-    assert_eq!(report["leftBehind"]["cause"], "seal-failure", "{report}");
     assert_eq!(report["leftBehind"]["line"], 5, "{report}");
     verify(&out, &[]).expect_code(0);
     assert_eq!(
@@ -1377,15 +1383,8 @@ fn salvage_of_a_log_whose_seal_fails_keeps_what_a_seal_that_holds_proves() {
     let only_seal = seal(&unsealed, 3);
     unsealed.push(only_seal);
     unsealed[1] = r#"{"seq":1,"ts":1,"type":"x-test/note","data":{"n":10}"#.to_owned();
-    let log = dir.path().join("r3.jsonl");
-    write_bodies(&log, "r3", &unsealed);
-    verify(&log, &[]).expect_code(7);
-    let out = dir.path().join("out3.jsonl");
-    let salvaged = run(["salvage", path_str(&log), path_str(&out), "--json"]);
-    salvaged.expect_code(0);
-    let report: serde_json::Value = ok(serde_json::from_str(salvaged.stdout.trim()));
+    let (report, _) = salvage("r3", &unsealed);
     assert_eq!(report["events"], 0, "{report}");
-    assert_eq!(report["leftBehind"]["cause"], "seal-failure", "{report}");
 }
 
 /// `head` of a folder that holds no session is refused: an empty anchor
