@@ -385,7 +385,8 @@ pub fn create_log_file_as_stored(
     io: &Io,
 ) -> Result<(), StoreError> {
     crate::writer::check_storable(header, events)?;
-    crate::writer::check_framing(header, header_body, events)?;
+    let bytes = crate::writer::log_text(&header.id, header_body, events);
+    crate::writer::check_log_text(&header.id, &bytes, events.len())?;
     let (state, violations) =
         sessionlog_projections::fold_stored(header.clone(), header_body, events);
     if let Some(violation) = violations.into_iter().next() {
@@ -404,10 +405,6 @@ pub fn create_log_file_as_stored(
     };
     if path.symlink_metadata().is_ok() {
         return Err(already_exists());
-    }
-    let mut bytes = sessionlog_schema::encode_line(&header.id, header_body);
-    for record in events {
-        bytes.push_str(&record.encode(&header.id));
     }
     let file_name = path.file_name().map_or_else(
         || header.id.to_string(),
@@ -432,13 +429,9 @@ pub fn create_log_file_as_stored(
                 offset: bytes.len() as u64,
                 lines: events.len() as u64 + 1,
             };
+            let header_crc = state_snapshot::header_crc(header_body);
             let snapshot = state_snapshot_path(path);
-            let bytes =
-                state_snapshot::encode(&state, state_snapshot::header_crc(header_body), anchor);
-            if let Err(source) =
-                io.replace_file(&state_snapshot_temporary(&snapshot), &snapshot, &bytes)
-            {
-                let error = StoreError::io("write the state snapshot", &snapshot, source);
+            if let Err(error) = write_snapshot(io, &snapshot, &state, header_crc, anchor) {
                 state_snapshot::not_kept(&header.id, anchor.seq, &error);
             }
         }
@@ -802,6 +795,22 @@ pub fn state_snapshot_path(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.state"))
 }
 
+/// Writes `state`, taken at `anchor` of the log whose header body's CRC
+/// is `header_crc`, as the state snapshot at `snapshot`, replacing the
+/// last one whole; returns its size in bytes.
+fn write_snapshot(
+    io: &Io,
+    snapshot: &Path,
+    state: &sessionlog_projections::SessionState,
+    header_crc: u32,
+    anchor: state_snapshot::SnapshotAnchor,
+) -> Result<usize, StoreError> {
+    let bytes = state_snapshot::encode(state, header_crc, anchor);
+    io.replace_file(&state_snapshot_temporary(snapshot), snapshot, &bytes)
+        .map_err(|source| StoreError::io("write the state snapshot", snapshot, source))?;
+    Ok(bytes.len())
+}
+
 /// Where a snapshot is written before it is renamed over the last one.
 fn state_snapshot_temporary(snapshot: &Path) -> PathBuf {
     let mut name = snapshot.as_os_str().to_owned();
@@ -1102,14 +1111,13 @@ impl LogSink for JsonlSink {
             offset: self.good_bytes,
             lines: self.good_lines,
         };
-        let bytes = state_snapshot::encode(state, self.header_crc, anchor);
-        let temporary = state_snapshot_temporary(&self.snapshot_path);
-        self.io
-            .replace_file(&temporary, &self.snapshot_path, &bytes)
-            .map_err(|source| {
-                StoreError::io("write the state snapshot", &self.snapshot_path, source)
-            })?;
-        Ok(bytes.len())
+        write_snapshot(
+            &self.io,
+            &self.snapshot_path,
+            state,
+            self.header_crc,
+            anchor,
+        )
     }
 }
 

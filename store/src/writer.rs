@@ -831,7 +831,25 @@ pub(crate) fn check_framing(
     header_body: &str,
     events: &[EventRecord],
 ) -> Result<(), StoreError> {
-    let id = &header.id;
+    let text = log_text(&header.id, header_body, events);
+    check_log_text(&header.id, &text, events.len())
+}
+
+/// The text of the log of session `id` whose header is stored as
+/// `header_body` and whose records are `events`: one line each, with its
+/// `\n`.
+pub(crate) fn log_text(id: &SessionId, header_body: &str, events: &[EventRecord]) -> String {
+    let mut text = sessionlog_schema::encode_line(id, header_body);
+    for record in events {
+        text.push_str(&record.encode(id));
+    }
+    text
+}
+
+/// [`check_framing`] of `text`, the log of session `id` made of `events`
+/// events ([`log_text`]), whose records hold no line break
+/// ([`check_storable`]).
+pub(crate) fn check_log_text(id: &SessionId, text: &str, events: usize) -> Result<(), StoreError> {
     let refused = |reason: String| {
         StoreError::InvalidEvent(format!(
             "session {id}: {reason}; every reader would refuse the log these events make"
@@ -851,9 +869,7 @@ pub(crate) fn check_framing(
     let mut ready = Vec::new();
     let mut taken = 0;
     let mut offset = 0;
-    let header_line = sessionlog_schema::encode_line(id, header_body);
-    let lines = std::iter::once(header_line).chain(events.iter().map(|record| record.encode(id)));
-    for line in lines {
+    for line in text.split_inclusive('\n') {
         let bytes = line.as_bytes();
         let without_newline = &bytes[..bytes.len().saturating_sub(1)];
         scanner
@@ -867,12 +883,10 @@ pub(crate) fn check_framing(
     if let Some(torn) = summary.torn_tail {
         return Err(refused(torn.reason));
     }
-    match taken == events.len() {
+    match taken == events {
         true => Ok(()),
         false => Err(refused(format!(
-            "{} of its {} events would be read",
-            taken,
-            events.len()
+            "{taken} of its {events} events would be read"
         ))),
     }
 }
