@@ -810,7 +810,7 @@ impl<R: Lend + Rewind> LogReader<R> {
     /// prefix should it meet corruption there ([`Self::read_again_once`]).
     fn reading_again_once<T>(
         &mut self,
-        read: impl Fn(&mut Self) -> Result<T, StoreError>,
+        mut read: impl FnMut(&mut Self) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         loop {
             match read(self) {
@@ -842,12 +842,7 @@ impl<R: Lend + Rewind + std::fmt::Debug> SessionStream for LogReader<R> {
         &mut self,
         state: &mut SessionState,
     ) -> Result<Option<FoldedEvent>, StoreError> {
-        loop {
-            match LogReader::next_event_folded(self, state) {
-                Err(error) if self.read_again_once(&error)? => continue,
-                other => return other,
-            }
-        }
+        self.reading_again_once(|reader| LogReader::next_event_folded(reader, state))
     }
 
     fn next_event_unproven(
