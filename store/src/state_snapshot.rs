@@ -61,6 +61,17 @@ pub(crate) fn of_new_rows(
     Some((anchor, encode(state, header_crc(header_body), anchor)))
 }
 
+/// [`of_new_rows`] of a session created with `events`.
+pub(crate) fn of_created(
+    state: &SessionState,
+    header_body: &str,
+    events: &[sessionlog_schema::EventRecord],
+) -> Option<(SnapshotAnchor, Vec<u8>)> {
+    let last = events.last()?;
+    let last_crc = sessionlog_schema::record_crc(&state.header().id, last.body().as_bytes());
+    of_new_rows(state, header_body, events.len(), last_crc)
+}
+
 /// The most snapshot bytes a writer writes per event appended, on average.
 pub(crate) const SNAPSHOT_BYTES_PER_EVENT: u64 = 256;
 

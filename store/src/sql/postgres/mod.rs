@@ -321,13 +321,7 @@ impl PostgresStore {
     ) -> Result<(), StoreError> {
         let state = check_new_session(&self.shared.session_path(&header.id), header, events)?;
         self.insert_new(header, None, events, durability)?;
-        let Some(last) = events.last() else {
-            return Ok(());
-        };
-        let last_crc = record_crc(&header.id, last.body().as_bytes());
-        let header_body = header.to_body();
-        if let Some((anchor, bytes)) =
-            state_snapshot::of_new_rows(&state, &header_body, events.len(), last_crc)
+        if let Some((anchor, bytes)) = state_snapshot::of_created(&state, &header.to_body(), events)
         {
             // Not synced, as a writer's: a cache.
             let kept = self.in_transaction(Durability::Buffered, |connection, location| {

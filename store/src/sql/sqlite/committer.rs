@@ -63,12 +63,7 @@ impl SqliteBulkCreate {
         anchor: crate::state_snapshot::SnapshotAnchor,
         bytes: Vec<u8>,
     ) -> Result<(), StoreError> {
-        self.send(BulkItem::Snapshot(Work::Snapshot {
-            id: id.clone(),
-            seq: anchor.seq,
-            anchor_crc: anchor.record_crc,
-            bytes,
-        }))
+        self.send(BulkItem::Snapshot(Work::snapshot(id, anchor, bytes)))
     }
 
     /// Sends `item`, waiting while the committer is behind.

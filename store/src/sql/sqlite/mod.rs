@@ -322,6 +322,18 @@ enum Work {
     },
 }
 
+impl Work {
+    /// The snapshot `bytes` of session `id`, taken at `anchor`.
+    fn snapshot(id: &SessionId, anchor: state_snapshot::SnapshotAnchor, bytes: Vec<u8>) -> Work {
+        Work::Snapshot {
+            id: id.clone(),
+            seq: anchor.seq,
+            anchor_crc: anchor.record_crc,
+            bytes,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Request {
     work: Work,
@@ -549,35 +561,26 @@ impl SqliteStore {
         events: &[EventRecord],
         durability: Durability,
     ) -> Result<(), StoreError> {
+        // Every rule, values both backends store, the framing.
         let state = check_new_session(&self.shared.session_path(&header.id), header, events)?;
-        check_storable(header, events)?;
         if self.contains(&header.id)? {
             return Err(self.shared.already_exists(&header.id));
         }
+        let header_body = header.to_body();
+        let kept = state_snapshot::of_created(&state, &header_body, events);
         let session = NewSession {
             header: header.clone(),
-            header_body: header.to_body(),
+            header_body,
             seed_source: None,
             events: events.to_vec(),
         };
         let committer = self.shared.committer()?;
         committer.submit(&self.shared.path, Work::Create(vec![session]), durability)?;
-        if let Some(last) = events.last() {
-            let last_crc = record_crc(&header.id, last.body().as_bytes());
-            let header_body = header.to_body();
-            let kept = state_snapshot::of_new_rows(&state, &header_body, events.len(), last_crc);
-            if let Some((anchor, bytes)) = kept {
-                let work = Work::Snapshot {
-                    id: header.id.clone(),
-                    seq: anchor.seq,
-                    anchor_crc: anchor.record_crc,
-                    bytes,
-                };
-                // Not synced, as a writer's: a cache.
-                let kept = committer.submit(&self.shared.path, work, Durability::Buffered);
-                if let Err(error) = kept {
-                    state_snapshot::not_kept(&header.id, anchor.seq, &error);
-                }
+        if let Some((anchor, bytes)) = kept {
+            // Not synced, as a writer's: a cache.
+            let work = Work::snapshot(&header.id, anchor, bytes);
+            if let Err(error) = committer.submit(&self.shared.path, work, Durability::Buffered) {
+                state_snapshot::not_kept(&header.id, anchor.seq, &error);
             }
         }
         Ok(())
@@ -622,7 +625,6 @@ impl SqliteStore {
         let mut batch = Vec::with_capacity(sessions.len());
         for (header, events) in sessions {
             check_new_session(&self.shared.session_path(&header.id), &header, &events)?;
-            check_storable(&header, &events)?;
             if self.contains(&header.id)? {
                 return Err(self.shared.already_exists(&header.id));
             }
@@ -1257,12 +1259,7 @@ impl LogSink for SqliteSink {
         let anchor = state_snapshot::SnapshotAnchor::of_row(state.seq(), self.last_crc);
         let bytes = state_snapshot::encode(state, self.header_crc, anchor);
         let size = bytes.len();
-        let work = Work::Snapshot {
-            id: self.id.clone(),
-            seq: anchor.seq,
-            anchor_crc: anchor.record_crc,
-            bytes,
-        };
+        let work = Work::snapshot(&self.id, anchor, bytes);
         // Not synced: a snapshot is a cache, and one lost costs only a
         // longer fold.
         self.shared
