@@ -193,16 +193,17 @@ impl JsonlStore {
     }
 
     /// The temporary files in the folder: sessions being created or staged
-    /// by a migration, and migrations' lock files, each with whether a
-    /// running creation or migration holds it (see [`Leftover`]).
+    /// by a migration, migrations' lock files, and state snapshots being
+    /// written, each with whether a running creation, migration or writer
+    /// holds it (see [`Leftover`]).
     pub fn leftovers(&self) -> Result<Vec<Leftover>, StoreError> {
         leftovers::find(&self.folder)
     }
 
     /// Removes those of `found` (what [`leftovers`](Self::leftovers) gave)
-    /// that no running creation or migration held and that were last
-    /// written at least `min_age` ago (what a killed creation, fork or
-    /// migration left); returns them.
+    /// that no running creation, migration or writer held and that were
+    /// last written at least `min_age` ago (what a killed creation, fork,
+    /// migration or writer left); returns them.
     pub fn remove_leftovers(
         &self,
         found: &[Leftover],

@@ -3,12 +3,14 @@
 //!
 //! Every temporary file of the store is dot-named, so no reader ever takes
 //! it for a session: `.<file>.tmp-<pid>-<ms>` for a session being created
-//! (or staged by a migration), and `.migrate-<pid>-<ms>.lock` for a running
-//! migration into the folder. A creation holds an exclusive `flock` on its
+//! (or staged by a migration), `.migrate-<pid>-<ms>.lock` for a running
+//! migration into the folder, and `.<id>.jsonl.state.new` for a state
+//! snapshot being written. A creation holds an exclusive `flock` on its
 //! temporary file from just after creating it until its name is removed; a
 //! migration holds one on its lock file for its whole run, and its staged
-//! files carry the same `<pid>-<ms>`. A leftover is such a file that nobody
-//! holds: its creator is gone (killed, or crashed with the machine).
+//! files carry the same `<pid>-<ms>`; a snapshot is written by the writer
+//! that holds its log's lock. A leftover is such a file that nobody holds:
+//! its creator is gone (killed, or crashed with the machine).
 //!
 //! Removal takes only leftovers older than a minimum age, since a creation
 //! takes its lock a moment after it created its file, and removes only
@@ -91,6 +93,9 @@ enum Temporary<'n> {
     Session { token: &'n str },
     /// A running migration's lock file.
     MigrationLock,
+    /// A state snapshot being written beside the log `log` (its file name),
+    /// before it is renamed over the last one.
+    SnapshotDraft { log: &'n str },
 }
 
 /// The kind of temporary file `name` is, if it is one.
@@ -101,6 +106,11 @@ fn temporary(name: &str) -> Option<Temporary<'_>> {
         .and_then(|rest| rest.strip_suffix(".lock"))
     {
         return is_token(token).then_some(Temporary::MigrationLock);
+    }
+    if let Some(log) = rest.strip_suffix(".state.new") {
+        let id = log.strip_suffix(".jsonl")?;
+        return (!id.is_empty() && !id.starts_with('.'))
+            .then_some(Temporary::SnapshotDraft { log });
     }
     let (file, token) = rest.rsplit_once(".tmp-")?;
     (!file.is_empty() && is_token(token)).then_some(Temporary::Session { token })
@@ -235,6 +245,8 @@ pub(crate) fn find(folder: &Path) -> Result<Vec<Leftover>, StoreError> {
             .unwrap_or_default();
         let holdings = match kind {
             Temporary::MigrationLock => vec![held(&path)?],
+            // Its writer holds the log's lock while it writes it.
+            Temporary::SnapshotDraft { log } => vec![held(&folder.join(log))?],
             Temporary::Session { token } => {
                 vec![
                     held(&folder.join(migration_lock_name(token)))?,
@@ -354,9 +366,18 @@ mod tests {
             temporary(".migrate-12-17.lock"),
             Some(Temporary::MigrationLock)
         ));
+        assert!(matches!(
+            temporary(".s1.jsonl.state.new"),
+            Some(Temporary::SnapshotDraft { log: "s1.jsonl" })
+        ));
         for name in [
             "s1.jsonl",
             ".s1.jsonl",
+            ".s1.jsonl.state",
+            "..jsonl.state.new",
+            "..s1.jsonl.state.new",
+            ".s1.state.new",
+            "s1.jsonl.state.new",
             ".s1.jsonl.tmp-",
             ".s1.jsonl.tmp-12",
             ".s1.jsonl.tmp-12-x",
@@ -430,5 +451,48 @@ mod tests {
         assert_eq!(ok(remove_finished(folder.path(), &io)), 2);
         assert!(!run_lock.exists() && !stale_lock.exists());
         assert_eq!(ok(store.ids()).len(), 1);
+    }
+
+    /// A snapshot's `.new` that a killed writer left is a leftover; one
+    /// beside a log a writer holds is being written, and stays.
+    #[test]
+    fn a_snapshot_being_written_is_removed_only_when_its_log_is_not_held() {
+        let folder = ok(tempfile::tempdir());
+        let store = ok(JsonlStore::create_folder(folder.path()));
+        for session in ["open", "closed"] {
+            ok(store.create(&header(session), &[], crate::Durability::Fsync));
+        }
+        let writer = ok(store.open_writer(
+            &crate::store::tests::id("open"),
+            crate::WriterOptions::default(),
+        ));
+        let drafts = [".open.jsonl.state.new", ".closed.jsonl.state.new"]
+            .map(|name| folder.path().join(name));
+        for draft in &drafts {
+            ok(std::fs::write(draft, b"sessionlog-state"));
+            age(draft, Duration::from_secs(3600));
+        }
+        let found = ok(find(folder.path()));
+        let in_use: Vec<(&Path, bool)> = found
+            .iter()
+            .map(|leftover| (leftover.path.as_path(), leftover.in_use))
+            .collect();
+        assert_eq!(
+            in_use,
+            [(drafts[1].as_path(), false), (drafts[0].as_path(), true)]
+        );
+        let io = Io::default();
+        let removed = ok(remove(folder.path(), &io, &found, Duration::from_secs(600)));
+        assert_eq!(removed.len(), 1, "{removed:?}");
+        assert!(drafts[0].exists() && !drafts[1].exists());
+        drop(writer);
+        let removed = ok(remove(
+            folder.path(),
+            &io,
+            &ok(find(folder.path())),
+            Duration::ZERO,
+        ));
+        assert_eq!(removed.len(), 1, "{removed:?}");
+        assert_eq!(ok(store.ids()).len(), 2, "the logs stay");
     }
 }

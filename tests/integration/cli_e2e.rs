@@ -757,6 +757,58 @@ fn clean_removes_only_old_temporary_files_nobody_holds() {
     run(["clean", &text(&store.join("s1.jsonl"))]).expect_code(1);
 }
 
+/// A writer killed while it wrote its state snapshot leaves the snapshot's
+/// `.new` beside the log: `verify` names it and `clean` removes it, unless
+/// a writer holds the log (it may be writing it); the snapshot itself and
+/// the log stay.
+#[test]
+fn clean_removes_a_killed_writers_snapshot_draft_once_no_writer_holds_the_log() {
+    let folder = ok(tempfile::tempdir());
+    let store = folder.path().join("logs");
+    run(["create", &text(&store), "--session", "s1"]).expect_code(0);
+    let log = store.join("s1.jsonl");
+    let sidecar = store.join(".s1.jsonl.state");
+    let draft = store.join(".s1.jsonl.state.new");
+    for path in [&sidecar, &draft] {
+        ok(std::fs::write(path, b"sessionlog-state"));
+        let file = ok(std::fs::OpenOptions::new().write(true).open(path));
+        ok(file.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(3600)));
+    }
+    // A writer holds its log's lock for as long as it is open.
+    let writer = ok(std::fs::File::open(&log));
+    ok(writer.try_lock());
+    let held = run(["clean", &text(&store), "--json"]);
+    held.expect_code(0);
+    assert!(
+        held.stdout.contains("\"action\":\"in use\""),
+        "{}",
+        held.stdout
+    );
+    assert_eq!(
+        held.stdout.lines().count(),
+        1,
+        "only the draft is listed: {}",
+        held.stdout
+    );
+    assert!(draft.exists());
+
+    drop(writer);
+    let verified = run(["verify", &text(&store)]);
+    verified.expect_code(0);
+    assert!(
+        verified.stderr.contains("1 temporary file")
+            && verified.stderr.contains(".s1.jsonl.state.new"),
+        "{}",
+        verified.stderr
+    );
+    run(["clean", &text(&store)]).expect_code(0);
+    assert!(!draft.exists(), "the killed writer's draft is removed");
+    assert!(
+        sidecar.exists() && log.exists(),
+        "the snapshot and the log stay"
+    );
+}
+
 /// The lock of a migration into a folder, left by a run that was killed,
 /// is the one mark that the folder may lack sessions that run had not
 /// published: `verify` and `clean` say so, `clean` keeps it, and it stays

@@ -539,12 +539,15 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         trust: Vec<PathBuf>,
     },
-    /// Remove the temporary files a killed create, fork or migrate left in a
-    /// folder of logs.
+    /// Remove the temporary files a killed create, fork, migrate or writer
+    /// left in a folder of logs.
     ///
-    /// Only dot-named temporary files that no running creation or migration
-    /// holds (a lock they keep) and that were last written at least
-    /// --older-than seconds ago are removed; a session log is never touched.
+    /// Only dot-named temporary files that no running creation, migration or
+    /// writer holds (a lock they keep) and that were last written at least
+    /// --older-than seconds ago are removed: those of a creation or fork, of
+    /// a migration, and a state snapshot a writer was writing
+    /// (`.<id>.jsonl.state.new`). A session log and its state snapshot are
+    /// never touched.
     /// A database keeps no such files.
     #[command(
         after_help = "Examples:\n  sessionlog clean ./sessions --dry-run\n  sessionlog clean ./sessions --older-than 0 --json"

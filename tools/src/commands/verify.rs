@@ -427,8 +427,8 @@ pub fn readers_for(args: &SessionArgs) -> usize {
     }
 }
 
-/// Names the temporary files nobody holds (what a killed creation, fork or
-/// migration left): they are no session and change no verdict.
+/// Names the temporary files nobody holds (what a killed creation, fork,
+/// migration or writer left): they are no session and change no verdict.
 /// The locks of interrupted migrations are left to
 /// [`warn_of_migration_locks`]: `clean` keeps them until a run finishes
 /// the migration.
@@ -458,8 +458,8 @@ fn warn_of_leftovers(store: &sessionlog_store::JsonlStore) -> Result<()> {
             ),
         };
         crate::warn(format!(
-            "{} ({bytes} bytes) left by an interrupted create, fork or migrate, \
-             such as {}; no reader takes them for a session, and {removes}",
+            "{} ({bytes} bytes) left by an interrupted create, fork, migrate or \
+             snapshot write, such as {}; no reader takes them for a session, and {removes}",
             crate::terminal::counted(left.len() as u64, "temporary file"),
             sessionlog_store::store_display(&first.path),
         ));
