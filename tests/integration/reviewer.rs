@@ -906,6 +906,79 @@ fn an_audit_builds_its_requests_under_the_limit_given() {
     assert!(server.received().is_empty(), "nothing was sent");
 }
 
+/// A session whose sandbox came from the runtime's configuration: its
+/// preset is `auto` only with that configuration, which `review-audit`
+/// takes as `project` does. Without it, no call is audited, and the
+/// reviewer's settles it finds say so.
+#[test]
+fn an_audit_reads_the_preset_with_the_configuration_given() {
+    let folder = tempfile::tempdir().expect("a temporary folder");
+    let store = folder.path().join("logs");
+    let mut command = sessionlog(["create"]);
+    command.arg(&store).args(["--session", "a"]);
+    run_command(command, None).expect_code(0);
+    let mut command = sessionlog(["preset"]);
+    command.arg(&store).args([
+        "--session",
+        "a",
+        "auto",
+        "--approval",
+        "ask",
+        "--default-sandbox",
+        "danger-full-access",
+    ]);
+    run_command(command, None).expect_code(0);
+    let tools =
+        r#"[{"name":"shell","description":"Run a command.","parameters":{"type":"object"}}]"#;
+    let events = [
+        r#"{"type":"turn/start","data":{"turnId":"t1"}}"#.to_owned(),
+        r#"{"type":"step/start","data":{"stepId":"s1","turnId":"t1"}}"#.to_owned(),
+        format!(
+            r#"{{"type":"request/header","data":{{"provider":"p","model":"m","approvalPolicy":"ask","sandboxMode":"danger-full-access","tools":{tools}}}}}"#
+        ),
+        r#"{"type":"tool/start","data":{"callId":"c1","stepId":"s1","name":"shell","arguments":{"command":"rm -rf /"}}}"#.to_owned(),
+        r#"{"type":"tool/settle","data":{"callId":"c1","status":"error","error":{"name":"AutoReviewDeniedError","code":"AUTO_REVIEW_DENIED","reason":"destroys the machine"}}}"#.to_owned(),
+    ];
+    let mut command = sessionlog(["append"]);
+    command.arg(&store).args(["--session", "a"]);
+    run_command(command, Some(&(events.join("\n") + "\n"))).expect_code(0);
+    let log = store.join("a.jsonl");
+
+    let server = Server::saying(r#"{"risk":"high","decision":"deny","reason":"destructive"}"#);
+    let (run, printed) = audit(&server, &log);
+    run.expect_code(0);
+    assert_eq!(printed["summary"]["calls"], 0, "{printed}");
+    assert!(
+        run.stderr.contains("1 own call settled by the reviewer")
+            && run.stderr.contains("seq 5 (callId c1)")
+            && run.stderr.contains("--default-sandbox workspace-write"),
+        "{}",
+        run.stderr
+    );
+
+    let mut command = sessionlog(["review-audit"]);
+    command.arg(&log).args([
+        "--endpoint",
+        &server.endpoint,
+        "--json",
+        "--default-sandbox",
+        "danger-full-access",
+    ]);
+    let run = run_command(command, None);
+    run.expect_code(0);
+    let printed: Value = serde_json::from_str(run.stdout.trim()).expect("JSON");
+    assert_eq!(
+        rows(&printed),
+        [(5, "c1".to_owned(), "denied".to_owned(), true)]
+    );
+    assert!(
+        !run.stderr.contains("settled by the reviewer"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(server.received().len(), 1);
+}
+
 #[test]
 fn a_session_without_calls_under_auto_asks_nothing() {
     let folder = tempfile::tempdir().expect("a temporary folder");

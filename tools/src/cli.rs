@@ -55,6 +55,16 @@ pub struct DefaultArgs {
     pub default_sandbox: SandboxMode,
 }
 
+impl DefaultArgs {
+    /// The defaults the projections fall back to.
+    pub fn defaults(&self) -> sessionlog_projections::Defaults {
+        sessionlog_projections::Defaults {
+            approval: self.default_approval,
+            sandbox: self.default_sandbox,
+        }
+    }
+}
+
 /// Where and how to call the reviewer model.
 #[derive(Debug, Clone, Args)]
 pub struct ReviewerArgs {
@@ -335,6 +345,10 @@ pub enum Command {
         /// Print one JSON object `{session, model, rows, summary}`.
         #[arg(long)]
         json: bool,
+        /// The configuration the session ran with: which calls were made
+        /// under `auto` is read from the preset these give.
+        #[command(flatten)]
+        defaults: DefaultArgs,
     },
     /// Parse a reviewer's reply `{blocks, stop}` strictly into its decision.
     #[command(after_help = "Example:\n  sessionlog review-result reply.json")]

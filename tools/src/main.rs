@@ -272,7 +272,14 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             reviewer,
             max_bytes,
             json,
-        } => commands::audit::run(&target, &reviewer, max_bytes, json, quiet),
+            defaults,
+        } => commands::audit::run(
+            &target,
+            &reviewer,
+            (max_bytes, &defaults.defaults()),
+            json,
+            quiet,
+        ),
         Command::ReviewResult { file } => commands::review::result(file.as_deref()),
         Command::Migrate {
             from,

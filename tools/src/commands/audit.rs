@@ -3,8 +3,8 @@
 //! decision the log recorded.
 //!
 //! The log is read once and folded once to find the calls (own
-//! `tool/start`s made while the preset, as projected just before them, was
-//! `auto`) and what was recorded of each (a settle with
+//! `tool/start`s made while the preset, as projected just before them with
+//! the configuration given, was `auto`) and what was recorded of each (a settle with
 //! `AUTO_REVIEW_DENIED`, one with `AUTO_REVIEW_FAILED`, or anything else:
 //! allowed). A second fold over the same events in memory rebuilds each
 //! request from the snapshot through the event before its call, with the
@@ -102,7 +102,7 @@ struct Planned {
 pub fn run(
     args: &SessionArgs,
     reviewer_args: &ReviewerArgs,
-    max_bytes: usize,
+    (max_bytes, defaults): (usize, &Defaults),
     json: bool,
     quiet: bool,
 ) -> Result<u8> {
@@ -118,7 +118,7 @@ pub fn run(
     }
     // A seal that does not hold anywhere in the log outranks a header out
     // of vocabulary or a broken rule (exit 7 over 4).
-    let planned = plan(&snapshot);
+    let planned = plan(&snapshot, defaults);
     let refused = |code, message: String| Exit {
         code,
         message: format!(
@@ -134,7 +134,23 @@ pub fn run(
     if let Some(error) = snapshot.header_vocabulary_errors.first() {
         bail!(refused(exit::RULE, error.to_string()));
     }
-    let planned = planned.map_err(|violation| refused(exit::RULE, violation.to_string()))?;
+    let Plan {
+        calls: planned,
+        settled_by_reviewer_unaudited,
+    } = planned.map_err(|violation| refused(exit::RULE, violation.to_string()))?;
+    if let Some((seq, call_id)) = settled_by_reviewer_unaudited.first() {
+        crate::warn(format!(
+            "{}: {} settled by the reviewer ({AUTO_REVIEW_DENIED} or {AUTO_REVIEW_FAILED}), \
+             such as seq {seq} (callId {}), not made under `auto` as the preset projects \
+             with --default-approval {} --default-sandbox {}: not audited; give the \
+             configuration the session ran with",
+            session.label,
+            crate::terminal::counted(settled_by_reviewer_unaudited.len() as u64, "own call"),
+            display(call_id),
+            defaults.approval.as_str(),
+            defaults.sandbox.as_str(),
+        ));
+    }
     let bar = progress::bar(quiet, "review-audit");
     bar.set_length(planned.len() as u64);
     let rows = ask_each(
@@ -170,12 +186,22 @@ fn exit_code(audit: &Audit) -> u8 {
     }
 }
 
+/// What the first fold found.
+struct Plan {
+    /// The calls to ask about.
+    calls: Vec<Planned>,
+    /// Own calls not made under `auto` (as projected with the defaults
+    /// given) that a reviewer's settle closed: the seq and callId of each.
+    settled_by_reviewer_unaudited: Vec<(u64, String)>,
+}
+
 /// The calls to ask about and what was recorded of each; a rule violation
 /// refuses the audit: the first seal that does not hold, else the first
 /// violation (the fold reads on past a broken rule to find such a seal).
-fn plan(snapshot: &Snapshot) -> Result<Vec<Planned>, Violation> {
+fn plan(snapshot: &Snapshot, defaults: &Defaults) -> Result<Plan, Violation> {
     let mut state = SessionState::with_header_body(snapshot.header.clone(), &snapshot.header_body);
     let mut calls = Vec::new();
+    let mut unaudited = HashMap::new();
     let mut denied = HashSet::new();
     let mut failed = HashSet::new();
     let mut first_violation = None;
@@ -192,8 +218,11 @@ fn plan(snapshot: &Snapshot) -> Result<Vec<Planned>, Violation> {
             }
         };
         match &event {
-            Event::ToolStart(start) if is_audited(&state, record.seq()) => {
+            Event::ToolStart(start) if is_audited(&state, record.seq(), defaults) => {
                 calls.push((record.seq(), start.call_id.clone()));
+            }
+            Event::ToolStart(start) if state.is_own(record.seq()) => {
+                unaudited.insert(start.call_id.clone(), record.seq());
             }
             Event::ToolSettle(settle) => match settle.error.as_ref().map(|e| e.code.as_str()) {
                 Some(AUTO_REVIEW_DENIED) => {
@@ -211,7 +240,13 @@ fn plan(snapshot: &Snapshot) -> Result<Vec<Planned>, Violation> {
     if let Some(violation) = first_violation {
         return Err(violation);
     }
-    Ok(calls
+    let mut settled_by_reviewer_unaudited: Vec<(u64, String)> = unaudited
+        .into_iter()
+        .filter(|(call_id, _)| denied.contains(call_id) || failed.contains(call_id))
+        .map(|(call_id, seq)| (seq, call_id))
+        .collect();
+    settled_by_reviewer_unaudited.sort_unstable();
+    let calls = calls
         .into_iter()
         .map(|(seq, call_id)| Planned {
             seq,
@@ -224,13 +259,18 @@ fn plan(snapshot: &Snapshot) -> Result<Vec<Planned>, Violation> {
             },
             call_id,
         })
-        .collect())
+        .collect();
+    Ok(Plan {
+        calls,
+        settled_by_reviewer_unaudited,
+    })
 }
 
 /// Whether the event at `seq` (not folded yet into `state`) is own and
-/// made while the preset was `auto`.
-fn is_audited(state: &SessionState, seq: u64) -> bool {
-    state.is_own(seq) && state.preset(&Defaults::default()) == PresetView::Named(Preset::Auto)
+/// made while the preset was `auto`, as projected with the configured
+/// `defaults`.
+fn is_audited(state: &SessionState, seq: u64, defaults: &Defaults) -> bool {
+    state.is_own(seq) && state.preset(defaults) == PresetView::Named(Preset::Auto)
 }
 
 /// Folds `events` again, asking `reviewer` at each planned call (`model`

@@ -2,7 +2,6 @@
 //! beside the parent, in one atomic act.
 
 use anyhow::Result;
-use sessionlog_projections::Defaults;
 use sessionlog_schema::SessionId;
 use sessionlog_store::fork_log_file;
 
@@ -22,10 +21,7 @@ pub fn run(
     let child = SessionId::parse(child).map_err(|e| UsageError(e.to_string()))?;
     let target = Target::open_for_writing(&args.store)?;
     let parent = target.session(args.session.as_deref())?;
-    let defaults = Defaults {
-        approval: defaults.default_approval,
-        sandbox: defaults.default_sandbox,
-    };
+    let defaults = defaults.defaults();
     let header = match &target {
         Target::Store(store) => store.fork(&parent.id, &child, prompt, &defaults)?,
         Target::File(path) => fork_log_file(path, &child, prompt, &defaults)?,

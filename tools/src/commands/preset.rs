@@ -5,7 +5,6 @@
 //! hand changes no effective value.
 
 use anyhow::Result;
-use sessionlog_projections::Defaults;
 use sessionlog_schema::{ApprovalPolicy, Preset};
 
 use crate::cli::{DefaultArgs, SessionArgs};
@@ -49,10 +48,7 @@ pub fn run(
     let target = Target::open_for_writing(&args.store)?;
     let session = target.session(args.session.as_deref())?;
     let mut writer = target.appender(&session)?;
-    let defaults = Defaults {
-        approval: defaults.default_approval,
-        sandbox: defaults.default_sandbox,
-    };
+    let defaults = defaults.defaults();
     let seqs: Vec<u64> = writer
         .switch_preset(switch.preset, switch.approval, &defaults, switch.expect_seq)?
         .into_iter()

@@ -1,7 +1,6 @@
 //! `sessionlog project`: the projections of a session (docs/EVENTS.md), as of any seq.
 
 use anyhow::{bail, Result};
-use sessionlog_projections::Defaults;
 use sessionlog_store::{fold_through, Projections};
 
 use crate::cli::{DefaultArgs, SessionArgs};
@@ -13,10 +12,7 @@ pub fn run(args: &SessionArgs, at: Option<u64>, defaults: &DefaultArgs) -> Resul
     let target = Target::open(&args.store)?;
     let session = target.session(args.session.as_deref())?;
     let folded = fold_checked(&target, &session, at)?;
-    let defaults = Defaults {
-        approval: defaults.default_approval,
-        sandbox: defaults.default_sandbox,
-    };
+    let defaults = defaults.defaults();
     // Indented for a person at a terminal; one line into a pipe or a file,
     // as every other JSON a command prints.
     let projection = folded.projection(&defaults);

@@ -284,10 +284,7 @@ pub fn run(
             )));
         }
     }
-    let defaults = Defaults {
-        approval: defaults.default_approval,
-        sandbox: defaults.default_sandbox,
-    };
+    let defaults = defaults.defaults();
     let mut stream = target.stream(&session)?;
     let mut builder = TimelineBuilder::new(
         stream.header().clone(),

@@ -336,10 +336,7 @@ pub fn run(
     let target = Target::open(&args.store)?;
     refuse_store_files(out, &args.store)?;
     let sessions = target.sessions(args.session.as_deref())?;
-    let defaults = Defaults {
-        approval: defaults.default_approval,
-        sandbox: defaults.default_sandbox,
-    };
+    let defaults = defaults.defaults();
     // Both reads of a database see one moment of it.
     let _held = target.hold_read()?;
     let bar = progress::bar(quiet, "report");
