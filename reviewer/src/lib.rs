@@ -222,16 +222,23 @@ impl HttpReviewer {
     }
 
     /// `message` with every occurrence of the key replaced (a key of at
-    /// least [`MIN_SCRUBBED_KEY`] characters).
-    fn scrub_key(&self, message: String) -> String {
-        match &self.key {
-            Some(key)
-                if key.chars().count() >= MIN_SCRUBBED_KEY && message.contains(key.as_str()) =>
-            {
-                message.replace(key.as_str(), "(redacted)")
-            }
-            _ => message,
+    /// least [`MIN_SCRUBBED_KEY`] characters), as it is and in the escaped
+    /// forms a message quotes a value in (`{:?}`, a JSON string), which
+    /// differ from it when the key holds a quote, a backslash or a control
+    /// character.
+    fn scrub_key(&self, mut message: String) -> String {
+        let Some(key) = self.key.as_deref() else {
+            return message;
+        };
+        if key.chars().count() < MIN_SCRUBBED_KEY {
+            return message;
         }
+        for form in key_forms(key) {
+            if message.contains(form.as_str()) {
+                message = message.replace(form.as_str(), "(redacted)");
+            }
+        }
+        message
     }
 }
 
@@ -245,6 +252,22 @@ impl Reviewer for HttpReviewer {
     fn scrub(&self, text: String) -> String {
         self.scrub_key(text)
     }
+}
+
+/// The key as it is, then as `{:?}` and a JSON string quote it (without
+/// the quotes), each once.
+fn key_forms(key: &str) -> Vec<String> {
+    let quoted = |text: String| text[1..text.len() - 1].to_owned();
+    let mut forms = vec![key.to_owned()];
+    for form in [
+        quoted(format!("{key:?}")),
+        quoted(serde_json::Value::from(key).to_string()),
+    ] {
+        if !forms.contains(&form) {
+            forms.push(form);
+        }
+    }
+    forms
 }
 
 /// What went wrong, in words a user can act on.
@@ -313,6 +336,31 @@ mod tests {
             "{\"e\":\"Bearer (redacted)(redacted)\"}"
         );
         assert_eq!(reviewer.scrub("sk-secret".to_owned()), "sk-secret");
+    }
+
+    /// A key holding a quote, a backslash or a control character is also
+    /// taken out where a message quotes it escaped, as `{:?}` and JSON do.
+    #[test]
+    fn the_key_is_scrubbed_in_its_escaped_forms() {
+        let key = "sk-live\"Q\\x9\tZk2";
+        let reviewer = HttpReviewer::new(HttpReviewerOptions {
+            endpoint: "http://127.0.0.1:9/v1".to_owned(),
+            key: Some(key.to_owned()),
+            timeout: Duration::from_secs(5),
+        })
+        .expect("a reviewer");
+        for quoted in [
+            format!("stop reason is {key:?}, expected \"stop\""),
+            format!("the answer: {}", serde_json::Value::from(key)),
+            format!("raw {key} end"),
+        ] {
+            let scrubbed = reviewer.scrub(quoted.clone());
+            assert!(scrubbed.contains("(redacted)"), "{quoted} gave {scrubbed}");
+            for form in key_forms(key) {
+                assert!(!scrubbed.contains(&form), "{form:?} left in {scrubbed}");
+            }
+        }
+        assert_eq!(key_forms("sk-plain-1234"), ["sk-plain-1234"]);
     }
 
     #[test]

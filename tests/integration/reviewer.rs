@@ -517,6 +517,41 @@ fn a_server_that_echoes_the_key_never_gets_it_shown() {
     recorded(&log);
 }
 
+/// A key holding a quote and a backslash, echoed by the server where the
+/// failure message quotes the answer's value escaped: the escaped key is
+/// taken out too, of what is printed and of what is recorded.
+#[test]
+fn a_key_echoed_where_a_message_quotes_it_escaped_is_never_shown() {
+    let key = r#"sk-live"Q\x9Zk2-never-shown"#;
+    let (folder, log) = open_step_session();
+    let server = Server::start(|request| {
+        let echoed = request.header("authorization").unwrap_or("");
+        let echoed = echoed.strip_prefix("Bearer ").unwrap_or(echoed).to_owned();
+        let content = json!({"risk": "low", "decision": "allow"}).to_string();
+        Answer::Body(200, chat(json!(content), &echoed))
+    });
+    let pending = folder.path().join("pending.json");
+    std::fs::write(&pending, PENDING).expect("write the pending action");
+    let mut command = sessionlog(["review"]);
+    command
+        .arg(&log)
+        .arg("--pending")
+        .arg(&pending)
+        .args(["--endpoint", &server.endpoint, "--record"])
+        .env("SESSIONLOG_REVIEWER_KEY", key);
+    let run = run_command(command, None);
+    let message = failure_of(&run);
+    assert!(message.starts_with("stop reason is "), "{message}");
+    assert!(message.contains("(redacted)"), "{message}");
+    let escaped = format!("{key:?}");
+    let escaped = &escaped[1..escaped.len() - 1];
+    let text = std::fs::read_to_string(&log).expect("the log");
+    for shown in [run.stdout.as_str(), run.stderr.as_str(), text.as_str()] {
+        assert!(!shown.contains(key) && !shown.contains(escaped), "{shown}");
+        assert!(!shown.contains("x9Zk2-never-shown"), "{shown}");
+    }
+}
+
 #[test]
 fn the_decision_is_read_before_the_key_is_scrubbed_from_its_reason() {
     // A reason that holds the key: printed and recorded without it, the
