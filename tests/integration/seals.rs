@@ -1285,6 +1285,34 @@ fn review_request_names_the_failed_seal_before_the_rule_it_broke() {
         "{}",
         refused.stdout
     );
+
+    // The header's sandbox taken out of the vocabulary too (which the
+    // chain covers): the seal still ranks first, as `verify` ranks it.
+    edited[0] = edited[0].replace("\"sandboxMode\":null", "\"sandboxMode\":\"bogus\"");
+    assert!(edited[0].contains("bogus"), "{}", edited[0]);
+    write_bodies(&log, "s", &edited);
+    run(["verify", path_str(&store)]).expect_code(7);
+    let refused = run([
+        "review-request",
+        path_str(&store),
+        "--session",
+        "s",
+        "--pending",
+        path_str(&pending),
+    ]);
+    refused.expect_code(7);
+    assert!(
+        refused.stdout.contains("seq 4 (seal): seal failure"),
+        "{}",
+        refused.stdout
+    );
+    let mut review = crate::cli_support::sessionlog(["review"]);
+    review
+        .arg(&store)
+        .args(["--session", "s", "--pending"])
+        .arg(&pending)
+        .args(["--endpoint", "http://127.0.0.1:9/v1"]);
+    crate::cli_support::run_command(review, None).expect_code(7);
 }
 
 /// `salvage` keeps a header whose members stand in another order byte for

@@ -204,26 +204,24 @@ fn request_from_snapshot(
             session.label, torn.bytes, torn.position.line, torn.position.offset
         ));
     }
-    if let Some(error) = &read.header_vocabulary_error {
-        print_error(
-            ReviewErrorCode::InvalidLog.as_str(),
-            format!("{}: {error}", session.label),
-        )?;
-        return Ok(Err(exit::RULE));
-    }
     // INVALID_LOG is checked before the pending action (the order of the
-    // fail-closed codes).
-    // A failed seal is named before a rule violation, as it ranks above it
-    // (exit 7 over 4).
-    let shown = match (&read.first_seal_failure, &read.first_violation) {
-        (Some(seal), _) => Some((seal, exit::SEAL)),
-        (None, Some(violation)) => Some((violation, exit::RULE)),
-        (None, None) => None,
+    // fail-closed codes). A failed seal is named before a header out of
+    // the vocabulary or a rule violation, as it ranks above them (exit 7
+    // over 4).
+    let shown = match (
+        &read.first_seal_failure,
+        &read.header_vocabulary_error,
+        &read.first_violation,
+    ) {
+        (Some(seal), _, _) => Some((seal.to_string(), exit::SEAL)),
+        (None, Some(error), _) => Some((error.to_string(), exit::RULE)),
+        (None, None, Some(violation)) => Some((violation.to_string(), exit::RULE)),
+        (None, None, None) => None,
     };
-    if let Some((violation, code)) = shown {
+    if let Some((problem, code)) = shown {
         print_error(
             ReviewErrorCode::InvalidLog.as_str(),
-            format!("{}: {violation}", session.label),
+            format!("{}: {problem}", session.label),
         )?;
         return Ok(Err(code));
     }
