@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use sessionlog_projections::message_authority;
 use sessionlog_schema::{Event, EventRecord, SessionHeader, SessionId};
 use sessionlog_store::Store;
@@ -238,6 +238,98 @@ fn a_legacy_codex_rollout_reads_its_header_and_marks_injected_text() {
         ("x-codex/reasoning", 1),
     ]);
     assert_eq!(tally.kept_lines(), 5);
+}
+
+/// Codex writes the project's instructions and the environment's context
+/// as two texts of one user-role item: each keeps its own authority (the
+/// context never becomes a project instruction, nor the instructions
+/// context), whichever comes first. In a legacy rollout, the instructions
+/// file's text is never taken for a prompt.
+#[test]
+fn each_text_of_an_injected_codex_item_keeps_its_own_authority() {
+    let dir = temp();
+    let source = dir.path().join("sources");
+    std::fs::create_dir(&source).unwrap_or_else(|error| panic!("mkdir: {error}"));
+    let agents =
+        "# AGENTS.md instructions for /w\n\n<INSTRUCTIONS>\nRun the tests.\n</INSTRUCTIONS>";
+    let environment = "<environment_context>\n  <cwd>/w</cwd>\n  <approval_policy>never</approval_policy>\n</environment_context>";
+    let line = |texts: [&str; 2]| {
+        json!({"timestamp": "2025-11-20T16:59:10.000Z", "type": "response_item", "payload": {
+            "type": "message", "role": "user",
+            "content": texts.map(|text| json!({"type": "input_text", "text": text})),
+        }})
+        .to_string()
+    };
+    for (uuid, texts) in [
+        (
+            "019aa234-0000-7000-8000-000000000001",
+            [agents, environment],
+        ),
+        (
+            "019aa234-0000-7000-8000-000000000002",
+            [environment, agents],
+        ),
+    ] {
+        let meta = json!({"timestamp": "2025-11-20T16:59:09.000Z", "type": "session_meta", "payload": {
+            "id": uuid, "timestamp": "2025-11-20T16:59:09.000Z", "cwd": "/w",
+        }});
+        let text = format!("{meta}\n{}\n", line(texts));
+        let file = source.join(format!("rollout-2025-11-20T16-59-09-{uuid}.jsonl"));
+        std::fs::write(file, text).unwrap_or_else(|error| panic!("write: {error}"));
+    }
+    let legacy = [
+        json!({"id": "c3c4b301-0000-4000-8000-000000000003", "timestamp": "2025-08-18T01:16:13.522Z"}),
+        json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": agents}]}),
+        json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix the build"}]}),
+    ]
+    .map(|line| line.to_string())
+    .join("\n");
+    let file =
+        source.join("rollout-2025-08-18T01-16-13-c3c4b301-0000-4000-8000-000000000003.jsonl");
+    std::fs::write(file, legacy + "\n").unwrap_or_else(|error| panic!("write: {error}"));
+
+    let store = dir.path().join("audit");
+    import("codex", &[source], &store).expect_code(0);
+    verify(&store);
+    let store_handle = Store::open(&store).unwrap_or_else(|error| panic!("open: {error}"));
+    let ids = store_handle
+        .ids()
+        .unwrap_or_else(|error| panic!("ids: {error}"));
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    let mut seen = 0;
+    for session_id in ids {
+        let (header, events) = session(&store, session_id.as_str());
+        let instructions = messages(&header, &events, "instructions");
+        let context = messages(&header, &events, "context");
+        let users = messages(&header, &events, "user");
+        assert_eq!(instructions.len(), 1, "{session_id}: {instructions:?}");
+        assert!(
+            instructions[0].0.contains("Run the tests."),
+            "{instructions:?}"
+        );
+        assert!(
+            !instructions[0].0.contains("environment_context"),
+            "{instructions:?}"
+        );
+        if users.is_empty() {
+            assert_eq!(context.len(), 1, "{session_id}: {context:?}");
+            assert!(
+                context[0].0.contains("<approval_policy>never"),
+                "{context:?}"
+            );
+            assert!(!context[0].0.contains("INSTRUCTIONS"), "{context:?}");
+        } else {
+            assert_eq!(
+                users
+                    .iter()
+                    .map(|(text, _)| text.as_str())
+                    .collect::<Vec<_>>(),
+                ["fix the build"]
+            );
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, 3);
 }
 
 #[test]

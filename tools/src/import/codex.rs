@@ -491,7 +491,9 @@ impl State {
                         if mirrored || self.legacy_prompt(payload) {
                             builder.prompt(self.prompter.clone(), parts);
                         } else {
-                            builder.message(injected_origin(&content_text(payload)), parts);
+                            for (origin, parts) in injected_runs(parts) {
+                                builder.message(origin, parts);
+                            }
                         }
                     }
                     role => builder.message(Origin::Context(role.to_owned()), parts),
@@ -625,7 +627,10 @@ impl State {
 
     /// A legacy user item is a prompt unless it opens with a tag.
     fn legacy_prompt(&self, payload: &Value) -> bool {
-        self.era == Era::Legacy && opening_tag(&content_text(payload)).is_none()
+        let text = content_text(payload);
+        self.era == Era::Legacy
+            && opening_tag(&text).is_none()
+            && !matches!(injected_origin(&text), Origin::Instructions(_))
     }
 }
 
@@ -672,6 +677,32 @@ fn typed_by_the_person(payload: &Value) -> bool {
 /// What injected a user-role item that is not a prompt: an instructions
 /// file (AGENTS.md, as `<user_instructions>` or `# AGENTS.md instructions`),
 /// else context named by its opening tag.
+/// The parts of a user-role item nothing mirrors, in runs of one origin:
+/// each text judged on its own (Codex writes the project's instructions and
+/// the environment's context as two texts of one item), an image or
+/// another part taking the origin of the text before it (or, first, of the
+/// text after it).
+fn injected_runs(parts: Vec<Value>) -> Vec<(Origin, Vec<Value>)> {
+    let origin_of = |part: &Value| match str_of(part, "type") {
+        Some("text") => str_of(part, "text").map(injected_origin),
+        _ => None,
+    };
+    let first = parts
+        .iter()
+        .find_map(origin_of)
+        .unwrap_or_else(|| Origin::Context("codex".to_owned()));
+    let mut runs: Vec<(Origin, Vec<Value>)> = Vec::new();
+    for part in parts {
+        let origin = origin_of(&part);
+        match (runs.last_mut(), origin) {
+            (Some((_, run)), None) => run.push(part),
+            (Some((last, run)), Some(origin)) if *last == origin => run.push(part),
+            (_, origin) => runs.push((origin.unwrap_or_else(|| first.clone()), vec![part])),
+        }
+    }
+    runs
+}
+
 fn injected_origin(text: &str) -> Origin {
     let trimmed = text.trim_start();
     if trimmed.starts_with("<user_instructions>") || trimmed.starts_with("# AGENTS.md instructions")
