@@ -991,3 +991,39 @@ fn session_rows(database: &Path) -> Vec<String> {
         .and_then(|rows| rows.collect()));
     ids
 }
+
+/// A `-wal` that is a symbolic link may hold changes that SQLite, which
+/// does not follow one, never reads: a reading command refuses the
+/// database, naming the link, rather than read it without them (and
+/// `migrate` never calls a copy without them identical).
+#[test]
+fn a_write_ahead_log_that_is_a_symbolic_link_is_refused_not_skipped() {
+    let folder = ok(tempfile::tempdir());
+    let database = folder.path().join("s.db");
+    run(["create", &text(&database), "--session", "a"]).expect_code(0);
+    let elsewhere = folder.path().join("elsewhere");
+    ok(std::fs::create_dir(&elsewhere));
+    let target = elsewhere.join("s.db-wal");
+    ok(std::fs::write(&target, b""));
+    let wal = folder.path().join("s.db-wal");
+    let _ = std::fs::remove_file(&wal);
+    ok(std::os::unix::fs::symlink(&target, &wal));
+    for command in [
+        vec!["verify".to_owned(), text(&database)],
+        vec!["list".to_owned(), text(&database)],
+        vec![
+            "migrate".to_owned(),
+            text(&database),
+            text(&folder.path().join("copy")),
+        ],
+    ] {
+        let refused = run(command.clone());
+        refused.expect_code(1);
+        assert!(
+            refused.stderr.contains("s.db-wal") && refused.stderr.contains("not a regular file"),
+            "{command:?}: {}",
+            refused.stderr
+        );
+    }
+    assert!(!folder.path().join("copy").exists(), "nothing was migrated");
+}

@@ -271,12 +271,22 @@ pub(super) fn needs_write_access(error: &StoreError) -> bool {
 }
 
 /// Whether `<database>-wal` exists and holds more than its header: frames
-/// that an immutable read would not see.
+/// that an immutable read would not see. One that is no regular file (a
+/// symbolic link, which SQLite does not follow) may hold frames that no
+/// read sees: refused, naming it.
 pub(super) fn write_ahead_log_has_frames(path: &Path) -> Result<bool, StoreError> {
     /// The WAL header's size; a log no longer than it holds no frame.
     const WAL_HEADER_BYTES: u64 = 32;
     let wal = wal_path(path);
     match std::fs::symlink_metadata(&wal) {
+        Ok(metadata) if !metadata.is_file() => Err(StoreError::io(
+            "read the write-ahead log",
+            wal,
+            io::Error::other(
+                "not a regular file (a symbolic link?): SQLite does not follow one, so the \
+                 changes it may hold cannot be read, and the database is not read without them",
+            ),
+        )),
         Ok(metadata) => Ok(metadata.len() > WAL_HEADER_BYTES),
         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
         Err(source) => Err(StoreError::io("inspect the write-ahead log", wal, source)),
