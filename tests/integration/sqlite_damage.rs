@@ -885,12 +885,60 @@ fn a_database_that_fails_quick_check_is_refused_by_every_store_wide_command() {
         refused.expect_code(2);
         let said = format!("{}{}", refused.stdout, refused.stderr);
         assert!(said.contains("quick_check"), "{args:?}: {said}");
+        // Every finding of quick_check on the line that names it.
+        assert!(
+            !said
+                .lines()
+                .any(|line| line.starts_with("***") || line.starts_with("Tree ")),
+            "{args:?}: {said}"
+        );
         if args[0] != "verify" {
             assert!(refused.stdout.is_empty(), "{args:?}: {}", refused.stdout);
         }
     }
     run(["stats", &store, "--session", "lead"]).expect_code(0);
     run(["export", &store, "--session", "lead"]).expect_code(0);
+
+    // The index of the snapshots' table zeroed: quick_check reports
+    // several findings, which `verify` gives on the one line that names
+    // them, as it gives every finding of the database as a whole.
+    let database = dir.path().join("index.db");
+    run(["migrate", &text(&examples), &text(&database)]).expect_code(0);
+    let page = {
+        let connection = ok(rusqlite::Connection::open(&database));
+        ok(connection.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)"));
+        let page: i64 = ok(connection.query_row(
+            "SELECT rootpage FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'snapshots'",
+            [],
+            |row| row.get(0),
+        ));
+        page.unsigned_abs() as usize
+    };
+    let mut bytes = ok(std::fs::read(&database));
+    bytes[(page - 1) * PAGE..page * PAGE].fill(0);
+    ok(std::fs::write(&database, bytes));
+    let refused = run(["verify", &text(&database)]);
+    refused.expect_code(2);
+    let findings: Vec<&str> = refused
+        .stderr
+        .lines()
+        .chain(refused.stdout.lines())
+        .filter(|line| line.contains("quick_check reports"))
+        .collect();
+    assert_eq!(findings.len(), 1, "{}{}", refused.stdout, refused.stderr);
+    assert!(findings[0].contains("; "), "{}", findings[0]);
+    assert!(
+        !refused
+            .stdout
+            .lines()
+            .chain(refused.stderr.lines())
+            .any(|line| line.starts_with("***")
+                || line.starts_with("Tree ")
+                || line.starts_with("Page ")),
+        "{}{}",
+        refused.stdout,
+        refused.stderr
+    );
 }
 
 /// Event rows of an id that has no session row, written behind the

@@ -979,10 +979,20 @@ impl SqliteStore {
         };
         Ok(match lines.iter().all(|line| line == "ok") {
             true => Vec::new(),
-            false => vec![damaged(
-                path,
-                format!("SQLite's quick_check reports: {}", lines.join("; ")),
-            )],
+            // A row may hold several findings a line each: one line in all,
+            // as every finding of the database is reported.
+            false => {
+                let findings: Vec<&str> = lines
+                    .iter()
+                    .flat_map(|line| line.lines())
+                    .map(str::trim)
+                    .filter(|finding| !finding.is_empty())
+                    .collect();
+                vec![damaged(
+                    path,
+                    format!("SQLite's quick_check reports: {}", findings.join("; ")),
+                )]
+            }
         })
     }
 
