@@ -529,29 +529,31 @@ impl PostgresStore {
     /// The session rows' ids and, with `owners`, the owners of events
     /// (a scan of the events), sorted, read in one snapshot.
     fn rows_and_owners(&self, owners: bool) -> Result<(Vec<String>, Vec<String>), StoreError> {
-        self.shared.with_connection("list sessions", |connection| {
-            connection.client.batch_execute(sql::BEGIN_READ)?;
-            let read = (|| {
-                let texts = |connection: &mut Connection, text| {
-                    let statement = connection.prepared(text)?;
-                    connection
-                        .client
-                        .query(&statement, &[])?
-                        .iter()
-                        .map(|row| row.try_get::<_, String>(0))
-                        .collect::<Result<Vec<String>, _>>()
-                };
-                Ok((
-                    texts(connection, sql::SESSION_IDS)?,
-                    match owners {
-                        true => texts(connection, sql::EVENT_OWNERS)?,
-                        false => Vec::new(),
-                    },
-                ))
-            })();
-            let _ = connection.client.batch_execute(sql::ROLLBACK);
-            read
-        })
+        self.shared
+            .with_connection("list sessions", |connection| {
+                connection.client.batch_execute(sql::BEGIN_READ)?;
+                let read = (|| {
+                    let texts = |connection: &mut Connection, text| {
+                        let statement = connection.prepared(text)?;
+                        connection
+                            .client
+                            .query(&statement, &[])?
+                            .iter()
+                            .map(|row| row.try_get::<_, String>(0))
+                            .collect::<Result<Vec<String>, _>>()
+                    };
+                    Ok((
+                        texts(connection, sql::SESSION_IDS)?,
+                        match owners {
+                            true => texts(connection, sql::EVENT_OWNERS)?,
+                            false => Vec::new(),
+                        },
+                    ))
+                })();
+                let _ = connection.client.batch_execute(sql::ROLLBACK);
+                read
+            })
+            .map_err(|error| damaged_table(error, &self.shared.location))
     }
 
     /// Whether `other` is this very store, however the two URLs spell it
@@ -1065,7 +1067,9 @@ impl Shared {
             .ok_or_else(|| self.not_found(id))
     }
 
-    /// Session `id`'s row as stored (`None`: there is none).
+    /// Session `id`'s row as stored (`None`: there is none). A row the
+    /// server cannot send, its data damaged, is corruption of the session
+    /// at seq 0.
     fn read_header_row_if_any(&self, id: &SessionId) -> Result<Option<HeaderRow>, StoreError> {
         let text = self.read_header_statement();
         self.with_connection("read a header", |connection| {
@@ -1076,6 +1080,7 @@ impl Shared {
                 .map(|row| header_row(&row))
                 .transpose()
         })
+        .map_err(|error| damaged_row(error, &self.location, id, 0))
     }
 
     /// How a session row is read: a schema from before version 3 (read,
@@ -1914,6 +1919,22 @@ fn damaged_row(error: StoreError, location: &Location, id: &SessionId, seq: u64)
             id,
             seq,
             format!("the row cannot be read: {detail}"),
+        ),
+        other => other,
+    }
+}
+
+/// `error`, met listing the sessions, as damage of the database when it
+/// is a row the server cannot send (its data damaged: XX001, XX002).
+fn damaged_table(error: StoreError, location: &Location) -> StoreError {
+    match error {
+        StoreError::Postgres {
+            code: Some(code),
+            detail,
+            ..
+        } if matches!(code.as_str(), "XX001" | "XX002") => crate::sql::checks::damaged(
+            &location.display,
+            format!("the sessions cannot be listed: {detail}"),
         ),
         other => other,
     }

@@ -813,6 +813,54 @@ fn a_row_the_server_cannot_read_leaves_the_whole_units_before_it_then_the_error(
     }
 }
 
+/// A session row whose header the server cannot send (its out-of-line
+/// chunks lost) is that session's corruption at seq 0, as a damaged event
+/// row is at its seq: the other sessions still read.
+#[test]
+fn a_session_row_the_server_cannot_read_is_its_sessions_corruption() {
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    let store = engine(&schema);
+    execute(
+        &schema,
+        "ALTER TABLE sessions ALTER COLUMN header_body SET STORAGE EXTERNAL",
+    );
+    ok(store.create_session(&header("ok1"), &[], Durability::Fsync));
+    let long = SessionHeader::root(
+        id("big"),
+        1_700_000_000_000,
+        format!("/{}", "x".repeat(5_000)),
+    );
+    ok(store.create_session(&long, &[], Durability::Fsync));
+    ok(store.create_session(&header("ok2"), &[], Durability::Fsync));
+    execute(
+        &schema,
+        &format!(
+            "CREATE EXTENSION pg_surgery SCHEMA \"{}\";
+             DO $$ DECLARE toast regclass := (SELECT reltoastrelid::regclass FROM pg_class
+                                               WHERE oid = 'sessions'::regclass);
+             BEGIN
+                 EXECUTE format('SELECT heap_force_kill(%L, ARRAY(SELECT ctid FROM %s))',
+                                toast, toast);
+             END $$;",
+            schema.schema
+        ),
+    );
+    let ids = ok(store.ids());
+    assert_eq!(ids.len(), 3, "the listing reads the ids alone: {ids:?}");
+    match store.snapshot(&id("big")) {
+        Err(error @ StoreError::CorruptRow { seq: 0, .. }) => {
+            assert!(error.to_string().contains("big"), "{error}");
+            assert_eq!(error.class(), crate::ErrorClass::Corrupt);
+        }
+        other => panic!("corruption at seq 0, not {other:?}"),
+    }
+    for session in ["ok1", "ok2"] {
+        ok(store.snapshot(&id(session)));
+    }
+}
+
 #[test]
 fn a_burst_of_appends_is_announced_through_its_last_seq_in_order() {
     // The notifier sends at most one statement every NOTIFY_INTERVAL and
