@@ -1141,6 +1141,16 @@ fn a_schema_of_another_application_is_not_made_a_store() {
             "(schema_version, users)",
         ),
         (
+            // Tables of a store's names, not of its columns: a shop's.
+            "shop",
+            "CREATE TABLE {0}.schema_version (version integer NOT NULL); \
+             INSERT INTO {0}.schema_version VALUES (3); \
+             CREATE TABLE {0}.sessions (id text PRIMARY KEY, login text); \
+             CREATE TABLE {0}.events (id serial PRIMARY KEY, \
+                 session_id text REFERENCES {0}.sessions (id) ON DELETE CASCADE, what text)",
+            "(events, schema_version, sessions)",
+        ),
+        (
             "four",
             "CREATE TABLE {0}.a (id integer); CREATE TABLE {0}.b (id integer); \
              CREATE TABLE {0}.c (id integer); CREATE TABLE {0}.d (id integer)",
@@ -1175,6 +1185,31 @@ fn a_schema_of_another_application_is_not_made_a_store() {
                 "{suffix} {args:?}: {}",
                 refused.stderr
             );
+        }
+        if suffix == "shop" {
+            // Nothing of it was upgraded: its version, its foreign key and
+            // its tables' columns are as the application left them.
+            let mut client = ok(admin.connect());
+            let version: i32 = ok(client.query_one(
+                &format!("SELECT version FROM {}.schema_version", schema.name),
+                &[],
+            ))
+            .get(0);
+            assert_eq!(version, 3);
+            let kept: i64 = ok(client.query_one(
+                "SELECT count(*) FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace
+                  WHERE n.nspname = $1 AND c.contype = 'f'",
+                &[&schema.name],
+            ))
+            .get(0);
+            assert_eq!(kept, 1, "the application's foreign key stays");
+            let tables: i64 = ok(client.query_one(
+                "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                  WHERE n.nspname = $1 AND c.relkind = 'r'",
+                &[&schema.name],
+            ))
+            .get(0);
+            assert_eq!(tables, 3, "no table was added");
         }
     }
 }

@@ -1674,26 +1674,29 @@ fn read_version(
     connection: &mut Connection,
     location: &Location,
 ) -> Result<Option<i64>, StoreError> {
-    let (present, integer, sessions, events): (bool, bool, bool, bool) = connection
-        .query_one(location, "look for the schema", sql::STORE_TABLES, &[])
-        .and_then(|row| {
-            (|| {
-                Ok((
-                    row.try_get(0)?,
-                    row.try_get(1)?,
-                    row.try_get(2)?,
-                    row.try_get(3)?,
-                ))
-            })()
-            .map_err(postgres_error("look for the schema", location))
-        })?;
+    let (present, integer, sessions, events, our_columns): (bool, bool, bool, bool, bool) =
+        connection
+            .query_one(location, "look for the schema", sql::STORE_TABLES, &[])
+            .and_then(|row| {
+                (|| {
+                    Ok((
+                        row.try_get(0)?,
+                        row.try_get(1)?,
+                        row.try_get(2)?,
+                        row.try_get(3)?,
+                        row.try_get(4)?,
+                    ))
+                })()
+                .map_err(postgres_error("look for the schema", location))
+            })?;
     if !present {
         return Ok(None);
     }
     // Another application's `schema_version` (a migration tool's) is no
-    // store: sessionlog's comes with its session and event tables, and
-    // holds an integer.
-    if !integer || !(sessions || events) {
+    // store: sessionlog's comes with its session and event tables, of
+    // their columns, and holds an integer. Nothing of such a schema is
+    // read, upgraded or written.
+    if !integer || !(sessions || events) || !our_columns {
         refuse_foreign_tables(connection, location)?;
     }
     let version: i32 = connection

@@ -121,12 +121,21 @@ pub(super) const LOCK_SCHEMA_UPGRADE: &str = "SELECT pg_advisory_xact_lock($1)";
 /// Which of a store's tables the schema holds, in one round trip: the
 /// version table (through `search_path`: only our schema and
 /// `pg_catalog`), whether its `version` is an integer column as a store's
-/// is, and the session and event tables it comes with.
+/// is, the session and event tables it comes with, and whether those of
+/// them that are there have the columns every version of a store's has
+/// (another application's `sessions` or `events` has not).
 pub(super) const STORE_TABLES: &str = "SELECT to_regclass('schema_version') IS NOT NULL,
             EXISTS (SELECT 1 FROM pg_attribute
                      WHERE attrelid = to_regclass('schema_version') AND attname = 'version'
                        AND atttypid = 'integer'::regtype AND NOT attisdropped),
-            to_regclass('sessions') IS NOT NULL, to_regclass('events') IS NOT NULL";
+            to_regclass('sessions') IS NOT NULL, to_regclass('events') IS NOT NULL,
+            NOT EXISTS (SELECT 1 FROM (VALUES ('sessions', 'header_body'), ('sessions', 'header_crc'),
+                                              ('events', 'seq'), ('events', 'body'), ('events', 'crc'))
+                                      AS wanted (name, col)
+                         WHERE to_regclass(wanted.name) IS NOT NULL
+                           AND NOT EXISTS (SELECT 1 FROM pg_attribute
+                                            WHERE attrelid = to_regclass(wanted.name)
+                                              AND attname = wanted.col AND NOT attisdropped))";
 
 /// The recorded schema version.
 pub(super) const READ_VERSION: &str = "SELECT version FROM schema_version";
