@@ -944,6 +944,16 @@ fn postgres_display(text: &str) -> String {
 ///     redact_url("postgres://app:pw@db/logs?application_name=a@b"),
 ///     "postgres://app@db/logs?application_name=a@b"
 /// );
+/// // A password's key escaped, or an `&` left unescaped in its value.
+/// assert_eq!(
+///     redact_url("postgres://db/logs?pass%77ord=hunter2&schema=a"),
+///     "postgres://db/logs?schema=a"
+/// );
+/// assert_eq!(
+///     redact_url("postgres://bob@db/logs?password=pa&ss2secret&schema=a"),
+///     "postgres://bob@db/logs?schema=a"
+/// );
+/// assert_eq!(redact_url("postgres://db/logs?password=pa&ss2"), "postgres://db/logs");
 /// ```
 pub fn redact_url(text: &str) -> String {
     let (scheme, rest) = text
@@ -983,15 +993,50 @@ pub fn redact_url(text: &str) -> String {
     };
     let tail: String = match rest.split_once('?') {
         Some((path, query)) => {
+            // A password's pair goes, whatever the case or the percent
+            // escapes of its key, and so does a part with no `=` (the rest
+            // of a password with an unescaped `&` in it).
             let kept: Vec<&str> = query
                 .split('&')
-                .filter(|pair| !pair.starts_with("password="))
+                .filter(|pair| {
+                    pair.split_once('=').is_some_and(|(key, _)| {
+                        !percent_decoded(key).eq_ignore_ascii_case(b"password")
+                    })
+                })
                 .collect();
-            format!("{path}?{}", kept.join("&"))
+            match kept.is_empty() {
+                true => path.to_owned(),
+                false => format!("{path}?{}", kept.join("&")),
+            }
         }
         None => rest.to_owned(),
     };
     format!("{scheme}{user}{tail}")
+}
+
+/// `text` with each `%XX` escape read as its byte.
+fn percent_decoded(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let escaped = (bytes[at] == b'%')
+            .then(|| bytes.get(at + 1..at + 3))
+            .flatten()
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escaped {
+            Some(byte) => {
+                decoded.push(byte);
+                at += 3;
+            }
+            None => {
+                decoded.push(bytes[at]);
+                at += 1;
+            }
+        }
+    }
+    decoded
 }
 
 /// Whether `after`, what follows a URL's first `@`, holds another `@`
