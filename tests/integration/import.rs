@@ -332,6 +332,32 @@ fn each_text_of_an_injected_codex_item_keeps_its_own_authority() {
     assert_eq!(seen, 3);
 }
 
+/// A byte order mark before the first line (an editor on another system
+/// saved the file) is no part of it: the file imports as the same session
+/// as without it, whose source line 1 is unchanged.
+#[test]
+fn a_byte_order_mark_before_the_first_line_is_not_part_of_it() {
+    let dir = temp();
+    let folder = fixtures().join("codex/current");
+    let name = "rollout-2025-11-20T16-59-09-019aa234-a2a1-75c3-a9bf-d8425e1785f5.jsonl";
+    let marked = dir.path().join("marked");
+    ok(std::fs::create_dir(&marked));
+    let mut bytes = "\u{feff}".as_bytes().to_vec();
+    bytes.extend(ok(std::fs::read(folder.join(name))));
+    ok(std::fs::write(marked.join(name), bytes));
+    let plain = dir.path().join("plain");
+    let with_mark = dir.path().join("with-mark");
+    import("codex", &[folder.join(name)], &plain).expect_code(0);
+    import("codex", &[marked.join(name)], &with_mark).expect_code(0);
+    verify(&with_mark);
+    run([
+        "diff".to_owned(),
+        plain.display().to_string(),
+        with_mark.display().to_string(),
+    ])
+    .expect_code(0);
+}
+
 #[test]
 fn a_compressed_rollout_imports_as_the_same_session() {
     let dir = temp();

@@ -141,6 +141,12 @@ pub fn read_lines(file: &Path, bytes: &[u8]) -> Result<Vec<SourceLine>, ImportEr
             }
         };
         let line = line.strip_suffix(b"\r").unwrap_or(line);
+        // A byte order mark that an editor on another system put before
+        // the first line is no part of it.
+        let line = match number {
+            1 => line.strip_prefix("\u{feff}".as_bytes()).unwrap_or(line),
+            _ => line,
+        };
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
