@@ -728,6 +728,13 @@ pub trait SessionStream: std::fmt::Debug {
     fn header_body(&self) -> &str;
     /// The next event of the good prefix, `None` at its end.
     fn next_event(&mut self) -> Result<Option<EventRecord>, StoreError>;
+    /// For a fork by reference in a database, once the read has reached
+    /// its seed: the header of the session whose first `seedLength` rows
+    /// its seed is, against whose log the child's header can be checked
+    /// (`verify` does). `None` for any other session.
+    fn seed_parent(&self) -> Option<&SessionHeader> {
+        None
+    }
     /// The next event of the good prefix folded into `state` (which must
     /// be the fold of every event taken before), with what
     /// [`SessionState::apply`] returned for it; `None` at the end.

@@ -118,6 +118,10 @@ impl SessionStream for RowStream {
         self.events.next().transpose()
     }
 
+    fn seed_parent(&self) -> Option<&SessionHeader> {
+        self.events.seed_parent()
+    }
+
     fn next_body(&mut self) -> Result<Option<EventBody<'_>>, StoreError> {
         self.events.next_body()
     }

@@ -1061,7 +1061,7 @@ fn a_refused_argument_never_shows_a_password() {
                 "a",
                 "postgres://app:s3c\u{1b}[31mretPW@db/logs?password=s3cretPW",
             ],
-            "'postgres://app@db/logs?'",
+            "'postgres://app@db/logs'",
         ),
         // A value given as `--flag=VALUE` that clap quotes back.
         (

@@ -1075,3 +1075,76 @@ fn a_write_ahead_log_that_is_a_symbolic_link_is_refused_not_skipped() {
     }
     assert!(!folder.path().join("copy").exists(), "nothing was migrated");
 }
+
+/// A fork by reference whose header its parent's log does not give (its
+/// approval policy changed, the row's CRC and columns made to agree, as a
+/// header written from a forged state snapshot would be): `verify` reports
+/// it on the child, corruption at seq 0, and every other session ok.
+#[test]
+fn a_fork_by_reference_whose_header_its_parents_log_does_not_give_is_corrupt() {
+    let folder = ok(tempfile::tempdir());
+    let database = folder.path().join("s.db");
+    let store = text(&database);
+    run(["create", &store, "--session", "p"]).expect_code(0);
+    crate::cli_support::run_with_stdin(
+        ["append", &store, "--session", "p"],
+        "{\"type\":\"approval/policy\",\"data\":{\"policy\":\"never\"}}\n",
+    )
+    .expect_code(0);
+    run(["fork", &store, "--session", "p", "--child", "c"]).expect_code(0);
+    run(["fork", &store, "--session", "c", "--child", "g"]).expect_code(0);
+    run(["verify", &store]).expect_code(0);
+
+    let connection = ok(rusqlite::Connection::open(&database));
+    let body: String = ok(connection.query_row(
+        "SELECT header_body FROM sessions WHERE id = 'c'",
+        [],
+        |row| row.get(0),
+    ));
+    assert!(body.contains("\"approvalPolicy\":\"never\""), "{body}");
+    let forged = body.replace("\"approvalPolicy\":\"never\"", "\"approvalPolicy\":\"ask\"");
+    let crc =
+        sessionlog_schema::record_crc(&SessionId::parse("c").expect("an id"), forged.as_bytes());
+    ok(connection.execute(
+        "UPDATE sessions SET header_body = ?1, header_crc = ?2, approval_policy = 'ask' WHERE id = 'c'",
+        rusqlite::params![forged, crc],
+    ));
+    drop(connection);
+
+    let verified = run(["verify", &store, "--json"]);
+    verified.expect_code(2);
+    let verdicts: Vec<serde_json::Value> = verified
+        .stdout
+        .lines()
+        .map(|line| ok(serde_json::from_str(line)))
+        .collect();
+    let status = |session: &str| {
+        verdicts
+            .iter()
+            .find(|verdict| verdict["session"] == session)
+            .map(|verdict| verdict["status"].as_str().unwrap_or_default().to_owned())
+    };
+    assert_eq!(status("p").as_deref(), Some("ok"), "{}", verified.stdout);
+    assert_eq!(
+        status("c").as_deref(),
+        Some("corrupt"),
+        "{}",
+        verified.stdout
+    );
+    let child = verdicts.iter().find(|verdict| verdict["session"] == "c");
+    let corruption = &child.expect("a verdict of c")["corruption"];
+    assert_eq!(corruption["seq"], 0, "{corruption}");
+    let message = corruption["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("approvalPolicy ask") && message.contains("approvalPolicy never"),
+        "{message}"
+    );
+    // The grandchild, forked before the change, took the header its
+    // parent had then: against the changed one, it no longer follows.
+    assert_eq!(
+        status("g").as_deref(),
+        Some("corrupt"),
+        "{}",
+        verified.stdout
+    );
+}

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
 
-use sessionlog_schema::{decode_checked_body, record_crc, EventRecord, SessionId};
+use sessionlog_schema::{decode_checked_body, record_crc, EventRecord, SessionHeader, SessionId};
 
 use super::checks::{check_no_rows_past, corrupt_session, EventRow, RowPage, SeqCheck};
 use super::{decode_header_row, HeaderRow};
@@ -128,6 +128,8 @@ pub struct SqlEvents {
     seed_source: Option<SessionId>,
     /// Resolved on the first read.
     segments: Option<Vec<Segment>>,
+    /// The header of `seed_source`, read as the segments were resolved.
+    seed_parent: Option<SessionHeader>,
     recorded_last_seq: u64,
     next_seq: u64,
     batch_remaining: u64,
@@ -250,6 +252,7 @@ impl SqlEvents {
             seed_length,
             seed_source,
             segments: None,
+            seed_parent: None,
             recorded_last_seq,
             next_seq: from_seq.max(1),
             batch_remaining: 0,
@@ -267,6 +270,13 @@ impl SqlEvents {
     /// The session being read.
     pub fn id(&self) -> &SessionId {
         &self.id
+    }
+
+    /// For a fork by reference whose seed the read reached: the header of
+    /// the session whose rows its seed is (see
+    /// [`SessionStream::seed_parent`](crate::SessionStream::seed_parent)).
+    pub fn seed_parent(&self) -> Option<&SessionHeader> {
+        self.seed_parent.as_ref()
     }
 
     fn next_event(&mut self) -> Result<Option<EventRecord>, StoreError> {
@@ -771,6 +781,9 @@ impl SqlEvents {
                     corrupt(format!("its row names an invalid seed source ({error})"))
                 })?;
             let next_through = decoded.header.seed_length.min(through);
+            if self.seed_parent.is_none() {
+                self.seed_parent = Some(decoded.header);
+            }
             segments.push(Segment { owner, through });
             through = next_through;
             if through == 0 {

@@ -10,9 +10,12 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde::Serialize;
 use sessionlog_projections::{
-    check_sealed, check_trusted, parse_anchor_file, Anchor, SessionState, Violation, ViolationKind,
+    check_sealed, check_trusted, child_header, parse_anchor_file, Anchor, SessionState, Violation,
+    ViolationKind,
 };
-use sessionlog_schema::{parse_trust_file, EventType, SealPublicKey};
+use sessionlog_schema::{
+    parse_trust_file, ApprovalPolicy, Event, EventType, SandboxMode, SealPublicKey, SessionHeader,
+};
 use sessionlog_store::{fold_stream, StoreError};
 
 use crate::cli::SessionArgs;
@@ -778,9 +781,14 @@ fn scan(
         .iter()
         .map(|anchor| (anchor.seq == 0).then(|| state.chain()))
         .collect();
+    let mut seed_switches = SeedSwitches::default();
+    let header = stream.header().clone();
     fold_stream(&mut *stream, &mut state, |record, folded, state| {
         verdict.events += 1;
         verdict.last_seq = record.seq();
+        if header.parent_session.is_some() && record.seq() <= header.seed_length {
+            seed_switches.note(record);
+        }
         match folded {
             Err(violation) if violation.kind == ViolationKind::Seal => {
                 verdict.seal_failures.push(SealFailureReport {
@@ -847,6 +855,16 @@ fn scan(
                 .push(SealFailureReport { seq: None, message });
         }
     }
+    if let Some(parent) = stream.seed_parent() {
+        if let Some(message) = seed_switches.header_not_given(&header, parent) {
+            verdict.corruption = Some(CorruptionReport {
+                line: None,
+                offset: None,
+                seq: Some(0),
+                message: format!("corrupt at seq 0: {message}"),
+            });
+        }
+    }
     if let Some(torn) = stream.finish()? {
         verdict.torn_tail = Some(TornTailReport {
             line: torn.position.line,
@@ -857,6 +875,84 @@ fn scan(
         });
     }
     Ok(())
+}
+
+/// The sandbox and approval switches among a child's seeded events, with
+/// their seqs, to check a fork by reference's header against its parent's
+/// log: the header a fork writes takes the parent's last own switches
+/// through the seed (else the parent header's own values).
+#[derive(Default)]
+struct SeedSwitches {
+    sandbox: Vec<(u64, SandboxMode)>,
+    approval: Vec<(u64, ApprovalPolicy)>,
+}
+
+impl SeedSwitches {
+    fn note(&mut self, record: &sessionlog_schema::EventRecord) {
+        let switch = record.event_type() == EventType::SandboxMode.as_str()
+            || record.event_type() == EventType::ApprovalPolicy.as_str();
+        if !switch {
+            return;
+        }
+        match Event::parse(record.event_type(), record.data()) {
+            Ok(Event::SandboxMode(switch)) => self.sandbox.push((record.seq(), switch.mode)),
+            Ok(Event::ApprovalPolicy(switch)) => {
+                self.approval.push((record.seq(), switch.policy));
+            }
+            _ => {}
+        }
+    }
+
+    /// What is wrong with `child`'s header, a fork by reference of the
+    /// session whose header is `parent`: `None` when the parent's log
+    /// through the seed gives it (its creation time aside).
+    fn header_not_given(&self, child: &SessionHeader, parent: &SessionHeader) -> Option<String> {
+        let own = |seq: u64| seq > parent.seed_length;
+        let sandbox = self
+            .sandbox
+            .iter()
+            .rev()
+            .find(|(seq, _)| own(*seq))
+            .map(|(_, mode)| *mode)
+            .or(parent.sandbox_mode);
+        let approval = self
+            .approval
+            .iter()
+            .rev()
+            .find(|(seq, _)| own(*seq))
+            .map(|(_, policy)| *policy)
+            .or(parent.approval_policy);
+        let given = child_header(
+            parent,
+            child.id.clone(),
+            child.seed_length,
+            sandbox,
+            approval,
+            child.created_at,
+        );
+        if &given == child {
+            return None;
+        }
+        let shown = |header: &SessionHeader| {
+            format!(
+                "cwd {:?}, delegationDepth {}, sandboxMode {}, approvalPolicy {}",
+                header.cwd,
+                header.delegation_depth,
+                header.sandbox_mode.map_or("null", SandboxMode::as_str),
+                header
+                    .approval_policy
+                    .map_or("null", ApprovalPolicy::as_str),
+            )
+        };
+        Some(format!(
+            "its header gives {}, but the log of session {}, whose first {} events it refers to, \
+             gives a child {}: a header that no fork of that log writes",
+            shown(child),
+            parent.id,
+            child.seed_length,
+            shown(&given),
+        ))
+    }
 }
 
 /// The exit code of one verdict: a log that could not be read is an I/O
