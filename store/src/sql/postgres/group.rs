@@ -90,12 +90,14 @@ struct Waiting {
 }
 
 /// One writer's append: its events, to insert if its session's last seq
-/// is still `last_seq`.
+/// is still `last_seq` and, in a group, the session's lock is still held.
 #[derive(Debug)]
 pub(super) struct Append {
     pub(super) id: SessionId,
     pub(super) last_seq: u64,
     pub(super) events: Vec<EventRecord>,
+    /// The key of the session's lock its writer took.
+    pub(super) lock_key: Option<i64>,
 }
 
 impl Append {
@@ -356,6 +358,7 @@ mod tests {
                 id: id(session),
                 last_seq,
                 events,
+                lock_key: None,
             },
             thread: thread::current(),
         }
@@ -412,6 +415,61 @@ mod tests {
             [2, 1, 3]
         );
         assert_eq!(engine(&schema).shared.group.grouped(), 3);
+    }
+
+    /// A writer whose connection lost the session's lock (the server ended
+    /// it) is refused by the group statement, as it would be alone on its
+    /// dead connection: a group never carries the append of a writer whose
+    /// session's lock is not held, which a new writer may take meanwhile.
+    #[test]
+    fn a_group_refuses_an_append_whose_sessions_lock_is_not_held() {
+        let Some(schema) = postgres_store() else {
+            return;
+        };
+        let mut connection = three_sessions(&schema);
+        let store = engine(&schema);
+        let location = &store.shared.location;
+        let key = |session: &str| super::super::lock_key("writer", &location.schema, session);
+        let lock = |client: &mut postgres::Client, session: &str| -> i32 {
+            let row = ok(client.query_one(
+                "SELECT pg_try_advisory_lock($1), pg_backend_pid()",
+                &[&key(session)],
+            ));
+            assert!(row.get::<_, bool>(0), "{session} is free");
+            row.get(1)
+        };
+        let mut holder = ok(store.connect());
+        lock(&mut holder, "a");
+        // c's writer took its lock on a connection the server has ended
+        // since (the lock went with it); b's lock nobody ever took.
+        let mut lost = ok(store.connect());
+        let backend = lock(&mut lost, "c");
+        let ended: bool =
+            ok(holder.query_one("SELECT pg_terminate_backend($1, 5000)", &[&backend])).get(0);
+        assert!(ended);
+        let mut group = [
+            waiting("a", 1, 2..=2),
+            waiting("b", 1, 2..=2),
+            waiting("c", 1, 2..=2),
+        ];
+        for waiting in &mut group {
+            waiting.append.lock_key = Some(key(waiting.append.id.as_str()));
+        }
+        let outcomes = run(&schema, &mut connection, &group);
+        let inserted: Vec<_> = outcomes.iter().map(inserted).collect();
+        assert_eq!(inserted, [Some(1), Some(0), Some(0)]);
+        assert_eq!(
+            [
+                events(&schema, "a"),
+                events(&schema, "b"),
+                events(&schema, "c")
+            ],
+            [2, 1, 1]
+        );
+        // The check took no lock that outlives the group's statement: a
+        // new writer of c gets its session.
+        let mut next = ok(store.connect());
+        lock(&mut next, "c");
     }
 
     #[test]

@@ -862,6 +862,7 @@ impl PostgresSink {
             id: self.id.clone(),
             last_seq: self.last_seq,
             events: std::mem::take(&mut self.pending),
+            lock_key: Some(self.lock_key),
         };
         // Durable appends share a commit with the store's other writers';
         // a buffered one waits for no flush, so has nothing to share.
@@ -941,17 +942,22 @@ impl PostgresSink {
     /// The `Conflict` of an append that another writer got ahead of.
     fn conflict(&mut self, expected: u64) -> StoreError {
         let location = &self.shared.location;
-        let recorded = self
-            .connection
-            .query_one(
-                location,
-                "read the last seq",
-                sql::READ_LAST_SEQ,
-                &[&self.id.as_str()],
-            )
-            .ok()
-            .and_then(|row| row.try_get::<_, i64>(0).ok())
-            .map_or(self.last_seq, i64::unsigned_abs);
+        let read = self.connection.query_one(
+            location,
+            "read the last seq",
+            sql::READ_LAST_SEQ,
+            &[&self.id.as_str()],
+        );
+        // The writer's own connection lost (and the session's lock with
+        // it: a group refuses the append of a writer whose connection no
+        // longer holds it) is what it reports, not a conflict.
+        let recorded = match read {
+            Err(error) if error.is_connection_lost() => return error,
+            read => read
+                .ok()
+                .and_then(|row| row.try_get::<_, i64>(0).ok())
+                .map_or(self.last_seq, i64::unsigned_abs),
+        };
         StoreError::Conflict {
             id: self.id.clone(),
             expected,
@@ -1324,15 +1330,15 @@ impl Connection {
             sessions.extend(append.events.iter().map(|_| append.id.as_str()));
             columns.extend(&append.id, &append.events);
         }
+        let lock_keys: Vec<Option<i64>> = appends.iter().map(|append| append.lock_key).collect();
         let rows = self.with_prepared(
             location,
             "append",
             sql::APPEND_GROUP,
             |client, statement| {
-                client.query(
-                    statement,
-                    &columns.after(&[&ids, &last_seqs, &new_lasts, &sessions]),
-                )
+                let mut parameters = columns.after(&[&ids, &last_seqs, &new_lasts, &sessions]);
+                parameters.push(&lock_keys);
+                client.query(statement, &parameters)
             },
         )?;
         rows.iter()
