@@ -52,6 +52,11 @@ const READ_BUFFER_BYTES: usize = 64 * 1024;
 /// reads from the start, which costs about as much.
 const FROM_THE_END_EVENTS: u64 = 4096;
 
+/// How many reads from the end a follower starting at a seq makes, each
+/// from the end the one before found, before it reads the log from its
+/// start instead: a writer appending as it reads moves the end on.
+const FROM_THE_END_READS: u32 = 4;
+
 /// Follows one JSONL log. See the module docs.
 #[derive(Debug)]
 pub struct LogFollower {
@@ -270,7 +275,9 @@ impl LogFollower {
     /// ([`read_last_events`](crate::read_last_events)) and the follower
     /// goes on from there ([`after`](Self::after)), so following a long
     /// session from about where it is costs what is read of its end.
-    /// Further back, the log is read from its start at the first poll.
+    /// Further back, the log is read from its start at the first poll. A
+    /// writer appending meanwhile never makes it skip an event: a read from
+    /// the end that no longer reaches back to `from_seq` is made again.
     pub fn from_seq_near_the_end(
         path: &Path,
         expected_id: Option<SessionId>,
@@ -280,12 +287,34 @@ impl LogFollower {
             return Ok(LogFollower::new(path, expected_id, from_seq));
         }
         let end = crate::read_last_events(path, expected_id.clone(), 0)?;
-        let last = match end.last_seq.checked_sub(from_seq) {
-            None => end,
-            Some(before) if before < FROM_THE_END_EVENTS => {
-                crate::read_last_events(path, expected_id.clone(), before as usize + 1)?
-            }
+        // A writer appending between the read of the last seq and the read
+        // of the events from `from_seq` moves the end on: that read must
+        // still reach back to `from_seq`, or it is made again, asking for
+        // twice as many events as the end it found needs (and after a few
+        // misses, the log is read from its start).
+        let mut wanted = match end.last_seq.checked_sub(from_seq) {
+            None => end.last_seq,
+            Some(before) if before < FROM_THE_END_EVENTS => before + 1,
             Some(_) => return Ok(LogFollower::new(path, expected_id, from_seq)),
+        };
+        let mut reads = 0;
+        let last = loop {
+            if end.last_seq < from_seq {
+                break end;
+            }
+            if reads == FROM_THE_END_READS || wanted > 2 * FROM_THE_END_EVENTS {
+                return Ok(LogFollower::new(path, expected_id, from_seq));
+            }
+            reads += 1;
+            let read = crate::read_last_events(path, expected_id.clone(), wanted as usize)?;
+            let reaches = read
+                .events
+                .first()
+                .is_some_and(|first| first.seq() <= from_seq);
+            if reaches || read.last_seq < from_seq {
+                break read;
+            }
+            wanted = 2 * (read.last_seq - from_seq + 1);
         };
         let mut follower = LogFollower::after(path, expected_id, &last);
         follower.queue = last
@@ -1049,6 +1078,48 @@ mod tests {
             &format!("{}{}", line("a", &note(202)), line("a", &note(203))),
         );
         assert_eq!(seqs(&ok(ahead.poll(100))), [203]);
+    }
+
+    /// A writer appending while followers start near the end: each one's
+    /// first event is the seq it asked for, never one after it (its read
+    /// of the events from there once ended where the log had moved on).
+    #[test]
+    fn a_follower_from_near_the_end_skips_nothing_while_a_writer_appends() {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let (_folder, path) = setup(50);
+        let written = AtomicU64::new(50);
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let mut file = ok(std::fs::OpenOptions::new().append(true).open(&path));
+                while !stop.load(Ordering::Relaxed) {
+                    let seq = written.load(Ordering::Relaxed) + 1;
+                    ok(file.write_all(line("a", &note(seq)).as_bytes()));
+                    written.store(seq, Ordering::Relaxed);
+                    // About a runtime's pace of appends, not a flood that
+                    // outruns every read from the end.
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+            });
+            let mut skipped = Vec::new();
+            for _ in 0..100 {
+                let from = written.load(Ordering::Relaxed) - 5;
+                let mut follower = ok(LogFollower::from_seq_near_the_end(
+                    &path,
+                    Some(id("a")),
+                    from,
+                ));
+                let first = ok(follower.poll(1)).first().map(EventRecord::seq);
+                if first != Some(from) {
+                    skipped.push((from, first));
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            assert!(
+                skipped.is_empty(),
+                "first events not asked for: {skipped:?}"
+            );
+        });
     }
 
     #[test]
