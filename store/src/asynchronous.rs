@@ -355,18 +355,28 @@ impl AsyncStore {
         let store = OffRuntime(Some(Arc::clone(self.shared_store())));
         tokio::spawn(async move {
             let followed = async {
-                let mut following = match &**store {
-                    Store::Jsonl(jsonl) => match jsonl.follower(&id, from_seq) {
-                        Ok(follower) => Following::Log(Box::new(follower)),
-                        Err(error) => {
-                            let _ = sender.send(Err(error)).await;
-                            return;
+                // A JSONL follower reads the log's end as it is made: on the
+                // blocking pool, as every read.
+                let making = (Arc::clone(&store), id.clone());
+                let made = blocking(move || {
+                    let (store, id) = making;
+                    Ok(match &*store {
+                        Store::Jsonl(jsonl) => {
+                            Following::Log(Box::new(jsonl.follower(&id, from_seq)?))
                         }
-                    },
-                    #[cfg(feature = "sqlite")]
-                    Store::Sqlite(_) => Following::Rows(RowFollower::new(id.clone(), from_seq)),
-                    #[cfg(feature = "postgres")]
-                    Store::Postgres(_) => Following::Rows(RowFollower::new(id.clone(), from_seq)),
+                        #[cfg(feature = "sqlite")]
+                        Store::Sqlite(_) => Following::Rows(RowFollower::new(id, from_seq)),
+                        #[cfg(feature = "postgres")]
+                        Store::Postgres(_) => Following::Rows(RowFollower::new(id, from_seq)),
+                    })
+                })
+                .await;
+                let mut following = match made {
+                    Ok(following) => following,
+                    Err(error) => {
+                        let _ = sender.send(Err(error)).await;
+                        return;
+                    }
                 };
                 // Whether the last read found the server out of reach (said
                 // once an outage, as `sessionlog tail -f` says it).
