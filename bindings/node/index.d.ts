@@ -8,7 +8,7 @@ export type SessionlogErrorCode =
   | 'RULE' // an event (or a header value) breaks a rule of the format; nothing was written
   | 'SEAL' // a seal does not hold: the log was changed after it was sealed (seq names the seal)
   | 'CORRUPT' // a log is corrupt (line, offset), or a database session's rows (seq)
-  | 'POISONED' // an earlier write or sync failed; reopen the writer
+  | 'POISONED' // an earlier write or sync failed; close() the writer, then open a new one
   | 'NOT_FOUND' // no such session
   | 'EXISTS' // a session with this id exists already
   | 'INVALID_ID' // not a valid session id

@@ -231,6 +231,8 @@ class Store {
     if (location.trim() === '') {
       throw invalidArgument('location is empty: name a folder of logs, a .db file or a postgres:// URL')
     }
+    // Rust would take a lone surrogate as U+FFFD: another path.
+    wellFormed(location, 'location')
     const create = checkBoolean(optionsOf(options).create, 'create', false)
     // The addon makes a path absolute (a later process.chdir moves nothing).
     const handle = await call(native.openStore(location, create))

@@ -136,6 +136,10 @@ impl From<StoreError> for Failure {
             .at_path(path)
             .with(|context| context.seq = Some(violation.seq)),
             StoreError::Locked { path, .. } => Failure::new("LOCKED", message).at_path(path),
+            // A log of another history put in place of the one followed.
+            StoreError::HistoryChanged { path, .. } => {
+                Failure::new("CORRUPT", message).at_path(path)
+            }
             StoreError::Conflict {
                 expected, actual, ..
             } => Failure::new("CONFLICT", message).with(|context| {

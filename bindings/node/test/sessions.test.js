@@ -222,6 +222,36 @@ test('follow: stored events, then new ones as they are appended, until the signa
   await writer.close()
 })
 
+test('follow: a log of another history put in place is CORRUPT, naming the log', { timeout: 60_000 }, async (t) => {
+  const folder = tempDir(t)
+  const store = await Store.open(path.join(folder, 'logs'), { create: true })
+  const other = await Store.open(path.join(folder, 'other'), { create: true })
+  for (const [s, cwd] of [[store, '/w'], [other, '/elsewhere']]) {
+    await s.createSession({ id: 's', cwd })
+    const w = await s.openWriter('s')
+    await w.append({ type: 'turn/start', data: { turnId: 't1' } })
+    await w.close()
+  }
+  let caught = null
+  try {
+    for await (const event of store.follow('s')) {
+      assert.equal(event.seq, 1)
+      fs.renameSync(path.join(folder, 'other', 's.jsonl'), path.join(folder, 'logs', 's.jsonl'))
+    }
+  } catch (error) {
+    caught = error
+  }
+  assert.ok(caught, 'the follow ended with an error')
+  assert.equal(caught.code, 'CORRUPT', caught.message)
+  assert.equal(caught.path, path.join(folder, 'logs', 's.jsonl'), caught.message)
+})
+
+test('a location with a lone surrogate is refused, never opened as U+FFFD', async (t) => {
+  const location = path.join(tempDir(t), 'lone\uD800')
+  await rejectsWith(Store.open(location, { create: true }), 'INVALID_ARGUMENT')
+  assert.deepEqual(fs.readdirSync(path.dirname(location)), [], 'nothing was created')
+})
+
 test('a log written from Node verifies with the command line', async (t) => {
   const folder = tempDir(t)
   for (const location of [path.join(folder, 'sessions'), path.join(folder, 'sessions.db')]) {
