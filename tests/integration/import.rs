@@ -358,6 +358,110 @@ fn a_byte_order_mark_before_the_first_line_is_not_part_of_it() {
     .expect_code(0);
 }
 
+/// A rollout that keeps extended history writes each prompt and answer
+/// three times: the response item, the compatibility event and the
+/// completed turn item. Each is imported once; so is one written as an
+/// event and a completed item with no response item.
+#[test]
+fn a_message_codex_wrote_in_three_forms_is_imported_once() {
+    let dir = temp();
+    let uuid = "019aa234-0000-7000-8000-0000000000aa";
+    let at = |second: u32| format!("2025-11-20T16:59:{second:02}.000Z");
+    let line = |second: u32, kind: &str, payload: Value| {
+        json!({"timestamp": at(second), "type": kind, "payload": payload}).to_string()
+    };
+    let lines = [
+        line(
+            9,
+            "session_meta",
+            json!({"id": uuid, "timestamp": at(9), "cwd": "/w"}),
+        ),
+        line(
+            10,
+            "event_msg",
+            json!({"type": "task_started", "turn_id": "t-1"}),
+        ),
+        line(
+            11,
+            "response_item",
+            json!({"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "list the files"}]}),
+        ),
+        line(
+            11,
+            "event_msg",
+            json!({"type": "user_message", "message": "list the files"}),
+        ),
+        line(
+            11,
+            "event_msg",
+            json!({"type": "item_completed", "turn_id": "t-1",
+            "item": {"type": "UserMessage", "content": [{"type": "text", "text": "list the files"}]}}),
+        ),
+        line(
+            12,
+            "response_item",
+            json!({"type": "message", "role": "assistant",
+            "content": [{"type": "output_text", "text": "Here they are."}]}),
+        ),
+        line(
+            12,
+            "event_msg",
+            json!({"type": "agent_message", "message": "Here they are."}),
+        ),
+        line(
+            12,
+            "event_msg",
+            json!({"type": "item_completed", "turn_id": "t-1",
+            "item": {"type": "AgentMessage", "content": [{"type": "Text", "text": "Here they are."}]}}),
+        ),
+        line(
+            13,
+            "event_msg",
+            json!({"type": "task_complete", "turn_id": "t-1"}),
+        ),
+        line(
+            14,
+            "event_msg",
+            json!({"type": "task_started", "turn_id": "t-2"}),
+        ),
+        line(
+            15,
+            "event_msg",
+            json!({"type": "user_message", "message": "and the hidden ones"}),
+        ),
+        line(
+            15,
+            "event_msg",
+            json!({"type": "item_completed", "turn_id": "t-2",
+            "item": {"type": "UserMessage", "content": [{"type": "text", "text": "and the hidden ones"}]}}),
+        ),
+        line(
+            16,
+            "event_msg",
+            json!({"type": "task_complete", "turn_id": "t-2"}),
+        ),
+    ];
+    let source = dir
+        .path()
+        .join(format!("rollout-2025-11-20T16-59-09-{uuid}.jsonl"));
+    ok(std::fs::write(&source, lines.join("\n") + "\n"));
+    let store = dir.path().join("audit");
+    import("codex", &[source], &store).expect_code(0);
+    verify(&store);
+    let store_handle = ok(Store::open(&store));
+    let ids = ok(store_handle.ids());
+    let (header, events) = session(&store, ids[0].as_str());
+    let texts = |kind: &str| -> Vec<String> {
+        messages(&header, &events, kind)
+            .into_iter()
+            .map(|(text, _)| text)
+            .collect()
+    };
+    assert_eq!(texts("user"), ["list the files", "and the hidden ones"]);
+    assert_eq!(texts("assistant"), ["Here they are."]);
+}
+
 #[test]
 fn a_compressed_rollout_imports_as_the_same_session() {
     let dir = temp();

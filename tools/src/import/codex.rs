@@ -12,7 +12,7 @@
 //! it opens with a tag (`<environment_context>`, `<user_instructions>`, …),
 //! the only way that era marked injected text.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use serde_json::Value;
@@ -340,71 +340,124 @@ fn data_url_image(url: Option<&str>) -> Value {
     }
 }
 
-/// Which side of a mirrored pair a line is.
+/// Whose words a mirrored line holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Side {
-    UserItem,
-    UserEvent,
-    AssistantItem,
-    AssistantEvent,
+enum Role {
+    User,
+    Assistant,
 }
 
-/// The lines that are one half of a mirrored pair: a `user_message` event
-/// and the user item it mirrors, an `agent_message` event and its assistant
-/// item (equal text, paired first come first served in file order).
-fn pair_mirrors(items: &[Item<'_>]) -> HashSet<usize> {
-    let mut waiting: HashMap<(Side, String), VecDeque<usize>> = HashMap::new();
-    let mut paired = HashSet::new();
-    for (index, item) in items.iter().enumerate() {
-        let Some((side, text)) = mirror_side(item) else {
-            continue;
-        };
-        let partner = match side {
-            Side::UserItem => Side::UserEvent,
-            Side::UserEvent => Side::UserItem,
-            Side::AssistantItem => Side::AssistantEvent,
-            Side::AssistantEvent => Side::AssistantItem,
-        };
-        let key = text.trim().to_owned();
-        match waiting
-            .get_mut(&(partner, key.clone()))
-            .and_then(VecDeque::pop_front)
-        {
-            Some(other) => {
-                paired.insert(other);
-                paired.insert(index);
-            }
-            None => waiting.entry((side, key)).or_default().push_back(index),
+/// Which of the forms Codex writes one message in a line is: the response
+/// item (what the model saw), the compatibility event (`user_message`,
+/// `agent_message`), and the completed turn item (`item_completed`) that
+/// rollouts with extended history keep as well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    Item,
+    Event,
+    Completed,
+}
+
+/// The lines of one message written in more than one form, by index.
+#[derive(Debug, Default)]
+struct Mirrored {
+    item: Option<usize>,
+    event: Option<usize>,
+    completed: Option<usize>,
+}
+
+impl Mirrored {
+    fn slot(&mut self, form: Form) -> &mut Option<usize> {
+        match form {
+            Form::Item => &mut self.item,
+            Form::Event => &mut self.event,
+            Form::Completed => &mut self.completed,
         }
     }
-    paired
+
+    fn members(&self) -> Vec<usize> {
+        let mut members: Vec<usize> = [self.item, self.event, self.completed]
+            .into_iter()
+            .flatten()
+            .collect();
+        members.sort_unstable();
+        members
+    }
 }
 
-fn mirror_side(item: &Item<'_>) -> Option<(Side, String)> {
+/// The lines that mirror another: each message Codex wrote in more than
+/// one form (equal text, the forms of one message gathered first come
+/// first served in file order, at most one line of each form). A mirrored
+/// item is the person's prompt (or the model's answer) and its other forms
+/// are not imported again; of a message written as an event and a
+/// completed item but no item, the first line stands for it and the
+/// others are in the set.
+fn pair_mirrors(items: &[Item<'_>]) -> HashSet<usize> {
+    let mut groups: Vec<Mirrored> = Vec::new();
+    let mut open: HashMap<(Role, String), Vec<usize>> = HashMap::new();
+    for (index, item) in items.iter().enumerate() {
+        let Some((role, form, text)) = mirror_side(item) else {
+            continue;
+        };
+        let waiting = open.entry((role, text.trim().to_owned())).or_default();
+        let joins = waiting
+            .iter()
+            .copied()
+            .find(|&group| groups[group].slot(form).is_none());
+        match joins {
+            Some(group) => *groups[group].slot(form) = Some(index),
+            None => {
+                let mut group = Mirrored::default();
+                *group.slot(form) = Some(index);
+                groups.push(group);
+                waiting.push(groups.len() - 1);
+            }
+        }
+        waiting.retain(|&group| groups[group].members().len() < 3);
+    }
+    let mut mirrors = HashSet::new();
+    for group in &groups {
+        let members = group.members();
+        match (members.len(), group.item) {
+            (0 | 1, _) => {}
+            (_, Some(_)) => mirrors.extend(members),
+            (_, None) => mirrors.extend(members.into_iter().skip(1)),
+        }
+    }
+    mirrors
+}
+
+fn mirror_side(item: &Item<'_>) -> Option<(Role, Form, String)> {
     match (item.kind, item.payload_type()) {
         (Kind::Response, Some("message")) => match str_of(item.payload, "role") {
-            Some("user") => Some((Side::UserItem, content_text_joined(item.payload))),
-            Some("assistant") => Some((Side::AssistantItem, content_text_joined(item.payload))),
+            Some("user") => Some((Role::User, Form::Item, content_text_joined(item.payload))),
+            Some("assistant") => Some((
+                Role::Assistant,
+                Form::Item,
+                content_text_joined(item.payload),
+            )),
             _ => None,
         },
         // An event whose `kind` says Codex wrote it (environment context,
         // user instructions) mirrors no prompt.
-        (Kind::Event, Some("user_message")) if typed_by_the_person(item.payload) => {
-            Some((Side::UserEvent, str_of(item.payload, "message")?.to_owned()))
-        }
+        (Kind::Event, Some("user_message")) if typed_by_the_person(item.payload) => Some((
+            Role::User,
+            Form::Event,
+            str_of(item.payload, "message")?.to_owned(),
+        )),
         (Kind::Event, Some("agent_message")) => Some((
-            Side::AssistantEvent,
+            Role::Assistant,
+            Form::Event,
             str_of(item.payload, "message")?.to_owned(),
         )),
         (Kind::Event, Some("item_completed")) => {
             let turn_item = item.payload.get("item")?;
-            match str_of(turn_item, "type") {
-                Some("UserMessage") => Some((Side::UserEvent, content_text_joined(turn_item))),
-                Some("AgentMessage") => {
-                    Some((Side::AssistantEvent, content_text_joined(turn_item)))
-                }
-                _ => None,
-            }
+            let role = match str_of(turn_item, "type") {
+                Some("UserMessage") => Role::User,
+                Some("AgentMessage") => Role::Assistant,
+                _ => return None,
+            };
+            Some((role, Form::Completed, content_text_joined(turn_item)))
         }
         _ => None,
     }
