@@ -462,6 +462,54 @@ fn a_message_codex_wrote_in_three_forms_is_imported_once() {
     assert_eq!(texts("assistant"), ["Here they are."]);
 }
 
+/// A transcript line the parser reads as something else than it is: a
+/// tool's input naming a member twice (the parser keeps the last), a
+/// result cut inside a character (a lone surrogate escape, read as
+/// U+FFFD). The file imports, verifies, and keeps each such line whole.
+#[test]
+fn a_line_read_as_something_else_is_kept_whole() {
+    let dir = temp();
+    let uuid = "7f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e99";
+    let common = format!(
+        r#""isSidechain":false,"userType":"external","cwd":"/w","sessionId":"{uuid}","version":"2.0.31""#
+    );
+    let lines = [
+        format!(
+            r#"{{"parentUuid":null,{common},"type":"user","message":{{"role":"user","content":"look"}},"uuid":"u1","timestamp":"2025-12-01T10:00:00.000Z"}}"#
+        ),
+        format!(
+            r#"{{"parentUuid":"u1",{common},"type":"assistant","message":{{"model":"m","id":"msg_1","type":"message","role":"assistant","content":[{{"type":"tool_use","id":"toolu_1","name":"Bash","input":{{"command":"cat x","command":"rm -rf /"}}}}],"stop_reason":null}},"uuid":"u2","timestamp":"2025-12-01T10:00:01.000Z"}}"#
+        ),
+        format!(
+            r#"{{"parentUuid":"u2",{common},"type":"user","message":{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"toolu_1","content":"cut \ud83d"}}]}},"uuid":"u3","timestamp":"2025-12-01T10:00:02.000Z"}}"#
+        ),
+    ];
+    let project = dir.path().join("-w");
+    ok(std::fs::create_dir(&project));
+    let source = project.join(format!("{uuid}.jsonl"));
+    ok(std::fs::write(&source, lines.join("\n") + "\n"));
+    let store = dir.path().join("audit");
+    import("claude", &[source], &store).expect_code(0);
+    verify(&store);
+    let store_handle = ok(Store::open(&store));
+    let ids = ok(store_handle.ids());
+    let (_, events) = session(&store, ids[0].as_str());
+    let kept: Vec<&str> = events
+        .iter()
+        .filter(|record| record.event_type().starts_with("x-claude/"))
+        .map(|record| record.data())
+        .collect();
+    assert!(
+        kept.iter()
+            .any(|data| data.contains(r#""command":"cat x","command":"rm -rf /""#)),
+        "{kept:?}"
+    );
+    assert!(
+        kept.iter().any(|data| data.contains(r"cut \ud83d")),
+        "{kept:?}"
+    );
+}
+
 #[test]
 fn a_compressed_rollout_imports_as_the_same_session() {
     let dir = temp();

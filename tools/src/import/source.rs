@@ -24,9 +24,11 @@ pub struct SourceLine {
     pub raw: String,
     /// The line, parsed.
     pub value: Value,
-    /// Whether every number of the line reads exactly as `value` holds it
-    /// ([`numbers_read_exactly`]): a line that does not is kept whole
-    /// beside what it maps to, so that nothing of it is lost.
+    /// Whether `value` holds the line exactly: every number reads as it
+    /// holds it ([`numbers_read_exactly`]), no object names a member twice
+    /// (the parser keeps the last), and no string has a lone surrogate
+    /// escape (read as U+FFFD). A line that does not is kept whole beside
+    /// what it maps to, so that nothing of it is lost.
     pub exact: bool,
 }
 
@@ -157,7 +159,15 @@ pub fn read_lines(file: &Path, bytes: &[u8]) -> Result<Vec<SourceLine>, ImportEr
                 format!("not UTF-8 (byte {} of the line)", error.valid_up_to()),
             )
         })?;
-        let value: Value = match serde_json::from_str(text) {
+        // A string with a lone surrogate escape (`"\ud83d"`: a tool that
+        // cut a string inside a character) is JSON the parser refuses: it
+        // is read with U+FFFD in its place, and the line is kept whole.
+        let mended = lone_surrogates_replaced(text);
+        let parsed = serde_json::from_str(text).or_else(|error| match &mended {
+            Some(mended) => serde_json::from_str(mended).map_err(|_| error),
+            None => Err(error),
+        });
+        let value: Value = match parsed {
             Ok(value) => value,
             Err(error) if !ended => {
                 return Err(ImportError::at_place(
@@ -184,11 +194,120 @@ pub fn read_lines(file: &Path, bytes: &[u8]) -> Result<Vec<SourceLine>, ImportEr
             number,
             offset: place.offset,
             raw: text.trim().to_owned(),
-            exact: numbers_read_exactly(text),
+            exact: mended.is_none() && numbers_read_exactly(text) && !names_a_member_twice(text),
             value,
         });
     }
     Ok(lines)
+}
+
+/// The JSON text `json` with each escape of a lone surrogate (`\ud83d` not
+/// followed by the escape of a low one, or a low one alone) written as
+/// `\ufffd`; `None` when it has none.
+fn lone_surrogates_replaced(json: &str) -> Option<String> {
+    let bytes = json.as_bytes();
+    let escape_at = |at: usize| -> Option<u32> {
+        let hex = bytes.get(at..at + 6)?;
+        if &hex[..2] != b"\\u" {
+            return None;
+        }
+        u32::from_str_radix(std::str::from_utf8(&hex[2..]).ok()?, 16).ok()
+    };
+    let mut out: Option<String> = None;
+    let mut copied = 0;
+    let mut at = 0;
+    let mut in_string = false;
+    while let Some(&byte) = bytes.get(at) {
+        match (in_string, byte) {
+            (false, b'"') | (true, b'"') => {
+                in_string = !in_string;
+                at += 1;
+            }
+            (true, b'\\') => match escape_at(at) {
+                Some(0xD800..=0xDBFF)
+                    if escape_at(at + 6).is_some_and(|low| (0xDC00..=0xDFFF).contains(&low)) =>
+                {
+                    at += 12;
+                }
+                Some(0xD800..=0xDFFF) => {
+                    let mended = out.get_or_insert_with(String::new);
+                    mended.push_str(&json[copied..at]);
+                    mended.push_str("\\ufffd");
+                    at += 6;
+                    copied = at;
+                }
+                Some(_) => at += 6,
+                None => at += 2,
+            },
+            _ => at += 1,
+        }
+    }
+    out.map(|mut mended| {
+        mended.push_str(&json[copied..]);
+        mended
+    })
+}
+
+/// Whether some object of the JSON text `json` (which parses) names a
+/// member twice, its names compared as the parser reads them.
+fn names_a_member_twice(json: &str) -> bool {
+    use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+
+    /// Any JSON value, refused when an object in it names a member twice.
+    struct Once;
+
+    impl<'de> Deserialize<'de> for Once {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Once, D::Error> {
+            deserializer.deserialize_any(OnceVisitor)
+        }
+    }
+
+    struct OnceVisitor;
+
+    impl<'de> Visitor<'de> for OnceVisitor {
+        type Value = Once;
+
+        fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+            formatter.write_str("any JSON value")
+        }
+
+        fn visit_bool<E>(self, _: bool) -> Result<Once, E> {
+            Ok(Once)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Once, E> {
+            Ok(Once)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Once, E> {
+            Ok(Once)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Once, E> {
+            Ok(Once)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Once, E> {
+            Ok(Once)
+        }
+        fn visit_unit<E>(self) -> Result<Once, E> {
+            Ok(Once)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Once, A::Error> {
+            while seq.next_element::<Once>()?.is_some() {}
+            Ok(Once)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Once, A::Error> {
+            let mut names = std::collections::HashSet::new();
+            while let Some(name) = map.next_key::<String>()? {
+                if !names.insert(name) {
+                    return Err(de::Error::custom("a member named twice"));
+                }
+                map.next_value::<Once>()?;
+            }
+            Ok(Once)
+        }
+    }
+
+    serde_json::from_str::<Once>(json).is_err()
 }
 
 /// A JSON parse error of one line, placed by its column in the line: the
@@ -419,6 +538,45 @@ pub fn derive_session_id(prefix: &str, parts: &[&str]) -> SessionId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A line the parser reads as something else than it is (a lone
+    /// surrogate escape read as U+FFFD, a member named twice of which the
+    /// parser keeps the last) is read, and marked as not read exactly, so
+    /// that it is kept whole beside what it maps to.
+    #[test]
+    fn a_line_not_read_exactly_is_read_and_marked_so() {
+        let text = concat!(
+            "{\"t\":\"cut \\ud83d\"}\n",
+            "{\"t\":\"pair \\ud83d\\ude00 and \\\\ud83d as text\"}\n",
+            "{\"input\":{\"command\":\"cat x\",\"command\":\"rm -rf /\"}}\n",
+            "{\"a\":{\"b\":1},\"c\":{\"b\":2}}\n",
+            "{\"low\":\"\\udc00 alone\"}\n",
+        );
+        let lines = read_lines(Path::new("t.jsonl"), text.as_bytes())
+            .unwrap_or_else(|error| panic!("{error}"));
+        let read: Vec<(bool, String)> = lines
+            .iter()
+            .map(|line| (line.exact, line.value.to_string()))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                (false, "{\"t\":\"cut \u{fffd}\"}".to_owned()),
+                (
+                    true,
+                    "{\"t\":\"pair \u{1f600} and \\\\ud83d as text\"}".to_owned()
+                ),
+                (false, "{\"input\":{\"command\":\"rm -rf /\"}}".to_owned()),
+                (true, "{\"a\":{\"b\":1},\"c\":{\"b\":2}}".to_owned()),
+                (false, "{\"low\":\"\u{fffd} alone\"}".to_owned()),
+            ]
+        );
+        // The raw text, which is what is kept, is the line as it was.
+        assert_eq!(lines[0].raw, "{\"t\":\"cut \\ud83d\"}");
+        // A line that is not JSON for another reason still fails.
+        let broken = read_lines(Path::new("t.jsonl"), b"{\"t\":\"\\ud83d\" x}\n");
+        assert!(broken.is_err());
+    }
 
     #[test]
     fn times_are_read_with_their_fraction_and_offset() {
