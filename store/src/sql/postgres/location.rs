@@ -191,7 +191,10 @@ fn apply_environment(config: &mut Config) {
         }
     }
     if config.get_user().is_none() {
+        // As libpq: the user this process runs as, by the system's name for
+        // it (`$USER` only when that cannot be read).
         let user = variable("PGUSER")
+            .or_else(system_user_name)
             .or_else(|| variable("USER"))
             .unwrap_or_else(|| "postgres".to_owned());
         config.user(&user);
@@ -201,7 +204,9 @@ fn apply_environment(config: &mut Config) {
             config.dbname(&dbname);
         }
     }
-    if config.get_password().is_none() {
+    // An empty password in the URL is none, as libpq takes it: the
+    // variable or the password file gives it.
+    if config.get_password().is_none_or(<[u8]>::is_empty) {
         let password = variable("PGPASSWORD").or_else(|| {
             let file = variable("PGPASSFILE")
                 .map(PathBuf::from)
@@ -300,7 +305,8 @@ fn password_in(text: &str, wanted: [&str; 4]) -> Option<String> {
 }
 
 /// A password file line's fields: split at `:`, `\` escaping the next
-/// character; the fifth field takes the rest of the line.
+/// character. As libpq reads it, the fifth field (the password) ends at
+/// the next `:` not escaped, and what follows is not read.
 fn password_file_fields(line: &str) -> Vec<String> {
     let mut fields = Vec::new();
     let mut field = String::new();
@@ -309,11 +315,26 @@ fn password_file_fields(line: &str) -> Vec<String> {
         match c {
             '\\' => field.extend(chars.next()),
             ':' if fields.len() < 4 => fields.push(std::mem::take(&mut field)),
+            ':' => break,
             c => field.push(c),
         }
     }
     fields.push(field);
     fields
+}
+
+/// The name the system gives the user this process runs as (its effective
+/// uid, read as the owner of `/proc/self`, looked up in `/etc/passwd`).
+fn system_user_name() -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata("/proc/self").ok()?.uid();
+    let users = std::fs::read_to_string("/etc/passwd").ok()?;
+    users.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let owns = fields.nth(1)?.parse::<u32>().ok()? == uid;
+        (owns && !name.is_empty()).then(|| name.to_owned())
+    })
 }
 
 /// `postgres://user@host:port/dbname?schema=…`, from the configuration:
@@ -363,8 +384,21 @@ mod tests {
             wanted("localhost", "5432", "app", "alice").as_deref(),
             Some("p:w\\d")
         );
-        assert_eq!(wanted("h", "1", "d", "bob").as_deref(), Some("any:colon"));
+        // The password ends at a colon not escaped, as libpq reads it.
+        assert_eq!(wanted("h", "1", "d", "bob").as_deref(), Some("any"));
         assert_eq!(password_in("a:b:c\n", ["a", "b", "c", "d"]), None);
+    }
+
+    /// The default user is the system's name for the user the process runs
+    /// as, as `id -un` gives it, whatever `$USER` says.
+    #[test]
+    fn the_default_user_is_the_systems_name_for_this_process() {
+        let output = std::process::Command::new("id")
+            .arg("-un")
+            .output()
+            .unwrap_or_else(|error| panic!("id -un: {error}"));
+        let expected = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+        assert_eq!(system_user_name().as_deref(), Some(expected.as_str()));
     }
 
     #[test]
