@@ -148,8 +148,10 @@ fn a_current_codex_rollout_maps_prompts_calls_policies_and_keeps_the_rest() {
         ("x-codex/turn_aborted", 1),
         ("x-codex/world_state", 1),
         ("x-codex/function_call_output", 1),
+        // The first turn's start says the model's context window.
+        ("x-codex/task_started", 1),
     ]);
-    assert_eq!(tally.kept_lines(), 14);
+    assert_eq!(tally.kept_lines(), 15);
     // Only what the person typed is `user`; a user-role item no event
     // mirrors stays context, whatever it says.
     let users: Vec<String> = messages(&header, &events, "user")
@@ -508,6 +510,71 @@ fn a_line_read_as_something_else_is_kept_whole() {
         kept.iter().any(|data| data.contains(r"cut \ud83d")),
         "{kept:?}"
     );
+}
+
+/// What a mapped Codex line says beyond what its mapping carries is kept
+/// with the line: images given by their path, a part of a turn item that
+/// is not text, a custom tool call that failed, a turn's context window.
+#[test]
+fn what_a_codex_line_says_beyond_its_mapping_is_kept() {
+    let dir = temp();
+    let uuid = "019aa234-0000-7000-8000-0000000000bb";
+    let at = "2025-11-20T16:59:10.000Z";
+    let line = |kind: &str, payload: Value| {
+        json!({"timestamp": at, "type": kind, "payload": payload}).to_string()
+    };
+    let lines = [
+        line(
+            "session_meta",
+            json!({"id": uuid, "timestamp": at, "cwd": "/w"}),
+        ),
+        line(
+            "event_msg",
+            json!({"type": "task_started", "turn_id": "t-1", "model_context_window": 272000}),
+        ),
+        line(
+            "event_msg",
+            json!({"type": "user_message", "message": "what is on screen",
+            "local_images": ["/home/me/shot.png"]}),
+        ),
+        line(
+            "event_msg",
+            json!({"type": "item_completed", "turn_id": "t-1",
+            "item": {"type": "UserMessage", "content": [{"type": "text", "text": "and this one"},
+                {"type": "local_image", "path": "/home/me/second.png"}]}}),
+        ),
+        line(
+            "response_item",
+            json!({"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch",
+            "input": "*** Begin Patch", "status": "failed"}),
+        ),
+    ];
+    let source = dir
+        .path()
+        .join(format!("rollout-2025-11-20T16-59-09-{uuid}.jsonl"));
+    ok(std::fs::write(&source, lines.join("\n") + "\n"));
+    let store = dir.path().join("audit");
+    import("codex", &[source], &store).expect_code(0);
+    verify(&store);
+    let store_handle = ok(Store::open(&store));
+    let ids = ok(store_handle.ids());
+    let (_, events) = session(&store, ids[0].as_str());
+    let kept: Vec<&str> = events
+        .iter()
+        .filter(|record| record.event_type().starts_with("x-codex/"))
+        .map(|record| record.data())
+        .collect();
+    for said in [
+        "272000",
+        "/home/me/shot.png",
+        "/home/me/second.png",
+        "\"status\":\"failed\"",
+    ] {
+        assert!(
+            kept.iter().any(|data| data.contains(said)),
+            "{said} in {kept:?}"
+        );
+    }
 }
 
 #[test]
@@ -940,8 +1007,8 @@ fn json_reports_one_object_per_source() {
         );
     }
     assert_eq!(reports[0]["sessions"], 2);
-    // 14 kept lines in the rollout, 2 in its sub-agent's.
-    assert_eq!(reports[0]["unknownLines"], 14 + 2);
+    // 15 kept lines in the rollout, 2 in its sub-agent's.
+    assert_eq!(reports[0]["unknownLines"], 15 + 2);
     assert_eq!(reports[1]["sessions"], 0);
     assert_eq!(reports[1]["failed"][0]["line"], 1);
 }

@@ -592,6 +592,10 @@ impl State {
                 builder.model_output(&self.response_key());
                 let input = payload.get("input").cloned().unwrap_or(Value::Null);
                 builder.tool_start(&call_id(), &tool_name(payload), input);
+                // A call that did not complete (`failed`) says so only here.
+                if str_of(payload, "status").is_some_and(|status| status != "completed") {
+                    builder.keep_line(&item.kept_kind(), raw);
+                }
             }
             Some("local_shell_call") => {
                 builder.model_output(&self.response_key());
@@ -630,6 +634,10 @@ impl State {
         match item.payload_type() {
             Some("task_started" | "turn_started") => {
                 builder.start_turn(str_of(payload, "turn_id"));
+                // The model's context window, a collaboration mode: kept.
+                if holds_more_than(payload, &["type", "turn_id"]) {
+                    builder.keep_line(&item.kept_kind(), raw);
+                }
             }
             Some("task_complete" | "turn_complete") => builder.end_turn(),
             Some("turn_aborted") => {
@@ -648,6 +656,11 @@ impl State {
                 } else {
                     builder.message(injected_origin(text), parts);
                 }
+                // Images given by their path on the person's machine
+                // (`local_images`), which no part holds: the line is kept.
+                if holds_more_than(payload, &["type", "message", "images", "kind"]) {
+                    builder.keep_line(&item.kept_kind(), raw);
+                }
             }
             Some("agent_message") if !self.mirrors.contains(&index) => {
                 builder.model_output(&self.response_key());
@@ -665,11 +678,17 @@ impl State {
                             None => builder.prompt(self.prompter.clone(), parts),
                             Some(_) => builder.message(injected_origin(&text), parts),
                         }
+                        if holds_parts_beyond_text(turn_item) {
+                            builder.keep_line(&item.kept_kind(), raw);
+                        }
                     }
                     Some("AgentMessage") => {
                         builder.model_output(&self.response_key());
                         let text = content_text_joined(turn_item);
                         builder.message(Origin::Assistant, vec![text_part(&text)]);
+                        if holds_parts_beyond_text(turn_item) {
+                            builder.keep_line(&item.kept_kind(), raw);
+                        }
                     }
                     _ => builder.keep_line(&item.kept_kind(), raw),
                 }
@@ -685,6 +704,31 @@ impl State {
             && opening_tag(&text).is_none()
             && !matches!(injected_origin(&text), Origin::Instructions(_))
     }
+}
+
+/// Whether the object `payload` has a member, not null, besides `mapped`:
+/// what the mapping of its line would lose, so the line is kept as well.
+fn holds_more_than(payload: &Value, mapped: &[&str]) -> bool {
+    payload.as_object().is_some_and(|members| {
+        members.iter().any(|(name, value)| {
+            !mapped.contains(&name.as_str())
+                && !value.is_null()
+                && value.as_array().is_none_or(|array| !array.is_empty())
+        })
+    })
+}
+
+/// Whether a turn item's content holds a part that is not text (a local
+/// image, an image, a skill), which its mapping as one text drops.
+fn holds_parts_beyond_text(turn_item: &Value) -> bool {
+    turn_item
+        .get("content")
+        .and_then(Value::as_array)
+        .is_some_and(|parts| {
+            parts
+                .iter()
+                .any(|part| !matches!(str_of(part, "type"), Some("text" | "Text")))
+        })
 }
 
 fn tool_name(payload: &Value) -> String {
