@@ -1705,12 +1705,27 @@ fn read_version(
     if !integer || !(sessions || events) || !our_columns {
         refuse_foreign_tables(connection, location)?;
     }
-    let version: i32 = connection
+    let (rows, version): (i64, Option<i32>) = connection
         .query_one(location, "read the schema version", sql::READ_VERSION, &[])
         .and_then(|row| {
-            row.try_get(0)
+            (|| Ok::<_, postgres::Error>((row.try_get(0)?, row.try_get(1)?)))()
                 .map_err(postgres_error("read the schema version", location))
         })?;
+    // The one row a store's version table holds, gone or doubled, is a
+    // store damaged.
+    let version = match (rows, version) {
+        (1, Some(version)) => version,
+        _ => {
+            return Err(crate::sql::checks::damaged(
+                &location.display,
+                format!(
+                    "the sessionlog store in schema {} has {rows} rows in schema_version \
+                     (a store's has one: its version)",
+                    location.schema
+                ),
+            ))
+        }
+    };
     // A store's version with one of its tables gone is a store damaged,
     // not another application's.
     if !(sessions && events) {

@@ -137,8 +137,9 @@ pub(super) const STORE_TABLES: &str = "SELECT to_regclass('schema_version') IS N
                                             WHERE attrelid = to_regclass(wanted.name)
                                               AND attname = wanted.col AND NOT attisdropped))";
 
-/// The recorded schema version.
-pub(super) const READ_VERSION: &str = "SELECT version FROM schema_version";
+/// The recorded schema version, with how many rows hold one (a store's
+/// `schema_version` holds exactly one).
+pub(super) const READ_VERSION: &str = "SELECT count(*), min(version) FROM schema_version";
 
 /// Records the schema version after the upgrade steps.
 pub(super) const WRITE_VERSION: &str = "UPDATE schema_version SET version = $1";

@@ -380,6 +380,34 @@ fn a_session_row_with_an_invalid_id_is_damage_of_the_store_not_skipped() {
     assert_damage_of_the_store(store, &["\"bad/id\""]);
 }
 
+/// A store's `schema_version` holds one row: emptied or doubled, the
+/// store is damaged (exit 2), said so, not a query's row count.
+#[test]
+fn a_version_table_without_its_one_row_is_damage() {
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    store_with_events(&schema, 1);
+    let twice = format!(
+        "INSERT INTO schema_version VALUES ({0}), ({0})",
+        POSTGRES_SCHEMA_VERSION
+    );
+    for (change, rows) in [
+        ("DELETE FROM schema_version", "0 rows"),
+        (twice.as_str(), "2 rows"),
+    ] {
+        execute(&schema, change);
+        let opened = PostgresStore::open_read_only(Path::new(&schema.url));
+        match opened {
+            Err(error @ StoreError::DamagedDatabase { .. }) => {
+                assert!(error.to_string().contains(rows), "{error}");
+                assert_eq!(error.class(), crate::ErrorClass::Corrupt);
+            }
+            other => panic!("damage, not {other:?}"),
+        }
+    }
+}
+
 /// The store's audit lists session `a` and one piece of damage of the
 /// store as a whole, whose reason holds every one of `words`, and its
 /// listing is refused.
