@@ -117,6 +117,34 @@ fn verify(store: &Path) {
     run(["verify".to_owned(), store.display().to_string()]).expect_code(0);
 }
 
+/// Writes `lines` as the transcript `source`, imports it with `format`
+/// into a new folder beside it, checks that the store verifies, and gives
+/// the header and events of the one session it holds.
+#[track_caller]
+fn import_lines(
+    format: &str,
+    source: &Path,
+    lines: &[String],
+) -> (SessionHeader, Vec<EventRecord>) {
+    ok(std::fs::write(source, lines.join("\n") + "\n"));
+    let store = source.with_file_name("imported");
+    import(format, &[source.to_owned()], &store).expect_code(0);
+    verify(&store);
+    let ids = ok(ok(Store::open(&store)).ids());
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    session(&store, ids[0].as_str())
+}
+
+/// The data of every event of `events` whose type starts with `prefix`
+/// (the lines an importer kept whole).
+fn kept_data<'e>(events: &'e [EventRecord], prefix: &str) -> Vec<&'e str> {
+    events
+        .iter()
+        .filter(|record| record.event_type().starts_with(prefix))
+        .map(EventRecord::data)
+        .collect()
+}
+
 #[test]
 fn a_current_codex_rollout_maps_prompts_calls_policies_and_keeps_the_rest() {
     let dir = temp();
@@ -447,13 +475,7 @@ fn a_message_codex_wrote_in_three_forms_is_imported_once() {
     let source = dir
         .path()
         .join(format!("rollout-2025-11-20T16-59-09-{uuid}.jsonl"));
-    ok(std::fs::write(&source, lines.join("\n") + "\n"));
-    let store = dir.path().join("audit");
-    import("codex", &[source], &store).expect_code(0);
-    verify(&store);
-    let store_handle = ok(Store::open(&store));
-    let ids = ok(store_handle.ids());
-    let (header, events) = session(&store, ids[0].as_str());
+    let (header, events) = import_lines("codex", &source, &lines);
     let texts = |kind: &str| -> Vec<String> {
         messages(&header, &events, kind)
             .into_iter()
@@ -488,19 +510,8 @@ fn a_line_read_as_something_else_is_kept_whole() {
     ];
     let project = dir.path().join("-w");
     ok(std::fs::create_dir(&project));
-    let source = project.join(format!("{uuid}.jsonl"));
-    ok(std::fs::write(&source, lines.join("\n") + "\n"));
-    let store = dir.path().join("audit");
-    import("claude", &[source], &store).expect_code(0);
-    verify(&store);
-    let store_handle = ok(Store::open(&store));
-    let ids = ok(store_handle.ids());
-    let (_, events) = session(&store, ids[0].as_str());
-    let kept: Vec<&str> = events
-        .iter()
-        .filter(|record| record.event_type().starts_with("x-claude/"))
-        .map(|record| record.data())
-        .collect();
+    let (_, events) = import_lines("claude", &project.join(format!("{uuid}.jsonl")), &lines);
+    let kept = kept_data(&events, "x-claude/");
     assert!(
         kept.iter()
             .any(|data| data.contains(r#""command":"cat x","command":"rm -rf /""#)),
@@ -552,18 +563,8 @@ fn what_a_codex_line_says_beyond_its_mapping_is_kept() {
     let source = dir
         .path()
         .join(format!("rollout-2025-11-20T16-59-09-{uuid}.jsonl"));
-    ok(std::fs::write(&source, lines.join("\n") + "\n"));
-    let store = dir.path().join("audit");
-    import("codex", &[source], &store).expect_code(0);
-    verify(&store);
-    let store_handle = ok(Store::open(&store));
-    let ids = ok(store_handle.ids());
-    let (_, events) = session(&store, ids[0].as_str());
-    let kept: Vec<&str> = events
-        .iter()
-        .filter(|record| record.event_type().starts_with("x-codex/"))
-        .map(|record| record.data())
-        .collect();
+    let (_, events) = import_lines("codex", &source, &lines);
+    let kept = kept_data(&events, "x-codex/");
     for said in [
         "272000",
         "/home/me/shot.png",

@@ -757,6 +757,37 @@ fn a_long_session_reads_in_order_across_its_pages_whole_or_to_its_damage() {
     }
 }
 
+/// Loses every value of `table` stored out of line (its TOAST table's
+/// tuples). The server refuses a statement that changes a TOAST table;
+/// PostgreSQL's own `pg_surgery` kills its tuples, as the server's
+/// corruption tests do. An extension is installed once a database: in a
+/// schema of its own on the test server, kept, and installed by one test
+/// at a time.
+fn lose_out_of_line_values(schema: &PostgresSchema, table: &str) {
+    static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    {
+        let _one = INSTALLING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        execute(
+            schema,
+            "CREATE SCHEMA IF NOT EXISTS sessionlog_test_surgery;
+             CREATE EXTENSION IF NOT EXISTS pg_surgery SCHEMA sessionlog_test_surgery",
+        );
+    }
+    execute(
+        schema,
+        &format!(
+            "DO $$ DECLARE toast regclass := (SELECT reltoastrelid::regclass FROM pg_class
+                                               WHERE oid = '{table}'::regclass);
+             BEGIN
+                 EXECUTE format('SELECT sessionlog_test_surgery.heap_force_kill(%L, \
+                                 ARRAY(SELECT ctid FROM %s))', toast, toast);
+             END $$;"
+        ),
+    );
+}
+
 #[test]
 fn a_row_the_server_cannot_read_leaves_the_whole_units_before_it_then_the_error() {
     // Row `at` alone has a body stored out of line, whose chunks are then
@@ -788,22 +819,7 @@ fn a_row_the_server_cannot_read_leaves_the_whole_units_before_it_then_the_error(
             })
             .collect();
         ok(store.create_session(&header("a"), &events, Durability::Fsync));
-        // The server refuses a statement that changes a TOAST table;
-        // PostgreSQL's own `pg_surgery` kills its tuples, as the server's
-        // corruption tests do. The extension goes with the test's schema.
-        execute(
-            &schema,
-            &format!(
-                "CREATE EXTENSION pg_surgery SCHEMA \"{}\";
-                 DO $$ DECLARE toast regclass := (SELECT reltoastrelid::regclass FROM pg_class
-                                                   WHERE oid = 'events'::regclass);
-                 BEGIN
-                     EXECUTE format('SELECT heap_force_kill(%L, ARRAY(SELECT ctid FROM %s))',
-                                    toast, toast);
-                 END $$;",
-                schema.schema
-            ),
-        );
+        lose_out_of_line_values(&schema, "events");
         let given = batch.as_ref().map_or(at - 1, |batch| batch.start() - 1);
         let case = format!("{count} events, row {at} unreadable, batch {batch:?}");
         let mut records = 0;
@@ -862,19 +878,7 @@ fn a_session_row_the_server_cannot_read_is_its_sessions_corruption() {
     );
     ok(store.create_session(&long, &[], Durability::Fsync));
     ok(store.create_session(&header("ok2"), &[], Durability::Fsync));
-    execute(
-        &schema,
-        &format!(
-            "CREATE EXTENSION pg_surgery SCHEMA \"{}\";
-             DO $$ DECLARE toast regclass := (SELECT reltoastrelid::regclass FROM pg_class
-                                               WHERE oid = 'sessions'::regclass);
-             BEGIN
-                 EXECUTE format('SELECT heap_force_kill(%L, ARRAY(SELECT ctid FROM %s))',
-                                toast, toast);
-             END $$;",
-            schema.schema
-        ),
-    );
+    lose_out_of_line_values(&schema, "sessions");
     let ids = ok(store.ids());
     assert_eq!(ids.len(), 3, "the listing reads the ids alone: {ids:?}");
     match store.snapshot(&id("big")) {
