@@ -227,6 +227,19 @@ impl ErrorClass {
     }
 }
 
+/// `first`, the refusal found first (a header out of the vocabulary, which
+/// refuses a writer before anything), unless what reading on gave,
+/// `later`, ranks above it (a seal that fails, corruption: 7 and 2 over 4).
+pub(crate) fn first_unless_outranked<T>(
+    first: StoreError,
+    later: Result<T, StoreError>,
+) -> StoreError {
+    match later {
+        Err(later) if later.class().precedence() > first.class().precedence() => later,
+        _ => first,
+    }
+}
+
 /// The refusal a reader reports after reading on past the first one: a
 /// rule violation does not stop a command that must still find corruption
 /// later in the log, which wins over it ([`ErrorClass::precedence`]; the

@@ -744,10 +744,14 @@ fn fold_log(
     };
     let summary = reader.finish()?;
     if let Some(error) = summary.header_vocabulary_errors.first() {
-        return Err(StoreError::HeaderVocabulary {
+        let header = StoreError::HeaderVocabulary {
             path: path.to_owned(),
             error: error.clone(),
-        });
+        };
+        return Err(crate::error::first_unless_outranked(
+            header,
+            refusal.into_result(),
+        ));
     }
     refusal.into_result()?;
     Ok(Some(FoldedLog {

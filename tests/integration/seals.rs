@@ -1296,13 +1296,22 @@ fn review_request_names_the_failed_seal_before_the_rule_it_broke() {
     write_bodies(&log, "s", &edited);
     run(["verify", path_str(&store)]).expect_code(7);
     refused_with_the_seal();
-    let mut review = crate::cli_support::sessionlog(["review"]);
-    review
-        .arg(&store)
-        .args(["--session", "s", "--pending"])
-        .arg(&pending)
-        .args(["--endpoint", "http://127.0.0.1:9/v1"]);
-    crate::cli_support::run_command(review, None).expect_code(7);
+    // And so do the commands that open a writer on it.
+    for record in [&[][..], &["--record"]] {
+        let mut review = crate::cli_support::sessionlog(["review"]);
+        review
+            .arg(&store)
+            .args(["--session", "s", "--pending"])
+            .arg(&pending)
+            .args(["--endpoint", "http://127.0.0.1:9/v1"])
+            .args(record);
+        crate::cli_support::run_command(review, None).expect_code(7);
+    }
+    crate::cli_support::run_with_stdin(
+        ["append", path_str(&store), "--session", "s"],
+        "{\"type\":\"x-test/note\",\"data\":{}}\n",
+    )
+    .expect_code(7);
 }
 
 /// `salvage` keeps a header whose members stand in another order byte for

@@ -643,8 +643,14 @@ impl PostgresStore {
             });
         }
         let decoded = self.decoded_header(id)?;
-        check_header_vocabulary(&self.shared.session_path(id), &decoded)?;
-        let folded = self.fold_session(id, decoded, options.keep_snapshot)?;
+        // A header out of the vocabulary refuses the writer, unless the
+        // fold finds what ranks above it (a seal that fails: 7 over 4).
+        let vocabulary = check_header_vocabulary(&self.shared.session_path(id), &decoded);
+        let folded = self.fold_session(id, decoded, options.keep_snapshot);
+        if let Err(header) = vocabulary {
+            return Err(crate::error::first_unless_outranked(header, folded));
+        }
+        let folded = folded?;
         let sink = PostgresSink {
             shared: Arc::clone(&self.shared),
             id: id.clone(),
