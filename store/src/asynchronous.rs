@@ -130,6 +130,8 @@ struct GroupGuard<'s> {
     slot: &'s Slot,
     tickets: Vec<u64>,
     result: Option<Applied>,
+    /// The session's log or row, which a failure names.
+    session: std::path::PathBuf,
 }
 
 impl Drop for GroupGuard<'_> {
@@ -146,7 +148,7 @@ impl Drop for GroupGuard<'_> {
                         *ticket,
                         Err(StoreError::io(
                             "append",
-                            std::path::PathBuf::new(),
+                            self.session.clone(),
                             std::io::Error::other("an append of the same group panicked"),
                         )),
                     );
@@ -460,6 +462,7 @@ impl AsyncStore {
                 slot: &slot,
                 tickets: group.iter().map(|(ticket, ..)| *ticket).collect(),
                 result: None,
+                session: self.shared_store().session_path(id),
             };
             guard.result = Some(self.apply_group(id, writer, group));
             drop(guard);
@@ -527,6 +530,7 @@ impl AsyncStore {
             slot: &slot,
             tickets: Vec::new(),
             result: None,
+            session: self.shared_store().session_path(id),
         };
         let mut writer = match writer {
             Some(writer) if !snapshot || writer.events().is_some() => writer,
@@ -822,6 +826,34 @@ async fn blocking<T: Send + 'static>(
 pub(crate) mod tests {
     use super::*;
     use crate::store::tests::{header, id, jsonl_store, note, ok, sqlite_store};
+
+    /// A group whose application unwound (a panic) leaves each of its
+    /// appends an error that names the session, and the slot free.
+    #[test]
+    fn the_appends_of_a_group_that_unwound_fail_naming_their_session() {
+        let slot = Slot::default();
+        slot.lock().busy = true;
+        drop(GroupGuard {
+            slot: &slot,
+            tickets: vec![1, 2],
+            result: None,
+            session: std::path::PathBuf::from("/logs/s.jsonl"),
+        });
+        let mut state = slot.lock();
+        assert!(!state.busy);
+        for ticket in [1, 2] {
+            match state.outcomes.remove(&ticket) {
+                Some(Err(error)) => {
+                    let message = error.to_string();
+                    assert!(
+                        message.contains("/logs/s.jsonl") && message.contains("panicked"),
+                        "{message}"
+                    );
+                }
+                other => panic!("ticket {ticket}: {other:?}"),
+            }
+        }
+    }
 
     /// A tokio runtime of two worker threads, for a test that sets up (or
     /// drops) a blocking client outside it.
