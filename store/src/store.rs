@@ -958,6 +958,10 @@ fn postgres_display(text: &str) -> String {
 ///     "postgres://bob@db/logs?schema=a"
 /// );
 /// assert_eq!(redact_url("postgres://db/logs?password=pa&ss2"), "postgres://db/logs");
+/// assert_eq!(
+///     redact_url("postgres://db/logs?password=hunter&2secret=x&schema=a"),
+///     "postgres://db/logs?schema=a"
+/// );
 /// ```
 pub fn redact_url(text: &str) -> String {
     let (scheme, rest) = text
@@ -998,14 +1002,25 @@ pub fn redact_url(text: &str) -> String {
     let tail: String = match rest.split_once('?') {
         Some((path, query)) => {
             // A password's pair goes, whatever the case or the percent
-            // escapes of its key, and so does a part with no `=` (the rest
-            // of a password with an unescaped `&` in it).
+            // escapes of its key, and so does what follows it up to the
+            // next pair of a parameter the client knows: the rest of a
+            // password with an unescaped `&` in it (`pa&ss=x`).
+            let mut in_password = false;
             let kept: Vec<&str> = query
                 .split('&')
                 .filter(|pair| {
-                    pair.split_once('=').is_some_and(|(key, _)| {
-                        !percent_decoded(key).eq_ignore_ascii_case(b"password")
-                    })
+                    let key = pair.split_once('=').map(|(key, _)| percent_decoded(key));
+                    match key {
+                        Some(key) if key.eq_ignore_ascii_case(b"password") => {
+                            in_password = true;
+                            false
+                        }
+                        Some(key) if !in_password || URL_PARAMETERS.contains(&key.as_slice()) => {
+                            in_password = false;
+                            true
+                        }
+                        _ => false,
+                    }
                 })
                 .collect();
             match kept.is_empty() {
@@ -1017,6 +1032,26 @@ pub fn redact_url(text: &str) -> String {
     };
     format!("{scheme}{user}{tail}")
 }
+
+/// The query parameters a store's URL may hold: the client's, and
+/// sessionlog's own `schema`.
+const URL_PARAMETERS: &[&[u8]] = &[
+    b"user",
+    b"dbname",
+    b"options",
+    b"application_name",
+    b"sslmode",
+    b"host",
+    b"hostaddr",
+    b"port",
+    b"connect_timeout",
+    b"keepalives",
+    b"keepalives_idle",
+    b"target_session_attrs",
+    b"channel_binding",
+    b"load_balance_hosts",
+    b"schema",
+];
 
 /// `text` with each `%XX` escape read as its byte.
 fn percent_decoded(text: &str) -> Vec<u8> {

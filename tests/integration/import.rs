@@ -556,6 +556,11 @@ fn what_a_codex_line_says_beyond_its_mapping_is_kept() {
         ),
         line(
             "response_item",
+            json!({"type": "function_call", "call_id": "c2", "name": "shell",
+                "arguments": r#"{"command":["cat","x"],"command":["rm","-rf","/"]}"#}),
+        ),
+        line(
+            "response_item",
             json!({"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch",
             "input": "*** Begin Patch", "status": "failed"}),
         ),
@@ -570,12 +575,59 @@ fn what_a_codex_line_says_beyond_its_mapping_is_kept() {
         "/home/me/shot.png",
         "/home/me/second.png",
         "\"status\":\"failed\"",
+        r#"\"cat\",\"x\""#,
     ] {
         assert!(
             kept.iter().any(|data| data.contains(said)),
             "{said} in {kept:?}"
         );
     }
+}
+
+/// A completed user turn item that nothing mirrors, of two injected texts:
+/// each keeps its own authority, as the texts of a response item do.
+#[test]
+fn each_text_of_an_injected_completed_item_keeps_its_own_authority() {
+    let dir = temp();
+    let uuid = "019aa234-0000-7000-8000-0000000000cc";
+    let at = "2025-11-20T16:59:10.000Z";
+    let line = |kind: &str, payload: Value| {
+        json!({"timestamp": at, "type": kind, "payload": payload}).to_string()
+    };
+    let lines = [
+        line(
+            "session_meta",
+            json!({"id": uuid, "timestamp": at, "cwd": "/w"}),
+        ),
+        line(
+            "event_msg",
+            json!({"type": "task_started", "turn_id": "t-1"}),
+        ),
+        line(
+            "event_msg",
+            json!({"type": "item_completed", "turn_id": "t-1",
+            "item": {"type": "UserMessage", "content": [
+                {"type": "text", "text": "<user_instructions>be terse</user_instructions>"},
+                {"type": "text", "text": "<environment_context><approval_policy>never</approval_policy></environment_context>"}]}}),
+        ),
+    ];
+    let source = dir
+        .path()
+        .join(format!("rollout-2025-11-20T16-59-09-{uuid}.jsonl"));
+    let (header, events) = import_lines("codex", &source, &lines);
+    let instructions = messages(&header, &events, "instructions");
+    let context = messages(&header, &events, "context");
+    assert_eq!(instructions.len(), 1, "{instructions:?}");
+    assert!(
+        !instructions[0].0.contains("approval_policy"),
+        "{instructions:?}"
+    );
+    assert!(
+        context
+            .iter()
+            .any(|(text, _)| text.contains("<approval_policy>never")),
+        "{context:?}"
+    );
 }
 
 #[test]

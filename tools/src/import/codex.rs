@@ -20,7 +20,8 @@ use sessionlog_schema::{ApprovalPolicy, SandboxMode, SessionHeader};
 
 use super::builder::{image_part, text_part, Origin, Outcome, SessionBuilder};
 use super::source::{
-    derive_session_id, numbers_read_exactly, parse_time, str_of, ImportError, SourceLine,
+    derive_session_id, names_a_member_twice, numbers_read_exactly, parse_time, str_of, ImportError,
+    SourceLine,
 };
 use super::{ImportedSession, Translation};
 
@@ -570,12 +571,13 @@ impl State {
             Some("function_call") => {
                 builder.model_output(&self.response_key());
                 // Arguments are JSON in a string: numbers in it that do not
-                // read exactly keep the line whole, as the line's own do.
+                // read exactly, or a member named twice, keep the line whole,
+                // as the line's own do.
                 let mut inexact = false;
                 let arguments = match payload.get("arguments") {
                     Some(Value::String(text)) => match serde_json::from_str(text) {
                         Ok(arguments) => {
-                            inexact = !numbers_read_exactly(text);
+                            inexact = !numbers_read_exactly(text) || names_a_member_twice(text);
                             arguments
                         }
                         Err(_) => Value::from(text.as_str()),
@@ -673,10 +675,22 @@ impl State {
                     Some("UserMessage") => {
                         self.input_epoch += 1;
                         let text = content_text_joined(turn_item);
-                        let parts = vec![text_part(&text)];
                         match opening_tag(&text) {
-                            None => builder.prompt(self.prompter.clone(), parts),
-                            Some(_) => builder.message(injected_origin(&text), parts),
+                            None => builder.prompt(self.prompter.clone(), vec![text_part(&text)]),
+                            // Injected texts, each judged on its own.
+                            Some(_) => {
+                                let texts = match turn_item.get("content") {
+                                    Some(Value::Array(parts)) => parts
+                                        .iter()
+                                        .filter_map(|part| str_of(part, "text"))
+                                        .map(text_part)
+                                        .collect(),
+                                    _ => vec![text_part(&text)],
+                                };
+                                for (origin, parts) in injected_runs(texts) {
+                                    builder.message(origin, parts);
+                                }
+                            }
                         }
                         if holds_parts_beyond_text(turn_item) {
                             builder.keep_line(&item.kept_kind(), raw);
@@ -771,9 +785,6 @@ fn typed_by_the_person(payload: &Value) -> bool {
     }
 }
 
-/// What injected a user-role item that is not a prompt: an instructions
-/// file (AGENTS.md, as `<user_instructions>` or `# AGENTS.md instructions`),
-/// else context named by its opening tag.
 /// The parts of a user-role item nothing mirrors, in runs of one origin:
 /// each text judged on its own (Codex writes the project's instructions and
 /// the environment's context as two texts of one item), an image or
@@ -800,6 +811,9 @@ fn injected_runs(parts: Vec<Value>) -> Vec<(Origin, Vec<Value>)> {
     runs
 }
 
+/// What injected a user-role item that is not a prompt: an instructions
+/// file (AGENTS.md, as `<user_instructions>` or `# AGENTS.md instructions`),
+/// else context named by its opening tag.
 fn injected_origin(text: &str) -> Origin {
     let trimmed = text.trim_start();
     if trimmed.starts_with("<user_instructions>") || trimmed.starts_with("# AGENTS.md instructions")

@@ -250,7 +250,7 @@ fn lone_surrogates_replaced(json: &str) -> Option<String> {
 
 /// Whether some object of the JSON text `json` (which parses) names a
 /// member twice, its names compared as the parser reads them.
-fn names_a_member_twice(json: &str) -> bool {
+pub fn names_a_member_twice(json: &str) -> bool {
     use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
     /// Any JSON value, refused when an object in it names a member twice.

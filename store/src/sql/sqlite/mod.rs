@@ -1091,8 +1091,12 @@ impl SqliteStore {
     /// "State snapshots"), else from the first row. Reads only.
     pub fn current_state(&self, id: &SessionId) -> Result<SessionState, StoreError> {
         let decoded = self.decoded_header(id)?;
-        check_header_vocabulary(&self.shared.session_path(id), &decoded)?;
-        Ok(self.fold_session(id, decoded, false)?.state)
+        let vocabulary = check_header_vocabulary(&self.shared.session_path(id), &decoded);
+        let folded = self.fold_session(id, decoded, false);
+        if let Err(header) = vocabulary {
+            return Err(crate::error::first_unless_outranked(header, folded));
+        }
+        Ok(folded?.state)
     }
 
     /// Folds session `id` (see [`fold_session`]), with its snapshot row
