@@ -692,6 +692,16 @@ fn header_from_wire(
             wire.format_version
         )));
     }
+    // A root session seeds nothing: its events are all its own. A seed
+    // length there would make the events it covers read as inherited, their
+    // rules unchecked and their seals checked for shape only.
+    if wire.parent_session.is_none() && wire.seed_length != 0 {
+        return Err(DecodeError::Malformed(format!(
+            "header member seedLength is {} with parentSession null: a session without a \
+             parent seeds no events",
+            wire.seed_length
+        )));
+    }
     let parent_session = match wire.parent_session {
         None => None,
         Some(parent) => Some(

@@ -776,6 +776,28 @@ proptest! {
     }
 }
 
+/// A root header's seed length raised over its sealed events (the CRC
+/// recomputed) would make them read as inherited, their seal checked for
+/// shape only: a header without a parent that seeds events is refused as
+/// corruption.
+#[test]
+fn a_root_header_that_seeds_its_sealed_events_is_corrupt() {
+    let dir = ok(tempfile::tempdir());
+    let (log, _) = written_log(dir.path(), 1, &[0], false);
+    run(["verify", path_str(&log)]).expect_code(0);
+    let mut changed = bodies(&log);
+    changed[0] = changed[0].replace("\"seedLength\":0", "\"seedLength\":4");
+    assert!(changed[0].contains("\"seedLength\":4"), "{}", changed[0]);
+    write_bodies(&log, "p", &changed);
+    let refused = run(["verify", path_str(&log)]);
+    refused.expect_code(2);
+    let said = format!("{}{}", refused.stdout, refused.stderr);
+    assert!(
+        said.contains("seedLength is 4 with parentSession null"),
+        "{said}"
+    );
+}
+
 /// The log of docs/seal-test-vector.md, written by the library's writer
 /// from fixed inputs (Ed25519 signatures are deterministic).
 fn vector_log(dir: &Path) -> String {
