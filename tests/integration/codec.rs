@@ -57,8 +57,9 @@ fn arb_header() -> impl Strategy<Value = SessionHeader> {
                 id,
                 created_at,
                 cwd,
+                // A session without a parent seeds nothing.
+                seed_length: if parent.is_some() { seed } else { 0 },
                 parent_session: parent,
-                seed_length: seed,
                 delegation_depth: depth,
                 sandbox_mode: sandbox,
                 approval_policy: policy,

@@ -315,9 +315,10 @@ fn every_corruption_class_is_reported_with_its_line_and_offset() {
         ("header kind event", header_with(r#""kind":"header""#, r#""kind":"event""#), corrupt(1, "kind \"event\"")),
         ("header parent not an id", header_with(r#""parentSession":null"#, r#""parentSession":"../etc""#), corrupt(1, "parentSession")),
         ("header sandboxMode a number", header_with(r#""sandboxMode":null"#, r#""sandboxMode":1"#), corrupt(1, "invalid type")),
-        ("seedLength above the events", base().seed_length(2).build(), corrupt(1, "seedLength 2 is above the 1 intact events")),
-        ("seedLength counting an unfinished batch", base().seed_length(2).signed(&batch_of(2)).build(), corrupt(1, "seedLength 2 is above the 1 intact events")),
-        ("seedLength counting a torn record", base().seed_length(2).raw(b"{\"seq\":2,").build(), corrupt(1, "seedLength 2")),
+        ("seedLength above the events", base().parent("p", 2, 1).build(), corrupt(1, "seedLength 2 is above the 1 intact events")),
+        ("seedLength without a parent", base().seed_length(1).build(), corrupt(1, "seedLength is 1 with parentSession null")),
+        ("seedLength counting an unfinished batch", base().parent("p", 2, 1).signed(&batch_of(2)).build(), corrupt(1, "seedLength 2 is above the 1 intact events")),
+        ("seedLength counting a torn record", base().parent("p", 2, 1).raw(b"{\"seq\":2,").build(), corrupt(1, "seedLength 2")),
         // Seqs.
         ("seq gap", base().next_seq(3).event("a", "{}").build(), corrupt(3, "seq 3 where seq 2 was expected")),
         ("seq repeat", base().next_seq(1).event("a", "{}").build(), corrupt(3, "seq 1 where seq 2 was expected")),
