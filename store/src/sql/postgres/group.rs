@@ -288,7 +288,9 @@ impl GroupCommit {
         let appends: Vec<&Append> = group.iter().map(|waiting| &waiting.append).collect();
         let ran = self.group_connection(location).and_then(|mut shared| {
             let ran = shared.append_group(location, &appends);
-            if !shared.is_closed() {
+            // A connection the server ended may not read as closed yet.
+            let lost = ran.as_ref().is_err_and(StoreError::is_connection_lost);
+            if !shared.is_closed() && !lost {
                 self.lock_connections().push(shared);
             }
             ran

@@ -399,9 +399,7 @@ impl PostgresStore {
         if outcome.is_err() {
             let _ = connection.client.batch_execute(sql::ROLLBACK);
         }
-        if connection.client.is_closed() {
-            *guard = None;
-        }
+        drop_if_lost(&mut guard, &outcome);
         outcome
     }
 
@@ -1072,9 +1070,7 @@ impl Shared {
         let mut guard = self.connection()?;
         let connection = guard.as_mut().ok_or_else(|| lost(&self.location))?;
         let outcome = work(connection).map_err(self.error(operation));
-        if connection.client.is_closed() {
-            *guard = None;
-        }
+        drop_if_lost(&mut guard, &outcome);
         outcome
     }
 
@@ -1119,7 +1115,9 @@ impl Shared {
         }
         let mut guard = self.connection()?;
         let connection = guard.as_mut().ok_or_else(|| lost(&self.location))?;
-        upgrade_schema(connection, &self.location)?;
+        let upgraded = upgrade_schema(connection, &self.location);
+        drop_if_lost(&mut guard, &upgraded);
+        upgraded?;
         self.current.store(true, Ordering::Release);
         Ok(())
     }
@@ -1533,6 +1531,9 @@ fn run_notifier(location: &Location, appended: &mpsc::Receiver<(SessionId, u64)>
             .collect();
         if let Err(error) = connected.execute(&*notify, &[&channel, &payloads]) {
             tracing::warn!(store = %location.display.display(), %error, "notifications not sent; followers will poll");
+            // Connect again next time: a connection the server ended may
+            // not read as closed yet, and would fail every NOTIFY after.
+            client = None;
         }
         last_sent = Some(Instant::now());
     }
@@ -1971,6 +1972,22 @@ fn damaged_table(error: StoreError, location: &Location) -> StoreError {
             format!("the sessions cannot be listed: {detail}"),
         ),
         other => other,
+    }
+}
+
+/// Forgets the shared connection when `outcome` shows it lost, so that the
+/// next call connects again. A closed client is not the only sign: a server
+/// that ends a connection (`pg_terminate_backend`, a restart) sends its
+/// FATAL error as the answer to the next query, and the client may take it
+/// before it reads the end of the stream; reused, that connection would
+/// fail the call after too, with "connection reset by peer".
+fn drop_if_lost<T>(connection: &mut Option<Connection>, outcome: &Result<T, StoreError>) {
+    let lost = connection
+        .as_ref()
+        .is_some_and(|connection| connection.client.is_closed())
+        || outcome.as_ref().is_err_and(StoreError::is_connection_lost);
+    if lost {
+        *connection = None;
     }
 }
 

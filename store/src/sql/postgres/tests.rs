@@ -948,3 +948,35 @@ fn a_durable_write_after_a_buffered_one_keeps_a_stronger_setting() {
     ok(connection.set_durability(&location, Durability::Fsync));
     assert_eq!(shown(&mut connection), "remote_apply");
 }
+
+/// A store whose connection the server ended fails the one call that meets
+/// the end, and the next call connects again. The server's FATAL answer can
+/// reach the client before the end of the stream does (here, always: the
+/// backend ends itself while it runs a statement of the store's own
+/// connection); a connection kept for the next call then failed that call
+/// too, with "connection reset by peer".
+#[test]
+fn a_connection_the_server_ended_fails_one_call_and_the_next_connects_again() {
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    let store = engine(&schema);
+    ok(store.create_session(&header("a"), &[], Durability::Fsync));
+    for round in 0..5 {
+        let ended = store.shared.with_connection("end itself", |connection| {
+            connection
+                .client
+                .batch_execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        });
+        match ended {
+            Err(error) => assert!(error.is_connection_lost(), "round {round}: {error}"),
+            Ok(()) => panic!("round {round}: the backend did not end itself"),
+        }
+        let next = store.snapshot(&id("a"));
+        assert!(
+            next.is_ok(),
+            "round {round}: the call after the lost one did not connect again: {:?}",
+            next.err().map(|error| error.to_string())
+        );
+    }
+}
