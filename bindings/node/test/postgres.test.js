@@ -60,6 +60,8 @@ test('a server that ends the connections: CONNECTION_LOST, and follow reads on',
   await writer.append({ type: 'x-test/note', data: { n: 1 } })
 
   const controller = new AbortController()
+  // A failed assertion must not leave the follow (and the process) running.
+  t.after(() => controller.abort())
   const seen = []
   let wake = () => {}
   const followed = (async () => {

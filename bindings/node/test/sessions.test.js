@@ -170,6 +170,8 @@ test('follow: stored events, then new ones as they are appended, until the signa
   await writer.append({ type: 'turn/start', data: { turnId: 't1' } })
 
   const controller = new AbortController()
+  // A failed assertion must not leave the follow (and the process) running.
+  t.after(() => controller.abort())
   const seen = []
   const following = (async () => {
     for await (const event of store.follow('s1', { fromSeq: 1, signal: controller.signal })) {
@@ -201,6 +203,7 @@ test('follow: stored events, then new ones as they are appended, until the signa
     { type: 'turn/end', data: { turnId: 't1' } },
   ])
   const waiting = new AbortController()
+  t.after(() => waiting.abort())
   const later = []
   const done = (async () => {
     for await (const event of jsonl.follow('j', { fromSeq: 2, signal: waiting.signal })) later.push(event.seq)
