@@ -1336,6 +1336,54 @@ fn review_request_names_the_failed_seal_before_the_rule_it_broke() {
     .expect_code(7);
 }
 
+/// The same in a database: a row edited under a seal and the header's
+/// sandbox taken out of the vocabulary, both with their CRCs recomputed. The
+/// seal ranks first for the commands that open a writer and for a fork,
+/// which folds the parent, as `verify` ranks it.
+#[test]
+fn in_a_database_the_failed_seal_ranks_above_the_header_out_of_vocabulary() {
+    let dir = ok(tempfile::tempdir());
+    let (store, _) = signed_store(dir.path());
+    let database = dir.path().join("copy.db");
+    run(["migrate", path_str(&store), path_str(&database)]).expect_code(0);
+    edit_row_message(&database, "s", 2, "do t1", "do t9");
+    let connection = ok(rusqlite::Connection::open(&database));
+    let header: String = ok(connection.query_row(
+        "SELECT header_body FROM sessions WHERE id = 's'",
+        [],
+        |row| row.get(0),
+    ));
+    let bogus = header.replace("\"sandboxMode\":null", "\"sandboxMode\":\"bogus\"");
+    assert_ne!(
+        bogus, header,
+        "the header has no sandbox to change: {header}"
+    );
+    let crc = crate::support::spec_crc("s", bogus.as_bytes());
+    ok(connection.execute(
+        "UPDATE sessions SET header_body = ?1, header_crc = ?2, sandbox_mode = 'bogus' WHERE id = 's'",
+        rusqlite::params![bogus, i64::from(crc)],
+    ));
+    drop(connection);
+    let verdict = verify(&database, &[]);
+    verdict.expect_code(7);
+    let appended = run_with_stdin(
+        ["append", path_str(&database), "--session", "s"],
+        "{\"type\":\"x-test/note\",\"data\":{}}\n",
+    );
+    appended.expect_code(7);
+    assert!(appended.stderr.contains("seal"), "{}", appended.stderr);
+    let forked = run([
+        "fork",
+        path_str(&database),
+        "--session",
+        "s",
+        "--child",
+        "c",
+    ]);
+    forked.expect_code(7);
+    assert!(forked.stderr.contains("seal"), "{}", forked.stderr);
+}
+
 /// `salvage` keeps a header whose members stand in another order byte for
 /// byte, so the hash chain, and every seal in the good prefix, still holds
 /// in the copy (it once re-encoded the header and called the seal failed).

@@ -75,7 +75,7 @@ use self::group::{Append, GroupCommit, Outcome};
 use self::location::Location;
 use self::statements as sql;
 use super::{
-    audit_catalogue, check_header_vocabulary, corrupt, decode_header_row, fold_session,
+    audit_catalogue, corrupt, decode_header_row, fold_session, fold_within_vocabulary,
     session_locator, sql_integer, stage, FoldedSession, HeaderColumns, HeaderRow,
 };
 use crate::jsonl::{check_new_session, ListEntry};
@@ -641,14 +641,9 @@ impl PostgresStore {
             });
         }
         let decoded = self.decoded_header(id)?;
-        // A header out of the vocabulary refuses the writer, unless the
-        // fold finds what ranks above it (a seal that fails: 7 over 4).
-        let vocabulary = check_header_vocabulary(&self.shared.session_path(id), &decoded);
-        let folded = self.fold_session(id, decoded, options.keep_snapshot);
-        if let Err(header) = vocabulary {
-            return Err(crate::error::first_unless_outranked(header, folded));
-        }
-        let folded = folded?;
+        let folded = fold_within_vocabulary(&self.shared.session_path(id), decoded, |decoded| {
+            self.fold_session(id, decoded, options.keep_snapshot)
+        })?;
         let sink = PostgresSink {
             shared: Arc::clone(&self.shared),
             id: id.clone(),
@@ -675,12 +670,10 @@ impl PostgresStore {
     /// "State snapshots"), else from the first row. Reads only.
     pub fn current_state(&self, id: &SessionId) -> Result<SessionState, StoreError> {
         let decoded = self.decoded_header(id)?;
-        let vocabulary = check_header_vocabulary(&self.shared.session_path(id), &decoded);
-        let folded = self.fold_session(id, decoded, false);
-        if let Err(header) = vocabulary {
-            return Err(crate::error::first_unless_outranked(header, folded));
-        }
-        Ok(folded?.state)
+        let folded = fold_within_vocabulary(&self.shared.session_path(id), decoded, |decoded| {
+            self.fold_session(id, decoded, false)
+        })?;
+        Ok(folded.state)
     }
 
     /// Folds session `id` (see [`fold_session`]), with its snapshot row

@@ -133,7 +133,7 @@ use crate::sql::checks::{
 };
 use crate::sql::events::{RowBounds, RowPages, SqlEvents};
 use crate::sql::{
-    check_header_vocabulary, decode_header_row, fold_session, stage, FoldedSession, HeaderRow,
+    decode_header_row, fold_session, fold_within_vocabulary, stage, FoldedSession, HeaderRow,
 };
 use crate::state_snapshot;
 use crate::writer::{check_storable, Durability, LogSink, SessionWriter, WriterOptions};
@@ -1059,14 +1059,9 @@ impl SqliteStore {
         }
         let lock = self.lock_session(id)?;
         let decoded = self.decoded_header(id)?;
-        // A header out of the vocabulary refuses the writer, unless the
-        // fold finds what ranks above it (a seal that fails: 7 over 4).
-        let vocabulary = check_header_vocabulary(&self.shared.session_path(id), &decoded);
-        let folded = self.fold_session(id, decoded, options.keep_snapshot);
-        if let Err(header) = vocabulary {
-            return Err(crate::error::first_unless_outranked(header, folded));
-        }
-        let folded = folded?;
+        let folded = fold_within_vocabulary(&self.shared.session_path(id), decoded, |decoded| {
+            self.fold_session(id, decoded, options.keep_snapshot)
+        })?;
         let sink = SqliteSink {
             shared: Arc::clone(&self.shared),
             id: id.clone(),
@@ -1091,12 +1086,10 @@ impl SqliteStore {
     /// "State snapshots"), else from the first row. Reads only.
     pub fn current_state(&self, id: &SessionId) -> Result<SessionState, StoreError> {
         let decoded = self.decoded_header(id)?;
-        let vocabulary = check_header_vocabulary(&self.shared.session_path(id), &decoded);
-        let folded = self.fold_session(id, decoded, false);
-        if let Err(header) = vocabulary {
-            return Err(crate::error::first_unless_outranked(header, folded));
-        }
-        Ok(folded?.state)
+        let folded = fold_within_vocabulary(&self.shared.session_path(id), decoded, |decoded| {
+            self.fold_session(id, decoded, false)
+        })?;
+        Ok(folded.state)
     }
 
     /// Folds session `id` (see [`fold_session`]), with its snapshot row
