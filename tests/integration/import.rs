@@ -145,6 +145,42 @@ fn kept_data<'e>(events: &'e [EventRecord], prefix: &str) -> Vec<&'e str> {
         .collect()
 }
 
+/// A Codex rollout line of type `kind` carrying `payload`, stamped `second`
+/// seconds past 16:59 on the day of the rollouts built here.
+fn codex_line(second: u32, kind: &str, payload: Value) -> String {
+    let at = format!("2025-11-20T16:59:{second:02}.000Z");
+    json!({"timestamp": at, "type": kind, "payload": payload}).to_string()
+}
+
+/// The file name Codex gives the rollout of session `uuid` started on that
+/// day at 16:59:09.
+fn codex_rollout_name(uuid: &str) -> String {
+    format!("rollout-2025-11-20T16-59-09-{uuid}.jsonl")
+}
+
+/// The `session_meta` line that opens the rollout of session `uuid`.
+fn codex_meta(uuid: &str) -> String {
+    codex_line(
+        9,
+        "session_meta",
+        json!({"id": uuid, "timestamp": "2025-11-20T16:59:09.000Z", "cwd": "/w"}),
+    )
+}
+
+/// Imports, as [`import_lines`] does, the rollout of session `uuid` written
+/// in `dir`: its `session_meta` line, then `lines`.
+#[track_caller]
+fn import_codex_rollout(
+    dir: &Path,
+    uuid: &str,
+    lines: &[String],
+) -> (SessionHeader, Vec<EventRecord>) {
+    let all: Vec<String> = std::iter::once(codex_meta(uuid))
+        .chain(lines.iter().cloned())
+        .collect();
+    import_lines("codex", &dir.join(codex_rollout_name(uuid)), &all)
+}
+
 #[test]
 fn a_current_codex_rollout_maps_prompts_calls_policies_and_keeps_the_rest() {
     let dir = temp();
@@ -284,11 +320,12 @@ fn each_text_of_an_injected_codex_item_keeps_its_own_authority() {
         "# AGENTS.md instructions for /w\n\n<INSTRUCTIONS>\nRun the tests.\n</INSTRUCTIONS>";
     let environment = "<environment_context>\n  <cwd>/w</cwd>\n  <approval_policy>never</approval_policy>\n</environment_context>";
     let line = |texts: [&str; 2]| {
-        json!({"timestamp": "2025-11-20T16:59:10.000Z", "type": "response_item", "payload": {
-            "type": "message", "role": "user",
-            "content": texts.map(|text| json!({"type": "input_text", "text": text})),
-        }})
-        .to_string()
+        codex_line(
+            10,
+            "response_item",
+            json!({"type": "message", "role": "user",
+            "content": texts.map(|text| json!({"type": "input_text", "text": text}))}),
+        )
     };
     for (uuid, texts) in [
         (
@@ -300,11 +337,8 @@ fn each_text_of_an_injected_codex_item_keeps_its_own_authority() {
             [environment, agents],
         ),
     ] {
-        let meta = json!({"timestamp": "2025-11-20T16:59:09.000Z", "type": "session_meta", "payload": {
-            "id": uuid, "timestamp": "2025-11-20T16:59:09.000Z", "cwd": "/w",
-        }});
-        let text = format!("{meta}\n{}\n", line(texts));
-        let file = source.join(format!("rollout-2025-11-20T16-59-09-{uuid}.jsonl"));
+        let text = format!("{}\n{}\n", codex_meta(uuid), line(texts));
+        let file = source.join(codex_rollout_name(uuid));
         std::fs::write(file, text).unwrap_or_else(|error| panic!("write: {error}"));
     }
     let legacy = [
@@ -396,16 +430,8 @@ fn a_byte_order_mark_before_the_first_line_is_not_part_of_it() {
 fn a_message_codex_wrote_in_three_forms_is_imported_once() {
     let dir = temp();
     let uuid = "019aa234-0000-7000-8000-0000000000aa";
-    let at = |second: u32| format!("2025-11-20T16:59:{second:02}.000Z");
-    let line = |second: u32, kind: &str, payload: Value| {
-        json!({"timestamp": at(second), "type": kind, "payload": payload}).to_string()
-    };
+    let line = codex_line;
     let lines = [
-        line(
-            9,
-            "session_meta",
-            json!({"id": uuid, "timestamp": at(9), "cwd": "/w"}),
-        ),
         line(
             10,
             "event_msg",
@@ -472,10 +498,7 @@ fn a_message_codex_wrote_in_three_forms_is_imported_once() {
             json!({"type": "task_complete", "turn_id": "t-2"}),
         ),
     ];
-    let source = dir
-        .path()
-        .join(format!("rollout-2025-11-20T16-59-09-{uuid}.jsonl"));
-    let (header, events) = import_lines("codex", &source, &lines);
+    let (header, events) = import_codex_rollout(dir.path(), uuid, &lines);
     let texts = |kind: &str| -> Vec<String> {
         messages(&header, &events, kind)
             .into_iter()
@@ -530,15 +553,8 @@ fn a_line_read_as_something_else_is_kept_whole() {
 fn what_a_codex_line_says_beyond_its_mapping_is_kept() {
     let dir = temp();
     let uuid = "019aa234-0000-7000-8000-0000000000bb";
-    let at = "2025-11-20T16:59:10.000Z";
-    let line = |kind: &str, payload: Value| {
-        json!({"timestamp": at, "type": kind, "payload": payload}).to_string()
-    };
+    let line = |kind: &str, payload: Value| codex_line(10, kind, payload);
     let lines = [
-        line(
-            "session_meta",
-            json!({"id": uuid, "timestamp": at, "cwd": "/w"}),
-        ),
         line(
             "event_msg",
             json!({"type": "task_started", "turn_id": "t-1", "model_context_window": 272000}),
@@ -565,10 +581,7 @@ fn what_a_codex_line_says_beyond_its_mapping_is_kept() {
             "input": "*** Begin Patch", "status": "failed"}),
         ),
     ];
-    let source = dir
-        .path()
-        .join(format!("rollout-2025-11-20T16-59-09-{uuid}.jsonl"));
-    let (_, events) = import_lines("codex", &source, &lines);
+    let (_, events) = import_codex_rollout(dir.path(), uuid, &lines);
     let kept = kept_data(&events, "x-codex/");
     for said in [
         "272000",
@@ -590,15 +603,8 @@ fn what_a_codex_line_says_beyond_its_mapping_is_kept() {
 fn each_text_of_an_injected_completed_item_keeps_its_own_authority() {
     let dir = temp();
     let uuid = "019aa234-0000-7000-8000-0000000000cc";
-    let at = "2025-11-20T16:59:10.000Z";
-    let line = |kind: &str, payload: Value| {
-        json!({"timestamp": at, "type": kind, "payload": payload}).to_string()
-    };
+    let line = |kind: &str, payload: Value| codex_line(10, kind, payload);
     let lines = [
-        line(
-            "session_meta",
-            json!({"id": uuid, "timestamp": at, "cwd": "/w"}),
-        ),
         line(
             "event_msg",
             json!({"type": "task_started", "turn_id": "t-1"}),
@@ -611,10 +617,7 @@ fn each_text_of_an_injected_completed_item_keeps_its_own_authority() {
                 {"type": "text", "text": "<environment_context><approval_policy>never</approval_policy></environment_context>"}]}}),
         ),
     ];
-    let source = dir
-        .path()
-        .join(format!("rollout-2025-11-20T16-59-09-{uuid}.jsonl"));
-    let (header, events) = import_lines("codex", &source, &lines);
+    let (header, events) = import_codex_rollout(dir.path(), uuid, &lines);
     let instructions = messages(&header, &events, "instructions");
     let context = messages(&header, &events, "context");
     assert_eq!(instructions.len(), 1, "{instructions:?}");
