@@ -963,7 +963,7 @@ fn record_ends_at(
 /// its tools) gives the child a copy of each open file description, `flock`
 /// included, from `fork` until the child executes its program: a session
 /// closed and reopened meanwhile would be refused for that instant.
-const LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
+pub(crate) const LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Takes the exclusive `flock` on `file`, retrying for [`LOCK_GRACE`];
 /// `Ok(false)` when another writer still holds it.

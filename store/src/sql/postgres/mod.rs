@@ -631,14 +631,24 @@ impl PostgresStore {
         let location = &self.shared.location;
         let mut connection = Connection::open(location, false)?;
         let key = lock_key("writer", &location.schema, id.as_str());
-        let locked: bool = connection
-            .query_one(location, "lock a session", sql::TRY_LOCK_SESSION, &[&key])
-            .and_then(|row| row.try_get(0).map_err(self.shared.error("lock a session")))?;
-        if !locked {
-            return Err(StoreError::Locked {
-                id: id.clone(),
-                path: self.shared.session_path(id),
-            });
+        // Tried again for the grace a JSONL writer gives: a group commit
+        // holds the key, shared, while its statement checks each writer's
+        // lock, and a writer opening in that moment is no second writer.
+        let deadline = Instant::now() + crate::jsonl::LOCK_GRACE;
+        loop {
+            let locked: bool = connection
+                .query_one(location, "lock a session", sql::TRY_LOCK_SESSION, &[&key])
+                .and_then(|row| row.try_get(0).map_err(self.shared.error("lock a session")))?;
+            if locked {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(StoreError::Locked {
+                    id: id.clone(),
+                    path: self.shared.session_path(id),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(2));
         }
         let decoded = self.decoded_header(id)?;
         let folded = fold_within_vocabulary(&self.shared.session_path(id), decoded, |decoded| {

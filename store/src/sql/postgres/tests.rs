@@ -980,3 +980,63 @@ fn a_connection_the_server_ended_fails_one_call_and_the_next_connects_again() {
         );
     }
 }
+
+/// A writer opening while a group commit holds the session's key (shared,
+/// as its statement checks each writer's lock) waits for it, as a JSONL
+/// writer waits for a lock held an instant; a lock still held after the
+/// grace is `Locked`.
+#[test]
+fn a_writer_waits_out_a_lock_held_for_an_instant_and_not_longer() {
+    let Some(schema) = postgres_store() else {
+        return;
+    };
+    let store = engine(&schema);
+    ok(store.create_session(&header("a"), &[], Durability::Fsync));
+    let key = lock_key("writer", &schema.schema, "a");
+    let mut holder = ok(store.connect());
+    // The release comes after a short pause; on a machine so loaded that it
+    // came after the whole grace, the round says nothing and runs again.
+    let mut waited = false;
+    for _ in 0..5 {
+        let mut transaction = ok(holder.transaction());
+        ok(transaction.execute("SELECT pg_advisory_xact_lock_shared($1)", &[&key]));
+        let started = Instant::now();
+        let released = std::thread::scope(|scope| {
+            let release = scope.spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                ok(transaction.commit());
+                started.elapsed()
+            });
+            let opened = store.open_writer(&id("a"), WriterOptions::default());
+            let released = release
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (opened, released)
+        });
+        match released {
+            (Ok(writer), _) => {
+                drop(writer);
+                waited = true;
+                break;
+            }
+            (Err(StoreError::Locked { .. }), released)
+                if released >= crate::jsonl::LOCK_GRACE / 2 => {}
+            (Err(error), released) => {
+                panic!("refused, the lock released after {released:?}: {error}")
+            }
+        }
+    }
+    assert!(waited, "no round released the lock within the grace");
+
+    // A lock held throughout is Locked, after the grace.
+    let mut transaction = ok(holder.transaction());
+    ok(transaction.execute("SELECT pg_advisory_xact_lock_shared($1)", &[&key]));
+    let started = Instant::now();
+    let refused = store.open_writer(&id("a"), WriterOptions::default());
+    assert!(
+        matches!(refused, Err(StoreError::Locked { .. })),
+        "{refused:?}"
+    );
+    assert!(started.elapsed() >= crate::jsonl::LOCK_GRACE);
+    ok(transaction.rollback());
+}
