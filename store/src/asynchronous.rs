@@ -31,6 +31,8 @@
 //! delivered, which must still hold what was delivered.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
@@ -192,7 +194,7 @@ impl AsyncStore {
         durability: Durability,
     ) -> Result<(), StoreError> {
         let store = Arc::clone(self.shared_store());
-        blocking(move || {
+        blocking(self.shared_store().path(), move || {
             let records = events
                 .into_iter()
                 .enumerate()
@@ -212,7 +214,10 @@ impl AsyncStore {
         durability: Durability,
     ) -> Result<(), StoreError> {
         let store = Arc::clone(self.shared_store());
-        blocking(move || store.create_session(&header, &events, durability)).await
+        blocking(self.shared_store().path(), move || {
+            store.create_session(&header, &events, durability)
+        })
+        .await
     }
 
     /// The writer handle of session `id`: opens its writer (verifying the
@@ -246,9 +251,10 @@ impl AsyncStore {
     pub async fn writer(&self, id: SessionId) -> Result<AsyncWriter, StoreError> {
         let this = self.clone();
         let session = id.clone();
-        let header =
-            blocking(move || this.with_writer(&session, true, |writer| writer.header().clone()))
-                .await?;
+        let header = blocking(self.shared_store().path(), move || {
+            this.with_writer(&session, true, |writer| writer.header().clone())
+        })
+        .await?;
         Ok(AsyncWriter {
             store: self.clone(),
             id,
@@ -265,13 +271,16 @@ impl AsyncStore {
         defaults: Defaults,
     ) -> Result<SessionHeader, StoreError> {
         let store = Arc::clone(self.shared_store());
-        blocking(move || store.fork(&parent, &child, prompt.as_deref(), &defaults)).await
+        blocking(self.shared_store().path(), move || {
+            store.fork(&parent, &child, prompt.as_deref(), &defaults)
+        })
+        .await
     }
 
     /// The good prefix of session `id`.
     pub async fn snapshot(&self, id: SessionId) -> Result<Snapshot, StoreError> {
         let store = Arc::clone(self.shared_store());
-        blocking(move || store.snapshot(&id)).await
+        blocking(self.shared_store().path(), move || store.snapshot(&id)).await
     }
 
     /// Appends `events` to session `id` as one atomic batch, durably; with
@@ -284,7 +293,10 @@ impl AsyncStore {
         expected_seq: Option<u64>,
     ) -> Result<Vec<AcknowledgedSeq>, StoreError> {
         let this = self.clone();
-        blocking(move || this.append_blocking(&id, events, expected_seq)).await
+        blocking(self.shared_store().path(), move || {
+            this.append_blocking(&id, events, expected_seq)
+        })
+        .await
     }
 
     /// Asks `reviewer` about `pending` in session `id` and, with
@@ -303,7 +315,7 @@ impl AsyncStore {
         let pending = Arc::new(pending);
         let this = self.clone();
         let (building, session, preparing) = (Arc::clone(&pending), id.clone(), options.clone());
-        let built = blocking(move || {
+        let built = blocking(self.shared_store().path(), move || {
             this.with_writer(&session, true, |writer| {
                 writer
                     .prepare_review(&building, &preparing)
@@ -314,7 +326,7 @@ impl AsyncStore {
         let (request, next_seq) = built?;
         let model = options.model.clone();
         let call_id = pending.call_id.clone();
-        let verdict = blocking(move || {
+        let verdict = blocking(self.shared_store().path(), move || {
             Ok(ask_reviewer(
                 &*reviewer,
                 &request,
@@ -355,12 +367,13 @@ impl AsyncStore {
         // The task may hold the store's last handle, whether it ends or is
         // cancelled.
         let store = OffRuntime(Some(Arc::clone(self.shared_store())));
+        let place = self.shared_store().path().to_owned();
         tokio::spawn(async move {
             let followed = async {
                 // A JSONL follower reads the log's end as it is made: on the
                 // blocking pool, as every read.
                 let making = (Arc::clone(&store), id.clone());
-                let made = blocking(move || {
+                let made = blocking(&place, move || {
                     let (store, id) = making;
                     Ok(match &*store {
                         Store::Jsonl(jsonl) => {
@@ -385,7 +398,7 @@ impl AsyncStore {
                 let mut unreachable = false;
                 while !sender.is_closed() {
                     let reading = Arc::clone(&store);
-                    let polled = blocking(move || {
+                    let polled = blocking(&place, move || {
                         let batch = following.next_batch(&reading);
                         Ok((following, batch))
                     })
@@ -690,7 +703,7 @@ impl AsyncWriter {
     ) -> Result<(String, u64), ReviewCallError> {
         let this = self.store.clone();
         let id = self.id.clone();
-        let built = blocking(move || {
+        let built = blocking(self.store.shared_store().path(), move || {
             this.with_writer(&id, true, |writer| {
                 writer
                     .review_request(&pending, max_bytes)
@@ -725,7 +738,7 @@ impl AsyncWriter {
     ) -> Result<Vec<AcknowledgedSeq>, StoreError> {
         let this = self.store.clone();
         let id = self.id.clone();
-        blocking(move || {
+        blocking(self.store.shared_store().path(), move || {
             this.with_writer(&id, false, |writer| {
                 writer.switch_preset(preset, auto_approval, &defaults, expected_seq)
             })?
@@ -737,7 +750,10 @@ impl AsyncWriter {
     pub async fn next_seq(&self) -> Result<u64, StoreError> {
         let this = self.store.clone();
         let id = self.id.clone();
-        blocking(move || this.with_writer(&id, false, |writer| writer.next_seq())).await
+        blocking(self.store.shared_store().path(), move || {
+            this.with_writer(&id, false, |writer| writer.next_seq())
+        })
+        .await
     }
 
     /// The session's events from `from_seq` on, then each new one (see
@@ -805,20 +821,28 @@ impl Following {
     }
 }
 
-/// Runs `work` on tokio's blocking pool.
-async fn blocking<T: Send + 'static>(
+/// Runs `work` on tokio's blocking pool (handed to it now: call this
+/// within the runtime), a call on `store`.
+fn blocking<T: Send + 'static>(
+    store: &Path,
     work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, StoreError> {
-    match tokio::task::spawn_blocking(work).await {
-        Ok(result) => result,
-        Err(join_error) if join_error.is_panic() => {
-            std::panic::resume_unwind(join_error.into_panic())
+) -> impl Future<Output = Result<T, StoreError>> {
+    let store = store.to_owned();
+    let running = tokio::task::spawn_blocking(work);
+    async move {
+        match running.await {
+            Ok(result) => result,
+            Err(join_error) if join_error.is_panic() => {
+                std::panic::resume_unwind(join_error.into_panic())
+            }
+            // The runtime shut down before the call ran: said of the store
+            // it was made on, as every other error of it is.
+            Err(join_error) => Err(StoreError::io(
+                "run a blocking store call",
+                store,
+                std::io::Error::other(join_error.to_string()),
+            )),
         }
-        Err(join_error) => Err(StoreError::io(
-            "run a blocking store call",
-            std::path::PathBuf::new(),
-            std::io::Error::other(join_error.to_string()),
-        )),
     }
 }
 
@@ -853,6 +877,28 @@ pub(crate) mod tests {
                 other => panic!("ticket {ticket}: {other:?}"),
             }
         }
+    }
+
+    /// A call the runtime shut down before it ran fails naming the store
+    /// it was made on (it once named an empty path).
+    #[test]
+    fn a_call_the_runtime_dropped_names_its_store() {
+        let runtime = ok(tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build());
+        let handle = runtime.handle().clone();
+        runtime.shutdown_background();
+        let call = {
+            let _inside = handle.enter();
+            blocking(Path::new("/work/store"), || Ok(1))
+        };
+        let result = ok(tokio::runtime::Builder::new_current_thread().build()).block_on(call);
+        let error = match result {
+            Ok(value) => panic!("the call ran: {value}"),
+            Err(error) => error,
+        };
+        let message = error.to_string();
+        assert!(message.contains("/work/store"), "{message}");
     }
 
     /// A tokio runtime of two worker threads, for a test that sets up (or
