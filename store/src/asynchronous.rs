@@ -1274,6 +1274,24 @@ pub(crate) mod tests {
         }
     }
 
+    /// Waits until `count` appends to session `a` wait for the next group
+    /// (however slowly a loaded machine hands them to the blocking pool).
+    async fn appends_waiting(store: &AsyncStore, count: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let slot = store.writer_table().get(&id("a")).cloned();
+            let waiting = slot.map_or(0, |slot| slot.lock().waiting.len());
+            if waiting >= count {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{waiting} appends waiting, not {count}"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn appends_to_one_session_that_wait_together_share_one_sync() {
         let folder = ok(tempfile::tempdir());
@@ -1286,9 +1304,9 @@ pub(crate) mod tests {
                 spawn_append(&store, batch, None)
             })
             .collect();
-        // Let every later append reach the session before the first sync
+        // Every later append reaches the session before the first sync
         // ends.
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        appends_waiting(&store, 31).await;
         faults.release();
         ok(ok(first.await));
         let mut acknowledged = Vec::new();
@@ -1323,9 +1341,9 @@ pub(crate) mod tests {
         // conflict; the third takes the next seq.
         let spawn = |expected, text| spawn_append(&store, vec![note(text)], expected);
         let (b, c) = (spawn(Some(2), "b"), spawn(Some(2), "c"));
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        appends_waiting(&store, 2).await;
         let d = spawn(None, "d");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        appends_waiting(&store, 3).await;
         faults.release();
         ok(ok(first.await));
         let (b, c, d) = (ok(b.await), ok(c.await), ok(d.await));
@@ -1359,7 +1377,7 @@ pub(crate) mod tests {
         let group: Vec<_> = (0..4)
             .map(|n| spawn_append(&store, vec![note(&n.to_string())], None))
             .collect();
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        appends_waiting(&store, 4).await;
         faults.release();
         ok(ok(first.await));
         let mut failure = 0;

@@ -367,6 +367,33 @@ impl Follower {
 }
 
 impl Follower {
+    /// Waits (up to 20 s) until every thread of the command sleeps: it has
+    /// read what was there and waits for what comes, so that an append
+    /// made now is new to it, however late a loaded machine started it.
+    pub fn wait_until_waiting(&self) {
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let sleeping = || -> Option<bool> {
+            let mut all = true;
+            for task in std::fs::read_dir(&tasks).ok()? {
+                let stat = std::fs::read_to_string(task.ok()?.path().join("stat")).ok()?;
+                // The state follows the name, which is in parentheses.
+                let state = stat.rsplit_once(") ")?.1.chars().next()?;
+                all &= state == 'S';
+            }
+            Some(all)
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        // Twice in a row, 50 ms apart: a start can block for a moment too.
+        let mut in_a_row = 0;
+        while in_a_row < 2 && std::time::Instant::now() < deadline {
+            in_a_row = match sleeping() {
+                Some(true) => in_a_row + 1,
+                _ => 0,
+            };
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Whether the command is still running (it has not exited).
     pub fn is_running(&mut self) -> bool {
         self.child

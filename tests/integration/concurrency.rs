@@ -115,8 +115,11 @@ fn sixty_four_writers_on_sixty_four_sessions_keep_every_acknowledged_event_once(
                 let session = session.clone();
                 std::thread::spawn(move || {
                     let units = realistic_units(n as u64, 2);
-                    let mut writer = ok(store.open_writer(&id(&session), WriterOptions::default()));
+                    // Past the barrier before a failed open panics, so that
+                    // no other writer waits at it for ever.
+                    let opened = store.open_writer(&id(&session), WriterOptions::default());
                     barrier.wait();
+                    let mut writer = ok(opened);
                     let mut acknowledged = Vec::new();
                     for unit in &units {
                         if unit.len() > 1 {

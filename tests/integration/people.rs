@@ -597,6 +597,8 @@ fn tail_follows_from_the_last_n_events_none_printed_with_n_0() {
         );
         assert_eq!(two.next_seqs(2), vec![2, 3], "{name}");
         none.assert_quiet();
+        none.wait_until_waiting();
+        two.wait_until_waiting();
         append(&store_arg, "{\"type\":\"x/note\",\"data\":{}}\n");
         assert_eq!(none.next_seqs(1), vec![4], "{name}");
         assert_eq!(two.next_seqs(1), vec![4], "{name}");

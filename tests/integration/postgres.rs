@@ -619,12 +619,14 @@ fn stop_mid_append(url: &str, dir: &str, session: &str, transport: &str) {
         .stdout
         .take()
         .unwrap_or_else(|| panic!("no stdout"));
+    let (first_ack, acked) = std::sync::mpsc::channel();
     let reader = std::thread::spawn(move || {
         let mut last = 0u64;
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
             let value: serde_json::Value = ok(serde_json::from_str(&line));
             last = value["seq"].as_u64().unwrap_or_else(|| panic!("{line}"));
+            let _ = first_ack.send(());
         }
         last
     });
@@ -637,9 +639,13 @@ fn stop_mid_append(url: &str, dir: &str, session: &str, transport: &str) {
         let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
         text
     });
-    std::thread::sleep(Duration::from_millis(1500));
+    // The stop comes once appends are being acknowledged (however long a
+    // loaded machine takes to start the appender), half a second on.
+    let started = acked.recv_timeout(Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(500));
     server_script(&["crash", dir]);
     let status = ok(appender.wait());
+    assert!(started.is_ok(), "nothing acknowledged within a minute");
     let acknowledged = reader.join().unwrap_or_else(|_| panic!("reader panicked"));
     let errors = errors
         .join()
@@ -724,6 +730,9 @@ fn crash_under_grouped_writers(url: &str, dir: &str, round: usize, after: Durati
         ok(store.create_session(&header, &[], Durability::Fsync));
     }
     let start = Barrier::new(GROUPED_WRITERS + 1);
+    // Writers with an append acknowledged: the stop comes `after` they all
+    // have one, however long a loaded machine took to get there.
+    let appending = std::sync::atomic::AtomicUsize::new(0);
     // Each writer appends until its append fails, and keeps what was
     // acknowledged: the appends of the 16 wait for one another, so most
     // are committed in groups, and the stop lands inside one.
@@ -731,15 +740,22 @@ fn crash_under_grouped_writers(url: &str, dir: &str, round: usize, after: Durati
         let writers: Vec<_> = sessions
             .iter()
             .map(|session| {
-                let (store, start) = (&store, &start);
+                let (store, start, appending) = (&store, &start, &appending);
                 scope.spawn(move || {
-                    let mut writer = ok(store.open_writer(&id(session), WriterOptions::default()));
+                    // Past the barrier first, so that a writer that fails
+                    // to open never leaves the others waiting at it.
+                    let opened = store.open_writer(&id(session), WriterOptions::default());
                     start.wait();
+                    let mut writer = ok(opened);
                     let mut last = 0;
                     for n in 1u64.. {
                         let data = format!("{{\"n\":{n}}}");
                         let event = NewEvent::new("x-test/probe", &data);
                         match writer.append(event, None) {
+                            Ok(seq) if last == 0 => {
+                                last = seq.get();
+                                appending.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            }
                             Ok(seq) => last = seq.get(),
                             Err(_) => break,
                         }
@@ -750,6 +766,13 @@ fn crash_under_grouped_writers(url: &str, dir: &str, round: usize, after: Durati
             })
             .collect();
         start.wait();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while appending.load(std::sync::atomic::Ordering::SeqCst) < GROUPED_WRITERS
+            && std::time::Instant::now() < deadline
+            && !writers.iter().any(|writer| writer.is_finished())
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         std::thread::sleep(after);
         server_script(&["crash", dir]);
         writers

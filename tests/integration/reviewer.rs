@@ -431,7 +431,7 @@ fn every_bad_answer_is_a_recorded_failure_naming_its_cause() {
         (
             "slower than the timeout",
             Answer::Slow(
-                Duration::from_secs(4),
+                Duration::from_secs(30),
                 chat(json!("{\"risk\":\"low\",\"decision\":\"allow\"}"), "stop"),
             ),
             &["--timeout", "0.5"],
@@ -477,8 +477,9 @@ fn every_bad_answer_is_a_recorded_failure_naming_its_cause() {
             "{case}: asked once, never retried"
         );
         if case == "slower than the timeout" {
+            // Far below the server's 30 s, whatever the machine's load.
             assert!(
-                started.elapsed() < Duration::from_secs(4),
+                started.elapsed() < Duration::from_secs(20),
                 "{case}: the timeout did not cut the call"
             );
         }

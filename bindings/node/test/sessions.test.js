@@ -205,10 +205,13 @@ test('follow: stored events, then new ones as they are appended, until the signa
   const waiting = new AbortController()
   t.after(() => waiting.abort())
   const later = []
+  // The abort comes while it waits, 200 ms after the stored event came.
   const done = (async () => {
-    for await (const event of jsonl.follow('j', { fromSeq: 2, signal: waiting.signal })) later.push(event.seq)
+    for await (const event of jsonl.follow('j', { fromSeq: 2, signal: waiting.signal })) {
+      later.push(event.seq)
+      setTimeout(() => waiting.abort(), 200)
+    }
   })()
-  setTimeout(() => waiting.abort(), 200)
   await done
   assert.deepEqual(later, [2])
 
@@ -236,8 +239,10 @@ test('follow: a log of another history put in place is CORRUPT, naming the log',
     await w.close()
   }
   let caught = null
+  const controller = new AbortController()
+  t.after(() => controller.abort())
   try {
-    for await (const event of store.follow('s')) {
+    for await (const event of store.follow('s', { signal: controller.signal })) {
       assert.equal(event.seq, 1)
       fs.renameSync(path.join(folder, 'other', 's.jsonl'), path.join(folder, 'logs', 's.jsonl'))
     }

@@ -836,8 +836,11 @@ fn sixty_four_threads_appending_keep_every_acknowledged_event_exactly_once() {
                 let (store, start) = (&store, &start);
                 scope.spawn(move || {
                     let session = id(&format!("s{thread}"));
-                    let mut writer = ok(store.open_writer(&session, WriterOptions::default()));
+                    // Past the barrier before a failed open panics, so that
+                    // no other thread waits at it for ever.
+                    let opened = store.open_writer(&session, WriterOptions::default());
                     start.wait();
+                    let mut writer = ok(opened);
                     (0..EVENTS)
                         .map(|n| ok(writer.append(note(&format!("{thread}/{n}")), None)).get())
                         .collect()
