@@ -11,7 +11,9 @@
 //! JSONL, as a temporary file (a dot name, never listed) per session. A
 //! corrupt session or one that breaks the rules (found once it is read to
 //! its end) refuses the whole run, naming it, and what was staged is never
-//! published; a torn tail is dropped and reported as a warning. An id that
+//! published: the sessions after it are still read and checked (not
+//! staged), and the refusal named is the highest ranked of them all
+//! (corruption over a seal that fails over a broken rule); a torn tail is dropped and reported as a warning. An id that
 //! already exists in the destination refuses the run before anything is
 //! read. **Copy**: once every source
 //! session verified, the staged sessions are made durable and visible — the
@@ -396,11 +398,22 @@ fn migrate_from(
         }
     }
     let mut warnings = Vec::new();
+    // A refused source session ends the run, but only once every session
+    // is checked: the refusal reported is then the source's highest ranked
+    // (corruption over a seal that fails over a broken rule), as `verify`
+    // ranks it, whatever the order of the ids.
+    let mut refused = Refusal::default();
     for id in &present {
         // Checked as a first run checks it (a session that breaks the
         // rules or whose seal fails is refused, whatever the destination
         // holds), then proved to be its copy.
-        let (_, torn_tail) = stage_source_session(from, id, None).map_err(session_named(id))?;
+        let checked = stage_source_session(from, id, None).map_err(session_named(id));
+        let Some((_, torn_tail)) = refusal_or_staged(&mut refused, checked)? else {
+            continue;
+        };
+        if refused.is_some() {
+            continue;
+        }
         let not_the_copy = |difference: String| {
             StoreError::io(
                 "resume the migration",
@@ -439,16 +452,22 @@ fn migrate_from(
     let mut events = 0u64;
     let held = from.hold_read()?;
     for (index, id) in ids.iter().enumerate() {
-        let (digest, torn_tail) =
-            stage_source_session(from, id, Some(&mut staging)).map_err(session_named(id))?;
-        if let Some(torn_tail) = torn_tail {
-            warnings.push(MigrateWarning {
-                session: id.clone(),
-                torn_tail,
-            });
+        // Past a refusal, the rest is checked and no longer staged.
+        let staged = match refused.is_some() {
+            true => None,
+            false => Some(&mut staging),
+        };
+        let checked = stage_source_session(from, id, staged).map_err(session_named(id));
+        if let Some((digest, torn_tail)) = refusal_or_staged(&mut refused, checked)? {
+            if let Some(torn_tail) = torn_tail {
+                warnings.push(MigrateWarning {
+                    session: id.clone(),
+                    torn_tail,
+                });
+            }
+            events += digest.summary.count;
+            digests.push(digest);
         }
-        events += digest.summary.count;
-        digests.push(digest);
         progress(MigrateProgress {
             phase: MigratePhase::Verify,
             done: index + 1,
@@ -456,6 +475,7 @@ fn migrate_from(
             session: Some(id.clone()),
         });
     }
+    refused.into_result()?;
     // Ends the source's read before publishing. Without the SQLite backend
     // the guard holds nothing, which clippy then points out.
     #[allow(clippy::drop_non_drop)]
@@ -578,6 +598,23 @@ const STAGE_CHUNK_BYTES: usize = 4 << 20;
 
 /// Names session `id` in an error about one of its events (once: an
 /// error about its header names it already).
+/// What checking a source session gave: `Ok(None)` when it was refused
+/// (noted in `refused`, to be reported once every session is checked), an
+/// error that ends the run at once (I/O, contention), or the session.
+fn refusal_or_staged<T>(
+    refused: &mut Refusal,
+    checked: Result<T, StoreError>,
+) -> Result<Option<T>, StoreError> {
+    match checked {
+        Ok(staged) => Ok(Some(staged)),
+        Err(error) if error.class().precedence() > 0 => {
+            refused.note(error);
+            Ok(None)
+        }
+        Err(error) => Err(error),
+    }
+}
+
 fn session_named(id: &SessionId) -> impl Fn(StoreError) -> StoreError + '_ {
     move |error| match error {
         StoreError::InvalidEvent(reason) if !reason.starts_with(&format!("session {id}: ")) => {
@@ -1599,7 +1636,7 @@ mod tests {
                 matches!(&refused, Err(StoreError::Corrupt { .. })),
                 "{refused:?}"
             );
-            assert_eq!(verified, 2, "the sessions before it were read and staged");
+            assert_eq!(verified, 3, "every session was checked, the corrupt one too");
             assert!(ok(destination.ids()).is_empty(), "nothing is written");
         }
         let left_over = ok(std::fs::read_dir(jsonl.path())).count();

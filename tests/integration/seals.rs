@@ -1384,6 +1384,56 @@ fn in_a_database_the_failed_seal_ranks_above_the_header_out_of_vocabulary() {
     assert!(forked.stderr.contains("seal"), "{}", forked.stderr);
 }
 
+/// `migrate` of a source whose sessions are refused for different reasons
+/// reports the highest ranked, as `verify` does, whatever the order of the
+/// ids: a broken rule in the first session, a failed seal after it (7),
+/// then corruption in the last (2). Nothing is written either way.
+#[test]
+fn migrate_reports_the_sources_highest_ranked_refusal_whatever_the_order() {
+    let dir = ok(tempfile::tempdir());
+    let (store, _) = signed_store(dir.path());
+    let log = log_path(&store);
+    let edited: Vec<String> = bodies(&log)
+        .iter()
+        .map(|body| body.replace("\"do t1\"", "\"do t9\""))
+        .collect();
+    write_bodies(&log, "s", &edited);
+    let header = |session: &str| {
+        SessionHeader::root(id(session), 1_700_000_000_000, "/w".to_owned()).to_body()
+    };
+    let rule = [
+        header("a-rule"),
+        r#"{"seq":1,"ts":1,"type":"turn/end","data":{"turnId":"t1"}"#.to_owned(),
+    ];
+    write_bodies(&store.join("a-rule.jsonl"), "a-rule", &rule);
+    let migrated = |name: &str| {
+        let destination = dir.path().join(name);
+        let refused = run(["migrate", path_str(&store), path_str(&destination)]);
+        let listed = run(["list", path_str(&destination)]);
+        assert!(
+            listed.stdout.trim().is_empty(),
+            "nothing written: {}",
+            listed.stdout
+        );
+        refused
+    };
+    let sealed = migrated("first.db");
+    sealed.expect_code(7);
+    assert!(sealed.stderr.contains("seal"), "{}", sealed.stderr);
+    let corrupt = [
+        header("z-corrupt"),
+        r#"{"seq":1,"ts":1,"type":"x-test/a","data":{}"#.to_owned(),
+        r#"{"seq":2,"ts":2,"type":"x-test/b","data":{}"#.to_owned(),
+    ];
+    let mut text: String = corrupt.iter().map(|body| sign("z-corrupt", body)).collect();
+    text = text.replacen("x-test/a", "x-test/c", 1);
+    ok(std::fs::write(store.join("z-corrupt.jsonl"), text));
+    run(["verify", path_str(&store)]).expect_code(2);
+    let damaged = migrated("second.db");
+    damaged.expect_code(2);
+    assert!(damaged.stderr.contains("z-corrupt"), "{}", damaged.stderr);
+}
+
 /// `salvage` keeps a header whose members stand in another order byte for
 /// byte, so the hash chain, and every seal in the good prefix, still holds
 /// in the copy (it once re-encoded the header and called the seal failed).
