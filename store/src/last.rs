@@ -313,8 +313,12 @@ fn extend_to_batch_start(
             break;
         };
         looked += 1;
+        // A damaged line that may start a batch is taken into the window,
+        // whose read reports it as a read from the start does: passing
+        // over it would show members of a batch whose start is lost.
         let Some(record) = line.record else {
-            continue;
+            batch_start = Some(line.offset);
+            break;
         };
         let Some(size) = record.batch else {
             continue;
@@ -333,6 +337,14 @@ fn extend_to_batch_start(
             window.push_front(line);
             if reached {
                 break;
+            }
+        }
+        // A damaged batch start is placed (its line numbered) from the
+        // intact record before it, as the window's start always is.
+        while window.front().is_some_and(|line| line.record.is_none()) {
+            match lines.next_line(id)? {
+                Some(line) => window.push_front(line),
+                None => break,
             }
         }
     }
@@ -974,6 +986,35 @@ mod tests {
         let tail = tail.expect("the unfinished batch is a torn tail");
         assert_eq!((tail.position.line, tail.dropped_records), (4, 3));
         assert_eq!(backward(&respelled, 2), forward(&respelled, 2));
+    }
+
+    #[test]
+    fn a_batch_whose_first_record_is_damaged_is_reported_not_shown_in_part() {
+        // Two lone events, then a batch of four whose first record's CRC
+        // fails (its data changed after it was written).
+        let plain = r#"{"text":"x"}"#.to_owned();
+        let mut records = vec![(None, plain.clone()), (None, plain.clone())];
+        records.push((Some(4), plain.clone()));
+        records.extend(vec![(None, plain); 3]);
+        let whole = log_of(&records, 0);
+        let text = String::from_utf8(whole).expect("utf-8");
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        assert!(lines[3].contains(r#""batch":4"#), "{}", lines[3]);
+        let damaged = lines
+            .iter()
+            .enumerate()
+            .map(|(index, line)| match index {
+                3 => line.replacen(r#""x""#, r#""y""#, 1),
+                _ => (*line).to_owned(),
+            })
+            .collect::<String>()
+            .into_bytes();
+        let full = forward(&damaged, 2).expect_err("corrupt");
+        assert!(full.contains("corrupt at line 4"), "{full}");
+        for count in [1, 2, 3] {
+            let from_end = backward(&damaged, count).expect_err("the damaged batch start");
+            assert!(from_end.ends_with(&full), "{count}: {from_end}\n{full}");
+        }
     }
 
     #[test]
