@@ -838,7 +838,12 @@ fn resume_point(
     usize,
     u64,
 )> {
-    let (bytes, content_crc) = match read_snapshot_file(snapshot) {
+    // A snapshot holds less than the log it was folded from (its rows
+    // and ids come from the log's records); one far larger is no snapshot
+    // of it, and is not read into memory.
+    let log_length = file.metadata().map_or(0, |metadata| metadata.len());
+    let limit = log_length.saturating_mul(2).saturating_add(1 << 20);
+    let (bytes, content_crc) = match read_snapshot_file(snapshot, limit) {
         Ok(Some(read)) => read,
         Ok(None) => return None,
         Err(error) => {
@@ -868,8 +873,8 @@ const SNAPSHOT_READ_PART: u64 = 128 * 1024;
 
 /// The bytes of the snapshot file and the CRC32 of all but their last
 /// four, `None` when there is none. Opened without following a symlink,
-/// and only a regular file.
-fn read_snapshot_file(path: &Path) -> std::io::Result<Option<(Vec<u8>, u32)>> {
+/// and only a regular file of at most `limit` bytes.
+fn read_snapshot_file(path: &Path, limit: u64) -> std::io::Result<Option<(Vec<u8>, u32)>> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
@@ -882,6 +887,14 @@ fn read_snapshot_file(path: &Path) -> std::io::Result<Option<(Vec<u8>, u32)>> {
     let metadata = file.metadata()?;
     if !metadata.is_file() {
         return Err(std::io::Error::other("not a regular file"));
+    }
+    let too_large = || {
+        std::io::Error::other(format!(
+            "larger than a snapshot of its log can be (at most {limit} bytes)"
+        ))
+    };
+    if metadata.len() > limit {
+        return Err(too_large());
     }
     // Read a part at a time and hash each while it is still in the cache
     // (every byte but the last four, the CRC itself, which may only be
@@ -900,6 +913,10 @@ fn read_snapshot_file(path: &Path) -> std::io::Result<Option<(Vec<u8>, u32)>> {
         }
         if read == 0 {
             return Ok(Some((bytes, hasher.finalize())));
+        }
+        // Grown since its length was read: still bounded.
+        if bytes.len() as u64 > limit {
+            return Err(too_large());
         }
     }
 }

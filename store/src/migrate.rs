@@ -1636,7 +1636,10 @@ mod tests {
                 matches!(&refused, Err(StoreError::Corrupt { .. })),
                 "{refused:?}"
             );
-            assert_eq!(verified, 3, "every session was checked, the corrupt one too");
+            assert_eq!(
+                verified, 3,
+                "every session was checked, the corrupt one too"
+            );
             assert!(ok(destination.ids()).is_empty(), "nothing is written");
         }
         let left_over = ok(std::fs::read_dir(jsonl.path())).count();

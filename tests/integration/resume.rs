@@ -224,6 +224,17 @@ fn a_torn_tampered_foreign_stale_or_unknown_jsonl_snapshot_is_ignored() {
     ));
     check_ignored(&store, "s", "foreign");
 
+    // Far larger than a snapshot of its log can be (a sparse file of
+    // 64 GiB): ignored without being read, where it once was read whole
+    // into memory, and the allocation aborted the process.
+    let (folder, store) = jsonl_with_snapshot("s");
+    let huge = ok(std::fs::OpenOptions::new()
+        .write(true)
+        .open(sidecar(folder.path(), "s")));
+    ok(huge.set_len(64 << 30));
+    drop(huge);
+    check_ignored(&store, "s", "huge");
+
     // Of a format this build does not know.
     let (folder, store) = jsonl_with_snapshot("s");
     with_format(&sidecar(folder.path(), "s"), 99);

@@ -864,6 +864,23 @@ fn an_audit_against_a_reviewer_that_allows_everything_finds_the_denial() {
         page.contains("1 denied then allowed now"),
         "the summary is shown"
     );
+
+    // An audit file without an end is refused once past its bound, never
+    // read on into memory.
+    let mut endless = sessionlog(["report"]);
+    endless
+        .arg(&log)
+        .arg("--html")
+        .arg(&html)
+        .args(["--audit", "/dev/zero"]);
+    let refused = run_command(endless, None);
+    refused.expect_code(1);
+    assert!(
+        refused.stderr.contains("/dev/zero holds more than")
+            && refused.stderr.contains("review-audit output"),
+        "{}",
+        refused.stderr
+    );
 }
 
 #[test]

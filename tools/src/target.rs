@@ -508,6 +508,11 @@ pub const MAX_INPUT_BYTES: u64 = 16 << 20;
 /// sessions, still a bound on an endless pipe.
 pub const MAX_ANCHOR_FILE_BYTES: u64 = 4 << 30;
 
+/// The most `report --audit` reads of what `review-audit --json` printed,
+/// a row of some 300 bytes for each call audited: 256 MiB, most of a
+/// million calls, still a bound on `/dev/zero` or an endless pipe.
+pub const MAX_AUDIT_FILE_BYTES: u64 = 256 << 20;
+
 /// Reads a whole file or stdin, naming the file on error, refusing more
 /// than [`MAX_INPUT_BYTES`].
 pub fn read_input(file: Option<&Path>) -> Result<Vec<u8>> {

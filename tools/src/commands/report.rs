@@ -470,7 +470,11 @@ pub fn run(
 
 /// Reads what `review-audit --json` printed.
 fn read_audit(path: &Path) -> Result<Audit> {
-    let bytes = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
+    let bytes = crate::target::read_bounded(
+        Some(path),
+        crate::target::MAX_AUDIT_FILE_BYTES,
+        "review-audit output",
+    )?;
     serde_json::from_slice(&bytes).map_err(|error| {
         crate::UsageError(format!(
             "{}: not the JSON that `sessionlog review-audit --json` prints: {error}",
