@@ -411,6 +411,51 @@ fn a_newer_schema_is_refused_by_readers_and_writers_before_anything_changes() {
     assert_eq!(folder_bytes(folder.path()), before, "not a byte changed");
 }
 
+/// A trigger or a view added to a store's schema (SQL that would run inside
+/// every append: it could loop for ever holding the session's lock, or
+/// rewrite rows) makes the file no store to any command, named, and nothing
+/// is written.
+#[test]
+fn a_trigger_or_a_view_in_the_schema_is_refused_by_every_command() {
+    for (object, sql) in [
+        (
+            "trigger t",
+            "CREATE TRIGGER t AFTER INSERT ON events BEGIN SELECT 1; END",
+        ),
+        ("view v", "CREATE VIEW v AS SELECT id FROM sessions"),
+    ] {
+        let folder = ok(tempfile::tempdir());
+        let database = folder.path().join("s.db");
+        run(["create", &text(&database), "--session", "a"]).expect_code(0);
+        ok(ok(rusqlite::Connection::open(&database)).execute_batch(sql));
+        let before = folder_bytes(folder.path());
+        for arguments in [
+            vec!["verify", "s.db"],
+            vec!["list", "s.db"],
+            vec!["export", "s.db"],
+            vec!["append", "s.db", "--session", "a"],
+        ] {
+            let mut command = sessionlog(&arguments);
+            command.current_dir(folder.path());
+            let refused = crate::cli_support::run_command(
+                command,
+                Some("{\"type\":\"turn/start\",\"data\":{\"turnId\":\"t1\"}}\n"),
+            );
+            assert_eq!(refused.code, 1, "{object}: {arguments:?}: {refused:?}");
+            assert!(
+                refused.stderr.contains(object),
+                "{object}: {}",
+                refused.stderr
+            );
+        }
+        assert_eq!(
+            folder_bytes(folder.path()),
+            before,
+            "{object}: nothing written"
+        );
+    }
+}
+
 /// Runs `command` without write permission on `folder`: as the `nobody`
 /// user when the tests run as root (whom permissions do not stop), else
 /// with the folder and its files made read-only.

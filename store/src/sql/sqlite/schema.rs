@@ -150,6 +150,11 @@ pub(super) fn open_connection(path: &Path, access: Access) -> Result<Connection,
     connection
         .busy_timeout(BUSY_TIMEOUT)
         .map_err(sqlite_error("set the busy timeout", path))?;
+    // Functions with side effects are never run from the schema's own SQL
+    // (defence in depth: the store refuses triggers and views outright).
+    connection
+        .pragma_update(None, "trusted_schema", "OFF")
+        .map_err(sqlite_error("distrust the schema", path))?;
     Ok(connection)
 }
 
@@ -230,6 +235,28 @@ fn identify_in(connection: &Connection, path: &Path) -> Result<Identity, StoreEr
     let ours = ["events", "sessions"]
         .iter()
         .all(|table| tables.iter().any(|name| name == table));
+    // A trigger or a view is SQL of someone else's that would run inside
+    // this store's statements (a trigger on every append: it could loop
+    // for ever holding the session's lock, or rewrite rows): never made by
+    // sessionlog, so never opened.
+    let foreign: Vec<String> = connection
+        .prepare(
+            "SELECT type || ' ' || name FROM sqlite_master WHERE type IN ('trigger', 'view')
+             ORDER BY type, name",
+        )
+        .and_then(|mut statement| {
+            statement
+                .query_map([], |row| row.get(0))
+                .and_then(|rows| rows.collect())
+        })
+        .map_err(sqlite_error("read the schema", path))?;
+    if version >= 1 && ours && !foreign.is_empty() {
+        return Ok(Identity::Foreign(format!(
+            "the schema holds {}, which sessionlog never makes: SQL of its own that \
+             would run inside the store's reads and writes (drop it to open the store)",
+            foreign.join(", ")
+        )));
+    }
     Ok(match (version, tables.is_empty()) {
         (0, true) => Identity::Empty,
         (1.., _) if ours => Identity::Sessionlog(version),
