@@ -734,6 +734,63 @@ fn report(store: &Path, out: &Path) -> String {
     String::from_utf8(read(out)).unwrap_or_else(|error| panic!("the report is UTF-8: {error}"))
 }
 
+/// What sits at the report's name is replaced, never written through: a
+/// hard link to another file keeps that file as it was, and a FIFO (which
+/// an open for writing waits on for ever) is replaced too.
+#[test]
+fn report_replaces_what_sits_at_its_name_and_never_writes_through_it() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = temp();
+    let store = hostile_store(dir.path());
+    let victim = dir.path().join("victim.txt");
+    write(&victim, b"not a report\n");
+    let linked = dir.path().join("linked.html");
+    std::fs::hard_link(&victim, &linked).unwrap_or_else(|error| panic!("link: {error}"));
+    let html = report(&store, &linked);
+    assert!(html.contains("data-report"), "the report is at its name");
+    assert_eq!(
+        String::from_utf8_lossy(&read(&victim)),
+        "not a report\n",
+        "the other name keeps its file"
+    );
+    let mode = |path: &Path| {
+        std::fs::metadata(path)
+            .unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+            .mode()
+            & 0o7777
+    };
+    assert_eq!(mode(&linked), 0o600);
+    assert_ne!(mode(&victim), 0o600, "the other file's mode is its own");
+
+    let fifo = dir.path().join("fifo.html");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap_or_else(|error| panic!("mkfifo: {error}"));
+    assert!(made.success());
+    let args = [
+        "report",
+        &store.display().to_string(),
+        "--html",
+        &fifo.display().to_string(),
+    ]
+    .map(str::to_owned);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let finished = crate::cli_support::run_within(&args, std::time::Duration::from_secs(60));
+    assert_eq!(
+        finished.map(|(code, _)| code),
+        Some(0),
+        "the report over a FIFO"
+    );
+    assert!(std::fs::metadata(&fifo).is_ok_and(|metadata| metadata.is_file()));
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap_or_else(|error| panic!("list: {error}"))
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_name().to_string_lossy().contains(".tmp-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
 #[test]
 fn report_is_self_contained_and_escapes_log_text() {
     let dir = temp();

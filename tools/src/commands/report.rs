@@ -1354,20 +1354,37 @@ const SCRIPT: &str = "
 ";
 
 /// Writes the report readable by its owner only (0600, like the logs it
-/// shows), never through a symlink planted at its name.
+/// shows): to a new file beside `out` (`O_EXCL`, never through a symlink),
+/// then renamed over it. Whatever sat at `out` is replaced, never written
+/// through: a hard link to another file, a FIFO, another user's file.
 fn write_private(out: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(out)?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    file.write_all(bytes)?;
-    file.sync_all()
+    use std::os::unix::fs::OpenOptionsExt;
+    let name = out
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("the output names no file"))?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos());
+    let mut temporary = std::ffi::OsString::from(".");
+    temporary.push(name);
+    temporary.push(format!(".tmp-{}-{nanos}", std::process::id()));
+    let temporary = out.with_file_name(temporary);
+    let written = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&temporary)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&temporary, out)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    written
 }
 
 #[cfg(test)]
