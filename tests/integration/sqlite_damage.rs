@@ -456,6 +456,80 @@ fn a_trigger_or_a_view_in_the_schema_is_refused_by_every_command() {
     }
 }
 
+/// The files SQLite keeps beside a database, and the lock folder, made by
+/// another user (who could read every event written through them, change
+/// what is read, or hold every session locked) are refused, named; the
+/// owner's own, left readable by others, are made private.
+#[test]
+fn companions_another_user_made_are_refused_and_the_owners_made_private() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let turn = "{\"type\":\"turn/start\",\"data\":{\"turnId\":\"t1\"}}\n";
+    let append = |folder: &Path| {
+        let mut command = sessionlog(["append", "s.db", "--session", "a"]);
+        command.current_dir(folder);
+        crate::cli_support::run_command(command, Some(turn))
+    };
+    let mode = |path: &Path| ok(std::fs::symlink_metadata(path)).mode() & 0o777;
+    // The owner's own, open to everyone: made private.
+    let folder = ok(tempfile::tempdir());
+    let database = folder.path().join("s.db");
+    run(["create", &text(&database), "--session", "a"]).expect_code(0);
+    let wal = folder.path().join("s.db-wal");
+    let locks = folder.path().join("s.db.locks");
+    ok(std::fs::write(&wal, b""));
+    ok(std::fs::set_permissions(
+        &wal,
+        std::fs::Permissions::from_mode(0o666),
+    ));
+    ok(std::fs::create_dir(&locks));
+    ok(std::fs::set_permissions(
+        &locks,
+        std::fs::Permissions::from_mode(0o777),
+    ));
+    let appended = append(folder.path());
+    assert_eq!(appended.code, 0, "{appended:?}");
+    assert_eq!(mode(&locks), 0o700);
+    if wal.exists() {
+        assert_eq!(mode(&wal), 0o600);
+    }
+    // Another user's: only root can make one here.
+    if !running_as_root() {
+        eprintln!("note: not root; the case of another user's files needs chown");
+        return;
+    }
+    for (name, make) in [
+        ("s.db-wal", false),
+        ("s.db-shm", false),
+        ("s.db.locks", true),
+    ] {
+        let folder = ok(tempfile::tempdir());
+        let database = folder.path().join("s.db");
+        run(["create", &text(&database), "--session", "a"]).expect_code(0);
+        let planted = folder.path().join(name);
+        match make {
+            true => ok(std::fs::create_dir(&planted)),
+            false => ok(std::fs::write(&planted, b"")),
+        }
+        ok(std::os::unix::fs::chown(
+            &planted,
+            Some(65_534),
+            Some(65_534),
+        ));
+        let refused = append(folder.path());
+        assert_eq!(refused.code, 1, "{name}: {refused:?}");
+        assert!(
+            refused.stderr.contains(name) && refused.stderr.contains("another user"),
+            "{name}: {}",
+            refused.stderr
+        );
+        assert_eq!(
+            ok(std::fs::symlink_metadata(&planted)).uid(),
+            65_534,
+            "{name}: left as it was"
+        );
+    }
+}
+
 /// Runs `command` without write permission on `folder`: as the `nobody`
 /// user when the tests run as root (whom permissions do not stop), else
 /// with the folder and its files made read-only.

@@ -1164,9 +1164,43 @@ impl SqliteStore {
                     false => StoreError::io("open lock folder", folder, source),
                 }
             })?;
+        // The folder and the lock file are the database owner's: another
+        // user's would let that user hold every session locked.
+        let owner = |what: &'static str, place: &Path, file: &File| -> Result<(), StoreError> {
+            use std::os::unix::fs::MetadataExt;
+            let database = std::fs::metadata(&self.shared.path)
+                .map_err(|source| StoreError::io("stat", &self.shared.path, source))?;
+            let found = file
+                .metadata()
+                .map_err(|source| StoreError::io(what, place, source))?;
+            if found.uid() != database.uid() {
+                return Err(StoreError::io(
+                    what,
+                    place,
+                    io::Error::new(
+                        io::ErrorKind::PermissionDenied,
+                        format!(
+                            "owned by uid {}, not by the database's owner (uid {}): another \
+                             user made it; remove it",
+                            found.uid(),
+                            database.uid()
+                        ),
+                    ),
+                ));
+            }
+            if found.mode() & 0o022 != 0 {
+                use std::os::unix::fs::PermissionsExt;
+                let private = std::fs::Permissions::from_mode(found.mode() & 0o700);
+                file.set_permissions(private)
+                    .map_err(|source| StoreError::io(what, place, source))?;
+            }
+            Ok(())
+        };
+        owner("open lock folder", folder, &directory)?;
         let path = self.lock_path(id);
         let file = open_lock_file(&directory, &format!("{id}.lock"))
             .map_err(|source| StoreError::io("open lock file", &path, source))?;
+        owner("open lock file", &path, &file)?;
         match crate::jsonl::lock_exclusive(&file) {
             Ok(true) => Ok(file),
             Ok(false) => Err(StoreError::Locked {

@@ -133,6 +133,9 @@ pub(super) enum Access {
 }
 
 pub(super) fn open_connection(path: &Path, access: Access) -> Result<Connection, StoreError> {
+    if access != Access::Immutable {
+        check_companions(path)?;
+    }
     let base = OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_NOFOLLOW;
     let connection = match access {
         Access::ReadWrite => {
@@ -156,6 +159,55 @@ pub(super) fn open_connection(path: &Path, access: Access) -> Result<Connection,
         .pragma_update(None, "trusted_schema", "OFF")
         .map_err(sqlite_error("distrust the schema", path))?;
     Ok(connection)
+}
+
+/// Refuses a `-wal`, `-shm` or `-journal` beside the database that another
+/// user made (its owner is not the database's): SQLite would read and
+/// write the database's changes through it, so that user could read every
+/// event written, and change what is read. One of the owner's that others
+/// may read is made 0600 by the owner, as the database file is.
+pub(super) fn check_companions(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let database = match std::fs::metadata(path) {
+        Ok(metadata) => metadata,
+        // Opening names what is wrong with the database itself.
+        Err(_) => return Ok(()),
+    };
+    for suffix in ["-wal", "-shm", "-journal"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        let companion = PathBuf::from(name);
+        let Ok(metadata) = std::fs::symlink_metadata(&companion) else {
+            continue;
+        };
+        if metadata.uid() != database.uid() {
+            return Err(StoreError::io(
+                "open the database",
+                companion,
+                io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!(
+                        "owned by uid {}, not by the database's owner (uid {}): another user \
+                         made it, and SQLite would read and write the database's changes \
+                         through it; remove it while no process has the database open",
+                        metadata.uid(),
+                        database.uid()
+                    ),
+                ),
+            ));
+        }
+        if metadata.is_file() && metadata.mode() & 0o077 != 0 {
+            // Refused (EPERM) to a reader who is not the owner: theirs to
+            // read, not to change.
+            match std::fs::set_permissions(&companion, std::fs::Permissions::from_mode(0o600)) {
+                Err(error) if error.kind() != io::ErrorKind::PermissionDenied => {
+                    return Err(StoreError::io("make private (chmod 600)", companion, error));
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `file:<path>?immutable=1`, the path percent-encoded.
