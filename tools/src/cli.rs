@@ -412,6 +412,10 @@ pub enum Command {
     },
     /// List the sessions of a store from their headers.
     ///
+    /// Only the headers are read, so a listing costs the same however long
+    /// the sessions are: a damaged header is refused (exit 2), damage after
+    /// it is left to `verify`.
+    ///
     /// A store with no sessions lists nothing, exit 0, with a warning on
     /// stderr ("no sessions found in X"): a mistyped path holds none either.
     #[command(after_help = "Example:\n  sessionlog list examples/sessions --tree")]
