@@ -1201,6 +1201,29 @@ fn a_record_above_the_limit_is_named_with_its_source_line() {
         4,
         "codex-",
     );
+
+    // A line too long to give any record is refused before it is parsed
+    // (parsed, a line can take twenty times its size), named by its place.
+    let longer = "y".repeat(sessionlog_schema::MAX_RECORD_BYTES + (2 << 20));
+    let lines = [
+        claude_line(
+            "user",
+            "u1",
+            serde_json::json!({ "role": "user", "content": "hi" }),
+        ),
+        claude_line("assistant", "a1", assistant(&longer)),
+    ];
+    let name = "0b160000-0000-4000-8000-000000000003.jsonl";
+    let file = dir.path().join(name);
+    ok(std::fs::write(&file, lines.join("\n") + "\n"));
+    let run = import("claude", &[file], &dir.path().join("long"));
+    run.expect_code(1);
+    let expected = format!("{name} line 2 (byte offset {})", lines[0].len() + 1);
+    assert!(
+        run.stderr.contains(&expected) && run.stderr.contains("a line may hold"),
+        "{expected:?} in {}",
+        run.stderr
+    );
 }
 
 /// Two sources whose ids map to one session id: the second is skipped, and

@@ -10,7 +10,12 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use sessionlog_schema::{SessionId, MAX_SESSION_ID_LEN};
+use sessionlog_schema::{SessionId, MAX_RECORD_BYTES, MAX_SESSION_ID_LEN};
+
+/// The longest transcript line an import reads: the record limit and 1 MiB
+/// for what a mapping leaves out of a line (its metadata). No longer line
+/// could give a record.
+pub const MAX_LINE_BYTES: usize = MAX_RECORD_BYTES + (1 << 20);
 
 /// One non-blank line of a transcript.
 #[derive(Debug, Clone)]
@@ -151,6 +156,22 @@ pub fn read_lines(file: &Path, bytes: &[u8]) -> Result<Vec<SourceLine>, ImportEr
         };
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
+        }
+        // Parsed, a line takes many times its size (an array of small
+        // numbers, twenty): one too long to give a record is refused
+        // before it is parsed, so that a compressed file of one huge line
+        // cannot make the import hold gigabytes.
+        if line.len() > MAX_LINE_BYTES {
+            return Err(ImportError::at_place(
+                file,
+                place,
+                format!(
+                    "{} bytes, above the {MAX_LINE_BYTES} a line may hold (a record holds at \
+                     most {MAX_RECORD_BYTES} bytes, and what a mapping leaves out of a line is \
+                     far less than the rest)",
+                    line.len()
+                ),
+            ));
         }
         let text = std::str::from_utf8(line).map_err(|error| {
             ImportError::at_place(
