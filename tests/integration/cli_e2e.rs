@@ -381,6 +381,37 @@ fn every_exit_code_comes_from_a_crafted_input() {
         "{}",
         review.stdout
     );
+    // A lone log whose header is damaged, or an empty file: INVALID_LOG on
+    // stdout, as for damage met after the header, from both commands.
+    ok(std::fs::write(dir.join("empty.jsonl"), ""));
+    let damaged = ok(std::fs::read_to_string(dir.join("clean.jsonl"))).replacen("/", "|", 1);
+    ok(std::fs::write(dir.join("header.jsonl"), damaged));
+    for log in ["empty.jsonl", "header.jsonl"] {
+        for record in [
+            &[][..],
+            &["--record", "--endpoint", "http://127.0.0.1:9/v1"],
+        ] {
+            let command = if record.is_empty() {
+                "review-request"
+            } else {
+                "review"
+            };
+            let mut args = vec![
+                command.to_owned(),
+                text(&dir.join(log)),
+                "--pending".to_owned(),
+                text(&pending),
+            ];
+            args.extend(record.iter().map(|arg| (*arg).to_owned()));
+            let refused = run(args);
+            refused.expect_code(2);
+            assert!(
+                refused.stdout.starts_with("{\"error\":\"INVALID_LOG\""),
+                "{command} {log}: {}",
+                refused.stdout
+            );
+        }
+    }
     let result = run_with_stdin(["review-result"], r#"{"blocks":[],"stop":"stop"}"#);
     result.expect_code(5);
     assert!(

@@ -105,7 +105,12 @@ pub fn call(
         };
     }
     let target = Target::open_for_writing(&args.store)?;
-    let session = target.session(args.session.as_deref())?;
+    // A lone log's header is read here: its damage is the log's, said as
+    // INVALID_LOG on stdout as damage met later is.
+    let session = match target.session(args.session.as_deref()) {
+        Ok(session) => session,
+        Err(error) => return invalid_log(error),
+    };
     let options = WriterOptions {
         durability: Durability::Fsync,
         keep_snapshot: true,
@@ -193,7 +198,10 @@ fn request_from_snapshot(
     max_bytes: usize,
 ) -> Result<Result<(String, String), u8>> {
     let target = Target::open(&args.store)?;
-    let session = target.session(args.session.as_deref())?;
+    let session = match target.session(args.session.as_deref()) {
+        Ok(session) => session,
+        Err(error) => return invalid_log(error).map(Err),
+    };
     let read = match read_for_review(&target, &session) {
         Ok(read) => read,
         Err(error) => return invalid_log(error).map(Err),
