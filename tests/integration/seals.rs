@@ -302,6 +302,35 @@ fn report_fails_the_trust_file_on_an_own_seal_that_is_no_valid_seal() {
     assert!(!page.contains("every seal is signed by a key of the trust file"));
 }
 
+/// Seals that hold, signed by a key the trust file does not list: the
+/// report exits 7 and says so on stderr, as a seal that does not hold is
+/// said (it once exited 7 without a word).
+#[test]
+fn report_says_which_sessions_the_trust_file_does_not_trust() {
+    let dir = ok(tempfile::tempdir());
+    let (store, _) = signed_store(dir.path());
+    let other = dir.path().join("other.key");
+    run(["keygen", path_str(&other)]).expect_code(0);
+    let public = format!("{}.pub", path_str(&other));
+    let html = dir.path().join("report.html");
+    let reported = run([
+        "report",
+        path_str(&store),
+        "--trust",
+        &public,
+        "--html",
+        path_str(&html),
+    ]);
+    assert_eq!(reported.code, 7, "{}", reported.stderr);
+    assert!(
+        reported
+            .stderr
+            .contains("1 session whose seals the trust file does not trust"),
+        "{}",
+        reported.stderr
+    );
+}
+
 #[test]
 fn a_record_edited_before_a_seal_with_its_crc_recomputed_fails_the_seal() {
     let dir = ok(tempfile::tempdir());

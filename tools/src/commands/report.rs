@@ -465,6 +465,22 @@ pub fn run(
             out.display()
         ));
     }
+    // Seals that hold but that the trust file does not trust (signed by no
+    // listed key) are no violation of the log: said apart, as they exit 7.
+    let untrusted = sections
+        .iter()
+        .filter(|section| {
+            matches!(section, Section::Shown { summary, seals, .. }
+                if seals.failed && summary.timeline.seal_failures == 0)
+        })
+        .count();
+    if untrusted > 0 {
+        warn(format!(
+            "{untrusted} session{} whose seals the trust file does not trust; each is marked in {}",
+            if untrusted == 1 { "" } else { "s" },
+            out.display()
+        ));
+    }
     Ok(code)
 }
 
