@@ -975,6 +975,19 @@ fn replay_at(columns: usize, name: &str, extra: &[&str]) -> Run {
     crate::cli_support::run_command(command, None)
 }
 
+/// A `COLUMNS` as wide as a number can be is laid out as the widest line
+/// allowed, never an overflow (a debug build panicked multiplying it).
+#[test]
+fn replay_takes_any_columns_a_script_sets() {
+    let widest = replay_at(usize::MAX, "auto-review", &[]);
+    widest.expect_code(0);
+    assert_eq!(
+        widest.stdout,
+        replay_at(100_000, "auto-review", &[]).stdout,
+        "laid out as the widest allowed"
+    );
+}
+
 /// Whether `line` opens an entry: it starts with a time of day.
 fn opens_entry(line: &str) -> bool {
     let bytes = line.as_bytes();

@@ -413,16 +413,21 @@ pub fn stdout_is_terminal() -> bool {
     io::IsTerminal::is_terminal(&io::stdout())
 }
 
+/// The widest line a timeline is laid out for: far wider than any screen,
+/// and small enough that the layout's arithmetic never overflows.
+pub const MAX_OUTPUT_COLUMNS: usize = 100_000;
+
 /// The columns a timeline printed on standard output should fit: `COLUMNS`
 /// when it holds a number (as shells export it, and as a script may set
-/// it), else the width of the terminal standard output is, else 80.
+/// it; at most [`MAX_OUTPUT_COLUMNS`]), else the width of the terminal
+/// standard output is, else 80.
 pub fn output_columns() -> usize {
     let from_environment = std::env::var("COLUMNS")
         .ok()
         .and_then(|columns| columns.trim().parse::<usize>().ok())
         .filter(|columns| *columns > 0);
     if let Some(columns) = from_environment {
-        return columns;
+        return columns.min(MAX_OUTPUT_COLUMNS);
     }
     if stdout_is_terminal() {
         if let Some((_, columns)) = console::Term::stdout().size_checked() {
