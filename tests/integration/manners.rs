@@ -953,6 +953,41 @@ fn salvage_of_a_folder_says_it_takes_one_log_file() {
 // review-request: the pending action on standard input, and what helps
 // ---------------------------------------------------------------------------
 
+/// The examples of `append --help` run, one after the other, on the session
+/// `create`'s example makes, with the binary under test.
+#[test]
+fn append_help_examples_run_in_order() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let help = run(["append", "--help"]);
+    help.expect_code(0);
+    let examples: Vec<&str> = help
+        .stdout
+        .lines()
+        .map(str::trim)
+        .filter(|line| line.starts_with("echo "))
+        .collect();
+    assert!(examples.len() >= 2, "{}", help.stdout);
+    let mut create = crate::cli_support::sessionlog(["create", "./sessions", "--session", "s1"]);
+    create.current_dir(dir.path());
+    crate::cli_support::run_command(create, None).expect_code(0);
+    let binary = crate::cli_support::sessionlog_binary()
+        .display()
+        .to_string();
+    for example in examples {
+        let line = example.replace("| sessionlog ", &format!("| '{binary}' "));
+        let ran = std::process::Command::new("sh")
+            .args(["-c", &line])
+            .current_dir(dir.path())
+            .output()
+            .unwrap_or_else(|error| panic!("sh: {error}"));
+        assert!(
+            ran.status.success(),
+            "{example}: {}",
+            String::from_utf8_lossy(&ran.stderr)
+        );
+    }
+}
+
 #[test]
 fn review_request_help_example_runs_on_the_shipped_example() {
     let help = run(["review-request", "--help"]);

@@ -194,7 +194,7 @@ pub enum Command {
     /// seq so a second writer or a stale view is refused (exit 6) instead of
     /// appending twice.
     #[command(
-        after_help = "Examples:\n  echo '{\"type\":\"turn/start\",\"data\":{\"turnId\":\"t1\"}}' | sessionlog append ./sessions --session s1\n  echo '[{\"type\":\"turn/start\",\"data\":{\"turnId\":\"t2\"}},{\"type\":\"turn/end\",\"data\":{\"turnId\":\"t2\"}}]' | sessionlog append ./sessions --session s1 --expect-seq 2"
+        after_help = "Examples:\n  echo '{\"type\":\"turn/start\",\"data\":{\"turnId\":\"t1\"}}' | sessionlog append ./sessions --session s1\n  echo '[{\"type\":\"turn/end\",\"data\":{\"turnId\":\"t1\"}},{\"type\":\"turn/start\",\"data\":{\"turnId\":\"t2\"}}]' | sessionlog append ./sessions --session s1 --expect-seq 2"
     )]
     Append {
         #[command(flatten)]
