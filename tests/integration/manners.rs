@@ -100,6 +100,36 @@ fn verify_and_migrate_of_a_folder_without_sessions_say_so_and_exit_1() {
     assert!(migrated.stderr.contains(&expected), "{}", migrated.stderr);
     assert!(!destination.exists(), "a refused migration creates nothing");
     run(["migrate", &arg(&empty), &arg(&destination), "--allow-empty"]).expect_code(0);
+
+    // Commands of every session warn, as list and stats do, and exit 0;
+    // those of one session say which store held none.
+    let page = dir.path().join("page.html");
+    for args in [
+        vec!["export".to_owned(), arg(&empty)],
+        vec![
+            "report".to_owned(),
+            arg(&empty),
+            "--html".to_owned(),
+            arg(&page),
+        ],
+    ] {
+        let warned = run(&args);
+        warned.expect_code(0);
+        assert!(
+            warned.stderr.contains(&format!("warning: {expected}")),
+            "{args:?}: {}",
+            warned.stderr
+        );
+    }
+    for command in ["replay", "tail", "project"] {
+        let refused = run([command, &arg(&empty)]);
+        refused.expect_code(1);
+        assert!(
+            refused.stderr.contains(&expected),
+            "{command}: {}",
+            refused.stderr
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -307,7 +307,13 @@ impl Target {
         let mut sessions = self.sessions(session)?;
         match sessions.len() {
             1 => Ok(sessions.remove(0)),
-            0 => bail!(UsageError("the store holds no session".into())),
+            0 => {
+                let store = match self {
+                    Target::File(path) => path.as_path(),
+                    Target::Store(store) => store.path(),
+                };
+                bail!(UsageError(no_sessions(store)))
+            }
             n => {
                 const SHOWN: usize = 5;
                 let mut ids: Vec<&str> = sessions

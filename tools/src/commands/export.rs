@@ -15,6 +15,7 @@ use crate::{exit, warn};
 pub fn run(args: &SessionArgs) -> Result<u8> {
     let target = Target::open(&args.store)?;
     let sessions = target.sessions(args.session.as_deref())?;
+    crate::target::warn_if_no_sessions(sessions.len(), &args.store);
     for session in &sessions {
         let stream = target.stream(session)?;
         if let Some(torn) = stream.finish()? {

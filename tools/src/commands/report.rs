@@ -336,6 +336,7 @@ pub fn run(
     let target = Target::open(&args.store)?;
     refuse_store_files(out, &args.store)?;
     let sessions = target.sessions(args.session.as_deref())?;
+    crate::target::warn_if_no_sessions(sessions.len(), &args.store);
     let defaults = defaults.defaults();
     // Both reads of a database see one moment of it.
     let _held = target.hold_read()?;
