@@ -1176,6 +1176,66 @@ fn report_keeps_a_long_summary_whole_in_a_cell_that_opens() {
     );
 }
 
+/// A report written again over an earlier one of the same name leaves none
+/// of its pages: fewer pages replace more, and a single page replaces them
+/// all (their folder goes too).
+#[test]
+fn a_report_written_again_leaves_no_page_of_the_one_before() {
+    let dir = temp();
+    let out = dir.path().join("audit.html");
+    let pages = dir.path().join("audit-pages");
+    let report = |extra: &[&str]| {
+        let mut args = vec![
+            "report".to_owned(),
+            examples().display().to_string(),
+            "--html".to_owned(),
+            out.display().to_string(),
+        ];
+        args.extend(extra.iter().map(|arg| (*arg).to_owned()));
+        run(args).expect_code(0);
+    };
+    let names = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&pages)
+            .unwrap_or_else(|error| panic!("{}: {error}", pages.display()))
+            .map(|entry| {
+                entry
+                    .unwrap_or_else(|error| panic!("{error}"))
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        names.sort();
+        names
+    };
+    report(&["--page-events", "2"]);
+    let many = names();
+    report(&["--page-events", "10"]);
+    let fewer = names();
+    assert!(
+        fewer.len() < many.len(),
+        "{} then {}",
+        many.len(),
+        fewer.len()
+    );
+    let index = String::from_utf8(read(&out)).unwrap_or_else(|error| panic!("{error}"));
+    for name in &fewer {
+        assert!(
+            index.contains(&format!(
+                "audit-pages/{}",
+                name.split('-').next().unwrap_or("")
+            )),
+            "{name} is a page of the index"
+        );
+    }
+    assert!(
+        fewer.iter().all(|name| many.contains(name)),
+        "pages named as before"
+    );
+    report(&[]);
+    assert!(!pages.exists(), "a single page leaves no pages folder");
+}
+
 #[test]
 fn a_big_report_is_an_index_and_pages_that_link_each_other() {
     let dir = temp();

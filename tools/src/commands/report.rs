@@ -411,6 +411,10 @@ pub fn run(
     if events <= page_events {
         let html = render(&written)?;
         write_private(out, html.as_bytes()).with_context(|| format!("write {}", out.display()))?;
+        // The pages of an earlier paged report of that name are replaced
+        // too: by none.
+        let folder = out.with_file_name(pages_folder_name(out)?);
+        remove_stale_pages(&folder, &std::collections::HashSet::new())?;
     } else {
         write_paged(out, &written, page_events.max(1))?;
     }
@@ -738,6 +742,7 @@ fn write_paged(out: &Path, written: &Written<'_>, page_events: usize) -> Result<
         .unwrap_or_default()
         .to_owned();
     let folder = out.with_file_name(&folder_name);
+    let mut pages_written = std::collections::HashSet::new();
     create_private_folder(&folder)
         .with_context(|| format!("create the pages' folder {}", folder.display()))?;
     let family = Family::of(sections);
@@ -800,9 +805,11 @@ fn write_paged(out: &Path, written: &Written<'_>, page_events: usize) -> Result<
             html.push_str("</section>\n</main>\n");
             html.push_str(&pager);
             page_end(&mut html);
-            let path = folder.join(page_name(id, number));
+            let name = page_name(id, number);
+            let path = folder.join(&name);
             write_private(&path, html.as_bytes())
                 .with_context(|| format!("write {}", path.display()))?;
+            pages_written.insert(name);
             if let Some(last) = chunk
                 .iter()
                 .rev()
@@ -821,7 +828,38 @@ fn write_paged(out: &Path, written: &Written<'_>, page_events: usize) -> Result<
     }
     index.push_str("</main>\n");
     page_end(&mut index);
-    write_private(out, index.as_bytes()).with_context(|| format!("write {}", out.display()))
+    write_private(out, index.as_bytes()).with_context(|| format!("write {}", out.display()))?;
+    remove_stale_pages(&folder, &pages_written)
+}
+
+/// Removes the pages in `folder` (its `.html` files) that this report did
+/// not write, `written`: those of an earlier report of the same name would
+/// still link to each other and show what the store held then. A folder
+/// left empty is removed; a missing one is nothing to do.
+fn remove_stale_pages(folder: &Path, written: &std::collections::HashSet<String>) -> Result<()> {
+    let entries = match std::fs::read_dir(folder) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => {
+            return Err(error).with_context(|| format!("read {}", folder.display()));
+        }
+    };
+    for entry in entries {
+        let entry = entry.with_context(|| format!("read {}", folder.display()))?;
+        let name = entry.file_name();
+        let stale = name
+            .to_str()
+            .is_some_and(|name| name.ends_with(".html") && !written.contains(name));
+        if stale && entry.file_type().is_ok_and(|kind| kind.is_file()) {
+            std::fs::remove_file(entry.path())
+                .with_context(|| format!("remove the stale page {}", entry.path().display()))?;
+        }
+    }
+    if written.is_empty() {
+        // Only when nothing else is left in it.
+        let _ = std::fs::remove_dir(folder);
+    }
+    Ok(())
 }
 
 /// The navigation of page `number` of `pages`: the index, the neighbours,
