@@ -722,6 +722,12 @@ fn replay_and_report_show_seals_and_mark_a_failed_one() {
         "{}",
         stats.stdout
     );
+    // A script tells them apart too, in the totals and for the session.
+    let json = run(["stats", path_str(&store), "--json"]);
+    let counted: serde_json::Value = ok(serde_json::from_str(&json.stdout));
+    assert_eq!(counted["totals"]["violations"], 3, "{}", json.stdout);
+    assert_eq!(counted["totals"]["sealFailures"], 3, "{}", json.stdout);
+    assert_eq!(counted["sessions"][0]["sealFailures"], 3, "{}", json.stdout);
 }
 
 /// Builds a log through the writer: `events` turns' worth of events, a

@@ -44,9 +44,8 @@ struct SessionStats {
     /// JSON).
     #[serde(skip)]
     header_breaks: bool,
-    /// How many of those are seals that do not hold (said apart, not a
-    /// member of the JSON).
-    #[serde(skip)]
+    /// How many of those are seals that do not hold (exit 7, where the
+    /// rest is exit 4).
     seal_failures: u64,
     events_by_type: BTreeMap<String, u64>,
     unknown_types: BTreeMap<String, u64>,
@@ -64,9 +63,8 @@ struct Totals {
     /// Sessions whose log could not be opened or read.
     unreadable: u64,
     violations: u64,
-    /// How many of those are seals that do not hold (said apart in
-    /// people's output, not a member of the JSON).
-    #[serde(skip)]
+    /// How many of those are seals that do not hold (exit 7, where the
+    /// rest is exit 4).
     seal_failures: u64,
     events_by_type: BTreeMap<String, u64>,
     unknown_types: BTreeMap<String, u64>,
@@ -375,6 +373,17 @@ fn write_block(chunk: &[SessionStats], layout: Layout) -> Result<String> {
                 );
                 if let Some(bytes) = stats.torn_tail_bytes {
                     let _ = write!(block, ", torn tail of {bytes} bytes");
+                }
+                if stats.violations > 0 {
+                    let _ = write!(
+                        block,
+                        ", {}",
+                        crate::terminal::what_breaks(
+                            stats.violations,
+                            stats.seal_failures,
+                            u64::from(stats.header_breaks)
+                        )
+                    );
                 }
                 if let Some(message) = &stats.corrupt {
                     let _ = write!(block, ", CORRUPT: {message}");
