@@ -786,9 +786,14 @@ fn report_replaces_what_sits_at_its_name_and_never_writes_through_it() {
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap_or_else(|error| panic!("list: {error}"))
         .filter_map(Result::ok)
-        .filter(|entry| entry.file_name().to_string_lossy().contains(".tmp-"))
+        .filter(|entry| entry.file_name().to_string_lossy().ends_with(".tmp"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    // The longest name a file system allows is a name for the report.
+    let longest = dir.path().join(format!("{}.html", "z".repeat(250)));
+    let html = report(&store, &longest);
+    assert!(html.contains("data-report"));
 }
 
 #[test]

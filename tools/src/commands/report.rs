@@ -835,15 +835,14 @@ fn write_paged(out: &Path, written: &Written<'_>, page_events: usize) -> Result<
 /// Removes the pages in `folder` (its `.html` files) that this report did
 /// not write, `written`: those of an earlier report of the same name would
 /// still link to each other and show what the store held then. A folder
-/// left empty is removed; a missing one is nothing to do.
+/// left empty is removed; a missing one (or a symlink) is nothing to do.
 fn remove_stale_pages(folder: &Path, written: &std::collections::HashSet<String>) -> Result<()> {
-    let entries = match std::fs::read_dir(folder) {
-        Ok(entries) => entries,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(error) => {
-            return Err(error).with_context(|| format!("read {}", folder.display()));
-        }
-    };
+    // No folder there (a name too long for one included): no page.
+    if !std::fs::symlink_metadata(folder).is_ok_and(|metadata| metadata.is_dir()) {
+        return Ok(());
+    }
+    let entries =
+        std::fs::read_dir(folder).with_context(|| format!("read {}", folder.display()))?;
     for entry in entries {
         let entry = entry.with_context(|| format!("read {}", folder.display()))?;
         let name = entry.file_name();
@@ -1415,16 +1414,15 @@ const SCRIPT: &str = "
 fn write_private(out: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let name = out
-        .file_name()
-        .ok_or_else(|| std::io::Error::other("the output names no file"))?;
+    if out.file_name().is_none() {
+        return Err(std::io::Error::other("the output names no file"));
+    }
+    // A short name of its own, so that any name the file system allows for
+    // the report leaves room for it.
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| since.as_nanos());
-    let mut temporary = std::ffi::OsString::from(".");
-    temporary.push(name);
-    temporary.push(format!(".tmp-{}-{nanos}", std::process::id()));
-    let temporary = out.with_file_name(temporary);
+    let temporary = out.with_file_name(format!(".report-{}-{nanos}.tmp", std::process::id()));
     let written = (|| {
         let mut file = std::fs::OpenOptions::new()
             .write(true)
