@@ -1018,6 +1018,34 @@ fn append_help_examples_run_in_order() {
     }
 }
 
+/// `review-result -` reads standard input, as `--pending -` does; a report
+/// of pages of no event is refused as a usage error.
+#[test]
+fn review_result_reads_a_dash_as_standard_input_and_pages_hold_an_event() {
+    let reply = r#"{"blocks":[],"stop":"stop"}"#;
+    let dashed = crate::cli_support::run_with_stdin(["review-result", "-"], reply);
+    let absent = crate::cli_support::run_with_stdin(["review-result"], reply);
+    dashed.expect_code(5);
+    assert_eq!(dashed.stdout, absent.stdout);
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let out = dir.path().join("r.html");
+    let refused = run([
+        "report",
+        &arg(&workspace_root().join("examples/sessions")),
+        "--html",
+        &arg(&out),
+        "--page-events",
+        "0",
+    ]);
+    refused.expect_code(1);
+    assert!(
+        refused.stderr.contains("--page-events"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!out.exists());
+}
+
 #[test]
 fn review_request_help_example_runs_on_the_shipped_example() {
     let help = run(["review-request", "--help"]);

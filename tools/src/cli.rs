@@ -353,7 +353,7 @@ pub enum Command {
     /// Parse a reviewer's reply `{blocks, stop}` strictly into its decision.
     #[command(after_help = "Example:\n  sessionlog review-result reply.json")]
     ReviewResult {
-        /// The reply file (stdin when absent).
+        /// The reply file (standard input when absent, or `-`).
         file: Option<PathBuf>,
     },
     /// Copy every session between backends, then prove the copy identical.
@@ -548,7 +548,8 @@ pub enum Command {
         /// Events a page holds: a bigger report is an index at OUT and
         /// pages of this many events in the folder beside it
         /// (report.html → report-pages/).
-        #[arg(long, value_name = "N", default_value_t = 2000)]
+        #[arg(long, value_name = "N", default_value_t = 2000,
+              value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
         page_events: usize,
         #[command(flatten)]
         defaults: DefaultArgs,

@@ -324,7 +324,8 @@ fn invalid_log(error: anyhow::Error) -> Result<u8> {
 
 /// Runs `review-result`.
 pub fn result(file: Option<&Path>) -> Result<u8> {
-    let reply = read_input(file)?;
+    // `-` is standard input, as for --pending.
+    let reply = read_input(file.filter(|path| *path != Path::new("-")))?;
     match parse_review_result(&reply) {
         Ok(decision) => {
             crate::terminal::print_json_line(&serde_json::to_string(&decision)?)?;
