@@ -19,7 +19,7 @@ use sessionlog_schema::{ApprovalPolicy, Preset, SandboxMode};
 /// (verify), 4 rule violations, 5 fail-closed review error or reviewer
 /// failure, 6 Locked or Conflict, 7 a seal check failed, 8 review-audit found
 /// a decision that differs, 9 diff could not compare the stores, 141 standard
-/// output or error closed before the command finished (`| head`). When
+/// output closed before the command finished (`| head`). When
 /// several apply, 2 wins over 7, 7 over 4, 4 over 3.
 #[derive(Debug, Parser)]
 #[command(name = "sessionlog", version, propagate_version = true)]
@@ -153,8 +153,11 @@ pub enum Command {
     /// Print `{"session", "seq", "chain"}` for the last record of each
     /// session's good prefix: kept elsewhere, these lines are an anchor for
     /// `verify --anchor`.
+    ///
+    /// It checks CRCs and seqs, not the rules nor the seals: run `verify`
+    /// first, as an anchor of a log already changed vouches for the change.
     #[command(
-        after_help = "Example:\n  sessionlog head ./sessions > /safe/place/anchors.jsonl\n  sessionlog verify ./sessions --anchor /safe/place/anchors.jsonl"
+        after_help = "Example:\n  sessionlog verify ./sessions && sessionlog head ./sessions > /safe/place/anchors.jsonl\n  sessionlog verify ./sessions --anchor /safe/place/anchors.jsonl"
     )]
     Head {
         #[command(flatten)]
