@@ -696,8 +696,9 @@ fn a_folder_that_cannot_be_listed_fails_alone() {
 }
 
 /// A transcript whose header would pass the record limit (a `cwd` of
-/// 17 MiB) fails its file, naming the session once: imported, it was a log
-/// `verify` called corrupt at line 1, and a database kept it.
+/// 16 MiB and 64 KiB, in a line short of the longest an import reads) fails
+/// its file, naming the session once: imported, it was a log `verify`
+/// called corrupt at line 1, and a database kept it.
 #[test]
 fn a_header_above_the_record_limit_fails_its_file() {
     let dir = temp();
@@ -707,7 +708,7 @@ fn a_header_above_the_record_limit_fails_its_file() {
         "sessionId": "s-cwd",
         "timestamp": "2025-12-01T10:00:01.000Z",
         "uuid": "u1",
-        "cwd": format!("/{}", "c".repeat(17 << 20)),
+        "cwd": format!("/{}", "c".repeat(sessionlog_schema::MAX_RECORD_BYTES + (64 << 10))),
     });
     let source = dir.path().join("big.jsonl");
     ok(std::fs::write(&source, format!("{line}\n")));
