@@ -267,14 +267,22 @@ pub(crate) fn find(folder: &Path) -> Result<Vec<Leftover>, StoreError> {
     Ok(found)
 }
 
-/// Removes the locks that interrupted migrations into `folder` left (none
-/// holds them) once a run has finished what they had begun (`migrate
-/// --resume`); returns how many.
-pub(crate) fn remove_finished(folder: &Path, io: &Io) -> Result<usize, StoreError> {
+/// Removes the locks that interrupted migrations from `source` into
+/// `folder` left (none holds them) once a run has finished what they had
+/// begun (`migrate --resume` from that source); returns how many. The locks
+/// of migrations from other sources stay: the folder may still lack what
+/// those had not published. A lock that names no source is removed too: a
+/// run writes (and syncs) its source into its lock before it stages
+/// anything, so such a run published nothing.
+pub(crate) fn remove_finished(folder: &Path, source: &str, io: &Io) -> Result<usize, StoreError> {
     let found = find(folder)?;
-    let finished = found
-        .iter()
-        .filter(|leftover| leftover.is_migration_lock() && !leftover.in_use);
+    let finished = found.iter().filter(|leftover| {
+        leftover.is_migration_lock()
+            && !leftover.in_use
+            && leftover
+                .migration_source()
+                .is_none_or(|named| named == source)
+    });
     Ok(remove_each(folder, io, finished)?.len())
 }
 
@@ -447,9 +455,21 @@ mod tests {
         assert_eq!(removed.len(), 3, "{removed:?}");
         assert!(log.exists());
         assert!(run_lock.exists() && stale_lock.exists(), "the locks stay");
-        // Until a run finishes the migrations they mark.
-        assert_eq!(ok(remove_finished(folder.path(), &io)), 2);
-        assert!(!run_lock.exists() && !stale_lock.exists());
+        // Until a run finishes the migrations they mark: one from their
+        // source. A lock cut short (naming no source: its run staged
+        // nothing) goes with any.
+        ok(std::fs::write(&run_lock, lock_text("/src")));
+        ok(std::fs::write(&stale_lock, lock_text("/other")));
+        let unnamed = folder.path().join(migration_lock_name("1-6"));
+        ok(std::fs::write(&unnamed, b""));
+        assert_eq!(ok(remove_finished(folder.path(), "/src", &io)), 2);
+        assert!(!run_lock.exists() && !unnamed.exists());
+        assert!(
+            stale_lock.exists(),
+            "the migration from /other is not finished"
+        );
+        assert_eq!(ok(remove_finished(folder.path(), "/other", &io)), 1);
+        assert!(!stale_lock.exists());
         assert_eq!(ok(store.ids()).len(), 1);
     }
 

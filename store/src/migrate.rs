@@ -491,10 +491,11 @@ fn migrate_from(
             ),
         ));
     }
-    // The migration an interrupted run began is finished: the locks such
-    // runs left, the marks that the folder may lack sessions, go.
+    // The migration an interrupted run from this source began is
+    // finished: the locks such runs left, the marks that the folder may
+    // lack sessions, go (those of runs from other sources stay).
     if let (true, Store::Jsonl(store)) = (options.resume, to) {
-        crate::leftovers::remove_finished(store.folder(), store.io())?;
+        crate::leftovers::remove_finished(store.folder(), &from.resume_name(), store.io())?;
     }
     Ok(MigrateReport {
         sessions: total,
@@ -1020,6 +1021,12 @@ impl<'s> JsonlStaging<'s> {
             .io()
             .write_all(&mut file, &path, leftovers::lock_text(source).as_bytes())
             .map_err(|source| StoreError::io("write", &path, source))?;
+        // Durable before anything is staged: a lock that names no source
+        // after a crash is one whose run published nothing.
+        store
+            .io()
+            .sync_data(&file, &path)
+            .map_err(|source| StoreError::io("fsync", &path, source))?;
         Ok(JsonlStaging {
             store,
             token,

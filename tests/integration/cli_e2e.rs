@@ -665,6 +665,54 @@ fn a_database_header_out_of_vocabulary_is_a_rule_violation_for_every_folding_com
     );
 }
 
+/// `migrate --resume` from one source removes the marks of interrupted
+/// migrations from that source only: the folder may still lack what a
+/// migration from another source had not published, and `verify` names
+/// each unfinished one (it once named the first alone, and a resume from
+/// any source removed them all).
+#[test]
+fn a_resume_removes_only_the_marks_of_migrations_from_its_source() {
+    let folder = ok(tempfile::tempdir());
+    let source = folder.path().join("from-a");
+    run(["create", &text(&source), "--session", "a1"]).expect_code(0);
+    let destination = folder.path().join("dst");
+    run(["migrate", &text(&source), &text(&destination)]).expect_code(0);
+    let absolute = ok(std::path::absolute(&source));
+    let other = folder.path().join("from-b");
+    for (token, named) in [("4242-1", text(&absolute)), ("4243-2", text(&other))] {
+        ok(std::fs::write(
+            destination.join(format!(".migrate-{token}.lock")),
+            format!("{named}\n"),
+        ));
+    }
+    let verified = run(["verify", &text(&destination)]);
+    verified.expect_code(0);
+    for named in [text(&absolute), text(&other)] {
+        assert!(
+            verified
+                .stderr
+                .contains(&format!("sessionlog migrate {named} ")),
+            "{named}: {}",
+            verified.stderr
+        );
+    }
+    run(["migrate", &text(&source), &text(&destination), "--resume"]).expect_code(0);
+    assert!(!destination.join(".migrate-4242-1.lock").exists());
+    assert!(
+        destination.join(".migrate-4243-2.lock").exists(),
+        "the migration from another source is not finished"
+    );
+    let verified = run(["verify", &text(&destination)]);
+    assert!(
+        verified
+            .stderr
+            .contains(&format!("sessionlog migrate {} ", text(&other)))
+            && !verified.stderr.contains(&text(&absolute)),
+        "{}",
+        verified.stderr
+    );
+}
+
 /// The lock of an interrupted migration is not among the files `verify`
 /// says `clean` removes: `clean` keeps it until a run finishes that
 /// migration, which `verify` says instead.

@@ -479,16 +479,14 @@ pub const CLEAN_MIN_AGE: std::time::Duration = std::time::Duration::from_secs(60
 /// its leftovers `found` show may have been interrupted: a lock no run
 /// holds, and another user's lock, which this user cannot test.
 pub fn warn_of_migration_locks(folder: &std::path::Path, found: &[sessionlog_store::Leftover]) {
-    let lock = |unsure: fn(&sessionlog_store::Leftover) -> bool| {
-        found
-            .iter()
-            .find(|leftover| leftover.is_migration_lock() && unsure(leftover))
-    };
-    if let Some(lock) = lock(|leftover| !leftover.in_use) {
-        crate::warn(interrupted_migration(folder, lock));
-    }
-    if let Some(lock) = lock(|leftover| leftover.untestable) {
-        crate::warn(migration_of_another_user(folder, lock));
+    // One warning for each: each is a migration of its own to finish.
+    for lock in found.iter().filter(|leftover| leftover.is_migration_lock()) {
+        if !lock.in_use {
+            crate::warn(interrupted_migration(folder, lock));
+        }
+        if lock.untestable {
+            crate::warn(migration_of_another_user(folder, lock));
+        }
     }
 }
 
