@@ -9,7 +9,7 @@
 //! whoever knows the trust file or the anchor.
 
 use serde::Deserialize;
-use sessionlog_schema::{seal_message, ChainValue, Seal, SealPublicKey, SessionId};
+use sessionlog_schema::{seal_message, ChainValue, Seal, SealPublicKey, SessionHeader, SessionId};
 
 use crate::SessionState;
 
@@ -145,6 +145,35 @@ pub(crate) fn check_own_seal(
             .map_err(|reason| format!("seal failure: {reason}"))?;
     }
     Ok(())
+}
+
+/// Whether a seal at `seq` within the seed of the session whose header is
+/// `header` may be inherited. A parent's seal is signed for the parent's
+/// id: one whose signature verifies for this session's own id was made for
+/// this session, an own seal that a header raised over it (its
+/// `seedLength`, with a `parentSession` named to allow one) made read as
+/// inherited, so that its chain went unchecked. It fails as the own seal
+/// it is would: the header changed under it. (An unsigned seal says
+/// nothing of whose it is: only an anchor, or `--require-sealed` with
+/// `--trust`, guards the seed's bound then.)
+pub(crate) fn check_inherited_seal(
+    header: &SessionHeader,
+    seq: u64,
+    seal: &Seal,
+) -> Result<(), String> {
+    let Some(signature) = &seal.signature else {
+        return Ok(());
+    };
+    let message = seal_message(&header.id, seal.through_seq, &seal.chain);
+    match signature.verify(message.as_bytes()) {
+        Ok(()) => Err(format!(
+            "seal failure: the seal at seq {seq} is signed for session {} itself, yet lies \
+             within the {} events its header says it inherits: the header was changed so \
+             that the session's own seal would read as inherited",
+            header.id, header.seed_length
+        )),
+        Err(_) => Ok(()),
+    }
 }
 
 /// `verify --trust`: an own seal must be signed by one of `trusted`.

@@ -27,7 +27,7 @@ use sessionlog_schema::{
 
 use crate::authority::may_be_shown;
 use crate::chain::Chain;
-use crate::seal::check_own_seal;
+use crate::seal::{check_inherited_seal, check_own_seal};
 use crate::{SealInfo, Violation, ViolationKind};
 
 /// The violation of an event at `seq` whose type is spelled in characters
@@ -809,6 +809,9 @@ impl SessionState {
                 check_own_seal(&self.header.id, seq, seal, &self.chain.value())
                     .map_err(|message| Violation::seal(seq, event_type, message))?;
             }
+        } else if let EventView::Seal(seal) = view {
+            check_inherited_seal(&self.header, seq, seal)
+                .map_err(|message| Violation::seal(seq, event_type, message))?;
         }
         Ok(())
     }

@@ -833,6 +833,45 @@ fn a_root_header_that_seeds_its_sealed_events_is_corrupt() {
     );
 }
 
+/// A header given a parent and a seed that reaches over the session's own
+/// signed seals, with a record under them edited: the seals, signed for
+/// this session and not its parent, fail as the own seals they are (the
+/// demotion once made them read as inherited, checked for shape only, and
+/// `verify --trust` passed the edited log).
+#[test]
+fn own_signed_seals_a_raised_seed_would_make_inherited_still_fail() {
+    let dir = ok(tempfile::tempdir());
+    let (store, key) = signed_store(dir.path());
+    let public = format!("{}.pub", path_str(&key));
+    let log = log_path(&store);
+    let mut changed = bodies(&log);
+    assert!(changed[4].contains(r#""type":"seal""#), "{}", changed[4]);
+    changed[2] = changed[2].replace("do t1", "do t9");
+    // Every event inherited: no seal is left to read as the session's own.
+    let seed = format!("\"seedLength\":{}", changed.len() - 1);
+    for parent in ["\"ghost\"", "\"s\""] {
+        let mut demoted = changed.clone();
+        demoted[0] = demoted[0]
+            .replace(
+                "\"parentSession\":null",
+                &format!("\"parentSession\":{parent}"),
+            )
+            .replace("\"seedLength\":0", &seed)
+            .replace("\"delegationDepth\":0", "\"delegationDepth\":1");
+        assert!(demoted[0].contains(&seed), "{}", demoted[0]);
+        write_bodies(&log, "s", &demoted);
+        for extra in [&[][..], &["--trust", &public]] {
+            let verdict = verify(&store, extra);
+            verdict.expect_code(7);
+            assert!(
+                verdict.stdout.contains("is signed for session s itself"),
+                "{parent} {extra:?}: {}",
+                verdict.stdout
+            );
+        }
+    }
+}
+
 /// The log of docs/seal-test-vector.md, written by the library's writer
 /// from fixed inputs (Ed25519 signatures are deterministic).
 fn vector_log(dir: &Path) -> String {
