@@ -872,6 +872,79 @@ fn own_signed_seals_a_raised_seed_would_make_inherited_still_fail() {
     }
 }
 
+/// A fork by reference taken from its parent's state snapshot reads none of
+/// the parent's rows; one changed under the parent's signed seal, its CRC
+/// recomputed, is the child's seed too. The child's own seal over it, made
+/// after, must not make it pass: `verify` of the child checks the parent's
+/// seals in its seed over the parent's log (it once exited 0 there, and 7
+/// only for the parent).
+#[test]
+fn a_fork_by_reference_fails_the_parent_seal_its_seed_breaks() {
+    let dir = ok(tempfile::tempdir());
+    let database = dir.path().join("s.db");
+    let key = dir.path().join("rt.key");
+    run(["keygen", path_str(&key)]).expect_code(0);
+    let public = format!("{}.pub", path_str(&key));
+    run([
+        "create",
+        path_str(&database),
+        "--session",
+        "p",
+        "--cwd",
+        "/w",
+    ])
+    .expect_code(0);
+    let mut input = turn("t1");
+    for _ in 0..1100 {
+        input.push_str("{\"type\":\"x-test/note\",\"data\":{}}\n");
+    }
+    input.push_str(&turn("t2"));
+    run_with_stdin(
+        [
+            "append",
+            path_str(&database),
+            "--session",
+            "p",
+            "--seal-key",
+            path_str(&key),
+        ],
+        &input,
+    )
+    .expect_code(0);
+    edit_row_message(&database, "p", 2, "do t1", "do t9");
+    run(["verify", path_str(&database), "--session", "p"]).expect_code(7);
+    run([
+        "fork",
+        path_str(&database),
+        "--session",
+        "p",
+        "--child",
+        "c",
+    ])
+    .expect_code(0);
+    run([
+        "seal",
+        path_str(&database),
+        "--session",
+        "c",
+        "--key",
+        path_str(&key),
+    ])
+    .expect_code(0);
+    let verdict = verify(
+        &database,
+        &["--session", "c", "--trust", &public, "--require-sealed"],
+    );
+    verdict.expect_code(7);
+    assert!(
+        verdict.stdout.contains(
+            "that this fork by reference inherits does not hold over the log of session p"
+        ),
+        "{}",
+        verdict.stdout
+    );
+}
+
 /// The log of docs/seal-test-vector.md, written by the library's writer
 /// from fixed inputs (Ed25519 signatures are deterministic).
 fn vector_log(dir: &Path) -> String {

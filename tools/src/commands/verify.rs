@@ -854,6 +854,11 @@ fn scan(
         }
     }
     if let Some(parent) = stream.seed_parent() {
+        for message in inherited_seals_failing(target, parent, header.seed_length)? {
+            verdict
+                .seal_failures
+                .push(SealFailureReport { seq: None, message });
+        }
         if let Some(message) = seed_switches.header_not_given(&header, parent) {
             verdict.corruption = Some(CorruptionReport {
                 line: None,
@@ -873,6 +878,49 @@ fn scan(
         });
     }
     Ok(())
+}
+
+/// The seals of the parent `parent` (its own, from the session's header on)
+/// among the first `seed_length` events of its log, which a fork by
+/// reference refers to, that do not hold over the parent's chain, each
+/// said. A child checks the seals it inherits for their shape only, but a
+/// fork by reference's seed is its parent's very rows: folded over the
+/// parent's header, each parent seal in it is checked as the parent's own,
+/// so that rows changed under them (and a fork taken from a snapshot that
+/// did not read them) fail the child too.
+fn inherited_seals_failing(
+    target: &Target,
+    parent: &sessionlog_schema::SessionHeader,
+    seed_length: u64,
+) -> Result<Vec<String>, StoreError> {
+    let Target::Store(store) = target else {
+        return Ok(Vec::new());
+    };
+    let mut stream = store.stream(&parent.id)?;
+    let mut state = SessionState::with_header_body(stream.header().clone(), stream.header_body());
+    let mut failing = Vec::new();
+    while let Some(record) = stream.next_event()? {
+        if record.seq() > seed_length {
+            break;
+        }
+        if let Err(violation) = state.apply(&record) {
+            if violation.kind == ViolationKind::Seal {
+                failing.push(format!(
+                    "the seal at seq {} that this fork by reference inherits does not hold \
+                     over the log of session {}: {}",
+                    violation.seq, parent.id, violation.message
+                ));
+            }
+        }
+    }
+    // The parent's own seed, when it is a fork by reference too: its
+    // seals are checked over its own parent's log, and so on up (a chain
+    // of references is bounded when it is read).
+    if let Some(grandparent) = stream.seed_parent() {
+        let through = seed_length.min(parent.seed_length);
+        failing.extend(inherited_seals_failing(target, grandparent, through)?);
+    }
+    Ok(failing)
 }
 
 /// The sandbox and approval switches among a child's seeded events, with
