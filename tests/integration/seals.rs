@@ -550,6 +550,19 @@ fn a_child_inherits_seals_for_shape_and_seals_its_own_chain_from_its_header() {
         "{}",
         trusted.stdout
     );
+    // Nor does replay: it names the key of an inherited seal, unchecked.
+    let mut wide = sessionlog(["replay", path_str(&store), "--session", "kid"]);
+    wide.env("COLUMNS", "400");
+    let replayed = run_command(wide, None);
+    replayed.expect_code(0);
+    assert!(
+        replayed
+            .stdout
+            .contains("(not checked here) (inherited: it vouched for the parent)")
+            && !replayed.stdout.contains("signed by"),
+        "{}",
+        replayed.stdout
+    );
     let unsealed = verify(&store, &["--session", "kid", "--require-sealed"]);
     unsealed.expect_code(7);
     assert!(

@@ -745,16 +745,22 @@ pub fn describe(
             )
         }
         Event::Seal(seal) => {
+            let inherited = record.seq() <= header.seed_length;
+            // An inherited seal's signature is not checked in this log (it
+            // was made over the parent's): its key is only named.
             let signed = seal
                 .signature
                 .as_ref()
                 .map_or("unsigned".to_owned(), |signature| {
-                    format!("signed by {}", short_key(&signature.key.to_string()))
+                    let key = short_key(&signature.key.to_string());
+                    match inherited {
+                        true => format!("naming {key} (not checked here)"),
+                        false => format!("signed by {key}"),
+                    }
                 });
-            let inherited = if record.seq() <= header.seed_length {
-                " (inherited: it vouched for the parent)"
-            } else {
-                ""
+            let inherited = match inherited {
+                true => " (inherited: it vouched for the parent)",
+                false => "",
             };
             (
                 EntryKind::Seal,
