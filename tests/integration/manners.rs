@@ -1354,6 +1354,24 @@ fn a_failed_write_of_the_output_says_so() {
         stderr.starts_with("sessionlog: write standard output: "),
         "{stderr}"
     );
+    // Help and the version too (they exited 0 with nothing written).
+    for asked in ["--help", "--version"] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap_or_else(|error| panic!("/dev/full: {error}"));
+        let output = sessionlog([asked])
+            .stdout(full)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap_or_else(|error| panic!("run: {error}"));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{asked}: {stderr}");
+        assert!(
+            stderr.starts_with("sessionlog: write standard output: "),
+            "{asked}: {stderr}"
+        );
+    }
     // A command that fails for its own reason (a corrupt log) with its
     // output lost too says both, each for what it is.
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));

@@ -142,6 +142,12 @@ fn main() -> ExitCode {
                 if printing.kind() == std::io::ErrorKind::BrokenPipe {
                     return ExitCode::from(exit::READER_GONE);
                 }
+                // Help or the version lost (a full disk under `>`): said,
+                // never passed off as printed.
+                if !error.use_stderr() {
+                    crate::errln!("sessionlog: write standard output: {printing}");
+                    return ExitCode::from(exit::USAGE);
+                }
             }
             return ExitCode::from(if error.use_stderr() {
                 usage_code_of_command()
