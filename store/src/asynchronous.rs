@@ -194,7 +194,7 @@ impl AsyncStore {
         durability: Durability,
     ) -> Result<(), StoreError> {
         let store = Arc::clone(self.shared_store());
-        blocking(self.shared_store().path(), move || {
+        self.on_pool(move || {
             let records = events
                 .into_iter()
                 .enumerate()
@@ -214,10 +214,8 @@ impl AsyncStore {
         durability: Durability,
     ) -> Result<(), StoreError> {
         let store = Arc::clone(self.shared_store());
-        blocking(self.shared_store().path(), move || {
-            store.create_session(&header, &events, durability)
-        })
-        .await
+        self.on_pool(move || store.create_session(&header, &events, durability))
+            .await
     }
 
     /// The writer handle of session `id`: opens its writer (verifying the
@@ -251,10 +249,9 @@ impl AsyncStore {
     pub async fn writer(&self, id: SessionId) -> Result<AsyncWriter, StoreError> {
         let this = self.clone();
         let session = id.clone();
-        let header = blocking(self.shared_store().path(), move || {
-            this.with_writer(&session, true, |writer| writer.header().clone())
-        })
-        .await?;
+        let header = self
+            .on_pool(move || this.with_writer(&session, true, |writer| writer.header().clone()))
+            .await?;
         Ok(AsyncWriter {
             store: self.clone(),
             id,
@@ -271,16 +268,14 @@ impl AsyncStore {
         defaults: Defaults,
     ) -> Result<SessionHeader, StoreError> {
         let store = Arc::clone(self.shared_store());
-        blocking(self.shared_store().path(), move || {
-            store.fork(&parent, &child, prompt.as_deref(), &defaults)
-        })
-        .await
+        self.on_pool(move || store.fork(&parent, &child, prompt.as_deref(), &defaults))
+            .await
     }
 
     /// The good prefix of session `id`.
     pub async fn snapshot(&self, id: SessionId) -> Result<Snapshot, StoreError> {
         let store = Arc::clone(self.shared_store());
-        blocking(self.shared_store().path(), move || store.snapshot(&id)).await
+        self.on_pool(move || store.snapshot(&id)).await
     }
 
     /// Appends `events` to session `id` as one atomic batch, durably; with
@@ -293,10 +288,8 @@ impl AsyncStore {
         expected_seq: Option<u64>,
     ) -> Result<Vec<AcknowledgedSeq>, StoreError> {
         let this = self.clone();
-        blocking(self.shared_store().path(), move || {
-            this.append_blocking(&id, events, expected_seq)
-        })
-        .await
+        self.on_pool(move || this.append_blocking(&id, events, expected_seq))
+            .await
     }
 
     /// Asks `reviewer` about `pending` in session `id` and, with
@@ -315,26 +308,28 @@ impl AsyncStore {
         let pending = Arc::new(pending);
         let this = self.clone();
         let (building, session, preparing) = (Arc::clone(&pending), id.clone(), options.clone());
-        let built = blocking(self.shared_store().path(), move || {
-            this.with_writer(&session, true, |writer| {
-                writer
-                    .prepare_review(&building, &preparing)
-                    .map(|request| (request, writer.next_seq()))
+        let built = self
+            .on_pool(move || {
+                this.with_writer(&session, true, |writer| {
+                    writer
+                        .prepare_review(&building, &preparing)
+                        .map(|request| (request, writer.next_seq()))
+                })
             })
-        })
-        .await?;
+            .await?;
         let (request, next_seq) = built?;
         let model = options.model.clone();
         let call_id = pending.call_id.clone();
-        let verdict = blocking(self.shared_store().path(), move || {
-            Ok(ask_reviewer(
-                &*reviewer,
-                &request,
-                model.as_deref(),
-                &call_id,
-            ))
-        })
-        .await?;
+        let verdict = self
+            .on_pool(move || {
+                Ok(ask_reviewer(
+                    &*reviewer,
+                    &request,
+                    model.as_deref(),
+                    &call_id,
+                ))
+            })
+            .await?;
         let recorded = if options.record {
             self.append(id, verdict_events(&pending, &verdict), Some(next_seq))
                 .await?
@@ -575,6 +570,15 @@ impl AsyncStore {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Runs `work`, a call on this store, on tokio's blocking pool (see
+    /// [`blocking`]).
+    fn on_pool<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+    ) -> impl Future<Output = Result<T, StoreError>> {
+        blocking(self.shared_store().path(), work)
+    }
+
     fn shared_store(&self) -> &Arc<Store> {
         match &self.shared.store {
             Some(store) => store,
@@ -703,14 +707,16 @@ impl AsyncWriter {
     ) -> Result<(String, u64), ReviewCallError> {
         let this = self.store.clone();
         let id = self.id.clone();
-        let built = blocking(self.store.shared_store().path(), move || {
-            this.with_writer(&id, true, |writer| {
-                writer
-                    .review_request(&pending, max_bytes)
-                    .map(|request| (request, writer.next_seq()))
+        let built = self
+            .store
+            .on_pool(move || {
+                this.with_writer(&id, true, |writer| {
+                    writer
+                        .review_request(&pending, max_bytes)
+                        .map(|request| (request, writer.next_seq()))
+                })
             })
-        })
-        .await?;
+            .await?;
         Ok(built?)
     }
 
@@ -738,22 +744,22 @@ impl AsyncWriter {
     ) -> Result<Vec<AcknowledgedSeq>, StoreError> {
         let this = self.store.clone();
         let id = self.id.clone();
-        blocking(self.store.shared_store().path(), move || {
-            this.with_writer(&id, false, |writer| {
-                writer.switch_preset(preset, auto_approval, &defaults, expected_seq)
-            })?
-        })
-        .await
+        self.store
+            .on_pool(move || {
+                this.with_writer(&id, false, |writer| {
+                    writer.switch_preset(preset, auto_approval, &defaults, expected_seq)
+                })?
+            })
+            .await
     }
 
     /// The seq the next event will get.
     pub async fn next_seq(&self) -> Result<u64, StoreError> {
         let this = self.store.clone();
         let id = self.id.clone();
-        blocking(self.store.shared_store().path(), move || {
-            this.with_writer(&id, false, |writer| writer.next_seq())
-        })
-        .await
+        self.store
+            .on_pool(move || this.with_writer(&id, false, |writer| writer.next_seq()))
+            .await
     }
 
     /// The session's events from `from_seq` on, then each new one (see

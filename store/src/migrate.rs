@@ -13,7 +13,8 @@
 //! its end) refuses the whole run, naming it, and what was staged is never
 //! published: the sessions after it are still read and checked (not
 //! staged), and the refusal named is the highest ranked of them all
-//! (corruption over a seal that fails over a broken rule); a torn tail is dropped and reported as a warning. An id that
+//! (corruption over a seal that fails over a broken rule); a torn tail is
+//! dropped and reported as a warning. An id that
 //! already exists in the destination refuses the run before anything is
 //! read. **Copy**: once every source
 //! session verified, the staged sessions are made durable and visible — the

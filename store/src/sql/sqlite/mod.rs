@@ -148,7 +148,7 @@ mod tests;
 
 use committer::sqlite_error;
 use schema::{
-    create_database_file, identify, needs_write_access, newer_schema, not_a_store,
+    create_database_file, identify, needs_write_access, newer_schema, not_a_store, not_the_owners,
     open_and_identify_read_only, open_connection, upgrade_schema, write_ahead_log_has_frames,
     Access, Identity,
 };
@@ -1166,26 +1166,23 @@ impl SqliteStore {
             })?;
         // The folder and the lock file are the database owner's: another
         // user's would let that user hold every session locked.
+        let database = {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(&self.shared.path)
+                .map_err(|source| StoreError::io("stat", &self.shared.path, source))?
+                .uid()
+        };
         let owner = |what: &'static str, place: &Path, file: &File| -> Result<(), StoreError> {
             use std::os::unix::fs::MetadataExt;
-            let database = std::fs::metadata(&self.shared.path)
-                .map_err(|source| StoreError::io("stat", &self.shared.path, source))?;
             let found = file
                 .metadata()
                 .map_err(|source| StoreError::io(what, place, source))?;
-            if found.uid() != database.uid() {
-                return Err(StoreError::io(
+            if found.uid() != database {
+                return Err(not_the_owners(
                     what,
                     place,
-                    io::Error::new(
-                        io::ErrorKind::PermissionDenied,
-                        format!(
-                            "owned by uid {}, not by the database's owner (uid {}): another \
-                             user made it; remove it",
-                            found.uid(),
-                            database.uid()
-                        ),
-                    ),
+                    (found.uid(), database),
+                    "could hold every session locked; remove it",
                 ));
             }
             if found.mode() & 0o022 != 0 {

@@ -181,19 +181,12 @@ pub(super) fn check_companions(path: &Path) -> Result<(), StoreError> {
             continue;
         };
         if metadata.uid() != database.uid() {
-            return Err(StoreError::io(
+            return Err(not_the_owners(
                 "open the database",
-                companion,
-                io::Error::new(
-                    io::ErrorKind::PermissionDenied,
-                    format!(
-                        "owned by uid {}, not by the database's owner (uid {}): another user \
-                         made it, and SQLite would read and write the database's changes \
-                         through it; remove it while no process has the database open",
-                        metadata.uid(),
-                        database.uid()
-                    ),
-                ),
+                &companion,
+                (metadata.uid(), database.uid()),
+                "SQLite would read and write the database's changes through it; remove it \
+                 while no process has the database open",
             ));
         }
         if metadata.is_file() && metadata.mode() & 0o077 != 0 {
@@ -208,6 +201,28 @@ pub(super) fn check_companions(path: &Path) -> Result<(), StoreError> {
         }
     }
     Ok(())
+}
+
+/// The refusal of `place`, a file beside the database that another user
+/// made: `uids` are its owner's and the database's; `why` says what it
+/// would let that user do, and what to do.
+pub(super) fn not_the_owners(
+    operation: &'static str,
+    place: &Path,
+    (found, database): (u32, u32),
+    why: &str,
+) -> StoreError {
+    StoreError::io(
+        operation,
+        place,
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "owned by uid {found}, not by the database's owner (uid {database}): another \
+                 user made it, and {why}"
+            ),
+        ),
+    )
 }
 
 /// `file:<path>?immutable=1`, the path percent-encoded.
