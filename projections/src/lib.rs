@@ -66,6 +66,7 @@
 mod authority;
 mod chain;
 mod delegation;
+mod frozen;
 mod projection;
 mod review;
 mod seal;
@@ -81,6 +82,7 @@ pub use delegation::{
     child_header, delegate, delegate_from_state, preset_switch, ChildSeed, DelegationError,
     PresetSwitchError,
 };
+pub use frozen::{PageSource, SnapshotPage};
 pub use projection::{PresetView, Projection, Setting, AUTO_REVIEW_INTEGRATION};
 pub use review::*;
 pub use seal::{check_sealed, check_trusted, parse_anchor_file, Anchor, AnchorError, SealInfo};

@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::hash::BuildHasher;
 use std::ops::Range;
-use std::sync::Arc;
 
 use hashbrown::HashTable;
 
@@ -152,11 +151,7 @@ struct Journal {
     decided: Vec<usize>,
 }
 
-/// The bytes of a decoded snapshot, which the parts of a state it holds
-/// read in place (the ids text, the call and request rows, the reviewed
-/// seqs): shared and never changed, so that a resume neither copies nor
-/// decodes them, whatever the session's length.
-pub(crate) type Frozen = Arc<Vec<u8>>;
+pub(crate) use crate::frozen::Frozen;
 
 /// The ids a state keeps (of calls, requests, the open turn and step), one
 /// after the other in one text: keeping an id costs its bytes, not an
@@ -480,6 +475,28 @@ impl SessionState {
     /// The seq of the last own seal folded.
     pub fn last_own_seal_seq(&self) -> Option<u64> {
         self.last_own_seal_seq
+    }
+
+    /// Whether the state was resumed from a snapshot read page by page
+    /// ([`decode_snapshot_paged`](Self::decode_snapshot_paged)) and a page
+    /// of it could not be read or did not match its CRC: a lookup that
+    /// landed there missed, so what the state answered since may be wrong.
+    /// Fold the log again before trusting it.
+    pub fn snapshot_unreadable(&self) -> bool {
+        self.ids
+            .frozen
+            .as_ref()
+            .is_some_and(|(bytes, _)| bytes.failed())
+    }
+
+    /// Whether the state reads a snapshot's pages as lookups land on them
+    /// (so that [`snapshot_unreadable`](Self::snapshot_unreadable) may
+    /// become true).
+    pub fn reads_snapshot_pages(&self) -> bool {
+        self.ids
+            .frozen
+            .as_ref()
+            .is_some_and(|(bytes, _)| bytes.is_paged())
     }
 
     /// The session's header.
@@ -1162,17 +1179,25 @@ impl Ids {
         }
     }
 
-    /// The snapshot's ids, read in place.
-    fn frozen_bytes(&self) -> &[u8] {
-        match &self.frozen {
-            Some((bytes, range)) => bytes.get(range.clone()).unwrap_or_default(),
-            None => &[],
+    /// The bytes of the snapshot's ids.
+    fn frozen_len(&self) -> usize {
+        self.frozen.as_ref().map_or(0, |(_, range)| range.len())
+    }
+
+    /// The bytes at `start..end` of the snapshot's ids (`None` off them,
+    /// or on a page of a snapshot read page by page that could not be
+    /// read).
+    fn frozen_get(&self, start: usize, end: usize) -> Option<&[u8]> {
+        let (bytes, range) = self.frozen.as_ref()?;
+        if start > end || end > range.len() {
+            return None;
         }
+        bytes.get(range.start + start..range.start + end)
     }
 
     /// The bytes of every id kept.
     pub(crate) fn len(&self) -> usize {
-        self.frozen_bytes().len() + self.added.len()
+        self.frozen_len() + self.added.len()
     }
 
     /// Keeps `id`; where it is.
@@ -1187,18 +1212,18 @@ impl Ids {
 
     /// The bytes of the id at `span`. A span of a snapshot's row that is
     /// not within the ids (which only a snapshot written to match its CRC
-    /// can hold, read as [`SnapshotTrust::CrcMatched`]) reads as empty: a
-    /// lookup never panics on one.
+    /// can hold, read as [`SnapshotTrust::CrcMatched`]), or on a page that
+    /// could not be read, reads as empty: a lookup never panics on one.
     ///
     /// [`SnapshotTrust::CrcMatched`]: crate::SnapshotTrust::CrcMatched
     pub(crate) fn bytes(&self, span: IdSpan) -> &[u8] {
-        let frozen = self.frozen_bytes();
-        let bytes = match span.start.checked_sub(frozen.len()) {
+        let frozen = self.frozen_len();
+        let bytes = match span.start.checked_sub(frozen) {
             Some(start) => span
                 .end
-                .checked_sub(frozen.len())
+                .checked_sub(frozen)
                 .and_then(|end| self.added.as_bytes().get(start..end)),
-            None => frozen.get(span.start..span.end),
+            None => self.frozen_get(span.start, span.end),
         };
         bytes.unwrap_or_default()
     }
@@ -1206,14 +1231,14 @@ impl Ids {
     /// The id at `span` (empty for a span [`bytes`](Self::bytes) reads as
     /// empty, or one off a character boundary).
     pub(crate) fn get(&self, span: IdSpan) -> &str {
-        let frozen = self.frozen_bytes();
-        let id = match span.start.checked_sub(frozen.len()) {
+        let frozen = self.frozen_len();
+        let id = match span.start.checked_sub(frozen) {
             Some(start) => span
                 .end
-                .checked_sub(frozen.len())
+                .checked_sub(frozen)
                 .and_then(|end| self.added.get(start..end)),
-            None => frozen
-                .get(span.start..span.end)
+            None => self
+                .frozen_get(span.start, span.end)
                 .and_then(|id| std::str::from_utf8(id).ok()),
         };
         id.unwrap_or_default()
@@ -1222,7 +1247,7 @@ impl Ids {
     /// Drops the ids kept after the first `len` bytes (never the
     /// snapshot's).
     fn truncate(&mut self, len: usize) {
-        let frozen = self.frozen_bytes().len();
+        let frozen = self.frozen_len();
         self.added.truncate(len.saturating_sub(frozen));
     }
 }
@@ -1231,7 +1256,7 @@ impl fmt::Debug for Ids {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         formatter
             .debug_struct("Ids")
-            .field("frozen", &String::from_utf8_lossy(self.frozen_bytes()))
+            .field("frozen", &self.frozen.as_ref().map(|(bytes, _)| bytes))
             .field("added", &self.added)
             .finish()
     }
@@ -1257,11 +1282,18 @@ impl Keyed for RequestEntry {
     }
 }
 
+/// The bytes a row of a page that could not be read reads as: every id
+/// empty, every seq 0 (a lookup misses it; the state tells the failure).
+const UNREADABLE_ROW: [u8; 64] = [0; 64];
+
 impl FrozenRows {
-    /// The bytes of row `index`, one of the rows.
+    /// The bytes of row `index`, one of the rows (zeros on a page that
+    /// could not be read).
     fn row(&self, index: usize) -> &[u8] {
         let at = self.start + index * self.row;
-        &self.bytes[at..at + self.row]
+        self.bytes
+            .get(at..at + self.row)
+            .unwrap_or(&UNREADABLE_ROW[..self.row])
     }
 }
 
@@ -1456,11 +1488,12 @@ impl Seqs {
     /// The seq at `index` (below [`len`](Self::len)).
     fn get(&self, index: usize) -> u64 {
         match &self.frozen {
-            Some(frozen) if index < frozen.count => crate::state_codec::le_number(
-                &frozen.bytes,
-                frozen.start + index * frozen.width,
-                frozen.width,
-            ),
+            Some(frozen) if index < frozen.count => {
+                let at = frozen.start + index * frozen.width;
+                frozen.bytes.get(at..at + frozen.width).map_or(0, |bytes| {
+                    crate::state_codec::le_number(bytes, 0, frozen.width)
+                })
+            }
             _ => self.added[index - self.frozen_count()],
         }
     }

@@ -25,6 +25,7 @@ use sessionlog_schema::{
     ApprovalPolicy, ChainValue, Preset, SandboxMode, SealPublicKey, SessionHeader,
 };
 
+use crate::frozen::{FrozenBytes, PageSource, SnapshotPage};
 use crate::state::{CallEntry, FrozenRows, IdSpan, IdTable, Ids, RequestEntry, Seqs};
 use crate::{SealInfo, SessionState};
 
@@ -35,12 +36,12 @@ pub enum SnapshotTrust {
     /// Every field, row, span and seq, and the order of the ids: bytes from
     /// anywhere decode to a state consistent with itself or to an error.
     Nothing,
-    /// Every field and count, every text but the ids', and the requests'
-    /// rows (the pending approvals are rebuilt from them); the calls' rows,
-    /// the reviewed seqs and the ids' text, the bulk of a long session's
-    /// state, are left as they are and read in place when a lookup lands
-    /// on them (an id that is not UTF-8 reads as empty), so that opening a
-    /// writer costs no pass over them. For bytes whose CRC matched the one
+    /// Every field and count, every text but the ids', and the pending
+    /// approvals; the calls' and the requests' rows, the reviewed seqs and
+    /// the ids' text, the bulk of a long session's state, are left as they
+    /// are and read in place when a lookup lands on them (an id that is
+    /// not UTF-8 reads as empty), so that opening a writer costs no pass
+    /// over them. For bytes whose CRC matched the one
     /// their writer computed over what `encode_snapshot` gave: torn or
     /// damaged bytes never get here. Bytes written to match their CRC on
     /// purpose could hold rows out of order or spans off the ids: a lookup
@@ -77,10 +78,27 @@ impl SessionState {
         self.encode_snapshot_with_numbers_of(4)
     }
 
+    /// [`encode_snapshot`](Self::encode_snapshot)'s bytes, and where they
+    /// may be cut into pages of about `page_bytes` each for
+    /// [`decode_snapshot_paged`](Self::decode_snapshot_paged): the offset
+    /// each page after the first starts at. A page is cut only between
+    /// ids, rows and seqs, once it holds at least `page_bytes`: every read
+    /// a decode or a lookup makes is within one page (an id longer than
+    /// `page_bytes` makes its page as long).
+    pub fn encode_snapshot_paged(&self, page_bytes: usize) -> (Vec<u8>, Vec<usize>) {
+        self.encode_pages(4, page_bytes.max(1))
+    }
+
     /// [`encode_snapshot`](Self::encode_snapshot) with rows' numbers (id
     /// offsets and seqs) of at least `width` bytes (4, or 8; 8 whatever
     /// `width` once the ids pass 4 GiB or the seq 2³²−1).
     fn encode_snapshot_with_numbers_of(&self, width: usize) -> Vec<u8> {
+        self.encode_pages(width, usize::MAX).0
+    }
+
+    /// The bytes, with numbers of at least `width` bytes, and the page
+    /// cuts for pages of `page_bytes`.
+    fn encode_pages(&self, width: usize, page_bytes: usize) -> (Vec<u8>, Vec<usize>) {
         let parts = self;
         // The ids the rows name, each kept once (tool names and step ids
         // once for all their calls), in the order the rows name them: the
@@ -108,7 +126,18 @@ impl SessionState {
                 ..request
             })
             .collect();
-        let text = ids.text;
+        // The pending approvals, the own requests not decided, by seq: kept
+        // beside the requests so that a resume need not read those.
+        let pending: BTreeMap<u64, IdSpan> = requests
+            .iter()
+            .filter(|request| request.own && !request.decided)
+            .map(|request| (request.seq, request.request_id))
+            .collect();
+        let SnapshotIds {
+            text,
+            ends: id_ends,
+            ..
+        } = ids;
         // Every seq a row holds is at most the state's.
         let width = match (u32::try_from(text.len()), u32::try_from(parts.seq)) {
             (Ok(_), Ok(_)) => width,
@@ -118,10 +147,13 @@ impl SessionState {
             + text.len()
             + calls.len() * call_row(width)
             + requests.len() * request_row(width)
+            + parts.pending_approvals.len() * (8 + 2 * width)
             + parts.reviewed_seqs.len() * width;
         let mut out = Writer {
             bytes: Vec::with_capacity(capacity),
             width,
+            page_bytes,
+            cuts: Vec::new(),
         };
         out.u64(parts.seq);
         out.option(parts.approval_switch, |out, (seq, policy)| {
@@ -132,7 +164,11 @@ impl SessionState {
         out.option(parts.preset_switch, |out, preset| out.text(preset.as_str()));
         out.byte(width as u8);
         out.u64(text.len() as u64);
+        let text_at = out.bytes.len();
         out.bytes.extend_from_slice(&text);
+        for &end in &id_ends {
+            out.may_cut_at(text_at + end);
+        }
         out.option(open_turn, Writer::span);
         out.option(open_step, Writer::span);
         out.u64(calls.len() as u64);
@@ -142,12 +178,20 @@ impl SessionState {
             out.span(call.step_id);
             out.span(call.name);
             out.byte(u8::from(call.own) | u8::from(call.settled) << 1);
+            out.may_cut();
         }
         out.u64(requests.len() as u64);
         for request in requests {
             out.span(request.request_id);
             out.number(request.seq);
             out.byte(u8::from(request.own) | u8::from(request.decided) << 1);
+            out.may_cut();
+        }
+        out.u64(pending.len() as u64);
+        for (seq, request_id) in pending {
+            out.u64(seq);
+            out.span(request_id);
+            out.may_cut();
         }
         out.option(parts.last_own_request_header, |out, (seq, policy)| {
             out.u64(seq);
@@ -158,6 +202,7 @@ impl SessionState {
         out.u64(parts.reviewed_seqs.len() as u64);
         for seq in parts.reviewed_seqs.iter() {
             out.number(seq);
+            out.may_cut();
         }
         out.u64(parts.violation_count);
         out.bytes.extend_from_slice(parts.chain.value().as_bytes());
@@ -169,7 +214,7 @@ impl SessionState {
             out.byte(u8::from(seal.own));
         });
         out.option(parts.last_own_seal_seq, Writer::u64);
-        out.bytes
+        (out.bytes, out.cuts)
     }
 
     /// The state [`encode_snapshot`](Self::encode_snapshot) wrote, over
@@ -204,17 +249,63 @@ impl SessionState {
         range: Range<usize>,
         trust: SnapshotTrust,
     ) -> Result<SessionState, String> {
-        let frozen = Arc::new(buffer);
-        let from = range.start;
-        let Some(bytes) = frozen.get(range) else {
+        let frozen = Arc::new(FrozenBytes::whole(buffer));
+        if frozen.get(range.clone()).is_none() {
             return Err(format!(
                 "the state is not within the {} bytes read",
                 frozen.len()
             ));
-        };
+        }
+        SessionState::decode_frozen(header, header_body, frozen, range, trust)
+    }
+
+    /// The state [`encode_snapshot_paged`](Self::encode_snapshot_paged)
+    /// wrote, as `pages` one after the other from byte `offset` of
+    /// `source`, read page by page: the decode reads the pages holding the
+    /// state's fields and its requests (from which the pending approvals
+    /// are rebuilt), and the state reads any other page the first time a
+    /// lookup lands on it, checking it against its CRC then. A page that
+    /// cannot be read or does not match its CRC refuses the decode, or,
+    /// met by a lookup later, reads as rows and ids that are not there and
+    /// makes [`snapshot_unreadable`](Self::snapshot_unreadable) true.
+    /// What a page holds is trusted as its CRC vouches
+    /// ([`SnapshotTrust::CrcMatched`]).
+    pub fn decode_snapshot_paged(
+        header: SessionHeader,
+        header_body: &str,
+        source: Box<dyn PageSource>,
+        offset: u64,
+        pages: Vec<SnapshotPage>,
+    ) -> Result<SessionState, String> {
+        let frozen = Arc::new(FrozenBytes::paged(source, offset, pages)?);
+        let len = frozen.len();
+        let decoded = SessionState::decode_frozen(
+            header,
+            header_body,
+            Arc::clone(&frozen),
+            0..len,
+            SnapshotTrust::CrcMatched,
+        );
+        if frozen.failed() {
+            return Err("a page of it could not be read or does not match its CRC".to_owned());
+        }
+        decoded
+    }
+
+    /// The state at `range` of `frozen`, checked as `trust` says.
+    fn decode_frozen(
+        header: SessionHeader,
+        header_body: &str,
+        frozen: Arc<FrozenBytes>,
+        range: Range<usize>,
+        trust: SnapshotTrust,
+    ) -> Result<SessionState, String> {
+        let from = range.start;
         let mut state = SessionState::with_header_body(header, header_body);
         let mut input = Reader {
-            bytes,
+            bytes: &frozen,
+            from,
+            len: range.len(),
             at: 0,
             width: 4,
         };
@@ -245,61 +336,83 @@ impl SessionState {
         // up (`Ids::get`); bytes whose CRC matched are not proved UTF-8 as
         // a whole, which would be a pass over every id at every open.
         let ids_at = input.at;
-        let text = input.bytes("ids")?;
-        if trust.text_checked() && std::str::from_utf8(text).is_err() {
+        let text_len = input.count("ids", 1)?;
+        let text = Text {
+            bytes: &frozen,
+            start: from + input.at,
+            len: text_len,
+        };
+        input.skip(text_len, "ids")?;
+        if trust.text_checked()
+            && text
+                .get(0, text_len)
+                .and_then(|text| std::str::from_utf8(text).ok())
+                .is_none()
+        {
             return Err(format!("ids: the text at byte {ids_at} is not UTF-8"));
         }
-        let text_at = from + input.at - text.len();
-        let ids = Ids::frozen(Arc::clone(&frozen), text_at..text_at + text.len());
-        let open_turn = input.option("open turn", |input| input.span(text, "open turn"))?;
-        let open_step = input.option("open step", |input| input.span(text, "open step"))?;
+        let ids = Ids::frozen(Arc::clone(&frozen), text.start..text.start + text_len);
+        let open_turn = input.option("open turn", |input| input.span(&text, "open turn"))?;
+        let open_step = input.option("open step", |input| input.span(&text, "open step"))?;
         let width = input.width;
-        let (rows_at, rows) = input.table("calls", call_row(width))?;
+        let (rows_at, count) = input.table("calls", call_row(width))?;
         let calls = IdTable::frozen(FrozenRows {
             bytes: Arc::clone(&frozen),
             start: from + rows_at,
-            count: rows.len(),
+            count,
             row: call_row(width),
             width,
         });
         let mut previous: Option<&[u8]> = None;
-        let rows = rows.take(trust.rows_checked());
-        for (index, row) in rows.enumerate() {
-            let row = Row {
-                bytes: row,
-                at: rows_at + index * call_row(width),
-                width,
-            };
-            let call_id = row.span(0, text, "call id")?;
+        for index in 0..count.min(trust.rows_checked()) {
+            let row = input.row(rows_at, index, call_row(width), "call")?;
+            let call_id = row.span(0, &text, "call id")?;
             row.seq_at_most(2 * width, seq, "call")?;
-            row.span(3 * width, text, "call step")?;
-            row.span(5 * width, text, "call name")?;
+            row.span(3 * width, &text, "call step")?;
+            row.span(5 * width, &text, "call name")?;
             row.flags(7 * width, "call")?;
-            in_id_order(&mut previous, id_text(text, call_id), "call", row.at)?;
+            in_id_order(&mut previous, text.id(call_id, row.at)?, "call", row.at)?;
         }
-        let (rows_at, rows) = input.table("requests", request_row(width))?;
+        let (rows_at, count) = input.table("requests", request_row(width))?;
         let requests = IdTable::frozen(FrozenRows {
             bytes: Arc::clone(&frozen),
             start: from + rows_at,
-            count: rows.len(),
+            count,
             row: request_row(width),
             width,
         });
-        let mut previous: Option<&[u8]> = None;
+        let pending_count = input.count("pending approvals", 8 + 2 * width)?;
         let mut pending_approvals = BTreeMap::new();
-        for (index, row) in rows.enumerate() {
-            let row = Row {
-                bytes: row,
-                at: rows_at + index * request_row(width),
-                width,
-            };
-            let request_id = row.span(0, text, "request id")?;
+        for _ in 0..pending_count {
+            let at = input.at;
+            let request_seq = input.seq_at_most(seq, "pending approval")?;
+            let request_id = input.span(&text, "pending approval")?;
+            if pending_approvals.insert(request_seq, request_id).is_some() {
+                return Err(format!(
+                    "pending approval: seq {request_seq} at byte {at} is kept twice"
+                ));
+            }
+        }
+        let mut previous: Option<&[u8]> = None;
+        let mut own_undecided = BTreeMap::new();
+        let checked = count.min(trust.rows_checked());
+        for index in 0..checked {
+            let row = input.row(rows_at, index, request_row(width), "request")?;
+            let request_id = row.span(0, &text, "request id")?;
             let request_seq = row.seq_at_most(2 * width, seq, "request")?;
             let flags = row.flags(3 * width, "request")?;
             if flags & 1 != 0 && flags & 2 == 0 {
-                pending_approvals.insert(request_seq, request_id);
+                own_undecided.insert(request_seq, request_id);
             }
-            in_id_order(&mut previous, id_text(text, request_id), "request", row.at)?;
+            in_id_order(
+                &mut previous,
+                text.id(request_id, row.at)?,
+                "request",
+                row.at,
+            )?;
+        }
+        if checked == count && own_undecided != pending_approvals {
+            return Err("the pending approvals are not the own requests not decided".to_owned());
         }
         let last_own_request_header = input.option("own request header", |input| {
             let seq = input.seq_at_most(seq, "own request header")?;
@@ -313,12 +426,12 @@ impl SessionState {
         })?;
         let last_checkpoint_seq =
             input.option("checkpoint", |input| input.seq_at_most(seq, "checkpoint"))?;
-        let (rows_at, rows) = input.table("reviewed seqs", width)?;
-        let reviewed_seqs = Seqs::frozen(Arc::clone(&frozen), from + rows_at, rows.len(), width);
+        let (rows_at, count) = input.table("reviewed seqs", width)?;
+        let reviewed_seqs = Seqs::frozen(Arc::clone(&frozen), from + rows_at, count, width);
         let mut previous = 0u64;
-        let rows = rows.take(trust.rows_checked());
-        for (index, row) in rows.enumerate() {
-            let reviewed = le_number(row, 0, width);
+        for index in 0..count.min(trust.rows_checked()) {
+            let row = input.row(rows_at, index, width, "reviewed seq")?;
+            let reviewed = le_number(row.bytes, 0, width);
             if reviewed <= previous || reviewed > seq {
                 return Err(format!(
                     "reviewed seq {reviewed} at byte {} is not above the one before \
@@ -349,10 +462,10 @@ impl SessionState {
         })?;
         let last_own_seal_seq =
             input.option("own seal", |input| input.seq_at_most(seq, "own seal"))?;
-        if input.at != bytes.len() {
+        if input.at != input.len {
             return Err(format!(
                 "{} bytes follow the state at byte {}",
-                bytes.len() - input.at,
+                input.len - input.at,
                 input.at
             ));
         }
@@ -396,6 +509,9 @@ fn request_row(width: usize) -> usize {
 struct SnapshotIds<'s> {
     from: &'s Ids,
     text: Vec<u8>,
+    /// Ends of ids in `text`, one at least every [`ID_END_GRAIN`] bytes:
+    /// where a page may be cut in the text.
+    ends: Vec<usize>,
     /// The last few shared ids, most recent first.
     shared: Vec<IdSpan>,
 }
@@ -404,11 +520,17 @@ struct SnapshotIds<'s> {
 /// a handful of tools, and the calls of one step follow one another.
 const SHARED_IDS: usize = 8;
 
+/// How often [`SnapshotIds`] notes where an id ends, in bytes of text: a
+/// page of the text is at most this much longer than asked for (or as
+/// long as an id longer than a page).
+const ID_END_GRAIN: usize = 256;
+
 impl<'s> SnapshotIds<'s> {
     fn of(from: &'s Ids) -> SnapshotIds<'s> {
         SnapshotIds {
             from,
             text: Vec::with_capacity(from.len()),
+            ends: Vec::new(),
             shared: Vec::with_capacity(SHARED_IDS),
         }
     }
@@ -417,6 +539,10 @@ impl<'s> SnapshotIds<'s> {
     fn keep(&mut self, span: IdSpan) -> IdSpan {
         let start = self.text.len();
         self.text.extend_from_slice(self.from.bytes(span));
+        let noted = self.ends.last().copied().unwrap_or(0);
+        if self.text.len() - noted >= ID_END_GRAIN {
+            self.ends.push(self.text.len());
+        }
         IdSpan {
             start,
             end: self.text.len(),
@@ -447,9 +573,26 @@ struct Writer {
     bytes: Vec<u8>,
     /// The bytes of an id offset: 4, or 8 once the ids pass 4 GiB.
     width: usize,
+    /// How many bytes a page holds at least before it is cut.
+    page_bytes: usize,
+    /// Where each page after the first starts.
+    cuts: Vec<usize>,
 }
 
 impl Writer {
+    /// Cuts a page here, between two reads, if the page holds enough.
+    fn may_cut(&mut self) {
+        self.may_cut_at(self.bytes.len());
+    }
+
+    /// Cuts a page at `at`, between two reads, if the page holds enough.
+    fn may_cut_at(&mut self, at: usize) {
+        let page_start = self.cuts.last().copied().unwrap_or(0);
+        if at - page_start >= self.page_bytes {
+            self.cuts.push(at);
+        }
+    }
+
     fn byte(&mut self, byte: u8) {
         self.bytes.push(byte);
     }
@@ -488,21 +631,59 @@ impl Writer {
 }
 
 struct Reader<'b> {
-    bytes: &'b [u8],
+    bytes: &'b FrozenBytes,
+    /// Where the state starts in `bytes`, and its length.
+    from: usize,
+    len: usize,
+    /// Where the next read starts, from `from`.
     at: usize,
     /// The bytes of an id offset, 4 or 8.
     width: usize,
 }
 
 impl<'b> Reader<'b> {
-    fn take(&mut self, len: usize, what: &str) -> Result<&'b [u8], String> {
-        let taken = self
-            .at
+    /// The bytes at `at..at + len` of the state, which hold `what`.
+    fn read(&self, at: usize, len: usize, what: &str) -> Result<&'b [u8], String> {
+        let end = at
             .checked_add(len)
-            .and_then(|end| self.bytes.get(self.at..end))
-            .ok_or_else(|| format!("{what}: the state ends at byte {}", self.bytes.len()))?;
+            .filter(|&end| end <= self.len)
+            .ok_or_else(|| format!("{what}: the state ends at byte {}", self.len))?;
+        self.bytes
+            .get(self.from + at..self.from + end)
+            .ok_or_else(|| format!("{what}: the bytes at byte {at} could not be read"))
+    }
+
+    fn take(&mut self, len: usize, what: &str) -> Result<&'b [u8], String> {
+        let taken = self.read(self.at, len, what)?;
         self.at += len;
         Ok(taken)
+    }
+
+    /// Passes over `len` bytes without reading them.
+    fn skip(&mut self, len: usize, what: &str) -> Result<(), String> {
+        self.at = self
+            .at
+            .checked_add(len)
+            .filter(|&end| end <= self.len)
+            .ok_or_else(|| format!("{what}: the state ends at byte {}", self.len))?;
+        Ok(())
+    }
+
+    /// Row `index` of `row_len` bytes of the table whose rows start at
+    /// `rows_at`.
+    fn row(
+        &self,
+        rows_at: usize,
+        index: usize,
+        row_len: usize,
+        what: &str,
+    ) -> Result<Row<'b>, String> {
+        let at = rows_at + index * row_len;
+        Ok(Row {
+            bytes: self.read(at, row_len, what)?,
+            at,
+            width: self.width,
+        })
     }
 
     fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], String> {
@@ -533,24 +714,20 @@ impl<'b> Reader<'b> {
     fn count(&mut self, what: &str, row: usize) -> Result<usize, String> {
         let at = self.at;
         let count = self.u64(what)?;
-        let left = self.bytes.len() - self.at;
+        let left = self.len - self.at;
         usize::try_from(count)
             .ok()
             .filter(|&count| count.checked_mul(row).is_some_and(|bytes| bytes <= left))
             .ok_or_else(|| format!("{what}: {count} items at byte {at}, more than the bytes left"))
     }
 
-    /// A count of rows of `row_len` bytes each, then the rows: where they
-    /// start, and each row's bytes.
-    fn table(
-        &mut self,
-        what: &str,
-        row_len: usize,
-    ) -> Result<(usize, std::slice::ChunksExact<'b, u8>), String> {
+    /// A count of rows of `row_len` bytes each, then the rows, passed
+    /// over: where they start, and how many.
+    fn table(&mut self, what: &str, row_len: usize) -> Result<(usize, usize), String> {
         let count = self.count(what, row_len)?;
         let at = self.at;
-        let rows = self.take(count * row_len, what)?;
-        Ok((at, rows.chunks_exact(row_len)))
+        self.skip(count * row_len, what)?;
+        Ok((at, count))
     }
 
     fn text(&mut self, what: &str) -> Result<&'b str, String> {
@@ -586,11 +763,11 @@ impl<'b> Reader<'b> {
         Ok(found)
     }
 
-    fn span(&mut self, ids: &[u8], what: &str) -> Result<IdSpan, String> {
+    fn span(&mut self, ids: &Text<'_>, what: &str) -> Result<IdSpan, String> {
         let at = self.at;
         let start = self.offset(what)?;
         let end = self.offset(what)?;
-        id_span(ids, start, end)
+        ids.span(start, end)
             .ok_or_else(|| format!("{what}: the id at byte {at} is not within the ids kept"))
     }
 
@@ -637,10 +814,10 @@ impl Row<'_> {
         le_number(self.bytes, place, self.width)
     }
 
-    fn span(&self, place: usize, ids: &[u8], what: &str) -> Result<IdSpan, String> {
+    fn span(&self, place: usize, ids: &Text<'_>, what: &str) -> Result<IdSpan, String> {
         let start = self.number(place);
         let end = self.number(place + self.width);
-        id_span(ids, start, end).ok_or_else(|| {
+        ids.span(start, end).ok_or_else(|| {
             format!(
                 "{what}: the id at byte {} is not within the ids kept",
                 self.at + place
@@ -696,20 +873,46 @@ pub(crate) fn le_number(bytes: &[u8], place: usize, width: usize) -> u64 {
     }
 }
 
-/// The id from offset `start` to `end` of `ids`, when both are on character
-/// boundaries within it (as `str::is_char_boundary` has it: at its end, or
-/// at a byte that does not continue a character), in order.
-fn id_span(ids: &[u8], start: u64, end: u64) -> Option<IdSpan> {
-    let start = usize::try_from(start).ok()?;
-    let end = usize::try_from(end).ok()?;
-    let boundary = |at: usize| ids.get(at).is_none_or(|&byte| byte & 0xc0 != 0x80);
-    let within = start <= end && end <= ids.len() && boundary(start) && boundary(end);
-    within.then_some(IdSpan { start, end })
+/// The ids' text of a snapshot being decoded.
+struct Text<'b> {
+    bytes: &'b FrozenBytes,
+    /// Where it starts in `bytes`, and its length.
+    start: usize,
+    len: usize,
 }
 
-/// The bytes of `span`, which [`id_span`] found within `ids`.
-fn id_text(ids: &[u8], span: IdSpan) -> &[u8] {
-    ids.get(span.start..span.end).unwrap_or_default()
+impl<'b> Text<'b> {
+    /// The bytes from offset `start` to `end` of the text.
+    fn get(&self, start: usize, end: usize) -> Option<&'b [u8]> {
+        if start > end || end > self.len {
+            return None;
+        }
+        self.bytes.get(self.start + start..self.start + end)
+    }
+
+    /// The id from offset `start` to `end`, when both are on character
+    /// boundaries within the text (as `str::is_char_boundary` has it: at
+    /// its end, or at a byte that does not continue a character), in
+    /// order.
+    fn span(&self, start: u64, end: u64) -> Option<IdSpan> {
+        let start = usize::try_from(start).ok()?;
+        let end = usize::try_from(end).ok()?;
+        let boundary = |at: usize| {
+            at == self.len
+                || self
+                    .get(at, at + 1)
+                    .is_some_and(|byte| byte[0] & 0xc0 != 0x80)
+        };
+        let within = start <= end && end <= self.len && boundary(start) && boundary(end);
+        within.then_some(IdSpan { start, end })
+    }
+
+    /// The bytes of `span`, which [`span`](Self::span) found within the
+    /// text, named by a row at byte `at`.
+    fn id(&self, span: IdSpan, at: usize) -> Result<&'b [u8], String> {
+        self.get(span.start, span.end)
+            .ok_or_else(|| format!("the id of the row at byte {at} could not be read"))
+    }
 }
 
 /// The call a row of the snapshot holds, with numbers of `width` bytes,
@@ -791,6 +994,55 @@ mod tests {
             buffer,
             6..6 + bytes.len(),
             SnapshotTrust::CrcMatched,
+        )
+    }
+
+    /// Bytes a paged decode reads its pages from.
+    #[derive(Debug)]
+    struct Stored(Vec<u8>);
+
+    impl crate::PageSource for Stored {
+        fn read_at(&self, buffer: &mut [u8], offset: u64) -> std::io::Result<()> {
+            let start = usize::try_from(offset).map_err(std::io::Error::other)?;
+            let bytes = self
+                .0
+                .get(start..start + buffer.len())
+                .ok_or_else(|| std::io::Error::other("past the end"))?;
+            buffer.copy_from_slice(bytes);
+            Ok(())
+        }
+    }
+
+    /// `state`'s snapshot in pages of about `page_bytes`, stored behind
+    /// other bytes, each page's byte `flip` (an index into the bytes,
+    /// its bit flipped) changed after its CRC was taken; the state read
+    /// page by page from it.
+    fn decode_paged(
+        log: &Log,
+        state: &SessionState,
+        page_bytes: usize,
+        flip: Option<usize>,
+    ) -> Result<SessionState, String> {
+        let (bytes, cuts) = state.encode_snapshot_paged(page_bytes);
+        let mut pages = Vec::new();
+        let mut start = 0;
+        for end in cuts.iter().copied().chain([bytes.len()]) {
+            pages.push(crate::SnapshotPage {
+                len: (end - start) as u32,
+                crc: crc32fast::hash(&bytes[start..end]),
+            });
+            start = end;
+        }
+        let mut stored = [b"head".as_slice(), &bytes].concat();
+        if let Some(flip) = flip {
+            stored[4 + flip % bytes.len()] ^= 1;
+        }
+        SessionState::decode_snapshot_paged(
+            log.header.clone(),
+            &log.header.to_body(),
+            Box::new(Stored(stored)),
+            4,
+            pages,
         )
     }
 
@@ -1056,6 +1308,68 @@ mod tests {
                 let _ = decoded.pending_approvals();
                 let _ = decoded.reviewed_seqs().count();
                 let _ = decoded.encode_snapshot();
+            }
+        }
+
+        #[test]
+        fn a_state_read_page_by_page_folds_the_tail_to_the_full_fold(
+            log in arbitrary_log(),
+            at in 0usize..40,
+            page_bytes in 1usize..160,
+        ) {
+            let at = at.min(log.events.len());
+            let (whole, whole_violations) = log.fold();
+            let (prefix, _) = crate::fold(log.header.clone(), &log.events[..at]);
+            let mut paged =
+                decode_paged(&log, &prefix, page_bytes, None).map_err(TestCaseError::fail)?;
+            prop_assert!(paged.reads_snapshot_pages());
+            prop_assert_eq!(&paged, &prefix);
+            // Every verdict is the full fold's, and the pages read were
+            // all whole.
+            let mut violations: Vec<_> = crate::fold(log.header.clone(), &log.events[..at]).1;
+            for record in &log.events[at..] {
+                if let Err(violation) = paged.apply(record) {
+                    violations.push(violation);
+                }
+            }
+            prop_assert_eq!(violations, whole_violations);
+            prop_assert!(!paged.snapshot_unreadable());
+            prop_assert_eq!(&paged, &whole);
+            prop_assert_eq!(paged.encode_snapshot(), whole.encode_snapshot());
+            // The cuts change nothing of the bytes.
+            prop_assert_eq!(
+                prefix.encode_snapshot_paged(page_bytes).0,
+                prefix.encode_snapshot()
+            );
+        }
+
+        #[test]
+        fn a_damaged_page_refuses_the_decode_or_is_told_when_a_lookup_lands_on_it(
+            log in arbitrary_log(),
+            at in 0usize..40,
+            page_bytes in 1usize..160,
+            flip in any::<usize>(),
+        ) {
+            let at = at.min(log.events.len());
+            let (whole, whole_violations) = log.fold();
+            let (prefix, _) = crate::fold(log.header.clone(), &log.events[..at]);
+            let Ok(mut paged) = decode_paged(&log, &prefix, page_bytes, Some(flip)) else {
+                return Ok(());
+            };
+            let mut violations: Vec<_> = crate::fold(log.header.clone(), &log.events[..at]).1;
+            for record in &log.events[at..] {
+                if let Err(violation) = paged.apply(record) {
+                    violations.push(violation);
+                }
+            }
+            let _ = projection_json(&paged, &Defaults::default());
+            let _ = paged.reviewed_seqs().count();
+            let _ = paged.encode_snapshot();
+            // A state none of whose reads met the damage is the full
+            // fold's, verdict for verdict.
+            if !paged.snapshot_unreadable() {
+                prop_assert_eq!(violations, whole_violations);
+                prop_assert_eq!(&paged, &whole);
             }
         }
     }

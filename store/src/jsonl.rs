@@ -590,11 +590,23 @@ pub fn open_log_writer(
         .map_err(|source| StoreError::io("open", path, source))?;
     let fold = match options.keep_snapshot {
         true => Fold::KeepEvents,
-        false => Fold::State,
+        false => Fold::Resume,
     };
-    let Some(folded) = fold_log(path, reading, expected_id, fold)? else {
+    let Some(mut folded) = fold_log(path, reading, expected_id.clone(), fold)? else {
         unreachable!("only Fold::FromSnapshotOnly folds nothing");
     };
+    if folded.state.snapshot_unreadable() {
+        // A page of the snapshot failed as the tail was folded: what the
+        // fold said may be wrong. Again, every page checked first (so the
+        // snapshot is passed over).
+        let reading = file
+            .try_clone()
+            .map_err(|source| StoreError::io("open", path, source))?;
+        let Some(again) = fold_log(path, reading, expected_id, Fold::State)? else {
+            unreachable!("only Fold::FromSnapshotOnly folds nothing");
+        };
+        folded = again;
+    }
     if let Some(torn) = &folded.summary.torn_tail {
         tracing::warn!(
             path = %path.display(),
@@ -653,8 +665,13 @@ struct FoldedLog {
 enum Fold {
     /// Every event from the start, kept.
     KeepEvents,
-    /// The state, from the state snapshot when one holds, else from the start.
+    /// The state, from the state snapshot when one holds (every page of
+    /// it read and checked now), else from the start.
     State,
+    /// As [`Fold::State`], the snapshot read page by page as the state's
+    /// reads land on them: a writer's, which folds again should a page
+    /// fail.
+    Resume,
     /// The state from the state snapshot only: nothing when none holds.
     FromSnapshotOnly,
 }
@@ -694,6 +711,7 @@ fn fold_log(
             reader.file(),
             &header,
             &header_body,
+            fold == Fold::Resume,
         ),
     };
     let mut events = keep_events.then(Vec::new);
@@ -811,6 +829,15 @@ fn write_snapshot(
     anchor: state_snapshot::SnapshotAnchor,
 ) -> Result<usize, StoreError> {
     let bytes = state_snapshot::encode(state, header_crc, anchor);
+    if state.snapshot_unreadable() {
+        return Err(StoreError::io(
+            "write the state snapshot",
+            snapshot,
+            std::io::Error::other(
+                "a page of the snapshot the state was resumed from could not be read",
+            ),
+        ));
+    }
     io.replace_file(&state_snapshot_temporary(snapshot), snapshot, &bytes)
         .map_err(|source| StoreError::io("write the state snapshot", snapshot, source))?;
     Ok(bytes.len())
@@ -826,12 +853,15 @@ fn state_snapshot_temporary(snapshot: &Path) -> PathBuf {
 /// The state of the snapshot at `snapshot` and its anchor, when it is whole,
 /// of this session and header, and the log `file` still holds at its
 /// anchor's offset the record it was taken after; with its size in bytes
-/// and the bytes the log has after the anchor.
+/// and the bytes the log has after the anchor. Read page by page when
+/// `paged` (only the head now, each other page when the state's reads
+/// land on it), else whole, every page checked now.
 fn resume_point(
     snapshot: &Path,
     file: &File,
     header: &SessionHeader,
     header_body: &str,
+    paged: bool,
 ) -> Option<(
     sessionlog_projections::SessionState,
     state_snapshot::SnapshotAnchor,
@@ -843,23 +873,17 @@ fn resume_point(
     // of it, and is not read into memory.
     let log_length = file.metadata().map_or(0, |metadata| metadata.len());
     let limit = log_length.saturating_mul(2).saturating_add(1 << 20);
-    let (bytes, content_crc) = match read_snapshot_file(snapshot, limit) {
-        Ok(Some(read)) => read,
+    let decoded = match open_snapshot_file(snapshot, limit) {
+        Ok(Some(opened)) => decode_snapshot_file(opened, snapshot, header, header_body, paged),
         Ok(None) => return None,
-        Err(error) => {
-            state_snapshot::ignored(&header.id, snapshot, &error.to_string());
-            return None;
-        }
+        Err(error) => Err(error.to_string()),
     };
-    let size = bytes.len();
-    let checked = state_snapshot::decode_hashed(bytes, content_crc, header, header_body).and_then(
-        |(state, anchor)| {
-            let length = record_ends_at(file, &header.id, anchor)?;
-            Ok((state, anchor, length - anchor.offset))
-        },
-    );
+    let checked = decoded.and_then(|(state, anchor, size)| {
+        let length = record_ends_at(file, &header.id, anchor)?;
+        Ok((state, anchor, size, length - anchor.offset))
+    });
     match checked {
-        Ok((state, anchor, tail)) => Some((state, anchor, size, tail)),
+        Ok(resumed) => Some(resumed),
         Err(why) => {
             state_snapshot::ignored(&header.id, snapshot, &why);
             None
@@ -867,19 +891,97 @@ fn resume_point(
     }
 }
 
-/// How much of a snapshot file is read before that part is hashed: well
-/// within a core's own cache.
-const SNAPSHOT_READ_PART: u64 = 128 * 1024;
+/// How much of a snapshot file is read first: its head, unless it has
+/// more pages than a snapshot of some 100 MB.
+const SNAPSHOT_HEAD_READ: usize = 64 * 1024;
 
-/// The bytes of the snapshot file and the CRC32 of all but their last
-/// four, `None` when there is none. Opened without following a symlink,
-/// and only a regular file of at most `limit` bytes.
-fn read_snapshot_file(path: &Path, limit: u64) -> std::io::Result<Option<(Vec<u8>, u32)>> {
+/// The snapshot file `opened` (of `length` bytes), decoded: its state,
+/// anchor and size in bytes.
+fn decode_snapshot_file(
+    (file, length): (File, u64),
+    path: &Path,
+    header: &SessionHeader,
+    header_body: &str,
+    paged: bool,
+) -> Result<
+    (
+        sessionlog_projections::SessionState,
+        state_snapshot::SnapshotAnchor,
+        usize,
+    ),
+    String,
+> {
+    use std::os::unix::fs::FileExt;
+    let length = usize::try_from(length).map_err(|_| "too long".to_owned())?;
+    if !paged {
+        let mut bytes = vec![0u8; length];
+        file.read_exact_at(&mut bytes, 0)
+            .map_err(|error| error.to_string())?;
+        let (state, anchor) = state_snapshot::decode(bytes, header, header_body)?;
+        return Ok((state, anchor, length));
+    }
+    let mut bytes = vec![0u8; length.min(SNAPSHOT_HEAD_READ)];
+    file.read_exact_at(&mut bytes, 0)
+        .map_err(|error| error.to_string())?;
+    let head = match state_snapshot::decode_head(&bytes, header, header_body)? {
+        Ok(head) => head,
+        Err(head_len) if head_len <= length => {
+            bytes.resize(head_len, 0);
+            file.read_exact_at(&mut bytes, 0)
+                .map_err(|error| error.to_string())?;
+            match state_snapshot::decode_head(&bytes, header, header_body)? {
+                Ok(head) => head,
+                Err(_) => return Err("it ends before its fields".to_owned()),
+            }
+        }
+        Err(_) => return Err("it ends before its fields".to_owned()),
+    };
+    if head.snapshot_len() != length {
+        return Err(format!(
+            "it is {length} bytes long, its head says {}: torn or changed",
+            head.snapshot_len()
+        ));
+    }
+    let pages = SnapshotPages {
+        file,
+        path: path.to_owned(),
+    };
+    let (state, anchor) = state_snapshot::decode_paged(head, Box::new(pages), header, header_body)?;
+    Ok((state, anchor, length))
+}
+
+/// A snapshot file a writer's state reads its pages from, kept open: the
+/// writer's next snapshot replaces the file by a rename, so the pages
+/// read later are still this file's.
+#[derive(Debug)]
+struct SnapshotPages {
+    file: File,
+    path: PathBuf,
+}
+
+impl sessionlog_projections::PageSource for SnapshotPages {
+    fn read_at(&self, buffer: &mut [u8], offset: u64) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file.read_exact_at(buffer, offset).map_err(|error| {
+            tracing::warn!(
+                path = %self.path.display(),
+                "could not read the state snapshot {} at byte {offset}: {error}",
+                self.path.display()
+            );
+            error
+        })
+    }
+}
+
+/// The snapshot file at `path` and its length, `None` when there is none.
+/// Opened without following a symlink, and only a regular file of at
+/// most `limit` bytes.
+fn open_snapshot_file(path: &Path, limit: u64) -> std::io::Result<Option<(File, u64)>> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path);
-    let mut file = match file {
+    let file = match file {
         Ok(file) => file,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(error) => return Err(error),
@@ -888,37 +990,12 @@ fn read_snapshot_file(path: &Path, limit: u64) -> std::io::Result<Option<(Vec<u8
     if !metadata.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
-    let too_large = || {
-        std::io::Error::other(format!(
-            "larger than a snapshot of its log can be (at most {limit} bytes)"
-        ))
-    };
     if metadata.len() > limit {
-        return Err(too_large());
+        return Err(std::io::Error::other(format!(
+            "larger than a snapshot of its log can be (at most {limit} bytes)"
+        )));
     }
-    // Read a part at a time and hash each while it is still in the cache
-    // (every byte but the last four, the CRC itself, which may only be
-    // told once the file ends).
-    let mut bytes = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
-    let mut hasher = crc32fast::Hasher::new();
-    let mut hashed = 0;
-    loop {
-        let read = (&mut file)
-            .take(SNAPSHOT_READ_PART)
-            .read_to_end(&mut bytes)?;
-        let unhashed_end = bytes.len().saturating_sub(4);
-        if unhashed_end > hashed {
-            hasher.update(&bytes[hashed..unhashed_end]);
-            hashed = unhashed_end;
-        }
-        if read == 0 {
-            return Ok(Some((bytes, hasher.finalize())));
-        }
-        // Grown since its length was read: still bounded.
-        if bytes.len() as u64 > limit {
-            return Err(too_large());
-        }
-    }
+    Ok(Some((file, metadata.len())))
 }
 
 /// Whether the log `file` holds, ending at byte `anchor.offset`, an intact
@@ -1140,6 +1217,60 @@ impl LogSink for JsonlSink {
             self.header_crc,
             anchor,
         )
+    }
+
+    fn refold(&mut self) -> Result<sessionlog_projections::SessionState, StoreError> {
+        // What the log holds (the writer holds its lock: nothing else
+        // wrote to it), then what was handed to the sink since the last
+        // sync.
+        let file = self
+            .file
+            .try_clone()
+            .map_err(|source| StoreError::io("open", &self.path, source))?;
+        let held = Positioned {
+            file,
+            at: 0,
+            end: self.good_bytes,
+        };
+        let source = std::io::Read::chain(held, std::io::Cursor::new(self.pending.clone()));
+        let mut reader = LogReader::new(
+            BufReader::with_capacity(crate::reader::READ_BUFFER_BYTES, source),
+            &self.path,
+            None,
+        )?;
+        let mut state = sessionlog_projections::SessionState::with_header_body(
+            reader.header().clone(),
+            reader.header_body(),
+        );
+        while let Some(FoldedEvent { folded, .. }) = reader.next_event_folded(&mut state)? {
+            folded.map_err(|violation| StoreError::Rule {
+                path: self.path.clone(),
+                violation,
+            })?;
+        }
+        Ok(state)
+    }
+}
+
+/// The bytes of `file` from `at` to `end`, read at their offsets (the
+/// file's own offset, shared with its other handles, is left alone).
+struct Positioned {
+    file: File,
+    at: u64,
+    end: u64,
+}
+
+impl Read for Positioned {
+    fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let left = usize::try_from(self.end - self.at).unwrap_or(usize::MAX);
+        let take = buffer.len().min(left);
+        if take == 0 {
+            return Ok(0);
+        }
+        let read = self.file.read_at(&mut buffer[..take], self.at)?;
+        self.at += read as u64;
+        Ok(read)
     }
 }
 
@@ -1783,6 +1914,133 @@ mod tests {
             open.contains(r#""PENDING_ACTION":{"callId":"c1""#),
             "{open}"
         );
+    }
+
+    /// A session of one open turn and step holding `calls` settled calls
+    /// (`c0000`, `c0001`, ...), whose writer closed leaving a snapshot.
+    fn session_of_calls(store: &JsonlStore, name: &str, calls: u32) -> SessionId {
+        let session = created(store, name);
+        let mut writer = open_writer(store, &session);
+        let mut events = vec![
+            NewEvent::new("turn/start", r#"{"turnId":"t"}"#),
+            NewEvent::new("step/start", r#"{"stepId":"s","turnId":"t"}"#),
+        ];
+        for call in 0..calls {
+            events.push(NewEvent::new(
+                "tool/start",
+                format!(r#"{{"callId":"c{call:04}","stepId":"s","name":"bash","arguments":{{}}}}"#),
+            ));
+            events.push(NewEvent::new(
+                "tool/settle",
+                format!(r#"{{"callId":"c{call:04}","status":"ok"}}"#),
+            ));
+        }
+        for chunk in events.chunks(500) {
+            ok(writer.append_batch(chunk.to_vec(), None));
+        }
+        drop(writer);
+        session
+    }
+
+    /// A writer that keeps no events, so resumes from the snapshot.
+    fn resuming_writer(store: &JsonlStore, session: &SessionId) -> SessionWriter {
+        let options = WriterOptions {
+            keep_snapshot: false,
+            ..WriterOptions::default()
+        };
+        ok(store.open_writer(session, options))
+    }
+
+    /// Every byte of the state of the snapshot at `path` flipped, in place
+    /// (the file a writer holds open).
+    fn damage_snapshot_state(path: &Path, header: &SessionHeader, header_body: &str) {
+        let mut bytes = ok(std::fs::read(path));
+        let head = match state_snapshot::decode_head(&bytes, header, header_body) {
+            Ok(Ok(head)) => head,
+            other => panic!("the snapshot's head: {other:?}"),
+        };
+        for byte in &mut bytes[head.len..] {
+            *byte ^= 0x5a;
+        }
+        let file = ok(std::fs::OpenOptions::new().write(true).open(path));
+        ok(std::os::unix::fs::FileExt::write_all_at(&file, &bytes, 0));
+    }
+
+    #[test]
+    fn a_writer_reads_its_snapshot_page_by_page_and_folds_again_when_a_page_fails() {
+        let (_dir, store) = store();
+        let session = session_of_calls(&store, "paged", 3000);
+        let log = store.log_path(&session);
+        let snapshot = state_snapshot_path(&log);
+        let decoded = ok(read_header_as_is(&log, None));
+        let (header, header_body) = (decoded.header, decoded.body);
+        let size = ok(std::fs::metadata(&snapshot)).len();
+        let head =
+            match state_snapshot::decode_head(&ok(std::fs::read(&snapshot)), &header, &header_body)
+            {
+                Ok(Ok(head)) => head,
+                other => panic!("the snapshot's head: {other:?}"),
+            };
+        assert!(head.pages.len() >= 4, "pages: {}", head.pages.len());
+        assert_eq!(head.snapshot_len() as u64, size);
+
+        // Resumed page by page: a duplicate call id is refused and a
+        // settled call found, from the pages their lookups land on.
+        let mut writer = resuming_writer(&store, &session);
+        assert!(writer.state().reads_snapshot_pages());
+        let duplicate = NewEvent::new(
+            "tool/start",
+            r#"{"callId":"c1234","stepId":"s","name":"bash","arguments":{}}"#,
+        );
+        assert!(matches!(
+            writer.append(duplicate.clone(), None),
+            Err(StoreError::Rule { .. })
+        ));
+        assert!(!writer.state().snapshot_unreadable());
+        drop(writer);
+
+        // The pages changed under an open writer: the lookups that land
+        // on them fail, the writer folds the log again, and its verdicts
+        // are the log's.
+        let mut writer = resuming_writer(&store, &session);
+        assert!(writer.state().reads_snapshot_pages());
+        damage_snapshot_state(&snapshot, &header, &header_body);
+        assert!(matches!(
+            writer.append(duplicate.clone(), None),
+            Err(StoreError::Rule { .. })
+        ));
+        assert!(
+            !writer.state().reads_snapshot_pages(),
+            "folded again, whole"
+        );
+        let settle_again = NewEvent::new("tool/settle", r#"{"callId":"c0042","status":"ok"}"#);
+        assert!(matches!(
+            writer.append(settle_again, None),
+            Err(StoreError::Rule { .. })
+        ));
+        let fresh = NewEvent::new(
+            "tool/start",
+            r#"{"callId":"c9999","stepId":"s","name":"bash","arguments":{}}"#,
+        );
+        assert_eq!(ok(writer.append(fresh, None)).get(), 6003);
+        assert_eq!(
+            writer.state().call("c2999").map(|call| call.settled),
+            Some(true)
+        );
+        drop(writer);
+
+        // The damaged snapshot is passed over at the next open (every page
+        // of a snapshot is checked before the log's tail is folded on it,
+        // or the fold is done again), and the log is whole.
+        let mut writer = resuming_writer(&store, &session);
+        assert!(matches!(
+            writer.append(duplicate, None),
+            Err(StoreError::Rule { .. })
+        ));
+        assert_eq!(writer.next_seq(), 6004);
+        drop(writer);
+        let read = ok(store.snapshot(&session));
+        assert_eq!(read.events.len(), 6003);
     }
 
     #[test]

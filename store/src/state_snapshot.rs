@@ -15,11 +15,16 @@
 //! What it proves, and what it does not (a snapshot written by someone who
 //! can write the store): docs/FORMAT.md, "What a snapshot proves".
 
-use sessionlog_projections::{SessionState, SnapshotTrust};
+use sessionlog_projections::{PageSource, SessionState, SnapshotPage, SnapshotTrust};
 use sessionlog_schema::{SessionHeader, SessionId};
 
 /// The snapshot format this build writes and reads.
-pub(crate) const STATE_SNAPSHOT_FORMAT: u32 = 4;
+pub(crate) const STATE_SNAPSHOT_FORMAT: u32 = 5;
+
+/// How many bytes of state a page of a snapshot holds at least (the last
+/// excepted): a writer resuming from a snapshot reads the pages its
+/// lookups land on, each checked against its own CRC.
+pub(crate) const SNAPSHOT_PAGE_BYTES: usize = 16 * 1024;
 
 /// The first bytes of every snapshot.
 const MAGIC: &[u8; 16] = b"sessionlog-state";
@@ -110,11 +115,13 @@ impl SnapshotAnchor {
 }
 
 /// The bytes of a snapshot of `state`, taken at `anchor`, of the session
-/// whose stored header body's CRC is `header_crc`.
+/// whose stored header body's CRC is `header_crc`: its head (what it is
+/// of, where it was taken, and its pages' lengths and CRCs, then the
+/// CRC of all that), then the state's bytes, page after page.
 pub(crate) fn encode(state: &SessionState, header_crc: u32, anchor: SnapshotAnchor) -> Vec<u8> {
-    let state_bytes = state.encode_snapshot();
+    let (state_bytes, cuts) = state.encode_snapshot_paged(SNAPSHOT_PAGE_BYTES);
     let id = state.header().id.as_str().as_bytes();
-    let mut out = Vec::with_capacity(state_bytes.len() + 96);
+    let mut out = Vec::with_capacity(state_bytes.len() + 96 + 8 * (cuts.len() + 1));
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&STATE_SNAPSHOT_FORMAT.to_le_bytes());
     out.extend_from_slice(&(id.len() as u32).to_le_bytes());
@@ -125,9 +132,17 @@ pub(crate) fn encode(state: &SessionState, header_crc: u32, anchor: SnapshotAnch
     out.extend_from_slice(&anchor.offset.to_le_bytes());
     out.extend_from_slice(&anchor.lines.to_le_bytes());
     out.extend_from_slice(&(state_bytes.len() as u64).to_le_bytes());
-    out.extend_from_slice(&state_bytes);
+    out.extend_from_slice(&(cuts.len() as u32 + 1).to_le_bytes());
+    let mut start = 0;
+    for end in cuts.iter().copied().chain([state_bytes.len()]) {
+        let page = &state_bytes[start..end];
+        out.extend_from_slice(&(page.len() as u32).to_le_bytes());
+        out.extend_from_slice(&crc32fast::hash(page).to_le_bytes());
+        start = end;
+    }
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&state_bytes);
     out
 }
 
@@ -136,45 +151,34 @@ pub(crate) fn header_crc(header_body: &str) -> u32 {
     crc32fast::hash(header_body.as_bytes())
 }
 
-/// The state `bytes` hold and where it was taken, when they are a whole
-/// snapshot of this format, of session `header.id` with this header body;
-/// why not otherwise. The anchor is left to the caller to check against
-/// the log.
-///
-/// The state keeps `bytes` and reads its calls, requests, ids and reviewed
-/// seqs in place there (`SessionState::decode_snapshot_in`): a resume
-/// neither copies nor decodes them row by row. The bytes' CRC is checked
-/// first, so the calls' rows and the reviewed seqs are not checked one by
-/// one ([`SnapshotTrust::CrcMatched`]): a torn or damaged snapshot is
-/// refused by its CRC.
-pub(crate) fn decode(
-    bytes: Vec<u8>,
-    header: &SessionHeader,
-    header_body: &str,
-) -> Result<(SessionState, SnapshotAnchor), String> {
-    let content_crc = bytes
-        .split_last_chunk::<4>()
-        .map_or(0, |(content, _)| crc32fast::hash(content));
-    decode_hashed(bytes, content_crc, header, header_body)
+/// What a snapshot's head says: where it was taken, and where its state
+/// and pages are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SnapshotHead {
+    pub(crate) anchor: SnapshotAnchor,
+    /// The head's length: where the state starts.
+    pub(crate) len: usize,
+    pub(crate) state_len: usize,
+    pub(crate) pages: Vec<SnapshotPage>,
 }
 
-/// [`decode`] of `bytes` whose CRC was taken as they were read:
-/// `content_crc` is the CRC32 of all of them but their last four (what
-/// those four must hold), each part hashed while the read still had it in
-/// the cache instead of in a second pass over the whole buffer.
-pub(crate) fn decode_hashed(
-    bytes: Vec<u8>,
-    content_crc: u32,
+impl SnapshotHead {
+    /// The whole snapshot's length.
+    pub(crate) fn snapshot_len(&self) -> usize {
+        self.len.saturating_add(self.state_len)
+    }
+}
+
+/// The head the first bytes of a snapshot, `bytes`, hold, when it is of
+/// this format, of session `header.id` with this header body, and whole
+/// (its CRC matches): `Ok(Err(n))` when the head is `n` bytes long, more
+/// than `bytes` holds. Why not otherwise.
+pub(crate) fn decode_head(
+    bytes: &[u8],
     header: &SessionHeader,
     header_body: &str,
-) -> Result<(SessionState, SnapshotAnchor), String> {
-    let Some((content, crc)) = bytes.split_last_chunk::<4>() else {
-        return Err("shorter than a snapshot".to_owned());
-    };
-    if content_crc != u32::from_le_bytes(*crc) {
-        return Err("its CRC does not match: torn or changed".to_owned());
-    }
-    let mut input = Fields { bytes: content };
+) -> Result<Result<SnapshotHead, usize>, String> {
+    let mut input = Fields { bytes };
     if input.take(MAGIC.len())? != MAGIC {
         return Err("not a state snapshot".to_owned());
     }
@@ -203,18 +207,113 @@ pub(crate) fn decode_hashed(
         lines: input.u64()?,
     };
     let state_len = usize::try_from(input.u64()?).map_err(|_| "too long".to_owned())?;
-    let state_at = content.len() - input.bytes.len();
-    input.take(state_len)?;
-    if !input.bytes.is_empty() {
-        return Err("bytes follow the state".to_owned());
+    let page_count = input.u32()? as usize;
+    let head_len = (bytes.len() - input.bytes.len())
+        .checked_add(page_count.saturating_mul(8))
+        .and_then(|len| len.checked_add(4))
+        .ok_or_else(|| "too long".to_owned())?;
+    if head_len > bytes.len() {
+        return Ok(Err(head_len));
+    }
+    let mut pages = Vec::with_capacity(page_count);
+    let mut total = 0usize;
+    for _ in 0..page_count {
+        let page = SnapshotPage {
+            len: input.u32()?,
+            crc: input.u32()?,
+        };
+        total = total.saturating_add(page.len as usize);
+        pages.push(page);
+    }
+    let crc = input.u32()?;
+    if crc32fast::hash(&bytes[..head_len - 4]) != crc {
+        return Err("the CRC of its head does not match: torn or changed".to_owned());
+    }
+    if total != state_len {
+        return Err(format!(
+            "its pages hold {total} bytes, its state {state_len}"
+        ));
+    }
+    Ok(Ok(SnapshotHead {
+        anchor,
+        len: head_len,
+        state_len,
+        pages,
+    }))
+}
+
+/// The state `bytes` hold and where it was taken, when they are a whole
+/// snapshot of this format, of session `header.id` with this header body
+/// (every page checked against its CRC); why not otherwise. The anchor is
+/// left to the caller to check against the log.
+///
+/// The state keeps `bytes` and reads its calls, requests, ids and reviewed
+/// seqs in place there (`SessionState::decode_snapshot_in`): a resume
+/// neither copies nor decodes them row by row. The pages' CRCs are checked
+/// first, so the calls' rows and the reviewed seqs are not checked one by
+/// one ([`SnapshotTrust::CrcMatched`]): a torn or damaged snapshot is
+/// refused by its CRCs.
+pub(crate) fn decode(
+    bytes: Vec<u8>,
+    header: &SessionHeader,
+    header_body: &str,
+) -> Result<(SessionState, SnapshotAnchor), String> {
+    let head = match decode_head(&bytes, header, header_body)? {
+        Ok(head) => head,
+        Err(_) => return Err("it ends before its fields".to_owned()),
+    };
+    if bytes.len() != head.snapshot_len() {
+        return Err(format!(
+            "it is {} bytes long, its head says {}: torn or changed",
+            bytes.len(),
+            head.snapshot_len()
+        ));
+    }
+    let mut start = head.len;
+    for (index, page) in head.pages.iter().enumerate() {
+        let end = start + page.len as usize;
+        if crc32fast::hash(&bytes[start..end]) != page.crc {
+            return Err(format!(
+                "its page {index} does not match its CRC: torn or changed"
+            ));
+        }
+        start = end;
     }
     let state = SessionState::decode_snapshot_in(
         header.clone(),
         header_body,
         bytes,
-        state_at..state_at + state_len,
+        head.len..head.snapshot_len(),
         SnapshotTrust::CrcMatched,
     )?;
+    checked_at_anchor(state, head.anchor)
+}
+
+/// The state of the snapshot whose head is `head`, its bytes in `source`,
+/// read page by page (`SessionState::decode_snapshot_paged`): only the
+/// pages of the state's fields and requests now, any other when a lookup
+/// lands on it, each checked against its CRC then.
+pub(crate) fn decode_paged(
+    head: SnapshotHead,
+    source: Box<dyn PageSource>,
+    header: &SessionHeader,
+    header_body: &str,
+) -> Result<(SessionState, SnapshotAnchor), String> {
+    let state = SessionState::decode_snapshot_paged(
+        header.clone(),
+        header_body,
+        source,
+        head.len as u64,
+        head.pages,
+    )?;
+    checked_at_anchor(state, head.anchor)
+}
+
+/// `state` when it is at its anchor's seq.
+fn checked_at_anchor(
+    state: SessionState,
+    anchor: SnapshotAnchor,
+) -> Result<(SessionState, SnapshotAnchor), String> {
     if state.seq() != anchor.seq || anchor.seq == 0 {
         return Err(format!(
             "its state is at seq {}, its anchor at seq {}",
@@ -294,13 +393,18 @@ mod tests {
         (bytes, header)
     }
 
-    /// `bytes` with its format field set to `format` and its CRC made to
-    /// match again.
+    /// `bytes` with its format field set to `format` and its head's CRC
+    /// made to match again.
     fn with_format(mut bytes: Vec<u8>, format: u32) -> Vec<u8> {
+        let (_, header) = snapshot_bytes();
+        let head = match decode_head(&bytes, &header, &header.to_body()) {
+            Ok(Ok(head)) => head,
+            other => panic!("the head of the snapshot as written: {other:?}"),
+        };
         bytes[16..20].copy_from_slice(&format.to_le_bytes());
-        let end = bytes.len() - 4;
+        let end = head.len - 4;
         let crc = crc32fast::hash(&bytes[..end]);
-        bytes[end..].copy_from_slice(&crc.to_le_bytes());
+        bytes[end..head.len].copy_from_slice(&crc.to_le_bytes());
         bytes
     }
 
@@ -308,7 +412,7 @@ mod tests {
     fn a_snapshot_of_a_format_before_or_an_unknown_one_is_refused_naming_both() {
         let (bytes, header) = snapshot_bytes();
         let body = header.to_body();
-        for format in [1, 2, 3, STATE_SNAPSHOT_FORMAT + 1] {
+        for format in [1, 2, 3, 4, STATE_SNAPSHOT_FORMAT + 1] {
             let refused = decode(with_format(bytes.clone(), format), &header, &body);
             assert_eq!(
                 refused.err(),

@@ -115,6 +115,16 @@ pub(crate) trait LogSink: Send + fmt::Debug {
     /// size in bytes. Called off the append's acknowledgement, rarely; a
     /// failure is the snapshot's alone (see `state_snapshot`).
     fn save_snapshot(&mut self, state: &SessionState) -> Result<usize, StoreError>;
+    /// The fold, from the log's start and without a snapshot, of every
+    /// record written so far (synced or not): for a writer whose state
+    /// reads a snapshot page by page and met a page that failed. Only the
+    /// JSONL sink's writers read one so; the others keep this refusal,
+    /// which no writer of theirs reaches.
+    fn refold(&mut self) -> Result<SessionState, StoreError> {
+        Err(StoreError::InvalidEvent(
+            "this store's writers read no snapshot page by page".to_owned(),
+        ))
+    }
 }
 
 /// The single writer of one session. See the module docs.
@@ -353,13 +363,30 @@ impl SessionWriter {
         events: Vec<NewEvent>,
         expected_seq: Option<u64>,
     ) -> Result<Vec<u64>, StoreError> {
+        let Some(again) = self.state.reads_snapshot_pages().then(|| events.clone()) else {
+            return self.stage_batch_once(events, expected_seq);
+        };
+        let before = self.written_seq;
+        let staged = self.stage_batch_once(events, expected_seq);
+        match self.trusted(staged, before) {
+            Some(staged) => staged,
+            None => self.stage_batch_once(again, expected_seq),
+        }
+    }
+
+    /// [`stage_batch`](Self::stage_batch), once.
+    fn stage_batch_once(
+        &mut self,
+        events: Vec<NewEvent>,
+        expected_seq: Option<u64>,
+    ) -> Result<Vec<u64>, StoreError> {
         if events.len() == 1 {
             // No batch member and nothing to roll back: checked, then
             // folded once written.
             let event = events
                 .into_iter()
                 .next()
-                .map(|event| self.stage(event, expected_seq));
+                .map(|event| self.stage_once(event, expected_seq));
             return event.into_iter().collect();
         }
         self.check_usable(expected_seq)?;
@@ -404,11 +431,73 @@ impl SessionWriter {
     /// The writer's own state (poisoned, the expected seq) is
     /// [`append_batch`](Self::append_batch)'s to tell.
     pub(crate) fn check_batch(&mut self, events: &[NewEvent]) -> Result<(), StoreError> {
+        let checked = self.check_batch_once(events);
+        if !self.state.snapshot_unreadable() {
+            return checked;
+        }
+        // A verdict a failed snapshot page may have swayed, either way.
+        self.refold()?;
+        self.check_batch_once(events)
+    }
+
+    /// [`check_batch`](Self::check_batch), once.
+    fn check_batch_once(&mut self, events: &[NewEvent]) -> Result<(), StoreError> {
         let batch = (events.len() >= 2).then_some(events.len() as u64);
         let mark = self.state.mark();
         let checked = self.fold_batch(events.to_vec(), batch).map(drop);
         self.state.rollback(mark);
         checked
+    }
+
+    /// `result`, of an operation begun when `written_before` was the last
+    /// seq written, once the state is one to trust again. When a page of
+    /// the snapshot the state reads failed meanwhile, a lookup landing
+    /// there missed, so the operation's verdict may be wrong (and
+    /// [`write`](Self::write) refused to write on it): the log is folded
+    /// again, and `None` says to run the operation once more, when it
+    /// failed having written nothing. A fold that fails poisons the
+    /// writer.
+    fn trusted<T>(
+        &mut self,
+        result: Result<T, StoreError>,
+        written_before: u64,
+    ) -> Option<Result<T, StoreError>> {
+        if !self.state.snapshot_unreadable() {
+            return Some(result);
+        }
+        if let Err(error) = self.refold() {
+            self.poisoned = Some(error.to_string());
+            return Some(result.and(Err(error)));
+        }
+        match result {
+            Err(_) if self.written_seq == written_before => None,
+            result => Some(result),
+        }
+    }
+
+    /// Replaces the state, which read a snapshot page that failed, by
+    /// the fold of the log from its start.
+    fn refold(&mut self) -> Result<(), StoreError> {
+        tracing::warn!(
+            path = %self.path.display(),
+            "a page of the state snapshot of {} could not be read or does not match its CRC; \
+             folding the whole log again",
+            crate::store_display(&self.path)
+        );
+        let state = self.sink.refold()?;
+        if state.seq() != self.written_seq {
+            return Err(StoreError::io(
+                "fold",
+                &self.path,
+                std::io::Error::other(format!(
+                    "folded again, the log ends at seq {}, not at the {} written",
+                    state.seq(),
+                    self.written_seq
+                )),
+            ));
+        }
+        self.state = state;
+        Ok(())
     }
 
     /// The records of `events` at the next seqs (the first carrying
@@ -568,6 +657,23 @@ impl SessionWriter {
     /// event is acknowledged by the next [`SessionWriter::sync`]. Events
     /// staged together share one fsync.
     pub fn stage(&mut self, event: NewEvent, expected_seq: Option<u64>) -> Result<u64, StoreError> {
+        let Some(again) = self.state.reads_snapshot_pages().then(|| event.clone()) else {
+            return self.stage_once(event, expected_seq);
+        };
+        let before = self.written_seq;
+        let staged = self.stage_once(event, expected_seq);
+        match self.trusted(staged, before) {
+            Some(staged) => staged,
+            None => self.stage_once(again, expected_seq),
+        }
+    }
+
+    /// [`stage`](Self::stage), once.
+    fn stage_once(
+        &mut self,
+        event: NewEvent,
+        expected_seq: Option<u64>,
+    ) -> Result<u64, StoreError> {
         self.check_usable(expected_seq)?;
         let record = self.build(self.written_seq + 1, None, event)?;
         let event = self
@@ -632,6 +738,16 @@ impl SessionWriter {
 
     /// Stages a seal of every record written so far, now.
     fn stage_seal(&mut self, key: Option<&SealSecretKey>) -> Result<u64, StoreError> {
+        let before = self.written_seq;
+        let staged = self.stage_seal_once(key);
+        match self.trusted(staged, before) {
+            Some(staged) => staged,
+            None => self.stage_seal_once(key),
+        }
+    }
+
+    /// [`stage_seal`](Self::stage_seal), once.
+    fn stage_seal_once(&mut self, key: Option<&SealSecretKey>) -> Result<u64, StoreError> {
         let (record, event) = seal_record(&mut self.state, now_ms(), key)?;
         self.write(std::slice::from_ref(&record))?;
         self.state.apply_checked(&record, event);
@@ -706,6 +822,17 @@ impl SessionWriter {
     }
 
     fn write(&mut self, records: &[EventRecord]) -> Result<(), StoreError> {
+        if self.state.snapshot_unreadable() {
+            // What the state said of `records` may be wrong: the caller
+            // folds the log again and checks them anew (`trusted`).
+            return Err(StoreError::io(
+                "write",
+                &self.path,
+                std::io::Error::other(
+                    "a page of the state snapshot the writer resumed from could not be read",
+                ),
+            ));
+        }
         let id = self.state.header().id.clone();
         if let Err(error) = self.sink.write(&id, records) {
             self.poisoned = Some(error.to_string());
