@@ -592,21 +592,9 @@ pub fn open_log_writer(
         true => Fold::KeepEvents,
         false => Fold::Resume,
     };
-    let Some(mut folded) = fold_log(path, reading, expected_id.clone(), fold)? else {
+    let Some(folded) = fold_log(path, reading, expected_id, fold)? else {
         unreachable!("only Fold::FromSnapshotOnly folds nothing");
     };
-    if folded.state.snapshot_unreadable() {
-        // A page of the snapshot failed as the tail was folded: what the
-        // fold said may be wrong. Again, every page checked first (so the
-        // snapshot is passed over).
-        let reading = file
-            .try_clone()
-            .map_err(|source| StoreError::io("open", path, source))?;
-        let Some(again) = fold_log(path, reading, expected_id, Fold::State)? else {
-            unreachable!("only Fold::FromSnapshotOnly folds nothing");
-        };
-        folded = again;
-    }
     if let Some(torn) = &folded.summary.torn_tail {
         tracing::warn!(
             path = %path.display(),
@@ -689,6 +677,7 @@ fn fold_log(
     fold: Fold,
 ) -> Result<Option<FoldedLog>, StoreError> {
     let keep_events = fold == Fold::KeepEvents;
+    let again_id = expected_id.clone();
     // A fold that may resume reads the header through a small buffer: a
     // whole read's buffer would take in 256 KiB of events a resume skips.
     let buffer = match keep_events {
@@ -749,6 +738,20 @@ fn fold_log(
             Some(events) => events.push(record),
             None => last = Some(record),
         }
+    }
+    if state.snapshot_unreadable() {
+        // A page of the snapshot failed as the tail was folded: a lookup
+        // that landed there missed, so what the fold said (a violation, or
+        // none) may be wrong. Again from the log's start, the snapshot read
+        // whole, every page checked first (so this one is passed over).
+        let mut again = reader
+            .file()
+            .try_clone()
+            .map_err(|source| StoreError::io("open", path, source))?;
+        // The handles share their offset, which this read left at the end.
+        std::io::Seek::seek(&mut again, std::io::SeekFrom::Start(0))
+            .map_err(|source| StoreError::io("seek", path, source))?;
+        return fold_log(path, again, again_id, Fold::State);
     }
     // The anchor of the next snapshot: the CRC of the last record, hashed
     // once (its own line's CRC, over the same body).
@@ -2041,6 +2044,292 @@ mod tests {
         drop(writer);
         let read = ok(store.snapshot(&session));
         assert_eq!(read.events.len(), 6003);
+    }
+
+    /// The pages of the snapshot at `path` that a paged decode does not
+    /// read (a lookup reads them later): each page damaged alone, the
+    /// ones whose damage the decode does not see.
+    fn lazy_pages(path: &Path, header: &SessionHeader, header_body: &str) -> Vec<(usize, usize)> {
+        let bytes = ok(std::fs::read(path));
+        let head = match state_snapshot::decode_head(&bytes, header, header_body) {
+            Ok(Ok(head)) => head,
+            other => panic!("the snapshot's head: {other:?}"),
+        };
+        let dir = ok(tempfile::tempdir());
+        let mut lazy = Vec::new();
+        let mut start = head.len;
+        for page in &head.pages {
+            let end = start + page.len as usize;
+            let mut damaged = bytes.clone();
+            for byte in &mut damaged[start..end] {
+                *byte ^= 0x5a;
+            }
+            let copy = dir.path().join("copy");
+            ok(std::fs::write(&copy, &damaged));
+            let opened = ok(open_snapshot_file(&copy, u64::MAX)).unwrap_or_else(|| panic!("none"));
+            if decode_snapshot_file(opened, &copy, header, header_body, true).is_ok() {
+                lazy.push((start, end));
+            }
+            start = end;
+        }
+        lazy
+    }
+
+    /// Every page of the snapshot at `path` that a paged decode does not
+    /// read flipped in place; how many.
+    fn damage_lazy_pages(path: &Path, header: &SessionHeader, header_body: &str) -> usize {
+        let lazy = lazy_pages(path, header, header_body);
+        let mut bytes = ok(std::fs::read(path));
+        for &(start, end) in &lazy {
+            for byte in &mut bytes[start..end] {
+                *byte ^= 0x5a;
+            }
+        }
+        let file = ok(std::fs::OpenOptions::new().write(true).open(path));
+        ok(std::os::unix::fs::FileExt::write_all_at(&file, &bytes, 0));
+        lazy.len()
+    }
+
+    #[test]
+    fn an_open_whose_tail_fold_meets_a_failed_page_folds_again_and_opens() {
+        let (_dir, store) = store();
+        let session = session_of_calls(&store, "again", 3000);
+        let log = store.log_path(&session);
+        let snapshot = state_snapshot_path(&log);
+        let decoded = ok(read_header_as_is(&log, None));
+        // A tail after the snapshot: a new call, whose duplicate check at
+        // the next open's tail fold lands on the call rows' pages.
+        let mut writer = resuming_writer(&store, &session);
+        let fresh = NewEvent::new(
+            "tool/start",
+            r#"{"callId":"c5000","stepId":"s","name":"bash","arguments":{}}"#,
+        );
+        assert_eq!(ok(writer.append(fresh, None)).get(), 6003);
+        drop(writer);
+        assert!(damage_lazy_pages(&snapshot, &decoded.header, &decoded.body) >= 2);
+        // The log is whole: the writer must open (folding again).
+        let opened = store.open_writer(
+            &session,
+            WriterOptions {
+                keep_snapshot: false,
+                ..WriterOptions::default()
+            },
+        );
+        match opened {
+            Ok(writer) => assert_eq!(writer.next_seq(), 6004),
+            Err(error) => panic!("a whole log refused at open: {error}"),
+        }
+    }
+
+    #[test]
+    fn a_tail_event_the_failed_page_makes_look_rule_breaking_does_not_refuse_the_log() {
+        let (_dir, store) = store();
+        let session = created(&store, "unsettled");
+        let mut writer = open_writer(&store, &session);
+        let mut events = vec![
+            NewEvent::new("turn/start", r#"{"turnId":"t"}"#),
+            NewEvent::new("step/start", r#"{"stepId":"s","turnId":"t"}"#),
+        ];
+        for call in 0..3000 {
+            events.push(NewEvent::new(
+                "tool/start",
+                format!(r#"{{"callId":"c{call:04}","stepId":"s","name":"bash","arguments":{{}}}}"#),
+            ));
+        }
+        for chunk in events.chunks(500) {
+            ok(writer.append_batch(chunk.to_vec(), None));
+        }
+        drop(writer);
+        let log = store.log_path(&session);
+        let snapshot = state_snapshot_path(&log);
+        let decoded = ok(read_header_as_is(&log, None));
+        // The tail: a settle of a call the snapshot holds.
+        let mut writer = resuming_writer(&store, &session);
+        let settle = NewEvent::new("tool/settle", r#"{"callId":"c1500","status":"ok"}"#);
+        assert_eq!(ok(writer.append(settle, None)).get(), 3003);
+        drop(writer);
+        assert!(damage_lazy_pages(&snapshot, &decoded.header, &decoded.body) >= 2);
+        // `verify`'s own read: the log breaks no rule.
+        assert_eq!(ok(store.snapshot(&session)).events.len(), 3003);
+        let opened = store.open_writer(
+            &session,
+            WriterOptions {
+                keep_snapshot: false,
+                ..WriterOptions::default()
+            },
+        );
+        match opened {
+            Ok(writer) => assert_eq!(writer.next_seq(), 3004),
+            Err(error) => panic!("a whole log refused at open: {error:?}"),
+        }
+    }
+
+    #[test]
+    fn pages_failing_under_an_open_writer_never_let_a_wrong_verdict_reach_the_log() {
+        for durability in [Durability::Fsync, Durability::Buffered] {
+            let (_dir, store) = store();
+            let session = session_of_calls(&store, "held", 3000);
+            let log = store.log_path(&session);
+            let snapshot = state_snapshot_path(&log);
+            let decoded = ok(read_header_as_is(&log, None));
+            let options = WriterOptions {
+                keep_snapshot: false,
+                durability,
+                seal_turns: crate::SealTurns::Unsigned,
+            };
+            let mut writer = ok(store.open_writer(&session, options));
+            assert!(writer.state().reads_snapshot_pages());
+            damage_snapshot_state(&snapshot, &decoded.header, &decoded.body);
+            let start = |id: &str| {
+                NewEvent::new(
+                    "tool/start",
+                    format!(r#"{{"callId":"{id}","stepId":"s","name":"bash","arguments":{{}}}}"#),
+                )
+            };
+            // Staged, not synced: the refold must count it.
+            assert_eq!(ok(writer.stage(start("c7000"), None)), 6003);
+            // A group: a duplicate of a call on a failed page, a new call,
+            // a duplicate of the staged one, a settle of a settled call.
+            let outcomes = writer.append_group(vec![
+                (vec![start("c0100")], None),
+                (vec![start("c7001"), start("c7002")], None),
+                (vec![start("c7000")], None),
+                (
+                    vec![NewEvent::new(
+                        "tool/settle",
+                        r#"{"callId":"c2000","status":"ok"}"#,
+                    )],
+                    None,
+                ),
+            ]);
+            assert!(
+                matches!(outcomes[0], Err(StoreError::Rule { .. })),
+                "{outcomes:?}"
+            );
+            assert!(outcomes[1].is_ok(), "{outcomes:?}");
+            assert!(
+                matches!(outcomes[2], Err(StoreError::Rule { .. })),
+                "{outcomes:?}"
+            );
+            assert!(
+                matches!(outcomes[3], Err(StoreError::Rule { .. })),
+                "{outcomes:?}"
+            );
+            ok(writer.append(
+                NewEvent::new("tool/settle", r#"{"callId":"c7000","status":"ok"}"#),
+                None,
+            ));
+            ok(writer.append(
+                NewEvent::new("tool/settle", r#"{"callId":"c7001","status":"ok"}"#),
+                None,
+            ));
+            ok(writer.append(
+                NewEvent::new("tool/settle", r#"{"callId":"c7002","status":"ok"}"#),
+                None,
+            ));
+            ok(writer.append(NewEvent::new("step/end", r#"{"stepId":"s"}"#), None));
+            ok(writer.append(NewEvent::new("turn/end", r#"{"turnId":"t"}"#), None));
+            ok(writer.seal(None, None));
+            let next = writer.next_seq();
+            drop(writer);
+            // The whole log, read and checked from its start (seals too).
+            let read = ok(store.snapshot(&session));
+            assert_eq!(read.events.len() as u64, next - 1);
+            let folded = ok(crate::jsonl::current_log_state(&log, None));
+            assert_eq!(folded.seq(), next - 1);
+        }
+    }
+
+    /// The snapshot at `path` with its state cut into pages at `cuts`
+    /// (each page's CRC and the head's made to match).
+    fn recut_snapshot(path: &Path, header: &SessionHeader, header_body: &str, cuts: &[usize]) {
+        let bytes = ok(std::fs::read(path));
+        let head = match state_snapshot::decode_head(&bytes, header, header_body) {
+            Ok(Ok(head)) => head,
+            other => panic!("the snapshot's head: {other:?}"),
+        };
+        let state = &bytes[head.len..];
+        // The fixed fields before the page count.
+        let fixed = head.len - 4 - 8 * head.pages.len() - 4;
+        let mut out = bytes[..fixed].to_vec();
+        let mut bounds: Vec<usize> = cuts
+            .iter()
+            .copied()
+            .filter(|&c| c > 0 && c < state.len())
+            .collect();
+        bounds.sort_unstable();
+        bounds.dedup();
+        bounds.push(state.len());
+        out.extend_from_slice(&(bounds.len() as u32).to_le_bytes());
+        let mut start = 0;
+        for &end in &bounds {
+            out.extend_from_slice(&((end - start) as u32).to_le_bytes());
+            out.extend_from_slice(&crc32fast::hash(&state[start..end]).to_le_bytes());
+            start = end;
+        }
+        let crc = crc32fast::hash(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out.extend_from_slice(state);
+        ok(std::fs::write(path, out));
+    }
+
+    #[test]
+    fn forged_cuts_never_panic_nor_let_a_duplicate_through() {
+        let (_dir, store) = store();
+        let session = session_of_calls(&store, "forged", 1500);
+        let log = store.log_path(&session);
+        let snapshot = state_snapshot_path(&log);
+        let decoded = ok(read_header_as_is(&log, None));
+        let original = ok(std::fs::read(&snapshot));
+        let state_len = match state_snapshot::decode_head(&original, &decoded.header, &decoded.body)
+        {
+            Ok(Ok(head)) => head.state_len,
+            other => panic!("{other:?}"),
+        };
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..60 {
+            ok(std::fs::write(&snapshot, &original));
+            let count = 1 + (next() % 40) as usize;
+            let cuts: Vec<usize> = (0..count)
+                .map(|_| match round % 3 {
+                    0 => (next() as usize) % state_len,
+                    // Tiny pages at the start.
+                    1 => (next() as usize) % 64,
+                    _ => state_len - 1 - (next() as usize) % 200,
+                })
+                .collect();
+            recut_snapshot(&snapshot, &decoded.header, &decoded.body, &cuts);
+            let mut writer = resuming_writer(&store, &session);
+            let duplicate = NewEvent::new(
+                "tool/start",
+                format!(
+                    r#"{{"callId":"c{:04}","stepId":"s","name":"bash","arguments":{{}}}}"#,
+                    next() % 1500
+                ),
+            );
+            assert!(
+                matches!(writer.append(duplicate, None), Err(StoreError::Rule { .. })),
+                "round {round}"
+            );
+            let settle = NewEvent::new(
+                "tool/settle",
+                format!(r#"{{"callId":"c{:04}","status":"ok"}}"#, next() % 1500),
+            );
+            assert!(
+                matches!(writer.append(settle, None), Err(StoreError::Rule { .. })),
+                "round {round}"
+            );
+            let _ = writer.state().reviewed_seqs().count();
+            drop(writer);
+        }
+        let read = ok(store.snapshot(&session));
+        assert_eq!(read.events.len(), 3002);
     }
 
     #[test]

@@ -222,6 +222,9 @@ pub(crate) fn decode_head(
             len: input.u32()?,
             crc: input.u32()?,
         };
+        if page.len == 0 {
+            return Err("it has a page of 0 bytes".to_owned());
+        }
         total = total.saturating_add(page.len as usize);
         pages.push(page);
     }
@@ -240,6 +243,32 @@ pub(crate) fn decode_head(
         state_len,
         pages,
     }))
+}
+
+/// The head and the pages, in order, of a snapshot `encode` wrote, for a
+/// store that keeps them apart (SQLite: the head in `snapshots`, each page
+/// a row of `snapshot_pages`); `None` for bytes that are not one.
+pub(crate) fn split(bytes: &[u8]) -> Option<(&[u8], Vec<&[u8]>)> {
+    let mut input = Fields { bytes };
+    input.take(MAGIC.len() + 4).ok()?;
+    let id_len = input.u32().ok()? as usize;
+    input.take(id_len + 4 + 8 + 4 + 8 + 8 + 8).ok()?;
+    let count = input.u32().ok()? as usize;
+    let mut lens = Vec::with_capacity(count.min(bytes.len() / 8));
+    for _ in 0..count {
+        lens.push(input.u32().ok()? as usize);
+        input.u32().ok()?;
+    }
+    input.u32().ok()?;
+    let head_len = bytes.len() - input.bytes.len();
+    let (head, mut state) = bytes.split_at(head_len);
+    let mut pages = Vec::with_capacity(lens.len());
+    for len in lens {
+        let (page, rest) = state.split_at_checked(len)?;
+        pages.push(page);
+        state = rest;
+    }
+    state.is_empty().then_some((head, pages))
 }
 
 /// The state `bytes` hold and where it was taken, when they are a whole
@@ -426,6 +455,35 @@ mod tests {
         assert_eq!(
             decoded.err(),
             Some("its state is at seq 0, its anchor at seq 0".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_page_of_length_0_is_no_snapshot_for_a_whole_read_either() {
+        let (_, header) = snapshot_bytes();
+        let body = header.to_body();
+        let record =
+            sessionlog_schema::EventRecord::new(1, 5, None, "turn/start", r#"{"turnId":"t"}"#);
+        let (state, _) = sessionlog_projections::fold(header.clone(), &[record]);
+        let bytes = encode(&state, header_crc(&body), SnapshotAnchor::of_row(1, 7));
+        assert!(decode(bytes.clone(), &header, &body).is_ok());
+        let head = match decode_head(&bytes, &header, &body) {
+            Ok(Ok(head)) => head,
+            other => panic!("{other:?}"),
+        };
+        // One more page, of length 0 (CRC 0, the CRC of no bytes), first.
+        let count_at = head.len - 4 - 8 * head.pages.len() - 4;
+        let mut forged = bytes[..count_at].to_vec();
+        forged.extend_from_slice(&(head.pages.len() as u32 + 1).to_le_bytes());
+        forged.extend_from_slice(&[0u8; 8]);
+        forged.extend_from_slice(&bytes[count_at + 4..head.len - 4]);
+        let crc = crc32fast::hash(&forged);
+        forged.extend_from_slice(&crc.to_le_bytes());
+        forged.extend_from_slice(&bytes[head.len..]);
+        // docs/FORMAT.md, "Bytes": "A page of length 0 ... is no snapshot".
+        assert!(
+            decode(forged, &header, &body).is_err(),
+            "a snapshot with a page of length 0, read whole, was taken"
         );
     }
 }

@@ -466,7 +466,8 @@ impl SessionWriter {
             return Some(result);
         }
         if let Err(error) = self.refold() {
-            self.poisoned = Some(error.to_string());
+            // The first failure stays the writer's cause.
+            self.poisoned.get_or_insert_with(|| error.to_string());
             return Some(result.and(Err(error)));
         }
         match result {

@@ -335,11 +335,18 @@ fn a_tampered_foreign_or_stale_sqlite_snapshot_is_ignored() {
     long_session(&store, "a", 8192 + 20, 3);
     long_session(&store, "b", 8192 + 40, 4);
     let raw = ok(rusqlite::Connection::open(&path));
+    // The row holds the snapshot's head, and `snapshot_pages` its pages.
     let good: (Vec<u8>, i64, i64, i64) = ok(raw.query_row(
         "SELECT state, seq, anchor_crc, format FROM snapshots WHERE session_id = 'a'",
         [],
         |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
     ));
+    let good_pages: Vec<(i64, Vec<u8>)> = ok(ok(
+        raw.prepare("SELECT page, bytes FROM snapshot_pages WHERE session_id = 'a' ORDER BY page")
+    )
+    .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+    .and_then(|rows| rows.collect()));
+    assert!(!good_pages.is_empty());
     let mut restore = || {
         let (state, seq, anchor_crc, format) = &good;
         ok(raw.execute(
@@ -347,11 +354,18 @@ fn a_tampered_foreign_or_stale_sqlite_snapshot_is_ignored() {
               WHERE session_id = 'a'",
             rusqlite::params![state, seq, anchor_crc, format],
         ));
+        ok(raw.execute("DELETE FROM snapshot_pages WHERE session_id = 'a'", []));
+        for (page, bytes) in &good_pages {
+            ok(raw.execute(
+                "INSERT INTO snapshot_pages (session_id, page, bytes) VALUES ('a', ?1, ?2)",
+                rusqlite::params![page, bytes],
+            ));
+        }
     };
     let mut execute = |sql: &str, by: i64| sqlite_execute(&raw, sql, by);
-    let tamper = "UPDATE snapshots SET state = CAST(substr(state, 1, 100)
-          || CASE WHEN substr(state, 101, 1) = x'00' THEN x'01' ELSE x'00' END
-          || substr(state, 102) AS BLOB) WHERE session_id = 'a'";
+    let tamper = "UPDATE snapshot_pages SET bytes = CAST(substr(bytes, 1, 100)
+          || CASE WHEN substr(bytes, 101, 1) = x'00' THEN x'01' ELSE x'00' END
+          || substr(bytes, 102) AS BLOB) WHERE session_id = 'a' AND page = 0";
     check_database_cases(&store, tamper, &mut restore, &mut execute);
 }
 

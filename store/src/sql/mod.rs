@@ -268,7 +268,43 @@ pub(crate) struct FoldedSession {
 }
 
 /// A snapshot row: its seq, its anchor CRC, its bytes.
-pub(crate) type SnapshotRow = (i64, i64, Vec<u8>);
+pub(crate) type SnapshotRow = (i64, i64, SnapshotBytes);
+
+/// The bytes of a snapshot row.
+pub(crate) enum SnapshotBytes {
+    /// Read whole.
+    Whole(Vec<u8>),
+    /// Its head read and checked, its pages to be read from `source` as
+    /// the state's reads land on them (`state_snapshot::decode_paged`).
+    Paged {
+        head: state_snapshot::SnapshotHead,
+        source: Box<dyn sessionlog_projections::PageSource>,
+    },
+}
+
+impl SnapshotBytes {
+    /// The state they hold over `decoded`, where it was taken, and their
+    /// size in bytes.
+    fn decode(
+        self,
+        decoded: &DecodedHeader,
+    ) -> Result<(SessionState, SnapshotAnchor, usize), String> {
+        match self {
+            SnapshotBytes::Whole(bytes) => {
+                let size = bytes.len();
+                let (state, anchor) =
+                    state_snapshot::decode(bytes, &decoded.header, &decoded.body)?;
+                Ok((state, anchor, size))
+            }
+            SnapshotBytes::Paged { head, source } => {
+                let size = head.snapshot_len();
+                let (state, anchor) =
+                    state_snapshot::decode_paged(head, source, &decoded.header, &decoded.body)?;
+                Ok((state, anchor, size))
+            }
+        }
+    }
+}
 
 /// Folds session `id` of the database at `place`: from `snapshot` (its
 /// snapshot row, when the database has one) when it decodes to a state of
@@ -299,17 +335,14 @@ where
     let header_crc = state_snapshot::header_crc(&decoded.body);
     let resumed = match (keep_events, snapshot) {
         (false, Some((seq, anchor_crc, bytes))) => {
-            let size = bytes.len();
-            let checked = state_snapshot::decode(bytes, &decoded.header, &decoded.body).and_then(
-                |(state, anchor)| {
-                    let matches = i64::try_from(anchor.seq).ok() == Some(seq)
-                        && i64::from(anchor.record_crc) == anchor_crc;
-                    match matches {
-                        true => Ok((state, anchor, size)),
-                        false => Err("its row and its bytes name different anchors".to_owned()),
-                    }
-                },
-            );
+            let checked = bytes.decode(&decoded).and_then(|(state, anchor, size)| {
+                let matches = i64::try_from(anchor.seq).ok() == Some(seq)
+                    && i64::from(anchor.record_crc) == anchor_crc;
+                match matches {
+                    true => Ok((state, anchor, size)),
+                    false => Err("its row and its bytes name different anchors".to_owned()),
+                }
+            });
             checked
                 .map_err(|why| state_snapshot::ignored(id, place, &why))
                 .ok()
@@ -349,7 +382,12 @@ where
             events.push(record);
         }
     }
-    refusal.into_result()?;
+    // A lookup that landed on a snapshot page that failed missed: a
+    // violation (or none) said on it is the caller's to decide again, by
+    // folding with the snapshot read whole.
+    if !state.snapshot_unreadable() {
+        refusal.into_result()?;
+    }
     Ok(FoldedSession {
         state,
         events,

@@ -712,7 +712,10 @@ impl PostgresStore {
                     connection
                         .client
                         .query_opt(&statement, &[&id.as_str(), &format])?
-                        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+                        .map(|row| {
+                            let bytes = super::SnapshotBytes::Whole(row.try_get(2)?);
+                            Ok((row.try_get(0)?, row.try_get(1)?, bytes))
+                        })
                         .transpose()
                 })
                 .map_err(|error| state_snapshot::ignored(id, &place, &error.to_string()))

@@ -635,24 +635,50 @@ pub(super) fn apply_work(
             seq,
             anchor_crc,
             bytes,
-        } => connection
-            .execute(
-                "INSERT INTO snapshots (session_id, seq, anchor_crc, format, state)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq,
-                   anchor_crc = excluded.anchor_crc, format = excluded.format,
-                   state = excluded.state",
-                params![
-                    id.as_str(),
-                    sql_integer(*seq),
-                    anchor_crc,
-                    crate::state_snapshot::STATE_SNAPSHOT_FORMAT,
-                    bytes
-                ],
-            )
-            .map(drop)
+        } => keep_snapshot(connection, id, *seq, *anchor_crc, bytes)
             .map_err(sqlite_error("keep the state snapshot", path)),
     }
+}
+
+/// Keeps `bytes`, the snapshot of session `id` at `seq`, in place of the
+/// one before: its head in `snapshots`, each page a row of
+/// `snapshot_pages`.
+fn keep_snapshot(
+    connection: &Connection,
+    id: &SessionId,
+    seq: u64,
+    anchor_crc: u32,
+    bytes: &[u8],
+) -> rusqlite::Result<()> {
+    let Some((head, pages)) = crate::state_snapshot::split(bytes) else {
+        return Err(rusqlite::Error::ToSqlConversionFailure(
+            "not a state snapshot".into(),
+        ));
+    };
+    connection.execute(
+        "INSERT INTO snapshots (session_id, seq, anchor_crc, format, state)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq,
+           anchor_crc = excluded.anchor_crc, format = excluded.format,
+           state = excluded.state",
+        params![
+            id.as_str(),
+            sql_integer(seq),
+            anchor_crc,
+            crate::state_snapshot::STATE_SNAPSHOT_FORMAT,
+            head
+        ],
+    )?;
+    connection
+        .prepare_cached("DELETE FROM snapshot_pages WHERE session_id = ?1")?
+        .execute([id.as_str()])?;
+    let mut insert = connection.prepare_cached(
+        "INSERT INTO snapshot_pages (session_id, page, bytes) VALUES (?1, ?2, ?3)",
+    )?;
+    for (page, bytes) in pages.into_iter().enumerate() {
+        insert.execute(params![id.as_str(), page as i64, bytes])?;
+    }
+    Ok(())
 }
 
 pub(super) fn insert_session(

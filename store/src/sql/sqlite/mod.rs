@@ -134,6 +134,7 @@ use crate::sql::checks::{
 use crate::sql::events::{RowBounds, RowPages, SqlEvents};
 use crate::sql::{
     decode_header_row, fold_session, fold_within_vocabulary, stage, FoldedSession, HeaderRow,
+    SnapshotBytes, SnapshotRow,
 };
 use crate::state_snapshot;
 use crate::writer::{check_storable, Durability, LogSink, SessionWriter, WriterOptions};
@@ -154,7 +155,7 @@ use schema::{
 };
 
 /// The schema version this build reads and writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// A SQLite database of sessions. Cheap to clone: clones share one
 /// committer and one read connection.
@@ -1059,9 +1060,22 @@ impl SqliteStore {
         }
         let lock = self.lock_session(id)?;
         let decoded = self.decoded_header(id)?;
-        let folded = fold_within_vocabulary(&self.shared.session_path(id), decoded, |decoded| {
-            self.fold_session(id, decoded, options.keep_snapshot)
-        })?;
+        let read = match options.keep_snapshot {
+            true => SnapshotRead::Unread,
+            false => SnapshotRead::Paged,
+        };
+        let mut folded =
+            fold_within_vocabulary(&self.shared.session_path(id), decoded.clone(), |decoded| {
+                self.fold_session(id, decoded, read)
+            })?;
+        if folded.state.snapshot_unreadable() {
+            // A page of the snapshot failed as the rows after it were
+            // folded: again, the snapshot read whole, every page checked
+            // first (so one that fails is passed over).
+            folded = fold_within_vocabulary(&self.shared.session_path(id), decoded, |decoded| {
+                self.fold_session(id, decoded, SnapshotRead::Whole)
+            })?;
+        }
         let sink = SqliteSink {
             shared: Arc::clone(&self.shared),
             id: id.clone(),
@@ -1087,52 +1101,72 @@ impl SqliteStore {
     pub fn current_state(&self, id: &SessionId) -> Result<SessionState, StoreError> {
         let decoded = self.decoded_header(id)?;
         let folded = fold_within_vocabulary(&self.shared.session_path(id), decoded, |decoded| {
-            self.fold_session(id, decoded, false)
+            self.fold_session(id, decoded, SnapshotRead::Whole)
         })?;
         Ok(folded.state)
     }
 
-    /// Folds session `id` (see [`fold_session`]), with its snapshot row
-    /// when the database has the table (schema 3: a read-only reader of an
-    /// older file has none, and folds every row).
+    /// Folds session `id` (see [`fold_session`]), with its snapshot read as
+    /// `read` says, when the database keeps snapshots of this format
+    /// (schema 4: a read-only reader of an older file folds every row).
     fn fold_session(
         &self,
         id: &SessionId,
         decoded: DecodedHeader,
-        keep_events: bool,
+        read: SnapshotRead,
     ) -> Result<FoldedSession, StoreError> {
-        let snapshot = match keep_events || self.shared.schema_version < 3 {
+        let keep_events = read == SnapshotRead::Unread;
+        let snapshot = match keep_events || self.shared.schema_version < 4 {
             true => None,
-            false => {
-                let reader = self.shared.reader();
-                let found = reader
-                    .query_row(
-                        "SELECT rowid, seq, anchor_crc FROM snapshots
-                          WHERE session_id = ?1 AND format = ?2",
-                        params![id.as_str(), state_snapshot::STATE_SNAPSHOT_FORMAT],
-                        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-                    )
-                    .optional()
-                    .and_then(|found| {
-                        found
-                            .map(|(rowid, seq, anchor_crc)| {
-                                let state = snapshot_state(&reader, rowid)?;
-                                Ok((seq, anchor_crc, state))
-                            })
-                            .transpose()
-                    });
-                found
-                    .map_err(|error| {
-                        state_snapshot::ignored(id, &self.shared.path, &error.to_string())
-                    })
-                    .ok()
-                    .flatten()
-            }
+            false => self
+                .snapshot_row(id, &decoded, read == SnapshotRead::Paged)
+                .map_err(|why| state_snapshot::ignored(id, &self.shared.path, &why))
+                .ok()
+                .flatten(),
         };
         let place = self.shared.session_path(id);
         fold_session(id, &place, decoded, snapshot, keep_events, |from_seq| {
             self.events_from(id, from_seq)
         })
+    }
+
+    /// Session `id`'s snapshot, if it has one of this format: its head and
+    /// pages read whole, or (`paged`) its head read and checked, its pages
+    /// left for the state to read as it needs them.
+    fn snapshot_row(
+        &self,
+        id: &SessionId,
+        decoded: &DecodedHeader,
+        paged: bool,
+    ) -> Result<Option<SnapshotRow>, String> {
+        let reader = self.shared.reader();
+        let found: Option<(i64, i64, Vec<u8>)> = reader
+            .query_row(
+                "SELECT seq, anchor_crc, state FROM snapshots
+                  WHERE session_id = ?1 AND format = ?2",
+                params![id.as_str(), state_snapshot::STATE_SNAPSHOT_FORMAT],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .optional()
+            .map_err(|error| error.to_string())?;
+        let Some((seq, anchor_crc, head)) = found else {
+            return Ok(None);
+        };
+        if !paged {
+            let bytes = snapshot_bytes(&reader, id, head).map_err(|error| error.to_string())?;
+            return Ok(Some((seq, anchor_crc, SnapshotBytes::Whole(bytes))));
+        }
+        drop(reader);
+        let head = match state_snapshot::decode_head(&head, &decoded.header, &decoded.body)? {
+            Ok(read) if read.len == head.len() => read,
+            _ => return Err("its head is not whole".to_owned()),
+        };
+        let source = SnapshotPages::new(Arc::clone(&self.shared), id.clone(), &head);
+        let bytes = SnapshotBytes::Paged {
+            head,
+            source: Box::new(source),
+        };
+        Ok(Some((seq, anchor_crc, bytes)))
     }
 
     /// Takes session `id`'s lock file in the lock folder. The folder is
@@ -1310,6 +1344,28 @@ impl LogSink for SqliteSink {
             .committer()?
             .submit(&self.shared.path, work, Durability::Buffered)?;
         Ok(size)
+    }
+
+    fn refold(&mut self) -> Result<SessionState, StoreError> {
+        // What the database holds (its snapshot read whole, every page
+        // checked: one that fails is passed over), then what was handed to
+        // the sink since the last sync.
+        let store = SqliteStore {
+            shared: Arc::clone(&self.shared),
+        };
+        let decoded = store.decoded_header(&self.id)?;
+        let place = self.shared.session_path(&self.id);
+        let folded = fold_within_vocabulary(&place, decoded, |decoded| {
+            store.fold_session(&self.id, decoded, SnapshotRead::Whole)
+        })?;
+        let mut state = folded.state;
+        for record in &self.pending {
+            state.apply(record).map_err(|violation| StoreError::Rule {
+                path: place.clone(),
+                violation,
+            })?;
+        }
+        Ok(state)
     }
 }
 
@@ -1696,17 +1752,106 @@ fn event_owners(connection: &Connection, path: &Path) -> Result<Vec<String>, Sto
         .map_err(sqlite_error("list the sessions of events", path))
 }
 
-/// The `state` bytes of the snapshot row `rowid`, read through SQLite's
-/// incremental blob I/O straight into one buffer (a column read would copy
-/// them into SQLite's buffer first, then into a `Vec`): at 1M events they
-/// are some 10 MB, and the state keeps them and reads them in place. The
-/// row may have been rewritten since the caller read its anchor; the
-/// anchor the bytes name is checked against that one before they are used.
-fn snapshot_state(reader: &Connection, rowid: i64) -> rusqlite::Result<Vec<u8>> {
-    let blob = reader.blob_open(rusqlite::MAIN_DB, c"snapshots", c"state", rowid, true)?;
-    let mut bytes = vec![0u8; blob.len()];
-    blob.read_at_exact(&mut bytes, 0)?;
+/// How a fold reads a session's snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SnapshotRead {
+    /// Not at all: every event is folded, and kept.
+    Unread,
+    /// Whole, every page checked before the state is decoded.
+    Whole,
+    /// Its head, then its pages as the state's reads land on them: a
+    /// writer's, which folds again should a page fail.
+    Paged,
+}
+
+/// The whole snapshot of session `id` whose head is `head`: the head, then
+/// its pages in order.
+fn snapshot_bytes(reader: &Connection, id: &SessionId, head: Vec<u8>) -> rusqlite::Result<Vec<u8>> {
+    let mut bytes = head;
+    let mut pages = reader
+        .prepare_cached("SELECT bytes FROM snapshot_pages WHERE session_id = ?1 ORDER BY page")?;
+    let mut rows = pages.query([id.as_str()])?;
+    while let Some(row) = rows.next()? {
+        bytes.extend_from_slice(row.get_ref(0)?.as_blob()?);
+    }
     Ok(bytes)
+}
+
+/// The pages of session `id`'s snapshot, read by a writer's state through
+/// the store's read connection, each a row of `snapshot_pages`. The
+/// writer's next snapshot replaces them, but only once its state was
+/// encoded whole, which read every page; a page read from rows that
+/// changed anyhow fails its CRC.
+struct SnapshotPages {
+    shared: Arc<Shared>,
+    id: SessionId,
+    /// Where each page starts in the snapshot (the head first).
+    starts: Vec<u64>,
+}
+
+impl SnapshotPages {
+    fn new(shared: Arc<Shared>, id: SessionId, head: &state_snapshot::SnapshotHead) -> Self {
+        let mut at = head.len as u64;
+        let starts = head
+            .pages
+            .iter()
+            .map(|page| {
+                let start = at;
+                at += u64::from(page.len);
+                start
+            })
+            .collect();
+        SnapshotPages { shared, id, starts }
+    }
+}
+
+impl std::fmt::Debug for SnapshotPages {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            formatter,
+            "the snapshot pages of session {} in {}",
+            self.id,
+            self.shared.path.display()
+        )
+    }
+}
+
+impl sessionlog_projections::PageSource for SnapshotPages {
+    fn read_at(&self, buffer: &mut [u8], offset: u64) -> io::Result<()> {
+        let page = self
+            .starts
+            .binary_search(&offset)
+            .map_err(|_| io::Error::other(format!("no page starts at byte {offset}")))?;
+        let reader = self.shared.reader();
+        let read = reader
+            .prepare_cached("SELECT bytes FROM snapshot_pages WHERE session_id = ?1 AND page = ?2")
+            .and_then(|mut statement| {
+                statement.query_row(params![self.id.as_str(), page as i64], |row| {
+                    let bytes = row.get_ref(0)?.as_blob()?;
+                    match bytes.len() == buffer.len() {
+                        true => {
+                            buffer.copy_from_slice(bytes);
+                            Ok(true)
+                        }
+                        false => Ok(false),
+                    }
+                })
+            });
+        match read {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(io::Error::other(format!(
+                "page {page} is not of the length its head says"
+            ))),
+            Err(error) => {
+                tracing::warn!(
+                    path = %self.shared.path.display(),
+                    "could not read page {page} of the state snapshot of session {}: {error}",
+                    self.id
+                );
+                Err(io::Error::other(error))
+            }
+        }
+    }
 }
 
 /// Adds to `page` the event row whose columns `seq, ts, type, batch, body,

@@ -77,6 +77,22 @@ pub(super) const MIGRATION_STEPS: &[MigrationStep] = &[
             state      BLOB NOT NULL
           ) STRICT;",
     },
+    // Version 4: a snapshot's pages as rows of their own (docs/FORMAT.md,
+    // "State snapshots"), so that a writer reads the pages its lookups land
+    // on, each a short read: a page at an offset of one long blob is found
+    // by walking the blob's chain of overflow pages from its start. The
+    // `snapshots` row keeps the head. The snapshots of the format before,
+    // which no build of this version reads, are dropped.
+    MigrationStep {
+        to_version: 4,
+        sql: "DELETE FROM snapshots;
+          CREATE TABLE snapshot_pages (
+            session_id TEXT NOT NULL REFERENCES sessions(id),
+            page       INTEGER NOT NULL,
+            bytes      BLOB NOT NULL,
+            PRIMARY KEY (session_id, page)
+          ) STRICT;",
+    },
 ];
 
 /// Creates the database file 0600 when missing, so SQLite never creates it

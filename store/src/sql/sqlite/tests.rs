@@ -232,6 +232,11 @@ fn v2_fixture_opens_reads_and_accepts_appends() {
 }
 
 #[test]
+fn v3_fixture_is_upgraded_with_a_table_of_snapshot_pages() {
+    check_fixture_upgrade(3);
+}
+
+#[test]
 fn an_older_fixture_is_read_without_upgrade_when_opened_read_only() {
     let folder = ok(tempfile::tempdir());
     let copy = database(folder.path());
@@ -1287,7 +1292,7 @@ fn a_kept_snapshot_is_copied_into_the_database_file() {
     assert_eq!(kept, Some(1_100), "the snapshot is in the database file");
     drop(file);
     let decoded = ok(store.decoded_header(&id("a")));
-    let folded = ok(store.fold_session(&id("a"), decoded, false));
+    let folded = ok(store.fold_session(&id("a"), decoded, SnapshotRead::Paged));
     assert_eq!(folded.resumed.map(|(anchor, _)| anchor.seq), Some(1_100));
     assert_eq!(folded.state.seq(), 1_100);
 }
@@ -1330,4 +1335,163 @@ fn creations_at_once_in_a_new_database_all_succeed() {
             assert!(outcome.is_ok(), "round {round}: {outcome:?}");
         }
     }
+}
+
+/// A writer reads its snapshot's pages, each a row of `snapshot_pages`,
+/// as its lookups need them; when a page changes under it (its CRC no
+/// longer matching), it checks the append again against the session
+/// folded anew, and the verdict is the log's.
+#[test]
+fn a_writer_reads_its_snapshot_page_by_page_and_folds_again_when_a_page_fails() {
+    let folder = ok(tempfile::tempdir());
+    let path = database(folder.path());
+    let store = ok(SqliteStore::open(&path));
+    ok(store.create(&header("a"), &[], Durability::Buffered));
+    let options = || WriterOptions {
+        durability: Durability::Buffered,
+        keep_snapshot: false,
+        ..WriterOptions::default()
+    };
+    let call = |call: u32| {
+        crate::NewEvent::new(
+            "tool/start",
+            format!(r#"{{"callId":"c{call:04}","stepId":"s","name":"bash","arguments":{{}}}}"#),
+        )
+    };
+    let settle = |call: u32| {
+        crate::NewEvent::new(
+            "tool/settle",
+            format!(r#"{{"callId":"c{call:04}","status":"ok"}}"#),
+        )
+    };
+    let mut writer = ok(store.open_writer(&id("a"), options()));
+    let mut events = vec![
+        crate::NewEvent::new("turn/start", r#"{"turnId":"t"}"#),
+        crate::NewEvent::new("step/start", r#"{"stepId":"s","turnId":"t"}"#),
+    ];
+    for n in 0..3000 {
+        events.push(call(n));
+        events.push(settle(n));
+    }
+    for chunk in events.chunks(500) {
+        ok(writer.append_batch(chunk.to_vec(), None));
+    }
+    drop(writer);
+    let connection = raw(&path);
+    let pages: i64 = ok(connection.query_row(
+        "SELECT count(*) FROM snapshot_pages WHERE session_id = 'a'",
+        [],
+        |row| row.get(0),
+    ));
+    assert!(pages >= 4, "pages: {pages}");
+
+    let mut writer = ok(store.open_writer(&id("a"), options()));
+    assert!(writer.state().reads_snapshot_pages());
+    assert!(matches!(
+        writer.append(call(1234), None),
+        Err(StoreError::Rule { .. })
+    ));
+    assert!(!writer.state().snapshot_unreadable());
+    drop(writer);
+
+    let mut writer = ok(store.open_writer(&id("a"), options()));
+    assert!(writer.state().reads_snapshot_pages());
+    // Every page's bytes flipped, their lengths kept.
+    ok(connection.execute_batch(
+        "UPDATE snapshot_pages SET bytes = zeroblob(length(bytes)) WHERE session_id = 'a'",
+    ));
+    assert!(matches!(
+        writer.append(call(1234), None),
+        Err(StoreError::Rule { .. })
+    ));
+    assert!(
+        !writer.state().reads_snapshot_pages(),
+        "folded again, whole"
+    );
+    assert!(matches!(
+        writer.append(settle(42), None),
+        Err(StoreError::Rule { .. })
+    ));
+    assert_eq!(ok(writer.append(call(9999), None)).get(), 6003);
+    assert_eq!(
+        writer.state().call("c2999").map(|call| call.settled),
+        Some(true)
+    );
+    drop(writer);
+    // A page missing is a page that fails too.
+    ok(connection.execute_batch("DELETE FROM snapshot_pages WHERE page = 3"));
+    let mut writer = ok(store.open_writer(&id("a"), options()));
+    assert!(matches!(
+        writer.append(call(1234), None),
+        Err(StoreError::Rule { .. })
+    ));
+    assert_eq!(writer.next_seq(), 6004);
+}
+
+/// A row after the snapshot that a failed page makes look rule-breaking
+/// (the settle of a call started before it, on that page) does not refuse
+/// the session: the open folds again, the snapshot read whole.
+#[test]
+fn a_row_after_the_snapshot_that_a_failed_page_makes_look_rule_breaking_does_not_refuse_the_open() {
+    let folder = ok(tempfile::tempdir());
+    let path = database(folder.path());
+    let store = ok(SqliteStore::open(&path));
+    ok(store.create(&header("a"), &[], Durability::Buffered));
+    let options = || WriterOptions {
+        durability: Durability::Buffered,
+        keep_snapshot: false,
+        ..WriterOptions::default()
+    };
+    let mut writer = ok(store.open_writer(&id("a"), options()));
+    let mut events = vec![
+        crate::NewEvent::new("turn/start", r#"{"turnId":"t"}"#),
+        crate::NewEvent::new("step/start", r#"{"stepId":"s","turnId":"t"}"#),
+    ];
+    for n in 0..3000 {
+        events.push(crate::NewEvent::new(
+            "tool/start",
+            format!(r#"{{"callId":"c{n:04}","stepId":"s","name":"bash","arguments":{{}}}}"#),
+        ));
+    }
+    for chunk in events.chunks(500) {
+        ok(writer.append_batch(chunk.to_vec(), None));
+    }
+    drop(writer);
+    // After the snapshot: the settle of a call the snapshot holds.
+    let mut writer = ok(store.open_writer(&id("a"), options()));
+    ok(writer.append(
+        crate::NewEvent::new("tool/settle", r#"{"callId":"c1500","status":"ok"}"#),
+        None,
+    ));
+    drop(writer);
+    // Every page but the first and the last (which the decode reads)
+    // zeroed: the settle's lookup lands on one of them.
+    let connection = raw(&path);
+    let pages: i64 = ok(connection.query_row(
+        "SELECT count(*) FROM snapshot_pages WHERE session_id = 'a'",
+        [],
+        |row| row.get(0),
+    ));
+    assert!(pages >= 4, "pages: {pages}");
+    ok(connection.execute(
+        "UPDATE snapshot_pages SET bytes = zeroblob(length(bytes))
+          WHERE session_id = 'a' AND page > 0 AND page < ?1",
+        [pages - 1],
+    ));
+    let mut writer = ok(store.open_writer(&id("a"), options()));
+    assert!(
+        !writer.state().reads_snapshot_pages(),
+        "folded again, whole"
+    );
+    assert_eq!(
+        writer.state().call("c1500").map(|call| call.settled),
+        Some(true)
+    );
+    assert!(matches!(
+        writer.append(
+            crate::NewEvent::new("tool/settle", r#"{"callId":"c1500","status":"ok"}"#),
+            None,
+        ),
+        Err(StoreError::Rule { .. })
+    ));
 }
