@@ -2031,6 +2031,10 @@ mod tests {
             Some(true)
         );
         drop(writer);
+        // The damaged snapshot was replaced when the writer that folded
+        // again closed, as a writer that folded the whole log does.
+        let replaced = state_snapshot::decode(ok(std::fs::read(&snapshot)), &header, &header_body);
+        assert_eq!(replaced.map(|(_, anchor)| anchor.seq).ok(), Some(6003));
 
         // The damaged snapshot is passed over at the next open (every page
         // of a snapshot is checked before the log's tail is folded on it,

@@ -498,6 +498,10 @@ impl SessionWriter {
             ));
         }
         self.state = state;
+        // The snapshot it read is damaged: the next acknowledgement
+        // replaces it (as a writer that folded the whole log would), so
+        // that the next open does not meet the same page.
+        self.snapshot_seq = 0;
         Ok(())
     }
 
