@@ -1919,26 +1919,13 @@ mod tests {
         );
     }
 
-    /// A session of one open turn and step holding `calls` settled calls
-    /// (`c0000`, `c0001`, ...), whose writer closed leaving a snapshot.
-    fn session_of_calls(store: &JsonlStore, name: &str, calls: u32) -> SessionId {
+    /// A session of one open turn and step holding `calls` calls
+    /// (`c0000`, `c0001`, ...), settled when `settled`, whose writer
+    /// closed leaving a snapshot.
+    fn session_of_calls(store: &JsonlStore, name: &str, calls: u32, settled: bool) -> SessionId {
         let session = created(store, name);
         let mut writer = open_writer(store, &session);
-        let mut events = vec![
-            NewEvent::new("turn/start", r#"{"turnId":"t"}"#),
-            NewEvent::new("step/start", r#"{"stepId":"s","turnId":"t"}"#),
-        ];
-        for call in 0..calls {
-            events.push(NewEvent::new(
-                "tool/start",
-                format!(r#"{{"callId":"c{call:04}","stepId":"s","name":"bash","arguments":{{}}}}"#),
-            ));
-            events.push(NewEvent::new(
-                "tool/settle",
-                format!(r#"{{"callId":"c{call:04}","status":"ok"}}"#),
-            ));
-        }
-        for chunk in events.chunks(500) {
+        for chunk in crate::store::tests::events_of_calls(calls, settled).chunks(500) {
             ok(writer.append_batch(chunk.to_vec(), None));
         }
         drop(writer);
@@ -1972,7 +1959,7 @@ mod tests {
     #[test]
     fn a_writer_reads_its_snapshot_page_by_page_and_folds_again_when_a_page_fails() {
         let (_dir, store) = store();
-        let session = session_of_calls(&store, "paged", 3000);
+        let session = session_of_calls(&store, "paged", 3000, true);
         let log = store.log_path(&session);
         let snapshot = state_snapshot_path(&log);
         let decoded = ok(read_header_as_is(&log, None));
@@ -2094,85 +2081,63 @@ mod tests {
         lazy.len()
     }
 
+    /// The writer of `session` opened (folding again) after `tail` was
+    /// appended past its snapshot's anchor and every page of the snapshot
+    /// the decode does not read was damaged: the tail's fold at the open
+    /// lands on them. Its session's log is whole, so the open must not
+    /// fail.
+    fn opened_past_damaged_pages(
+        store: &JsonlStore,
+        session: &SessionId,
+        tail: NewEvent,
+    ) -> SessionWriter {
+        let log = store.log_path(session);
+        let decoded = ok(read_header_as_is(&log, None));
+        let mut writer = resuming_writer(store, session);
+        ok(writer.append(tail, None));
+        drop(writer);
+        let snapshot = state_snapshot_path(&log);
+        assert!(damage_lazy_pages(&snapshot, &decoded.header, &decoded.body) >= 2);
+        // `verify`'s own read: the log is whole and breaks no rule.
+        ok(store.snapshot(session));
+        let options = WriterOptions {
+            keep_snapshot: false,
+            ..WriterOptions::default()
+        };
+        store
+            .open_writer(session, options)
+            .unwrap_or_else(|error| panic!("a whole log refused at open: {error:?}"))
+    }
+
     #[test]
     fn an_open_whose_tail_fold_meets_a_failed_page_folds_again_and_opens() {
         let (_dir, store) = store();
-        let session = session_of_calls(&store, "again", 3000);
-        let log = store.log_path(&session);
-        let snapshot = state_snapshot_path(&log);
-        let decoded = ok(read_header_as_is(&log, None));
-        // A tail after the snapshot: a new call, whose duplicate check at
-        // the next open's tail fold lands on the call rows' pages.
-        let mut writer = resuming_writer(&store, &session);
-        let fresh = NewEvent::new(
-            "tool/start",
-            r#"{"callId":"c5000","stepId":"s","name":"bash","arguments":{}}"#,
-        );
-        assert_eq!(ok(writer.append(fresh, None)).get(), 6003);
-        drop(writer);
-        assert!(damage_lazy_pages(&snapshot, &decoded.header, &decoded.body) >= 2);
-        // The log is whole: the writer must open (folding again).
-        let opened = store.open_writer(
-            &session,
-            WriterOptions {
-                keep_snapshot: false,
-                ..WriterOptions::default()
-            },
-        );
-        match opened {
-            Ok(writer) => assert_eq!(writer.next_seq(), 6004),
-            Err(error) => panic!("a whole log refused at open: {error}"),
-        }
+        let session = session_of_calls(&store, "again", 3000, true);
+        // A new call, whose duplicate check lands on the call rows' pages.
+        let writer =
+            opened_past_damaged_pages(&store, &session, crate::store::tests::tool_start(5000));
+        assert_eq!(writer.next_seq(), 6004);
     }
 
     #[test]
     fn a_tail_event_the_failed_page_makes_look_rule_breaking_does_not_refuse_the_log() {
         let (_dir, store) = store();
-        let session = created(&store, "unsettled");
-        let mut writer = open_writer(&store, &session);
-        let mut events = vec![
-            NewEvent::new("turn/start", r#"{"turnId":"t"}"#),
-            NewEvent::new("step/start", r#"{"stepId":"s","turnId":"t"}"#),
-        ];
-        for call in 0..3000 {
-            events.push(NewEvent::new(
-                "tool/start",
-                format!(r#"{{"callId":"c{call:04}","stepId":"s","name":"bash","arguments":{{}}}}"#),
-            ));
-        }
-        for chunk in events.chunks(500) {
-            ok(writer.append_batch(chunk.to_vec(), None));
-        }
-        drop(writer);
-        let log = store.log_path(&session);
-        let snapshot = state_snapshot_path(&log);
-        let decoded = ok(read_header_as_is(&log, None));
-        // The tail: a settle of a call the snapshot holds.
-        let mut writer = resuming_writer(&store, &session);
-        let settle = NewEvent::new("tool/settle", r#"{"callId":"c1500","status":"ok"}"#);
-        assert_eq!(ok(writer.append(settle, None)).get(), 3003);
-        drop(writer);
-        assert!(damage_lazy_pages(&snapshot, &decoded.header, &decoded.body) >= 2);
-        // `verify`'s own read: the log breaks no rule.
-        assert_eq!(ok(store.snapshot(&session)).events.len(), 3003);
-        let opened = store.open_writer(
-            &session,
-            WriterOptions {
-                keep_snapshot: false,
-                ..WriterOptions::default()
-            },
+        let session = session_of_calls(&store, "unsettled", 3000, false);
+        // The settle of a call the snapshot holds, on a damaged page.
+        let writer =
+            opened_past_damaged_pages(&store, &session, crate::store::tests::tool_settle(1500));
+        assert_eq!(writer.next_seq(), 3004);
+        assert_eq!(
+            writer.state().call("c1500").map(|call| call.settled),
+            Some(true)
         );
-        match opened {
-            Ok(writer) => assert_eq!(writer.next_seq(), 3004),
-            Err(error) => panic!("a whole log refused at open: {error:?}"),
-        }
     }
 
     #[test]
     fn pages_failing_under_an_open_writer_never_let_a_wrong_verdict_reach_the_log() {
         for durability in [Durability::Fsync, Durability::Buffered] {
             let (_dir, store) = store();
-            let session = session_of_calls(&store, "held", 3000);
+            let session = session_of_calls(&store, "held", 3000, true);
             let log = store.log_path(&session);
             let snapshot = state_snapshot_path(&log);
             let decoded = ok(read_header_as_is(&log, None));
@@ -2280,7 +2245,7 @@ mod tests {
     #[test]
     fn forged_cuts_never_panic_nor_let_a_duplicate_through() {
         let (_dir, store) = store();
-        let session = session_of_calls(&store, "forged", 1500);
+        let session = session_of_calls(&store, "forged", 1500, true);
         let log = store.log_path(&session);
         let snapshot = state_snapshot_path(&log);
         let decoded = ok(read_header_as_is(&log, None));

@@ -1150,6 +1150,38 @@ pub(crate) mod tests {
         )
     }
 
+    /// The start of call `c<n>` (four digits) in step `s`.
+    pub(crate) fn tool_start(n: u32) -> NewEvent {
+        NewEvent::new(
+            "tool/start",
+            format!(r#"{{"callId":"c{n:04}","stepId":"s","name":"bash","arguments":{{}}}}"#),
+        )
+    }
+
+    /// The settle of call `c<n>`.
+    pub(crate) fn tool_settle(n: u32) -> NewEvent {
+        NewEvent::new(
+            "tool/settle",
+            format!(r#"{{"callId":"c{n:04}","status":"ok"}}"#),
+        )
+    }
+
+    /// Turn `t` and step `s` opened, then `calls` calls started (`c0000`,
+    /// `c0001`, ...), each settled at once when `settled`.
+    pub(crate) fn events_of_calls(calls: u32, settled: bool) -> Vec<NewEvent> {
+        let mut events = vec![
+            NewEvent::new("turn/start", r#"{"turnId":"t"}"#),
+            NewEvent::new("step/start", r#"{"stepId":"s","turnId":"t"}"#),
+        ];
+        for call in 0..calls {
+            events.push(tool_start(call));
+            if settled {
+                events.push(tool_settle(call));
+            }
+        }
+        events
+    }
+
     pub(crate) fn record(seq: u64, event_type: &str, data: &str) -> EventRecord {
         EventRecord::new(seq, 1_700_000_000_100 + seq, None, event_type, data)
     }

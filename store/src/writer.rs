@@ -363,15 +363,9 @@ impl SessionWriter {
         events: Vec<NewEvent>,
         expected_seq: Option<u64>,
     ) -> Result<Vec<u64>, StoreError> {
-        let Some(again) = self.state.reads_snapshot_pages().then(|| events.clone()) else {
-            return self.stage_batch_once(events, expected_seq);
-        };
-        let before = self.written_seq;
-        let staged = self.stage_batch_once(events, expected_seq);
-        match self.trusted(staged, before) {
-            Some(staged) => staged,
-            None => self.stage_batch_once(again, expected_seq),
-        }
+        self.run_trusted(events, |writer, events| {
+            writer.stage_batch_once(events, expected_seq)
+        })
     }
 
     /// [`stage_batch`](Self::stage_batch), once.
@@ -447,6 +441,25 @@ impl SessionWriter {
         let checked = self.fold_batch(events.to_vec(), batch).map(drop);
         self.state.rollback(mark);
         checked
+    }
+
+    /// `op` run on `input`; run again on a copy of it when
+    /// [`trusted`](Self::trusted) says to (only a state that reads a
+    /// snapshot page by page may, so only such a state pays for the copy).
+    fn run_trusted<I: Clone, T>(
+        &mut self,
+        input: I,
+        mut op: impl FnMut(&mut Self, I) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let Some(again) = self.state.reads_snapshot_pages().then(|| input.clone()) else {
+            return op(self, input);
+        };
+        let before = self.written_seq;
+        let result = op(self, input);
+        match self.trusted(result, before) {
+            Some(result) => result,
+            None => op(self, again),
+        }
     }
 
     /// `result`, of an operation begun when `written_before` was the last
@@ -662,15 +675,9 @@ impl SessionWriter {
     /// event is acknowledged by the next [`SessionWriter::sync`]. Events
     /// staged together share one fsync.
     pub fn stage(&mut self, event: NewEvent, expected_seq: Option<u64>) -> Result<u64, StoreError> {
-        let Some(again) = self.state.reads_snapshot_pages().then(|| event.clone()) else {
-            return self.stage_once(event, expected_seq);
-        };
-        let before = self.written_seq;
-        let staged = self.stage_once(event, expected_seq);
-        match self.trusted(staged, before) {
-            Some(staged) => staged,
-            None => self.stage_once(again, expected_seq),
-        }
+        self.run_trusted(event, |writer, event| {
+            writer.stage_once(event, expected_seq)
+        })
     }
 
     /// [`stage`](Self::stage), once.
@@ -743,12 +750,7 @@ impl SessionWriter {
 
     /// Stages a seal of every record written so far, now.
     fn stage_seal(&mut self, key: Option<&SealSecretKey>) -> Result<u64, StoreError> {
-        let before = self.written_seq;
-        let staged = self.stage_seal_once(key);
-        match self.trusted(staged, before) {
-            Some(staged) => staged,
-            None => self.stage_seal_once(key),
-        }
+        self.run_trusted(key, Self::stage_seal_once)
     }
 
     /// [`stage_seal`](Self::stage_seal), once.

@@ -7,7 +7,7 @@ use super::schema::{immutable_uri, user_version, wal_path, MIGRATION_STEPS};
 use super::*;
 use crate::io::{FaultInjector, FaultPoint};
 use crate::sql::assert_corrupt_at;
-use crate::store::tests::{header, id, note, ok, record};
+use crate::store::tests::{events_of_calls, header, id, note, ok, record, tool_settle, tool_start};
 use crate::writer::WriterOptions;
 
 fn database(folder: &Path) -> PathBuf {
@@ -1337,6 +1337,34 @@ fn creations_at_once_in_a_new_database_all_succeed() {
     }
 }
 
+/// A writer that keeps no events, so resumes from the snapshot.
+fn resuming_options() -> WriterOptions {
+    WriterOptions {
+        durability: Durability::Buffered,
+        keep_snapshot: false,
+        ..WriterOptions::default()
+    }
+}
+
+/// A store holding session `a` of `calls` calls (settled when `settled`),
+/// whose writer closed leaving a snapshot; and how many pages it has.
+fn store_of_calls(folder: &Path, settled: bool) -> (SqliteStore, i64) {
+    let store = ok(SqliteStore::open(&database(folder)));
+    ok(store.create(&header("a"), &[], Durability::Buffered));
+    let mut writer = ok(store.open_writer(&id("a"), resuming_options()));
+    for chunk in events_of_calls(3000, settled).chunks(500) {
+        ok(writer.append_batch(chunk.to_vec(), None));
+    }
+    drop(writer);
+    let pages: i64 = ok(raw(&database(folder)).query_row(
+        "SELECT count(*) FROM snapshot_pages WHERE session_id = 'a'",
+        [],
+        |row| row.get(0),
+    ));
+    assert!(pages >= 4, "pages: {pages}");
+    (store, pages)
+}
+
 /// A writer reads its snapshot's pages, each a row of `snapshot_pages`,
 /// as its lookups need them; when a page changes under it (its CRC no
 /// longer matching), it checks the append again against the session
@@ -1344,46 +1372,10 @@ fn creations_at_once_in_a_new_database_all_succeed() {
 #[test]
 fn a_writer_reads_its_snapshot_page_by_page_and_folds_again_when_a_page_fails() {
     let folder = ok(tempfile::tempdir());
-    let path = database(folder.path());
-    let store = ok(SqliteStore::open(&path));
-    ok(store.create(&header("a"), &[], Durability::Buffered));
-    let options = || WriterOptions {
-        durability: Durability::Buffered,
-        keep_snapshot: false,
-        ..WriterOptions::default()
-    };
-    let call = |call: u32| {
-        crate::NewEvent::new(
-            "tool/start",
-            format!(r#"{{"callId":"c{call:04}","stepId":"s","name":"bash","arguments":{{}}}}"#),
-        )
-    };
-    let settle = |call: u32| {
-        crate::NewEvent::new(
-            "tool/settle",
-            format!(r#"{{"callId":"c{call:04}","status":"ok"}}"#),
-        )
-    };
-    let mut writer = ok(store.open_writer(&id("a"), options()));
-    let mut events = vec![
-        crate::NewEvent::new("turn/start", r#"{"turnId":"t"}"#),
-        crate::NewEvent::new("step/start", r#"{"stepId":"s","turnId":"t"}"#),
-    ];
-    for n in 0..3000 {
-        events.push(call(n));
-        events.push(settle(n));
-    }
-    for chunk in events.chunks(500) {
-        ok(writer.append_batch(chunk.to_vec(), None));
-    }
-    drop(writer);
-    let connection = raw(&path);
-    let pages: i64 = ok(connection.query_row(
-        "SELECT count(*) FROM snapshot_pages WHERE session_id = 'a'",
-        [],
-        |row| row.get(0),
-    ));
-    assert!(pages >= 4, "pages: {pages}");
+    let (store, _) = store_of_calls(folder.path(), true);
+    let connection = raw(&database(folder.path()));
+    let options = resuming_options;
+    let (call, settle) = (tool_start, tool_settle);
 
     let mut writer = ok(store.open_writer(&id("a"), options()));
     assert!(writer.state().reads_snapshot_pages());
@@ -1434,45 +1426,15 @@ fn a_writer_reads_its_snapshot_page_by_page_and_folds_again_when_a_page_fails() 
 #[test]
 fn a_row_after_the_snapshot_that_a_failed_page_makes_look_rule_breaking_does_not_refuse_the_open() {
     let folder = ok(tempfile::tempdir());
-    let path = database(folder.path());
-    let store = ok(SqliteStore::open(&path));
-    ok(store.create(&header("a"), &[], Durability::Buffered));
-    let options = || WriterOptions {
-        durability: Durability::Buffered,
-        keep_snapshot: false,
-        ..WriterOptions::default()
-    };
-    let mut writer = ok(store.open_writer(&id("a"), options()));
-    let mut events = vec![
-        crate::NewEvent::new("turn/start", r#"{"turnId":"t"}"#),
-        crate::NewEvent::new("step/start", r#"{"stepId":"s","turnId":"t"}"#),
-    ];
-    for n in 0..3000 {
-        events.push(crate::NewEvent::new(
-            "tool/start",
-            format!(r#"{{"callId":"c{n:04}","stepId":"s","name":"bash","arguments":{{}}}}"#),
-        ));
-    }
-    for chunk in events.chunks(500) {
-        ok(writer.append_batch(chunk.to_vec(), None));
-    }
-    drop(writer);
+    let (store, pages) = store_of_calls(folder.path(), false);
+    let options = resuming_options;
     // After the snapshot: the settle of a call the snapshot holds.
     let mut writer = ok(store.open_writer(&id("a"), options()));
-    ok(writer.append(
-        crate::NewEvent::new("tool/settle", r#"{"callId":"c1500","status":"ok"}"#),
-        None,
-    ));
+    ok(writer.append(tool_settle(1500), None));
     drop(writer);
     // Every page but the first and the last (which the decode reads)
     // zeroed: the settle's lookup lands on one of them.
-    let connection = raw(&path);
-    let pages: i64 = ok(connection.query_row(
-        "SELECT count(*) FROM snapshot_pages WHERE session_id = 'a'",
-        [],
-        |row| row.get(0),
-    ));
-    assert!(pages >= 4, "pages: {pages}");
+    let connection = raw(&database(folder.path()));
     ok(connection.execute(
         "UPDATE snapshot_pages SET bytes = zeroblob(length(bytes))
           WHERE session_id = 'a' AND page > 0 AND page < ?1",
@@ -1488,10 +1450,7 @@ fn a_row_after_the_snapshot_that_a_failed_page_makes_look_rule_breaking_does_not
         Some(true)
     );
     assert!(matches!(
-        writer.append(
-            crate::NewEvent::new("tool/settle", r#"{"callId":"c1500","status":"ok"}"#),
-            None,
-        ),
+        writer.append(tool_settle(1500), None),
         Err(StoreError::Rule { .. })
     ));
 }
