@@ -144,6 +144,17 @@ impl FrozenBytes {
         }
     }
 
+    /// Reads every page not read yet: whether every page could be read
+    /// and matched its CRC (true for bytes held whole).
+    pub(crate) fn read_every_page(&self) -> bool {
+        if let Kept::Paged(paged) = &self.kept {
+            for (index, loaded) in paged.loaded.iter().enumerate() {
+                loaded.get_or_init(|| paged.read(index));
+            }
+        }
+        !self.failed()
+    }
+
     /// Whether pages are read as reads land on them.
     pub(crate) fn is_paged(&self) -> bool {
         matches!(self.kept, Kept::Paged(_))

@@ -489,6 +489,16 @@ impl SessionState {
             .is_some_and(|(bytes, _)| bytes.failed())
     }
 
+    /// Reads every page of the snapshot the state reads page by page that
+    /// it has not read yet (before the state is encoded, say): whether
+    /// none failed (true for a state not read page by page).
+    pub fn read_every_snapshot_page(&self) -> bool {
+        self.ids
+            .frozen
+            .as_ref()
+            .is_none_or(|(bytes, _)| bytes.read_every_page())
+    }
+
     /// Whether the state reads a snapshot's pages as lookups land on them
     /// (so that [`snapshot_unreadable`](Self::snapshot_unreadable) may
     /// become true).

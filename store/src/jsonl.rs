@@ -2037,6 +2037,46 @@ mod tests {
         assert_eq!(read.events.len(), 6003);
     }
 
+    /// A sidecar changed in place under an open writer whose lookups never
+    /// met the changed pages: the snapshot the writer takes at its close
+    /// is not encoded from what those pages read as (no rows) under CRCs
+    /// of its own; the log is folded again first.
+    #[test]
+    fn a_page_that_fails_as_the_next_snapshot_is_encoded_is_not_kept_in_it() {
+        let (_dir, store) = store();
+        let session = session_of_calls(&store, "kept", 3000, true);
+        let log = store.log_path(&session);
+        let snapshot = state_snapshot_path(&log);
+        let decoded = ok(read_header_as_is(&log, None));
+        let (header, header_body) = (decoded.header, decoded.body);
+        let mut writer = resuming_writer(&store, &session);
+        assert!(writer.state().reads_snapshot_pages());
+        damage_snapshot_state(&snapshot, &header, &header_body);
+        for chunk in 0..11 {
+            let events = (0..100)
+                .map(|n| crate::store::tests::note(&format!("{chunk}.{n}")))
+                .collect();
+            ok(writer.append_batch(events, None));
+        }
+        assert!(
+            !writer.state().snapshot_unreadable(),
+            "no lookup met a page"
+        );
+        drop(writer);
+        let kept = state_snapshot::decode(ok(std::fs::read(&snapshot)), &header, &header_body);
+        assert_eq!(kept.map(|(_, anchor)| anchor.seq).ok(), Some(7102));
+        // c0100 was started and settled: a second start is refused, and
+        // nothing the writer wrote breaks a rule.
+        let mut writer = resuming_writer(&store, &session);
+        assert!(matches!(
+            writer.append(crate::store::tests::tool_start(100), None),
+            Err(StoreError::Rule { .. })
+        ));
+        drop(writer);
+        let (_, violations) = ok(store.snapshot(&session)).fold();
+        assert_eq!(violations, []);
+    }
+
     /// The pages of the snapshot at `path` that a paged decode does not
     /// read (a lookup reads them later): each page damaged alone, the
     /// ones whose damage the decode does not see.

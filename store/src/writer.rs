@@ -115,11 +115,11 @@ pub(crate) trait LogSink: Send + fmt::Debug {
     /// size in bytes. Called off the append's acknowledgement, rarely; a
     /// failure is the snapshot's alone (see `state_snapshot`).
     fn save_snapshot(&mut self, state: &SessionState) -> Result<usize, StoreError>;
-    /// The fold, from the log's start and without a snapshot, of every
-    /// record written so far (synced or not): for a writer whose state
-    /// reads a snapshot page by page and met a page that failed. Only the
-    /// JSONL sink's writers read one so; the others keep this refusal,
-    /// which no writer of theirs reaches.
+    /// The fold, from the log's start and without a snapshot page by page,
+    /// of every record written so far (synced or not): for a writer whose
+    /// state reads a snapshot page by page and met a page that failed. Only
+    /// the JSONL and SQLite sinks' writers read one so; PostgreSQL's keeps
+    /// this refusal, which no writer of its reaches.
     fn refold(&mut self) -> Result<SessionState, StoreError> {
         Err(StoreError::InvalidEvent(
             "this store's writers read no snapshot page by page".to_owned(),
@@ -804,7 +804,17 @@ impl SessionWriter {
     }
 
     /// Hands the state at the acknowledged seq to the sink as a snapshot.
+    /// A state read page by page reads every page first: one that fails
+    /// would be encoded as rows that are not there, under CRCs of their
+    /// own, so the log is folded again first (and a fold that fails keeps
+    /// no snapshot).
     fn take_snapshot(&mut self) {
+        if !self.state.read_every_snapshot_page() {
+            if let Err(error) = self.refold() {
+                state_snapshot::not_kept(self.id(), self.acknowledged_seq, &error);
+                return;
+            }
+        }
         self.snapshot_seq = self.acknowledged_seq;
         match self.sink.save_snapshot(&self.state) {
             Ok(bytes) => self.snapshot_interval = state_snapshot::snapshot_interval(bytes),

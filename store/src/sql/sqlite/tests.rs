@@ -1454,3 +1454,106 @@ fn a_row_after_the_snapshot_that_a_failed_page_makes_look_rule_breaking_does_not
         Err(StoreError::Rule { .. })
     ));
 }
+
+/// The seq of session `a`'s snapshot row, if it has one.
+fn snapshot_seq_of(path: &Path) -> Option<i64> {
+    ok(raw(path)
+        .query_row(
+            "SELECT seq FROM snapshots WHERE session_id = 'a'",
+            [],
+            |row| row.get(0),
+        )
+        .optional())
+}
+
+/// A page that fails while the writer encodes its next snapshot (the rows
+/// changed under it, and no lookup met them before) is not written into a
+/// snapshot whose CRCs match, as rows that are not there: the log is
+/// folded again first, and the snapshot kept is the log's.
+#[test]
+fn a_page_that_fails_as_the_next_snapshot_is_encoded_is_not_kept_in_it() {
+    let folder = ok(tempfile::tempdir());
+    let path = database(folder.path());
+    let (store, _) = store_of_calls(folder.path(), false);
+    assert_eq!(snapshot_seq_of(&path), Some(3002));
+    let mut writer = ok(store.open_writer(&id("a"), resuming_options()));
+    assert!(writer.state().reads_snapshot_pages());
+    ok(raw(&path).execute_batch(
+        "UPDATE snapshot_pages SET bytes = zeroblob(length(bytes)) WHERE session_id = 'a'",
+    ));
+    // Appends that look nothing up, then the close takes a snapshot (1,100
+    // events past the last).
+    for chunk in 0..11 {
+        let events = (0..100).map(|n| note(&format!("{chunk}.{n}"))).collect();
+        ok(writer.append_batch(events, None));
+    }
+    assert!(
+        !writer.state().snapshot_unreadable(),
+        "no lookup met a page"
+    );
+    drop(writer);
+    assert_eq!(snapshot_seq_of(&path), Some(4102));
+    let mut writer = ok(store.open_writer(&id("a"), resuming_options()));
+    assert!(writer.state().call("c0100").is_some());
+    ok(writer.append(tool_settle(100), None));
+    drop(writer);
+    assert!(ok(store.current_state(&id("a"))).call("c0100").is_some());
+}
+
+/// The reader connection's lock is never taken twice by one thread: a
+/// writer's page reads inside a held read and beside a stream of the
+/// session, with streams and whole reads on other threads, finish.
+#[test]
+fn page_reads_beside_held_reads_and_streams_never_hang() {
+    let folder = ok(tempfile::tempdir());
+    let (store, _) = store_of_calls(folder.path(), false);
+    let (done, finished) = std::sync::mpsc::channel();
+    let worker = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let held = ok(store.hold_read());
+            let mut writer = ok(store.open_writer(&id("a"), resuming_options()));
+            assert!(writer.state().reads_snapshot_pages());
+            let mut events = ok(store.events(&id("a")));
+            let _ = events.next();
+            for n in (0..3000).step_by(97) {
+                assert!(matches!(
+                    writer.append(tool_start(n), None),
+                    Err(StoreError::Rule { .. })
+                ));
+                let _ = events.next();
+            }
+            drop(held);
+            let streams: Vec<_> = (0..4)
+                .map(|_| {
+                    let store = store.clone();
+                    std::thread::spawn(move || {
+                        for _ in 0..3 {
+                            assert!(ok(store.events(&id("a"))).count() >= 3002);
+                            ok(store.current_state(&id("a")));
+                        }
+                    })
+                })
+                .collect();
+            for n in 0..200 {
+                ok(writer.append(tool_settle(n), None));
+            }
+            for stream in streams {
+                stream
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            }
+            drop(writer);
+            let _ = done.send(());
+        })
+    };
+    assert!(
+        finished
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .is_ok(),
+        "page reads beside held reads and streams hung"
+    );
+    worker
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+}
