@@ -47,14 +47,15 @@ struct Paged {
     offset: u64,
     /// Where each page starts in the state, and the state's length last.
     starts: Vec<usize>,
-    pages: Vec<SnapshotPage>,
+    /// Each page's CRC.
+    crcs: Vec<u32>,
     /// Each page's bytes once read; `None` for one that could not be read
     /// or did not match its CRC.
     loaded: Vec<OnceLock<Option<Box<[u8]>>>>,
     /// Whether a page could not be read.
     failed: AtomicBool,
-    /// For each [`BUCKET_BYTES`] of the state, the page holding its first
-    /// byte: a read finds its page among the few that start in its
+    /// For each bucket of `1 << BUCKET_SHIFT` bytes of the state, the
+    /// page holding its first byte: a read finds its page among the few that start in its
     /// bucket, not by a search of them all.
     buckets: Vec<u32>,
 }
@@ -110,7 +111,7 @@ impl FrozenBytes {
                 offset,
                 starts,
                 loaded: pages.iter().map(|_| OnceLock::new()).collect(),
-                pages,
+                crcs: pages.iter().map(|page| page.crc).collect(),
                 failed: AtomicBool::new(false),
                 buckets,
             }),
@@ -163,22 +164,16 @@ impl FrozenBytes {
 
 impl Paged {
     fn get(&self, range: Range<usize>) -> Option<&[u8]> {
-        if range.start > range.end {
-            self.failed.store(true, Ordering::Release);
-            return None;
-        }
-        let Some(index) = self.page_of(range.start) else {
+        // A read across pages, or past the state, is none the encoder's
+        // cuts allow: the pages were not cut by it.
+        let index = self
+            .page_of(range.start)
+            .filter(|&index| range.start <= range.end && range.end <= self.starts[index + 1]);
+        let Some(index) = index else {
             self.failed.store(true, Ordering::Release);
             return None;
         };
         let start = self.starts[index];
-        let end = self.starts[index + 1];
-        if range.end > end {
-            // Across pages, or past the state: no read the encoder's cuts
-            // allow, so the pages were not cut by it.
-            self.failed.store(true, Ordering::Release);
-            return None;
-        }
         let page = self.loaded[index]
             .get_or_init(|| self.read(index))
             .as_deref()?;
@@ -193,7 +188,7 @@ impl Paged {
         let high = self
             .buckets
             .get(bucket + 1)
-            .map_or(self.pages.len() - 1, |&page| page as usize);
+            .map_or(self.crcs.len() - 1, |&page| page as usize);
         // The last page of `low..=high` that starts at or before `at`.
         let later = self.starts.get(low + 1..=high)?;
         Some(low + later.partition_point(|&start| start <= at))
@@ -201,11 +196,10 @@ impl Paged {
 
     /// Page `index`, read and checked against its CRC.
     fn read(&self, index: usize) -> Option<Box<[u8]>> {
-        let page = self.pages[index];
-        let mut bytes = vec![0u8; page.len as usize].into_boxed_slice();
-        let at = self.offset + self.starts[index] as u64;
-        let read = self.source.read_at(&mut bytes, at);
-        if read.is_err() || crc32fast::hash(&bytes) != page.crc {
+        let (start, end) = (self.starts[index], self.starts[index + 1]);
+        let mut bytes = vec![0u8; end - start].into_boxed_slice();
+        let read = self.source.read_at(&mut bytes, self.offset + start as u64);
+        if read.is_err() || crc32fast::hash(&bytes) != self.crcs[index] {
             self.failed.store(true, Ordering::Release);
             return None;
         }
@@ -221,7 +215,7 @@ impl fmt::Debug for FrozenBytes {
                 formatter,
                 "FrozenBytes::Paged({} bytes in {} pages of {:?})",
                 self.len(),
-                paged.pages.len(),
+                paged.crcs.len(),
                 paged.source
             ),
         }

@@ -484,9 +484,8 @@ impl SessionState {
     /// Fold the log again before trusting it.
     pub fn snapshot_unreadable(&self) -> bool {
         self.ids
-            .frozen
-            .as_ref()
-            .is_some_and(|(bytes, _)| bytes.failed())
+            .snapshot_bytes()
+            .is_some_and(|bytes| bytes.failed())
     }
 
     /// Reads every page of the snapshot the state reads page by page that
@@ -494,9 +493,8 @@ impl SessionState {
     /// none failed (true for a state not read page by page).
     pub fn read_every_snapshot_page(&self) -> bool {
         self.ids
-            .frozen
-            .as_ref()
-            .is_none_or(|(bytes, _)| bytes.read_every_page())
+            .snapshot_bytes()
+            .is_none_or(|bytes| bytes.read_every_page())
     }
 
     /// Whether the state reads a snapshot's pages as lookups land on them
@@ -504,9 +502,8 @@ impl SessionState {
     /// become true).
     pub fn reads_snapshot_pages(&self) -> bool {
         self.ids
-            .frozen
-            .as_ref()
-            .is_some_and(|(bytes, _)| bytes.is_paged())
+            .snapshot_bytes()
+            .is_some_and(|bytes| bytes.is_paged())
     }
 
     /// The session's header.
@@ -1189,6 +1186,11 @@ impl Ids {
         }
     }
 
+    /// The bytes of the snapshot the ids were decoded from, if they were.
+    fn snapshot_bytes(&self) -> Option<&crate::frozen::FrozenBytes> {
+        self.frozen.as_ref().map(|(bytes, _)| &**bytes)
+    }
+
     /// The bytes of the snapshot's ids.
     fn frozen_len(&self) -> usize {
         self.frozen.as_ref().map_or(0, |(_, range)| range.len())
@@ -1197,7 +1199,7 @@ impl Ids {
     /// The bytes at `start..end` of the snapshot's ids (`None` off them,
     /// or on a page of a snapshot read page by page that could not be
     /// read).
-    fn frozen_get(&self, start: usize, end: usize) -> Option<&[u8]> {
+    pub(crate) fn frozen_get(&self, start: usize, end: usize) -> Option<&[u8]> {
         let (bytes, range) = self.frozen.as_ref()?;
         if start > end || end > range.len() {
             return None;

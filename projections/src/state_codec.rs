@@ -262,8 +262,8 @@ impl SessionState {
     /// The state [`encode_snapshot_paged`](Self::encode_snapshot_paged)
     /// wrote, as `pages` one after the other from byte `offset` of
     /// `source`, read page by page: the decode reads the pages holding the
-    /// state's fields and its requests (from which the pending approvals
-    /// are rebuilt), and the state reads any other page the first time a
+    /// state's fields and its pending approvals, and the state reads any
+    /// other page the first time a
     /// lookup lands on it, checking it against its CRC then. A page that
     /// cannot be read or does not match its CRC refuses the decode, or,
     /// met by a lookup later, reads as rows and ids that are not there and
@@ -337,12 +337,10 @@ impl SessionState {
         // a whole, which would be a pass over every id at every open.
         let ids_at = input.at;
         let text_len = input.count("ids", 1)?;
-        let text = Text {
-            bytes: &frozen,
-            start: from + input.at,
-            len: text_len,
-        };
+        let text_at = from + input.at;
         input.skip(text_len, "ids")?;
+        let ids = Ids::frozen(Arc::clone(&frozen), text_at..text_at + text_len);
+        let text = Text(&ids);
         if trust.text_checked()
             && text
                 .get(0, text_len)
@@ -351,7 +349,6 @@ impl SessionState {
         {
             return Err(format!("ids: the text at byte {ids_at} is not UTF-8"));
         }
-        let ids = Ids::frozen(Arc::clone(&frozen), text.start..text.start + text_len);
         let open_turn = input.option("open turn", |input| input.span(&text, "open turn"))?;
         let open_step = input.option("open step", |input| input.span(&text, "open step"))?;
         let width = input.width;
@@ -644,10 +641,7 @@ struct Reader<'b> {
 impl<'b> Reader<'b> {
     /// The bytes at `at..at + len` of the state, which hold `what`.
     fn read(&self, at: usize, len: usize, what: &str) -> Result<&'b [u8], String> {
-        let end = at
-            .checked_add(len)
-            .filter(|&end| end <= self.len)
-            .ok_or_else(|| format!("{what}: the state ends at byte {}", self.len))?;
+        let end = self.end_of(at, len, what)?;
         self.bytes
             .get(self.from + at..self.from + end)
             .ok_or_else(|| format!("{what}: the bytes at byte {at} could not be read"))
@@ -661,12 +655,15 @@ impl<'b> Reader<'b> {
 
     /// Passes over `len` bytes without reading them.
     fn skip(&mut self, len: usize, what: &str) -> Result<(), String> {
-        self.at = self
-            .at
-            .checked_add(len)
-            .filter(|&end| end <= self.len)
-            .ok_or_else(|| format!("{what}: the state ends at byte {}", self.len))?;
+        self.at = self.end_of(self.at, len, what)?;
         Ok(())
+    }
+
+    /// Where `len` bytes from `at` end, when the state holds them.
+    fn end_of(&self, at: usize, len: usize, what: &str) -> Result<usize, String> {
+        at.checked_add(len)
+            .filter(|&end| end <= self.len)
+            .ok_or_else(|| format!("{what}: the state ends at byte {}", self.len))
     }
 
     /// Row `index` of `row_len` bytes of the table whose rows start at
@@ -874,20 +871,12 @@ pub(crate) fn le_number(bytes: &[u8], place: usize, width: usize) -> u64 {
 }
 
 /// The ids' text of a snapshot being decoded.
-struct Text<'b> {
-    bytes: &'b FrozenBytes,
-    /// Where it starts in `bytes`, and its length.
-    start: usize,
-    len: usize,
-}
+struct Text<'b>(&'b Ids);
 
 impl<'b> Text<'b> {
     /// The bytes from offset `start` to `end` of the text.
     fn get(&self, start: usize, end: usize) -> Option<&'b [u8]> {
-        if start > end || end > self.len {
-            return None;
-        }
-        self.bytes.get(self.start + start..self.start + end)
+        self.0.frozen_get(start, end)
     }
 
     /// The id from offset `start` to `end`, when both are on character
@@ -897,13 +886,14 @@ impl<'b> Text<'b> {
     fn span(&self, start: u64, end: u64) -> Option<IdSpan> {
         let start = usize::try_from(start).ok()?;
         let end = usize::try_from(end).ok()?;
+        let len = self.0.len();
         let boundary = |at: usize| {
-            at == self.len
+            at == len
                 || self
                     .get(at, at + 1)
                     .is_some_and(|byte| byte[0] & 0xc0 != 0x80)
         };
-        let within = start <= end && end <= self.len && boundary(start) && boundary(end);
+        let within = start <= end && end <= len && boundary(start) && boundary(end);
         within.then_some(IdSpan { start, end })
     }
 

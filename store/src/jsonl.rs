@@ -832,15 +832,6 @@ fn write_snapshot(
     anchor: state_snapshot::SnapshotAnchor,
 ) -> Result<usize, StoreError> {
     let bytes = state_snapshot::encode(state, header_crc, anchor);
-    if state.snapshot_unreadable() {
-        return Err(StoreError::io(
-            "write the state snapshot",
-            snapshot,
-            std::io::Error::other(
-                "a page of the snapshot the state was resumed from could not be read",
-            ),
-        ));
-    }
     io.replace_file(&state_snapshot_temporary(snapshot), snapshot, &bytes)
         .map_err(|source| StoreError::io("write the state snapshot", snapshot, source))?;
     Ok(bytes.len())

@@ -169,15 +169,23 @@ impl SnapshotHead {
     }
 }
 
-/// The head the first bytes of a snapshot, `bytes`, hold, when it is of
-/// this format, of session `header.id` with this header body, and whole
-/// (its CRC matches): `Ok(Err(n))` when the head is `n` bytes long, more
-/// than `bytes` holds. Why not otherwise.
-pub(crate) fn decode_head(
-    bytes: &[u8],
-    header: &SessionHeader,
-    header_body: &str,
-) -> Result<Result<SnapshotHead, usize>, String> {
+/// A snapshot head's fields as they are: what [`decode_head`] checks, and
+/// what [`split`] cuts a snapshot by.
+struct Head<'b> {
+    id: &'b [u8],
+    header_crc: u32,
+    anchor: SnapshotAnchor,
+    state_len: u64,
+    pages: Vec<SnapshotPage>,
+    crc: u32,
+    /// The head's length: where the state starts.
+    len: usize,
+}
+
+/// The head the first bytes of a snapshot of this format, `bytes`, hold,
+/// its fields unchecked: `Ok(Err(n))` when the head is `n` bytes long,
+/// more than `bytes` holds.
+fn read_head(bytes: &[u8]) -> Result<Result<Head<'_>, usize>, String> {
     let mut input = Fields { bytes };
     if input.take(MAGIC.len())? != MAGIC {
         return Err("not a state snapshot".to_owned());
@@ -190,58 +198,83 @@ pub(crate) fn decode_head(
     }
     let id_len = input.u32()? as usize;
     let id = input.take(id_len)?;
-    if id != header.id.as_str().as_bytes() {
-        return Err(format!(
-            "it is a snapshot of session {:?}, not {}",
-            String::from_utf8_lossy(id),
-            header.id
-        ));
-    }
-    if input.u32()? != header_crc(header_body) {
-        return Err("it was taken of another header".to_owned());
-    }
+    let header_crc = input.u32()?;
     let anchor = SnapshotAnchor {
         seq: input.u64()?,
         record_crc: input.u32()?,
         offset: input.u64()?,
         lines: input.u64()?,
     };
-    let state_len = usize::try_from(input.u64()?).map_err(|_| "too long".to_owned())?;
+    let state_len = input.u64()?;
     let page_count = input.u32()? as usize;
-    let head_len = (bytes.len() - input.bytes.len())
+    let len = (bytes.len() - input.bytes.len())
         .checked_add(page_count.saturating_mul(8))
         .and_then(|len| len.checked_add(4))
         .ok_or_else(|| "too long".to_owned())?;
-    if head_len > bytes.len() {
-        return Ok(Err(head_len));
+    if len > bytes.len() {
+        return Ok(Err(len));
     }
     let mut pages = Vec::with_capacity(page_count);
-    let mut total = 0usize;
     for _ in 0..page_count {
-        let page = SnapshotPage {
+        pages.push(SnapshotPage {
             len: input.u32()?,
             crc: input.u32()?,
-        };
-        if page.len == 0 {
-            return Err("it has a page of 0 bytes".to_owned());
-        }
-        total = total.saturating_add(page.len as usize);
-        pages.push(page);
+        });
     }
-    let crc = input.u32()?;
-    if crc32fast::hash(&bytes[..head_len - 4]) != crc {
+    Ok(Ok(Head {
+        id,
+        header_crc,
+        anchor,
+        state_len,
+        pages,
+        crc: input.u32()?,
+        len,
+    }))
+}
+
+/// The head the first bytes of a snapshot, `bytes`, hold, when it is of
+/// this format, of session `header.id` with this header body, and whole
+/// (its CRC matches): `Ok(Err(n))` when the head is `n` bytes long, more
+/// than `bytes` holds. Why not otherwise.
+pub(crate) fn decode_head(
+    bytes: &[u8],
+    header: &SessionHeader,
+    header_body: &str,
+) -> Result<Result<SnapshotHead, usize>, String> {
+    let head = match read_head(bytes)? {
+        Ok(head) => head,
+        Err(len) => return Ok(Err(len)),
+    };
+    if head.id != header.id.as_str().as_bytes() {
+        return Err(format!(
+            "it is a snapshot of session {:?}, not {}",
+            String::from_utf8_lossy(head.id),
+            header.id
+        ));
+    }
+    if head.header_crc != header_crc(header_body) {
+        return Err("it was taken of another header".to_owned());
+    }
+    if crc32fast::hash(&bytes[..head.len - 4]) != head.crc {
         return Err("the CRC of its head does not match: torn or changed".to_owned());
     }
+    if head.pages.iter().any(|page| page.len == 0) {
+        return Err("it has a page of 0 bytes".to_owned());
+    }
+    let state_len = usize::try_from(head.state_len).map_err(|_| "too long".to_owned())?;
+    let total = head.pages.iter().fold(0usize, |total, page| {
+        total.saturating_add(page.len as usize)
+    });
     if total != state_len {
         return Err(format!(
             "its pages hold {total} bytes, its state {state_len}"
         ));
     }
     Ok(Ok(SnapshotHead {
-        anchor,
-        len: head_len,
+        anchor: head.anchor,
+        len: head.len,
         state_len,
-        pages,
+        pages: head.pages,
     }))
 }
 
@@ -249,26 +282,15 @@ pub(crate) fn decode_head(
 /// store that keeps them apart (SQLite: the head in `snapshots`, each page
 /// a row of `snapshot_pages`); `None` for bytes that are not one.
 pub(crate) fn split(bytes: &[u8]) -> Option<(&[u8], Vec<&[u8]>)> {
-    let mut input = Fields { bytes };
-    input.take(MAGIC.len() + 4).ok()?;
-    let id_len = input.u32().ok()? as usize;
-    input.take(id_len + 4 + 8 + 4 + 8 + 8 + 8).ok()?;
-    let count = input.u32().ok()? as usize;
-    let mut lens = Vec::with_capacity(count.min(bytes.len() / 8));
-    for _ in 0..count {
-        lens.push(input.u32().ok()? as usize);
-        input.u32().ok()?;
-    }
-    input.u32().ok()?;
-    let head_len = bytes.len() - input.bytes.len();
-    let (head, mut state) = bytes.split_at(head_len);
-    let mut pages = Vec::with_capacity(lens.len());
-    for len in lens {
-        let (page, rest) = state.split_at_checked(len)?;
+    let head = read_head(bytes).ok()?.ok()?;
+    let (head_bytes, mut state) = bytes.split_at(head.len);
+    let mut pages = Vec::with_capacity(head.pages.len());
+    for page in &head.pages {
+        let (page, rest) = state.split_at_checked(page.len as usize)?;
         pages.push(page);
         state = rest;
     }
-    state.is_empty().then_some((head, pages))
+    state.is_empty().then_some((head_bytes, pages))
 }
 
 /// The state `bytes` hold and where it was taken, when they are a whole
@@ -320,8 +342,8 @@ pub(crate) fn decode(
 
 /// The state of the snapshot whose head is `head`, its bytes in `source`,
 /// read page by page (`SessionState::decode_snapshot_paged`): only the
-/// pages of the state's fields and requests now, any other when a lookup
-/// lands on it, each checked against its CRC then.
+/// pages of the state's fields and pending approvals now, any other when
+/// a lookup lands on it, each checked against its CRC then.
 pub(crate) fn decode_paged(
     head: SnapshotHead,
     source: Box<dyn PageSource>,

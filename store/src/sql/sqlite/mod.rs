@@ -1336,15 +1336,6 @@ impl LogSink for SqliteSink {
     fn save_snapshot(&mut self, state: &SessionState) -> Result<usize, StoreError> {
         let anchor = state_snapshot::SnapshotAnchor::of_row(state.seq(), self.last_crc);
         let bytes = state_snapshot::encode(state, self.header_crc, anchor);
-        if state.snapshot_unreadable() {
-            return Err(StoreError::io(
-                "keep the state snapshot",
-                &self.shared.path,
-                io::Error::other(
-                    "a page of the snapshot the state was resumed from could not be read",
-                ),
-            ));
-        }
         let size = bytes.len();
         let work = Work::snapshot(&self.id, anchor, bytes);
         // Not synced: a snapshot is a cache, and one lost costs only a
