@@ -176,6 +176,8 @@ pub(crate) fn fork_log(
     // (a snapshot that is stale in a way its anchor cannot tell, or forged)
     // is decided again by the copy, which folds every record, and a header
     // it predicts wrongly is written again through the spool.
+    // A parent whose snapshot has an own seal will have the copy's hash
+    // chain asked for: it is run from the first record.
     let from_snapshot = match snapshot_log_state(parent_path, fork.parent_id.clone()) {
         Ok(Some(state)) => delegate_from_state(
             &state,
@@ -185,20 +187,24 @@ pub(crate) fn fork_log(
             fork.ts,
         )
         .ok()
-        .map(|delegated| delegated.header),
+        .map(|delegated| (delegated.header, state.last_own_seal_seq().is_some())),
         _ => None,
     };
     let predicted = match from_snapshot {
-        Some(header) => Some(header),
+        Some(predicted) => Some(predicted),
         None => crate::fork_header::scan_child_header(
             parent_path,
             fork.parent_id.clone(),
             child,
             fork.ts,
-        ),
+        )
+        .map(|header| (header, false)),
     };
-    if let Some(predicted) = predicted {
-        if let Some(header) = fork.direct(predicted, request, io).map_err(mapped)? {
+    if let Some((predicted, sealed)) = predicted {
+        if let Some(header) = fork
+            .direct(predicted, sealed, request, io)
+            .map_err(mapped)?
+        {
             return Ok(header);
         }
     }
@@ -232,11 +238,11 @@ impl Fork<'_> {
     fn copy(
         &self,
         out: &mut Temporary,
-        write_back: bool,
+        target: Target,
         io: &Io,
     ) -> Result<SessionState, StoreError> {
         let parent_id = self.parent_id.clone();
-        copy_parent(self.parent_path, parent_id, self.child, out, write_back, io)
+        copy_parent(self.parent_path, parent_id, self.child, out, target, io)
     }
 
     /// The child's seed from `state`, the fold of the parent's records.
@@ -275,7 +281,7 @@ impl Fork<'_> {
             .folder
             .join(format!(".{}.jsonl.spool.tmp-{}", self.child, self.token));
         let mut spool = Temporary::create(io, spool_path)?;
-        let mut state = self.copy(&mut spool, false, io)?;
+        let mut state = self.copy(&mut spool, Target::Spool, io)?;
         let seed = self.seed(&state, request)?;
         check_own_events(&mut state, &seed.events, self.child_path)?;
         check_storable(&seed.header, &seed.events).map_err(|error| self.inherited(error))?;
@@ -298,10 +304,11 @@ impl Fork<'_> {
     /// fold of those records), and publishes the child. `None`, leaving
     /// nothing behind, when the fold of every record read does not give
     /// the same header (the parent grew since, or the prediction was
-    /// wrong).
+    /// wrong). `sealed`: the parent is known to have an own seal.
     fn direct(
         &self,
         predicted: SessionHeader,
+        sealed: bool,
         request: ForkRequest<'_>,
         io: &Io,
     ) -> Result<Option<SessionHeader>, StoreError> {
@@ -313,7 +320,7 @@ impl Fork<'_> {
         let mut child = Temporary::create(io, self.temp())?;
         io.write_all(&mut child.file, &child.path, predicted.encode().as_bytes())
             .map_err(|source| StoreError::io("write", &child.path, source))?;
-        let mut state = self.copy(&mut child, true, io)?;
+        let mut state = self.copy(&mut child, Target::Child { sealed }, io)?;
         let seed = self.seed(&state, request)?;
         if seed.header != predicted {
             return Ok(None);
@@ -377,16 +384,16 @@ impl Drop for Temporary {
 /// records the fold read. Each hand-over is a bounded channel. The fold asks the writer for the chain only at an own seal,
 /// which must hold it. Memory is the fold and a few batches.
 ///
-/// With `write_back` (`out` is the child itself), a third thread fdatasyncs
-/// `out` after every [`WRITE_BACK_BYTES`] written, so that its pages go to
-/// the disk while the parent is still being read, and the child's final
-/// fdatasync has only the last of them to wait for.
+/// When `out` is the child itself ([`Target::Child`]), a third thread
+/// fdatasyncs it after every [`WRITE_BACK_BYTES`] written, so that its
+/// pages go to the disk while the parent is still being read, and the
+/// child's final fdatasync has only the last of them to wait for.
 fn copy_parent(
     parent_path: &Path,
     parent_id: Option<SessionId>,
     child: &SessionId,
     out: &mut Temporary,
-    write_back: bool,
+    target: Target,
     io: &Io,
 ) -> Result<SessionState, StoreError> {
     let parent = crate::reader::open_log_for_reading(parent_path)?;
@@ -401,7 +408,7 @@ fn copy_parent(
     // Its records share the blocks it reads: no copy of each body.
     let source = SharedTextReader::with_capacity(READ_BUFFER_BYTES, parent.take(durable));
     let reader = LogReader::new(source, parent_path, parent_id)?;
-    let syncer_file = if write_back {
+    let syncer_file = if let Target::Child { .. } = target {
         let clone = out.file.try_clone();
         Some(clone.map_err(|source| StoreError::io("open", &out.path, source))?)
     } else {
@@ -451,7 +458,8 @@ fn copy_parent(
                 spares,
                 write_back: sync_sender,
             };
-            write_records(resign, genesis, pipe, file, path, io)
+            let chain_from_start = matches!(target, Target::Child { sealed: true });
+            write_records(resign, genesis, pipe, file, path, io, chain_from_start)
         });
         let read = (|| {
             // Once the parent is refused, nothing more is copied: the fold
@@ -526,6 +534,18 @@ fn copy_parent(
         }
         Ok(state)
     })
+}
+
+/// Where [`copy_parent`] writes the parent's records.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    /// A spool, which the kernel copies into the child once its header is
+    /// known.
+    Spool,
+    /// The child itself, after its header. `sealed`: the parent is known
+    /// (from its state snapshot) to have an own seal, so the fold will ask
+    /// for the hash chain of the copy.
+    Child { sealed: bool },
 }
 
 /// The parent's reader, as [`copy_parent`] reads it.
@@ -897,11 +917,12 @@ struct WriterPipe {
 /// parent. Returns the chain through the last record; `None` when it was
 /// never asked for.
 ///
-/// The chain is run only from the first time it is asked for, so a parent
-/// without an own seal never pays for the hash of every record. Asked the
-/// first time, it is run over the records written so far, read back from
-/// `file` (just written, so read from the page cache), then over each body
-/// as it comes.
+/// The chain is run from the first record with `chain_from_start` (the
+/// parent is known to have an own seal), else only from the first time it
+/// is asked for, so a parent without one never pays for the hash of every
+/// record. Asked the first time, it is run over the records written so
+/// far, read back from `file` (just written, so read from the page cache),
+/// then over each body as it comes.
 fn write_records(
     mut resign: Resign,
     genesis: ChainValue,
@@ -909,6 +930,7 @@ fn write_records(
     file: &mut File,
     path: &Path,
     io: &Io,
+    chain_from_start: bool,
 ) -> Result<Option<ChainValue>, StoreError> {
     let mut out = Output {
         records_start: file
@@ -921,7 +943,7 @@ fn write_records(
         unsynced: 0,
         write_back: pipe.write_back,
     };
-    let mut chain = None;
+    let mut chain = chain_from_start.then_some(genesis);
     for message in pipe.copies {
         match message {
             ToWriter::Records(batch, range) => {
@@ -1262,7 +1284,7 @@ mod tests {
         let from_state = ok(fork(&c, &c_path).seed(&state, request)).header;
         let scanned = crate::fork_header::scan_child_header(&parent_log, None, &c, ts);
         assert_eq!(scanned.as_ref(), Some(&from_state));
-        let direct = ok(fork(&c, &c_path).direct(from_state.clone(), request, &io));
+        let direct = ok(fork(&c, &c_path).direct(from_state.clone(), false, request, &io));
         assert_eq!(direct.as_ref(), Some(&from_state));
         let spooled = ok(fork(&d, &d_path).spooled(request, &io));
         assert_eq!(
@@ -1436,7 +1458,7 @@ mod tests {
             defaults: &defaults,
         };
         let predicted = ok(fork.seed(&stale, request)).header;
-        let refused = ok(fork.direct(predicted, request, &Io::default()));
+        let refused = ok(fork.direct(predicted, false, request, &Io::default()));
         assert_eq!(refused, None, "a child seeded with ten events");
         assert!(!child_path.exists(), "nothing is published");
         assert!(!fork.temp().exists(), "nothing is left behind");

@@ -660,7 +660,9 @@ enum Fold {
     /// reads land on them: a writer's, which folds again should a page
     /// fail.
     Resume,
-    /// The state from the state snapshot only: nothing when none holds.
+    /// The state from the state snapshot only, read page by page as
+    /// [`Fold::Resume`] reads it: nothing when none holds, or when a page
+    /// fails.
     FromSnapshotOnly,
 }
 
@@ -700,7 +702,7 @@ fn fold_log(
             reader.file(),
             &header,
             &header_body,
-            fold == Fold::Resume,
+            matches!(fold, Fold::Resume | Fold::FromSnapshotOnly),
         ),
     };
     let mut events = keep_events.then(Vec::new);
@@ -738,6 +740,9 @@ fn fold_log(
             Some(events) => events.push(record),
             None => last = Some(record),
         }
+    }
+    if state.snapshot_unreadable() && fold == Fold::FromSnapshotOnly {
+        return Ok(None);
     }
     if state.snapshot_unreadable() {
         // A page of the snapshot failed as the tail was folded: a lookup
@@ -799,8 +804,9 @@ pub(crate) fn current_log_state(
 }
 
 /// The state of the log at `path` as [`current_log_state`] gives it, when
-/// its state snapshot holds; `None`, having read only the header and the
-/// snapshot, when it does not.
+/// its state snapshot holds, read page by page (only the pages its reads
+/// land on); `None`, having read only the header and the snapshot, when
+/// it does not or a page fails.
 pub(crate) fn snapshot_log_state(
     path: &Path,
     expected_id: Option<SessionId>,
@@ -2138,6 +2144,48 @@ mod tests {
         store
             .open_writer(session, options)
             .unwrap_or_else(|error| panic!("a whole log refused at open: {error:?}"))
+    }
+
+    #[test]
+    fn the_state_a_fork_predicts_from_reads_only_the_pages_its_fold_needs() {
+        let (_dir, store) = store();
+        let session = session_of_calls(&store, "unsettled", 3000, false);
+        let log = store.log_path(&session);
+        let decoded = ok(read_header_as_is(&log, None));
+        // (the tail past the snapshot's anchor, whether its fold lands on
+        // a page that the decode does not read)
+        let cases = [
+            (NewEvent::new("x-test/note", r#"{"text":"past"}"#), false),
+            (crate::store::tests::tool_settle(1500), true),
+        ];
+        let snapshot = state_snapshot_path(&log);
+        let whole = ok(std::fs::read(&snapshot));
+        for (tail, lands) in cases {
+            let mut writer = resuming_writer(&store, &session);
+            ok(writer.append(tail, None));
+            drop(writer);
+            // The snapshot the session's writer took, its anchor before
+            // the tail.
+            ok(std::fs::write(&snapshot, &whole));
+            assert!(ok(snapshot_log_state(&log, None)).is_some());
+            assert!(damage_lazy_pages(&snapshot, &decoded.header, &decoded.body) >= 2);
+            let state = ok(snapshot_log_state(&log, None));
+            // A failed page leaves the fork to predict from the log.
+            assert_eq!(state.is_none(), lands);
+            if let Some(state) = state {
+                assert!(state.reads_snapshot_pages(), "read page by page");
+                assert_eq!(state.seq(), ok(current_log_state(&log, None)).seq());
+            }
+        }
+        // The fork, whatever its prediction, copies the whole log.
+        let child = id("child");
+        let header = ok(crate::fork::fork_log_file(
+            &log,
+            &child,
+            None,
+            &sessionlog_projections::Defaults::default(),
+        ));
+        assert_eq!(header.seed_length, 3004);
     }
 
     #[test]
