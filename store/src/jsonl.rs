@@ -725,21 +725,33 @@ fn fold_log(
             (state, reader, None)
         }
     };
-    let mut last = None;
     // A violation refuses the log, but reading goes on: corruption later
     // in it wins (and the `?`s below return it at once).
     let mut refusal = Refusal::default();
-    while let Some(FoldedEvent { record, folded }) = reader.next_event_folded(&mut state)? {
+    let mut note = |folded: Result<(), sessionlog_projections::Violation>| {
         if let Err(violation) = folded {
             refusal.note(StoreError::Rule {
                 path: path.to_owned(),
                 violation,
             });
         }
-        match &mut events {
-            Some(events) => events.push(record),
-            None => last = Some(record),
+    };
+    // The CRC of the last record folded: its line's, over the same body.
+    let mut last_line_crc = None;
+    match &mut events {
+        Some(events) => {
+            while let Some(FoldedEvent { record, folded }) = reader.next_event_folded(&mut state)? {
+                note(folded);
+                events.push(record);
+            }
         }
+        // A long fold reads on one thread and folds on another.
+        None => crate::fold::fold_stream(&mut reader, &mut state, |record, folded, _| {
+            note(folded);
+            last_line_crc = Some(record.line_crc().unwrap_or_else(|| {
+                sessionlog_schema::record_crc(&header.id, record.body().as_bytes())
+            }));
+        })?,
     }
     if state.snapshot_unreadable() && fold == Fold::FromSnapshotOnly {
         return Ok(None);
@@ -760,13 +772,9 @@ fn fold_log(
     }
     // The anchor of the next snapshot: the CRC of the last record, hashed
     // once (its own line's CRC, over the same body).
-    let last_crc = match events
-        .as_deref()
-        .and_then(<[EventRecord]>::last)
-        .or(last.as_ref())
-    {
+    let last_crc = match events.as_deref().and_then(<[EventRecord]>::last) {
         Some(last) => sessionlog_schema::record_crc(&header.id, last.body().as_bytes()),
-        None => resumed.map_or(0, |(anchor, _)| anchor.record_crc),
+        None => last_line_crc.unwrap_or_else(|| resumed.map_or(0, |(anchor, _)| anchor.record_crc)),
     };
     let summary = reader.finish()?;
     if let Some(error) = summary.header_vocabulary_errors.first() {
@@ -2144,6 +2152,52 @@ mod tests {
         store
             .open_writer(session, options)
             .unwrap_or_else(|error| panic!("a whole log refused at open: {error:?}"))
+    }
+
+    #[test]
+    fn a_long_fold_on_two_threads_refuses_and_anchors_as_one_thread_does() {
+        let (_dir, store) = store();
+        // 10,002 events: most of them folded on a thread of their own.
+        let session = session_of_calls(&store, "long", 5000, true);
+        let log = store.log_path(&session);
+        let snapshot = state_snapshot_path(&log);
+        ok(std::fs::remove_file(&snapshot));
+        let writer = resuming_writer(&store, &session);
+        assert_eq!(writer.next_seq(), 10_003);
+        assert!(!writer.state().reads_snapshot_pages(), "folded whole");
+        drop(writer);
+        // The snapshot it kept is anchored on the last record.
+        let writer = resuming_writer(&store, &session);
+        assert!(writer.state().reads_snapshot_pages(), "resumed");
+        drop(writer);
+        // A second start of a call settled thousands of events before,
+        // its CRC right, then damage after it, which outranks it.
+        let duplicate = crate::store::tests::record(
+            10_003,
+            "tool/start",
+            r#"{"callId":"c0100","stepId":"s","name":"bash","arguments":{}}"#,
+        );
+        let mut line = Vec::new();
+        sessionlog_schema::encode_line_into(&session, duplicate.body(), &mut line);
+        let mut file = ok(std::fs::OpenOptions::new().append(true).open(&log));
+        ok(std::io::Write::write_all(&mut file, &line));
+        ok(std::fs::remove_file(&snapshot));
+        match store.open_writer(&session, WriterOptions::default()) {
+            Err(StoreError::Rule { violation, .. }) => assert_eq!(violation.seq, 10_003),
+            other => panic!("a broken rule: {other:?}"),
+        }
+        ok(std::io::Write::write_all(
+            &mut file,
+            b"{\"seq\":10004,\"damaged\n",
+        ));
+        let more = crate::store::tests::record(10_005, "x-test/note", r#"{"text":"after"}"#);
+        line.clear();
+        sessionlog_schema::encode_line_into(&session, more.body(), &mut line);
+        ok(std::io::Write::write_all(&mut file, &line));
+        match store.open_writer(&session, WriterOptions::default()) {
+            Err(error) => assert_eq!(error.class(), crate::ErrorClass::Corrupt, "{error}"),
+            Ok(_) => panic!("a corrupt log opened"),
+        }
     }
 
     #[test]
