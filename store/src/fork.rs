@@ -921,8 +921,10 @@ struct WriterPipe {
 /// parent is known to have an own seal), else only from the first time it
 /// is asked for, so a parent without one never pays for the hash of every
 /// record. Asked the first time, it is run over the records written so
-/// far, read back from `file` (just written, so read from the page cache),
-/// then over each body as it comes.
+/// far, read back from `file` (just written, so read from the page cache,
+/// and checked to be what was written), then over each body as it comes.
+/// Run from the start, it hashes the bodies the fold checked, as they are
+/// written: the same values, with no reading back.
 fn write_records(
     mut resign: Resign,
     genesis: ChainValue,

@@ -662,7 +662,8 @@ enum Fold {
     Resume,
     /// The state from the state snapshot only, read page by page as
     /// [`Fold::Resume`] reads it: nothing when none holds, or when a page
-    /// fails.
+    /// that the fold of the records after its anchor reads fails (known
+    /// once they are folded, so an error of theirs comes first).
     FromSnapshotOnly,
 }
 
@@ -813,8 +814,9 @@ pub(crate) fn current_log_state(
 
 /// The state of the log at `path` as [`current_log_state`] gives it, when
 /// its state snapshot holds, read page by page (only the pages its reads
-/// land on); `None`, having read only the header and the snapshot, when
-/// it does not or a page fails.
+/// land on); `None` when it does not (having read only the header and the
+/// snapshot), or when a page that the fold of the records after its anchor
+/// reads fails. Their own damage or broken rule is still an error.
 pub(crate) fn snapshot_log_state(
     path: &Path,
     expected_id: Option<SessionId>,
