@@ -13,7 +13,10 @@
 //!   predicted from the log's end, and the child written directly too) is
 //!   measured beside it. Every long session this store writes has one (a
 //!   writer, `import` and `migrate` keep it): a parent without one is a log
-//!   written by something else, or whose sidecar was removed.
+//!   written by something else, or whose sidecar was removed. Beside it,
+//!   the child's first append right after its fork (no target: the child
+//!   has no snapshot yet, so its writer folds the whole seed; a fork that
+//!   left the child out of the page cache would show here).
 //!
 //! Each pair runs interleaved, N runs of each; the ratio held to the target
 //! is the best run of the command over the best run of its baseline (the
@@ -43,6 +46,10 @@ const EVENTS: f64 = 1_000_000.0;
 /// Runs of each `tail -n 10`, and of each fork and copy.
 const TAIL_RUNS: usize = 21;
 const FORK_RUNS: usize = 9;
+/// Runs of a fork followed by the child's first append.
+const FIRST_APPEND_RUNS: usize = 3;
+/// The event that append appends.
+const NOTE_EVENT: &str = "{\"type\":\"x-bench/note\",\"data\":{}}\n";
 
 fn main() -> BenchResult<()> {
     let scale: f64 = match std::env::var("SESSIONLOG_BENCH_SCALE") {
@@ -170,6 +177,25 @@ fn main() -> BenchResult<()> {
         );
     }
     std::fs::rename(&aside, &sidecar)?;
+
+    // What a runtime does next: the child's first append, whose writer
+    // folds the whole seed (a child has no snapshot yet). Told beside the
+    // fork, as a fork that leaves the child out of the page cache would
+    // move its cost there.
+    let mut firsts = Vec::with_capacity(FIRST_APPEND_RUNS);
+    for index in 0..FIRST_APPEND_RUNS {
+        let child = format!("first{index}");
+        run(fork(&child))?;
+        let mut append = Command::new(binary);
+        append.args(["--quiet", "append", store_text, "--session", &child]);
+        firsts.push(run_with_input(append, NOTE_EVENT)?);
+        remove_child(&store, &child)?;
+    }
+    println!(
+        "  the child's first append right after its fork (its writer folds the whole seed): \
+         {:.0} ms, best of {FIRST_APPEND_RUNS}",
+        ms(min(&firsts))
+    );
     println!("load average {}", load_average());
     if std::env::var_os("SESSIONLOG_BENCH_KEEP").is_some() {
         std::mem::forget(folder);
@@ -253,6 +279,26 @@ fn remove_child(store: &Path, child: &str) -> BenchResult<()> {
 fn run(mut command: Command) -> BenchResult<Duration> {
     let started = Instant::now();
     let status = command.stdout(Stdio::null()).status()?;
+    let elapsed = started.elapsed();
+    if !status.success() {
+        return Err(format!("{command:?} exited with {status}").into());
+    }
+    Ok(elapsed)
+}
+
+/// How long `command` takes, `input` on its standard input.
+fn run_with_input(mut command: Command, input: &str) -> BenchResult<Duration> {
+    let started = Instant::now();
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .ok_or("no standard input")?
+        .write_all(input.as_bytes())?;
+    let status = child.wait()?;
     let elapsed = started.elapsed();
     if !status.success() {
         return Err(format!("{command:?} exited with {status}").into());
