@@ -85,7 +85,10 @@ pub use delegation::{
 pub use frozen::{PageSource, SnapshotPage};
 pub use projection::{PresetView, Projection, Setting, AUTO_REVIEW_INTEGRATION};
 pub use review::*;
-pub use seal::{check_sealed, check_trusted, parse_anchor_file, Anchor, AnchorError, SealInfo};
+pub use seal::{
+    check_claimed_chain, check_sealed, check_trusted, claimed_chain, parse_anchor_file, Anchor,
+    AnchorError, SealInfo,
+};
 pub use state::{fold, fold_stored, type_violation, CallState, Defaults, Mark, SessionState};
 pub use state_codec::SnapshotTrust;
 pub use violation::{Violation, ViolationKind};

@@ -9,9 +9,11 @@
 //! whoever knows the trust file or the anchor.
 
 use serde::Deserialize;
-use sessionlog_schema::{seal_message, ChainValue, Seal, SealPublicKey, SessionHeader, SessionId};
+use sessionlog_schema::{
+    seal_message, ChainValue, EventRecord, EventView, Seal, SealPublicKey, SessionHeader, SessionId,
+};
 
-use crate::SessionState;
+use crate::{SessionState, Violation};
 
 /// A seal the fold met (the last one is [`SessionState::last_seal`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +126,13 @@ pub(crate) fn check_own_seal(
     seal: &Seal,
     chain_before: &ChainValue,
 ) -> Result<(), String> {
+    check_seal_span(seq, seal)?;
+    check_seal_chain(seq, seal, chain_before)?;
+    check_seal_signature(id, seal)
+}
+
+/// The first of an own seal's checks: it covers every record before it.
+fn check_seal_span(seq: u64, seal: &Seal) -> Result<(), String> {
     let expected_through = seq.saturating_sub(1);
     if seal.through_seq != expected_through {
         return Err(format!(
@@ -131,13 +140,60 @@ pub(crate) fn check_own_seal(
             seal.through_seq
         ));
     }
+    Ok(())
+}
+
+/// The second: its chain is `chain_before`.
+fn check_seal_chain(seq: u64, seal: &Seal, chain_before: &ChainValue) -> Result<(), String> {
     if seal.chain != *chain_before {
+        let expected_through = seq.saturating_sub(1);
         return Err(format!(
             "seal failure: the log was changed at or before seq {expected_through}: \
              the seal holds chain {}, the records recompute to {chain_before}",
             seal.chain
         ));
     }
+    Ok(())
+}
+
+/// For a fold whose hash chain runs elsewhere (another thread), behind the
+/// fold: the chain an own seal claims, for the fold to check the seal by
+/// (everything but the chain), and the check of that claim, made where the
+/// chain through the records before the seal is known. `None` for any
+/// other record. Together they refuse what [`SessionState::apply`]
+/// refuses, with the same violation, provided that the fold asks for the
+/// chain itself whenever the seal fails its other checks (the chain is
+/// checked before the signature).
+///
+/// [`SessionState::apply`]: crate::SessionState::apply
+pub fn claimed_chain(record: &EventRecord) -> Option<ChainValue> {
+    match EventView::parse(record.event_type(), record.data()) {
+        Ok(EventView::Seal(seal)) => Some(seal.chain),
+        _ => None,
+    }
+}
+
+/// The checks of an own seal that come before its signature's: its span,
+/// then its claimed chain ([`claimed_chain`]) against `chain_before`, the
+/// chain through every record before it. The violation
+/// [`SessionState::apply`] gives when either fails.
+///
+/// [`SessionState::apply`]: crate::SessionState::apply
+pub fn check_claimed_chain(
+    record: &EventRecord,
+    chain_before: &ChainValue,
+) -> Result<(), Violation> {
+    let seq = record.seq();
+    match EventView::parse(record.event_type(), record.data()) {
+        Ok(EventView::Seal(seal)) => check_seal_span(seq, &seal)
+            .and_then(|()| check_seal_chain(seq, &seal, chain_before))
+            .map_err(|message| Violation::seal(seq, record.event_type(), message)),
+        _ => Ok(()),
+    }
+}
+
+/// The last: its signature, if any, verifies.
+fn check_seal_signature(id: &SessionId, seal: &Seal) -> Result<(), String> {
     if let Some(signature) = &seal.signature {
         let message = seal_message(id, seal.through_seq, &seal.chain);
         signature

@@ -27,6 +27,7 @@
 //! a record whose damage only the fold's scan of its data finds: that is
 //! read again, as a read alone reads it).
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufReader, Read, Seek};
 use std::ops::Range;
@@ -36,8 +37,8 @@ use std::sync::Arc;
 use std::thread::ScopedJoinHandle;
 
 use sessionlog_projections::{
-    delegate_from_state, ChildSeed, Defaults, DelegationError, SessionState, Violation,
-    ViolationKind,
+    check_claimed_chain, claimed_chain, delegate_from_state, ChildSeed, Defaults, DelegationError,
+    SessionState, Violation, ViolationKind,
 };
 use sessionlog_schema::{
     encode_line_into, encode_signed_line_into, prove_data, prove_json, split_crc, ChainValue,
@@ -451,6 +452,7 @@ fn copy_parent(
         };
         let resign = Resign::new(&parent_id, child);
         let (mut records, spares) = ParentRecords::read(scope, reader, parent_id, feed);
+        let chain_from_start = matches!(target, Target::Child { sealed: true });
         let writer = scope.spawn(move || {
             let pipe = WriterPipe {
                 copies: copy_receiver,
@@ -458,7 +460,6 @@ fn copy_parent(
                 spares,
                 write_back: sync_sender,
             };
-            let chain_from_start = matches!(target, Target::Child { sealed: true });
             write_records(resign, genesis, pipe, file, path, io, chain_from_start)
         });
         let read = (|| {
@@ -467,19 +468,31 @@ fn copy_parent(
             // that does not hold later in the log, which outranks a broken
             // rule (exit 7 over 4), or damage, which outranks both.
             let mut refused = false;
+            // Whether the writing thread runs the chain: the fold then
+            // leaves each own seal's chain to it ([`fold_own_seal`]).
+            let mut deferring = chain_from_start;
             loop {
                 let next = records.next_folded(&mut |record, view, copied| {
                     let view = view
                         .unwrap_or_else(|| EventView::parse(record.event_type(), record.data()));
-                    match refused {
-                        true => state.apply_viewed(record, view),
-                        // A writer that stopped has an error, which is
-                        // returned before the fold's verdict on this seal
-                        // is looked at.
-                        false => state.apply_viewed_unchained(record, view, || {
-                            copied.chain().unwrap_or(genesis)
-                        }),
+                    if refused {
+                        return state.apply_viewed(record, view);
                     }
+                    if deferring {
+                        return fold_own_seal(&mut state, record, view, copied, genesis);
+                    }
+                    // A writer that stopped has an error, which is returned
+                    // before the fold's verdict on this seal is looked at.
+                    let mut asked = false;
+                    let folded = state.apply_viewed_unchained(record, view, || {
+                        let chain = copied.chain();
+                        asked = chain.is_some();
+                        chain.unwrap_or(genesis)
+                    });
+                    // From the first time it is asked for, the writing
+                    // thread runs the chain over every record.
+                    deferring = asked;
+                    folded
                 })?;
                 let Some((record, folded)) = next else { break };
                 if let Err(violation) = folded {
@@ -524,16 +537,67 @@ fn copy_parent(
         let synced = syncer.map_or(Ok(()), join);
         read?;
         synced?;
-        if let Some(chain) = written? {
+        let written = written?;
+        if let Some(chain) = written.chain {
             state.set_chain(chain);
         }
         let summary = records.finish()?;
-        refusal.into_result()?;
+        // A seal whose chain the writing thread found failing comes before
+        // any record the fold went on to refuse: it is the first refusal.
+        let mut verdict = Refusal::default();
+        if let Some(violation) = written.failed_seal {
+            verdict.note(StoreError::Rule {
+                path: parent_path.to_owned(),
+                violation,
+            });
+        }
+        if let Err(error) = refusal.into_result() {
+            verdict.note(error);
+        }
+        verdict.into_result()?;
         if let Some(torn) = &summary.torn_tail {
             warn_torn_parent(parent_path, torn);
         }
         Ok(state)
     })
+}
+
+/// Folds `record` (whose view is `view`) into `state`, the fold of a
+/// parent whose hash chain the writing thread runs: an own seal is checked
+/// here against the chain it claims (its span, its signature), and its
+/// chain is left to the writing thread, which checks it when it reaches the
+/// seal ([`ToWriter::CheckSeal`]), so the fold does not wait for the copy
+/// at every seal. A seal that fails its own checks is checked here against
+/// the real chain first, as [`SessionState::apply`] checks it, so that the
+/// violation is the one a whole read gives.
+fn fold_own_seal(
+    state: &mut SessionState,
+    record: &EventRecord,
+    view: Result<EventView<'_>, ShapeError>,
+    copied: &mut Copied<'_>,
+    genesis: ChainValue,
+) -> Result<(), Violation> {
+    let claimed = match view {
+        Ok(EventView::Seal(_)) if state.is_own(record.seq()) => claimed_chain(record),
+        _ => None,
+    };
+    let Some(claimed) = claimed else {
+        // Not an own seal: the chain is not asked for.
+        return state.apply_viewed_unchained(record, view, || genesis);
+    };
+    match state.apply_viewed_unchained(record, view, || claimed) {
+        Ok(()) => {
+            copied.check_seal(record.seq());
+            Ok(())
+        }
+        Err(violation) if violation.kind == ViolationKind::Seal => {
+            let chain = copied.chain().unwrap_or(genesis);
+            Err(check_claimed_chain(record, &chain)
+                .err()
+                .unwrap_or(violation))
+        }
+        Err(violation) => Err(violation),
+    }
 }
 
 /// Where [`copy_parent`] writes the parent's records.
@@ -633,6 +697,12 @@ impl Copied<'_> {
     fn chain(&mut self) -> Option<ChainValue> {
         self.send_pending();
         self.feed.chain()
+    }
+
+    /// Has the writing thread check the chain of the own seal at `seq`,
+    /// the record being folded, when it reaches it.
+    fn check_seal(&mut self, seq: u64) {
+        self.feed.send(ToWriter::CheckSeal(seq));
     }
 }
 
@@ -865,6 +935,10 @@ enum ToWriter {
     Records(Arc<Batch>, Range<usize>),
     /// A request for the chain value through every record sent.
     Chain,
+    /// The own seal at this seq, among the records still to come, is to
+    /// have its chain checked against the chain before it
+    /// ([`check_claimed_chain`]).
+    CheckSeal(u64),
 }
 
 /// The folding thread's end of the channels to the writer thread.
@@ -913,9 +987,10 @@ struct WriterPipe {
 /// into `file` (at `path`) in chunks of about [`SPOOL_CHUNK_BYTES`], its
 /// CRC derived from the one its line had in the parent (`resign`), until the
 /// channel is closed, and runs the parent's hash chain from `genesis` over
-/// their bodies for the fold, which asks for it at each own seal of the
-/// parent. Returns the chain through the last record; `None` when it was
-/// never asked for.
+/// their bodies for the fold, which asks for it at an own seal of the
+/// parent, or leaves the seal's chain to it ([`ToWriter::CheckSeal`]): a
+/// seal whose chain fails stops the copy. Returns the chain through the
+/// last record (`None` when it was never run), and the seal that failed.
 ///
 /// The chain is run from the first record with `chain_from_start` (the
 /// parent is known to have an own seal), else only from the first time it
@@ -933,7 +1008,7 @@ fn write_records(
     path: &Path,
     io: &Io,
     chain_from_start: bool,
-) -> Result<Option<ChainValue>, StoreError> {
+) -> Result<Written, StoreError> {
     let mut out = Output {
         records_start: file
             .stream_position()
@@ -946,11 +1021,27 @@ fn write_records(
         write_back: pipe.write_back,
     };
     let mut chain = chain_from_start.then_some(genesis);
+    // The seqs of the own seals to check, in the order of the log.
+    let mut seals = VecDeque::new();
     for message in pipe.copies {
         match message {
             ToWriter::Records(batch, range) => {
                 for (record, _) in &batch[range] {
                     let body = record.body();
+                    if seals.front() == Some(&record.seq()) {
+                        seals.pop_front();
+                        let before = match chain {
+                            Some(value) => value,
+                            None => *chain.insert(out.chain_of_written(genesis)?),
+                        };
+                        if let Err(violation) = check_claimed_chain(record, &before) {
+                            out.flush()?;
+                            return Ok(Written {
+                                chain,
+                                failed_seal: Some(violation),
+                            });
+                        }
+                    }
                     if let Some(chain) = &mut chain {
                         *chain = ChainValue::next(chain, body);
                     }
@@ -986,10 +1077,24 @@ fn write_records(
                     break;
                 }
             }
+            ToWriter::CheckSeal(seq) => seals.push_back(seq),
         }
     }
     out.flush()?;
-    Ok(chain)
+    Ok(Written {
+        chain,
+        failed_seal: None,
+    })
+}
+
+/// What the writer thread returns.
+#[derive(Debug)]
+struct Written {
+    /// The chain through the last record written; `None` when it was never
+    /// run.
+    chain: Option<ChainValue>,
+    /// The own seal whose chain did not hold, at which the copy stopped.
+    failed_seal: Option<Violation>,
 }
 
 /// What the writer thread writes into, and how far.
@@ -1829,5 +1934,95 @@ mod tests {
             after,
             "the parent keeps its third event"
         );
+    }
+
+    #[test]
+    fn a_sealed_parent_is_refused_as_a_whole_read_of_it_refuses_it() {
+        // Each case: the damage, made with the CRC recomputed, so that
+        // only the rules and the seals can find it.
+        type Damage = fn(&Path);
+        let cases: [(&str, Damage); 7] = [
+            (
+                "a seal's chain changed (its signature no longer verifies)",
+                |log| break_seal(log, 802),
+            ),
+            ("a record before a seal changed", |log| {
+                edit_record(log, 500, |body| body.replace("1-9", "1-X"))
+            }),
+            ("a seal's span changed", |log| {
+                edit_record(log, 802, |body| {
+                    body.replace(r#""throughSeq":801"#, r#""throughSeq":800"#)
+                })
+            }),
+            ("a seal's signature changed alone", |log| {
+                edit_record(log, 1_203, |body| {
+                    let at = body.find(r#""sig":""#).unwrap_or(0) + r#""sig":""#.len();
+                    let flipped = if &body[at..=at] == "A" { "B" } else { "A" };
+                    format!("{}{flipped}{}", &body[..at], &body[at + 1..])
+                })
+            }),
+            ("a broken rule, then the seal after it", |log| {
+                edit_record(log, 300, |body| {
+                    let at = body.find(r#""type""#).unwrap_or(body.len());
+                    format!(
+                        r#"{}"type":"turn/end","data":{{"turnId":"none"}}"#,
+                        &body[..at]
+                    )
+                })
+            }),
+            ("two seals broken", |log| {
+                break_seal(log, 802);
+                break_seal(log, 401);
+            }),
+            // The first seal's chain is checked behind the fold, which
+            // meets the second, broken, before it hears of the first.
+            (
+                "a record before a seal changed, and a later seal broken",
+                |log| {
+                    edit_record(log, 100, |body| body.replace("0-99", "0-9X"));
+                    break_seal(log, 802);
+                },
+            ),
+        ];
+        let key = sessionlog_schema::SealSecretKey::from_seed([7; 32]);
+        for (case, damage) in cases {
+            for with_snapshot in [true, false] {
+                let folder = ok(tempfile::tempdir());
+                let store = ok(Store::create(folder.path()));
+                ok(store.create_session(&header("p"), &[], Durability::Fsync));
+                let mut writer = ok(store.open_writer(&id("p"), WriterOptions::default()));
+                for run in 0..3 {
+                    let notes = (0..400).map(|n| note(&format!("{run}-{n}"))).collect();
+                    ok(writer.append_batch(notes, None));
+                    ok(writer.seal(Some(&key), None));
+                }
+                drop(writer);
+                let parent_log = store.session_path(&id("p"));
+                if !with_snapshot {
+                    ok(std::fs::remove_file(crate::jsonl::state_snapshot_path(
+                        &parent_log,
+                    )));
+                }
+                damage(&parent_log);
+                // What a whole read finds first: the first seal that
+                // fails, else the first broken rule.
+                let (_, violations) = ok(store.snapshot(&id("p"))).fold();
+                let expected = violations
+                    .iter()
+                    .find(|violation| violation.kind == ViolationKind::Seal)
+                    .or(violations.first())
+                    .unwrap_or_else(|| panic!("{case}: the damage breaks nothing"));
+                let refused = store.fork(&id("p"), &id("c"), None, &Defaults::default());
+                match refused {
+                    Err(StoreError::Rule { violation, .. }) => assert_eq!(
+                        (violation.seq, violation.kind, &violation.message),
+                        (expected.seq, expected.kind, &expected.message),
+                        "{case}, with snapshot {with_snapshot}"
+                    ),
+                    other => panic!("{case}, with snapshot {with_snapshot}: {other:?}"),
+                }
+                assert!(!store.session_path(&id("c")).exists());
+            }
+        }
     }
 }
