@@ -591,7 +591,11 @@ fn fold_own_seal(
             Ok(())
         }
         Err(violation) if violation.kind == ViolationKind::Seal => {
-            let chain = copied.chain().unwrap_or(genesis);
+            // `None`: the writing thread stopped, on an error or a seal
+            // failing before this one, either of which comes first.
+            let Some(chain) = copied.chain() else {
+                return Err(violation);
+            };
             Err(check_claimed_chain(record, &chain)
                 .err()
                 .unwrap_or(violation))
@@ -1028,6 +1032,16 @@ fn write_records(
             ToWriter::Records(batch, range) => {
                 for (record, _) in &batch[range] {
                     let body = record.body();
+                    // A seal to check that this record has passed would be
+                    // a seal left unchecked: refused, never skipped.
+                    if seals.front().is_some_and(|&seq| seq < record.seq()) {
+                        return Err(StoreError::InvalidEvent(format!(
+                            "{}: the seal at seq {} was not checked before seq {}",
+                            path.display(),
+                            seals[0],
+                            record.seq()
+                        )));
+                    }
                     if seals.front() == Some(&record.seq()) {
                         seals.pop_front();
                         let before = match chain {
@@ -1035,7 +1049,8 @@ fn write_records(
                             None => *chain.insert(out.chain_of_written(genesis)?),
                         };
                         if let Err(violation) = check_claimed_chain(record, &before) {
-                            out.flush()?;
+                            // The child is not published: nothing more is
+                            // written.
                             return Ok(Written {
                                 chain,
                                 failed_seal: Some(violation),
