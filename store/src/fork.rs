@@ -1044,10 +1044,7 @@ fn write_records(
                     }
                     if seals.front() == Some(&record.seq()) {
                         seals.pop_front();
-                        let before = match chain {
-                            Some(value) => value,
-                            None => *chain.insert(out.chain_of_written(genesis)?),
-                        };
+                        let before = out.run_chain(&mut chain, genesis)?;
                         if let Err(violation) = check_claimed_chain(record, &before) {
                             // The child is not published: nothing more is
                             // written.
@@ -1084,10 +1081,7 @@ fn write_records(
                 }
             }
             ToWriter::Chain => {
-                let value = match chain {
-                    Some(value) => value,
-                    None => *chain.insert(out.chain_of_written(genesis)?),
-                };
+                let value = out.run_chain(&mut chain, genesis)?;
                 if pipe.chains.send(value).is_err() {
                     break;
                 }
@@ -1152,6 +1146,20 @@ impl Output<'_> {
             }
         }
         Ok(())
+    }
+
+    /// `chain`, the chain through every record given to this output, run
+    /// from now on: when it was not yet run, it is computed over what was
+    /// written ([`Output::chain_of_written`]).
+    fn run_chain(
+        &mut self,
+        chain: &mut Option<ChainValue>,
+        genesis: ChainValue,
+    ) -> Result<ChainValue, StoreError> {
+        match *chain {
+            Some(value) => Ok(value),
+            None => Ok(*chain.insert(self.chain_of_written(genesis)?)),
+        }
     }
 
     /// The chain from `genesis` through every record given to this output
