@@ -149,6 +149,13 @@ pub(crate) fn give_tokens_after(ms: u64) {
     LAST_MS.fetch_max(ms, Ordering::Relaxed);
 }
 
+/// The millisecond of the last token this process gave: a token given
+/// since one of `ms` is at most `ms` when this is.
+#[cfg(test)]
+pub(crate) fn last_token_ms() -> u64 {
+    LAST_MS.load(Ordering::Relaxed)
+}
+
 /// A `<pid>-<ms>` token for temporary names made now by this process,
 /// never one it gave before: two creations of one session in the same
 /// millisecond (two threads, or two handles of the store) must not share a
