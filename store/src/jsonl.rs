@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use sessionlog_projections::fold;
 use sessionlog_schema::{
-    decode_header, DecodedHeader, EventRecord, SessionHeader, SessionId, MAX_RECORD_BYTES,
+    decode_header, ChainValue, DecodedHeader, EventRecord, SessionHeader, SessionId,
+    MAX_RECORD_BYTES,
 };
 
 use crate::error::Refusal;
@@ -1230,24 +1231,7 @@ impl LogSink for JsonlSink {
     }
 
     fn refold(&mut self) -> Result<sessionlog_projections::SessionState, StoreError> {
-        // What the log holds (the writer holds its lock: nothing else
-        // wrote to it), then what was handed to the sink since the last
-        // sync.
-        let file = self
-            .file
-            .try_clone()
-            .map_err(|source| StoreError::io("open", &self.path, source))?;
-        let held = Positioned {
-            file,
-            at: 0,
-            end: self.good_bytes,
-        };
-        let source = std::io::Read::chain(held, std::io::Cursor::new(self.pending.clone()));
-        let mut reader = LogReader::new(
-            BufReader::with_capacity(crate::reader::READ_BUFFER_BYTES, source),
-            &self.path,
-            None,
-        )?;
+        let mut reader = self.read_written()?;
         let mut state = sessionlog_projections::SessionState::with_header_body(
             reader.header().clone(),
             reader.header_body(),
@@ -1259,6 +1243,38 @@ impl LogSink for JsonlSink {
             })?;
         }
         Ok(state)
+    }
+
+    fn chain_of_log(&mut self) -> Result<ChainValue, StoreError> {
+        let mut reader = self.read_written()?;
+        let mut chain = ChainValue::genesis(reader.header_body());
+        while let Some(record) = reader.next_event()? {
+            chain = chain.next(record.body());
+        }
+        Ok(chain)
+    }
+}
+
+impl JsonlSink {
+    /// A reader of every record written so far: what the log holds (the
+    /// writer holds its lock, so nothing else wrote to it), then what was
+    /// handed to the sink since the last sync.
+    fn read_written(&self) -> Result<LogReader<BufReader<impl std::io::Read>>, StoreError> {
+        let file = self
+            .file
+            .try_clone()
+            .map_err(|source| StoreError::io("open", &self.path, source))?;
+        let held = Positioned {
+            file,
+            at: 0,
+            end: self.good_bytes,
+        };
+        let source = std::io::Read::chain(held, std::io::Cursor::new(self.pending.clone()));
+        LogReader::new(
+            BufReader::with_capacity(crate::reader::READ_BUFFER_BYTES, source),
+            &self.path,
+            None,
+        )
     }
 }
 

@@ -9,7 +9,9 @@
 //! The writer's state keeps the session's running chain value, so a seal
 //! ([`SessionWriter::seal`], or one after every `turn/end` with
 //! [`WriterOptions::seal_turns`]) costs one hash per record and one
-//! signature per seal, never a re-read of the log.
+//! signature per seal. A writer that resumed from a state snapshot reads
+//! the log's bodies once, before its first seal, to check the chain it took
+//! from the snapshot ([`SessionWriter::prove_chain`]).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -19,8 +21,8 @@ use sessionlog_projections::{
     ReviewErrorCode, ReviewFragments, SessionState,
 };
 use sessionlog_schema::{
-    compact_json, ApprovalPolicy, EventData, EventRecord, EventType, Preset, Seal, SealSecretKey,
-    SessionHeader, SessionId, MAX_BATCH_RECORDS, MAX_RECORD_BYTES,
+    compact_json, ApprovalPolicy, ChainValue, EventData, EventRecord, EventType, Preset, Seal,
+    SealSecretKey, SessionHeader, SessionId, MAX_BATCH_RECORDS, MAX_RECORD_BYTES,
 };
 
 use crate::{state_snapshot, StoreError};
@@ -125,6 +127,10 @@ pub(crate) trait LogSink: Send + fmt::Debug {
             "this store's writers read no snapshot page by page".to_owned(),
         ))
     }
+    /// The hash chain through every record written so far (synced or
+    /// not), run over the bodies the log holds from its header on, never
+    /// taken from a state snapshot.
+    fn chain_of_log(&mut self) -> Result<ChainValue, StoreError>;
 }
 
 /// The single writer of one session. See the module docs.
@@ -145,6 +151,11 @@ pub struct SessionWriter {
     snapshot_seq: u64,
     /// How many events after `snapshot_seq` the next one is due.
     snapshot_interval: u64,
+    /// Whether the state's hash chain is known to be the log's own: run
+    /// over the log's bodies when the writer opened (a fold from the
+    /// header), or checked against them since ([`Self::prove_chain`]).
+    /// A chain resumed from a state snapshot is not, until checked.
+    chain_proven: bool,
 }
 
 impl NewEvent {
@@ -219,6 +230,7 @@ impl SessionWriter {
             poisoned: None,
             snapshot_seq: 0,
             snapshot_interval: state_snapshot::SNAPSHOT_EVERY_EVENTS,
+            chain_proven: true,
         }
     }
 
@@ -232,6 +244,7 @@ impl SessionWriter {
         if let Some((anchor, bytes)) = resumed {
             self.snapshot_seq = anchor.seq;
             self.snapshot_interval = state_snapshot::snapshot_interval(bytes);
+            self.chain_proven = false;
         }
         self
     }
@@ -395,6 +408,14 @@ impl SessionWriter {
             ))));
         }
         let batch = (count >= 2).then_some(count);
+        if self.options.seal_turns != SealTurns::Off
+            && events
+                .iter()
+                .any(|event| event.event_type == EventType::TurnEnd.as_str())
+        {
+            // Before the batch is folded: the chain checked is the log's.
+            self.prove_chain()?;
+        }
         // The batch is folded into the state itself, under a mark: a
         // refusal or a failed write rolls back what it changed, at the cost
         // of what it changed, never of a copy of the whole state.
@@ -511,6 +532,8 @@ impl SessionWriter {
             ));
         }
         self.state = state;
+        // A sink may fold again from the snapshot read whole.
+        self.chain_proven = false;
         // The snapshot it read is damaged: the next acknowledgement
         // replaces it (as a writer that folded the whole log would), so
         // that the next open does not meet the same page.
@@ -696,6 +719,7 @@ impl SessionWriter {
                 violation,
             })?;
         if closes_turn(&record) && self.options.seal_turns != SealTurns::Off {
+            self.prove_chain()?;
             // The turn's seal goes out in the same write as its turn/end.
             let ts = record.ts();
             self.state.apply_checked(&record, event);
@@ -755,6 +779,7 @@ impl SessionWriter {
 
     /// [`stage_seal`](Self::stage_seal), once.
     fn stage_seal_once(&mut self, key: Option<&SealSecretKey>) -> Result<u64, StoreError> {
+        self.prove_chain()?;
         let (record, event) = seal_record(&mut self.state, now_ms(), key)?;
         self.write(std::slice::from_ref(&record))?;
         self.state.apply_checked(&record, event);
@@ -869,6 +894,44 @@ impl SessionWriter {
         if let Some(fragments) = &mut self.review_fragments {
             fragments.absorb(&self.state, records);
         }
+    }
+
+    /// Checks, once in the writer's life, that the hash chain its state
+    /// carries is the one the log's bodies give, before it is sealed: a
+    /// writer that resumed from a state snapshot took its chain from
+    /// there, and a seal vouches for the log, not for a cache beside it.
+    /// Left unchecked, a snapshot forged beside a log (one folded from a
+    /// changed copy of it) would have the key's holder sign the chain of
+    /// the changed copy, a seal that then holds on the copy. The check
+    /// reads the bodies once, from the header on; the chain is then the
+    /// writer's own for every later seal. A chain that differs refuses the
+    /// seal (a seal failure): nothing is written.
+    fn prove_chain(&mut self) -> Result<(), StoreError> {
+        if self.chain_proven {
+            return Ok(());
+        }
+        self.state.settle_chain();
+        let resumed = self.state.chain();
+        let log = self.sink.chain_of_log()?;
+        if resumed != log {
+            let through = self.state.seq();
+            return Err(StoreError::Rule {
+                path: self.path.clone(),
+                violation: sessionlog_projections::Violation::seal(
+                    through + 1,
+                    EventType::Seal.as_str(),
+                    format!(
+                        "no seal was written: the state snapshot this writer resumed from gives \
+                         the chain {resumed} through seq {through}, but the log's records give \
+                         {log}; the snapshot was not folded from this log, or the log was \
+                         changed after it was taken (`sessionlog verify` checks the log; a \
+                         writer opened once the snapshot is removed folds the whole log)"
+                    ),
+                ),
+            });
+        }
+        self.chain_proven = true;
+        Ok(())
     }
 
     fn poisoned_error(&self, cause: String) -> StoreError {

@@ -1340,3 +1340,66 @@ fn a_store_without_its_events_table_is_damaged_not_foreign() {
         );
     }
 }
+
+/// A PostgreSQL writer that resumed from its state snapshot checks the
+/// chain it carries against the session's rows before it seals: it seals
+/// a turn when they agree, and refuses the seal (exit 7, nothing written)
+/// once a row under the snapshot was changed, its CRC recomputed.
+#[test]
+fn a_resumed_writer_seals_only_the_chain_its_rows_give() {
+    let Some(server) = test_server() else {
+        return;
+    };
+    let schema = Schema::new(&server, "sealres");
+    let dir = ok(tempfile::tempdir());
+    let key = dir.path().join("runtime.key");
+    let key = key.to_str().unwrap_or_else(|| panic!("{key:?}"));
+    run(["keygen", key]).expect_code(0);
+    run(["create", &schema.url, "--session", "s", "--cwd", "/w"]).expect_code(0);
+    let turn = |turn_id: &str| {
+        format!(
+            "{{\"type\":\"turn/start\",\"data\":{{\"turnId\":\"{turn_id}\"}}}}\n\
+             {{\"type\":\"x-note\",\"data\":{{\"text\":\"do {turn_id}\"}}}}\n\
+             {{\"type\":\"turn/end\",\"data\":{{\"turnId\":\"{turn_id}\"}}}}\n"
+        )
+    };
+    let turns: String = (1..=400).map(|n| turn(&format!("t{n}"))).collect();
+    run_with_stdin(["append", &schema.url, "--session", "s"], &turns).expect_code(0);
+    // Resumed from the snapshot the append kept: sealed.
+    let sealing = ["append", &schema.url, "--session", "s", "--seal-key", key];
+    run_with_stdin(sealing, &turn("ta")).expect_code(0);
+    let trust = format!("{key}.pub");
+    run(["verify", &schema.url, "--trust", &trust, "--require-sealed"]).expect_code(0);
+    // A row under the snapshot changed, its CRC recomputed.
+    let Ok(Store::Postgres(store)) = Store::create(Path::new(&schema.url)) else {
+        panic!("{}: no PostgreSQL store", schema.url);
+    };
+    let mut client = ok(store.connect());
+    let select = format!(
+        "SELECT body FROM {}.events WHERE session_id = 's' AND seq = 599",
+        schema.name
+    );
+    let body: String = ok(client.query_one(select.as_str(), &[])).get(0);
+    assert!(body.contains("do t200"), "{body}");
+    let edited = body.replace("do t200", "do X200");
+    let crc = i64::from(crate::support::spec_crc("s", edited.as_bytes()));
+    let update = format!(
+        "UPDATE {}.events SET body = $1, crc = $2 WHERE session_id = 's' AND seq = 599",
+        schema.name
+    );
+    ok(client.execute(update.as_str(), &[&edited, &crc]));
+    let count = format!(
+        "SELECT count(*) FROM {}.events WHERE session_id = 's'",
+        schema.name
+    );
+    let rows: i64 = ok(client.query_one(count.as_str(), &[])).get(0);
+    let refused = run(["seal", &schema.url, "--session", "s", "--key", key]);
+    refused.expect_code(7);
+    assert!(
+        refused.stderr.contains("no seal was written"),
+        "{}",
+        refused.stderr
+    );
+    let after: i64 = ok(client.query_one(count.as_str(), &[])).get(0);
+    assert_eq!(after, rows, "nothing was written");
+}

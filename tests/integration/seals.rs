@@ -1321,13 +1321,7 @@ fn edit_row_message(database: &Path, session: &str, seq: i64, from: &str, to: &s
 /// Replaces `from` with `to` in the one body of session `p`'s log that
 /// holds it, its CRC recomputed.
 fn edit_message(log: &Path, from: &str, to: &str) {
-    let mut edited = bodies(log);
-    let holding: Vec<usize> = (0..edited.len())
-        .filter(|&index| edited[index].contains(&format!("\"{from}\"")))
-        .collect();
-    assert_eq!(holding.len(), 1, "one body holds {from:?}");
-    edited[holding[0]] = edited[holding[0]].replace(from, to);
-    write_bodies(log, "p", &edited);
+    edit_message_of(log, "p", from, to);
 }
 
 /// `keygen --json` and `seal --json` print their members in a fixed order
@@ -1956,4 +1950,212 @@ fn a_key_that_is_a_fifo_or_far_too_long_is_refused_at_once() {
         assert_eq!(code, 1, "{stderr}");
         assert!(stderr.contains(expected), "{stderr}");
     }
+}
+
+/// `turns` turns of session `s` appended to `store` (a folder or a `.db`)
+/// by one `append`, whose writer keeps a state snapshot when it closes.
+fn long_unsealed_session(store: &Path, turns: usize) {
+    run(["create", path_str(store), "--session", "s", "--cwd", "/w"]).expect_code(0);
+    let input: String = (1..=turns).map(|n| turn(&format!("t{n}"))).collect();
+    run_with_stdin(["append", path_str(store), "--session", "s"], &input).expect_code(0);
+}
+
+/// A seal and a turn sealed with `key` on session `s` of `store`, each of
+/// which must be refused as a seal failure with no seal written (`held`
+/// gives how many records the session holds, and how many are seals): the
+/// writer resumes from a state snapshot that was not folded from the log.
+fn assert_no_seal_over_a_forged_snapshot(store: &Path, key: &Path, held: impl Fn() -> (u64, u64)) {
+    let (records, seals) = held();
+    let sealed = run([
+        "seal",
+        path_str(store),
+        "--session",
+        "s",
+        "--key",
+        path_str(key),
+    ]);
+    sealed.expect_code(7);
+    assert!(
+        sealed.stderr.contains("state snapshot") && sealed.stderr.contains("no seal was written"),
+        "{}",
+        sealed.stderr
+    );
+    assert_eq!(held(), (records, seals), "nothing was written");
+    // The turn's first two events are written; its end, which the seal
+    // goes out with, is refused.
+    let turn_sealed = run_with_stdin(
+        [
+            "append",
+            path_str(store),
+            "--session",
+            "s",
+            "--seal-key",
+            path_str(key),
+        ],
+        &turn("tz"),
+    );
+    turn_sealed.expect_code(7);
+    assert_eq!(held(), (records + 2, seals), "no turn/end, no seal");
+}
+
+/// A state snapshot folded from a changed copy of a log, put beside the
+/// log, must not get the key's holder to sign the copy's chain: `seal`
+/// (and a turn sealed by `append --seal-key`) checks the chain a resumed
+/// writer carries against the log's own bodies first, refuses the seal
+/// when they differ, and seals once the snapshot is gone. Without the
+/// check, the seal written holds on the changed copy, trusted.
+#[test]
+fn a_snapshot_folded_from_a_changed_copy_gets_no_seal_signed() {
+    let dir = ok(tempfile::tempdir());
+    let key = dir.path().join("runtime.key");
+    run(["keygen", path_str(&key)]).expect_code(0);
+    let store = dir.path().join("store");
+    long_unsealed_session(&store, 400);
+    let log = log_path(&store);
+    let sidecar = store.join(".s.jsonl.state");
+    assert!(sidecar.exists(), "the writer kept a snapshot");
+    // The copy: a message changed (its length kept, so that the two logs'
+    // last records stand at the same offset), then one more event, whose
+    // writer folds the whole copy and keeps its snapshot.
+    let copy = dir.path().join("copy");
+    ok(std::fs::create_dir(&copy));
+    let copied = log_path(&copy);
+    ok(std::fs::copy(&log, &copied));
+    edit_message_of(&copied, "s", "do t200", "do X200");
+    let note = r#"{"type":"x-note","data":{}}"#.to_owned() + "\n";
+    run_with_stdin(["append", path_str(&copy), "--session", "s"], &note).expect_code(0);
+    // That event's line, and the copy's snapshot, put into the store.
+    let last_line = ok(std::fs::read_to_string(&copied))
+        .lines()
+        .last()
+        .map(|line| line.to_owned() + "\n")
+        .unwrap_or_default();
+    let mut text = ok(std::fs::read_to_string(&log));
+    text.push_str(&last_line);
+    ok(std::fs::write(&log, text));
+    ok(std::fs::copy(copy.join(".s.jsonl.state"), &sidecar));
+    let held = || {
+        let text = ok(std::fs::read_to_string(&log));
+        let seals = text
+            .lines()
+            .filter(|line| line.contains(r#""type":"seal""#));
+        (text.lines().count() as u64, seals.count() as u64)
+    };
+    assert_no_seal_over_a_forged_snapshot(&store, &key, held);
+    // The log itself is whole: it seals once the snapshot is gone, and a
+    // writer resuming from the snapshot kept then seals a turn.
+    ok(std::fs::remove_file(&sidecar));
+    run([
+        "seal",
+        path_str(&store),
+        "--session",
+        "s",
+        "--key",
+        path_str(&key),
+    ])
+    .expect_code(0);
+    assert!(sidecar.exists(), "the writer kept a snapshot of its own");
+    sealed_turn_after_tz(&store, &key).expect_code(0);
+    let trust = format!("{}.pub", path_str(&key));
+    verify(&store, &["--trust", &trust, "--require-sealed"]).expect_code(0);
+}
+
+/// The same attack on a SQLite store: the copy's rows changed, its
+/// snapshot rows and last event row put into the database.
+#[test]
+fn a_snapshot_folded_from_a_changed_copy_of_a_database_gets_no_seal_signed() {
+    let dir = ok(tempfile::tempdir());
+    let key = dir.path().join("runtime.key");
+    run(["keygen", path_str(&key)]).expect_code(0);
+    let database = dir.path().join("store.db");
+    long_unsealed_session(&database, 400);
+    let copy = dir.path().join("copy.db");
+    {
+        let connection = ok(rusqlite::Connection::open(&database));
+        ok(connection.execute("VACUUM INTO ?1", [path_str(&copy)]));
+    }
+    edit_row_message(&copy, "s", 599, "do t200", "do X200, and more");
+    {
+        let connection = ok(rusqlite::Connection::open(&copy));
+        ok(connection.execute_batch(
+            "DELETE FROM snapshot_pages WHERE session_id = 's';
+             DELETE FROM snapshots WHERE session_id = 's';",
+        ));
+    }
+    let note = r#"{"type":"x-note","data":{}}"#.to_owned() + "\n";
+    run_with_stdin(["append", path_str(&copy), "--session", "s"], &note).expect_code(0);
+    {
+        let connection = ok(rusqlite::Connection::open(&database));
+        ok(connection.execute("ATTACH DATABASE ?1 AS copy", [path_str(&copy)]));
+        ok(connection.execute_batch(
+            "INSERT INTO events SELECT * FROM copy.events
+                 WHERE session_id = 's' AND seq = (SELECT last_seq FROM copy.sessions WHERE id = 's');
+             UPDATE sessions SET last_seq = (SELECT last_seq FROM copy.sessions WHERE id = 's')
+                 WHERE id = 's';
+             DELETE FROM snapshot_pages WHERE session_id = 's';
+             DELETE FROM snapshots WHERE session_id = 's';
+             INSERT INTO snapshots SELECT * FROM copy.snapshots WHERE session_id = 's';
+             INSERT INTO snapshot_pages SELECT * FROM copy.snapshot_pages WHERE session_id = 's';",
+        ));
+    }
+    let held = || {
+        let connection = ok(rusqlite::Connection::open(&database));
+        let count =
+            |sql: &str| ok(connection.query_row(sql, [], |row| row.get::<_, i64>(0))) as u64;
+        (
+            count("SELECT count(*) FROM events"),
+            count("SELECT count(*) FROM events WHERE type = 'seal'"),
+        )
+    };
+    assert_no_seal_over_a_forged_snapshot(&database, &key, held);
+    {
+        let connection = ok(rusqlite::Connection::open(&database));
+        ok(connection.execute_batch(
+            "DELETE FROM snapshot_pages WHERE session_id = 's';
+             DELETE FROM snapshots WHERE session_id = 's';",
+        ));
+    }
+    run([
+        "seal",
+        path_str(&database),
+        "--session",
+        "s",
+        "--key",
+        path_str(&key),
+    ])
+    .expect_code(0);
+    // A writer resuming from the snapshot that one kept checks it and
+    // seals a turn.
+    sealed_turn_after_tz(&database, &key).expect_code(0);
+    let trust = format!("{}.pub", path_str(&key));
+    verify(&database, &["--trust", &trust, "--require-sealed"]).expect_code(0);
+}
+
+/// `append --seal-key` on session `s` of `store`: the end of the turn
+/// `tz` a refused seal left open, then a whole turn.
+pub fn sealed_turn_after_tz(store: &Path, key: &Path) -> Run {
+    let input = r#"{"type":"turn/end","data":{"turnId":"tz"}}"#.to_owned() + "\n" + &turn("ty");
+    run_with_stdin(
+        [
+            "append",
+            path_str(store),
+            "--session",
+            "s",
+            "--seal-key",
+            path_str(key),
+        ],
+        &input,
+    )
+}
+
+/// Replaces `from` with `to` in the one body of session `session`'s log
+/// that holds it, its CRC recomputed.
+fn edit_message_of(log: &Path, session: &str, from: &str, to: &str) {
+    let mut edited = bodies(log);
+    let holding: Vec<usize> = (0..edited.len())
+        .filter(|&index| edited[index].contains(&format!("\"{from}\"")))
+        .collect();
+    assert_eq!(holding.len(), 1, "one body holds {from:?}");
+    edited[holding[0]] = edited[holding[0]].replace(from, to);
+    write_bodies(log, session, &edited);
 }

@@ -68,7 +68,8 @@ use postgres::types::ToSql;
 use postgres::{Client, NoTls, Row, Statement};
 use sessionlog_projections::SessionState;
 use sessionlog_schema::{
-    record_crc, DecodedHeader, EventRecord, HeaderVocabularyError, SessionHeader, SessionId,
+    record_crc, ChainValue, DecodedHeader, EventRecord, HeaderVocabularyError, SessionHeader,
+    SessionId,
 };
 
 use self::group::{Append, GroupCommit, Outcome};
@@ -860,6 +861,15 @@ impl LogSink for PostgresSink {
     fn save_snapshot(&mut self, state: &SessionState) -> Result<usize, StoreError> {
         self.write_snapshot(state)
             .map_err(|error| of_session(error, &self.id))
+    }
+
+    fn chain_of_log(&mut self) -> Result<ChainValue, StoreError> {
+        let store = PostgresStore {
+            shared: Arc::clone(&self.shared),
+        };
+        let decoded = store.decoded_header(&self.id)?;
+        let events = store.events_from(&self.id, 1)?;
+        super::chain_of(&decoded.body, events, &self.pending)
     }
 }
 

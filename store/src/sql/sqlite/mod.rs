@@ -120,7 +120,8 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use sessionlog_projections::SessionState;
 use sessionlog_schema::{
-    record_crc, DecodedHeader, EventRecord, HeaderVocabularyError, SessionHeader, SessionId,
+    record_crc, ChainValue, DecodedHeader, EventRecord, HeaderVocabularyError, SessionHeader,
+    SessionId,
 };
 
 use crate::io::Io;
@@ -1366,6 +1367,14 @@ impl LogSink for SqliteSink {
             })?;
         }
         Ok(state)
+    }
+
+    fn chain_of_log(&mut self) -> Result<ChainValue, StoreError> {
+        let store = SqliteStore {
+            shared: Arc::clone(&self.shared),
+        };
+        let (decoded, events) = store.header_and_events_from(&self.id, 1)?;
+        super::chain_of(&decoded.body, events, &self.pending)
     }
 }
 
