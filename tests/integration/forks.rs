@@ -19,7 +19,7 @@
 
 use std::path::Path;
 
-use crate::cli_support::{run, workspace_root};
+use crate::cli_support::{run, run_with_stdin, workspace_root};
 use crate::crash::text;
 use crate::faults::ok;
 use crate::postgres::{test_server, Schema};
@@ -342,6 +342,42 @@ fn a_deleted_parent_row_makes_the_fork_corrupt_naming_the_child_and_seq() {
     verified.expect_code(2);
     let said = format!("{}{}", verified.stdout, verified.stderr);
     assert!(said.contains("grandkid: corrupt at seq 4: "), "{said}");
+}
+
+/// A parent row past a fork by reference's seed is none of the child's:
+/// removed, it makes the parent corrupt and leaves the child whole, as a
+/// copied child would be, to `verify` as to every other command.
+#[test]
+fn a_deleted_parent_row_past_the_seed_leaves_the_fork_whole() {
+    let folder = ok(tempfile::tempdir());
+    let database = text(&folder.path().join("s.db"));
+    run(["create", &database, "--session", "p", "--cwd", "/w"]).expect_code(0);
+    let turn = "{\"type\":\"turn/start\",\"data\":{\"turnId\":\"t1\"}}\n\
+                {\"type\":\"turn/end\",\"data\":{\"turnId\":\"t1\"}}\n";
+    run_with_stdin(["append", &database, "--session", "p"], turn).expect_code(0);
+    run(["fork", &database, "--session", "p", "--child", "k"]).expect_code(0);
+    let note = "{\"type\":\"x-note\",\"data\":{}}\n";
+    run_with_stdin(["append", &database, "--session", "p"], note).expect_code(0);
+    let connection = ok(rusqlite::Connection::open(&database));
+    ok(connection.execute("DELETE FROM events WHERE session_id = 'p' AND seq = 3", []));
+    drop(connection);
+    let child = run(["verify", &database, "--session", "k", "--json"]);
+    child.expect_code(0);
+    assert!(
+        child.stdout.contains(r#""status":"ok""#),
+        "{}",
+        child.stdout
+    );
+    for command in ["export", "project"] {
+        run([command, &database, "--session", "k"]).expect_code(0);
+    }
+    let parent = run(["verify", &database, "--session", "p"]);
+    parent.expect_code(2);
+    assert!(
+        parent.stdout.contains("p: corrupt at seq 3"),
+        "{}",
+        parent.stdout
+    );
 }
 
 #[test]

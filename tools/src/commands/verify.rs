@@ -899,8 +899,15 @@ fn inherited_seals_failing(
     let mut stream = store.stream(&parent.id)?;
     let mut state = SessionState::with_header_body(stream.header().clone(), stream.header_body());
     let mut failing = Vec::new();
-    while let Some(record) = stream.next_event()? {
-        if record.seq() > seed_length {
+    // The read stops at the seed's last event: the parent's rows after it
+    // are none of the child's (damage there is the parent's alone).
+    let mut read = 0;
+    while read < seed_length {
+        let Some(record) = stream.next_event()? else {
+            break;
+        };
+        read = record.seq();
+        if read > seed_length {
             break;
         }
         if let Err(violation) = state.apply(&record) {
@@ -1043,8 +1050,9 @@ fn write_human(out: &mut impl Write, verdict: &Verdict) -> std::io::Result<()> {
     match verdict.status {
         "ok" => writeln!(
             out,
-            "{name}: ok ({} events, last seq {}{sealed})",
-            verdict.events, verdict.last_seq
+            "{name}: ok ({}, last seq {}{sealed})",
+            crate::terminal::counted(verdict.events, "event"),
+            verdict.last_seq
         )?,
         _ => {
             if let Some(corruption) = &verdict.corruption {
@@ -1062,8 +1070,8 @@ fn write_human(out: &mut impl Write, verdict: &Verdict) -> std::io::Result<()> {
             if let Some(torn) = &verdict.torn_tail {
                 writeln!(
                 out,
-                    "{name}: torn tail at line {} (byte offset {}): {} bytes, {}; the good prefix holds {} events (last seq {}); a writer truncates it on open",
-                    torn.line, torn.offset, torn.bytes, torn.reason, verdict.events, verdict.last_seq
+                    "{name}: torn tail at line {} (byte offset {}): {} bytes, {}; the good prefix holds {} (last seq {}); a writer truncates it on open",
+                    torn.line, torn.offset, torn.bytes, torn.reason, crate::terminal::counted(verdict.events, "event"), verdict.last_seq
                 )?;
             }
         }
