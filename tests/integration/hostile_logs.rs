@@ -936,7 +936,7 @@ fn a_torn_batch_is_named_by_its_first_line_and_its_damaged_line() {
     assert!(
         verified.stdout.contains(&format!(
             "torn tail at line 3 (byte offset {line_3}): {bytes} bytes, {reason}; \
-             the good prefix holds 1 events (last seq 1)"
+             the good prefix holds 1 event (last seq 1)"
         )),
         "{reason}\n{}",
         verified.stdout

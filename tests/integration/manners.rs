@@ -345,6 +345,17 @@ fn append_refuses_a_type_with_a_nul_as_the_rule_violation_verify_finds() {
         refused.expect_code(4);
         assert!(refused.stderr.contains(character), "{}", refused.stderr);
     }
+    // Refused, so not said to be kept as an unknown type.
+    let empty = crate::cli_support::run_with_stdin(
+        ["append", &store, "--session", "s1"],
+        "{\"type\":\"\",\"data\":{}}\n",
+    );
+    empty.expect_code(4);
+    assert!(
+        empty.stderr.contains("the event type is empty") && !empty.stderr.contains("it is kept"),
+        "{}",
+        empty.stderr
+    );
     run(["verify", &store]).expect_code(0);
 }
 

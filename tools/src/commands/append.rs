@@ -166,6 +166,11 @@ fn check_types(events: &[NewEvent], line_number: u64, unknown: UnknownTypes) -> 
         if EventType::parse(name).is_some() || name.starts_with("x-") {
             continue;
         }
+        // A type no type may be spelled with (empty, a control character)
+        // is the writer's to refuse: it is not kept.
+        if sessionlog_projections::type_violation(1, name).is_some() {
+            continue;
+        }
         let hint = match closest_known_types(name).as_slice() {
             [] => String::new(),
             [only] => format!(" (did you mean \"{}\"?)", only.as_str()),

@@ -163,9 +163,9 @@ fn choose_prefix(scan: &Scan, file_len: u64, file: &Path) -> Result<(usize, Opti
         bail!(Exit {
             code: exit::CORRUPT,
             message: format!(
-                "{}: nothing valid can be salvaged: the good prefix holds {} events but the header's seedLength is {seed_length}",
+                "{}: nothing valid can be salvaged: the good prefix holds {} but the header's seedLength is {seed_length}",
                 file.display(),
-                records.len()
+                crate::terminal::counted(records.len() as u64, "event")
             ),
         });
     }
