@@ -1952,6 +1952,14 @@ fn a_key_that_is_a_fifo_or_far_too_long_is_refused_at_once() {
     }
 }
 
+/// A temporary folder holding a seal key, `runtime.key`.
+fn folder_with_a_key() -> (tempfile::TempDir, PathBuf) {
+    let dir = ok(tempfile::tempdir());
+    let key = dir.path().join("runtime.key");
+    run(["keygen", path_str(&key)]).expect_code(0);
+    (dir, key)
+}
+
 /// `turns` turns of session `s` appended to `store` (a folder or a `.db`)
 /// by one `append`, whose writer keeps a state snapshot when it closes.
 fn long_unsealed_session(store: &Path, turns: usize) {
@@ -1966,14 +1974,7 @@ fn long_unsealed_session(store: &Path, turns: usize) {
 /// writer resumes from a state snapshot that was not folded from the log.
 fn assert_no_seal_over_a_forged_snapshot(store: &Path, key: &Path, held: impl Fn() -> (u64, u64)) {
     let (records, seals) = held();
-    let sealed = run([
-        "seal",
-        path_str(store),
-        "--session",
-        "s",
-        "--key",
-        path_str(key),
-    ]);
+    let sealed = seal_with_key(store, key);
     sealed.expect_code(7);
     assert!(
         sealed.stderr.contains("state snapshot") && sealed.stderr.contains("no seal was written"),
@@ -1983,17 +1984,7 @@ fn assert_no_seal_over_a_forged_snapshot(store: &Path, key: &Path, held: impl Fn
     assert_eq!(held(), (records, seals), "nothing was written");
     // The turn's first two events are written; its end, which the seal
     // goes out with, is refused.
-    let turn_sealed = run_with_stdin(
-        [
-            "append",
-            path_str(store),
-            "--session",
-            "s",
-            "--seal-key",
-            path_str(key),
-        ],
-        &turn("tz"),
-    );
+    let turn_sealed = sealed_append(store, key, &turn("tz"));
     turn_sealed.expect_code(7);
     assert_eq!(held(), (records + 2, seals), "no turn/end, no seal");
 }
@@ -2006,9 +1997,7 @@ fn assert_no_seal_over_a_forged_snapshot(store: &Path, key: &Path, held: impl Fn
 /// check, the seal written holds on the changed copy, trusted.
 #[test]
 fn a_snapshot_folded_from_a_changed_copy_gets_no_seal_signed() {
-    let dir = ok(tempfile::tempdir());
-    let key = dir.path().join("runtime.key");
-    run(["keygen", path_str(&key)]).expect_code(0);
+    let (dir, key) = folder_with_a_key();
     let store = dir.path().join("store");
     long_unsealed_session(&store, 400);
     let log = log_path(&store);
@@ -2045,15 +2034,7 @@ fn a_snapshot_folded_from_a_changed_copy_gets_no_seal_signed() {
     // The log itself is whole: it seals once the snapshot is gone, and a
     // writer resuming from the snapshot kept then seals a turn.
     ok(std::fs::remove_file(&sidecar));
-    run([
-        "seal",
-        path_str(&store),
-        "--session",
-        "s",
-        "--key",
-        path_str(&key),
-    ])
-    .expect_code(0);
+    seal_with_key(&store, &key).expect_code(0);
     assert!(sidecar.exists(), "the writer kept a snapshot of its own");
     sealed_turn_after_tz(&store, &key).expect_code(0);
     let trust = format!("{}.pub", path_str(&key));
@@ -2064,9 +2045,7 @@ fn a_snapshot_folded_from_a_changed_copy_gets_no_seal_signed() {
 /// snapshot rows and last event row put into the database.
 #[test]
 fn a_snapshot_folded_from_a_changed_copy_of_a_database_gets_no_seal_signed() {
-    let dir = ok(tempfile::tempdir());
-    let key = dir.path().join("runtime.key");
-    run(["keygen", path_str(&key)]).expect_code(0);
+    let (dir, key) = folder_with_a_key();
     let database = dir.path().join("store.db");
     long_unsealed_session(&database, 400);
     let copy = dir.path().join("copy.db");
@@ -2115,15 +2094,7 @@ fn a_snapshot_folded_from_a_changed_copy_of_a_database_gets_no_seal_signed() {
              DELETE FROM snapshots WHERE session_id = 's';",
         ));
     }
-    run([
-        "seal",
-        path_str(&database),
-        "--session",
-        "s",
-        "--key",
-        path_str(&key),
-    ])
-    .expect_code(0);
+    seal_with_key(&database, &key).expect_code(0);
     // A writer resuming from the snapshot that one kept checks it and
     // seals a turn.
     sealed_turn_after_tz(&database, &key).expect_code(0);
@@ -2135,17 +2106,32 @@ fn a_snapshot_folded_from_a_changed_copy_of_a_database_gets_no_seal_signed() {
 /// `tz` a refused seal left open, then a whole turn.
 pub fn sealed_turn_after_tz(store: &Path, key: &Path) -> Run {
     let input = r#"{"type":"turn/end","data":{"turnId":"tz"}}"#.to_owned() + "\n" + &turn("ty");
-    run_with_stdin(
-        [
-            "append",
-            path_str(store),
-            "--session",
-            "s",
-            "--seal-key",
-            path_str(key),
-        ],
-        &input,
-    )
+    sealed_append(store, key, &input)
+}
+
+/// `seal --key key` on session `s` of `store`.
+fn seal_with_key(store: &Path, key: &Path) -> Run {
+    run([
+        "seal",
+        path_str(store),
+        "--session",
+        "s",
+        "--key",
+        path_str(key),
+    ])
+}
+
+/// `append --seal-key key` of `input` on session `s` of `store`.
+fn sealed_append(store: &Path, key: &Path, input: &str) -> Run {
+    let args = [
+        "append",
+        path_str(store),
+        "--session",
+        "s",
+        "--seal-key",
+        path_str(key),
+    ];
+    run_with_stdin(args, input)
 }
 
 /// Replaces `from` with `to` in the one body of session `session`'s log

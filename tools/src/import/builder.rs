@@ -326,6 +326,20 @@ impl SessionBuilder {
         }
     }
 
+    /// Whether the line numbered `number` was kept whole already.
+    pub fn was_kept(&self, number: usize) -> bool {
+        self.kept == Some(number)
+    }
+
+    /// Keeps `line` whole, unless it was kept already, when its mapping
+    /// loses something of it (`lossy`): a member the mapping does not read,
+    /// a value of a type it does not read. What it mapped to stays beside.
+    pub fn keep_lossy(&mut self, lossy: bool, kind: &str, line: &SourceLine) {
+        if lossy && self.kept != Some(line.number) {
+            self.keep_line(kind, &line.raw);
+        }
+    }
+
     /// A source line with no counterpart in the vocabulary, kept whole as an
     /// `x-<tool>/<kind>` event whose data is the line itself.
     pub fn keep_line(&mut self, kind: &str, raw: &str) {

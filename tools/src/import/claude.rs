@@ -27,7 +27,9 @@ use sessionlog_schema::{ApprovalPolicy, Preset, SandboxMode, SessionHeader, Sess
 use super::builder::{image_part, text_part, Origin, Outcome, SessionBuilder};
 use super::codex::{file_stem, opening_tag};
 use super::source::Place;
-use super::source::{derive_session_id, parse_time, str_of, ImportError, SourceLine};
+use super::source::{
+    carries_all, derive_session_id, parse_time, str_of, strings_or_absent, ImportError, SourceLine,
+};
 use super::{ImportedSession, Translation};
 
 /// How Claude Code opens the summary it writes when it continues a session
@@ -279,6 +281,11 @@ impl<'a> Conversation<'a> {
                 .set_time(str_of(&line.value, "timestamp").and_then(parse_time));
             self.builder.set_line(line.place());
             self.line(line);
+            if !message_carried(&line.value) && !self.builder.was_kept(line.number) {
+                self.flush_text();
+                let kind = str_of(&line.value, "type").unwrap_or("untyped");
+                self.builder.keep_line(kind, &line.raw);
+            }
             if !line.exact {
                 self.flush_text();
                 let kind = str_of(&line.value, "type").unwrap_or("untyped");
@@ -654,6 +661,84 @@ fn runs_of_origin(parts: Vec<Value>, continues: &[bool]) -> Vec<(String, Vec<Val
 /// when the source holds them (base64 inline, or plain text, kept as
 /// base64 of its UTF-8), with their media type. A document only referred
 /// to (a URL, a file id) keeps its line too: see the caller.
+/// Whether the mapping of a user or assistant line carries all its
+/// message says: every member of the message and of each of its blocks is
+/// one the mapping reads (or leaves out by design: a response's id, model,
+/// token usage and stop reason, a thinking block's signature), of the type
+/// the mapping reads it as. A line that says more (a member of a later
+/// Claude Code, a number where a name was, an `is_error` that is not a
+/// boolean, a user message with no content at all) is kept whole beside
+/// what it maps to, so that nothing of it is lost. The line's own members
+/// around its message (ids, versions, the branch) are left out by design,
+/// as are other lines' (kept whole by their mapping).
+fn message_carried(value: &Value) -> bool {
+    let (assistant, message) = match (str_of(value, "type"), value.get("message")) {
+        (Some("assistant"), Some(message)) => (true, message),
+        (Some("user"), Some(message)) => (false, message),
+        _ => return true,
+    };
+    let envelope = match assistant {
+        true => carries_all(
+            message,
+            &[
+                "id",
+                "type",
+                "role",
+                "model",
+                "content",
+                "usage",
+                "stop_reason",
+                "stop_sequence",
+            ],
+        ),
+        false => carries_all(message, &["role", "content"]),
+    };
+    let blocks = match message.get("content") {
+        Some(Value::Array(blocks)) if blocks.is_empty() => return false,
+        Some(Value::Array(blocks)) => blocks,
+        _ => return envelope,
+    };
+    let source_carried = |block: &Value| {
+        let source = block.get("source").unwrap_or(&Value::Null);
+        carries_all(source, &["type", "media_type", "data"])
+            && strings_or_absent(source, &["type", "media_type", "data"])
+    };
+    envelope
+        && blocks.iter().all(|block| match str_of(block, "type") {
+            Some("text") => {
+                carries_all(block, &["type", "text"]) && strings_or_absent(block, &["text"])
+            }
+            Some("thinking") => {
+                carries_all(block, &["type", "thinking", "signature"])
+                    && strings_or_absent(block, &["thinking"])
+            }
+            Some("tool_use" | "server_tool_use") => {
+                carries_all(block, &["type", "id", "name", "input"])
+                    && strings_or_absent(block, &["id", "name"])
+            }
+            Some("web_search_tool_result") => {
+                carries_all(block, &["type", "tool_use_id", "content"])
+                    && strings_or_absent(block, &["tool_use_id"])
+            }
+            Some("tool_result") => {
+                carries_all(block, &["type", "tool_use_id", "content", "is_error"])
+                    && strings_or_absent(block, &["tool_use_id"])
+                    && matches!(
+                        block.get("is_error"),
+                        None | Some(Value::Null | Value::Bool(_))
+                    )
+            }
+            Some("image") => carries_all(block, &["type", "source"]) && source_carried(block),
+            Some("document") => {
+                carries_all(block, &["type", "source", "title"])
+                    && strings_or_absent(block, &["title"])
+                    && source_carried(block)
+            }
+            // A block the mapping does not know keeps the line already.
+            _ => true,
+        })
+}
+
 fn document_block(block: &Value) -> Value {
     let source = block.get("source").unwrap_or(&Value::Null);
     let mut part = serde_json::json!({

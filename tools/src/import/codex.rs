@@ -20,8 +20,8 @@ use sessionlog_schema::{ApprovalPolicy, SandboxMode, SessionHeader};
 
 use super::builder::{image_part, text_part, Origin, Outcome, SessionBuilder};
 use super::source::{
-    derive_session_id, names_a_member_twice, numbers_read_exactly, parse_time, str_of, ImportError,
-    SourceLine,
+    carries_all, derive_session_id, names_a_member_twice, numbers_read_exactly, parse_time, str_of,
+    strings_or_absent, ImportError, SourceLine,
 };
 use super::{ImportedSession, Translation};
 
@@ -88,6 +88,7 @@ pub fn translate(file: &Path, lines: &[SourceLine]) -> Result<Translation, Impor
         builder.set_time(item.ts);
         builder.set_line(item.line.place());
         state.apply(&mut builder, index, item);
+        builder.keep_lossy(!carried(era, item), &item.kept_kind(), item.line);
         builder.keep_inexact(&item.kept_kind(), item.line);
     }
     Ok(Translation {
@@ -718,6 +719,111 @@ impl State {
             && opening_tag(&text).is_none()
             && !matches!(injected_origin(&text), Origin::Instructions(_))
     }
+}
+
+/// Whether the mapping of `item`'s line carries all the line says: every
+/// member it holds is one the mapping reads (or one it leaves out by
+/// design: an item's `id`, a reasoning item's encrypted form, a completed
+/// turn's mirror of its last message), of the type the mapping reads it
+/// as. A line that says more (a member of a later Codex, a citation on a
+/// text, a number where a name was) is kept whole beside what it maps to,
+/// so that nothing of it is lost. Lines whose mapping keeps them whole
+/// anyway, or that it keeps for other reasons, need no judging here.
+fn carried(era: Era, item: &Item<'_>) -> bool {
+    let payload = item.payload;
+    let envelope =
+        era == Era::Legacy || carries_all(&item.line.value, &["timestamp", "type", "payload"]);
+    let texts = |parts: Option<&Value>| {
+        parts.and_then(Value::as_array).is_none_or(|parts| {
+            parts.iter().all(|part| {
+                carries_all(part, &["type", "text"]) && strings_or_absent(part, &["type", "text"])
+            })
+        })
+    };
+    let completed = || str_of(payload, "status").is_none_or(|status| status == "completed");
+    let kind_carried = match item.kind {
+        Kind::SessionMeta | Kind::TurnContext | Kind::Other => true,
+        Kind::Compacted => strings_or_absent(payload, &["message"]),
+        Kind::Response => match item.payload_type() {
+            Some("message") => {
+                let parts = match payload.get("content") {
+                    Some(Value::Array(parts)) => {
+                        parts.iter().all(|part| match str_of(part, "type") {
+                            Some("input_image") => {
+                                carries_all(part, &["type", "image_url"])
+                                    && strings_or_absent(part, &["image_url"])
+                            }
+                            // A part the mapping does not know keeps the line
+                            // already ([`content_parts`]).
+                            Some("input_text" | "output_text" | "text") => {
+                                carries_all(part, &["type", "text"])
+                                    && strings_or_absent(part, &["text"])
+                            }
+                            _ => true,
+                        })
+                    }
+                    _ => true,
+                };
+                carries_all(payload, &["type", "id", "role", "content"])
+                    && strings_or_absent(payload, &["role"])
+                    && parts
+            }
+            Some("reasoning") => {
+                carries_all(
+                    payload,
+                    &["type", "id", "summary", "content", "encrypted_content"],
+                ) && texts(payload.get("summary"))
+                    && texts(payload.get("content"))
+            }
+            Some("function_call") => {
+                carries_all(
+                    payload,
+                    &["type", "id", "call_id", "name", "namespace", "arguments"],
+                ) && strings_or_absent(payload, &["id", "call_id", "name", "namespace"])
+            }
+            Some("custom_tool_call") => {
+                carries_all(
+                    payload,
+                    &[
+                        "type",
+                        "id",
+                        "call_id",
+                        "name",
+                        "namespace",
+                        "input",
+                        "status",
+                    ],
+                ) && strings_or_absent(payload, &["id", "call_id", "name", "namespace", "status"])
+            }
+            Some("local_shell_call" | "web_search_call") => {
+                carries_all(payload, &["type", "id", "call_id", "action", "status"])
+                    && strings_or_absent(payload, &["id", "call_id", "status"])
+                    && completed()
+            }
+            Some("function_call_output" | "custom_tool_call_output") => {
+                carries_all(payload, &["type", "call_id", "output"])
+                    && strings_or_absent(payload, &["call_id"])
+            }
+            _ => true,
+        },
+        Kind::Event => match item.payload_type() {
+            Some("task_started" | "turn_started" | "task_complete" | "turn_complete") => {
+                strings_or_absent(payload, &["turn_id"])
+            }
+            Some("user_message") => strings_or_absent(payload, &["message"]),
+            Some("agent_message") => {
+                carries_all(payload, &["type", "message"])
+                    && strings_or_absent(payload, &["message"])
+            }
+            Some("item_completed") => {
+                let turn_item = payload.get("item").unwrap_or(&Value::Null);
+                carries_all(payload, &["type", "item", "thread_id", "turn_id"])
+                    && texts(turn_item.get("content"))
+            }
+            _ => true,
+        },
+    };
+    envelope && kind_carried
 }
 
 /// Whether the object `payload` has a member, not null, besides `mapped`:

@@ -342,6 +342,29 @@ fn memchr_newline(bytes: &[u8]) -> Option<usize> {
     bytes.iter().position(|&b| b == b'\n')
 }
 
+/// Whether a mapping that reads only the members `carried` of `value`
+/// (an object) loses nothing of it: every other member is null or an
+/// empty array. A value that is not an object holds nothing more.
+pub fn carries_all(value: &Value, carried: &[&str]) -> bool {
+    value.as_object().is_none_or(|members| {
+        members.iter().all(|(name, value)| {
+            carried.contains(&name.as_str())
+                || value.is_null()
+                || value.as_array().is_some_and(Vec::is_empty)
+        })
+    })
+}
+
+/// Whether the members `names` of `value` are each a string, or absent
+/// (or null): what a mapping that reads them as strings reads whole. One
+/// of another type (a number where a name was) is read as missing, so its
+/// line must be kept.
+pub fn strings_or_absent(value: &Value, names: &[&str]) -> bool {
+    names
+        .iter()
+        .all(|name| matches!(value.get(name), None | Some(Value::Null | Value::String(_))))
+}
+
 /// The string member `key` of `value`, if it is one.
 pub fn str_of<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
     value.get(key).and_then(Value::as_str)

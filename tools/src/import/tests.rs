@@ -996,3 +996,171 @@ fn a_line_with_numbers_a_value_changes_is_kept_whole_beside_its_event() {
         sessions[0].events
     );
 }
+
+/// The `x-…` events of a translation: the lines it kept whole.
+fn kept_lines(sessions: &[ImportedSession]) -> Vec<String> {
+    sessions
+        .iter()
+        .flat_map(|session| &session.events)
+        .filter(|draft| draft.event_type.starts_with("x-"))
+        .map(|draft| draft.data.clone())
+        .collect()
+}
+
+/// A line its mapping carries whole is not kept; each line that says more
+/// than its mapping reads (a member it does not read, a value of a type it
+/// does not read) is kept whole beside its mapping, with what it says.
+fn assert_kept_only_when_lossy(format: Format, head: &str, plain: &[&str], lossy: &[(&str, &str)]) {
+    let text = format!("{head}\n{}\n", plain.join("\n"));
+    let sessions = check_all_valid(format, &text);
+    let kept = kept_lines(&sessions);
+    assert!(
+        kept.iter()
+            .all(|line| !plain.iter().any(|plain| compact(plain) == *line)),
+        "a line its mapping carries is kept: {kept:?}"
+    );
+    for (line, said) in lossy {
+        let text = format!("{head}\n{line}\n");
+        let sessions = check_all_valid(format, &text);
+        let kept = kept_lines(&sessions);
+        assert!(
+            kept.iter()
+                .any(|kept| kept == &compact(line) && kept.contains(said)),
+            "{line}\nis not kept whole: {kept:?}"
+        );
+    }
+}
+
+fn compact(line: &str) -> String {
+    sessionlog_schema::compact_json(line).unwrap_or_else(|error| panic!("{error}: {line}"))
+}
+
+#[test]
+fn a_codex_line_that_says_more_than_its_mapping_is_kept_whole() {
+    let line = |payload: &str| {
+        format!(
+            r#"{{"timestamp":"2025-11-20T16:59:12.000Z","type":"response_item","payload":{payload}}}"#
+        )
+    };
+    let event = |payload: &str| {
+        format!(
+            r#"{{"timestamp":"2025-11-20T16:59:12.000Z","type":"event_msg","payload":{payload}}}"#
+        )
+    };
+    let plain = [
+        event(r#"{"type":"task_started","turn_id":"t-1"}"#),
+        line(r#"{"type":"function_call","name":"shell","arguments":"{\"a\":1}","call_id":"c1"}"#),
+        line(r#"{"type":"function_call_output","call_id":"c1","output":"ok"}"#),
+        line(
+            r#"{"type":"message","role":"assistant","content":[{"type":"output_text","text":"done","annotations":[]}]}"#,
+        ),
+        line(
+            r#"{"type":"reasoning","summary":[{"type":"summary_text","text":"why"}],"encrypted_content":"e"}"#,
+        ),
+        event(r#"{"type":"task_complete","turn_id":"t-1","last_agent_message":"done"}"#),
+    ];
+    let lossy = [
+        (line(r#"{"type":"function_call","name":"shell","arguments":"{}","call_id":"c2","secret_extra":"IMPORTANT"}"#), "IMPORTANT"),
+        (line(r#"{"type":"function_call","name":7,"arguments":"{}","call_id":"c3"}"#), r#""name":7"#),
+        (line(r#"{"type":"function_call_output","call_id":"c1","output":"a","extra_out":"KEEPME"}"#), "KEEPME"),
+        (line(r#"{"type":"message","role":"assistant","content":[{"type":"output_text","text":"done","annotations":[{"url":"http://ANNOT"}]}]}"#), "ANNOT"),
+        (line(r#"{"type":"message","role":"user","content":[{"type":"input_text","text":"hi","cache_control":{"type":"CACHED"}}]}"#), "CACHED"),
+        (line(r#"{"type":"web_search_call","id":"w1","action":{"query":"q"},"status":"in_progress"}"#), "in_progress"),
+        (line(r#"{"type":"reasoning","summary":[{"type":"summary_text","text":"why","extra":"REASON"}]}"#), "REASON"),
+        (r#"{"timestamp":"2025-11-20T16:59:12.000Z","type":"compacted","payload":{"message":{"obj":1}}}"#.to_owned(), r#""obj":1"#),
+        (event(r#"{"type":"task_started","turn_id":5}"#), r#""turn_id":5"#),
+        (event(r#"{"type":"agent_message","message":"ok","phase":"FINAL"}"#), "FINAL"),
+    ];
+    let plain: Vec<&str> = plain.iter().map(String::as_str).collect();
+    let lossy: Vec<(&str, &str)> = lossy
+        .iter()
+        .map(|(line, said)| (line.as_str(), *said))
+        .collect();
+    assert_kept_only_when_lossy(Format::Codex, CODEX_META, &plain, &lossy);
+}
+
+#[test]
+fn a_claude_line_that_says_more_than_its_mapping_is_kept_whole() {
+    let line = |kind: &str, message: &str| {
+        format!(
+            r#"{{"parentUuid":null,"isSidechain":false,"cwd":"/w","sessionId":"c0000001-0000-4000-8000-000000000001","version":"2.0.31","type":"{kind}","message":{message},"uuid":"u-{}","timestamp":"2025-12-01T10:00:01.000Z"}}"#,
+            message.len()
+        )
+    };
+    let head = line("user", r#"{"role":"user","content":"start"}"#);
+    let plain = [
+        line(
+            "assistant",
+            r#"{"id":"m1","type":"message","role":"assistant","model":"x","content":[{"type":"text","text":"hi"},{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"ls"}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":1}}"#,
+        ),
+        line(
+            "user",
+            r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"a b","is_error":false}]}"#,
+        ),
+        line(
+            "assistant",
+            r#"{"id":"m2","type":"message","role":"assistant","content":[{"type":"thinking","thinking":"hmm","signature":"sig"}]}"#,
+        ),
+    ];
+    let lossy = [
+        (
+            line(
+                "assistant",
+                r#"{"id":"m3","role":"assistant","content":[{"type":"tool_use","id":"t2","name":"Bash","input":{},"blockExtra":"BLOCKX"}]}"#,
+            ),
+            "BLOCKX",
+        ),
+        (
+            line(
+                "assistant",
+                r#"{"id":"m4","role":"assistant","content":[{"type":"tool_use","id":"t3","name":7,"input":{}}]}"#,
+            ),
+            r#""name":7"#,
+        ),
+        (
+            line(
+                "assistant",
+                r#"{"id":"m5","role":"assistant","content":[{"type":"text","text":"x"}],"container":{"id":"CONTAINER"}}"#,
+            ),
+            "CONTAINER",
+        ),
+        (
+            line(
+                "user",
+                r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"a","is_error":"yes"}]}"#,
+            ),
+            r#""is_error":"yes""#,
+        ),
+        (
+            line(
+                "user",
+                r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"a","resExtra":"RESX"}]}"#,
+            ),
+            "RESX",
+        ),
+        (
+            line(
+                "user",
+                r#"{"role":"user","content":[{"type":"text","text":5}]}"#,
+            ),
+            r#""text":5"#,
+        ),
+        (
+            line(
+                "user",
+                r#"{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":42,"data":"AA=="}}]}"#,
+            ),
+            r#""media_type":42"#,
+        ),
+        (
+            line("user", r#"{"role":"user","content":[]}"#),
+            r#""content":[]"#,
+        ),
+    ];
+    let plain: Vec<&str> = plain.iter().map(String::as_str).collect();
+    let lossy: Vec<(&str, &str)> = lossy
+        .iter()
+        .map(|(line, said)| (line.as_str(), *said))
+        .collect();
+    assert_kept_only_when_lossy(Format::Claude, &head, &plain, &lossy);
+}
