@@ -926,6 +926,110 @@ fn a_source_that_changed_since_it_was_imported_is_reported_not_rewritten() {
     assert_eq!(folder_bytes(&store), before);
 }
 
+/// A Claude Code transcript of session `aaaa` with an inline sidechain
+/// whose session id is `claude-aaaa-sidechain-s5`, and another transcript
+/// whose own session id maps to that same id.
+fn transcripts_sharing_a_sidechain_id(dir: &Path) -> (PathBuf, PathBuf) {
+    let line = |session: &str, sidechain: bool, uuid: &str, parent: Option<&str>, text: &str| {
+        json!({"parentUuid": parent, "isSidechain": sidechain, "cwd": "/w",
+               "sessionId": session, "type": "user",
+               "message": {"role": "user", "content": text},
+               "uuid": uuid, "timestamp": "2025-12-01T10:00:01.000Z"})
+        .to_string()
+    };
+    let collider = dir.join("99999999-0000-4000-8000-000000000000.jsonl");
+    ok(std::fs::write(
+        &collider,
+        line("aaaa-sidechain-s5", false, "q1", None, "collider") + "\n",
+    ));
+    let family = dir.join("11111111-0000-4000-8000-000000000000.jsonl");
+    let lines = [
+        line("aaaa", false, "m1", None, "main prompt"),
+        line("aaaa", true, "s5", None, "sub prompt"),
+        line("aaaa", false, "m2", Some("m1"), "thanks"),
+    ];
+    ok(std::fs::write(&family, lines.join("\n") + "\n"));
+    (collider, family)
+}
+
+/// The sessions of one source refer to each other (a parent announces
+/// its children): when the store holds one of them otherwise, none of the
+/// source's sessions is written, and each is said to be skipped, so that
+/// no parent is written announcing a child the store holds for another.
+#[test]
+fn a_source_one_of_whose_sessions_the_store_holds_otherwise_writes_none() {
+    let dir = temp();
+    let store = dir.path().join("audit");
+    let (collider, family) = transcripts_sharing_a_sidechain_id(dir.path());
+    import("claude", &[collider], &store).expect_code(0);
+    let before = folder_bytes(&store);
+    let again = import("claude", &[family], &store);
+    again.expect_code(0);
+    assert!(
+        again.stdout.contains("0 sessions imported"),
+        "{}",
+        again.stdout
+    );
+    assert!(
+        again.stderr.contains("session claude-aaaa not written")
+            && again
+                .stderr
+                .contains("claude-aaaa-sidechain-s5 is already in the store"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(folder_bytes(&store), before);
+}
+
+/// A session that grew in the store after its import (sealed) is skipped
+/// on a re-import with that said, not as a changed source; a stored log
+/// with a torn tail is compared by its good prefix, with a warning.
+#[test]
+fn a_reimport_says_when_the_store_grew_and_warns_of_a_torn_stored_log() {
+    let dir = temp();
+    let store = dir.path().join("audit");
+    let copy = dir.path().join("agent-a1b2c3d.jsonl");
+    let original = fixtures().join("claude/v2.0/-work-shop/agent-a1b2c3d.jsonl");
+    ok(std::fs::copy(&original, &copy));
+    import("claude", std::slice::from_ref(&copy), &store).expect_code(0);
+    let ids = ok(ok(Store::open(&store)).ids());
+    let log = store.join(format!("{}.jsonl", ids[0]));
+    let mut torn = ok(std::fs::read(&log));
+    torn.extend_from_slice(b"{\"seq\":99,\"ts\":1,");
+    ok(std::fs::write(&log, &torn));
+    let again = import("claude", std::slice::from_ref(&copy), &store);
+    again.expect_code(0);
+    assert!(
+        again.stdout.contains("1 already imported"),
+        "{}",
+        again.stdout
+    );
+    assert!(
+        again
+            .stderr
+            .contains("comparing the good prefix; ignoring a torn tail"),
+        "{}",
+        again.stderr
+    );
+    ok(std::fs::write(&log, &torn[..torn.len() - 17]));
+    run([
+        "seal",
+        &store.display().to_string(),
+        "--session",
+        ids[0].as_str(),
+    ])
+    .expect_code(0);
+    let sealed = import("claude", &[copy], &store);
+    sealed.expect_code(0);
+    assert!(
+        sealed
+            .stderr
+            .contains("the session grew in the store after it was imported"),
+        "{}",
+        sealed.stderr
+    );
+}
+
 #[test]
 fn a_broken_file_is_named_with_its_line_imports_nothing_and_the_others_go_on() {
     let dir = temp();

@@ -166,6 +166,14 @@ fn import_one(store: &Store, file: &Path, format: Format, report: &mut SourceRep
                 file.display().to_string(),
                 changed_reason(&header.id, stored, now, differs_at),
             )),
+            SessionOutcome::Withheld { because } => report.skipped.push((
+                file.display().to_string(),
+                format!(
+                    "session {} not written: session {because} of the same source is skipped, \
+                     and the sessions of one source are written together or not at all",
+                    header.id
+                ),
+            )),
         }
     }
 }
@@ -177,6 +185,11 @@ fn import_one(store: &Store, file: &Path, format: Format, report: &mut SourceRep
 fn changed_reason(id: &SessionId, stored: u64, now: u64, differs_at: u64) -> String {
     let why = if differs_at > stored {
         format!("the source now gives {now}, the first {stored} the same: it grew since it was imported")
+    } else if differs_at == now + 1 && stored > now {
+        format!(
+            "the source gives {now}, the same as its first {now}: the session grew in the store \
+             after it was imported (sealed, or appended to)"
+        )
     } else {
         let place = match differs_at {
             0 => "its header differs".to_owned(),

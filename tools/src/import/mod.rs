@@ -90,6 +90,14 @@ pub enum SessionOutcome {
         /// Past the stored events when the source only grew.
         differs_at: u64,
     },
+    /// Not written: another session of the same source, named, is in the
+    /// store with other events. The sessions of one source refer to each
+    /// other (a parent announces its children), so they are written
+    /// together or not at all.
+    Withheld {
+        /// The session of the source that the store holds otherwise.
+        because: SessionId,
+    },
 }
 
 /// The sessions of one imported file.
@@ -387,11 +395,18 @@ pub fn write(
         };
         decided.push((header, records, outcome));
     }
+    // A session the store holds otherwise withholds the file's others.
+    let changed = decided.iter().find_map(|(header, _, outcome)| {
+        matches!(outcome, Some(SessionOutcome::Changed { .. })).then(|| header.id.clone())
+    });
     let mut sessions: Vec<(SessionHeader, SessionOutcome)> = Vec::with_capacity(decided.len());
     for (header, records, outcome) in decided {
-        let outcome = match outcome {
-            Some(outcome) => outcome,
-            None => write_session(store, path, &header, &records).map_err(|error| {
+        let outcome = match (outcome, &changed) {
+            (Some(outcome), _) => outcome,
+            (None, Some(because)) => SessionOutcome::Withheld {
+                because: because.clone(),
+            },
+            (None, None) => write_session(store, path, &header, &records).map_err(|error| {
                 // Only a failure of the store itself (the disk full, the
                 // server gone) gets here; what was written is named.
                 let written: Vec<&str> = sessions
@@ -476,6 +491,16 @@ fn compare(
     records: &[EventRecord],
 ) -> Result<SessionOutcome, StoreError> {
     let stored = store.snapshot(id)?;
+    if let Some(torn) = &stored.torn_tail {
+        crate::warn(format!(
+            "{}: comparing the good prefix; ignoring a torn tail of {} bytes at line {} (byte offset {}): {}",
+            store.session_path(id).display(),
+            torn.bytes,
+            torn.position.line,
+            torn.position.offset,
+            torn.reason
+        ));
+    }
     let common = stored
         .events
         .iter()
