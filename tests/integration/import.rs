@@ -281,6 +281,57 @@ fn a_codex_sub_agent_is_a_child_whose_prompts_are_its_parents() {
             && record.data().contains("\"arguments\":\"not json at all\"")));
 }
 
+/// A spawn's depth becomes the child's `delegationDepth` when the format
+/// holds it; one it cannot hold (2^63 and more, past 64 bits, zero) counts
+/// as 1, every file imports, and the kept `session_meta` line holds the
+/// depth as written.
+#[test]
+fn a_codex_spawn_depth_the_format_cannot_hold_counts_as_one() {
+    let dir = temp();
+    for (uuid, depth, expected) in [
+        ("019aa240-0000-7000-8000-000000000001", "3", 3),
+        (
+            "019aa240-0000-7000-8000-000000000002",
+            "9223372036854775807",
+            i64::MAX.unsigned_abs(),
+        ),
+        (
+            "019aa240-0000-7000-8000-000000000003",
+            "9223372036854775808",
+            1,
+        ),
+        (
+            "019aa240-0000-7000-8000-000000000004",
+            "92233720368547758080",
+            1,
+        ),
+        ("019aa240-0000-7000-8000-000000000005", "0", 1),
+    ] {
+        let folder = dir.path().join(depth);
+        ok(std::fs::create_dir(&folder));
+        let meta = format!(
+            r#"{{"timestamp":"2025-11-20T16:59:09.000Z","type":"session_meta","payload":{{"id":"{uuid}","timestamp":"2025-11-20T16:59:09.000Z","cwd":"/w","source":{{"subagent":{{"thread_spawn":{{"parent_thread_id":"p1","depth":{depth}}}}}}}}}}}"#
+        );
+        let started = codex_line(
+            10,
+            "event_msg",
+            json!({"type": "task_started", "turn_id": "t-1"}),
+        );
+        let (header, events) = import_lines(
+            "codex",
+            &folder.join(codex_rollout_name(uuid)),
+            &[meta, started],
+        );
+        assert_eq!(header.delegation_depth, expected, "depth {depth}");
+        let kept = kept_data(&events, "x-codex/session_meta");
+        assert!(
+            kept.iter()
+                .any(|data| data.contains(&format!("\"depth\":{depth}"))),
+            "depth {depth}: {kept:?}"
+        );
+    }
+}
+
 #[test]
 fn a_legacy_codex_rollout_reads_its_header_and_marks_injected_text() {
     let dir = temp();

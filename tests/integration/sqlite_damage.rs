@@ -374,8 +374,11 @@ fn readers_never_adopt_another_applications_database_nor_an_empty_file() {
     }
     let empty = folder.path().join("empty.db");
     ok(std::fs::write(&empty, b""));
+    // A text file named as a database: no damaged database, no store.
+    let notes = folder.path().join("notes.db");
+    ok(std::fs::write(&notes, b"garbage\n"));
     let before = folder_bytes(folder.path());
-    for database in [&foreign, &empty] {
+    for database in [&foreign, &empty, &notes] {
         for command in ["verify", "list", "stats", "export"] {
             let reading = run([command, &text(database)]);
             assert_eq!(reading.code, 1, "{command} {}: {reading:?}", text(database));
@@ -386,6 +389,16 @@ fn readers_never_adopt_another_applications_database_nor_an_empty_file() {
             );
         }
     }
+    let appended = crate::cli_support::run_command(
+        sessionlog(&["append", &text(&notes), "--session", "a"]),
+        Some(""),
+    );
+    assert_eq!(appended.code, 1, "{appended:?}");
+    assert!(
+        appended.stderr.contains("not a SQLite database"),
+        "{}",
+        appended.stderr
+    );
     assert_eq!(folder_bytes(folder.path()), before, "not a byte changed");
 }
 

@@ -232,10 +232,14 @@ fn parent_of(meta: &Value) -> (Option<&str>, u64) {
         .and_then(|source| source.get("subagent"))
         .and_then(|subagent| subagent.get("thread_spawn"));
     if let Some(parent) = spawn.and_then(|spawn| str_of(spawn, "parent_thread_id")) {
+        // A depth the format cannot hold (not a positive integer, or above
+        // 2^63-1, as `delegationDepth` is stored) counts as 1, as a missing
+        // one does: the `session_meta` line, kept whole, holds it as
+        // written.
         let depth = spawn
             .and_then(|spawn| spawn.get("depth"))
             .and_then(Value::as_u64)
-            .filter(|depth| *depth > 0)
+            .filter(|depth| (1..=i64::MAX.unsigned_abs()).contains(depth))
             .unwrap_or(1);
         return (Some(parent), depth);
     }

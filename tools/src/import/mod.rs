@@ -322,13 +322,29 @@ fn decompress_zstd_within(path: &Path, bytes: &[u8], limit: u64) -> Result<Vec<u
                     format!("not a zstd stream: {error}"),
                 ));
             }
-            Err(error) => return Err(damaged(&error)),
+            Err(FrameDecoderError::ReadFrameHeaderError(ReadFrameHeaderError::BadMagicNumber(
+                magic,
+            ))) => {
+                return Err(damaged(&format!(
+                    "bytes that are no zstd frame (they begin with {magic:#010x}, not a frame's \
+                     magic number)"
+                )))
+            }
+            Err(error) => {
+                return Err(damaged(&format!(
+                    "its header does not decode (the decoder says: {error})"
+                )))
+            }
         };
         let room = limit + 1 - out.len() as u64;
         (&mut decoder)
             .take(room)
             .read_to_end(&mut out)
-            .map_err(|error| damaged(&error))?;
+            .map_err(|error| {
+                damaged(&format!(
+                    "its content does not decode, cut short or changed (the decoder says: {error})"
+                ))
+            })?;
         if out.len() as u64 > limit {
             return Err(ImportError::file(
                 path,

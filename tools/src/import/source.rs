@@ -174,11 +174,16 @@ pub fn read_lines(file: &Path, bytes: &[u8]) -> Result<Vec<SourceLine>, ImportEr
             ));
         }
         let text = std::str::from_utf8(line).map_err(|error| {
-            ImportError::at_place(
-                file,
-                place,
-                format!("not UTF-8 (byte {} of the line)", error.valid_up_to()),
-            )
+            // A last line without its newline that ends inside a
+            // character was cut there, as a crash during a write cuts.
+            let reason = match (ended, error.error_len()) {
+                (false, None) => format!(
+                    "the last line is cut short (no newline, and it ends inside a character                      at byte {} of the line)",
+                    error.valid_up_to()
+                ),
+                _ => format!("not UTF-8 (byte {} of the line)", error.valid_up_to()),
+            };
+            ImportError::at_place(file, place, reason)
         })?;
         // A string with a lone surrogate escape (`"\ud83d"`: a tool that
         // cut a string inside a character) is JSON the parser refuses: it
@@ -715,6 +720,14 @@ mod tests {
         let cut = read_lines(file, b"{\"a\":1}\n\n{\"b\":").expect_err("a cut line fails");
         assert_eq!(cut.line, Some(3));
         assert!(cut.reason.contains("cut short"), "{cut}");
+        // Cut inside a character: cut short too, where the same bytes
+        // before a newline are not UTF-8.
+        let inside =
+            read_lines(file, b"{\"a\":1}\n{\"b\":\"caf\xc3").expect_err("a cut line fails");
+        assert_eq!(inside.line, Some(2));
+        assert!(inside.reason.contains("cut short"), "{inside}");
+        let broken = read_lines(file, b"{\"a\":1}\n{\"b\":\"caf\xc3\n").expect_err("not UTF-8");
+        assert!(broken.reason.starts_with("not UTF-8"), "{broken}");
         let bad = read_lines(file, b"{\"a\":1}\nnope\n{\"b\":2}\n").expect_err("a bad line fails");
         assert_eq!(bad.line, Some(2));
         assert!(bad.reason.starts_with("not JSON"), "{bad}");

@@ -904,7 +904,20 @@ fn a_zstd_file_with_damage_after_or_in_a_frame_fails_naming_where() {
     trailing.extend_from_slice(b"garbage\n");
     let error = refused(&trailing, 1 << 20);
     let at = format!("frame 2 at byte offset {}", first.len());
-    assert!(error.contains(&at), "{error}");
+    assert!(
+        error.contains(&at) && error.contains("bytes that are no zstd frame"),
+        "{error}"
+    );
+
+    // A frame cut inside its content.
+    let mut cut_frame = zstd_frame(&[b'x'; 4000]);
+    cut_frame.truncate(cut_frame.len() / 2);
+    let error = refused(&cut_frame, 1 << 20);
+    assert!(
+        error.contains("frame 1 at byte offset 0")
+            && error.contains("its content does not decode, cut short or changed"),
+        "{error}"
+    );
 
     let mut changed = zstd_frame(b"line one\n");
     let last = changed.len() - 1;

@@ -151,8 +151,8 @@ mod tests;
 use committer::sqlite_error;
 use schema::{
     create_database_file, identify, needs_write_access, newer_schema, not_a_store, not_the_owners,
-    open_and_identify_read_only, open_connection, upgrade_schema, write_ahead_log_has_frames,
-    Access, Identity,
+    open_and_identify_read_only, open_connection, refuse_a_file_not_sqlite, upgrade_schema,
+    write_ahead_log_has_frames, Access, Identity,
 };
 
 /// The schema version this build reads and writes (`PRAGMA user_version`).
@@ -431,6 +431,7 @@ impl SqliteStore {
 
     fn open_as(path: &Path, io: Io, adopt: Adopt) -> Result<SqliteStore, StoreError> {
         create_database_file(path)?;
+        refuse_a_file_not_sqlite(path)?;
         let mut writer = open_connection(path, Access::ReadWrite)?;
         match identify(&writer, path)? {
             Identity::Sessionlog(_) => {}

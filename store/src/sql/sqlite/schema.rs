@@ -256,12 +256,54 @@ pub(super) fn immutable_uri(path: &Path) -> String {
     uri
 }
 
+/// The first bytes of every SQLite database file.
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+/// Refuses, as no sessionlog store, a file whose header is not a SQLite
+/// database's (a text file named `.db`): SQLite would call it "not a
+/// database", which reads as damage (exit 2), where it never was a store.
+/// A file that begins as SQLite's do, an empty one, one that cannot be
+/// read here, and one whose magic text alone was changed (the fixed
+/// bytes further in its 100-byte header still SQLite's) are left to the
+/// open: a database cut short or changed is damage, which SQLite reports.
+pub(super) fn refuse_a_file_not_sqlite(path: &Path) -> Result<(), StoreError> {
+    use std::io::Read;
+    // Bytes 21 to 23 of every database header: the payload fractions,
+    // fixed at 64, 32 and 32.
+    const FRACTIONS: std::ops::Range<usize> = 21..24;
+    let Ok(file) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+    else {
+        return Ok(());
+    };
+    let mut head = Vec::with_capacity(100);
+    if file.take(100).read_to_end(&mut head).is_err() {
+        return Ok(());
+    }
+    let magic = &head[..head.len().min(SQLITE_MAGIC.len())];
+    let damaged_magic = head.get(FRACTIONS) == Some(&[64, 32, 32][..]);
+    match SQLITE_MAGIC.starts_with(magic) || damaged_magic {
+        true => Ok(()),
+        false => Err(not_a_store(
+            path,
+            format!(
+                "not a SQLite database: it begins {:?}, where a database begins {:?}",
+                String::from_utf8_lossy(magic),
+                "SQLite format 3"
+            ),
+        )),
+    }
+}
+
 /// Opens a read-only connection and checks that the file is a sessionlog
 /// store this build reads: its connection and schema version.
 pub(super) fn open_and_identify_read_only(
     path: &Path,
     access: Access,
 ) -> Result<(Connection, i64), StoreError> {
+    refuse_a_file_not_sqlite(path)?;
     let connection = open_connection(path, access)?;
     match identify(&connection, path)? {
         Identity::Sessionlog(version) => Ok((connection, version)),
