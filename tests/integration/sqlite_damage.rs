@@ -390,7 +390,7 @@ fn readers_never_adopt_another_applications_database_nor_an_empty_file() {
         }
     }
     let appended = crate::cli_support::run_command(
-        sessionlog(&["append", &text(&notes), "--session", "a"]),
+        sessionlog(["append", &text(&notes), "--session", "a"]),
         Some(""),
     );
     assert_eq!(appended.code, 1, "{appended:?}");
