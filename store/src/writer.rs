@@ -558,7 +558,7 @@ impl SessionWriter {
                 .apply(&record)
                 .map_err(|violation| StoreError::Rule {
                     path: self.path.clone(),
-                    violation,
+                    violation: appended_seal_violation(violation),
                 })?;
             records.push(record);
         }
@@ -716,7 +716,7 @@ impl SessionWriter {
             .check(&record)
             .map_err(|violation| StoreError::Rule {
                 path: self.path.clone(),
-                violation,
+                violation: appended_seal_violation(violation),
             })?;
         if closes_turn(&record) && self.options.seal_turns != SealTurns::Off {
             self.prove_chain()?;
@@ -986,6 +986,22 @@ fn turn_seal_record(
 /// Whether `record` is a `turn/end`, after which a sealing writer seals.
 fn closes_turn(record: &EventRecord) -> bool {
     record.event_type() == EventType::TurnEnd.as_str()
+}
+
+/// `violation`, of a seal handed to the writer to append, said as what it
+/// is: the seal does not hold over the log, which was not changed (a seal
+/// read from a log that fails says the log was changed under it).
+fn appended_seal_violation(
+    mut violation: sessionlog_projections::Violation,
+) -> sessionlog_projections::Violation {
+    if violation.kind == sessionlog_projections::ViolationKind::Seal {
+        violation.message = violation.message.replacen(
+            "the log was changed at or before seq",
+            "the seal appended does not hold: its chain is not the log's through seq",
+            1,
+        );
+    }
+    violation
 }
 
 /// Builds the record an event becomes at `seq`, compacting its data.

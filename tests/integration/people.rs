@@ -389,6 +389,46 @@ fn salvage(file: &Path, out: &Path) -> serde_json::Value {
     json(&salvaged.stdout)
 }
 
+/// Salvage names OUT's missing folder, not a temporary file of its own;
+/// into a folder that is a store, under another name than its session's,
+/// it warns that `verify` of the store will call the log corrupt; beside
+/// lone logs of any names it says nothing.
+#[test]
+fn salvage_names_a_missing_folder_and_warns_of_a_misnamed_log_in_a_store() {
+    let dir = temp();
+    let store = dir.path().join("store");
+    let store_text = store.display().to_string();
+    run(["create", &store_text, "--session", "s"]).expect_code(0);
+    let log = store.join("s.jsonl").display().to_string();
+    let missing = dir.path().join("nowhere/x.jsonl").display().to_string();
+    let refused = run(["salvage", &log, &missing]);
+    refused.expect_code(1);
+    assert!(
+        refused.stderr.contains("its folder") && !refused.stderr.contains(".tmp-"),
+        "{}",
+        refused.stderr
+    );
+    let misnamed = store.join("s2.jsonl").display().to_string();
+    let warned = run(["salvage", &log, &misnamed]);
+    warned.expect_code(0);
+    assert!(
+        warned.stderr.contains("will report it as corrupt")
+            && warned.stderr.contains("name it s.jsonl"),
+        "{}",
+        warned.stderr
+    );
+    let lone = dir.path().join("lone");
+    ok(std::fs::create_dir(&lone));
+    ok(std::fs::copy(store.join("s.jsonl"), lone.join("bad.jsonl")));
+    let beside = run([
+        "salvage",
+        &lone.join("bad.jsonl").display().to_string(),
+        &lone.join("out.jsonl").display().to_string(),
+    ]);
+    beside.expect_code(0);
+    assert!(beside.stderr.is_empty(), "{}", beside.stderr);
+}
+
 #[test]
 fn salvage_of_a_corrupt_log_keeps_the_records_before_the_damage() {
     let dir = temp();

@@ -2145,3 +2145,27 @@ fn edit_message_of(log: &Path, session: &str, from: &str, to: &str) {
     edited[holding[0]] = edited[holding[0]].replace(from, to);
     write_bodies(log, session, &edited);
 }
+
+/// A seal handed to `append` with a chain the log does not give is
+/// refused (exit 7, nothing written) as a seal that does not hold, not as
+/// a log that was changed: the log is as it was.
+#[test]
+fn an_appended_seal_that_does_not_hold_is_refused_as_such() {
+    let dir = ok(tempfile::tempdir());
+    let store = dir.path().join("store");
+    run(["create", path_str(&store), "--session", "s"]).expect_code(0);
+    let zeros = "0".repeat(64);
+    let seal = format!(r#"{{"type":"seal","data":{{"throughSeq":0,"chain":"sha256:{zeros}"}}}}"#);
+    let refused = run_with_stdin(
+        ["append", path_str(&store), "--session", "s"],
+        &(seal + "\n"),
+    );
+    refused.expect_code(7);
+    assert!(
+        refused.stderr.contains("the seal appended does not hold")
+            && !refused.stderr.contains("the log was changed"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(bodies(&log_path(&store)).len(), 1, "the header alone");
+}

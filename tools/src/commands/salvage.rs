@@ -15,7 +15,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use sessionlog_projections::{fold_stored, ViolationKind};
-use sessionlog_schema::{Corruption, EventRecord, LogScanner, TornTail};
+use sessionlog_schema::{Corruption, EventRecord, LogScanner, SessionId, TornTail};
 use sessionlog_store::testing::{Io, Line, LineReader};
 use sessionlog_store::{
     check_storable_header, check_storable_record, create_log_file_as_stored, Backend, Durability,
@@ -126,6 +126,17 @@ pub fn run(file: &Path, out: &Path, json: bool, quiet: bool) -> Result<u8> {
             out.display()
         )));
     }
+    let folder = out
+        .parent()
+        .filter(|folder| !folder.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !folder.is_dir() {
+        bail!(UsageError(format!(
+            "{}: its folder {} does not exist; salvage writes a new file in a folder that does",
+            out.display(),
+            folder.display()
+        )));
+    }
     let file_len = std::fs::metadata(file)
         .with_context(|| format!("stat {}", file.display()))?
         .len();
@@ -139,6 +150,7 @@ pub fn run(file: &Path, out: &Path, json: bool, quiet: bool) -> Result<u8> {
         Durability::Fsync,
         &Io::default(),
     )?;
+    warn_of_a_misnamed_log_in_a_store(out, folder, &scan.header.id, quiet);
     let report = SalvageReport {
         file: file.display().to_string(),
         out: out.display().to_string(),
@@ -153,6 +165,49 @@ pub fn run(file: &Path, out: &Path, json: bool, quiet: bool) -> Result<u8> {
         print_human(&report)?;
     }
     Ok(exit::OK)
+}
+
+/// Warns, when the log of session `id` is written as `out` under another
+/// name than `<id>.jsonl`, in a `folder` that is a store (it holds a log
+/// named for the session its header holds): there, a log named for
+/// another session than its header's is corruption, and `verify` of the
+/// folder would report it. Lone logs beside each other, under any names,
+/// are no store, and draw nothing.
+fn warn_of_a_misnamed_log_in_a_store(out: &Path, folder: &Path, id: &SessionId, quiet: bool) {
+    use std::io::{BufRead, Read};
+    let named_for = out.file_stem().and_then(|stem| stem.to_str());
+    if quiet || named_for == Some(id.as_str()) {
+        return;
+    }
+    let header_id = |path: &Path| -> Option<String> {
+        let file = std::fs::File::open(path).ok()?;
+        let mut line = String::new();
+        std::io::BufReader::new(file.take(64 << 10))
+            .read_line(&mut line)
+            .ok()?;
+        let header: serde_json::Value = serde_json::from_str(line.trim_end()).ok()?;
+        Some(header.get("id")?.as_str()?.to_owned())
+    };
+    let store_log = std::fs::read_dir(folder).ok().and_then(|entries| {
+        entries
+            .filter_map(std::result::Result::ok)
+            .find_map(|entry| {
+                let path = entry.path();
+                let stem = path.file_stem()?.to_str()?.to_owned();
+                let log = path.extension()? == "jsonl" && !stem.starts_with('.');
+                (log && header_id(&path).as_deref() == Some(stem.as_str())).then_some(path)
+            })
+    });
+    if let Some(store_log) = store_log {
+        crate::warn(format!(
+            "{} holds session {id} under another name, in a folder that is a store (it holds {}, \
+             named for its session): `sessionlog verify {}` will report it as corrupt, a log \
+             named for another session than its header's; name it {id}.jsonl, or move it out",
+            out.display(),
+            store_log.display(),
+            folder.display()
+        ));
+    }
 }
 
 /// How many records to keep, and what that leaves behind.
