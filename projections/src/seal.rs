@@ -156,6 +156,28 @@ fn check_seal_chain(seq: u64, seal: &Seal, chain_before: &ChainValue) -> Result<
     Ok(())
 }
 
+/// The seal failure of an own seal whose shape is broken (a member
+/// missing, `key` without `sig`, a value of the wrong type) but whose
+/// `chain` member still reads as a chain value that differs from
+/// `chain_before`, the chain through every record before it: the change
+/// it was to catch is reported as such (exit 7), not hidden behind the
+/// broken shape (exit 4). `None` when the data holds no readable chain, or
+/// the one the records give.
+pub(crate) fn broken_seal_chain_failure(
+    record: &EventRecord,
+    chain_before: &ChainValue,
+) -> Option<String> {
+    let data: serde_json::Value = serde_json::from_str(record.data()).ok()?;
+    let claimed = ChainValue::parse(data.get("chain")?.as_str()?).ok()?;
+    (claimed != *chain_before).then(|| {
+        format!(
+            "seal failure: the log was changed at or before seq {}: the seal holds chain \
+             {claimed}, the records recompute to {chain_before}",
+            record.seq().saturating_sub(1)
+        )
+    })
+}
+
 /// For a fold whose hash chain runs elsewhere (another thread), behind the
 /// fold: the chain an own seal claims, for the fold to check the seal by
 /// (everything but the chain), and the check of that claim, made where the

@@ -595,7 +595,9 @@ impl SessionState {
         view: Result<EventView<'_>, ShapeError>,
         chain_before: impl FnOnce() -> ChainValue,
     ) -> Result<(), Violation> {
-        if matches!(view, Ok(EventView::Seal(_))) && self.is_own(record.seq()) {
+        // An own seal is checked against the chain before it, even one
+        // whose shape is broken (its chain, if readable, still is).
+        if record.event_type() == EventType::Seal.as_str() && self.is_own(record.seq()) {
             self.chain = Chain::settled(chain_before());
         }
         self.fold_parsed(record, || view, false)
@@ -806,7 +808,21 @@ impl SessionState {
         }
         let view = match parse() {
             Ok(view) => view,
-            Err(error) => return Checked::Refused(Violation::from_shape(seq, event_type, &error)),
+            Err(error) => {
+                let shape = Violation::from_shape(seq, event_type, &error);
+                let own_seal = event_type == EventType::Seal.as_str() && self.is_own(seq);
+                let failure = own_seal
+                    .then(|| crate::seal::broken_seal_chain_failure(record, &self.chain.value()))
+                    .flatten();
+                return Checked::Refused(match failure {
+                    Some(failure) => Violation::seal(
+                        seq,
+                        event_type,
+                        format!("{failure} (and its shape is broken: {})", shape.message),
+                    ),
+                    None => shape,
+                });
+            }
         };
         match self.check_rules(seq, event_type, &view) {
             Ok(()) => Checked::Accepted(view),

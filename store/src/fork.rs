@@ -42,7 +42,7 @@ use sessionlog_projections::{
 };
 use sessionlog_schema::{
     encode_line_into, encode_signed_line_into, prove_data, prove_json, split_crc, ChainValue,
-    EventRecord, EventView, Resign, ScanSummary, SessionHeader, SessionId, ShapeError,
+    EventRecord, EventType, EventView, Resign, ScanSummary, SessionHeader, SessionId, ShapeError,
 };
 
 use crate::fold::{hand_over, Batch, BATCHES_QUEUED};
@@ -577,11 +577,20 @@ fn fold_own_seal(
     copied: &mut Copied<'_>,
     genesis: ChainValue,
 ) -> Result<(), Violation> {
+    let own_seal = record.event_type() == EventType::Seal.as_str() && state.is_own(record.seq());
     let claimed = match view {
-        Ok(EventView::Seal(_)) if state.is_own(record.seq()) => claimed_chain(record),
+        Ok(EventView::Seal(_)) if own_seal => claimed_chain(record),
         _ => None,
     };
     let Some(claimed) = claimed else {
+        if own_seal {
+            // An own seal whose shape is broken: its chain, when it holds a
+            // readable one, is checked against the real chain, which the
+            // copy gives (a wait, for such a seal only). `None`: the
+            // writing thread stopped, on a failure that comes first.
+            let chain = copied.chain().unwrap_or(genesis);
+            return state.apply_viewed_unchained(record, view, || chain);
+        }
         // Not an own seal: the chain is not asked for.
         return state.apply_viewed_unchained(record, view, || genesis);
     };
@@ -1961,12 +1970,21 @@ mod tests {
         );
     }
 
+    /// A seal's body without its `sig` member: `key` alone, a broken shape.
+    fn without_sig(body: &str) -> String {
+        let at = body.find(r#","sig":""#).unwrap_or(body.len());
+        let end = body[at + 8..]
+            .find('"')
+            .map_or(body.len(), |end| at + 8 + end + 1);
+        format!("{}{}", &body[..at], &body[end..])
+    }
+
     #[test]
     fn a_sealed_parent_is_refused_as_a_whole_read_of_it_refuses_it() {
         // Each case: the damage, made with the CRC recomputed, so that
         // only the rules and the seals can find it.
         type Damage = fn(&Path);
-        let cases: [(&str, Damage); 7] = [
+        let cases: [(&str, Damage); 9] = [
             (
                 "a seal's chain changed (its signature no longer verifies)",
                 |log| break_seal(log, 802),
@@ -2008,6 +2026,19 @@ mod tests {
                     break_seal(log, 802);
                 },
             ),
+            // A seal whose shape is broken still has its chain checked:
+            // the change before it is a seal failure, not hidden behind
+            // the shape; the same seal over no change is a broken shape.
+            (
+                "a record before a seal changed, that seal's sig removed",
+                |log| {
+                    edit_record(log, 500, |body| body.replace("1-9", "1-X"));
+                    edit_record(log, 802, without_sig);
+                },
+            ),
+            ("a seal's sig removed alone", |log| {
+                edit_record(log, 802, without_sig)
+            }),
         ];
         let key = sessionlog_schema::SealSecretKey::from_seed([7; 32]);
         for (case, damage) in cases {

@@ -1407,8 +1407,9 @@ fn a_failed_seal_still_counts_as_the_last_seal() {
 }
 
 /// A sealed record edited and the seal over it broken in shape (a member
-/// added): on its own a rule violation (4), but under `--trust` a seal
-/// that is no valid seal is a seal failure, so the log still exits 7.
+/// added): its chain, still readable, is checked, so the edit is a seal
+/// failure (7) even without a trust file; under `--trust` a seal that is
+/// no valid seal fails the trust file as well.
 #[test]
 fn a_seal_broken_in_shape_fails_the_trust_file() {
     let dir = ok(tempfile::tempdir());
@@ -1420,11 +1421,18 @@ fn a_seal_broken_in_shape_fails_the_trust_file() {
     edited[10] = edited[10].replace("do t3", "do t9");
     edited[12] = edited[12].replacen("\"data\":{", "\"data\":{\"note\":0,", 1);
     write_bodies(&log, "s", &edited);
-    verify(&store, &[]).expect_code(4);
+    let alone = verify(&store, &[]);
+    alone.expect_code(7);
+    assert!(
+        alone.stdout.contains("seq 12 (seal): seal failure")
+            && alone.stdout.contains("its shape is broken"),
+        "{}",
+        alone.stdout
+    );
     let trusted = verify(&store, &["--trust", path_str(&trust)]);
     trusted.expect_code(7);
     assert!(
-        trusted.stdout.contains("seal at seq 12 is no valid seal"),
+        trusted.stdout.contains("seq 12 (seal): seal failure"),
         "{}",
         trusted.stdout
     );
@@ -2168,4 +2176,54 @@ fn an_appended_seal_that_does_not_hold_is_refused_as_such() {
         refused.stderr
     );
     assert_eq!(bodies(&log_path(&store)).len(), 1, "the header alone");
+}
+
+/// A record changed under a signed seal, and the seal's `sig` removed
+/// (its shape broken: `key` without `sig`): the seal's chain is still
+/// checked, so `verify` finds the change (exit 7), not only the shape
+/// (4), and `salvage` keeps only what the seal before it proves. The same
+/// seal over records that were not changed is a broken shape (4).
+#[test]
+fn a_change_under_a_seal_whose_shape_is_broken_is_still_a_seal_failure() {
+    let dir = ok(tempfile::tempdir());
+    let (store, _key) = signed_store(dir.path());
+    let log = log_path(&store);
+    let without_sig = |body: &str| {
+        let at = body.find(r#","sig":""#).unwrap_or(body.len());
+        let end = body[at + 8..]
+            .find('"')
+            .map_or(body.len(), |end| at + 8 + end + 1);
+        format!("{}{}", &body[..at], &body[end..])
+    };
+    // Lines: the header, then t1 (1-3), its seal (4), t2 (5-7), its seal
+    // (8); the third turn and its seal are cut off, as the seal at seq 12
+    // covers the one at seq 8 and would fail with it.
+    let mut unchanged = bodies(&log)[..9].to_vec();
+    unchanged[8] = without_sig(&unchanged[8]);
+    write_bodies(&log, "s", &unchanged);
+    let shape = verify(&store, &[]);
+    shape.expect_code(4);
+    assert!(shape.stdout.contains("key without sig"), "{}", shape.stdout);
+    let mut changed = unchanged.clone();
+    changed[6] = changed[6].replace("do t2", "do X2");
+    write_bodies(&log, "s", &changed);
+    let failed = verify(&store, &[]);
+    failed.expect_code(7);
+    assert!(
+        failed
+            .stdout
+            .contains("seq 8 (seal): seal failure: the log was changed at or before seq 7")
+            && failed.stdout.contains("its shape is broken"),
+        "{}",
+        failed.stdout
+    );
+    let out = dir.path().join("out.jsonl");
+    run(["salvage", path_str(&log), path_str(&out)]).expect_code(0);
+    let kept = bodies(&out);
+    assert_eq!(
+        kept.len(),
+        5,
+        "the header and what the seal at seq 4 proves"
+    );
+    assert!(kept.iter().all(|body| !body.contains("do X2")));
 }
