@@ -408,11 +408,11 @@ impl SessionWriter {
             ))));
         }
         let batch = (count >= 2).then_some(count);
-        if self.options.seal_turns != SealTurns::Off
-            && events
-                .iter()
-                .any(|event| event.event_type == EventType::TurnEnd.as_str())
-        {
+        let types: Vec<&str> = events
+            .iter()
+            .map(|event| event.event_type.as_str())
+            .collect();
+        if self.seals_any(&types) {
             // Before the batch is folded: the chain checked is the log's.
             self.prove_chain()?;
         }
@@ -446,6 +446,13 @@ impl SessionWriter {
     /// The writer's own state (poisoned, the expected seq) is
     /// [`append_batch`](Self::append_batch)'s to tell.
     pub(crate) fn check_batch(&mut self, events: &[NewEvent]) -> Result<(), StoreError> {
+        let types: Vec<&str> = events
+            .iter()
+            .map(|event| event.event_type.as_str())
+            .collect();
+        if self.seals_any(&types) {
+            self.prove_chain()?;
+        }
         let checked = self.check_batch_once(events);
         if !self.state.snapshot_unreadable() {
             return checked;
@@ -711,6 +718,9 @@ impl SessionWriter {
     ) -> Result<u64, StoreError> {
         self.check_usable(expected_seq)?;
         let record = self.build(self.written_seq + 1, None, event)?;
+        if self.seals_any(&[record.event_type()]) {
+            self.prove_chain()?;
+        }
         let event = self
             .state
             .check(&record)
@@ -719,7 +729,6 @@ impl SessionWriter {
                 violation: appended_seal_violation(violation),
             })?;
         if closes_turn(&record) && self.options.seal_turns != SealTurns::Off {
-            self.prove_chain()?;
             // The turn's seal goes out in the same write as its turn/end.
             let ts = record.ts();
             self.state.apply_checked(&record, event);
@@ -896,8 +905,20 @@ impl SessionWriter {
         }
     }
 
+    /// Whether records of the types `types`, appended now, hold or bring a
+    /// seal: a seal handed in (checked against the chain), or a `turn/end`
+    /// the writer seals by itself ([`WriterOptions::seal_turns`]).
+    fn seals_any(&self, types: &[&str]) -> bool {
+        types.iter().any(|event_type| {
+            *event_type == EventType::Seal.as_str()
+                || (*event_type == EventType::TurnEnd.as_str()
+                    && self.options.seal_turns != SealTurns::Off)
+        })
+    }
+
     /// Checks, once in the writer's life, that the hash chain its state
-    /// carries is the one the log's bodies give, before it is sealed: a
+    /// carries is the one the log's bodies give, before a seal is made or
+    /// one handed in is checked against it: a
     /// writer that resumed from a state snapshot took its chain from
     /// there, and a seal vouches for the log, not for a cache beside it.
     /// Left unchecked, a snapshot forged beside a log (one folded from a

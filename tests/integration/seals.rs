@@ -545,7 +545,7 @@ fn a_child_inherits_seals_for_shape_and_seals_its_own_chain_from_its_header() {
     trusted.expect_code(0);
     assert!(
         trusted.stdout.contains("inherits a seal through seq")
-            && trusted.stdout.contains("checked here for its shape only")
+            && trusted.stdout.contains("checked here for its shape")
             && !trusted.stdout.contains("signed by"),
         "{}",
         trusted.stdout
@@ -1980,8 +1980,33 @@ fn long_unsealed_session(store: &Path, turns: usize) {
 /// which must be refused as a seal failure with no seal written (`held`
 /// gives how many records the session holds, and how many are seals): the
 /// writer resumes from a state snapshot that was not folded from the log.
-fn assert_no_seal_over_a_forged_snapshot(store: &Path, key: &Path, held: impl Fn() -> (u64, u64)) {
+fn assert_no_seal_over_a_forged_snapshot(
+    store: &Path,
+    copy: &Path,
+    key: &Path,
+    held: impl Fn() -> (u64, u64),
+) {
     let (records, seals) = held();
+    // A seal handed in that carries the copy's chain, which the snapshot
+    // gives: checked against the log's own chain, not the snapshot's.
+    let head: serde_json::Value = ok(serde_json::from_str(
+        run(["head", path_str(copy)]).stdout.trim(),
+    ));
+    let handed = format!(
+        r#"{{"type":"seal","data":{{"throughSeq":{},"chain":{}}}}}"#,
+        head["seq"], head["chain"]
+    );
+    let appended = run_with_stdin(
+        ["append", path_str(store), "--session", "s"],
+        &(handed + "\n"),
+    );
+    appended.expect_code(7);
+    assert!(
+        appended.stderr.contains("state snapshot"),
+        "{}",
+        appended.stderr
+    );
+    assert_eq!(held(), (records, seals), "nothing was written");
     let sealed = seal_with_key(store, key);
     sealed.expect_code(7);
     assert!(
@@ -2038,7 +2063,7 @@ fn a_snapshot_folded_from_a_changed_copy_gets_no_seal_signed() {
             .filter(|line| line.contains(r#""type":"seal""#));
         (text.lines().count() as u64, seals.count() as u64)
     };
-    assert_no_seal_over_a_forged_snapshot(&store, &key, held);
+    assert_no_seal_over_a_forged_snapshot(&store, &copy, &key, held);
     // The log itself is whole: it seals once the snapshot is gone, and a
     // writer resuming from the snapshot kept then seals a turn.
     ok(std::fs::remove_file(&sidecar));
@@ -2094,7 +2119,7 @@ fn a_snapshot_folded_from_a_changed_copy_of_a_database_gets_no_seal_signed() {
             count("SELECT count(*) FROM events WHERE type = 'seal'"),
         )
     };
-    assert_no_seal_over_a_forged_snapshot(&database, &key, held);
+    assert_no_seal_over_a_forged_snapshot(&database, &copy, &key, held);
     {
         let connection = ok(rusqlite::Connection::open(&database));
         ok(connection.execute_batch(

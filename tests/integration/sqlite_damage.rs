@@ -400,6 +400,24 @@ fn readers_never_adopt_another_applications_database_nor_an_empty_file() {
         appended.stderr
     );
     assert_eq!(folder_bytes(folder.path()), before, "not a byte changed");
+    // A store whose header was zeroed, or whose magic text alone was
+    // changed, is a damaged database, not another file.
+    let store = folder.path().join("store.db");
+    run(["create", &text(&store), "--session", "a"]).expect_code(0);
+    let made = ok(std::fs::read(&store));
+    for (damage, range, byte) in [("zeroed", 0..100, 0u8), ("magic changed", 0..6, b'X')] {
+        let mut bytes = made.clone();
+        bytes[range].fill(byte);
+        let damaged = folder.path().join(format!("{damage}.db"));
+        ok(std::fs::write(&damaged, &bytes));
+        let verified = run(["verify", &text(&damaged)]);
+        assert_eq!(verified.code, 2, "{damage}: {verified:?}");
+        assert!(
+            verified.stderr.contains("damaged"),
+            "{damage}: {}",
+            verified.stderr
+        );
+    }
 }
 
 #[test]

@@ -1027,8 +1027,9 @@ pub fn verdict_code(verdict: &Verdict) -> u8 {
 fn write_human(out: &mut impl Write, verdict: &Verdict) -> std::io::Result<()> {
     let name = &verdict.source;
     // An inherited seal (seq within the seed) vouched for the parent's
-    // log and is checked for its shape only: its key is named, never said
-    // to have signed what this log holds.
+    // log: its key is named, never said to have signed what this log
+    // holds. (A fork by reference's is also checked over the parent's
+    // rows, which are its seed.)
     let sealed = match &verdict.last_seal {
         None => String::new(),
         Some(seal) if seal.own => format!(
@@ -1039,8 +1040,8 @@ fn write_human(out: &mut impl Write, verdict: &Verdict) -> std::io::Result<()> {
                 .map_or(" (unsigned)".to_owned(), |key| format!(", signed by {key}"))
         ),
         Some(seal) => format!(
-            "; inherits a seal through seq {}{}, which vouched for the parent's log and is \
-             checked here for its shape only",
+            "; inherits a seal through seq {}{}, which vouched for the parent's log (checked \
+             here for its shape, and over the parent's rows when they are this fork's seed)",
             seal.through_seq,
             seal.key
                 .as_deref()

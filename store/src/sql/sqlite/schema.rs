@@ -263,9 +263,10 @@ const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 /// database's (a text file named `.db`): SQLite would call it "not a
 /// database", which reads as damage (exit 2), where it never was a store.
 /// A file that begins as SQLite's do, an empty one, one that cannot be
-/// read here, and one whose magic text alone was changed (the fixed
-/// bytes further in its 100-byte header still SQLite's) are left to the
-/// open: a database cut short or changed is damage, which SQLite reports.
+/// read here, one whose magic text alone was changed (the fixed bytes
+/// further in its 100-byte header still SQLite's) and one whose header was
+/// zeroed are left to the open: a database cut short or changed is
+/// damage, which SQLite reports.
 pub(super) fn refuse_a_file_not_sqlite(path: &Path) -> Result<(), StoreError> {
     use std::io::Read;
     // Bytes 21 to 23 of every database header: the payload fractions,
@@ -283,8 +284,12 @@ pub(super) fn refuse_a_file_not_sqlite(path: &Path) -> Result<(), StoreError> {
         return Ok(());
     }
     let magic = &head[..head.len().min(SQLITE_MAGIC.len())];
+    // A header whose magic text alone was changed keeps SQLite's fixed
+    // bytes; one zeroed (a page the disk lost, as storage fails) begins
+    // with a NUL, which no text file does. Both are damage.
     let damaged_magic = head.get(FRACTIONS) == Some(&[64, 32, 32][..]);
-    match SQLITE_MAGIC.starts_with(magic) || damaged_magic {
+    let zeroed = head.first() == Some(&0);
+    match SQLITE_MAGIC.starts_with(magic) || damaged_magic || zeroed {
         true => Ok(()),
         false => Err(not_a_store(
             path,
