@@ -1062,7 +1062,22 @@ fn a_reimport_says_when_the_store_grew_and_warns_of_a_torn_stored_log() {
         "{}",
         again.stderr
     );
-    ok(std::fs::write(&log, &torn[..torn.len() - 17]));
+    // A torn tail cutting into the imported events: the store lost them,
+    // the source did not grow.
+    let whole = &torn[..torn.len() - 17];
+    let last_line = whole[..whole.len() - 1]
+        .iter()
+        .rposition(|&byte| byte == b'\n')
+        .map_or(0, |at| at + 1);
+    ok(std::fs::write(&log, &whole[..last_line + 10]));
+    let cut = import("claude", std::slice::from_ref(&copy), &store);
+    cut.expect_code(0);
+    assert!(
+        cut.stderr.contains("the store lost the end of its log") && !cut.stderr.contains("it grew"),
+        "{}",
+        cut.stderr
+    );
+    ok(std::fs::write(&log, whole));
     run([
         "seal",
         &store.display().to_string(),

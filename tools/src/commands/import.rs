@@ -162,15 +162,16 @@ fn import_one(store: &Store, file: &Path, format: Format, report: &mut SourceRep
                 stored,
                 now,
                 differs_at,
+                stored_torn,
             } => report.skipped.push((
                 file.display().to_string(),
-                changed_reason(&header.id, stored, now, differs_at),
+                changed_reason(&header.id, stored, now, differs_at, stored_torn),
             )),
             SessionOutcome::Withheld { because } => report.skipped.push((
                 file.display().to_string(),
                 format!(
-                    "session {} not written: session {because} of the same source is skipped, \
-                     and the sessions of one source are written together or not at all",
+                    "session {} not written: session {because} of the same file is skipped, \
+                     and the sessions of one file are written together or not at all",
                     header.id
                 ),
             )),
@@ -182,8 +183,20 @@ fn import_one(store: &Store, file: &Path, format: Format, report: &mut SourceRep
 /// skipped. A source that only grew was resumed since it was imported;
 /// one that differs before the stored events end cannot be told apart from
 /// another source whose id maps to the same session id, so both are named.
-fn changed_reason(id: &SessionId, stored: u64, now: u64, differs_at: u64) -> String {
-    let why = if differs_at > stored {
+fn changed_reason(
+    id: &SessionId,
+    stored: u64,
+    now: u64,
+    differs_at: u64,
+    stored_torn: bool,
+) -> String {
+    let why = if differs_at > stored && stored_torn {
+        format!(
+            "the source gives {now}, the first {stored} the same, but the stored log ends in a \
+             torn tail after them: the store lost the end of its log (`sessionlog verify` names \
+             it; a writer cuts the torn tail when it opens the session)"
+        )
+    } else if differs_at > stored {
         format!("the source now gives {now}, the first {stored} the same: it grew since it was imported")
     } else if differs_at == now + 1 && stored > now {
         format!(

@@ -247,6 +247,9 @@ struct Conversation<'a> {
     session_id: &'a str,
     /// Blocks already imported, by API message id: a repeat is skipped.
     seen_blocks: HashSet<(String, String)>,
+    /// Lines kept whole for saying more than their mapping reads: a line
+    /// written twice is kept once.
+    kept_lossy: HashSet<String>,
     /// The text blocks of the current API response, not yet written.
     pending_text: Vec<Value>,
     pending_key: Option<String>,
@@ -261,6 +264,7 @@ impl<'a> Conversation<'a> {
             parent,
             session_id,
             seen_blocks: HashSet::new(),
+            kept_lossy: HashSet::new(),
             pending_text: Vec::new(),
             pending_key: None,
             pending_line: Place::default(),
@@ -281,8 +285,11 @@ impl<'a> Conversation<'a> {
                 .set_time(str_of(&line.value, "timestamp").and_then(parse_time));
             self.builder.set_line(line.place());
             self.line(line);
-            if !message_carried(&line.value) && !self.builder.was_kept(line.number) {
-                self.flush_text();
+            // Kept beside what it maps to, without ending the text of the
+            // response it is part of (gathered from several lines), and
+            // once: a line Claude Code wrote twice is kept the first time.
+            let lossy = !message_carried(&line.value) && !self.builder.was_kept(line.number);
+            if lossy && self.kept_lossy.insert(line.raw.clone()) {
                 let kind = str_of(&line.value, "type").unwrap_or("untyped");
                 self.builder.keep_line(kind, &line.raw);
             }

@@ -737,17 +737,24 @@ fn carried(era: Era, item: &Item<'_>) -> bool {
     let payload = item.payload;
     let envelope =
         era == Era::Legacy || carries_all(&item.line.value, &["timestamp", "type", "payload"]);
-    let texts = |parts: Option<&Value>| {
-        parts.and_then(Value::as_array).is_none_or(|parts| {
-            parts.iter().all(|part| {
-                carries_all(part, &["type", "text"]) && strings_or_absent(part, &["type", "text"])
-            })
-        })
+    // A list of `{type, text}` objects, or nothing: a list of anything
+    // else, or a value that is no list, is not read whole.
+    let texts = |parts: Option<&Value>| match parts {
+        None | Some(Value::Null) => true,
+        Some(Value::Array(parts)) => parts.iter().all(|part| {
+            part.is_object()
+                && carries_all(part, &["type", "text"])
+                && strings_or_absent(part, &["type", "text"])
+        }),
+        Some(_) => false,
     };
     let completed = || str_of(payload, "status").is_none_or(|status| status == "completed");
     let kind_carried = match item.kind {
         Kind::SessionMeta | Kind::TurnContext | Kind::Other => true,
-        Kind::Compacted => strings_or_absent(payload, &["message"]),
+        Kind::Compacted => {
+            carries_all(payload, &["message", "replacement_history"])
+                && strings_or_absent(payload, &["message"])
+        }
         Kind::Response => match item.payload_type() {
             Some("message") => {
                 let parts = match payload.get("content") {
@@ -811,10 +818,23 @@ fn carried(era: Era, item: &Item<'_>) -> bool {
             _ => true,
         },
         Kind::Event => match item.payload_type() {
-            Some("task_started" | "turn_started" | "task_complete" | "turn_complete") => {
-                strings_or_absent(payload, &["turn_id"])
+            // A start's other members keep the line already (its model's
+            // context window); a completed turn's last message is a copy
+            // of the message the turn ended with.
+            Some("task_started" | "turn_started") => strings_or_absent(payload, &["turn_id"]),
+            Some("task_complete" | "turn_complete") => {
+                carries_all(payload, &["type", "turn_id", "last_agent_message"])
+                    && strings_or_absent(payload, &["turn_id", "last_agent_message"])
             }
-            Some("user_message") => strings_or_absent(payload, &["message"]),
+            // Its other members keep the line already (`local_images`).
+            Some("user_message") => {
+                let images = match payload.get("images") {
+                    None | Some(Value::Null) => true,
+                    Some(Value::Array(images)) => images.iter().all(Value::is_string),
+                    Some(_) => false,
+                };
+                strings_or_absent(payload, &["message", "kind"]) && images
+            }
             Some("agent_message") => {
                 carries_all(payload, &["type", "message"])
                     && strings_or_absent(payload, &["message"])
@@ -822,6 +842,7 @@ fn carried(era: Era, item: &Item<'_>) -> bool {
             Some("item_completed") => {
                 let turn_item = payload.get("item").unwrap_or(&Value::Null);
                 carries_all(payload, &["type", "item", "thread_id", "turn_id"])
+                    && carries_all(turn_item, &["type", "id", "content"])
                     && texts(turn_item.get("content"))
             }
             _ => true,

@@ -89,10 +89,14 @@ pub enum SessionOutcome {
         /// The first seq at which the two differ; 0 when the headers do.
         /// Past the stored events when the source only grew.
         differs_at: u64,
+        /// Whether the stored log ends in a torn tail (its good prefix was
+        /// compared): a source that then gives more lost nothing, the
+        /// store's log did.
+        stored_torn: bool,
     },
-    /// Not written: another session of the same source, named, is in the
-    /// store with other events. The sessions of one source refer to each
-    /// other (a parent announces its children), so they are written
+    /// Not written: another session of the same file, named, is in the
+    /// store with other events. The sessions of one file refer to each
+    /// other (a parent announces its sidechains), so they are written
     /// together or not at all.
     Withheld {
         /// The session of the source that the store holds otherwise.
@@ -316,19 +320,31 @@ fn decompress_zstd_within(path: &Path, bytes: &[u8], limit: u64) -> Result<Vec<u
                 rest = after;
                 continue;
             }
-            Err(error) if frames == 0 => {
-                return Err(ImportError::file(
-                    path,
-                    format!("not a zstd stream: {error}"),
-                ));
-            }
             Err(FrameDecoderError::ReadFrameHeaderError(ReadFrameHeaderError::BadMagicNumber(
                 magic,
             ))) => {
-                return Err(damaged(&format!(
-                    "bytes that are no zstd frame (they begin with {magic:#010x}, not a frame's \
-                     magic number)"
-                )))
+                // The magic number is read little-endian: its bytes as the
+                // file holds them.
+                let bytes = magic
+                    .to_le_bytes()
+                    .map(|byte| format!("{byte:02x}"))
+                    .join(" ");
+                let what = format!(
+                    "it begins with the bytes {bytes}, not a frame's magic number (28 b5 2f fd)"
+                );
+                return Err(match frames {
+                    0 => ImportError::file(path, format!("not a zstd stream: {what}")),
+                    _ => damaged(&format!("bytes that are no zstd frame: {what}")),
+                });
+            }
+            Err(error) if frames == 0 => {
+                return Err(ImportError::file(
+                    path,
+                    format!(
+                        "not a zstd stream, or its first frame's header is damaged (the decoder \
+                         says: {error})"
+                    ),
+                ));
             }
             Err(error) => {
                 return Err(damaged(&format!(
@@ -535,6 +551,7 @@ fn compare(
             stored: stored.events.len() as u64,
             now: records.len() as u64,
             differs_at,
+            stored_torn: stored.torn_tail.is_some(),
         }
     })
 }

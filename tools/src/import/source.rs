@@ -178,7 +178,8 @@ pub fn read_lines(file: &Path, bytes: &[u8]) -> Result<Vec<SourceLine>, ImportEr
             // character was cut there, as a crash during a write cuts.
             let reason = match (ended, error.error_len()) {
                 (false, None) => format!(
-                    "the last line is cut short (no newline, and it ends inside a character                      at byte {} of the line)",
+                    "the last line is cut short (no newline, and it ends inside a character \
+                     at byte {} of the line)",
                     error.valid_up_to()
                 ),
                 _ => format!("not UTF-8 (byte {} of the line)", error.valid_up_to()),

@@ -1083,6 +1083,14 @@ fn a_codex_line_that_says_more_than_its_mapping_is_kept_whole() {
         (r#"{"timestamp":"2025-11-20T16:59:12.000Z","type":"compacted","payload":{"message":{"obj":1}}}"#.to_owned(), r#""obj":1"#),
         (event(r#"{"type":"task_started","turn_id":5}"#), r#""turn_id":5"#),
         (event(r#"{"type":"agent_message","message":"ok","phase":"FINAL"}"#), "FINAL"),
+        (r#"{"timestamp":"2025-11-20T16:59:12.000Z","type":"compacted","payload":{"message":"summary","extra_note":"COMPACTED"}}"#.to_owned(), "COMPACTED"),
+        (event(r#"{"type":"task_complete","turn_id":"t-1","extra":"COMPLETE"}"#), "COMPLETE"),
+        (event(r#"{"type":"turn_complete","turn_id":"t-1","TURNDONE":1}"#), "TURNDONE"),
+        (event(r#"{"type":"item_completed","thread_id":"x","turn_id":"t-1","item":{"type":"AgentMessage","id":"i1","content":[{"type":"Text","text":"hello"}],"phase":"ITEMPHASE"}}"#), "ITEMPHASE"),
+        (line(r#"{"type":"reasoning","summary":[{"type":"summary_text","text":"sum"}],"content":"RAWTHOUGHTS"}"#), "RAWTHOUGHTS"),
+        (line(r#"{"type":"reasoning","summary":[{"type":"summary_text","text":"sum"},"LOOSE"]}"#), "LOOSE"),
+        (event(r#"{"type":"user_message","message":"hi","images":[{"url":"IMAGEURL"}]}"#), "IMAGEURL"),
+        (event(r#"{"type":"user_message","message":"hi","kind":{"KINDOBJ":1}}"#), "KINDOBJ"),
     ];
     let plain: Vec<&str> = plain.iter().map(String::as_str).collect();
     let lossy: Vec<(&str, &str)> = lossy
@@ -1176,4 +1184,56 @@ fn a_claude_line_that_says_more_than_its_mapping_is_kept_whole() {
         .map(|(line, said)| (line.as_str(), *said))
         .collect();
     assert_kept_only_when_lossy(Format::Claude, &head, &plain, &lossy);
+}
+
+/// A Claude Code response gathered from several lines stays one message
+/// when one of its lines is kept whole for saying more than its mapping
+/// reads, and a line written twice is kept once.
+#[test]
+fn a_kept_claude_line_neither_splits_its_response_nor_is_kept_twice() {
+    let line = |uuid: &str, second: u32, message: &str| {
+        format!(
+            r#"{{"type":"assistant","sessionId":"s9","uuid":"{uuid}","timestamp":"2025-12-01T10:00:{second:02}.000Z","message":{message}}}"#
+        )
+    };
+    let prompt = r#"{"type":"user","sessionId":"s9","uuid":"u1","timestamp":"2025-12-01T10:00:01.000Z","message":{"role":"user","content":"Explain"}}"#;
+    let cited = line(
+        "a2",
+        3,
+        r#"{"id":"msg_1","role":"assistant","content":[{"type":"text","text":"Part two. ","citations":[{"cited_text":"X"}]}]}"#,
+    );
+    let text = [
+        prompt.to_owned(),
+        line("a1", 2, r#"{"id":"msg_1","role":"assistant","content":[{"type":"text","text":"Part one. "}]}"#),
+        cited.clone(),
+        line("a3", 4, r#"{"id":"msg_1","role":"assistant","content":[{"type":"text","text":"Part three."}]}"#),
+        line("a4", 5, r#"{"id":"msg_2","role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Read","input":{},"caller":"TWICE"}]}"#),
+        line("a4", 5, r#"{"id":"msg_2","role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Read","input":{},"caller":"TWICE"}]}"#),
+    ]
+    .join("\n");
+    let sessions = check_all_valid(Format::Claude, &text);
+    let assistant: Vec<&Draft> = sessions[0]
+        .events
+        .iter()
+        .filter(|draft| draft.event_type == "message" && draft.data.contains("Part"))
+        .collect();
+    assert_eq!(
+        assistant.len(),
+        1,
+        "one message for one response: {assistant:?}"
+    );
+    assert!(assistant[0].data.contains("Part one") && assistant[0].data.contains("Part three"));
+    let kept = kept_lines(&sessions);
+    assert_eq!(
+        kept.iter()
+            .filter(|kept| kept.contains("citations"))
+            .count(),
+        1,
+        "{kept:?}"
+    );
+    assert_eq!(
+        kept.iter().filter(|kept| kept.contains("TWICE")).count(),
+        1,
+        "{kept:?}"
+    );
 }
