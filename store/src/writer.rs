@@ -408,14 +408,8 @@ impl SessionWriter {
             ))));
         }
         let batch = (count >= 2).then_some(count);
-        let types: Vec<&str> = events
-            .iter()
-            .map(|event| event.event_type.as_str())
-            .collect();
-        if self.seals_any(&types) {
-            // Before the batch is folded: the chain checked is the log's.
-            self.prove_chain()?;
-        }
+        // Before the batch is folded: the chain checked is the log's.
+        self.prove_chain_before(&events)?;
         // The batch is folded into the state itself, under a mark: a
         // refusal or a failed write rolls back what it changed, at the cost
         // of what it changed, never of a copy of the whole state.
@@ -446,13 +440,7 @@ impl SessionWriter {
     /// The writer's own state (poisoned, the expected seq) is
     /// [`append_batch`](Self::append_batch)'s to tell.
     pub(crate) fn check_batch(&mut self, events: &[NewEvent]) -> Result<(), StoreError> {
-        let types: Vec<&str> = events
-            .iter()
-            .map(|event| event.event_type.as_str())
-            .collect();
-        if self.seals_any(&types) {
-            self.prove_chain()?;
-        }
+        self.prove_chain_before(events)?;
         let checked = self.check_batch_once(events);
         if !self.state.snapshot_unreadable() {
             return checked;
@@ -902,6 +890,19 @@ impl SessionWriter {
     fn absorb_fragments(&mut self, records: &[EventRecord]) {
         if let Some(fragments) = &mut self.review_fragments {
             fragments.absorb(&self.state, records);
+        }
+    }
+
+    /// [`prove_chain`](Self::prove_chain), when `events` hold or bring a
+    /// seal ([`seals_any`](Self::seals_any)).
+    fn prove_chain_before(&mut self, events: &[NewEvent]) -> Result<(), StoreError> {
+        let types: Vec<&str> = events
+            .iter()
+            .map(|event| event.event_type.as_str())
+            .collect();
+        match self.seals_any(&types) {
+            true => self.prove_chain(),
+            false => Ok(()),
         }
     }
 

@@ -941,12 +941,7 @@ fn importing_again_writes_nothing_and_says_so() {
     let before = folder_bytes(&store);
     assert_eq!(before.len(), 10, "{:?}", before.keys());
     let again = import("auto", &sources, &store);
-    again.expect_code(0);
-    assert!(
-        again.stdout.contains("0 sessions imported"),
-        "{}",
-        again.stdout
-    );
+    expect_none_imported(&again);
     assert!(
         again.stdout.contains("7 already imported"),
         "{}",
@@ -955,14 +950,28 @@ fn importing_again_writes_nothing_and_says_so() {
     assert_eq!(folder_bytes(&store), before);
 }
 
+/// An import that succeeded and wrote no session.
+#[track_caller]
+fn expect_none_imported(run: &Run) {
+    run.expect_code(0);
+    assert!(run.stdout.contains("0 sessions imported"), "{}", run.stdout);
+}
+
+/// A copy in `dir` of the Claude Code 2.0 fixture's agent file, imported
+/// into the folder store `dir/audit`: the store and the copy.
+fn imported_agent_file(dir: &Path) -> (PathBuf, PathBuf) {
+    let store = dir.join("audit");
+    let copy = dir.join("agent-a1b2c3d.jsonl");
+    let original = fixtures().join("claude/v2.0/-work-shop/agent-a1b2c3d.jsonl");
+    ok(std::fs::copy(&original, &copy));
+    import("claude", std::slice::from_ref(&copy), &store).expect_code(0);
+    (store, copy)
+}
+
 #[test]
 fn a_source_that_changed_since_it_was_imported_is_reported_not_rewritten() {
     let dir = temp();
-    let store = dir.path().join("audit");
-    let copy = dir.path().join("agent-a1b2c3d.jsonl");
-    let original = fixtures().join("claude/v2.0/-work-shop/agent-a1b2c3d.jsonl");
-    std::fs::copy(&original, &copy).unwrap_or_else(|error| panic!("copy: {error}"));
-    import("claude", std::slice::from_ref(&copy), &store).expect_code(0);
+    let (store, copy) = imported_agent_file(dir.path());
     let before = folder_bytes(&store);
     let mut grown = std::fs::read_to_string(&copy).unwrap_or_default();
     grown.push_str("{\"type\":\"summary\",\"summary\":\"resumed\"}\n");
@@ -1015,12 +1024,7 @@ fn a_source_one_of_whose_sessions_the_store_holds_otherwise_writes_none() {
     import("claude", &[collider], &store).expect_code(0);
     let before = folder_bytes(&store);
     let again = import("claude", &[family], &store);
-    again.expect_code(0);
-    assert!(
-        again.stdout.contains("0 sessions imported"),
-        "{}",
-        again.stdout
-    );
+    expect_none_imported(&again);
     assert!(
         again.stderr.contains("session claude-aaaa not written")
             && again
@@ -1038,11 +1042,7 @@ fn a_source_one_of_whose_sessions_the_store_holds_otherwise_writes_none() {
 #[test]
 fn a_reimport_says_when_the_store_grew_and_warns_of_a_torn_stored_log() {
     let dir = temp();
-    let store = dir.path().join("audit");
-    let copy = dir.path().join("agent-a1b2c3d.jsonl");
-    let original = fixtures().join("claude/v2.0/-work-shop/agent-a1b2c3d.jsonl");
-    ok(std::fs::copy(&original, &copy));
-    import("claude", std::slice::from_ref(&copy), &store).expect_code(0);
+    let (store, copy) = imported_agent_file(dir.path());
     let ids = ok(ok(Store::open(&store)).ids());
     let log = store.join(format!("{}.jsonl", ids[0]));
     let mut torn = ok(std::fs::read(&log));
