@@ -1241,3 +1241,36 @@ fn a_store_named_with_a_line_break_is_named_on_one_line() {
         assert!(output.contains(r"\nname"), "{what}: {output}");
     }
 }
+
+/// A lone log whose header is too damaged to read is reported as a folder
+/// of logs reports it, under the file's name: `verify --json`, `stats
+/// --json` and `list --json` each print the damage as JSON (exit 2), where
+/// they printed nothing on standard output.
+#[test]
+fn a_lone_log_with_a_damaged_header_is_reported_as_json() {
+    let dir = ok(tempfile::tempdir());
+    let store = dir.path().join("store");
+    run(["create", &text(&store), "--session", "a"]).expect_code(0);
+    let lone = dir.path().join("lone.jsonl");
+    let header = ok(std::fs::read_to_string(store.join("a.jsonl")));
+    ok(std::fs::write(
+        &lone,
+        header.replace(r#""formatVersion":1"#, r#""formatVersion":2"#),
+    ));
+    for (command, member) in [
+        ("verify", "corruption"),
+        ("stats", "corrupt"),
+        ("list", "error"),
+    ] {
+        let reported = run([command, "--json", &text(&lone)]);
+        reported.expect_code(2);
+        let line = reported.stdout.lines().next().unwrap_or_default();
+        let value: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|error| panic!("{command}: {error}: {line:?}"));
+        let shown = value.to_string();
+        assert!(
+            shown.contains("line 1 (byte offset 0)") && shown.contains(member),
+            "{command}: {shown}"
+        );
+    }
+}

@@ -182,7 +182,29 @@ impl Target {
             Target::File(path) => {
                 // The id only: a header out of vocabulary is for the
                 // command to judge (export shows it, verify reports it).
-                let header = LogReader::open(path, None)?.header().clone();
+                let header = match LogReader::open(path, None) {
+                    Ok(reader) => reader.header().clone(),
+                    // A header too damaged to read names no session: the
+                    // file's name does, as a folder of logs names each, so
+                    // that the command reports the damage as that
+                    // session's (`--json` included) when it reads it.
+                    Err(StoreError::Corrupt { .. }) if session.is_none() => {
+                        match path
+                            .file_stem()
+                            .and_then(|stem| stem.to_str())
+                            .map(SessionId::parse)
+                        {
+                            Some(Ok(id)) => {
+                                return Ok(vec![SessionRef {
+                                    label: sessionlog_store::store_display(path),
+                                    id,
+                                }])
+                            }
+                            _ => LogReader::open(path, None)?.header().clone(),
+                        }
+                    }
+                    Err(error) => return Err(error.into()),
+                };
                 if let Some(wanted) = session {
                     if wanted != header.id.as_str() {
                         bail!(UsageError(format!(

@@ -31,10 +31,19 @@ pub fn run(store: &Path, tree: bool, json: bool) -> Result<u8> {
     let target = Target::open(store)?;
     let mut code = exit::OK;
     let entries: Vec<(String, Result<SessionHeader, String>)> = match &target {
-        Target::File(path) => {
-            let header = sessionlog_store::read_header_as_is(path, None)?.header;
-            vec![(header.id.to_string(), Ok(header))]
-        }
+        Target::File(path) => match sessionlog_store::read_header_as_is(path, None) {
+            Ok(read) => vec![(read.header.id.to_string(), Ok(read.header))],
+            // A header too damaged to read: listed as a folder lists such
+            // a log, under the file's name, with the error.
+            Err(error @ sessionlog_store::StoreError::Corrupt { .. }) => {
+                code = exit::worst(code, crate::store_exit_code(&error));
+                let name = path
+                    .file_stem()
+                    .map_or_else(String::new, |stem| stem.to_string_lossy().into_owned());
+                vec![(name, Err(error.to_string()))]
+            }
+            Err(error) => return Err(error.into()),
+        },
         Target::Store(opened) => {
             let entries = opened.list()?;
             crate::target::warn_if_no_sessions(entries.len(), store);
