@@ -145,15 +145,22 @@ fn check_seal_span(seq: u64, seal: &Seal) -> Result<(), String> {
 
 /// The second: its chain is `chain_before`.
 fn check_seal_chain(seq: u64, seal: &Seal, chain_before: &ChainValue) -> Result<(), String> {
-    if seal.chain != *chain_before {
-        let expected_through = seq.saturating_sub(1);
-        return Err(format!(
-            "seal failure: the log was changed at or before seq {expected_through}: \
-             the seal holds chain {}, the records recompute to {chain_before}",
-            seal.chain
-        ));
+    match chain_failure(seq, &seal.chain, chain_before) {
+        Some(failure) => Err(failure),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// What an own seal at `seq` that holds chain `claimed` fails with, when
+/// `chain_before`, the chain through every record before it, differs.
+fn chain_failure(seq: u64, claimed: &ChainValue, chain_before: &ChainValue) -> Option<String> {
+    (claimed != chain_before).then(|| {
+        format!(
+            "seal failure: the log was changed at or before seq {}: the seal holds chain \
+             {claimed}, the records recompute to {chain_before}",
+            seq.saturating_sub(1)
+        )
+    })
 }
 
 /// The seal failure of an own seal whose shape is broken (a member
@@ -169,13 +176,7 @@ pub(crate) fn broken_seal_chain_failure(
 ) -> Option<String> {
     let data: serde_json::Value = serde_json::from_str(record.data()).ok()?;
     let claimed = ChainValue::parse(data.get("chain")?.as_str()?).ok()?;
-    (claimed != *chain_before).then(|| {
-        format!(
-            "seal failure: the log was changed at or before seq {}: the seal holds chain \
-             {claimed}, the records recompute to {chain_before}",
-            record.seq().saturating_sub(1)
-        )
-    })
+    chain_failure(record.seq(), &claimed, chain_before)
 }
 
 /// For a fold whose hash chain runs elsewhere (another thread), behind the

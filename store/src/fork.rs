@@ -583,16 +583,16 @@ fn fold_own_seal(
         _ => None,
     };
     let Some(claimed) = claimed else {
-        if own_seal {
-            // An own seal whose shape is broken: its chain, when it holds a
-            // readable one, is checked against the real chain, which the
-            // copy gives (a wait, for such a seal only). `None`: the
-            // writing thread stopped, on a failure that comes first.
-            let chain = copied.chain().unwrap_or(genesis);
-            return state.apply_viewed_unchained(record, view, || chain);
-        }
-        // Not an own seal: the chain is not asked for.
-        return state.apply_viewed_unchained(record, view, || genesis);
+        // An own seal whose shape is broken: its chain, when it holds a
+        // readable one, is checked against the real chain, which the copy
+        // gives (a wait, for such a seal only; `None`: the writing thread
+        // stopped, on a failure that comes first). Any other record does
+        // not ask for the chain.
+        let chain = match own_seal {
+            true => copied.chain().unwrap_or(genesis),
+            false => genesis,
+        };
+        return state.apply_viewed_unchained(record, view, || chain);
     };
     match state.apply_viewed_unchained(record, view, || claimed) {
         Ok(()) => {

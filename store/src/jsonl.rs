@@ -1246,12 +1246,11 @@ impl LogSink for JsonlSink {
     }
 
     fn chain_of_log(&mut self) -> Result<ChainValue, StoreError> {
+        // What the sink holds unsynced is read after the file's bytes.
         let mut reader = self.read_written()?;
-        let mut chain = ChainValue::genesis(reader.header_body());
-        while let Some(record) = reader.next_event()? {
-            chain = chain.next(record.body());
-        }
-        Ok(chain)
+        let header_body = reader.header_body().to_owned();
+        let events = std::iter::from_fn(|| reader.next_event().transpose());
+        crate::writer::chain_of(&header_body, events, &[])
     }
 }
 

@@ -706,7 +706,7 @@ impl SessionWriter {
     ) -> Result<u64, StoreError> {
         self.check_usable(expected_seq)?;
         let record = self.build(self.written_seq + 1, None, event)?;
-        if self.seals_any(&[record.event_type()]) {
+        if self.brings_a_seal(record.event_type()) {
             self.prove_chain()?;
         }
         let event = self
@@ -893,28 +893,26 @@ impl SessionWriter {
         }
     }
 
-    /// [`prove_chain`](Self::prove_chain), when `events` hold or bring a
-    /// seal ([`seals_any`](Self::seals_any)).
+    /// [`prove_chain`](Self::prove_chain), when one of `events` is or
+    /// brings a seal ([`brings_a_seal`](Self::brings_a_seal)).
     fn prove_chain_before(&mut self, events: &[NewEvent]) -> Result<(), StoreError> {
-        let types: Vec<&str> = events
-            .iter()
-            .map(|event| event.event_type.as_str())
-            .collect();
-        match self.seals_any(&types) {
+        let sealing = !self.chain_proven
+            && events
+                .iter()
+                .any(|event| self.brings_a_seal(&event.event_type));
+        match sealing {
             true => self.prove_chain(),
             false => Ok(()),
         }
     }
 
-    /// Whether records of the types `types`, appended now, hold or bring a
+    /// Whether a record of type `event_type`, appended now, is or brings a
     /// seal: a seal handed in (checked against the chain), or a `turn/end`
     /// the writer seals by itself ([`WriterOptions::seal_turns`]).
-    fn seals_any(&self, types: &[&str]) -> bool {
-        types.iter().any(|event_type| {
-            *event_type == EventType::Seal.as_str()
-                || (*event_type == EventType::TurnEnd.as_str()
-                    && self.options.seal_turns != SealTurns::Off)
-        })
+    fn brings_a_seal(&self, event_type: &str) -> bool {
+        event_type == EventType::Seal.as_str()
+            || (event_type == EventType::TurnEnd.as_str()
+                && self.options.seal_turns != SealTurns::Off)
     }
 
     /// Checks, once in the writer's life, that the hash chain its state
@@ -1008,6 +1006,25 @@ fn turn_seal_record(
 /// Whether `record` is a `turn/end`, after which a sealing writer seals.
 fn closes_turn(record: &EventRecord) -> bool {
     record.event_type() == EventType::TurnEnd.as_str()
+}
+
+/// The hash chain of a session whose stored header body is `header_body`,
+/// through its `events` (read from the log, each checked as it comes) and
+/// then the records a sink holds until its sync: what every backend's
+/// [`LogSink::chain_of_log`] gives.
+pub(crate) fn chain_of(
+    header_body: &str,
+    events: impl IntoIterator<Item = Result<EventRecord, StoreError>>,
+    pending: &[EventRecord],
+) -> Result<ChainValue, StoreError> {
+    let mut chain = ChainValue::genesis(header_body);
+    for record in events {
+        chain = chain.next(record?.body());
+    }
+    for record in pending {
+        chain = chain.next(record.body());
+    }
+    Ok(chain)
 }
 
 /// `violation`, of a seal handed to the writer to append, said as what it

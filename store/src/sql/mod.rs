@@ -22,9 +22,7 @@ pub(crate) mod sqlite;
 use std::path::Path;
 
 use sessionlog_projections::SessionState;
-use sessionlog_schema::{
-    decode_header_body, record_crc, ChainValue, DecodedHeader, EventRecord, SessionId,
-};
+use sessionlog_schema::{decode_header_body, record_crc, DecodedHeader, EventRecord, SessionId};
 
 use crate::state_snapshot::{self, SnapshotAnchor};
 use crate::writer::check_storable_record;
@@ -205,25 +203,6 @@ pub(crate) fn stage(
     }
     pending.extend_from_slice(records);
     Ok(())
-}
-
-/// The hash chain of a session whose stored header body is `header_body`,
-/// through its `events` (read from the database, each checked as it comes)
-/// and then the records a writer's sink holds until its sync: a writer's
-/// [`crate::writer::LogSink::chain_of_log`].
-pub(crate) fn chain_of(
-    header_body: &str,
-    events: impl IntoIterator<Item = Result<EventRecord, StoreError>>,
-    pending: &[EventRecord],
-) -> Result<ChainValue, StoreError> {
-    let mut chain = ChainValue::genesis(header_body);
-    for record in events {
-        chain = chain.next(record?.body());
-    }
-    for record in pending {
-        chain = chain.next(record.body());
-    }
-    Ok(chain)
 }
 
 /// The lowest seq a read of a session's rows from `from` asks the

@@ -321,9 +321,7 @@ impl SessionBuilder {
     /// mapped to holds those numbers as the nearest the mapping could
     /// write, and the line beside it the numbers as they were.
     pub fn keep_inexact(&mut self, kind: &str, line: &SourceLine) {
-        if !line.exact && self.kept != Some(line.number) {
-            self.keep_line(kind, &line.raw);
-        }
+        self.keep_lossy(!line.exact, kind, line);
     }
 
     /// Whether the line numbered `number` was kept whole already.
@@ -335,7 +333,7 @@ impl SessionBuilder {
     /// loses something of it (`lossy`): a member the mapping does not read,
     /// a value of a type it does not read. What it mapped to stays beside.
     pub fn keep_lossy(&mut self, lossy: bool, kind: &str, line: &SourceLine) {
-        if lossy && self.kept != Some(line.number) {
+        if lossy && !self.was_kept(line.number) {
             self.keep_line(kind, &line.raw);
         }
     }

@@ -642,7 +642,7 @@ impl State {
             Some("task_started" | "turn_started") => {
                 builder.start_turn(str_of(payload, "turn_id"));
                 // The model's context window, a collaboration mode: kept.
-                if holds_more_than(payload, &["type", "turn_id"]) {
+                if !carries_all(payload, &["type", "turn_id"]) {
                     builder.keep_line(&item.kept_kind(), raw);
                 }
             }
@@ -665,7 +665,7 @@ impl State {
                 }
                 // Images given by their path on the person's machine
                 // (`local_images`), which no part holds: the line is kept.
-                if holds_more_than(payload, &["type", "message", "images", "kind"]) {
+                if !carries_all(payload, &["type", "message", "images", "kind"]) {
                     builder.keep_line(&item.kept_kind(), raw);
                 }
             }
@@ -849,18 +849,6 @@ fn carried(era: Era, item: &Item<'_>) -> bool {
         },
     };
     envelope && kind_carried
-}
-
-/// Whether the object `payload` has a member, not null, besides `mapped`:
-/// what the mapping of its line would lose, so the line is kept as well.
-fn holds_more_than(payload: &Value, mapped: &[&str]) -> bool {
-    payload.as_object().is_some_and(|members| {
-        members.iter().any(|(name, value)| {
-            !mapped.contains(&name.as_str())
-                && !value.is_null()
-                && value.as_array().is_none_or(|array| !array.is_empty())
-        })
-    })
 }
 
 /// Whether a turn item's content holds a part that is not text (a local

@@ -869,7 +869,7 @@ impl LogSink for PostgresSink {
         };
         let decoded = store.decoded_header(&self.id)?;
         let events = store.events_from(&self.id, 1)?;
-        super::chain_of(&decoded.body, events, &self.pending)
+        crate::writer::chain_of(&decoded.body, events, &self.pending)
     }
 }
 

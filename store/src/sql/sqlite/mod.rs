@@ -1375,7 +1375,7 @@ impl LogSink for SqliteSink {
             shared: Arc::clone(&self.shared),
         };
         let (decoded, events) = store.header_and_events_from(&self.id, 1)?;
-        super::chain_of(&decoded.body, events, &self.pending)
+        crate::writer::chain_of(&decoded.body, events, &self.pending)
     }
 }
 
