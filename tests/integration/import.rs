@@ -648,6 +648,144 @@ fn what_a_codex_line_says_beyond_its_mapping_is_kept() {
     }
 }
 
+/// The data of the first event of type `kind` in `events`.
+#[track_caller]
+fn data_of<'e>(events: &'e [EventRecord], kind: &str) -> &'e str {
+    let found = events.iter().find(|record| record.event_type() == kind);
+    found
+        .map(EventRecord::data)
+        .unwrap_or_else(|| panic!("no {kind}"))
+}
+
+/// A tool's arguments and result are written as the source spells them:
+/// members in their order, numbers and escapes as written. A line that does
+/// not read exactly (a member named twice) is kept whole, and its call
+/// holds what was read.
+#[test]
+fn calls_keep_their_arguments_and_results_as_the_source_wrote_them() {
+    let dir = temp();
+    let uuid = "019aa234-0000-7000-8000-0000000000dd";
+    let at = |second: u32| format!(r#"{{"timestamp":"2025-11-20T16:59:{second:02}.000Z","#);
+    let lines = [
+        format!(
+            r#"{}"type":"response_item","payload":{{"type":"function_call","name":"shell","call_id":"c1","arguments":"{{\"zeta\": [1.50, \"\\u00e9\"], \"alpha\": {{\"y\": 1, \"x\": 2}}}}"}}}}"#,
+            at(10)
+        ),
+        format!(
+            r#"{}"type":"response_item","payload":{{"type":"function_call_output","call_id":"c1","output":{{"success":true, "content":"\u00e9 1e2"}}}}}}"#,
+            at(11)
+        ),
+        format!(
+            r#"{}"type":"response_item","payload":{{"type":"custom_tool_call","name":"patch","call_id":"c2","status":"completed","input":{{"to":"b","from":"a"}}}}}}"#,
+            at(12)
+        ),
+        format!(
+            r#"{}"type":"response_item","payload":{{"type":"function_call","name":"shell","call_id":"c3","arguments":"{{\"b\":1,\"a\":2,\"b\":3}}"}}}}"#,
+            at(13)
+        ),
+    ];
+    let (_, events) = import_codex_rollout(dir.path(), uuid, &lines);
+    let starts: Vec<&str> = events
+        .iter()
+        .filter(|record| record.event_type() == "tool/start")
+        .map(EventRecord::data)
+        .collect();
+    assert_eq!(starts.len(), 3, "{starts:?}");
+    assert!(
+        starts[0].contains(r#""arguments":{"zeta":[1.50,"\u00e9"],"alpha":{"y":1,"x":2}}"#),
+        "{}",
+        starts[0]
+    );
+    assert!(
+        starts[1].contains(r#""arguments":{"to":"b","from":"a"}"#),
+        "{}",
+        starts[1]
+    );
+    // Read as the parser reads it (the last `b`), the line kept whole.
+    assert!(
+        starts[2].contains(r#""arguments":{"a":2,"b":3}"#),
+        "{}",
+        starts[2]
+    );
+    assert!(
+        kept_data(&events, "x-codex/")
+            .iter()
+            .any(|data| data.contains(r#"\"b\":1"#)),
+        "{events:?}"
+    );
+    assert!(
+        data_of(&events, "tool/settle")
+            .contains(r#""result":{"success":true,"content":"\u00e9 1e2"}"#),
+        "{}",
+        data_of(&events, "tool/settle")
+    );
+    // A session an earlier version imported with these members in the
+    // order of their names (as a rollout spelling them so gives it) was
+    // imported all the same; a changed value was not.
+    let source = dir.path().join(codex_rollout_name(uuid));
+    let store = dir.path().join("imported");
+    let before = folder_bytes(&store);
+    let written = ok(std::fs::read_to_string(&source));
+    let sorted = r#"{\"alpha\": {\"x\": 2, \"y\": 1}, \"zeta\": [1.5, \"é\"]}"#;
+    let reordered = written.replace(
+        r#"{\"zeta\": [1.50, \"\\u00e9\"], \"alpha\": {\"y\": 1, \"x\": 2}}"#,
+        sorted,
+    );
+    assert_ne!(reordered, written);
+    ok(std::fs::write(&source, &reordered));
+    let again = import("codex", std::slice::from_ref(&source), &store);
+    expect_none_imported(&again);
+    assert!(
+        again.stdout.contains("1 already imported"),
+        "{}{}",
+        again.stdout,
+        again.stderr
+    );
+    let changed = reordered.replace(
+        sorted,
+        r#"{\"alpha\": {\"x\": 2, \"y\": 1}, \"zeta\": [1.5, \"e\"]}"#,
+    );
+    ok(std::fs::write(&source, changed));
+    let changed = import("codex", std::slice::from_ref(&source), &store);
+    assert!(changed.stdout.contains("1 skipped"), "{}", changed.stdout);
+    assert_eq!(folder_bytes(&store), before);
+
+    let project = dir.path().join("claude").join("-work");
+    ok(std::fs::create_dir_all(&project));
+    let session = "3b9e0c1d-2e3f-4a5b-9c6d-7e8f9a0b1cdd";
+    let line = |uuid: &str, kind: &str, message: &str, second: u32| {
+        format!(
+            r#"{{"parentUuid":null,"isSidechain":false,"cwd":"/w","sessionId":"{session}","type":"{kind}","message":{message},"uuid":"{uuid}","timestamp":"2025-12-01T10:10:{second:02}.000Z"}}"#
+        )
+    };
+    let lines = [
+        line("m1", "user", r#"{"role":"user","content":"list it"}"#, 1),
+        line(
+            "m2",
+            "assistant",
+            r#"{"id":"msg_a","type":"message","role":"assistant","content":[{"type":"tool_use","id":"toolu_A","name":"Bash","input":{"command":"ls","description":"List","timeout":1.0e3}}]}"#,
+            2,
+        ),
+        line(
+            "m3",
+            "user",
+            r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_A","content":[{"type":"text","text":"a\u00e9"}]}]}"#,
+            3,
+        ),
+    ];
+    let (_, events) = import_lines("claude", &project.join(format!("{session}.jsonl")), &lines);
+    let start = data_of(&events, "tool/start");
+    assert!(
+        start.contains(r#""arguments":{"command":"ls","description":"List","timeout":1.0e3}"#),
+        "{start}"
+    );
+    let settle = data_of(&events, "tool/settle");
+    assert!(
+        settle.contains(r#""result":[{"type":"text","text":"a\u00e9"}]"#),
+        "{settle}"
+    );
+}
+
 /// A completed user turn item that nothing mirrors, of two injected texts:
 /// each keeps its own authority, as the texts of a response item do.
 #[test]
@@ -1052,8 +1190,9 @@ fn a_reimport_says_when_the_store_grew_and_warns_of_a_torn_stored_log() {
     again.expect_code(0);
     assert!(
         again.stdout.contains("1 already imported"),
-        "{}",
-        again.stdout
+        "{}{}",
+        again.stdout,
+        again.stderr
     );
     assert!(
         again

@@ -12,7 +12,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::source::{Place, SourceLine};
+use super::source::{Json, Place, SourceLine};
 use serde_json::{json, Value};
 use sessionlog_schema::{compact_json, ApprovalPolicy, Preset, SandboxMode};
 
@@ -214,7 +214,7 @@ impl SessionBuilder {
     /// [`model_output`](Self::model_output)). A source id already used gets
     /// a suffix, so every `callId` of the log stays unique; the source's
     /// later output settles the newest call of that id.
-    pub fn tool_start(&mut self, source_id: &str, name: &str, arguments: Value) {
+    pub fn tool_start(&mut self, source_id: &str, name: &str, arguments: Json) {
         let step = self.open_step.clone().unwrap_or_default();
         // The names this source id can have: itself, then `~2`, `~3`, …;
         // a call gets the first that is free. The calls it named before
@@ -237,20 +237,18 @@ impl SessionBuilder {
             .or_default()
             .push((call_id.clone(), false));
         let name = if name.is_empty() { "unknown" } else { name };
-        self.push(
-            "tool/start",
-            json!({ "callId": call_id, "stepId": step, "name": name, "arguments": arguments }),
-        );
+        let data = object(vec![
+            ("callId", Json::from(Value::from(call_id))),
+            ("stepId", Value::from(step).into()),
+            ("name", Value::from(name).into()),
+            ("arguments", arguments),
+        ]);
+        self.push_text("tool/start", data);
     }
 
     /// Settles the newest unsettled call the source named `source_id`;
     /// `false` (and nothing written) when there is none to settle.
-    pub fn tool_settle(
-        &mut self,
-        source_id: &str,
-        outcome: Outcome,
-        result: Option<Value>,
-    ) -> bool {
+    pub fn tool_settle(&mut self, source_id: &str, outcome: Outcome, result: Option<Json>) -> bool {
         let Some(call) = self
             .calls
             .get_mut(source_id)
@@ -264,14 +262,16 @@ impl SessionBuilder {
             Outcome::Ok => "ok",
             Outcome::Error => "error",
         };
-        let mut data = json!({ "callId": call_id, "status": status });
+        let mut members = vec![
+            ("callId", Json::from(Value::from(call_id))),
+            ("status", Value::from(status).into()),
+        ];
         // A source's result that is null, or missing, is no result: the
         // member is left out, never null (docs/EVENTS.md).
-        let result = result.filter(|result| !result.is_null());
-        if let (Some(result), Some(object)) = (result, data.as_object_mut()) {
-            object.insert("result".to_owned(), result);
+        if let Some(result) = result.filter(|result| !result.is_null()) {
+            members.push(("result", result));
         }
-        self.push("tool/settle", data);
+        self.push_text("tool/settle", object(members));
         true
     }
 
@@ -398,13 +398,35 @@ impl SessionBuilder {
     }
 
     fn push(&mut self, event_type: &str, data: Value) {
+        self.push_text(event_type, data.to_string());
+    }
+
+    fn push_text(&mut self, event_type: &str, data: String) {
         self.events.push(Draft {
             event_type: event_type.to_owned(),
-            data: data.to_string(),
+            data,
             ts: self.ts,
             at: self.at,
         });
     }
+}
+
+/// The JSON text of an object of `members`, in the order of their names
+/// (as a `Value` writes its members, so that only what a source wrote
+/// keeps its own order).
+fn object(mut members: Vec<(&str, Json)>) -> String {
+    members.sort_by_key(|(name, _)| *name);
+    let mut text = String::from("{");
+    for (index, (name, value)) in members.iter().enumerate() {
+        if index > 0 {
+            text.push(',');
+        }
+        text.push_str(&Value::from(*name).to_string());
+        text.push(':');
+        text.push_str(&value.text());
+    }
+    text.push('}');
+    text
 }
 
 /// A text part.

@@ -16,6 +16,7 @@
 //! `<sessionId>/subagents/`) is one child by itself. The parent agent's
 //! prompts to a child are `agent-message`s from the parent, never `user`.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
@@ -28,7 +29,8 @@ use super::builder::{image_part, text_part, Origin, Outcome, SessionBuilder};
 use super::codex::{file_stem, opening_tag};
 use super::source::Place;
 use super::source::{
-    carries_all, derive_session_id, parse_time, str_of, strings_or_absent, ImportError, SourceLine,
+    carries_all, derive_session_id, parse_time, str_of, strings_or_absent, ImportError, Json,
+    SourceLine,
 };
 use super::{ImportedSession, Translation};
 
@@ -331,10 +333,12 @@ impl<'a> Conversation<'a> {
         let message = value.get("message").unwrap_or(&Value::Null);
         let synthetic = value.get("isApiErrorMessage").and_then(Value::as_bool) == Some(true)
             || str_of(message, "model") == Some("<synthetic>");
-        let blocks = match message.get("content") {
-            Some(Value::Array(blocks)) => blocks.clone(),
-            Some(Value::String(text)) => vec![text_part(text)],
-            _ => Vec::new(),
+        // Borrowed from the line, so that a call's input is written as
+        // the line spells it.
+        let blocks: Cow<'_, [Value]> = match message.get("content") {
+            Some(Value::Array(blocks)) => Cow::Borrowed(blocks),
+            Some(Value::String(text)) => Cow::Owned(vec![text_part(text)]),
+            _ => Cow::Owned(Vec::new()),
         };
         if synthetic || blocks.is_empty() {
             self.flush_text();
@@ -345,7 +349,7 @@ impl<'a> Conversation<'a> {
             .or_else(|| str_of(value, "uuid"))
             .map_or_else(|| format!("line-{}", line.number), str::to_owned);
         let mut unmapped = false;
-        for block in &blocks {
+        for block in blocks.iter() {
             if !self.seen_blocks.insert((key.clone(), block.to_string())) {
                 continue;
             }
@@ -375,13 +379,14 @@ impl<'a> Conversation<'a> {
                     let id = str_of(block, "id")
                         .map_or_else(|| format!("line-{}", line.number), str::to_owned);
                     let name = str_of(block, "name").unwrap_or("unknown");
-                    let input = block.get("input").cloned().unwrap_or(Value::Null);
+                    let input = block.get("input");
+                    let input = input.map_or(Json::Built(Value::Null), |v| line.as_written(v));
                     self.builder.tool_start(&id, name, input);
                 }
                 Some("web_search_tool_result") => {
                     self.flush_text();
                     let id = str_of(block, "tool_use_id").unwrap_or_default();
-                    let content = block.get("content").cloned();
+                    let content = block.get("content").map(|v| line.as_written(v));
                     if !self.builder.tool_settle(id, Outcome::Ok, content) {
                         unmapped = true;
                     }
@@ -405,9 +410,9 @@ impl<'a> Conversation<'a> {
             .get("message")
             .and_then(|message| message.get("content"))
             .unwrap_or(&Value::Null);
-        let blocks = match content {
-            Value::String(text) => vec![text_part(text)],
-            Value::Array(blocks) => blocks.clone(),
+        let blocks: Cow<'_, [Value]> = match content {
+            Value::String(text) => Cow::Owned(vec![text_part(text)]),
+            Value::Array(blocks) => Cow::Borrowed(blocks),
             _ => {
                 self.builder.keep_line("user", &line.raw);
                 return;
@@ -420,7 +425,7 @@ impl<'a> Conversation<'a> {
         let mut continues = Vec::new();
         let mut has_results = false;
         let mut unmapped = false;
-        for block in &blocks {
+        for block in blocks.iter() {
             match str_of(block, "type") {
                 Some("tool_result") => {
                     has_results = true;
@@ -430,7 +435,8 @@ impl<'a> Conversation<'a> {
                     } else {
                         Outcome::Ok
                     };
-                    let content = block.get("content").cloned().unwrap_or(Value::Null);
+                    let content = block.get("content");
+                    let content = content.map_or(Json::Built(Value::Null), |v| line.as_written(v));
                     if self.builder.tool_settle(id, outcome, Some(content)) {
                         let agent = value
                             .get("toolUseResult")

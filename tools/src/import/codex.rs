@@ -16,12 +16,12 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use serde_json::Value;
-use sessionlog_schema::{ApprovalPolicy, SandboxMode, SessionHeader};
+use sessionlog_schema::{compact_json, ApprovalPolicy, SandboxMode, SessionHeader};
 
 use super::builder::{image_part, text_part, Origin, Outcome, SessionBuilder};
 use super::source::{
     carries_all, derive_session_id, names_a_member_twice, numbers_read_exactly, parse_time, str_of,
-    strings_or_absent, ImportError, SourceLine,
+    strings_or_absent, ImportError, Json, SourceLine,
 };
 use super::{ImportedSession, Translation};
 
@@ -531,6 +531,12 @@ impl State {
                 .or_else(|| str_of(payload, "id"))
                 .map_or_else(|| format!("line-{}", item.line.number), str::to_owned)
         };
+        // A member of the payload as the line spells it; null when missing.
+        let written = |name: &str| {
+            payload.get(name).map_or(Json::Built(Value::Null), |value| {
+                item.line.as_written(value)
+            })
+        };
         match item.payload_type() {
             Some("message") => {
                 let Some(role) = str_of(payload, "role") else {
@@ -580,15 +586,20 @@ impl State {
                 // as the line's own do.
                 let mut inexact = false;
                 let arguments = match payload.get("arguments") {
-                    Some(Value::String(text)) => match serde_json::from_str(text) {
+                    Some(Value::String(text)) => match serde_json::from_str::<Value>(text) {
                         Ok(arguments) => {
                             inexact = !numbers_read_exactly(text) || names_a_member_twice(text);
-                            arguments
+                            // As the model wrote them, when they read
+                            // exactly: their members in its order.
+                            match compact_json(text) {
+                                Ok(written) if !inexact => Json::Written(written),
+                                _ => Json::Built(arguments),
+                            }
                         }
-                        Err(_) => Value::from(text.as_str()),
+                        Err(_) => Value::from(text.as_str()).into(),
                     },
-                    Some(other) => other.clone(),
-                    None => Value::Null,
+                    Some(other) => item.line.as_written(other),
+                    None => Value::Null.into(),
                 };
                 builder.tool_start(&call_id(), &tool_name(payload), arguments);
                 if inexact {
@@ -597,8 +608,7 @@ impl State {
             }
             Some("custom_tool_call") => {
                 builder.model_output(&self.response_key());
-                let input = payload.get("input").cloned().unwrap_or(Value::Null);
-                builder.tool_start(&call_id(), &tool_name(payload), input);
+                builder.tool_start(&call_id(), &tool_name(payload), written("input"));
                 // A call that did not complete (`failed`) says so only here.
                 if str_of(payload, "status").is_some_and(|status| status != "completed") {
                     builder.keep_line(&item.kept_kind(), raw);
@@ -606,14 +616,12 @@ impl State {
             }
             Some("local_shell_call") => {
                 builder.model_output(&self.response_key());
-                let action = payload.get("action").cloned().unwrap_or(Value::Null);
-                builder.tool_start(&call_id(), "local_shell", action);
+                builder.tool_start(&call_id(), "local_shell", written("action"));
             }
             Some("web_search_call") => {
                 builder.model_output(&self.response_key());
                 let id = call_id();
-                let action = payload.get("action").cloned().unwrap_or(Value::Null);
-                builder.tool_start(&id, "web_search", action);
+                builder.tool_start(&id, "web_search", written("action"));
                 if str_of(payload, "status") == Some("completed") {
                     // The line itself says the search completed; it holds no
                     // result, so none is written.
@@ -622,12 +630,15 @@ impl State {
             }
             Some("function_call_output" | "custom_tool_call_output") => {
                 self.input_epoch += 1;
-                let output = payload.get("output").cloned().unwrap_or(Value::Null);
-                let outcome = match output.get("success").and_then(Value::as_bool) {
+                let outcome = match payload
+                    .get("output")
+                    .and_then(|output| output.get("success"))
+                    .and_then(Value::as_bool)
+                {
                     Some(false) => Outcome::Error,
                     _ => Outcome::Ok,
                 };
-                if !builder.tool_settle(&call_id(), outcome, Some(output)) {
+                if !builder.tool_settle(&call_id(), outcome, Some(written("output"))) {
                     builder.keep_line(&item.kept_kind(), raw);
                 }
             }

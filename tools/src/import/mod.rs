@@ -17,6 +17,7 @@ mod claude;
 mod codex;
 mod source;
 
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 use sessionlog_schema::{EventRecord, SessionHeader, SessionId, CRC_SUFFIX_LEN, MAX_RECORD_BYTES};
@@ -537,7 +538,7 @@ fn compare(
         .events
         .iter()
         .zip(records)
-        .take_while(|(stored, new)| stored.body() == new.body())
+        .take_while(|(stored, new)| same_event(stored, new))
         .count();
     let differs_at = match stored.header == *header {
         false => 0,
@@ -554,6 +555,20 @@ fn compare(
             stored_torn: stored.torn_tail.is_some(),
         }
     })
+}
+
+/// Whether a stored event is the one an import would write: the same
+/// bytes, or the same JSON. An earlier version wrote a call's arguments and
+/// result with their members in the order of their names, where an import
+/// now writes them in the source's order; such a session was imported all
+/// the same.
+fn same_event(stored: &EventRecord, new: &EventRecord) -> bool {
+    let data = |record: &EventRecord| serde_json::from_str::<Value>(record.data()).ok();
+    let place = |record: &EventRecord| (record.seq(), record.ts(), record.batch());
+    stored.body() == new.body()
+        || (stored.event_type() == new.event_type()
+            && place(stored) == place(new)
+            && data(stored).is_some_and(|stored| data(new) == Some(stored)))
 }
 
 #[cfg(test)]

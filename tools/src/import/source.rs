@@ -9,8 +9,11 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
-use sessionlog_schema::{SessionId, MAX_RECORD_BYTES, MAX_SESSION_ID_LEN};
+use sessionlog_schema::{compact_json, SessionId, MAX_RECORD_BYTES, MAX_SESSION_ID_LEN};
 
 /// The longest transcript line an import reads: the record limit and 1 MiB
 /// for what a mapping leaves out of a line (its metadata). No longer line
@@ -54,6 +57,168 @@ impl SourceLine {
             line: self.number,
             offset: self.offset,
         }
+    }
+
+    /// `value`, a value of this line's parse, as the line spells it: its
+    /// members in the line's order, its numbers and escapes as written,
+    /// compacted. A line that does not read exactly ([`SourceLine::exact`],
+    /// kept whole beside what it maps to) and a value that is not part of
+    /// the parse give the value as parsed.
+    pub fn as_written(&self, value: &Value) -> Json {
+        let written = || {
+            let path = self.exact.then(|| path_to(&self.value, value))??;
+            let mut parser = serde_json::Deserializer::from_str(&self.raw);
+            let raw = At(&path).deserialize(&mut parser).ok()??;
+            compact_json(raw.get()).ok()
+        };
+        written().map_or_else(|| Json::Built(value.clone()), Json::Written)
+    }
+}
+
+/// JSON that an importer writes into an event's data.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Json {
+    /// A value the mapping built or read.
+    Built(Value),
+    /// A value of the source as the source wrote it: compact JSON text,
+    /// with its members in their order.
+    Written(String),
+}
+
+impl Json {
+    /// Whether this is JSON `null`.
+    pub fn is_null(&self) -> bool {
+        match self {
+            Json::Built(value) => value.is_null(),
+            Json::Written(text) => text == "null",
+        }
+    }
+
+    /// The JSON text.
+    pub fn text(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Json::Built(value) => value.to_string().into(),
+            Json::Written(text) => text.into(),
+        }
+    }
+}
+
+impl From<Value> for Json {
+    fn from(value: Value) -> Json {
+        Json::Built(value)
+    }
+}
+
+/// A step from a JSON value into one it holds.
+#[derive(Debug)]
+enum Step<'a> {
+    Member(&'a str),
+    Element(usize),
+}
+
+/// The steps from `root` to `target`, a value inside it (the very value,
+/// not one equal to it); `None` when `target` is not in `root`.
+fn path_to<'a>(root: &'a Value, target: &Value) -> Option<Vec<Step<'a>>> {
+    if std::ptr::eq(root, target) {
+        return Some(Vec::new());
+    }
+    let (step, mut rest) = match root {
+        Value::Object(members) => members
+            .iter()
+            .find_map(|(name, member)| Some((Step::Member(name), path_to(member, target)?)))?,
+        Value::Array(elements) => elements
+            .iter()
+            .enumerate()
+            .find_map(|(index, element)| Some((Step::Element(index), path_to(element, target)?)))?,
+        _ => return None,
+    };
+    rest.insert(0, step);
+    Some(rest)
+}
+
+/// Reads the JSON text at the end of a path through a document, as the
+/// document spells it; `None` when the path leads nowhere. A member named
+/// twice is taken last, as the parser takes it.
+struct At<'p, 'a>(&'p [Step<'a>]);
+
+impl<'de> DeserializeSeed<'de> for At<'_, '_> {
+    type Value = Option<&'de RawValue>;
+
+    fn deserialize<D: Deserializer<'de>>(self, parser: D) -> Result<Self::Value, D::Error> {
+        match self.0.split_first() {
+            None => <&RawValue>::deserialize(parser).map(Some),
+            Some((step, rest)) => parser.deserialize_any(Through { step, rest }),
+        }
+    }
+}
+
+/// Visits the value a step leads through.
+struct Through<'p, 'a> {
+    step: &'p Step<'a>,
+    rest: &'p [Step<'a>],
+}
+
+impl<'de> Visitor<'de> for Through<'_, '_> {
+    type Value = Option<&'de RawValue>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("an object or an array")
+    }
+
+    fn visit_map<M: MapAccess<'de>>(self, mut members: M) -> Result<Self::Value, M::Error> {
+        let mut found = None;
+        while let Some(name) = members.next_key::<std::borrow::Cow<'de, str>>()? {
+            match self.step {
+                Step::Member(wanted) if *wanted == name => {
+                    found = members.next_value_seed(At(self.rest))?;
+                }
+                _ => {
+                    members.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    fn visit_seq<S: SeqAccess<'de>>(self, mut elements: S) -> Result<Self::Value, S::Error> {
+        let mut found = None;
+        let mut index = 0;
+        loop {
+            let more = match self.step {
+                Step::Element(wanted) if *wanted == index => elements
+                    .next_element_seed(At(self.rest))?
+                    .map(|raw| found = raw),
+                _ => elements.next_element::<IgnoredAny>()?.map(drop),
+            };
+            if more.is_none() {
+                return Ok(found);
+            }
+            index += 1;
+        }
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
     }
 }
 
