@@ -58,6 +58,8 @@ export class SessionlogError extends Error {
 export type SandboxMode = 'read-only' | 'workspace-write' | 'danger-full-access'
 export type ApprovalPolicy = 'ask' | 'never'
 export type Durability = 'fsync' | 'buffered'
+/** A permission preset; `custom`: the values in force match none. */
+export type Preset = 'read-only' | 'workspace-write' | 'full-access' | 'auto' | 'custom'
 
 /** A session's immutable first record. */
 export interface SessionHeader {
@@ -120,7 +122,7 @@ export interface Projection {
   delegationDepth: number
   approvalPolicy: Setting<ApprovalPolicy>
   sandboxMode: Setting<SandboxMode>
-  preset: 'read-only' | 'workspace-write' | 'full-access' | 'auto' | 'custom'
+  preset: Preset
   requiresIntegration: string[]
   openTurn: string | null
   openStep: string | null
@@ -196,7 +198,10 @@ export class Store {
    * Opens the one writer of a session; `LOCKED` while another writer holds
    * it. `sealKey` (the text of a key file `sessionlog keygen` wrote) seals
    * every turn: a signed seal after each `turn/end`, in the same write and
-   * sync.
+   * sync. `keepSnapshot` (true when absent) keeps every event in memory for
+   * `reviewRequest`; `false` suits a plain appender: it opens a long session
+   * from its state snapshot, reading only the events after it, holds less,
+   * and its `reviewRequest` is `INVALID_ARGUMENT`.
    */
   openWriter(id: string, options?: { durability?: Durability; keepSnapshot?: boolean; sealKey?: string } | null): Promise<Writer>
   /** The head of a session (an anchor for `sessionlog verify --anchor`): its last seq and the chain value there. */
@@ -207,7 +212,11 @@ export class Store {
   snapshot(id: string): Promise<Snapshot>
   /** The projections as of seq `at` (the last when absent). */
   project(id: string, options?: ({ at?: number } & Defaults) | null): Promise<Projection>
-  /** Every session's header. */
+  /**
+   * Every session's header. In a folder, an entry that is no log (a
+   * symbolic link, a folder, a name that is no session id) is passed over,
+   * as `sessionlog list` passes it over with a warning.
+   */
   list(): Promise<Array<SessionHeader | UnreadableSession>>
   /** The events from `fromSeq` on, then each new one as it is appended, until `signal` aborts. */
   follow(id: string, options?: { fromSeq?: number; signal?: AbortSignal } | null): AsyncIterableIterator<StoredEvent>
@@ -232,8 +241,32 @@ export class Writer {
   reviewRequestText(pending: PendingAction | string, options?: { maxBytes?: number } | null): Promise<string>
   /** Appends a seal of every record before it, signed by `key` (the text of a key file) when given; resolves with its seq. */
   seal(options?: { key?: string } | null): Promise<number>
+  /**
+   * The preset writer: switches the session's permission preset by
+   * appending, as one atomic batch after what was queued before, the
+   * `sandbox/mode` and `approval/policy` events the preset needs (only those
+   * that differ from what is in force) and the `permission/preset` event.
+   * `auto` runs under the approval policy `approval` names (required); the
+   * other presets bring their own. A `permission/preset` event appended by
+   * hand changes no effective value.
+   */
+  switchPreset(
+    preset: Exclude<Preset, 'custom'>,
+    options?: ({ approval?: ApprovalPolicy; expectSeq?: number } & Defaults) | null,
+  ): Promise<PresetSwitched>
   /** Applies what was queued before, then releases the writer and its lock; a second call gives the first one's promise. */
   close(): Promise<void>
+}
+
+/** What `switchPreset` switched, as `sessionlog preset --json` prints it. */
+export interface PresetSwitched {
+  session: string
+  preset: Exclude<Preset, 'custom'>
+  /** The seqs of the events written, the `permission/preset` event last. */
+  seqs: number[]
+  /** The effective values after the switch. */
+  sandboxMode: SandboxMode
+  approvalPolicy: ApprovalPolicy
 }
 
 /** What `sessionlog head` prints for a session. */

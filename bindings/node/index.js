@@ -132,14 +132,31 @@ function describe(value) {
   return typeof value === 'object' ? 'an object' : `a ${typeof value}`
 }
 
-/** The options object of a call: `{}` for undefined or null. */
-function optionsOf(options) {
+/**
+ * The options object of a call (`{}` for undefined or null), which may name
+ * only the members `allowed`: a misspelt option (`sealkey`, `durabilty`)
+ * dropped would run the call otherwise than asked, unsaid.
+ */
+function optionsOf(options, allowed) {
   if (options === undefined || options === null) return {}
   if (typeof options !== 'object' || Array.isArray(options)) {
     throw invalidArgument(`options must be an object, not ${describe(options)}`)
   }
-  return options
+  return onlyMembers(options, allowed, 'options')
 }
+
+/** `object`, refused when it has an own member that `allowed` does not name. */
+function onlyMembers(object, allowed, what) {
+  for (const key in object) {
+    if (Object.hasOwn(object, key) && !allowed.includes(key)) {
+      const known = allowed.length === 0 ? 'none' : allowed.join(', ')
+      throw invalidArgument(`${what}: unknown member ${JSON.stringify(key)} (the members it takes: ${known})`)
+    }
+  }
+  return object
+}
+
+const DEFAULTS = ['defaultApproval', 'defaultSandbox']
 
 function defaultsOf(options) {
   return {
@@ -200,14 +217,22 @@ function encodeEventChecked(event, index) {
   return `[${JSON.stringify(type)},${ts === undefined || ts === null ? 'null' : ts},${data}]`
 }
 
-/** A JSON value given as an object, or as its JSON text passed through. */
-function jsonText(value, what) {
+/**
+ * A JSON value given as an object, or as its JSON text passed through; a
+ * value JSON cannot write (a BigInt, a cycle) is refused with `code`.
+ */
+function jsonText(value, what, code = 'INVALID_ARGUMENT') {
   if (typeof value === 'string') {
-    wellFormed(value, what)
+    wellFormed(value, what, code)
     return value
   }
-  const text = JSON.stringify(value)
-  if (text === undefined) throw invalidArgument(`${what} must be a JSON value, not ${describe(value)}`)
+  let text
+  try {
+    text = JSON.stringify(value)
+  } catch (error) {
+    throw new SessionlogError(code, `${what} cannot be written as JSON: ${error && error.message}`)
+  }
+  if (text === undefined) throw new SessionlogError(code, `${what} must be a JSON value, not ${describe(value)}`)
   return text
 }
 
@@ -233,7 +258,7 @@ class Store {
     }
     // Rust would take a lone surrogate as U+FFFD: another path.
     wellFormed(location, 'location')
-    const create = checkBoolean(optionsOf(options).create, 'create', false)
+    const create = checkBoolean(optionsOf(options, ['create']).create, 'create', false)
     // The addon makes a path absolute (a later process.chdir moves nothing).
     const handle = await call(native.openStore(location, create))
     return new Store(constructing, handle)
@@ -246,8 +271,11 @@ class Store {
 
   /** Creates a root session; resolves with its header. */
   async createSession(session, options) {
-    options = optionsOf(options)
-    if (session === null || typeof session !== 'object') throw invalidArgument('createSession takes {id, cwd, ...}')
+    options = optionsOf(options, ['durability'])
+    if (session === null || typeof session !== 'object' || Array.isArray(session)) {
+      throw invalidArgument('createSession takes {id, cwd, ...}')
+    }
+    onlyMembers(session, ['id', 'cwd', 'createdAt', 'sandboxMode', 'approvalPolicy'], 'the session')
     const input = {
       id: checkId(session.id),
       cwd: session.cwd === undefined ? process.cwd() : session.cwd,
@@ -267,7 +295,7 @@ class Store {
    * signed by it, written and synced with it.
    */
   async openWriter(id, options) {
-    options = optionsOf(options)
+    options = optionsOf(options, ['durability', 'keepSnapshot', 'sealKey'])
     const buffered = isBuffered(options.durability)
     const keepSnapshot = checkBoolean(options.keepSnapshot, 'keepSnapshot', true)
     const sealKey = checkOptionalString(options.sealKey, 'sealKey') ?? null
@@ -292,7 +320,7 @@ class Store {
 
   /** Creates `child` from `parent`'s good prefix; resolves with the child's header. */
   async fork(parent, child, options) {
-    options = optionsOf(options)
+    options = optionsOf(options, ['prompt', ...DEFAULTS])
     const prompt = checkOptionalString(options.prompt, 'prompt')
     const text = await call(
       this.#native.fork(checkId(parent, 'parent id'), checkId(child, 'child id'), prompt, defaultsOf(options)),
@@ -307,7 +335,7 @@ class Store {
 
   /** The projections as of seq `at` (the last when absent), as `sessionlog project` prints them. */
   async project(id, options) {
-    options = optionsOf(options)
+    options = optionsOf(options, ['at', ...DEFAULTS])
     const at = checkInteger(options.at, 'at')
     return JSON.parse(await call(this.#native.project(checkId(id), at, defaultsOf(options))))
   }
@@ -323,7 +351,7 @@ class Store {
    * one as it is appended, until `signal` aborts (or the loop breaks).
    */
   async *follow(id, options) {
-    options = optionsOf(options)
+    options = optionsOf(options, ['fromSeq', 'signal'])
     const fromSeq = checkInteger(options.fromSeq, 'fromSeq') ?? 1
     const { signal } = options
     // Checked before the native follower starts polling.
@@ -480,7 +508,6 @@ class Writer {
 
   /** The Auto reviewer's request for a pending action, as an object. */
   async reviewRequest(pending, options) {
-    options = optionsOf(options)
     return JSON.parse(await this.reviewRequestText(pending, options))
   }
 
@@ -492,17 +519,17 @@ class Writer {
     let text
     let maxBytes
     try {
-      options = optionsOf(options)
+      options = optionsOf(options, ['maxBytes'])
       if (!this.#keepsSnapshot) {
         throw new SessionlogError(
-          'INVALID_LOG',
+          'INVALID_ARGUMENT',
           `the writer of session ${this.id} was opened with keepSnapshot: false and holds no snapshot; open it without that option to build review requests`,
         )
       }
       // As the same action given as an object is refused (by the strict
       // reading of its values), never read as another action.
       if (typeof pending === 'string') wellFormed(pending, 'the pending action', 'INVALID_ACTION')
-      text = jsonText(pending, 'the pending action')
+      text = jsonText(pending, 'the pending action', 'INVALID_ACTION')
       maxBytes = checkInteger(options.maxBytes, 'maxBytes', 1) ?? DEFAULT_MAX_REQUEST_BYTES
     } catch (error) {
       return Promise.reject(error)
@@ -518,13 +545,45 @@ class Writer {
   seal(options) {
     let key
     try {
-      options = optionsOf(options)
+      options = optionsOf(options, ['key'])
       this.#checkOpen()
       key = checkOptionalString(options.key, 'key') ?? null
     } catch (error) {
       return Promise.reject(error)
     }
     return this.#enqueueCall(async () => Number(await this.#work.send(() => this.#native.seal(key))))
+  }
+
+  /**
+   * Switches the session's permission preset (the preset writer): appends,
+   * as one atomic batch, the `sandbox/mode` and `approval/policy` events the
+   * preset needs and the `permission/preset` event, after what was queued
+   * before. `auto` runs under the approval policy `approval` names; the
+   * other presets bring their own. Resolves with `{session, preset, seqs,
+   * sandboxMode, approvalPolicy}`, the effective values after the switch.
+   */
+  switchPreset(preset, options) {
+    let input
+    try {
+      options = optionsOf(options, ['approval', 'expectSeq', ...DEFAULTS])
+      this.#checkOpen()
+      if (typeof preset !== 'string') throw invalidArgument(`preset must be a string, not ${describe(preset)}`)
+      input = {
+        preset,
+        approval: checkOptionalString(options.approval, 'approval') ?? null,
+        expectSeq: checkInteger(options.expectSeq, 'expectSeq', 1) ?? null,
+        defaults: defaultsOf(options),
+      }
+    } catch (error) {
+      return Promise.reject(error)
+    }
+    return this.#enqueueCall(async () =>
+      JSON.parse(
+        await this.#work.send(() =>
+          this.#native.switchPreset(input.preset, input.approval, input.defaults, input.expectSeq),
+        ),
+      ),
+    )
   }
 
   /** Applies what was queued before, then releases the writer and its lock. */
@@ -545,7 +604,7 @@ class Writer {
     let batch
     try {
       this.#checkOpen()
-      const expectSeq = checkInteger(optionsOf(options).expectSeq, 'expectSeq', 1)
+      const expectSeq = checkInteger(optionsOf(options, ['expectSeq']).expectSeq, 'expectSeq', 1)
       let encoded = ''
       // By index, holes included: `map` would pass a hole over.
       for (let index = 0; index < events.length; index += 1) {
@@ -653,13 +712,7 @@ class Writer {
  * throws a SessionlogError with code AUTO_REVIEW_FAILED.
  */
 function parseReviewResult(reply) {
-  let text
-  try {
-    text = jsonText(reply, 'the reply')
-  } catch (error) {
-    const message = typeof reply === 'string' ? error.message : `the reply must be a JSON value, not ${describe(reply)}`
-    throw new SessionlogError('AUTO_REVIEW_FAILED', message)
-  }
+  const text = jsonText(reply, 'the reply', 'AUTO_REVIEW_FAILED')
   try {
     return JSON.parse(native.parseReviewResultJson(text))
   } catch (error) {

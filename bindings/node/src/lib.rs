@@ -358,11 +358,11 @@ fn durability(buffered: bool) -> Durability {
 }
 
 /// Parses a value of a closed vocabulary, refusing anything else.
-fn vocabulary<T: std::str::FromStr<Err = String>>(text: &str) -> Outcome<T> {
+pub(crate) fn vocabulary<T: std::str::FromStr<Err = String>>(text: &str) -> Outcome<T> {
     text.parse().map_err(Failure::invalid_argument)
 }
 
-fn configured(defaults: &DefaultsInput) -> Outcome<Defaults> {
+pub(crate) fn configured(defaults: &DefaultsInput) -> Outcome<Defaults> {
     let mut configured = Defaults::default();
     if let Some(approval) = &defaults.default_approval {
         configured.approval = vocabulary(approval)?;

@@ -27,11 +27,12 @@ use napi::Status;
 use napi_derive::napi;
 use serde::{Deserialize, Serialize};
 use sessionlog_projections::parse_pending_action;
-use sessionlog_schema::SealSecretKey;
+use sessionlog_schema::{ApprovalPolicy, Preset, SealSecretKey};
 use sessionlog_store::{NewEvent, SessionWriter};
 
 use crate::failure::{Failure, Outcome};
 use crate::json;
+use crate::DefaultsInput;
 
 /// How long the writer's thread watches for the next piece of work after
 /// finishing one before it sleeps. The event loop needs about 20–60 µs to
@@ -76,6 +77,13 @@ enum Work {
     ReviewRequest { pending: String, max_bytes: usize },
     /// A seal, signed by the key file's text when given: its seq.
     Seal(Option<String>),
+    /// A switch of the session's permission preset: what it switched.
+    SwitchPreset {
+        preset: String,
+        approval: Option<String>,
+        defaults: DefaultsInput,
+        expected_seq: Option<u64>,
+    },
     /// Releases the writer and its lock: `null`.
     Close,
 }
@@ -165,6 +173,30 @@ impl NativeWriter {
         self.send(Work::Seal(key), false)
     }
 
+    /// Sends a switch of the session's permission preset to `preset` (the
+    /// preset writer: the `sandbox/mode` and `approval/policy` events it
+    /// needs and the `permission/preset` event, one atomic batch); `auto`
+    /// under the approval policy `approval`. Its completion is the JSON text
+    /// `{session, preset, seqs, sandboxMode, approvalPolicy}`, as
+    /// `sessionlog preset --json` prints it.
+    #[napi]
+    pub fn switch_preset(
+        &mut self,
+        preset: String,
+        approval: Option<String>,
+        defaults: DefaultsInput,
+        expect_seq: Option<f64>,
+    ) -> napi::Result<()> {
+        let work = Work::SwitchPreset {
+            preset,
+            approval,
+            defaults,
+            // `index.js` gave a safe integer of at least 1.
+            expected_seq: expect_seq.map(|seq| seq as u64),
+        };
+        self.send(work, false)
+    }
+
     /// Sends the release of the writer and its lock, after everything sent
     /// before; its completion is `null`. Closing twice does nothing more.
     #[napi]
@@ -238,8 +270,71 @@ fn run(slot: &mut Option<SessionWriter>, id: &str, work: Work) -> Outcome<String
                 .transpose()?;
             Ok(writer.seal(key.as_ref(), None)?.get().to_string())
         }
+        Work::SwitchPreset {
+            preset,
+            approval,
+            defaults,
+            expected_seq,
+        } => switch_preset(
+            writer,
+            &preset,
+            approval.as_deref(),
+            &defaults,
+            expected_seq,
+        ),
         Work::Close => Ok("null".to_owned()),
     }
+}
+
+/// Switches the preset of `writer`'s session (see
+/// `NativeWriter::switch_preset`).
+fn switch_preset(
+    writer: &mut SessionWriter,
+    preset: &str,
+    approval: Option<&str>,
+    defaults: &DefaultsInput,
+    expected_seq: Option<u64>,
+) -> Outcome<String> {
+    let preset: Preset = crate::vocabulary(preset)?;
+    let approval: Option<ApprovalPolicy> = approval.map(crate::vocabulary).transpose()?;
+    match (preset, approval) {
+        (Preset::Auto, None) => {
+            return Err(Failure::invalid_argument(
+                "preset auto runs under an approval policy the caller names: give { approval: \"ask\" } or { approval: \"never\" }",
+            ))
+        }
+        (preset, Some(_)) if preset != Preset::Auto => {
+            return Err(Failure::invalid_argument(format!(
+                "approval is only for preset auto; preset {} brings its own approval policy",
+                preset.as_str()
+            )))
+        }
+        _ => {}
+    }
+    let defaults = crate::configured(defaults)?;
+    let seqs: Vec<u64> = writer
+        .switch_preset(preset, approval, &defaults, expected_seq)?
+        .into_iter()
+        .map(|seq| seq.get())
+        .collect();
+    /// What the completion gives, its members in this order.
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Switched<'a> {
+        session: &'a str,
+        preset: &'a str,
+        seqs: Vec<u64>,
+        sandbox_mode: &'a str,
+        approval_policy: &'a str,
+    }
+    let state = writer.state();
+    Ok(json::to_json(&Switched {
+        session: writer.id().as_str(),
+        preset: preset.as_str(),
+        seqs,
+        sandbox_mode: state.effective_sandbox(&defaults).as_str(),
+        approval_policy: state.effective_approval(&defaults).as_str(),
+    }))
 }
 
 /// Appends a group (see `Batch`); the JSON text of each batch's outcome.

@@ -111,7 +111,7 @@ test('the review request is byte for byte what `sessionlog review-request` print
 
     // A writer without a snapshot cannot build one.
     const bare = await store.openWriter('s1', { keepSnapshot: false })
-    await rejectsWith(bare.reviewRequest(pendingAction), 'INVALID_LOG')
+    await rejectsWith(bare.reviewRequest(pendingAction), 'INVALID_ARGUMENT')
     await bare.close()
   }
 })

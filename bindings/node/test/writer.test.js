@@ -390,7 +390,9 @@ test('options given as null are no options; the errors name the option as JavaSc
   assert.equal(await writer.append({ type: 'x-test/note', data: 1 }, null), 1)
   const sealed = await rejectsWith(writer.seal({ key: 'junk' }), 'INVALID_ARGUMENT')
   assert.match(sealed.message, /^key: /)
-  const request = await rejectsWith(writer.reviewRequestText({}), 'INVALID_LOG')
+  // A writer opened without the snapshot is a call the API cannot take,
+  // not a damaged log.
+  const request = await rejectsWith(writer.reviewRequestText({}), 'INVALID_ARGUMENT')
   assert.match(request.message, /keepSnapshot: false/)
   assert.doesNotMatch(request.message, /WriterOptions/)
   await rejectsWith(writer.append({ type: 'x-test/note', data: 1 }, 'fast'), 'INVALID_ARGUMENT')
@@ -399,6 +401,89 @@ test('options given as null are no options; the errors name the option as JavaSc
     assert.match(error.message, /^sealKey: /)
   })
 })
+
+test('a member no call takes is refused, never dropped: a misspelt option would run the call otherwise', async (t) => {
+  const location = path.join(tempDir(t), 'sessions')
+  const store = await Store.open(location, { create: true })
+  const misspelt = await rejectsWith(store.createSession({ id: 's1', cwd: '/w', sandbox_mode: 'read-only' }), 'INVALID_ARGUMENT')
+  assert.match(misspelt.message, /"sandbox_mode"/)
+  assert.match(misspelt.message, /sandboxMode/)
+  await rejectsWith(store.createSession({ id: 's1', cwd: '/w' }, { durabilty: 'buffered' }), 'INVALID_ARGUMENT')
+  assert.deepEqual(await store.list(), [], 'nothing was created')
+  await store.createSession({ id: 's1', cwd: '/w', sandboxMode: 'read-only' })
+  const sealkey = await rejectsWith(store.openWriter('s1', { sealkey: 'k' }), 'INVALID_ARGUMENT')
+  assert.match(sealkey.message, /"sealkey"/)
+  await rejectsWith(store.fork('s1', 'c1', { promt: 'go' }), 'INVALID_ARGUMENT')
+  await rejectsWith(store.project('s1', { At: 1 }), 'INVALID_ARGUMENT')
+  await rejectsWith(Store.open(location, { crate: true }), 'INVALID_ARGUMENT')
+  const writer = await store.openWriter('s1')
+  await rejectsWith(writer.append({ type: 'x-test/note', data: 1 }, { expectseq: 1 }), 'INVALID_ARGUMENT')
+  await rejectsWith(writer.seal({ keys: 'k' }), 'INVALID_ARGUMENT')
+  await rejectsWith(writer.reviewRequest({}, { maxbytes: 10 }), 'INVALID_ARGUMENT')
+  // None of them wrote anything.
+  assert.equal(await writer.append({ type: 'x-test/note', data: 1 }, { expectSeq: 1 }), 1)
+  await writer.close()
+  const following = store.follow('s1', { fromseq: 2 })
+  await assert.rejects(following.next(), (error) => error instanceof SessionlogError && error.code === 'INVALID_ARGUMENT')
+})
+
+test('a pending action JSON cannot write is INVALID_ACTION, as every failure a SessionlogError', async (t) => {
+  const store = await Store.open(path.join(tempDir(t), 'sessions'), { create: true })
+  await store.createSession({ id: 's1', cwd: '/w' })
+  const writer = await store.openWriter('s1')
+  const cycle = { callId: 'c1', tool: 'shell', arguments: {} }
+  cycle.arguments.self = cycle
+  for (const pending of [{ callId: 'c1', tool: 'shell', arguments: { n: 10n } }, cycle]) {
+    const refused = await rejectsWith(writer.reviewRequest(pending), 'INVALID_ACTION')
+    assert.match(refused.message, /^the pending action cannot be written as JSON: /)
+  }
+  await writer.close()
+})
+
+for (const [backend, location] of backends) {
+  test(`${backend}: switchPreset writes the preset's values and the preset, as one batch after what was queued`, async (t) => {
+    const store = await Store.open(location(tempDir(t)), { create: true })
+    await store.createSession({ id: 's1', cwd: '/w' })
+    const writer = await store.openWriter('s1')
+    const note = writer.append({ type: 'x-test/note', data: 1 })
+    const switched = await writer.switchPreset('auto', { approval: 'never' })
+    assert.equal(await note, 1)
+    assert.deepEqual(switched, {
+      session: 's1',
+      preset: 'auto',
+      seqs: [2, 3, 4],
+      sandboxMode: 'danger-full-access',
+      approvalPolicy: 'never',
+    })
+    const { events } = await store.snapshot('s1')
+    assert.deepEqual(
+      events.slice(1).map((event) => [event.type, event.data]),
+      [
+        ['sandbox/mode', { mode: 'danger-full-access' }],
+        ['approval/policy', { policy: 'never' }],
+        ['permission/preset', { preset: 'auto' }],
+      ],
+    )
+    const projection = await store.project('s1')
+    assert.equal(projection.preset, 'auto')
+    assert.equal(projection.sandboxMode.effective, 'danger-full-access')
+    assert.equal(projection.approvalPolicy.effective, 'never')
+    // Full access is danger-full-access under `never`, as auto runs now:
+    // only the preset is written.
+    assert.deepEqual((await writer.switchPreset('full-access')).seqs, [5])
+    assert.deepEqual(await writer.switchPreset('read-only', { expectSeq: 6 }).then((s) => s.seqs), [6, 7, 8])
+    const conflict = await rejectsWith(writer.switchPreset('auto', { approval: 'ask', expectSeq: 3 }), 'CONFLICT')
+    assert.equal(conflict.actual, 9)
+    const bare = await rejectsWith(writer.switchPreset('auto'), 'INVALID_ARGUMENT')
+    assert.match(bare.message, /approval/)
+    await rejectsWith(writer.switchPreset('full-access', { approval: 'ask' }), 'INVALID_ARGUMENT')
+    await rejectsWith(writer.switchPreset('root'), 'INVALID_ARGUMENT')
+    await rejectsWith(writer.switchPreset(null), 'INVALID_ARGUMENT')
+    assert.equal((await store.snapshot('s1')).events.length, 8, 'nothing written by a refused switch')
+    await writer.close()
+    await rejectsWith(writer.switchPreset('read-only'), 'CLOSED')
+  })
+}
 
 test('a burst of appends longer than one JavaScript string is handed over in parts; a result no string holds is TOO_LARGE', { timeout: 120_000 }, async (t) => {
   const store = await Store.open(path.join(tempDir(t), 'sessions'), { create: true })
