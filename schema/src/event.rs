@@ -681,6 +681,16 @@ pub fn serde_message(message: &str) -> String {
         Some(index) => &message[..index],
         None => message,
     };
+    // serde_json's words for the escape of half a surrogate pair, leading
+    // or trailing, read as if the escape were cut short or misplaced.
+    if matches!(
+        message,
+        "unexpected end of hex escape" | "lone leading surrogate in hex escape"
+    ) {
+        return "a string that is not Unicode text (an escaped lone surrogate, half of a pair \
+                such as \\ud800 or \\udc00)"
+            .to_owned();
+    }
     one_line(message)
 }
 

@@ -220,6 +220,7 @@ impl Store {
     /// folder (0700).
     pub fn create(path: &Path) -> Result<Store, StoreError> {
         refuse_url_lookalike(path)?;
+        refuse_database_lookalike(path)?;
         match Backend::of_path(path) {
             #[cfg(feature = "postgres")]
             Backend::Postgres => PostgresStore::create(path).map(Store::Postgres),
@@ -851,6 +852,30 @@ fn require_existing(path: &Path, reason: &str) -> Result<(), StoreError> {
         Path::new(&store_display(path)),
         std::io::Error::new(std::io::ErrorKind::NotFound, reason.to_owned()),
     ))
+}
+
+/// Refuses to make a new store of a path named as a SQLite database is
+/// named, but not as this store names one (`.db` and `.sqlite`,
+/// lowercase): `Sessions.DB`, `x.sqlite3`, `x.db3`. Taken for a folder, it
+/// would become a folder of logs where the person asked for a database.
+fn refuse_database_lookalike(path: &Path) -> Result<(), StoreError> {
+    let Some(extension) = path.extension().and_then(|e| e.to_str()) else {
+        return Ok(());
+    };
+    let lower = extension.to_ascii_lowercase();
+    let database = matches!(lower.as_str(), "db" | "sqlite" | "sqlite3" | "db3");
+    if !database || matches!(extension, "db" | "sqlite") || path.symlink_metadata().is_ok() {
+        return Ok(());
+    }
+    Err(StoreError::InvalidStore {
+        store: path.to_owned(),
+        reason: format!(
+            "is named as a SQLite database is, but only the extensions .db and .sqlite \
+             (lowercase) make one here, and .{extension} would make a folder of logs; no \
+             store of that name is made (name it .db or .sqlite for a database, or \
+             otherwise for a folder)"
+        ),
+    })
 }
 
 /// Refuses to make a new store of a path that reads as a URL but is no

@@ -1166,7 +1166,7 @@ pub fn check_storable_header(header: &SessionHeader) -> Result<(), StoreError> {
     ] {
         if i64::try_from(value).is_err() {
             return Err(StoreError::InvalidHeader(format!(
-                "session {}: {what} {value} is above 2^63-1, the largest integer both backends store",
+                "session {}: {what} {value} is above 2^63-1, the largest integer every backend stores",
                 header.id
             )));
         }
@@ -1214,7 +1214,7 @@ pub(crate) fn check_storable_values(record: &EventRecord) -> Result<(), StoreErr
     for (what, value) in [("seq", record.seq()), ("ts", record.ts())] {
         if i64::try_from(value).is_err() {
             return Err(StoreError::InvalidEvent(format!(
-                "seq {} ({}): {what} {value} is above 2^63-1, the largest integer both backends store",
+                "seq {} ({}): {what} {value} is above 2^63-1, the largest integer every backend stores",
                 record.seq(),
                 record.event_type()
             )));

@@ -359,6 +359,29 @@ fn append_refuses_a_type_with_a_nul_as_the_rule_violation_verify_finds() {
     run(["verify", &store]).expect_code(0);
 }
 
+/// Half a surrogate pair escaped in a text is named as what it is, not as
+/// the escape cut short that the parser's words suggest.
+#[test]
+fn a_lone_surrogate_in_a_text_is_named_as_one() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let store = store_with_session(dir.path());
+    for text in [r"a\ud800b", r"a\udc00", r"a\ud800\u0041"] {
+        let line = format!(
+            r#"{{"type":"message","data":{{"role":"user","content":[{{"type":"text","text":"{text}"}}]}}}}"#
+        );
+        let refused = crate::cli_support::run_with_stdin(
+            ["append", &store, "--session", "s1"],
+            &format!("{line}\n"),
+        );
+        refused.expect_code(4);
+        assert!(
+            refused.stderr.contains("data.content[0].text: a string that is not Unicode text (an escaped lone surrogate"),
+            "{text}: {}",
+            refused.stderr
+        );
+    }
+}
+
 #[test]
 fn append_warns_of_an_unknown_type_with_the_closest_known_and_strict_refuses_it() {
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
@@ -1229,6 +1252,38 @@ fn a_mistyped_store_url_never_shows_its_password() {
             );
         }
     }
+}
+
+/// A new store named as a SQLite database is named elsewhere (`.DB`,
+/// `.sqlite3`, `.db3`) but not as this store names one is refused, by
+/// every command that makes a store: taken for a folder, it would be a
+/// folder of logs where a database was asked for. An existing store of
+/// such a name opens as what it is.
+#[test]
+fn a_new_store_named_like_a_database_but_not_as_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let source = store_with_session(dir.path());
+    for name in ["Sessions.DB", "x.SQLite", "x.sqlite3", "x.db3"] {
+        let store = arg(&dir.path().join(name));
+        for args in [
+            vec!["create", &store, "--session", "s"],
+            vec!["migrate", &source, &store],
+        ] {
+            let refused = run(&args);
+            refused.expect_code(1);
+            assert!(
+                refused.stderr.contains(".db and .sqlite") && refused.stderr.contains(name),
+                "{args:?}: {}",
+                refused.stderr
+            );
+            assert!(!dir.path().join(name).exists(), "{args:?}");
+        }
+    }
+    std::fs::create_dir(dir.path().join("kept.DB")).unwrap_or_else(|error| panic!("{error}"));
+    let kept = arg(&dir.path().join("kept.DB"));
+    run(["create", &kept, "--session", "s"]).expect_code(0);
+    assert!(dir.path().join("kept.DB").join("s.jsonl").is_file());
+    run(["create", &arg(&dir.path().join("x.db")), "--session", "s"]).expect_code(0);
 }
 
 /// An argument clap refuses is quoted back: a control character in it (a

@@ -401,7 +401,8 @@ struct CallEntry<'a> {
 }
 
 /// An image or attachment part as logged, its members in their order,
-/// without the inline `data`.
+/// only those the vocabulary names besides the inline `data`
+/// ([`SHOWN_PART_MEMBERS`]).
 struct LoggedPart<'a>(Members<'a>);
 
 impl Serialize for LoggedPart<'_> {
@@ -459,7 +460,13 @@ pub(super) fn write_json(
     Ok(())
 }
 
-/// The message's image and attachment parts as logged, minus `data`.
+/// The members of an image or attachment part the reviewer is shown: what
+/// the vocabulary names, but the inline `data`. A member it does not name
+/// could hold anything (a tool's output a runtime put there), so none is.
+const SHOWN_PART_MEMBERS: [&str; 4] = ["type", "mediaType", "name", "size"];
+
+/// The message's image and attachment parts as logged, minus `data` and
+/// any member the vocabulary does not name.
 fn attachments<'a>(
     record: &'a EventRecord,
     message: &Message,
@@ -487,7 +494,7 @@ fn attachments<'a>(
         parts.push(LoggedPart(
             members
                 .into_iter()
-                .filter(|(name, _)| name != "data")
+                .filter(|(name, _)| SHOWN_PART_MEMBERS.contains(&&name[..]))
                 .collect(),
         ));
     }

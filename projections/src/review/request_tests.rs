@@ -479,11 +479,21 @@ fn secrets_outside_the_reviewers_view_never_reach_it() {
         .event(
             "message",
             json!({"role": "user", "source": {"kind": "user"}, "content": [
-                {"type": "image", "mediaType": "image/png", "data": SECRET}]}),
+                {"type": "image", "mediaType": "image/png", "data": SECRET},
+                // A member the vocabulary does not name could hold anything.
+                {"type": "image", "mediaType": "image/png", "name": "shot.png",
+                    "toolResult": SECRET},
+                {"type": "attachment", "name": "build.log", "size": 12,
+                    "caption": SECRET}]}),
         );
     let request = request(&log, &shell_call("c3", "curl https://example.invalid"));
     assert!(!request.contains(SECRET), "{request}");
     assert!(request.contains("cat .env"), "calls stay visible");
+    assert!(
+        request.contains(r#"{"mediaType":"image/png","name":"shot.png","type":"image"}"#)
+            && request.contains(r#"{"name":"build.log","size":12,"type":"attachment"}"#),
+        "the parts stay visible: {request}"
+    );
 }
 
 #[test]
