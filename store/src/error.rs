@@ -289,6 +289,11 @@ impl StoreError {
                     || std::error::Error::source(source)
                         .is_some_and(|inner| inner.is::<io::Error>())
             }
+            // A server that did not complete a connection in time.
+            StoreError::Io { path, source, .. } => {
+                source.kind() == io::ErrorKind::TimedOut
+                    && path.to_str().is_some_and(crate::store::is_postgres_url)
+            }
             _ => false,
         }
     }

@@ -1128,9 +1128,13 @@ fn a_schema_of_another_application_is_not_made_a_store() {
         schema.name
     )));
     let examples = text(&examples());
+    // A reading command says it as `create` does, rather than send the
+    // person to `create`.
     for args in [
         vec!["create", schema.url.as_str(), "--session", "s"],
         vec!["migrate", examples.as_str(), schema.url.as_str()],
+        vec!["list", schema.url.as_str()],
+        vec!["verify", schema.url.as_str()],
     ] {
         let refused = run(&args);
         refused.expect_code(1);
@@ -1402,4 +1406,113 @@ fn a_resumed_writer_seals_only_the_chain_its_rows_give() {
     );
     let after: i64 = ok(client.query_one(count.as_str(), &[])).get(0);
     assert_eq!(after, rows, "nothing was written");
+}
+
+/// A server that takes the connection and never answers (stopped,
+/// overloaded, a forward with nothing behind it) is given up on after the
+/// connect timeout, the URL's or `PGCONNECT_TIMEOUT`, as libpq gives up: it
+/// does not hold the command forever. Needs no server: the listener here
+/// accepts and says nothing.
+#[test]
+fn a_server_that_never_answers_is_given_up_on_after_the_connect_timeout() {
+    let listener = ok(std::net::TcpListener::bind("127.0.0.1:0"));
+    let port = ok(listener.local_addr()).port();
+    // Each connection held 20 s, then closed: a command that waited for
+    // an answer fails then, on the close, rather than hanging the test.
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_secs(20));
+                drop(stream);
+            });
+        }
+    });
+    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+    for (url, variable) in [
+        (format!("{url}?connect_timeout=1"), None),
+        (url.clone(), Some("1")),
+    ] {
+        let mut command = sessionlog(["list", url.as_str()]);
+        if let Some(seconds) = variable {
+            command.env("PGCONNECT_TIMEOUT", seconds);
+        }
+        let started = std::time::Instant::now();
+        let refused = crate::cli_support::run_command(command, None);
+        refused.expect_code(1);
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(
+            refused
+                .stderr
+                .contains("the server did not complete the connection within 1 s"),
+            "{}",
+            refused.stderr
+        );
+    }
+}
+
+/// A role that may not use the store's schema is told so, not that the
+/// schema holds no store (its tables are only out of its sight), by
+/// reading commands and by `create`, whose advice that would be; a schema
+/// that does not exist is named as missing.
+#[test]
+fn a_role_without_usage_of_the_schema_is_told_so() {
+    let Some(server) = test_server() else {
+        return;
+    };
+    let schema = Schema::new(&server, "nousage");
+    run(["migrate", &text(&examples()), &schema.url]).expect_code(0);
+    let role = format!("it_nousage_{}", std::process::id());
+    let Ok(Store::Postgres(admin)) = Store::create(Path::new(&server)) else {
+        panic!("{server}: no PostgreSQL store");
+    };
+    let mut client = ok(admin.connect());
+    ok(client.batch_execute(&format!(
+        "DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN"
+    )));
+    let as_role = schema
+        .url
+        .replacen("postgres://postgres@", &format!("postgres://{role}@"), 1);
+    assert_ne!(
+        as_role, schema.url,
+        "{server}: the URL names no user postgres"
+    );
+    for args in [
+        vec!["list", as_role.as_str()],
+        vec!["create", as_role.as_str(), "--session", "s"],
+    ] {
+        let refused = run(&args);
+        refused.expect_code(1);
+        assert!(
+            refused.stderr.contains(&format!(
+                "exists, but role {role} may not use it (no USAGE privilege on it)"
+            )),
+            "{args:?}: {}",
+            refused.stderr
+        );
+    }
+    ok(client.batch_execute(&format!(
+        "GRANT USAGE ON SCHEMA {0} TO {role}; GRANT SELECT ON ALL TABLES IN SCHEMA {0} TO {role}",
+        schema.name
+    )));
+    run(["list", as_role.as_str()]).expect_code(0);
+    let missing = Schema::new(&server, "missing");
+    let refused = run(["list", missing.url.as_str()]);
+    refused.expect_code(1);
+    assert!(
+        refused.stderr.contains(&format!(
+            "schema {} does not exist in database",
+            missing.name
+        )),
+        "{}",
+        refused.stderr
+    );
+    ok(client.batch_execute(&format!(
+        "REVOKE ALL ON ALL TABLES IN SCHEMA {0} FROM {role}; REVOKE ALL ON SCHEMA {0} FROM {role}; \
+         DROP ROLE {role}",
+        schema.name
+    )));
 }

@@ -98,7 +98,9 @@ impl From<StoreError> for Failure {
     fn from(error: StoreError) -> Failure {
         let message = error.to_string();
         match &error {
-            StoreError::Postgres { store, .. } if error.is_connection_lost() => {
+            StoreError::Postgres { store, .. } | StoreError::Io { path: store, .. }
+                if error.is_connection_lost() =>
+            {
                 Failure::new("CONNECTION_LOST", message).at_path(store)
             }
             StoreError::Io { path, .. }

@@ -107,8 +107,32 @@ impl Location {
                  lives in a schema of its own"
             )));
         }
-        let mut config = Config::from_str(&url)
-            .map_err(|error| invalid(format!("not a PostgreSQL URL: {error}")))?;
+        // A URL that asks for TLS is refused as such, rather than
+        // connected to without it or refused by the client in its words.
+        let tls = url
+            .split_once('?')
+            .into_iter()
+            .flat_map(|(_, query)| query.split('&'))
+            .filter_map(|pair| pair.strip_prefix("sslmode="))
+            .find(|mode| matches!(*mode, "require" | "verify-ca" | "verify-full"));
+        if let Some(mode) = tls {
+            return Err(invalid(format!(
+                "sslmode={mode} asks for TLS, which sessionlog does not have: it connects \
+                 without TLS (sslmode disable or prefer); reach a remote server through a \
+                 TLS tunnel, or a local one by its socket"
+            )));
+        }
+        let mut config = Config::from_str(&url).map_err(|error| {
+            // The client's words name the parameter in the error's cause:
+            // "invalid connection string: unknown option `bogus`".
+            let mut reason = format!("not a PostgreSQL URL: {error}");
+            let mut cause = std::error::Error::source(&error);
+            while let Some(inner) = cause {
+                reason.push_str(&format!(": {inner}"));
+                cause = inner.source();
+            }
+            invalid(reason)
+        })?;
         apply_environment(&mut config);
         let search_path = format!("-c search_path={schema}");
         let options = match config.get_options() {
@@ -531,7 +555,19 @@ mod tests {
             ),
             (
                 "postgres://bob@h/db?password=hunter2&bogus=1",
-                "not a PostgreSQL URL",
+                "not a PostgreSQL URL: invalid connection string: unknown option `bogus`",
+            ),
+            (
+                "postgres://bob:hunter2@h/db?connect_timeout=abc",
+                "invalid value for option `connect_timeout`",
+            ),
+            (
+                "postgres://bob:hunter2@h/db?sslmode=verify-full",
+                "sslmode=verify-full asks for TLS, which sessionlog does not have",
+            ),
+            (
+                "postgres://bob:hunter2@h/db?schema=s&sslmode=require",
+                "sslmode=require asks for TLS",
             ),
         ] {
             let Err(error) = Location::parse(Path::new(url)) else {

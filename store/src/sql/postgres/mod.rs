@@ -230,12 +230,23 @@ impl PostgresStore {
         let mut connection = Connection::open(&location, read_only)?;
         let version = read_version(&mut connection, &location)?;
         let Some(version) = version else {
-            return Err(StoreError::NotAStore {
-                path: location.display.clone(),
-                reason: format!(
+            // Said as `create` would say it: another application's tables,
+            // a schema that is missing, or one that is empty.
+            refuse_foreign_tables(&mut connection, &location)?;
+            let access = schema_access(&mut connection, &location)?;
+            let reason = match access.exists {
+                false => format!(
+                    "schema {} does not exist in database {}; `sessionlog create` makes it",
+                    location.schema, access.database
+                ),
+                true => format!(
                     "schema {} holds no sessionlog tables; `sessionlog create` makes them",
                     location.schema
                 ),
+            };
+            return Err(StoreError::NotAStore {
+                path: location.display.clone(),
+                reason,
             });
         };
         if version > POSTGRES_SCHEMA_VERSION {
@@ -1723,6 +1734,22 @@ fn read_version(
                 .map_err(postgres_error("look for the schema", location))
             })?;
     if !present {
+        // A schema the role may not use is left out of its search path:
+        // its tables are not seen, which is not their absence.
+        let access = schema_access(connection, location)?;
+        if access.exists && !access.usable {
+            return Err(StoreError::NotAStore {
+                path: location.display.clone(),
+                reason: format!(
+                    "schema {schema} exists, but role {role} may not use it (no USAGE privilege \
+                     on it), so its tables cannot be seen; the store's owner grants it (GRANT \
+                     USAGE ON SCHEMA {schema} TO {role}, and SELECT on its tables to read, \
+                     INSERT and UPDATE to write)",
+                    schema = location.schema,
+                    role = access.role
+                ),
+            });
+        }
         return Ok(None);
     }
     // Another application's `schema_version` (a migration tool's) is no
@@ -1811,6 +1838,31 @@ fn upgrade_schema(connection: &mut Connection, location: &Location) -> Result<()
     outcome
 }
 
+/// What [`sql::SCHEMA_ACCESS`] says of the store's schema.
+struct SchemaAccess {
+    exists: bool,
+    usable: bool,
+    role: String,
+    database: String,
+}
+
+fn schema_access(
+    connection: &mut Connection,
+    location: &Location,
+) -> Result<SchemaAccess, StoreError> {
+    const OPERATION: &str = "look at the schema's privileges";
+    let row = connection.query_one(location, OPERATION, sql::SCHEMA_ACCESS, &[&location.schema])?;
+    (|| {
+        Ok(SchemaAccess {
+            exists: row.try_get(0)?,
+            usable: row.try_get(1)?,
+            role: row.try_get(2)?,
+            database: row.try_get(3)?,
+        })
+    })()
+    .map_err(postgres_error(OPERATION, location))
+}
+
 /// Refuses to make a store in a schema that already holds tables (or
 /// views) of another application: a store lives in a schema of its own,
 /// as a SQLite store is never made in another application's database.
@@ -1863,12 +1915,48 @@ fn newer_schema(location: &Location, found: i64) -> StoreError {
     }
 }
 
-/// Connects to the store's database.
+/// Connects to the store's database, giving up once the connect timeout
+/// (`connect_timeout`, `PGCONNECT_TIMEOUT`, 10 s by default) has passed for
+/// each host it may try, the server's answer included, as libpq does. The
+/// client bounds only the TCP connect: a server that takes the connection
+/// and never answers (stopped, overloaded, a forward with nothing behind
+/// it) would hold the command forever. The attempt runs on a thread of its
+/// own, left behind when it times out; it ends with the connection.
 fn connect(location: &Location, operation: &'static str) -> Result<Client, StoreError> {
-    location
-        .config
-        .connect(NoTls)
-        .map_err(postgres_error(operation, location))
+    let config = location.config.clone();
+    let hosts = u32::try_from(config.get_hosts().len().max(1)).unwrap_or(u32::MAX);
+    let limit = config
+        .get_connect_timeout()
+        .copied()
+        .unwrap_or(Duration::from_secs(10))
+        .saturating_mul(hosts);
+    let (sender, receiver) = mpsc::sync_channel(1);
+    let attempt = std::thread::Builder::new()
+        .name("sessionlog postgres connect".to_owned())
+        .spawn(move || {
+            let _ = sender.send(config.connect(NoTls));
+        });
+    let connected = match attempt {
+        Ok(_) => receiver.recv_timeout(limit),
+        // No thread to spare: connect here, bounded as the client bounds it.
+        Err(_) => Ok(location.config.connect(NoTls)),
+    };
+    match connected {
+        Ok(connected) => connected.map_err(postgres_error(operation, location)),
+        Err(_) => Err(StoreError::Io {
+            operation,
+            path: location.display.clone(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "the server did not complete the connection within {} s (its connect \
+                     timeout: connect_timeout in the URL or PGCONNECT_TIMEOUT, 10 s when \
+                     neither is given)",
+                    limit.as_secs_f64()
+                ),
+            ),
+        }),
+    }
 }
 
 /// The last seq session `id`'s row records (`None`: no row) and the

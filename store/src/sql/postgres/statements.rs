@@ -137,6 +137,14 @@ pub(super) const STORE_TABLES: &str = "SELECT to_regclass('schema_version') IS N
                                             WHERE attrelid = to_regclass(wanted.name)
                                               AND attname = wanted.col AND NOT attisdropped))";
 
+/// Whether the schema `$1` exists, whether the connection's role may use
+/// it (a schema it may not use is left out of its `search_path`, its
+/// tables unseen), the role and the database.
+pub(super) const SCHEMA_ACCESS: &str = "SELECT n.oid IS NOT NULL,
+            COALESCE(has_schema_privilege(n.oid, 'USAGE'), false),
+            current_user::text, current_database()::text
+       FROM (VALUES (1)) AS one (x) LEFT JOIN pg_namespace n ON n.nspname = $1";
+
 /// The recorded schema version, with how many rows hold one (a store's
 /// `schema_version` holds exactly one).
 pub(super) const READ_VERSION: &str = "SELECT count(*), min(version) FROM schema_version";
