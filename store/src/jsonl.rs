@@ -1252,7 +1252,46 @@ impl LogSink for JsonlSink {
         let events = std::iter::from_fn(|| reader.next_event().transpose());
         crate::writer::chain_of(&header_body, events, &[])
     }
+
+    /// Reads the records from `seq` on from the end of the log, as `tail -n`
+    /// does (at most [`ANCHORED_RECORDS`] of them, held together), then
+    /// the lines staged since the last sync.
+    fn chain_of_log_since(
+        &mut self,
+        seq: u64,
+        through: u64,
+        before: &dyn Fn(&EventRecord) -> Option<ChainValue>,
+    ) -> Result<Option<ChainValue>, StoreError> {
+        let written = through.saturating_sub(self.pending_lines);
+        let count = written
+            .checked_sub(seq)
+            .and_then(|count| usize::try_from(count + 1).ok())
+            .filter(|&count| count <= ANCHORED_RECORDS);
+        let Some(count) = count else {
+            return Ok(None);
+        };
+        let last = crate::last::read_last_events(&self.path, None, count)?;
+        if last.torn_tail.is_some() || last.last_seq != written {
+            return Ok(None);
+        }
+        let id = last.header.header.id;
+        let mut pending = Vec::new();
+        for line in self.pending.split_inclusive(|&byte| byte == b'\n') {
+            match sessionlog_schema::decode_event(&id, line.strip_suffix(b"\n").unwrap_or(line)) {
+                Ok(record) => pending.push(record),
+                Err(_) => return Ok(None),
+            }
+        }
+        let events = last.events.into_iter().filter(|record| record.seq() >= seq);
+        crate::writer::chain_since(events.map(Ok), &pending, seq, through, before)
+    }
 }
+
+/// The most records a JSONL writer reads back from the end of its log to
+/// prove its chain from its last seal ([`LogSink::chain_of_log_since`]):
+/// they are held together, so past this many the log is read whole, a
+/// record at a time.
+const ANCHORED_RECORDS: usize = 16_384;
 
 impl JsonlSink {
     /// A reader of every record written so far: what the log holds (the

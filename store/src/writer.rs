@@ -22,7 +22,7 @@ use sessionlog_projections::{
 };
 use sessionlog_schema::{
     compact_json, ApprovalPolicy, ChainValue, EventData, EventRecord, EventType, Preset, Seal,
-    SealSecretKey, SessionHeader, SessionId, MAX_BATCH_RECORDS, MAX_RECORD_BYTES,
+    SealPublicKey, SealSecretKey, SessionHeader, SessionId, MAX_BATCH_RECORDS, MAX_RECORD_BYTES,
 };
 
 use crate::{state_snapshot, StoreError};
@@ -131,6 +131,21 @@ pub(crate) trait LogSink: Send + fmt::Debug {
     /// not), run over the bodies the log holds from its header on, never
     /// taken from a state snapshot.
     fn chain_of_log(&mut self) -> Result<ChainValue, StoreError>;
+    /// The hash chain through every record written so far, the last at
+    /// seq `through`, run over the bodies the log holds from the record at
+    /// `seq` on, from the chain `before` gives for that record (the chain
+    /// through the record before it, which a seal signed by the writer's
+    /// own key vouches for: [`chain_since`]); `None` when `before` gives
+    /// none or the log cannot be read from there alone, and the caller
+    /// reads it whole ([`LogSink::chain_of_log`]).
+    fn chain_of_log_since(
+        &mut self,
+        _seq: u64,
+        _through: u64,
+        _before: &dyn Fn(&EventRecord) -> Option<ChainValue>,
+    ) -> Result<Option<ChainValue>, StoreError> {
+        Ok(None)
+    }
 }
 
 /// The single writer of one session. See the module docs.
@@ -707,7 +722,12 @@ impl SessionWriter {
         self.check_usable(expected_seq)?;
         let record = self.build(self.written_seq + 1, None, event)?;
         if self.brings_a_seal(record.event_type()) {
-            self.prove_chain()?;
+            // A seal handed in is someone else's: the log is read whole.
+            let signer = match record.event_type() == EventType::Seal.as_str() {
+                true => None,
+                false => self.turn_signer(),
+            };
+            self.prove_chain(signer.as_ref())?;
         }
         let event = self
             .state
@@ -776,7 +796,7 @@ impl SessionWriter {
 
     /// [`stage_seal`](Self::stage_seal), once.
     fn stage_seal_once(&mut self, key: Option<&SealSecretKey>) -> Result<u64, StoreError> {
-        self.prove_chain()?;
+        self.prove_chain(key.map(SealSecretKey::public_key).as_ref())?;
         let (record, event) = seal_record(&mut self.state, now_ms(), key)?;
         self.write(std::slice::from_ref(&record))?;
         self.state.apply_checked(&record, event);
@@ -900,9 +920,22 @@ impl SessionWriter {
             && events
                 .iter()
                 .any(|event| self.brings_a_seal(&event.event_type));
-        match sealing {
-            true => self.prove_chain(),
-            false => Ok(()),
+        if !sealing {
+            return Ok(());
+        }
+        // A seal handed in is someone else's: the log is read whole.
+        let handed_in = events
+            .iter()
+            .any(|event| event.event_type == EventType::Seal.as_str());
+        let signer = (!handed_in).then(|| self.turn_signer()).flatten();
+        self.prove_chain(signer.as_ref())
+    }
+
+    /// The key the writer signs its turns' seals with, if it does.
+    fn turn_signer(&self) -> Option<SealPublicKey> {
+        match &self.options.seal_turns {
+            SealTurns::Signed(key) => Some(key.public_key()),
+            SealTurns::Off | SealTurns::Unsigned => None,
         }
     }
 
@@ -926,13 +959,36 @@ impl SessionWriter {
     /// reads the bodies once, from the header on; the chain is then the
     /// writer's own for every later seal. A chain that differs refuses the
     /// seal (a seal failure): nothing is written.
-    fn prove_chain(&mut self) -> Result<(), StoreError> {
+    ///
+    /// A writer about to sign with a key (`signer`, its public half) reads
+    /// the log only from its last own seal signed by that key, when there
+    /// is one: that seal, read from the log and its signature checked,
+    /// vouches for the chain through the record before it as the key's
+    /// holder ran it then ([`anchored_chain`]); the records from it on are
+    /// hashed from the log. A writer that seals every turn so pays for the
+    /// records since its last seal, not for the whole log.
+    fn prove_chain(&mut self, signer: Option<&SealPublicKey>) -> Result<(), StoreError> {
         if self.chain_proven {
             return Ok(());
         }
         self.state.settle_chain();
         let resumed = self.state.chain();
-        let log = self.sink.chain_of_log()?;
+        let id = self.state.header().id.clone();
+        let through = self.state.seq();
+        let anchor = signer.and_then(|signer| {
+            let last = self.state.last_seal()?;
+            (last.own && last.key.as_ref() == Some(signer)).then_some((last.seq, *signer))
+        });
+        let anchored = match anchor {
+            Some((seq, signer)) => self.sink.chain_of_log_since(seq, through, &|record| {
+                anchored_chain(record, &id, seq, &signer)
+            })?,
+            None => None,
+        };
+        let log = match anchored {
+            Some(chain) => chain,
+            None => self.sink.chain_of_log()?,
+        };
         if resumed != log {
             let through = self.state.seq();
             return Err(StoreError::Rule {
@@ -1006,6 +1062,66 @@ fn turn_seal_record(
 /// Whether `record` is a `turn/end`, after which a sealing writer seals.
 fn closes_turn(record: &EventRecord) -> bool {
     record.event_type() == EventType::TurnEnd.as_str()
+}
+
+/// The chain through the record before `record`, the record at `seq`, as
+/// `record` vouches for it: a seal of session `id` through `seq - 1`
+/// signed by `signer` (the key the writer is about to sign with, so its
+/// own signature from before), whose signature holds. `None` for any other
+/// record: the log is then read whole.
+fn anchored_chain(
+    record: &EventRecord,
+    id: &SessionId,
+    seq: u64,
+    signer: &SealPublicKey,
+) -> Option<ChainValue> {
+    if record.seq() != seq || record.event_type() != EventType::Seal.as_str() {
+        return None;
+    }
+    let Ok(sessionlog_schema::Event::Seal(seal)) =
+        sessionlog_schema::Event::parse(record.event_type(), record.data())
+    else {
+        return None;
+    };
+    let signature = seal.signature.as_ref()?;
+    let message = sessionlog_schema::seal_message(id, seal.through_seq, &seal.chain);
+    let holds = seal.through_seq.checked_add(1) == Some(seq)
+        && signature.key == *signer
+        && signature.verify(message.as_bytes()).is_ok();
+    holds.then_some(seal.chain)
+}
+
+/// The chain [`LogSink::chain_of_log_since`] gives: from the chain
+/// `before` gives for the first of `events` (which must be the record at
+/// `seq`) over the bodies of `events` and then `pending`, which must run
+/// on from seq to seq through `through`; `None` when they do not, or
+/// `before` gives nothing.
+pub(crate) fn chain_since(
+    events: impl IntoIterator<Item = Result<EventRecord, StoreError>>,
+    pending: &[EventRecord],
+    seq: u64,
+    through: u64,
+    before: &dyn Fn(&EventRecord) -> Option<ChainValue>,
+) -> Result<Option<ChainValue>, StoreError> {
+    let mut events = events.into_iter();
+    let Some(first) = events.next().transpose()? else {
+        return Ok(None);
+    };
+    let Some(mut chain) = (first.seq() == seq).then(|| before(&first)).flatten() else {
+        return Ok(None);
+    };
+    chain = chain.next(first.body());
+    let mut last = seq;
+    let rest = events.chain(pending.iter().cloned().map(Ok));
+    for record in rest {
+        let record = record?;
+        if Some(record.seq()) != last.checked_add(1) {
+            return Ok(None);
+        }
+        last = record.seq();
+        chain = chain.next(record.body());
+    }
+    Ok((last == through).then_some(chain))
 }
 
 /// The hash chain of a session whose stored header body is `header_body`,
@@ -1236,4 +1352,61 @@ pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A seal record of session `id` at `seq`.
+    fn seal_at(seq: u64, seal: &Seal) -> EventRecord {
+        EventRecord::new(seq, 0, None, EventType::Seal.as_str(), &seal.to_data_json())
+    }
+
+    /// Only a seal at the seq asked for, through the record before it, and
+    /// signed by the writer's key with a signature that holds, vouches for
+    /// the chain before it; anything else has the log read whole.
+    #[test]
+    fn only_a_seal_the_writers_key_signed_vouches_for_the_chain_before_it() {
+        let id = SessionId::parse("s").unwrap_or_else(|error| panic!("{error}"));
+        let other_id = SessionId::parse("t").unwrap_or_else(|error| panic!("{error}"));
+        let key = SealSecretKey::from_seed([7; 32]);
+        let other = SealSecretKey::from_seed([8; 32]);
+        let chain = ChainValue::genesis("{}").next("a");
+        let signer = key.public_key();
+        let good = Seal::new(&id, 9, chain, Some(&key));
+        assert_eq!(
+            anchored_chain(&seal_at(10, &good), &id, 10, &signer),
+            Some(chain)
+        );
+        // Another seq than the one asked for, or than its span says.
+        assert_eq!(anchored_chain(&seal_at(11, &good), &id, 10, &signer), None);
+        assert_eq!(anchored_chain(&seal_at(11, &good), &id, 11, &signer), None);
+        // Unsigned, or signed by another key, or for another session.
+        let unsigned = Seal::new(&id, 9, chain, None);
+        assert_eq!(
+            anchored_chain(&seal_at(10, &unsigned), &id, 10, &signer),
+            None
+        );
+        let by_other = Seal::new(&id, 9, chain, Some(&other));
+        assert_eq!(
+            anchored_chain(&seal_at(10, &by_other), &id, 10, &signer),
+            None
+        );
+        let of_other = Seal::new(&other_id, 9, chain, Some(&key));
+        assert_eq!(
+            anchored_chain(&seal_at(10, &of_other), &id, 10, &signer),
+            None
+        );
+        // A chain changed under the signature.
+        let mut changed = good.clone();
+        changed.chain = ChainValue::genesis("{}");
+        assert_eq!(
+            anchored_chain(&seal_at(10, &changed), &id, 10, &signer),
+            None
+        );
+        // Not a seal.
+        let note = EventRecord::new(10, 0, None, "x-note", &good.to_data_json());
+        assert_eq!(anchored_chain(&note, &id, 10, &signer), None);
+    }
 }

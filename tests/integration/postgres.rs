@@ -1347,8 +1347,10 @@ fn a_store_without_its_events_table_is_damaged_not_foreign() {
 
 /// A PostgreSQL writer that resumed from its state snapshot checks the
 /// chain it carries against the session's rows before it seals: it seals
-/// a turn when they agree, and refuses the seal (exit 7, nothing written)
-/// once a row under the snapshot was changed, its CRC recomputed.
+/// a turn when they agree, and, once a row under the snapshot was changed
+/// (its CRC recomputed), refuses a seal signed by a key that sealed
+/// nothing here (exit 7, nothing written), which reads the rows from the
+/// header; one signed by the turn's key reads them from the turn's seal.
 #[test]
 fn a_resumed_writer_seals_only_the_chain_its_rows_give() {
     let Some(server) = test_server() else {
@@ -1397,7 +1399,12 @@ fn a_resumed_writer_seals_only_the_chain_its_rows_give() {
         schema.name
     );
     let rows: i64 = ok(client.query_one(count.as_str(), &[])).get(0);
-    let refused = run(["seal", &schema.url, "--session", "s", "--key", key]);
+    // Signing with a key that sealed nothing here, the writer reads the
+    // rows from the header: refused.
+    let other = dir.path().join("other.key");
+    let other = other.to_str().unwrap_or_else(|| panic!("{other:?}"));
+    run(["keygen", other]).expect_code(0);
+    let refused = run(["seal", &schema.url, "--session", "s", "--key", other]);
     refused.expect_code(7);
     assert!(
         refused.stderr.contains("no seal was written"),
@@ -1406,6 +1413,20 @@ fn a_resumed_writer_seals_only_the_chain_its_rows_give() {
     );
     let after: i64 = ok(client.query_one(count.as_str(), &[])).get(0);
     assert_eq!(after, rows, "nothing was written");
+    // Signing with the key of the turn's seal, it reads them from that
+    // seal, which vouches for the chain before it: the change is
+    // `verify`'s to find, and the new seal does not vouch for it.
+    run(["seal", &schema.url, "--session", "s", "--key", key]).expect_code(0);
+    let verified = run(["verify", &schema.url, "--trust", &trust, "--json"]);
+    verified.expect_code(7);
+    let report: serde_json::Value = ok(serde_json::from_str(
+        verified.stdout.lines().next().unwrap_or_default(),
+    ));
+    let failing: Vec<u64> = report["sealFailures"]
+        .as_array()
+        .map(|failures| failures.iter().filter_map(|f| f["seq"].as_u64()).collect())
+        .unwrap_or_default();
+    assert_eq!(failing, [1204, 1205], "{}", verified.stdout);
 }
 
 /// A server that takes the connection and never answers (stopped,

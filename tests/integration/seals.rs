@@ -2252,3 +2252,105 @@ fn a_change_under_a_seal_whose_shape_is_broken_is_still_a_seal_failure() {
     );
     assert!(kept.iter().all(|body| !body.contains("do X2")));
 }
+
+/// Session `s` of `store` (a folder or a `.db`): 400 turns, a seal signed
+/// by `key` (seq 1201), then 50 turns more, each by a writer resumed from
+/// the state snapshot the one before it kept.
+fn session_sealed_then_grown(store: &Path, key: &Path) {
+    long_unsealed_session(store, 400);
+    seal_with_key(store, key).expect_code(0);
+    let input: String = (401..=450).map(|n| turn(&format!("t{n}"))).collect();
+    run_with_stdin(["append", path_str(store), "--session", "s"], &input).expect_code(0);
+}
+
+/// The seqs `verify --trust` finds failing seals at.
+fn failing_seals(store: &Path, trust: &str) -> Vec<u64> {
+    let verified = verify(store, &["--trust", trust, "--json"]);
+    verified.expect_code(7);
+    let report: serde_json::Value = ok(serde_json::from_str(
+        verified.stdout.lines().next().unwrap_or_default(),
+    ));
+    report["sealFailures"]
+        .as_array()
+        .map(|failures| {
+            failures
+                .iter()
+                .filter_map(|failure| failure["seq"].as_u64())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A resumed writer about to sign proves its chain from its last seal
+/// signed by the same key, read from the log and its signature checked,
+/// rather than from the header: a log it seals every turn is read from
+/// the last turn's seal. A change before that seal is then `verify`'s to
+/// find (damage before a snapshot's anchor is), and the seal written does
+/// not vouch for it: it fails on the changed log, as the seal before it
+/// does. A writer signing with another key reads the log whole, and so
+/// refuses to seal over the change. A snapshot folded from a copy changed
+/// after the seal gets no seal signed either way.
+#[test]
+fn a_resumed_writer_proves_its_chain_from_its_last_seal_signed_by_its_key() {
+    for database in [false, true] {
+        let (dir, key) = folder_with_a_key();
+        let other = dir.path().join("other.key");
+        run(["keygen", path_str(&other)]).expect_code(0);
+        let store = match database {
+            false => dir.path().join("store"),
+            true => dir.path().join("store.db"),
+        };
+        session_sealed_then_grown(&store, &key);
+        match database {
+            false => edit_message_of(&log_path(&store), "s", "do t200", "do X200"),
+            true => edit_row_message(&store, "s", 599, "do t200", "do X200"),
+        }
+        let refused = seal_with_key(&store, &other);
+        refused.expect_code(7);
+        assert!(
+            refused.stderr.contains("no seal was written"),
+            "{}",
+            refused.stderr
+        );
+        seal_with_key(&store, &key).expect_code(0);
+        // A turn sealed by its own writer, from the seal just written: its
+        // first events are staged, unsynced, when its end brings the seal.
+        sealed_append(&store, &key, &turn("t451")).expect_code(0);
+        let trust = format!("{}.pub", path_str(&key));
+        assert_eq!(
+            failing_seals(&store, &trust),
+            [1201, 1352, 1356],
+            "{database}"
+        );
+    }
+
+    let (dir, key) = folder_with_a_key();
+    let store = dir.path().join("store");
+    session_sealed_then_grown(&store, &key);
+    let log = log_path(&store);
+    let sidecar = store.join(".s.jsonl.state");
+    let copy = dir.path().join("copy");
+    ok(std::fs::create_dir(&copy));
+    let copied = log_path(&copy);
+    ok(std::fs::copy(&log, &copied));
+    edit_message_of(&copied, "s", "do t420", "do X420");
+    let note = r#"{"type":"x-note","data":{}}"#.to_owned() + "\n";
+    run_with_stdin(["append", path_str(&copy), "--session", "s"], &note).expect_code(0);
+    let last_line = ok(std::fs::read_to_string(&copied))
+        .lines()
+        .last()
+        .map(|line| line.to_owned() + "\n")
+        .unwrap_or_default();
+    let mut text = ok(std::fs::read_to_string(&log));
+    text.push_str(&last_line);
+    ok(std::fs::write(&log, text));
+    ok(std::fs::copy(copy.join(".s.jsonl.state"), &sidecar));
+    let held = || {
+        let text = ok(std::fs::read_to_string(&log));
+        let seals = text
+            .lines()
+            .filter(|line| line.contains(r#""type":"seal""#));
+        (text.lines().count() as u64, seals.count() as u64)
+    };
+    assert_no_seal_over_a_forged_snapshot(&store, &copy, &key, held);
+}

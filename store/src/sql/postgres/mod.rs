@@ -882,6 +882,19 @@ impl LogSink for PostgresSink {
         let events = store.events_from(&self.id, 1)?;
         crate::writer::chain_of(&decoded.body, events, &self.pending)
     }
+
+    fn chain_of_log_since(
+        &mut self,
+        seq: u64,
+        through: u64,
+        before: &dyn Fn(&EventRecord) -> Option<ChainValue>,
+    ) -> Result<Option<ChainValue>, StoreError> {
+        let store = PostgresStore {
+            shared: Arc::clone(&self.shared),
+        };
+        let events = store.events_from(&self.id, seq)?;
+        crate::writer::chain_since(events, &self.pending, seq, through, before)
+    }
 }
 
 impl PostgresSink {

@@ -1377,6 +1377,19 @@ impl LogSink for SqliteSink {
         let (decoded, events) = store.header_and_events_from(&self.id, 1)?;
         crate::writer::chain_of(&decoded.body, events, &self.pending)
     }
+
+    fn chain_of_log_since(
+        &mut self,
+        seq: u64,
+        through: u64,
+        before: &dyn Fn(&EventRecord) -> Option<ChainValue>,
+    ) -> Result<Option<ChainValue>, StoreError> {
+        let store = SqliteStore {
+            shared: Arc::clone(&self.shared),
+        };
+        let (_, events) = store.header_and_events_from(&self.id, seq)?;
+        crate::writer::chain_since(events, &self.pending, seq, through, before)
+    }
 }
 
 /// A session row as read: its decoded header, the last seq it records and,
