@@ -135,7 +135,7 @@ pub use store::{
 pub use wake::{Wake, POLL_ONLY_VARIABLE};
 pub use writer::{
     check_storable_header, check_storable_record, now_ms, AcknowledgedSeq, Durability, NewEvent,
-    SealTurns, SessionWriter, WriterOptions,
+    PresetSwitched, SealTurns, SessionWriter, WriterOptions,
 };
 
 pub mod testing {

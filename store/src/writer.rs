@@ -704,6 +704,23 @@ impl SessionWriter {
         self.append_batch(events, expected_seq)
     }
 
+    /// What [`switch_preset`](Self::switch_preset) to `preset` wrote
+    /// (`seqs`), with the effective values after it under `defaults`.
+    pub fn preset_switched(
+        &self,
+        preset: Preset,
+        seqs: &[AcknowledgedSeq],
+        defaults: &Defaults,
+    ) -> PresetSwitched {
+        PresetSwitched {
+            session: self.id().as_str().to_owned(),
+            preset: preset.as_str(),
+            seqs: seqs.iter().map(|seq| seq.get()).collect(),
+            sandbox_mode: self.state.effective_sandbox(defaults).as_str(),
+            approval_policy: self.state.effective_approval(defaults).as_str(),
+        }
+    }
+
     /// Validates and writes one event without syncing; returns its seq. The
     /// event is acknowledged by the next [`SessionWriter::sync`]. Events
     /// staged together share one fsync.
@@ -1062,6 +1079,23 @@ fn turn_seal_record(
 /// Whether `record` is a `turn/end`, after which a sealing writer seals.
 fn closes_turn(record: &EventRecord) -> bool {
     record.event_type() == EventType::TurnEnd.as_str()
+}
+
+/// What a preset switch wrote, and the effective values after it, as
+/// `sessionlog preset --json` prints it (members in this order).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PresetSwitched {
+    /// The session switched.
+    pub session: String,
+    /// The preset switched to.
+    pub preset: &'static str,
+    /// The seqs of the events written, the `permission/preset` event last.
+    pub seqs: Vec<u64>,
+    /// The effective sandbox mode after the switch.
+    pub sandbox_mode: &'static str,
+    /// The effective approval policy after the switch.
+    pub approval_policy: &'static str,
 }
 
 /// The chain through the record before `record`, the record at `seq`, as

@@ -2033,37 +2033,11 @@ fn a_snapshot_folded_from_a_changed_copy_gets_no_seal_signed() {
     let (dir, key) = folder_with_a_key();
     let store = dir.path().join("store");
     long_unsealed_session(&store, 400);
-    let log = log_path(&store);
     let sidecar = store.join(".s.jsonl.state");
     assert!(sidecar.exists(), "the writer kept a snapshot");
-    // The copy: a message changed (its length kept, so that the two logs'
-    // last records stand at the same offset), then one more event, whose
-    // writer folds the whole copy and keeps its snapshot.
-    let copy = dir.path().join("copy");
-    ok(std::fs::create_dir(&copy));
-    let copied = log_path(&copy);
-    ok(std::fs::copy(&log, &copied));
-    edit_message_of(&copied, "s", "do t200", "do X200");
-    let note = r#"{"type":"x-note","data":{}}"#.to_owned() + "\n";
-    run_with_stdin(["append", path_str(&copy), "--session", "s"], &note).expect_code(0);
-    // That event's line, and the copy's snapshot, put into the store.
-    let last_line = ok(std::fs::read_to_string(&copied))
-        .lines()
-        .last()
-        .map(|line| line.to_owned() + "\n")
-        .unwrap_or_default();
-    let mut text = ok(std::fs::read_to_string(&log));
-    text.push_str(&last_line);
-    ok(std::fs::write(&log, text));
-    ok(std::fs::copy(copy.join(".s.jsonl.state"), &sidecar));
-    let held = || {
-        let text = ok(std::fs::read_to_string(&log));
-        let seals = text
-            .lines()
-            .filter(|line| line.contains(r#""type":"seal""#));
-        (text.lines().count() as u64, seals.count() as u64)
-    };
-    assert_no_seal_over_a_forged_snapshot(&store, &copy, &key, held);
+    let copy = forge_a_snapshot_from_a_changed_copy(dir.path(), &store, "do t200", "do X200");
+    let log = log_path(&store);
+    assert_no_seal_over_a_forged_snapshot(&store, &copy, &key, || records_and_seals(&log));
     // The log itself is whole: it seals once the snapshot is gone, and a
     // writer resuming from the snapshot kept then seals a turn.
     ok(std::fs::remove_file(&sidecar));
@@ -2327,13 +2301,24 @@ fn a_resumed_writer_proves_its_chain_from_its_last_seal_signed_by_its_key() {
     let (dir, key) = folder_with_a_key();
     let store = dir.path().join("store");
     session_sealed_then_grown(&store, &key);
+    let copy = forge_a_snapshot_from_a_changed_copy(dir.path(), &store, "do t420", "do X420");
     let log = log_path(&store);
-    let sidecar = store.join(".s.jsonl.state");
-    let copy = dir.path().join("copy");
+    assert_no_seal_over_a_forged_snapshot(&store, &copy, &key, || records_and_seals(&log));
+}
+
+/// What someone with write access to the folder `store`, but not the key,
+/// can forge: a copy of session `s` (in `dir`) with a message changed from
+/// `from` to `to` (its length kept, so that the two logs' last records
+/// stand at the same offset), one more event appended to the copy by a
+/// writer that folds it whole and keeps its snapshot, then that event's
+/// line and the copy's snapshot put into `store`. Returns the copy.
+fn forge_a_snapshot_from_a_changed_copy(dir: &Path, store: &Path, from: &str, to: &str) -> PathBuf {
+    let log = log_path(store);
+    let copy = dir.join("copy");
     ok(std::fs::create_dir(&copy));
     let copied = log_path(&copy);
     ok(std::fs::copy(&log, &copied));
-    edit_message_of(&copied, "s", "do t420", "do X420");
+    edit_message_of(&copied, "s", from, to);
     let note = r#"{"type":"x-note","data":{}}"#.to_owned() + "\n";
     run_with_stdin(["append", path_str(&copy), "--session", "s"], &note).expect_code(0);
     let last_line = ok(std::fs::read_to_string(&copied))
@@ -2344,13 +2329,18 @@ fn a_resumed_writer_proves_its_chain_from_its_last_seal_signed_by_its_key() {
     let mut text = ok(std::fs::read_to_string(&log));
     text.push_str(&last_line);
     ok(std::fs::write(&log, text));
-    ok(std::fs::copy(copy.join(".s.jsonl.state"), &sidecar));
-    let held = || {
-        let text = ok(std::fs::read_to_string(&log));
-        let seals = text
-            .lines()
-            .filter(|line| line.contains(r#""type":"seal""#));
-        (text.lines().count() as u64, seals.count() as u64)
-    };
-    assert_no_seal_over_a_forged_snapshot(&store, &copy, &key, held);
+    ok(std::fs::copy(
+        copy.join(".s.jsonl.state"),
+        store.join(".s.jsonl.state"),
+    ));
+    copy
+}
+
+/// How many records the log at `log` holds, and how many are seals.
+fn records_and_seals(log: &Path) -> (u64, u64) {
+    let text = ok(std::fs::read_to_string(log));
+    let seals = text
+        .lines()
+        .filter(|line| line.contains(r#""type":"seal""#));
+    (text.lines().count() as u64, seals.count() as u64)
 }

@@ -312,29 +312,10 @@ fn switch_preset(
         _ => {}
     }
     let defaults = crate::configured(defaults)?;
-    let seqs: Vec<u64> = writer
-        .switch_preset(preset, approval, &defaults, expected_seq)?
-        .into_iter()
-        .map(|seq| seq.get())
-        .collect();
-    /// What the completion gives, its members in this order.
-    #[derive(Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Switched<'a> {
-        session: &'a str,
-        preset: &'a str,
-        seqs: Vec<u64>,
-        sandbox_mode: &'a str,
-        approval_policy: &'a str,
-    }
-    let state = writer.state();
-    Ok(json::to_json(&Switched {
-        session: writer.id().as_str(),
-        preset: preset.as_str(),
-        seqs,
-        sandbox_mode: state.effective_sandbox(&defaults).as_str(),
-        approval_policy: state.effective_approval(&defaults).as_str(),
-    }))
+    let seqs = writer.switch_preset(preset, approval, &defaults, expected_seq)?;
+    Ok(json::to_json(
+        &writer.preset_switched(preset, &seqs, &defaults),
+    ))
 }
 
 /// Appends a group (see `Batch`); the JSON text of each batch's outcome.

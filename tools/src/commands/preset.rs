@@ -49,40 +49,21 @@ pub fn run(
     let session = target.session(args.session.as_deref())?;
     let mut writer = target.appender(&session)?;
     let defaults = defaults.defaults();
-    let seqs: Vec<u64> = writer
-        .switch_preset(switch.preset, switch.approval, &defaults, switch.expect_seq)?
-        .into_iter()
-        .map(|seq| seq.get())
-        .collect();
-    let state = writer.state();
-    let sandbox = state.effective_sandbox(&defaults);
-    let approval = state.effective_approval(&defaults);
+    let seqs =
+        writer.switch_preset(switch.preset, switch.approval, &defaults, switch.expect_seq)?;
+    let switched = writer.preset_switched(switch.preset, &seqs, &defaults);
     if json {
-        /// What `preset --json` prints, its members in this order.
-        #[derive(serde::Serialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Switched<'a> {
-            session: &'a str,
-            preset: &'a str,
-            seqs: Vec<u64>,
-            sandbox_mode: &'a str,
-            approval_policy: &'a str,
-        }
-        crate::terminal::print_json_line(&serde_json::to_string(&Switched {
-            session: session.id.as_str(),
-            preset: switch.preset.as_str(),
-            seqs,
-            sandbox_mode: sandbox.as_str(),
-            approval_policy: approval.as_str(),
-        })?)?;
+        crate::terminal::print_json_line(&serde_json::to_string(&switched)?)?;
     } else {
         crate::outln!(
             "session {} now runs under preset {} (sandbox {}, approval {}): seq {}",
             session.id,
-            switch.preset.as_str(),
-            sandbox.as_str(),
-            approval.as_str(),
-            seqs.iter()
+            switched.preset,
+            switched.sandbox_mode,
+            switched.approval_policy,
+            switched
+                .seqs
+                .iter()
                 .map(u64::to_string)
                 .collect::<Vec<_>>()
                 .join(", ")
