@@ -956,6 +956,34 @@ fn a_fork_by_reference_fails_the_parent_seal_its_seed_breaks() {
         "{}",
         verdict.stdout
     );
+    // `--json` names the inherited seal by its seq, as the text does.
+    let json = verify(&database, &["--session", "c", "--json"]);
+    json.expect_code(7);
+    let report: serde_json::Value = ok(serde_json::from_str(
+        json.stdout.lines().next().unwrap_or_default(),
+    ));
+    let failures = report["sealFailures"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let inherited: Vec<&serde_json::Value> = failures
+        .iter()
+        .filter(|failure| {
+            failure["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("inherits"))
+        })
+        .collect();
+    assert!(!inherited.is_empty(), "{}", json.stdout);
+    for failure in inherited {
+        let seq = failure["seq"].as_u64();
+        let named = seq.is_some_and(|seq| {
+            failure["message"]
+                .as_str()
+                .is_some_and(|message| message.contains(&format!("the seal at seq {seq} ")))
+        });
+        assert!(named, "{failure}");
+    }
 }
 
 /// The log of docs/seal-test-vector.md, written by the library's writer

@@ -365,9 +365,17 @@ impl<'a> SeqCheck<'a> {
         owner: Option<&SessionId>,
     ) -> Result<u32, StoreError> {
         if u64::try_from(row.seq).ok() != Some(self.next_seq) {
+            let below = match row.seq < 1 {
+                true => " (no row may have a seq below 1)",
+                false => "",
+            };
             return Err(self.row_corrupt(
                 owner,
-                format!("seqs are not contiguous: the next row has seq {}", row.seq),
+                format!(
+                    "seqs are not contiguous: seq {} was due, and the row read there has seq \
+                     {}{below}",
+                    self.next_seq, row.seq
+                ),
             ));
         }
         let computed = record_crc(owner.unwrap_or(self.id), body);

@@ -854,10 +854,12 @@ fn scan(
         }
     }
     if let Some(parent) = stream.seed_parent() {
-        for message in inherited_seals_failing(target, parent, header.seed_length)? {
-            verdict
-                .seal_failures
-                .push(SealFailureReport { seq: None, message });
+        // A seeded record has the same seq in the child as in its parent.
+        for (seq, message) in inherited_seals_failing(target, parent, header.seed_length)? {
+            verdict.seal_failures.push(SealFailureReport {
+                seq: Some(seq),
+                message,
+            });
         }
         if let Some(message) = seed_switches.header_not_given(&header, parent) {
             verdict.corruption = Some(CorruptionReport {
@@ -887,12 +889,12 @@ fn scan(
 /// fork by reference's seed is its parent's very rows: folded over the
 /// parent's header, each parent seal in it is checked as the parent's own,
 /// so that rows changed under them (and a fork taken from a snapshot that
-/// did not read them) fail the child too.
+/// did not read them) fail the child too. Each with its seq.
 fn inherited_seals_failing(
     target: &Target,
     parent: &sessionlog_schema::SessionHeader,
     seed_length: u64,
-) -> Result<Vec<String>, StoreError> {
+) -> Result<Vec<(u64, String)>, StoreError> {
     let Target::Store(store) = target else {
         return Ok(Vec::new());
     };
@@ -912,10 +914,13 @@ fn inherited_seals_failing(
         }
         if let Err(violation) = state.apply(&record) {
             if violation.kind == ViolationKind::Seal {
-                failing.push(format!(
-                    "the seal at seq {} that this fork by reference inherits does not hold \
-                     over the log of session {}: {}",
-                    violation.seq, parent.id, violation.message
+                failing.push((
+                    violation.seq,
+                    format!(
+                        "the seal at seq {} that this fork by reference inherits does not hold \
+                         over the log of session {}: {}",
+                        violation.seq, parent.id, violation.message
+                    ),
                 ));
             }
         }

@@ -336,7 +336,7 @@ const DAMAGE: &[(&str, u64, &str)] = &[
         "INSERT INTO events (session_id, seq, ts, type, batch, body, crc)
          SELECT session_id, 0, ts, type, batch, body, crc FROM events WHERE seq = 1",
         1,
-        "the next row has seq 0",
+        "seq 1 was due, and the row read there has seq 0 (no row may have a seq below 1)",
     ),
 ];
 

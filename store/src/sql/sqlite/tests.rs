@@ -625,7 +625,11 @@ fn a_row_below_seq_1_is_corruption_in_every_read() {
     let folder = ok(tempfile::tempdir());
     let store = store_with_events(folder.path(), 3);
     ok(raw(store.path()).execute(BELOW_ONE, []));
-    assert_corrupt_at(store.snapshot(&id("a")), 1, "the next row has seq 0");
+    assert_corrupt_at(
+        store.snapshot(&id("a")),
+        1,
+        "seq 1 was due, and the row read there has seq 0 (no row may have a seq below 1)",
+    );
     // A session with no events at all: its bounds name the row.
     let folder = ok(tempfile::tempdir());
     let store = store_with_events(folder.path(), 1);
