@@ -109,7 +109,7 @@ pub enum StoreError {
     },
     /// The log is corrupt: damage that an intact record follows, or a record
     /// that breaks the format.
-    #[error("{shown_path}: the log is {corruption}{}", what_helps(.corruption), shown_path = shown_path(.path))]
+    #[error("{shown_path}: the log is {corruption}{}", corruption_remedy(.corruption), shown_path = shown_path(.path))]
     Corrupt {
         /// The log.
         path: PathBuf,
@@ -353,7 +353,10 @@ impl StoreError {
 /// prefix after a whole header; a header that is whole but names another
 /// session needs the file renamed; a line 1 that is no header leaves
 /// nothing to salvage (its reason says what it looks like).
-fn what_helps(corruption: &Corruption) -> &'static str {
+/// What helps with a corrupt log, as `; …` to follow its message: the
+/// good prefix copied by `salvage`, or the file named for the session its
+/// whole header holds; empty when neither applies.
+pub fn corruption_remedy(corruption: &Corruption) -> &'static str {
     if corruption.position.line > 1 {
         "; run `sessionlog salvage` to copy the good prefix to a new file"
     } else if corruption

@@ -99,7 +99,7 @@ mod writer;
 
 #[cfg(feature = "async")]
 pub use asynchronous::{AsyncStore, AsyncWriter, Follow, FOLLOW_POLL_INTERVAL};
-pub use error::{ErrorClass, Refusal, StoreError};
+pub use error::{corruption_remedy, ErrorClass, Refusal, StoreError};
 pub use fold::fold_stream;
 pub use follow::{LogFollower, ReadSoFar};
 pub use fork::fork_log_file;

@@ -856,15 +856,31 @@ fn require_existing(path: &Path, reason: &str) -> Result<(), StoreError> {
 
 /// Refuses to make a new store of a path named as a SQLite database is
 /// named, but not as this store names one (`.db` and `.sqlite`,
-/// lowercase): `Sessions.DB`, `x.sqlite3`, `x.db3`. Taken for a folder, it
-/// would become a folder of logs where the person asked for a database.
+/// lowercase): `Sessions.DB`, `x.sqlite3`, `x.db3`; or as a lone log is
+/// named, but not `.jsonl` (`x.JSONL`, `x.json`). Taken for a folder, it
+/// would become a folder of logs where the person asked for a database or
+/// a log.
 fn refuse_database_lookalike(path: &Path) -> Result<(), StoreError> {
     let Some(extension) = path.extension().and_then(|e| e.to_str()) else {
         return Ok(());
     };
     let lower = extension.to_ascii_lowercase();
+    if path.symlink_metadata().is_ok() {
+        return Ok(());
+    }
+    // Named as a log is: `x.JSONL`, or `x.json` for `x.jsonl`.
+    if matches!(lower.as_str(), "jsonl" | "json") && extension != "jsonl" {
+        return Err(StoreError::InvalidStore {
+            store: path.to_owned(),
+            reason: format!(
+                "is named as a log file is, but only the extension .jsonl (lowercase) makes \
+                 one, and .{extension} would make a folder of logs; no store of that name is \
+                 made (name it .jsonl for a lone log, or otherwise for a folder)"
+            ),
+        });
+    }
     let database = matches!(lower.as_str(), "db" | "sqlite" | "sqlite3" | "db3");
-    if !database || matches!(extension, "db" | "sqlite") || path.symlink_metadata().is_ok() {
+    if !database || matches!(extension, "db" | "sqlite") {
         return Ok(());
     }
     Err(StoreError::InvalidStore {

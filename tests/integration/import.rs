@@ -1639,3 +1639,27 @@ fn a_long_transcript_is_imported_and_migrated_with_its_state_snapshot() {
     assert!(!clean.stdout.contains("state"), "{}", clean.stdout);
     verify(&copy);
 }
+
+/// A SOURCE that holds no transcript of the format asked for (the wrong
+/// format, the wrong folder) imports nothing, exit 0, and says so on
+/// stderr, naming the format that would read it.
+#[test]
+fn a_source_without_a_transcript_of_the_format_says_so() {
+    let dir = temp();
+    let store = dir.path().join("audit");
+    let run = import("codex", &[fixtures().join("claude/v1.0")], &store);
+    run.expect_code(0);
+    assert!(
+        run.stderr
+            .contains("no Codex rollout (rollout-*.jsonl) found, plain or .zst; for Claude Code"),
+        "{}",
+        run.stderr
+    );
+    let run = import("claude", &[fixtures().join("claude/v1.0")], &store);
+    run.expect_code(0);
+    assert!(
+        !run.stderr.contains("found, plain or .zst"),
+        "{}",
+        run.stderr
+    );
+}

@@ -1255,15 +1255,23 @@ fn a_mistyped_store_url_never_shows_its_password() {
 }
 
 /// A new store named as a SQLite database is named elsewhere (`.DB`,
-/// `.sqlite3`, `.db3`) but not as this store names one is refused, by
-/// every command that makes a store: taken for a folder, it would be a
-/// folder of logs where a database was asked for. An existing store of
+/// `.sqlite3`, `.db3`) but not as this store names one, or as a lone log
+/// nearly is (`.json`, `.JSONL`), is refused, by every command that makes
+/// a store: taken for a folder, it would be a folder of logs where a
+/// database or a log was asked for. An existing store of
 /// such a name opens as what it is.
 #[test]
 fn a_new_store_named_like_a_database_but_not_as_one_is_refused() {
     let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
     let source = store_with_session(dir.path());
-    for name in ["Sessions.DB", "x.SQLite", "x.sqlite3", "x.db3"] {
+    for name in [
+        "Sessions.DB",
+        "x.SQLite",
+        "x.sqlite3",
+        "x.db3",
+        "x.json",
+        "y.JSONL",
+    ] {
         let store = arg(&dir.path().join(name));
         for args in [
             vec!["create", &store, "--session", "s"],
@@ -1272,7 +1280,8 @@ fn a_new_store_named_like_a_database_but_not_as_one_is_refused() {
             let refused = run(&args);
             refused.expect_code(1);
             assert!(
-                refused.stderr.contains(".db and .sqlite") && refused.stderr.contains(name),
+                refused.stderr.contains("no store of that name is made")
+                    && refused.stderr.contains(name),
                 "{args:?}: {}",
                 refused.stderr
             );
@@ -1284,6 +1293,40 @@ fn a_new_store_named_like_a_database_but_not_as_one_is_refused() {
     run(["create", &kept, "--session", "s"]).expect_code(0);
     assert!(dir.path().join("kept.DB").join("s.jsonl").is_file());
     run(["create", &arg(&dir.path().join("x.db")), "--session", "s"]).expect_code(0);
+}
+
+/// `verify` of a corrupt log says what helps, as every other command
+/// reading it does; so does `report` into a folder that does not exist.
+#[test]
+fn verify_and_report_say_what_helps() {
+    let dir = tempfile::tempdir().unwrap_or_else(|error| panic!("tempdir: {error}"));
+    let store = store_with_session(dir.path());
+    crate::cli_support::run_with_stdin(
+        ["append", &store, "--session", "s1"],
+        "{\"type\":\"x-n\",\"data\":1}\n{\"type\":\"x-n\",\"data\":2}\n",
+    )
+    .expect_code(0);
+    let log = dir.path().join("store").join("s1.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap_or_else(|error| panic!("{error}"));
+    std::fs::write(&log, text.replacen("\"data\":1", "\"data\":7", 1))
+        .unwrap_or_else(|error| panic!("{error}"));
+    let verified = run(["verify", &store]);
+    verified.expect_code(2);
+    assert!(
+        verified
+            .stdout
+            .contains("run `sessionlog salvage` to copy the good prefix to a new file"),
+        "{}",
+        verified.stdout
+    );
+    let out = arg(&dir.path().join("nodir").join("r.html"));
+    let refused = run(["report", &store, "--html", &out]);
+    refused.expect_code(1);
+    assert!(
+        refused.stderr.contains("nodir does not exist") && refused.stderr.contains("mkdir -p"),
+        "{}",
+        refused.stderr
+    );
 }
 
 /// An argument clap refuses is quoted back: a control character in it (a

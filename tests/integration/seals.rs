@@ -1082,13 +1082,13 @@ fn the_seal_test_vector_in_docs_is_what_the_writer_writes_and_checks_out() {
             "sessionlog-seal-v1\nvector-1\n{through}\nsha256:{}\n",
             hex(&values[through])
         );
-        let signed = if body.contains("\"sig\":") {
-            "signed by the key above"
+        let (signed, what) = if body.contains("\"sig\":") {
+            ("signed by the key above", "the signed message")
         } else {
-            "unsigned"
+            ("unsigned", "the message a signature would cover")
         };
         text.push_str(&format!(
-            "- seq {seq}, {signed}, covers seq 0–{through}; the signed message (UTF-8, `\\n` = 0x0a) is `{}`\n",
+            "- seq {seq}, {signed}, covers seq 0–{through}; {what} (UTF-8, `\\n` = 0x0a) is `{}`\n",
             message.replace('\n', "\\n")
         ));
         // Each seal carries the chain recomputed here, and a signed one

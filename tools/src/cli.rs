@@ -106,8 +106,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
         /// Accept a store that holds no session (exit 0); without it, "no
-        /// sessions found" is exit 1, since a mistyped path or a folder that
-        /// is not a store also holds none.
+        /// sessions found" is exit 1, since an existing folder that is not a
+        /// store (`$HOME`) holds none (a path that does not exist is exit 1,
+        /// "no such store").
         #[arg(long)]
         allow_empty: bool,
         /// A trust file of public keys (`ed25519:...` a line); every own
@@ -126,7 +127,7 @@ pub enum Command {
     /// Write a new Ed25519 seal key: FILE (mode 0600) holds the secret,
     /// FILE.pub the public key (a line of a trust file).
     #[command(
-        after_help = "Example:\n  sessionlog keygen runtime.key\n  sessionlog seal ./sessions --session s1 --key runtime.key\n  sessionlog verify ./sessions --trust runtime.key.pub"
+        after_help = "Examples:\n  sessionlog keygen runtime.key\n  sessionlog seal ./sessions --session s1 --key runtime.key\n  sessionlog verify ./sessions --trust runtime.key.pub"
     )]
     Keygen {
         /// The secret key file to create (refused when it exists).
@@ -157,7 +158,7 @@ pub enum Command {
     /// It checks CRCs and seqs, not the rules nor the seals: run `verify`
     /// first, as an anchor of a log already changed vouches for the change.
     #[command(
-        after_help = "Example:\n  sessionlog verify ./sessions && sessionlog head ./sessions > /safe/place/anchors.jsonl\n  sessionlog verify ./sessions --anchor /safe/place/anchors.jsonl"
+        after_help = "Examples:\n  sessionlog verify ./sessions && sessionlog head ./sessions > /safe/place/anchors.jsonl\n  sessionlog verify ./sessions --anchor /safe/place/anchors.jsonl"
     )]
     Head {
         #[command(flatten)]
@@ -278,6 +279,11 @@ pub enum Command {
         json: bool,
     },
     /// Build the Auto reviewer's request for a pending tool call.
+    ///
+    /// A request that fails closed prints `{"error": CODE, ...}`:
+    /// `INVALID_LOG` exits 2 for a corrupt log, 7 for a seal that does not
+    /// hold, 4 for a rule violation (as `verify` ranks them); every other
+    /// code exits 5.
     #[command(
         after_help = "Examples:\n  sessionlog review-request examples/sessions/pending-review.jsonl --pending examples/pending-action.json\n  echo \"$PENDING_ACTION\" | sessionlog review-request ./sessions --session s1 --pending -"
     )]
@@ -333,7 +339,7 @@ pub enum Command {
     /// compared with what the log recorded (denied, failed, or allowed).
     /// Nothing is written. Exit 0 when every decision agrees, 8 when one
     /// differs, 5 when the reviewer gave no decision at all.
-    #[command(after_help = "Example:
+    #[command(after_help = "Examples:
   sessionlog review-audit examples/sessions/auto-review.jsonl --endpoint http://127.0.0.1:8080/v1 --model new-reviewer --json > audit.json
   sessionlog report examples/sessions/auto-review.jsonl --html report.html --audit audit.json")]
     ReviewAudit {
@@ -354,6 +360,8 @@ pub enum Command {
         defaults: DefaultArgs,
     },
     /// Parse a reviewer's reply `{blocks, stop}` strictly into its decision.
+    ///
+    /// A reply that is not a valid decision is `AUTO_REVIEW_FAILED`, exit 5.
     #[command(after_help = "Example:\n  sessionlog review-result reply.json")]
     ReviewResult {
         /// The reply file (standard input when absent, or `-`).
@@ -389,7 +397,7 @@ pub enum Command {
         #[arg(long)]
         resume: bool,
     },
-    /// Exit 0 when two stores hold identical sessions, 1 otherwise.
+    /// Exit 0 when two stores hold identical sessions, 1 when they differ, 9 when they cannot be compared.
     ///
     /// Errors have codes of their own, never 1: 9 when the stores cannot be
     /// compared (a usage or I/O error, a missing store), 2 when one is
@@ -408,7 +416,9 @@ pub enum Command {
         json: bool,
     },
     /// Print the records as JSON lines (header, then events) without CRCs.
-    #[command(after_help = "Example:\n  sessionlog export ./sessions.db --session s1 | jq .type")]
+    #[command(
+        after_help = "Example:\n  sessionlog export ./sessions.db --session s1 | jq -c 'select(.seq) | {seq, type}'"
+    )]
     Export {
         #[command(flatten)]
         target: SessionArgs,
@@ -420,7 +430,9 @@ pub enum Command {
     /// it is left to `verify`.
     ///
     /// A store with no sessions lists nothing, exit 0, with a warning on
-    /// stderr ("no sessions found in X"): a mistyped path holds none either.
+    /// stderr ("no sessions found in X"): an existing folder that is not a
+    /// store (`$HOME`) holds none either. A path that does not exist is
+    /// exit 1, "no such store".
     #[command(after_help = "Example:\n  sessionlog list examples/sessions --tree")]
     List {
         /// A `.jsonl` file, a folder of logs, a `.db`/`.sqlite` database or a
@@ -473,7 +485,9 @@ pub enum Command {
     /// Print the last events of a session; with -f, follow new ones.
     ///
     /// Following survives writer restarts, torn-tail truncations and a log
-    /// replaced by a new file: no event is printed twice or skipped.
+    /// replaced by a new file: no event is printed twice or skipped. A log
+    /// replaced by another history (another header, earlier records
+    /// changed) ends it with exit 2.
     #[command(
         after_help = "Examples:\n  sessionlog tail examples/sessions/auto-review.jsonl\n  sessionlog tail ./sessions --session s1 -f | jq -c '{seq, type}'\n  sessionlog tail ./sessions.db --session s1 --from 1 -f --json"
     )]
@@ -515,7 +529,9 @@ pub enum Command {
     /// Count sessions, events by type (unknown types too), bytes and torn tails.
     ///
     /// A store with no sessions counts zero, exit 0, with a warning on
-    /// stderr ("no sessions found in X"): a mistyped path holds none either.
+    /// stderr ("no sessions found in X"): an existing folder that is not a
+    /// store (`$HOME`) holds none either. A path that does not exist is
+    /// exit 1, "no such store".
     #[command(
         after_help = "Examples:\n  sessionlog stats examples/sessions\n  sessionlog stats ./sessions.db --json | jq .totals.eventsByType"
     )]

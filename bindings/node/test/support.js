@@ -12,8 +12,12 @@ const { SessionlogError } = require('..')
 
 const workspace = path.resolve(__dirname, '..', '..', '..')
 
-/** The `sessionlog` binary `npm test` built (`pretest`), or SESSIONLOG_BIN. */
-const cliPath = process.env.SESSIONLOG_BIN || path.join(workspace, 'target', 'release', 'sessionlog')
+/**
+ * The `sessionlog` binary `npm test` built (`pretest`, into CARGO_TARGET_DIR
+ * when set, as cargo builds), or SESSIONLOG_BIN.
+ */
+const targetDir = process.env.CARGO_TARGET_DIR ? path.resolve(workspace, process.env.CARGO_TARGET_DIR) : path.join(workspace, 'target')
+const cliPath = process.env.SESSIONLOG_BIN || path.join(targetDir, 'release', 'sessionlog')
 
 /** A fresh folder, removed when the test ends. */
 function tempDir(t) {

@@ -99,6 +99,30 @@ pub fn run(
         let mut report = SourceReport::default();
         match files {
             Ok(found) => {
+                if found.files.is_empty() && found.failures.is_empty() && !quiet {
+                    let names = match format {
+                        import::Format::Codex => "no Codex rollout (rollout-*.jsonl)",
+                        import::Format::Claude => {
+                            "no Claude Code transcript (<uuid>.jsonl, agent-*.jsonl)"
+                        }
+                        import::Format::Auto => {
+                            "no transcript (rollout-*.jsonl, <uuid>.jsonl, agent-*.jsonl)"
+                        }
+                    };
+                    let other = match format {
+                        import::Format::Codex => {
+                            "; for Claude Code, `import claude` or `import auto`"
+                        }
+                        import::Format::Claude => "; for Codex, `import codex` or `import auto`",
+                        import::Format::Auto => "",
+                    };
+                    bar.suspend(|| {
+                        crate::warn(format!(
+                            "{}: {names} found, plain or .zst{other}",
+                            source.display()
+                        ))
+                    });
+                }
                 // What could not be looked into fails alone; the rest of
                 // the folder is read.
                 report.failed.extend(found.failures);

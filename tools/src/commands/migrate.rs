@@ -149,8 +149,11 @@ pub fn migrate(
 /// already at the destination.
 fn refused(error: StoreError, from: &Path, to: &Path) -> anyhow::Error {
     match error {
-        StoreError::AlreadyExists { .. } => anyhow::Error::new(error).context(format!(
-            "nothing was written; if an interrupted migrate published it, `sessionlog migrate {} {} --resume` proves and skips the sessions already copied",
+        StoreError::AlreadyExists { id, path } => anyhow::Error::msg(format!(
+            "session {id} already exists in {}; nothing was written. If an interrupted migrate \
+             published it, `sessionlog migrate {} {} --resume` proves and skips the sessions \
+             already copied; otherwise migrate into another store",
+            sessionlog_store::store_display(&path),
             crate::terminal::shell_word(&sessionlog_store::store_display(from)),
             crate::terminal::shell_word(&sessionlog_store::store_display(to))
         )),

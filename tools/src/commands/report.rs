@@ -335,6 +335,20 @@ pub fn run(
     let audit = audit.map(read_audit).transpose()?;
     let target = Target::open(&args.store)?;
     refuse_store_files(out, &args.store)?;
+    // Said before anything is read, and of the folder that is missing
+    // rather than of the pages' folder that could not be made in it.
+    let folder = out
+        .parent()
+        .filter(|folder| !folder.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !folder.is_dir() {
+        anyhow::bail!(crate::UsageError(format!(
+            "{}: its folder {} does not exist; report writes into a folder that does (mkdir -p {})",
+            out.display(),
+            folder.display(),
+            folder.display()
+        )));
+    }
     let sessions = target.sessions(args.session.as_deref())?;
     crate::target::warn_if_no_sessions(sessions.len(), &args.store);
     let defaults = defaults.defaults();

@@ -310,8 +310,12 @@ fn warn_of(label: &str, stats: &SessionStats) {
         ));
     }
     if stats.violations > 0 {
+        let them = match stats.violations {
+            1 => "it",
+            _ => "them",
+        };
         warn(format!(
-            "{label}: {} (`sessionlog verify` names them)",
+            "{label}: {} (`sessionlog verify` names {them})",
             crate::terminal::what_breaks(
                 stats.violations,
                 stats.seal_failures,

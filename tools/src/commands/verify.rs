@@ -702,7 +702,11 @@ fn verify_once(
                 line: Some(corruption.position.line),
                 offset: Some(corruption.position.offset),
                 seq: None,
-                message: corruption.to_string(),
+                // What helps, as every other command says it.
+                message: format!(
+                    "{corruption}{}",
+                    sessionlog_store::corruption_remedy(&corruption)
+                ),
             });
         }
         Err(StoreError::CorruptRow { seq, reason, .. }) => {
