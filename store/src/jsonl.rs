@@ -586,6 +586,17 @@ pub fn open_log_writer(
         }
         Err(source) => return Err(StoreError::io("lock", path, source)),
     }
+    // The log's name is made durable before anything is acknowledged in
+    // it: a command that published the log (create, fork, import,
+    // salvage) and was killed before it synced the folder left a name a
+    // power loss could still drop, with every append made to it since.
+    // Once a writer: a folder with nothing to write back syncs at once.
+    let folder = path
+        .parent()
+        .filter(|folder| !folder.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    io.sync_folder(folder)
+        .map_err(|source| StoreError::io("fsync", folder, source))?;
     let reading = file
         .try_clone()
         .map_err(|source| StoreError::io("open", path, source))?;
@@ -1836,6 +1847,64 @@ mod tests {
         let snapshot = store.snapshot(&session).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(snapshot.events[0].batch(), Some(2));
         assert_eq!(snapshot.events[1].batch(), None);
+    }
+
+    /// Records each folder fsync, and fails them while `failing` is set.
+    #[derive(Default)]
+    struct FolderSyncs {
+        synced: Mutex<Vec<PathBuf>>,
+        failing: std::sync::atomic::AtomicBool,
+    }
+
+    impl FaultInjector for FolderSyncs {
+        fn before(&self, point: FaultPoint, path: &Path) -> std::io::Result<()> {
+            if point == FaultPoint::FolderFsync {
+                if self.failing.load(Ordering::SeqCst) {
+                    return Err(std::io::Error::other("injected"));
+                }
+                self.synced
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(path.to_owned());
+            }
+            Ok(())
+        }
+    }
+
+    /// A writer syncs its log's folder before it acknowledges anything: a
+    /// command killed between publishing the log and syncing its folder
+    /// left a name a power loss could drop, with every append since. A
+    /// folder that cannot be synced opens no writer.
+    #[test]
+    fn a_writer_makes_its_logs_name_durable_before_it_acknowledges() {
+        let (dir, store) = store();
+        let syncs = Arc::new(FolderSyncs::default());
+        let store = store.with_io(Io::with_faults(syncs.clone()));
+        let session = created(&store, "named");
+        syncs
+            .synced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        drop(open_writer(&store, &session));
+        let synced = syncs
+            .synced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        assert_eq!(synced, [dir.path().to_owned()]);
+        syncs.failing.store(true, Ordering::SeqCst);
+        let refused = store.open_writer(&session, WriterOptions::default());
+        assert!(
+            matches!(
+                refused,
+                Err(StoreError::Io {
+                    operation: "fsync",
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
     }
 
     /// Counts fdatasyncs.
