@@ -108,10 +108,7 @@ pub fn fork_log_file(
     defaults: &Defaults,
 ) -> Result<SessionHeader, StoreError> {
     let io = Io::default();
-    let folder = match parent.parent() {
-        Some(folder) if !folder.as_os_str().is_empty() => folder,
-        _ => Path::new("."),
-    };
+    let folder = crate::store::folder_of(parent);
     let child_path = folder.join(format!("{child}.jsonl"));
     let request = ForkRequest { prompt, defaults };
     fork_log(parent, None, child, &child_path, request, &io)
@@ -147,10 +144,7 @@ pub(crate) fn fork_log(
     if child_path.symlink_metadata().is_ok() {
         return Err(already_exists());
     }
-    let folder = match child_path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
-        _ => PathBuf::from("."),
-    };
+    let folder = crate::store::folder_of(child_path).to_owned();
     // Only the child's name taken when it is published is the child
     // existing; a temporary name taken (another process's, of the same pid
     // and millisecond) is said as it is, naming that file.

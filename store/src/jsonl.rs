@@ -397,10 +397,7 @@ pub fn create_log_file_as_stored(
             violation,
         });
     }
-    let folder = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
-        _ => PathBuf::from("."),
-    };
+    let folder = crate::store::folder_of(path).to_owned();
     let already_exists = || StoreError::AlreadyExists {
         id: header.id.clone(),
         path: path.to_owned(),
@@ -591,10 +588,7 @@ pub fn open_log_writer(
     // salvage) and was killed before it synced the folder left a name a
     // power loss could still drop, with every append made to it since.
     // Once a writer: a folder with nothing to write back syncs at once.
-    let folder = path
-        .parent()
-        .filter(|folder| !folder.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let folder = crate::store::folder_of(path);
     io.sync_folder(folder)
         .map_err(|source| StoreError::io("fsync", folder, source))?;
     let reading = file

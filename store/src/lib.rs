@@ -130,7 +130,7 @@ pub use sql::postgres::{
 #[cfg(feature = "sqlite")]
 pub use sql::sqlite::{SqliteEvents, SqliteStore, SCHEMA_VERSION};
 pub use store::{
-    is_postgres_url, redact_url, store_display, Backend, EventStream, HeldRead, Store,
+    folder_of, is_postgres_url, redact_url, store_display, Backend, EventStream, HeldRead, Store,
 };
 pub use wake::{Wake, POLL_ONLY_VARIABLE};
 pub use writer::{

@@ -220,7 +220,7 @@ impl Store {
     /// folder (0700).
     pub fn create(path: &Path) -> Result<Store, StoreError> {
         refuse_url_lookalike(path)?;
-        refuse_database_lookalike(path)?;
+        refuse_store_name_lookalike(path)?;
         match Backend::of_path(path) {
             #[cfg(feature = "postgres")]
             Backend::Postgres => PostgresStore::create(path).map(Store::Postgres),
@@ -860,7 +860,7 @@ fn require_existing(path: &Path, reason: &str) -> Result<(), StoreError> {
 /// named, but not `.jsonl` (`x.JSONL`, `x.json`). Taken for a folder, it
 /// would become a folder of logs where the person asked for a database or
 /// a log.
-fn refuse_database_lookalike(path: &Path) -> Result<(), StoreError> {
+fn refuse_store_name_lookalike(path: &Path) -> Result<(), StoreError> {
     let Some(extension) = path.extension().and_then(|e| e.to_str()) else {
         return Ok(());
     };
@@ -919,6 +919,15 @@ fn refuse_url_lookalike(path: &Path) -> Result<(), StoreError> {
              postgresql:// (lowercase){space}; no folder of that name is made"
         ),
     })
+}
+
+/// The folder a file at `path` is in: its parent, `.` for a bare name
+/// (whose parent is empty).
+pub fn folder_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(folder) if !folder.as_os_str().is_empty() => folder,
+        _ => Path::new("."),
+    }
 }
 
 /// Whether `text` is a PostgreSQL URL (`postgres://` or `postgresql://`),

@@ -337,10 +337,7 @@ pub fn run(
     refuse_store_files(out, &args.store)?;
     // Said before anything is read, and of the folder that is missing
     // rather than of the pages' folder that could not be made in it.
-    let folder = out
-        .parent()
-        .filter(|folder| !folder.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let folder = sessionlog_store::folder_of(out);
     if !folder.is_dir() {
         anyhow::bail!(crate::UsageError(format!(
             "{}: its folder {} does not exist; report writes into a folder that does (mkdir -p {})",

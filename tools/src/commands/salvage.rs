@@ -126,10 +126,7 @@ pub fn run(file: &Path, out: &Path, json: bool, quiet: bool) -> Result<u8> {
             out.display()
         )));
     }
-    let folder = out
-        .parent()
-        .filter(|folder| !folder.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let folder = sessionlog_store::folder_of(out);
     if !folder.is_dir() {
         bail!(UsageError(format!(
             "{}: its folder {} does not exist; salvage writes a new file in a folder that does",
