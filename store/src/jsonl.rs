@@ -1901,6 +1901,31 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_session_found_has_its_name_made_durable() {
+        let (dir, store) = store();
+        let syncs = Arc::new(FolderSyncs::default());
+        let store = store.with_io(Io::with_faults(syncs.clone()));
+        let session = created(&store, "found");
+        let synced = || {
+            syncs
+                .synced
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        };
+        syncs
+            .synced
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        let store = crate::Store::Jsonl(store);
+        ok(store.make_name_durable(&session));
+        assert_eq!(synced(), [dir.path().to_owned()]);
+        syncs.failing.store(true, Ordering::SeqCst);
+        assert!(store.make_name_durable(&session).is_err());
+    }
+
     /// Counts fdatasyncs.
     #[derive(Default)]
     struct CountSyncs(std::sync::atomic::AtomicUsize);

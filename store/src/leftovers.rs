@@ -2,8 +2,10 @@
 //! JSONL store folder, and their removal.
 //!
 //! Every temporary file of the store is dot-named, so no reader ever takes
-//! it for a session: `.<file>.tmp-<pid>-<ms>` for a session being created
-//! (or staged by a migration), `.migrate-<pid>-<ms>.lock` for a running
+//! it for a session: `.<log>.tmp-<pid>-<ms>` for a log being created (or
+//! staged by a migration; `<log>` is `<name>.jsonl`), and
+//! `.<log>.spool.tmp-…` and `.<log>.state.tmp-…` for a fork's spool and a
+//! migration's staged snapshot; `.migrate-<pid>-<ms>.lock` for a running
 //! migration into the folder, and `.<id>.jsonl.state.new` for a state
 //! snapshot being written. A creation holds an exclusive `flock` on its
 //! temporary file from just after creating it until its name is removed; a
@@ -14,7 +16,8 @@
 //!
 //! Removal takes only leftovers older than a minimum age, since a creation
 //! takes its lock a moment after it created its file, and removes only
-//! dot-named files of these two shapes: a session log (`<id>.jsonl`, whose
+//! dot-named files of these shapes (another program's `.<name>.tmp-…` is
+//! left alone): a session log (`<id>.jsonl`, whose
 //! id cannot start with a dot) is never touched. A temporary name left
 //! beside the session it published (a crash between `link` and `unlink`) is
 //! a second name of that file: removing it leaves the session whole.
@@ -113,7 +116,14 @@ fn temporary(name: &str) -> Option<Temporary<'_>> {
             .then_some(Temporary::SnapshotDraft { log });
     }
     let (file, token) = rest.rsplit_once(".tmp-")?;
-    (!file.is_empty() && is_token(token)).then_some(Temporary::Session { token })
+    // Only the files of a log: a log's own, its fork's spool, its staged
+    // snapshot. Another program's `.<name>.tmp-<n>-<n>` in the folder is
+    // not sessionlog's to remove.
+    let log = ["", ".spool", ".state"]
+        .iter()
+        .find_map(|suffix| file.strip_suffix(suffix)?.strip_suffix(".jsonl"))?;
+    (!log.is_empty() && !log.starts_with('.') && is_token(token))
+        .then_some(Temporary::Session { token })
 }
 
 /// `<pid>-<ms>`: two runs of digits.
@@ -377,6 +387,12 @@ mod tests {
                 token: "12-1700000000000"
             })
         ));
+        for name in [".s1.jsonl.spool.tmp-12-17", ".s1.jsonl.state.tmp-12-17"] {
+            assert!(
+                matches!(temporary(name), Some(Temporary::Session { token: "12-17" })),
+                "{name}"
+            );
+        }
         assert!(matches!(
             temporary(".migrate-12-17.lock"),
             Some(Temporary::MigrationLock)
@@ -397,6 +413,10 @@ mod tests {
             ".s1.jsonl.tmp-12",
             ".s1.jsonl.tmp-12-x",
             ".tmp-12-17",
+            ".jsonl.tmp-12-17",
+            "..s1.jsonl.tmp-12-17",
+            ".s1.txt.tmp-12-17",
+            ".s1.jsonl.other.tmp-12-17",
             ".migrate-12.lock",
             "migrate-12-17.lock",
         ] {

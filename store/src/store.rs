@@ -282,6 +282,29 @@ impl Store {
         }
     }
 
+    /// Makes the name of session `id`, found in the store, durable: a
+    /// folder of logs is fsynced (the command that published the log may
+    /// have been killed before it synced it, and a power loss could still
+    /// drop the name); a database's committed session already is. For a
+    /// caller that reports a session it found as written (`import`'s
+    /// "already imported").
+    pub fn make_name_durable(&self, id: &SessionId) -> Result<(), StoreError> {
+        match self {
+            Store::Jsonl(store) => {
+                let log = store.log_path(id);
+                let folder = folder_of(&log);
+                store
+                    .io()
+                    .sync_folder(folder)
+                    .map_err(|source| StoreError::io("fsync folder", folder, source))
+            }
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(_) => Ok(()),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(_) => Ok(()),
+        }
+    }
+
     /// The checks [`create_session`](Self::create_session) makes of a new
     /// session before it writes anything (every rule, values both backends
     /// store), made alone: for a caller that writes several sessions and

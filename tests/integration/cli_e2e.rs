@@ -362,6 +362,19 @@ fn every_exit_code_comes_from_a_crafted_input() {
         "{}",
         bad_line.stderr
     );
+    // A line the rules refuse is named by its place as well as its seq;
+    // the good line before it is acknowledged.
+    let refused = run_with_stdin(
+        ["append", &text(&dir.join("clean.jsonl"))],
+        "{\"type\":\"x-note\",\"data\":{}}\n{\"type\":\"step/end\",\"data\":{\"stepId\":\"nowhere\"}}\n",
+    );
+    refused.expect_code(4);
+    assert!(
+        refused.stderr.contains("input line 2") && refused.stderr.contains("(step/end)"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(refused.stdout.lines().count(), 1, "{}", refused.stdout);
     verify_file(dir, "corrupt.jsonl", &with_corruption(base())).expect_code(2);
     verify_file(dir, "torn.jsonl", &with_torn_tail(base().build())).expect_code(3);
     let rule = verify_file(dir, "rule.jsonl", &with_rule_violation(base()).build());

@@ -86,7 +86,12 @@ pub fn run(
         line_number += 1;
         let outcome = parse_line(&line, line_number)
             .and_then(|events| check_types(&events, line_number, unknown).map(|()| events))
-            .and_then(|events| stage(&mut writer, events, expected.take()));
+            .and_then(|events| {
+                // The refusal names the line as well as the seq: the
+                // runtime writing the lines knows them by their place.
+                stage(&mut writer, events, expected.take())
+                    .with_context(|| format!("input line {line_number}"))
+            });
         match outcome {
             Ok(line) => staged.push(line),
             Err(error) => {

@@ -546,6 +546,10 @@ fn compare(
     };
     let same = differs_at > 0 && common == stored.events.len() && common == records.len();
     Ok(if same {
+        // Found as this import would write it, it counts as written: its
+        // name is made as durable as a new session's (the import that
+        // published it may have been killed before it synced the folder).
+        store.make_name_durable(id)?;
         SessionOutcome::Unchanged
     } else {
         SessionOutcome::Changed {
