@@ -1182,6 +1182,45 @@ impl JsonlSink {
     }
 }
 
+impl JsonlSink {
+    /// Checks, once what was just written is synced, that the log's name
+    /// still names the file this sink writes: a log replaced under a live
+    /// writer (a copy moved over it, as an editor, a sync tool or a
+    /// restore does) or removed would take the writer's appends into a
+    /// file no reader finds, and the next writer would give their seqs
+    /// again. Then nothing written is acknowledged: the error names the
+    /// `bytes` of the last write, which are in the file the writer opened.
+    fn check_named(&self, bytes: u64) -> Result<(), StoreError> {
+        use std::os::unix::fs::MetadataExt;
+        let open = self
+            .file
+            .metadata()
+            .map_err(|source| StoreError::io("stat", &self.path, source))?;
+        let named = std::fs::symlink_metadata(&self.path);
+        let what = match &named {
+            Ok(named) if named.dev() == open.dev() && named.ino() == open.ino() => return Ok(()),
+            Ok(_) => "was replaced by another file",
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => "was removed",
+            Err(_) => "cannot be checked",
+        };
+        let detail = format!(
+            "the log's name {what} while this writer had it open: its last {bytes} bytes went \
+             to the file it opened, which no longer has that name, and are not acknowledged; \
+             the log now at that name does not hold them"
+        );
+        Err(StoreError::io(
+            "write",
+            &self.path,
+            match named {
+                Err(source) if source.kind() != std::io::ErrorKind::NotFound => {
+                    std::io::Error::new(source.kind(), format!("{detail} ({source})"))
+                }
+                _ => std::io::Error::other(detail),
+            },
+        ))
+    }
+}
+
 impl LogSink for JsonlSink {
     fn write(&mut self, id: &SessionId, records: &[EventRecord]) -> Result<(), StoreError> {
         for record in records {
@@ -1208,12 +1247,12 @@ impl LogSink for JsonlSink {
         self.good_bytes += bytes;
         self.good_lines += lines;
         self.last_crc = self.pending_last_crc;
-        if durability == Durability::Buffered {
-            return Ok(());
+        if durability != Durability::Buffered {
+            self.io
+                .sync_data(&self.file, &self.path)
+                .map_err(|source| StoreError::io("fdatasync", &self.path, source))?;
         }
-        self.io
-            .sync_data(&self.file, &self.path)
-            .map_err(|source| StoreError::io("fdatasync", &self.path, source))
+        self.check_named(bytes)
     }
 
     fn save_snapshot(
@@ -1899,6 +1938,46 @@ mod tests {
             ),
             "{refused:?}"
         );
+    }
+
+    #[test]
+    fn a_writer_acknowledges_nothing_once_its_logs_name_is_another_files() {
+        let note = || NewEvent {
+            event_type: "x-test/note".into(),
+            data: "{}".into(),
+            ts: Some(5),
+        };
+        for removed in [false, true] {
+            let (_dir, store) = store();
+            let session = created(&store, "moved");
+            let path = store.log_path(&session);
+            let mut writer = open_writer(&store, &session);
+            ok(writer.append(note(), None));
+            // What an editor or a restore does: a copy moved over the name.
+            let copy = path.with_extension("copy");
+            ok(std::fs::copy(&path, &copy));
+            match removed {
+                true => ok(std::fs::remove_file(&path)),
+                false => ok(std::fs::rename(&copy, &path)),
+            }
+            let refused = writer.append(note(), None);
+            let message = match refused {
+                Err(error) => error.to_string(),
+                Ok(seq) => panic!("seq {} acknowledged in a file no longer named", seq.get()),
+            };
+            let what = if removed {
+                "was removed"
+            } else {
+                "was replaced"
+            };
+            assert!(message.contains(what), "{message}");
+            assert!(writer.append(note(), None).is_err(), "the writer goes on");
+            if !removed {
+                // The log at the name holds the acknowledged event only.
+                let events = ok(store.snapshot(&session)).events;
+                assert_eq!(events.len(), 1);
+            }
+        }
     }
 
     #[test]

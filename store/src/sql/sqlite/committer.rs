@@ -327,20 +327,62 @@ pub(super) fn refuse(job: Job, refusal: &StoreError) {
 /// holds into the database file (a checkpoint through the open
 /// connection, which still reads the removed file) and stops the
 /// committer: every later write is refused until the store is reopened.
+///
+/// The database file is watched the same way: one removed or replaced
+/// under the committer takes its commits into a file no later open finds,
+/// with nothing to copy them back from, so the commit that found it is
+/// refused (never acknowledged) and so is every later write.
 #[derive(Debug)]
 pub(super) struct WalGuard {
-    path: PathBuf,
-    /// The log as first seen after a commit.
-    held: Option<File>,
-    /// Why writing stopped, once the log was found gone.
+    log: HeldName,
+    database: HeldName,
+    /// Why writing stopped, once the log or the database was found gone.
     lost: Option<String>,
+}
+
+/// A name and the file first seen at it.
+#[derive(Debug)]
+struct HeldName {
+    path: PathBuf,
+    /// The file as first seen after a commit.
+    held: Option<File>,
+}
+
+impl HeldName {
+    /// Whether the name still leads to the file first seen there, and
+    /// that file is still linked.
+    fn in_place(&mut self) -> io::Result<bool> {
+        use std::os::unix::fs::MetadataExt;
+        let named = match std::fs::symlink_metadata(&self.path) {
+            Ok(metadata) => metadata,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(error) => return Err(error),
+        };
+        let Some(held) = &self.held else {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&self.path)?;
+            let opened = file.metadata()?;
+            self.held = Some(file);
+            return Ok(opened.dev() == named.dev() && opened.ino() == named.ino());
+        };
+        let held = held.metadata()?;
+        Ok(held.nlink() > 0 && held.dev() == named.dev() && held.ino() == named.ino())
+    }
 }
 
 impl WalGuard {
     fn new(database: &Path) -> WalGuard {
         WalGuard {
-            path: wal_path(database),
-            held: None,
+            log: HeldName {
+                path: wal_path(database),
+                held: None,
+            },
+            database: HeldName {
+                path: database.to_owned(),
+                held: None,
+            },
             lost: None,
         }
     }
@@ -358,12 +400,29 @@ impl WalGuard {
     /// Checks the log after a commit: `Ok` when the commit is durable in
     /// the log or, the log being gone, was copied into the database file.
     fn after_commit(&mut self, connection: &Connection, database: &Path) -> Result<(), StoreError> {
-        let cause = match self.in_place() {
-            Ok(true) => return Ok(()),
-            Ok(false) => "was removed or replaced".to_owned(),
+        let cause = |found: io::Result<bool>| match found {
+            Ok(_) => "was removed or replaced".to_owned(),
             Err(error) => format!("cannot be checked ({error})"),
         };
-        let wal = self.path.display();
+        let found = self.database.in_place();
+        if !matches!(found, Ok(true)) {
+            let cause = cause(found);
+            tracing::error!(database = %database.display(), "the database file {cause} under a live writer");
+            let reason = format!(
+                "the database file {} {cause} while this store was writing: the last commit went \
+                 to the file it had opened, which no longer has that name, and is not \
+                 acknowledged; this store writes nothing more",
+                database.display()
+            );
+            self.lost = Some(reason.clone());
+            return Err(StoreError::io("commit", database, io::Error::other(reason)));
+        }
+        let found = self.log.in_place();
+        if let Ok(true) = found {
+            return Ok(());
+        }
+        let cause = cause(found);
+        let wal = self.log.path.display();
         let saved = connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
             Ok((
                 row.get::<_, i64>(0)?,
@@ -402,28 +461,6 @@ impl WalGuard {
         };
         self.lost = Some(lost);
         result
-    }
-
-    /// Whether the log's name still leads to the file first seen there,
-    /// and that file is still linked.
-    fn in_place(&mut self) -> io::Result<bool> {
-        use std::os::unix::fs::MetadataExt;
-        let named = match std::fs::symlink_metadata(&self.path) {
-            Ok(metadata) => metadata,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
-            Err(error) => return Err(error),
-        };
-        let Some(held) = &self.held else {
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&self.path)?;
-            let opened = file.metadata()?;
-            self.held = Some(file);
-            return Ok(opened.dev() == named.dev() && opened.ino() == named.ino());
-        };
-        let held = held.metadata()?;
-        Ok(held.nlink() > 0 && held.dev() == named.dev() && held.ino() == named.ino())
     }
 }
 

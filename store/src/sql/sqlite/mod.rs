@@ -85,7 +85,9 @@
 //!
 //! After each commit, before anyone is answered, the committer checks that
 //! the `-wal` file is still in place (`WalGuard`); when it was removed, it
-//! checkpoints what the removed file holds into the database and stops.
+//! checkpoints what the removed file holds into the database and stops. A
+//! database file removed or replaced under it refuses that commit and
+//! every later write.
 //!
 //! The WAL is checkpointed every 8192 pages (32 MiB) rather than SQLite's
 //! default 1000: with many sessions appending, each group dirties one page

@@ -559,6 +559,31 @@ fn a_write_ahead_log_removed_under_a_writer_is_saved_then_the_writer_stops() {
 }
 
 #[test]
+fn a_database_replaced_or_removed_under_a_writer_acknowledges_nothing_more() {
+    for removed in [false, true] {
+        let folder = ok(tempfile::tempdir());
+        let path = database(folder.path());
+        let store = ok(SqliteStore::open(&path));
+        ok(store.create(&header("a"), &[], Durability::Fsync));
+        let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
+        ok(writer.append(note("before"), Some(1)));
+        let copy = folder.path().join("copy.db");
+        ok(std::fs::copy(&path, &copy));
+        match removed {
+            true => ok(std::fs::remove_file(&path)),
+            false => ok(std::fs::rename(&copy, &path)),
+        }
+        let refused = writer.append(note("lost"), Some(2));
+        assert!(
+            matches!(&refused, Err(StoreError::Io { source, .. })
+                if source.to_string().contains("database file") && source.to_string().contains("not acknowledged")),
+            "{refused:?}"
+        );
+        assert!(writer.append(note("after"), None).is_err());
+    }
+}
+
+#[test]
 fn database_and_lock_files_are_private() {
     let folder = ok(tempfile::tempdir());
     let store = ok(SqliteStore::open(&database(folder.path())));
