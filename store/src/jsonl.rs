@@ -887,9 +887,10 @@ fn resume_point(
     // A snapshot holds less than the log it was folded from (its rows
     // and ids come from the log's records); one far larger is no snapshot
     // of it, and is not read into memory.
-    let log_length = file.metadata().map_or(0, |metadata| metadata.len());
-    let limit = log_length.saturating_mul(2).saturating_add(1 << 20);
-    let decoded = match open_snapshot_file(snapshot, limit) {
+    use std::os::unix::fs::MetadataExt;
+    let log = file.metadata().ok()?;
+    let limit = log.len().saturating_mul(2).saturating_add(1 << 20);
+    let decoded = match open_snapshot_file(snapshot, limit, log.uid()) {
         Ok(Some(opened)) => decode_snapshot_file(opened, snapshot, header, header_body, paged),
         Ok(None) => return None,
         Err(error) => Err(error.to_string()),
@@ -991,8 +992,11 @@ impl sessionlog_projections::PageSource for SnapshotPages {
 
 /// The snapshot file at `path` and its length, `None` when there is none.
 /// Opened without following a symlink, and only a regular file of at
-/// most `limit` bytes.
-fn open_snapshot_file(path: &Path, limit: u64) -> std::io::Result<Option<(File, u64)>> {
+/// most `limit` bytes, owned by `owner` (the log's owner) and writable by
+/// no one else: in a folder shared with other users, a snapshot another
+/// user wrote, or could have, is no cache of the log's owner's to trust.
+fn open_snapshot_file(path: &Path, limit: u64, owner: u32) -> std::io::Result<Option<(File, u64)>> {
+    use std::os::unix::fs::MetadataExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
@@ -1005,6 +1009,18 @@ fn open_snapshot_file(path: &Path, limit: u64) -> std::io::Result<Option<(File, 
     let metadata = file.metadata()?;
     if !metadata.is_file() {
         return Err(std::io::Error::other("not a regular file"));
+    }
+    if metadata.uid() != owner {
+        return Err(std::io::Error::other(format!(
+            "owned by user {}, not by the log's owner (user {owner})",
+            metadata.uid()
+        )));
+    }
+    if metadata.mode() & 0o022 != 0 {
+        return Err(std::io::Error::other(format!(
+            "writable by others than its owner (mode {:o})",
+            metadata.mode() & 0o777
+        )));
     }
     if metadata.len() > limit {
         return Err(std::io::Error::other(format!(
@@ -2185,6 +2201,33 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_others_may_write_is_not_resumed_from() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_dir, store) = store();
+        let session = session_of_calls(&store, "shared", 3000, true);
+        let snapshot = state_snapshot_path(&store.log_path(&session));
+        assert!(resuming_writer(&store, &session)
+            .state()
+            .reads_snapshot_pages());
+        for mode in [0o620, 0o602] {
+            ok(std::fs::set_permissions(
+                &snapshot,
+                std::fs::Permissions::from_mode(mode),
+            ));
+            let writer = resuming_writer(&store, &session);
+            assert!(!writer.state().reads_snapshot_pages(), "mode {mode:o}");
+            drop(writer);
+        }
+        ok(std::fs::set_permissions(
+            &snapshot,
+            std::fs::Permissions::from_mode(0o600),
+        ));
+        assert!(resuming_writer(&store, &session)
+            .state()
+            .reads_snapshot_pages());
+    }
+
+    #[test]
     fn a_writer_reads_its_snapshot_page_by_page_and_folds_again_when_a_page_fails() {
         let (_dir, store) = store();
         let session = session_of_calls(&store, "paged", 3000, true);
@@ -2325,7 +2368,13 @@ mod tests {
             }
             let copy = dir.path().join("copy");
             ok(std::fs::write(&copy, &damaged));
-            let opened = ok(open_snapshot_file(&copy, u64::MAX)).unwrap_or_else(|| panic!("none"));
+            ok(std::fs::set_permissions(
+                &copy,
+                std::os::unix::fs::PermissionsExt::from_mode(0o600),
+            ));
+            let owner = std::os::unix::fs::MetadataExt::uid(&ok(std::fs::metadata(&copy)));
+            let opened =
+                ok(open_snapshot_file(&copy, u64::MAX, owner)).unwrap_or_else(|| panic!("none"));
             if decode_snapshot_file(opened, &copy, header, header_body, true).is_ok() {
                 lazy.push((start, end));
             }

@@ -690,6 +690,14 @@ impl SessionWriter {
         defaults: &Defaults,
         expected_seq: Option<u64>,
     ) -> Result<Vec<AcknowledgedSeq>, StoreError> {
+        // Which events the switch needs is read off the state: a writer
+        // that resumed from a state snapshot proves it is this log's fold
+        // first (its chain against the log's), as before a seal. A
+        // snapshot folded from another copy of the log would otherwise
+        // have the switch leave out an event the log needs, a permission
+        // the session keeps that no rule can find missing.
+        self.check_usable(expected_seq)?;
+        self.prove_chain(None, Proving::Preset)?;
         let events = preset_switch(&self.state, preset, auto_approval, defaults)
             .map_err(|error| self.naming_the_log(StoreError::InvalidEvent(error.to_string())))?;
         let ts = now_ms();
@@ -744,7 +752,7 @@ impl SessionWriter {
                 true => None,
                 false => self.turn_signer(),
             };
-            self.prove_chain(signer.as_ref())?;
+            self.prove_chain(signer.as_ref(), Proving::Seal)?;
         }
         let event = self
             .state
@@ -813,7 +821,7 @@ impl SessionWriter {
 
     /// [`stage_seal`](Self::stage_seal), once.
     fn stage_seal_once(&mut self, key: Option<&SealSecretKey>) -> Result<u64, StoreError> {
-        self.prove_chain(key.map(SealSecretKey::public_key).as_ref())?;
+        self.prove_chain(key.map(SealSecretKey::public_key).as_ref(), Proving::Seal)?;
         let (record, event) = seal_record(&mut self.state, now_ms(), key)?;
         self.write(std::slice::from_ref(&record))?;
         self.state.apply_checked(&record, event);
@@ -945,7 +953,7 @@ impl SessionWriter {
             .iter()
             .any(|event| event.event_type == EventType::Seal.as_str());
         let signer = (!handed_in).then(|| self.turn_signer()).flatten();
-        self.prove_chain(signer.as_ref())
+        self.prove_chain(signer.as_ref(), Proving::Seal)
     }
 
     /// The key the writer signs its turns' seals with, if it does.
@@ -984,7 +992,11 @@ impl SessionWriter {
     /// holder ran it then ([`anchored_chain`]); the records from it on are
     /// hashed from the log. A writer that seals every turn so pays for the
     /// records since its last seal, not for the whole log.
-    fn prove_chain(&mut self, signer: Option<&SealPublicKey>) -> Result<(), StoreError> {
+    fn prove_chain(
+        &mut self,
+        signer: Option<&SealPublicKey>,
+        proving: Proving,
+    ) -> Result<(), StoreError> {
         if self.chain_proven {
             return Ok(());
         }
@@ -1008,13 +1020,17 @@ impl SessionWriter {
         };
         if resumed != log {
             let through = self.state.seq();
+            let (event_type, refused) = match proving {
+                Proving::Seal => (EventType::Seal, "no seal was written"),
+                Proving::Preset => (EventType::PermissionPreset, "the preset was not switched"),
+            };
             return Err(StoreError::Rule {
                 path: self.path.clone(),
                 violation: sessionlog_projections::Violation::seal(
                     through + 1,
-                    EventType::Seal.as_str(),
+                    event_type.as_str(),
                     format!(
-                        "no seal was written: the state snapshot this writer resumed from gives \
+                        "{refused}: the state snapshot this writer resumed from gives \
                          the chain {resumed} through seq {through}, but the log's records give \
                          {log}; the snapshot was not folded from this log, or the log was \
                          changed after it was taken (`sessionlog verify` checks the log; a \
@@ -1033,6 +1049,16 @@ impl SessionWriter {
             cause,
         }
     }
+}
+
+/// What a writer proves its chain for ([`SessionWriter::prove_chain`]),
+/// which its refusal names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proving {
+    /// A seal it makes, or one handed in.
+    Seal,
+    /// A preset switch, whose events depend on the state.
+    Preset,
 }
 
 /// The seal record of every record `state` folded, from the chain value it

@@ -2076,6 +2076,58 @@ fn a_snapshot_folded_from_a_changed_copy_gets_no_seal_signed() {
     verify(&store, &["--trust", &trust, "--require-sealed"]).expect_code(0);
 }
 
+/// A preset switch reads which events it needs off the writer's state: a
+/// state snapshot folded from a copy whose sandbox was changed (to the
+/// preset's own) must not have the switch leave the log's sandbox as it
+/// was. The resumed writer proves its chain first and refuses (exit 7,
+/// nothing written); without the snapshot, the switch writes the sandbox
+/// event the log needs.
+#[test]
+fn a_snapshot_folded_from_a_changed_copy_switches_no_preset() {
+    let dir = ok(tempfile::tempdir());
+    let store = dir.path().join("store");
+    // Long enough for its writers to keep a state snapshot.
+    long_unsealed_session(&store, 400);
+    let loose = concat!(
+        r#"{"type":"sandbox/mode","data":{"mode":"danger-full-access"}}"#,
+        "\n",
+        r#"{"type":"approval/policy","data":{"policy":"ask"}}"#,
+        "\n"
+    );
+    run_with_stdin(["append", path_str(&store), "--session", "s"], loose).expect_code(0);
+    // The copy's sandbox is read-only, in as many bytes.
+    let copy = forge_a_snapshot_from_a_changed_copy(
+        dir.path(),
+        &store,
+        "danger-full-access",
+        r#"read-only","p":"12"#,
+    );
+    let project = |store: &Path| run(["project", path_str(store), "--session", "s"]);
+    assert!(
+        project(&copy).stdout.contains("read-only"),
+        "the copy is read-only"
+    );
+    let log = log_path(&store);
+    let before = records_and_seals(&log);
+    let refused = run(["preset", path_str(&store), "--session", "s", "read-only"]);
+    refused.expect_code(7);
+    assert!(
+        refused.stderr.contains("state snapshot")
+            && refused.stderr.contains("the preset was not switched"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(records_and_seals(&log), before, "nothing was written");
+    ok(std::fs::remove_file(store.join(".s.jsonl.state")));
+    run(["preset", path_str(&store), "--session", "s", "read-only"]).expect_code(0);
+    let projected = project(&store);
+    assert!(
+        projected.stdout.contains("read-only") && !projected.stdout.contains("danger-full-access"),
+        "{}",
+        projected.stdout
+    );
+}
+
 /// The same attack on a SQLite store: the copy's rows changed, its
 /// snapshot rows and last event row put into the database.
 #[test]
