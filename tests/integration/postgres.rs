@@ -1239,6 +1239,28 @@ fn a_schema_of_another_application_is_not_made_a_store() {
     }
 }
 
+/// A migration leaves the planner's statistics of what it wrote up to
+/// date: until autovacuum's next pass, a read of a few events of a long
+/// session could otherwise be planned as a scan of all its rows.
+#[test]
+fn a_migration_analyzes_the_tables_it_filled() {
+    let Some(server) = test_server() else {
+        return;
+    };
+    let schema = Schema::new(&server, "analyzed");
+    run(["migrate", &text(&examples()), &schema.url]).expect_code(0);
+    let Ok(Store::Postgres(admin)) = Store::create(Path::new(&server)) else {
+        panic!("{server}: no PostgreSQL store");
+    };
+    let rows = ok(ok(admin.connect()).query(
+        "SELECT relname::text FROM pg_stat_user_tables \
+         WHERE schemaname = $1 AND last_analyze IS NOT NULL ORDER BY relname",
+        &[&schema.name],
+    ));
+    let analyzed: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+    assert_eq!(analyzed, ["events", "sessions", "snapshots"]);
+}
+
 /// A migration from a PostgreSQL store into itself is refused, however
 /// the two URLs spell it; `--resume` would otherwise prove every session
 /// against itself.

@@ -424,6 +424,12 @@ impl PostgresStore {
         let location = &self.shared.location;
         let mut connection = Connection::open(location, false)?;
         connection.run(location, "begin a migration", sql::BEGIN)?;
+        // The tables grow within this one transaction, unseen by the
+        // planner's statistics: a plan of a prepared statement cached
+        // while they were small (a scan of the whole table for a session's
+        // first event, say) would stay in use as they grow, every session
+        // then costing more than the one before. Each is planned anew.
+        connection.run(location, "begin a migration", sql::PLAN_EACH_STATEMENT)?;
         Ok(PostgresBulkCreate {
             shared: Arc::clone(&self.shared),
             connection,
@@ -1081,7 +1087,17 @@ impl PostgresBulkCreate {
     pub(crate) fn commit(mut self) -> Result<(), StoreError> {
         let location = &self.shared.location;
         self.connection
-            .run(location, "commit a migration", sql::COMMIT)
+            .run(location, "commit a migration", sql::COMMIT)?;
+        // The planner's statistics are brought up to what was just
+        // written, rather than left to autovacuum's next pass: until then
+        // a read of a few events of a long session (`project --at`,
+        // `tail`) can be planned as a scan of all its rows. Only a help:
+        // a role that may not analyze the tables is warned by the server,
+        // and what failed here is said, not the migration's failure.
+        if let Err(error) = self.connection.run(location, "analyze", sql::ANALYZE) {
+            tracing::warn!(store = %location.display.display(), "{error}");
+        }
+        Ok(())
     }
 }
 

@@ -338,5 +338,12 @@ pub(super) const BEGIN: &str = "BEGIN";
 /// Commits a write transaction.
 pub(super) const COMMIT: &str = "COMMIT";
 
+/// Brings the planner's statistics of the store's tables up to date.
+pub(super) const ANALYZE: &str = "ANALYZE sessions, events, snapshots";
+
+/// Plans each execution of a prepared statement for its own parameters
+/// and the tables as they are, for the rest of the transaction.
+pub(super) const PLAN_EACH_STATEMENT: &str = "SET LOCAL plan_cache_mode = force_custom_plan";
+
 /// Ends a read, or abandons a write.
 pub(super) const ROLLBACK: &str = "ROLLBACK";
