@@ -113,10 +113,14 @@ pub enum Command {
         allow_empty: bool,
         /// A trust file of public keys (`ed25519:...` a line); every own
         /// seal must be signed by a key listed in one of them. Repeatable.
+        /// Alone it proves nothing of a session with no seal: add
+        /// `--require-sealed`.
         #[arg(long, value_name = "FILE")]
         trust: Vec<PathBuf>,
         /// Every session must have a seal of its own with no own event after
-        /// its last one.
+        /// its last one. A log whose seals were removed and that a key's
+        /// holder sealed again passes: only `--anchor` tells that history
+        /// from the one anchored earlier.
         #[arg(long)]
         require_sealed: bool,
         /// An anchor file (lines printed by `sessionlog head`): every session
