@@ -1041,6 +1041,75 @@ fn claude_1_0_inline_sidechains_become_child_sessions() {
     );
 }
 
+/// A conversation resumed in Claude Code is written to a new file, named
+/// after the new session, that repeats the records before it, those keeping
+/// the earlier session's id: both files import, each as the session it is
+/// named after, the resumed one whole, and importing them again writes
+/// nothing.
+#[test]
+fn a_resumed_claude_session_imports_beside_the_one_it_resumed() {
+    const A: &str = "11111111-aaaa-4aaa-8aaa-aaaaaaaaaaaa";
+    const B: &str = "22222222-bbbb-4bbb-8bbb-bbbbbbbbbbbb";
+    let dir = temp();
+    let project = dir.path().join("-home-dev-r");
+    ok(std::fs::create_dir_all(&project));
+    let user = |session: &str, uuid: &str, second: u32, text: &str| {
+        json!({"type": "user", "sessionId": session, "uuid": uuid, "cwd": "/home/dev/r",
+               "timestamp": format!("2025-09-01T10:00:{second:02}.000Z"),
+               "message": {"role": "user", "content": text}})
+        .to_string()
+    };
+    let assistant = |session: &str, uuid: &str, second: u32, id: &str, text: &str| {
+        json!({"type": "assistant", "sessionId": session, "uuid": uuid, "cwd": "/home/dev/r",
+               "timestamp": format!("2025-09-01T10:00:{second:02}.000Z"),
+               "message": {"id": id, "role": "assistant",
+                           "content": [{"type": "text", "text": text}]}})
+        .to_string()
+    };
+    let original = [
+        user(A, "x1", 0, "List the TODOs"),
+        assistant(A, "x2", 5, "m1", "There are 3 TODOs."),
+    ];
+    let resumed = [
+        user(A, "x1", 0, "List the TODOs"),
+        assistant(B, "x2", 5, "m1", "There are 3 TODOs."),
+        user(B, "y1", 30, "Now delete the second one"),
+        assistant(B, "y2", 34, "m2", "Deleted."),
+    ];
+    ok(std::fs::write(
+        project.join(format!("{A}.jsonl")),
+        original.join("\n") + "\n",
+    ));
+    ok(std::fs::write(
+        project.join(format!("{B}.jsonl")),
+        resumed.join("\n") + "\n",
+    ));
+    let store = dir.path().join("audit");
+    let first = import("claude", std::slice::from_ref(&project), &store);
+    first.expect_code(0);
+    assert!(
+        first.stdout.contains("2 sessions imported"),
+        "{}",
+        first.stdout
+    );
+    verify(&store);
+    let (header, events) = session(&store, &format!("claude-{B}"));
+    let prompts: Vec<String> = messages(&header, &events, "user")
+        .into_iter()
+        .map(|(text, _)| text)
+        .collect();
+    assert_eq!(prompts, ["List the TODOs", "Now delete the second one"]);
+    let (header, events) = session(&store, &format!("claude-{A}"));
+    assert_eq!(messages(&header, &events, "user").len(), 1);
+    let again = import("claude", &[project], &store);
+    expect_none_imported(&again);
+    assert!(
+        again.stdout.contains("2 already imported"),
+        "{}",
+        again.stdout
+    );
+}
+
 #[test]
 fn a_claude_2_1_project_reads_compaction_errors_and_its_subagents_folder() {
     let dir = temp();

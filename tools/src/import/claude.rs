@@ -86,10 +86,9 @@ pub fn translate(file: &Path, lines: &[SourceLine]) -> Result<Translation, Impor
             "not a Claude Code transcript: none of its first lines has a type with a sessionId, a message or a Claude Code line type",
         ));
     }
-    let session_id = lines
+    let first_session_id = lines
         .iter()
-        .find_map(|line| str_of(&line.value, "sessionId").filter(|id| !id.trim().is_empty()))
-        .map_or_else(|| file_stem(file), str::to_owned);
+        .find_map(|line| str_of(&line.value, "sessionId").filter(|id| !id.trim().is_empty()));
     let created_at = lines
         .iter()
         .find_map(|line| str_of(&line.value, "timestamp").and_then(parse_time))
@@ -99,10 +98,12 @@ pub fn translate(file: &Path, lines: &[SourceLine]) -> Result<Translation, Impor
         .find_map(|line| str_of(&line.value, "cwd"))
         .unwrap_or_default()
         .to_owned();
-    let root_id = derive_session_id("claude", &[&session_id]);
-    let agent = agent_id(file, lines);
-    if let Some(agent) = agent {
-        // An agent file is one sub-agent, whatever its lines say.
+    if let Some(agent) = agent_id(file, lines) {
+        // An agent file is one sub-agent, whatever its lines say, of the
+        // session its lines name: its own name (`agent-<id>`) names no
+        // session.
+        let session_id = first_session_id.map_or_else(|| file_stem(file), str::to_owned);
+        let root_id = derive_session_id("claude", &[&session_id]);
         let mut header = SessionHeader::root(
             derive_session_id("claude", &[&session_id, "agent", &agent]),
             created_at,
@@ -117,6 +118,8 @@ pub fn translate(file: &Path, lines: &[SourceLine]) -> Result<Translation, Impor
             sessions: vec![ImportedSession { header, events }],
         });
     }
+    let session_id = session_name(file, lines, first_session_id);
+    let root_id = derive_session_id("claude", &[&session_id]);
     let chains = sidechains(lines);
     let main_lines: Vec<&SourceLine> = lines
         .iter()
@@ -174,6 +177,34 @@ pub fn translate(file: &Path, lines: &[SourceLine]) -> Result<Translation, Impor
     let mut sessions = vec![ImportedSession { header, events }];
     sessions.extend(children);
     Ok(Translation { sessions })
+}
+
+/// The id the session of a transcript file (not an agent file) is named
+/// after. Claude Code writes each session to a file named after it
+/// (`<sessionId>.jsonl`), and writes a resumed conversation to a new file
+/// that repeats the records before it, those still carrying the earlier
+/// session's `sessionId`: the first `sessionId` of such a file names the
+/// session it resumed, which has a file of its own, and only its later
+/// lines carry its own. So a file named by a UUID that one of its lines
+/// carries as its `sessionId` is that session; any other file (renamed,
+/// or holding only another session's lines) is named after the first
+/// `sessionId` of its lines, else its name. Where the first `sessionId`
+/// and the name agree, as in every file that was not resumed, the id is
+/// the one every version gave, so a store imported before still holds it.
+fn session_name(file: &Path, lines: &[SourceLine], first_session_id: Option<&str>) -> String {
+    let stem = file_stem(file);
+    let written_to_its_file = || {
+        super::is_uuid(&stem)
+            && lines
+                .iter()
+                .any(|line| str_of(&line.value, "sessionId") == Some(stem.as_str()))
+    };
+    match first_session_id {
+        Some(id) if id.eq_ignore_ascii_case(&stem) => id.to_owned(),
+        _ if written_to_its_file() => stem,
+        Some(id) => id.to_owned(),
+        None => stem,
+    }
 }
 
 /// The agent id of an agent file: from its name (`agent-<id>.jsonl`), or
@@ -321,7 +352,8 @@ impl<'a> Conversation<'a> {
             _ => {
                 self.flush_text();
                 if kind == "progress" {
-                    self.announce_agent(value.get("data").and_then(|d| str_of(d, "agentId")));
+                    let agent = value.get("data").and_then(|d| str_of(d, "agentId"));
+                    self.announce_agent(value, agent);
                 }
                 self.builder.keep_line(kind, &line.raw);
             }
@@ -441,7 +473,7 @@ impl<'a> Conversation<'a> {
                         let agent = value
                             .get("toolUseResult")
                             .and_then(|result| str_of(result, "agentId"));
-                        self.announce_agent(agent);
+                        self.announce_agent(value, agent);
                     } else {
                         unmapped = true;
                     }
@@ -533,11 +565,18 @@ impl<'a> Conversation<'a> {
         }
     }
 
-    /// A sub-agent file of this session named `agent`: its child session.
-    fn announce_agent(&mut self, agent: Option<&str>) {
+    /// The sub-agent named `agent` that the line `value` says ran: its
+    /// child session. An agent file is named after the session whose lines
+    /// it holds, the one the announcing line was written in: a resumed
+    /// transcript repeats the lines of the session it resumed, announcing
+    /// that session's agents under their own ids.
+    fn announce_agent(&mut self, value: &Value, agent: Option<&str>) {
         if let Some(agent) = agent.filter(|agent| !agent.is_empty()) {
             if self.parent.is_none() {
-                let child = derive_session_id("claude", &[self.session_id, "agent", agent]);
+                let session = str_of(value, "sessionId")
+                    .filter(|id| !id.trim().is_empty())
+                    .unwrap_or(self.session_id);
+                let child = derive_session_id("claude", &[session, "agent", agent]);
                 self.builder.child_created(child.as_str());
             }
         }

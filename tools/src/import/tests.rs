@@ -38,7 +38,12 @@ fn violations(session: &ImportedSession) -> Vec<String> {
 }
 
 fn check_all_valid(format: Format, text: &str) -> Vec<ImportedSession> {
-    let translation = translate_bytes(Path::new("t.jsonl"), text.as_bytes(), format)
+    check_all_valid_at(Path::new("t.jsonl"), format, text)
+}
+
+/// [`check_all_valid`] of the transcript `text` read from `path`.
+fn check_all_valid_at(path: &Path, format: Format, text: &str) -> Vec<ImportedSession> {
+    let translation = translate_bytes(path, text.as_bytes(), format)
         .unwrap_or_else(|error| panic!("{error}\n{text}"));
     for session in &translation.sessions {
         let found = violations(session);
@@ -1236,4 +1241,93 @@ fn a_kept_claude_line_neither_splits_its_response_nor_is_kept_twice() {
         1,
         "{kept:?}"
     );
+}
+
+/// Claude Code writes a resumed conversation to a new file named after the
+/// new session, repeating the earlier records with the earlier
+/// `sessionId`: the file is the new session, whole, and its sidechains are
+/// its children; an agent that ran in the earlier session is announced by
+/// that session's id, as its agent file is named.
+#[test]
+fn a_resumed_claude_transcript_is_the_session_its_file_is_named_after() {
+    const A: &str = "11111111-aaaa-4aaa-8aaa-aaaaaaaaaaaa";
+    const B: &str = "22222222-bbbb-4bbb-8bbb-bbbbbbbbbbbb";
+    let user = |session: &str, uuid: &str, text: &str| {
+        format!(
+            r#"{{"type":"user","sessionId":"{session}","uuid":"{uuid}","message":{{"role":"user","content":"{text}"}}}}"#
+        )
+    };
+    let progress = |session: &str, agent: &str| {
+        format!(r#"{{"type":"progress","sessionId":"{session}","data":{{"agentId":"{agent}"}}}}"#)
+    };
+    let sidechain = format!(
+        r#"{{"type":"user","sessionId":"{B}","isSidechain":true,"uuid":"s1","parentUuid":null,"message":{{"role":"user","content":"look"}}}}"#
+    );
+    let resumed = [
+        user(A, "x1", "List the TODOs"),
+        progress(A, "early"),
+        user(B, "y1", "Now delete the second one"),
+        sidechain,
+        progress(B, "late"),
+    ]
+    .join("\n");
+    let sessions = check_all_valid_at(
+        Path::new(&format!("p/{B}.jsonl")),
+        Format::Claude,
+        &format!("{resumed}\n"),
+    );
+    assert_eq!(sessions[0].header.id.as_str(), format!("claude-{B}"));
+    assert_eq!(
+        message_kinds(&sessions),
+        [
+            r#""user":List the TODOs"#,
+            r#""user":Now delete the second one"#
+        ]
+    );
+    let announced: Vec<&str> = sessions[0]
+        .events
+        .iter()
+        .filter(|draft| draft.event_type == "child/created")
+        .map(|draft| draft.data.as_str())
+        .collect();
+    assert_eq!(announced.len(), 3, "{announced:?}");
+    assert!(announced[0].contains(&format!("claude-{A}-agent-early")));
+    assert!(announced[1].contains(&format!("claude-{B}-sidechain-s1")));
+    assert!(announced[2].contains(&format!("claude-{B}-agent-late")));
+    assert_eq!(
+        sessions[1]
+            .header
+            .parent_session
+            .as_ref()
+            .map(SessionId::as_str),
+        Some(format!("claude-{B}").as_str())
+    );
+    // A file its first `sessionId` names, in any case, keeps that id; so
+    // do a file not named by a UUID, one none of whose lines carries its
+    // name, and an agent file, whatever folder it is in.
+    let original = format!("{}\n", user(A, "x1", "List the TODOs"));
+    for path in [
+        format!("p/{A}.jsonl"),
+        format!("p/{}.jsonl", A.to_uppercase()),
+        "p/notes.jsonl".to_owned(),
+        format!("p/{B}.jsonl"),
+    ] {
+        let id = format!("claude-{A}");
+        let sessions = check_all_valid_at(Path::new(&path), Format::Claude, &original);
+        assert_eq!(sessions[0].header.id.as_str(), id, "{path}");
+    }
+    let agent = format!(
+        r#"{{"type":"user","sessionId":"{A}","isSidechain":true,"agentId":"early","message":{{"role":"user","content":"go"}}}}"#
+    );
+    for path in [
+        "p/agent-early.jsonl".to_owned(),
+        format!("p/{B}/subagents/agent-early.jsonl"),
+    ] {
+        let sessions = check_all_valid_at(Path::new(&path), Format::Claude, &format!("{agent}\n"));
+        assert_eq!(
+            sessions[0].header.id.as_str(),
+            format!("claude-{A}-agent-early"),
+            "{path}"
+        );
+    }
 }
