@@ -520,7 +520,7 @@ impl<'a> Conversation<'a> {
                 // holds every run of the line, the injected ones before it
                 // included, and a second run the person typed (after a
                 // reminder) continues the same turn.
-                let injected = flag("isMeta") || has_results;
+                let injected = !typed_line(value) || has_results;
                 let runs: Vec<(Origin, Vec<Value>)> = runs_of_origin(parts, &continues)
                     .into_iter()
                     .map(|(text, parts, continued)| {
@@ -595,6 +595,18 @@ impl<'a> Conversation<'a> {
         }
         self.pending_key = None;
     }
+}
+
+/// Whether a user line is one the person's text can be on: its message's
+/// role is `user` and its `isMeta` is absent or `false`. A line that says
+/// otherwise, or says it in a way this mapping does not read (an `isMeta`
+/// of `"true"`, a role missing), is injected: when unsure, context.
+fn typed_line(value: &Value) -> bool {
+    let role = value
+        .get("message")
+        .and_then(|message| str_of(message, "role"));
+    let meta = value.get("isMeta");
+    role == Some("user") && matches!(meta, None | Some(Value::Bool(false)))
 }
 
 /// `text` cut so that each `<system-reminder>` block in it (through its
@@ -743,7 +755,14 @@ fn message_carried(value: &Value) -> bool {
                 "stop_sequence",
             ],
         ),
-        false => carries_all(message, &["role", "content"]),
+        // A role the mapping does not write (the line's text is context
+        // then) is kept with the line.
+        false => {
+            carries_all(message, &["role", "content"])
+                && message
+                    .get("role")
+                    .is_none_or(|role| role.as_str() == Some("user"))
+        }
     };
     let blocks = match message.get("content") {
         Some(Value::Array(blocks)) if blocks.is_empty() => return false,

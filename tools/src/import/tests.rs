@@ -1331,3 +1331,44 @@ fn a_resumed_claude_transcript_is_the_session_its_file_is_named_after() {
         );
     }
 }
+
+/// Only a user line that says plainly that it is the person's (role
+/// `user`, `isMeta` absent or `false`) can hold a prompt: a line that says
+/// otherwise, or says it in a way the mapping does not read, is context.
+#[test]
+fn a_claude_user_line_not_plainly_the_persons_is_context() {
+    let line = |extra: &str, message: &str| {
+        format!(r#"{{"type":"user","sessionId":"c-1"{extra},"message":{message}}}"#)
+    };
+    let text = [
+        line(
+            r#","isMeta":"true""#,
+            r#"{"role":"user","content":"meta as a string"}"#,
+        ),
+        line(
+            r#","isMeta":null"#,
+            r#"{"role":"user","content":"meta null"}"#,
+        ),
+        line("", r#"{"role":"system","content":"another role"}"#),
+        line("", r#"{"content":"no role"}"#),
+        line(r#","isMeta":false"#, r#"{"role":"user","content":"typed"}"#),
+    ]
+    .join("\n");
+    let sessions = check_all_valid(Format::Claude, &format!("{text}\n"));
+    assert_eq!(
+        message_kinds(&sessions),
+        [
+            r#""context":meta as a string"#,
+            r#""context":meta null"#,
+            r#""context":another role"#,
+            r#""context":no role"#,
+            r#""user":typed"#,
+        ]
+    );
+    // The role the mapping does not write is kept with its line.
+    assert_eq!(
+        kept_lines_holding(&sessions, "x-claude/user", "another role"),
+        1
+    );
+    assert_eq!(kept_lines_holding(&sessions, "x-claude/user", "no role"), 0);
+}
