@@ -305,31 +305,89 @@ fn content_text(payload: &Value) -> String {
 /// it holds a part the mapping does not know (a file, a refusal, a type of
 /// a later Codex): the caller then keeps the line too, so that nothing of
 /// it is lost. The text of an unknown part that has one is still a text.
+/// An image Codex framed with texts of its own is one image part (see
+/// [`framed_image`]).
 fn content_parts(payload: &Value) -> (Vec<Value>, bool) {
     match payload.get("content") {
         Some(Value::String(text)) => (vec![text_part(text)], false),
         Some(Value::Array(parts)) => {
             let mut unmapped = false;
-            let mapped = parts
-                .iter()
-                .filter_map(|part| match str_of(part, "type") {
-                    Some("input_image") => Some(data_url_image(str_of(part, "image_url"))),
+            let mut mapped = Vec::with_capacity(parts.len());
+            let mut rest = parts.as_slice();
+            while let Some((part, after)) = rest.split_first() {
+                if let Some((image, after)) = framed_image(rest) {
+                    mapped.push(image);
+                    rest = after;
+                    continue;
+                }
+                rest = after;
+                match str_of(part, "type") {
+                    Some("input_image") => mapped.push(data_url_image(str_of(part, "image_url"))),
                     Some("input_text" | "output_text" | "text") => {
                         let text = str_of(part, "text");
                         unmapped |= text.is_none();
-                        text.map(text_part)
+                        mapped.extend(text.map(text_part));
                     }
                     _ => {
                         unmapped = true;
-                        str_of(part, "text").map(text_part)
+                        mapped.extend(str_of(part, "text").map(text_part));
                     }
-                })
-                .collect();
+                }
+            }
             (mapped, unmapped)
         }
         None | Some(Value::Null) => (Vec::new(), false),
         Some(_) => (Vec::new(), true),
     }
+}
+
+/// The image at the start of `parts` when Codex framed it, and the parts
+/// after it. Codex sends an image of a prompt between two texts of its own:
+/// `<image name=[Image #1]>` (a file of the person's, by its label) or
+/// `<image>` (one given by URL) before the `input_image`, `</image>` after
+/// it. The frame is the image's, not text anyone typed: read as text, it
+/// would make the prompt's words differ from the event that mirrors them,
+/// and the image context. The label becomes the image's `name`, so the
+/// frame can be written back as it was. `None` when the parts do not open
+/// so, or when a labelled image is only referred to (its part is then an
+/// attachment, whose name is the URL).
+fn framed_image(parts: &[Value]) -> Option<(Value, &[Value])> {
+    let [open, image, close, after @ ..] = parts else {
+        return None;
+    };
+    fn text(part: &Value) -> Option<&str> {
+        match str_of(part, "type") {
+            Some("input_text") => str_of(part, "text"),
+            _ => None,
+        }
+    }
+    if str_of(image, "type") != Some("input_image") || text(close) != Some("</image>") {
+        return None;
+    }
+    let label = match text(open)? {
+        "<image>" => None,
+        open => Some(open.strip_prefix("<image name=")?.strip_suffix('>')?),
+    };
+    let mut part = data_url_image(str_of(image, "image_url"));
+    if let Some(label) = label {
+        match part.as_object_mut() {
+            Some(members) if members.get("type") == Some(&Value::from("image")) => {
+                members.insert("name".to_owned(), Value::from(label));
+            }
+            _ => return None,
+        }
+    }
+    Some((part, after))
+}
+
+/// The text of message parts, joined with `separator`.
+fn parts_text(parts: &[Value], separator: &str) -> String {
+    parts
+        .iter()
+        .filter(|part| str_of(part, "type") == Some("text"))
+        .filter_map(|part| str_of(part, "text"))
+        .collect::<Vec<_>>()
+        .join(separator)
 }
 
 /// An image given as a `data:` URL (or a reference the source kept).
@@ -435,15 +493,17 @@ fn pair_mirrors(items: &[Item<'_>]) -> HashSet<usize> {
 
 fn mirror_side(item: &Item<'_>) -> Option<(Role, Form, String)> {
     match (item.kind, item.payload_type()) {
-        (Kind::Response, Some("message")) => match str_of(item.payload, "role") {
-            Some("user") => Some((Role::User, Form::Item, content_text_joined(item.payload))),
-            Some("assistant") => Some((
-                Role::Assistant,
-                Form::Item,
-                content_text_joined(item.payload),
-            )),
-            _ => None,
-        },
+        // The text of its parts, an image's frame not text (as the event
+        // has none).
+        (Kind::Response, Some("message")) => {
+            let role = match str_of(item.payload, "role") {
+                Some("user") => Role::User,
+                Some("assistant") => Role::Assistant,
+                _ => return None,
+            };
+            let (parts, _) = content_parts(item.payload);
+            Some((role, Form::Item, parts_text(&parts, "")))
+        }
         // An event whose `kind` says Codex wrote it (environment context,
         // user instructions) mirrors no prompt.
         (Kind::Event, Some("user_message")) if typed_by_the_person(item.payload) => Some((
@@ -552,7 +612,7 @@ impl State {
                     "user" => {
                         self.input_epoch += 1;
                         let mirrored = self.mirrors.contains(&index)
-                            && opening_tag(&content_text(payload)).is_none();
+                            && opening_tag(&parts_text(&parts, "\n")).is_none();
                         if mirrored || self.legacy_prompt(payload) {
                             builder.prompt(self.prompter.clone(), parts);
                         } else {

@@ -1372,3 +1372,59 @@ fn a_claude_user_line_not_plainly_the_persons_is_context() {
     );
     assert_eq!(kept_lines_holding(&sessions, "x-claude/user", "no role"), 0);
 }
+
+/// Codex frames the image of a prompt with texts of its own
+/// (`<image name=[Image #1]>`, `</image>`; `<image>` for one given by
+/// URL), which the event mirroring the prompt does not hold: the prompt is
+/// still one `user` message, of the image (named by its label) and the
+/// words typed, never a second one, and the frame is no context.
+#[test]
+fn a_codex_prompt_with_a_framed_image_is_one_user_message_holding_it() {
+    let png = "data:image/png;base64,iVBORw0KGgo=";
+    let item = |open: &str, typed: &str| {
+        format!(
+            r#"{{"type":"response_item","payload":{{"type":"message","role":"user","content":[{{"type":"input_text","text":"{open}"}},{{"type":"input_image","image_url":"{png}"}},{{"type":"input_text","text":"</image>"}},{{"type":"input_text","text":"{typed}"}}]}}}}"#
+        )
+    };
+    let event = |typed: &str| {
+        format!(
+            r#"{{"type":"event_msg","payload":{{"type":"user_message","message":"{typed}","images":[],"local_images":["/tmp/shot.png"]}}}}"#
+        )
+    };
+    let text = [
+        CODEX_META.to_owned(),
+        item("<image name=[Image #1]>", "Why is the badge misaligned?"),
+        event("Why is the badge misaligned?"),
+        item("<image>", "And this one?"),
+        event("And this one?"),
+    ]
+    .join("\n");
+    let sessions = check_all_valid(Format::Codex, &format!("{text}\n"));
+    assert_eq!(
+        message_kinds(&sessions),
+        [
+            r#""user":Why is the badge misaligned?"#,
+            r#""user":And this one?"#
+        ]
+    );
+    let images: Vec<serde_json::Value> = sessions[0]
+        .events
+        .iter()
+        .filter(|draft| draft.event_type == "message")
+        .filter_map(|draft| serde_json::from_str::<serde_json::Value>(&draft.data).ok())
+        .map(|data| data["content"][0].clone())
+        .collect();
+    assert_eq!(
+        images[0],
+        serde_json::json!({"type": "image", "mediaType": "image/png", "name": "[Image #1]", "data": "iVBORw0KGgo="})
+    );
+    assert_eq!(
+        images[1],
+        serde_json::json!({"type": "image", "mediaType": "image/png", "data": "iVBORw0KGgo="})
+    );
+    // The event, which names the image's path, is kept whole.
+    assert_eq!(
+        kept_lines_holding(&sessions, "x-codex/user_message", "/tmp/shot.png"),
+        2
+    );
+}
