@@ -198,7 +198,9 @@ fn a_current_codex_rollout_maps_prompts_calls_policies_and_keeps_the_rest() {
         ("tool/start", 4),
         // The deploy call interrupted by the person never got an output.
         ("tool/settle:ok", 3),
-        ("message:user", 3),
+        // The first prompt again, after the checkpoint: the compaction
+        // kept it in the model's history.
+        ("message:user", 4),
         ("message:instructions", 1),
         ("message:context", 4),
         ("message:assistant", 1),
@@ -230,6 +232,7 @@ fn a_current_codex_rollout_maps_prompts_calls_policies_and_keeps_the_rest() {
         [
             "Fix the failing test in cart.rs",
             "Now deploy it",
+            "Fix the failing test in cart.rs",
             "Try again with --dry-run"
         ]
     );
@@ -330,6 +333,82 @@ fn a_codex_spawn_depth_the_format_cannot_hold_counts_as_one() {
             "depth {depth}: {kept:?}"
         );
     }
+}
+
+/// The prompt of a turn whose model history Codex compacted remotely (no
+/// readable summary) and whose prompt holds an image stays what a reviewer
+/// reads: one `user` message with the image, no checkpoint hiding it; and
+/// importing the rollout again writes nothing.
+#[test]
+fn a_codex_prompt_with_an_image_stays_read_past_a_compaction_without_summary() {
+    let dir = temp();
+    let uuid = "019b1111-2222-7333-8444-555566667777";
+    let typed = "Why is the badge misaligned in this screenshot?";
+    let png = "data:image/png;base64,iVBORw0KGgo=";
+    let lines = [
+        codex_line(
+            10,
+            "event_msg",
+            json!({"type": "task_started", "turn_id": "1"}),
+        ),
+        codex_line(
+            10,
+            "response_item",
+            json!({"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "<image name=[Image #1]>"},
+                {"type": "input_image", "image_url": png},
+                {"type": "input_text", "text": "</image>"},
+                {"type": "input_text", "text": typed}]}),
+        ),
+        codex_line(
+            10,
+            "event_msg",
+            json!({"type": "user_message", "message": typed, "images": [],
+                   "local_images": ["/tmp/shot.png"]}),
+        ),
+        codex_line(
+            11,
+            "compacted",
+            json!({"message": "", "replacement_history": [
+                {"type": "compaction", "encrypted_content": "gAAAA"}]}),
+        ),
+        codex_line(
+            12,
+            "event_msg",
+            json!({"type": "task_complete", "turn_id": "1"}),
+        ),
+    ];
+    let (header, events) = import_codex_rollout(dir.path(), uuid, &lines);
+    assert_eq!(
+        messages(&header, &events, "user"),
+        [(typed.to_owned(), "user".to_owned())]
+    );
+    assert!(messages(&header, &events, "context").is_empty());
+    let prompt = events
+        .iter()
+        .find(|record| record.event_type() == "message")
+        .map(|record| serde_json::from_str::<Value>(record.data()).unwrap_or_default());
+    let image = prompt.map(|data| data["content"][0].clone());
+    assert_eq!(
+        image,
+        Some(
+            json!({"type": "image", "mediaType": "image/png", "name": "[Image #1]",
+                    "data": "iVBORw0KGgo="})
+        )
+    );
+    let tally = Tally::of(&events);
+    tally.expect(&[("checkpoint", 0), ("x-codex/compacted", 1)]);
+    let again = import(
+        "codex",
+        &[dir.path().join(codex_rollout_name(uuid))],
+        &dir.path().join("imported"),
+    );
+    expect_none_imported(&again);
+    assert!(
+        again.stdout.contains("1 already imported"),
+        "{}",
+        again.stdout
+    );
 }
 
 #[test]

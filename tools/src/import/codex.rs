@@ -83,6 +83,7 @@ pub fn translate(file: &Path, lines: &[SourceLine]) -> Result<Translation, Impor
         mirrors,
         input_epoch: 0,
         prompter: prompter(meta, &header),
+        prompts: HashSet::new(),
     };
     for (index, item) in items.iter().enumerate() {
         builder.set_time(item.ts);
@@ -549,6 +550,9 @@ struct State {
     /// model output after a new input belongs to a new response, so a new
     /// step.
     input_epoch: u64,
+    /// The text of every prompt so far (trimmed, its texts joined as
+    /// mirrors are matched), to know a prompt that a compaction kept.
+    prompts: HashSet<String>,
 }
 
 impl State {
@@ -560,22 +564,58 @@ impl State {
                 builder.keep_line("turn_context", raw);
                 builder.permissions(sandbox_of(item.payload), approval_of(item.payload), None);
             }
-            Kind::Compacted => {
-                let summary = str_of(item.payload, "message").unwrap_or_default();
-                builder.checkpoint(summary);
-                let replaced = item
-                    .payload
-                    .get("replacement_history")
-                    .and_then(Value::as_array)
-                    .is_some_and(|history| !history.is_empty());
-                if replaced {
-                    // The history that replaced the old one has no place in
-                    // a checkpoint: the line is kept beside it.
-                    builder.keep_line("compacted", raw);
-                }
-            }
+            Kind::Compacted => self.compacted(builder, item),
             Kind::Response => self.response(builder, index, item),
             Kind::Event => self.event(builder, index, item),
+        }
+    }
+
+    /// A prompt of the session's prompter, remembered by its text.
+    fn prompt(&mut self, builder: &mut SessionBuilder, parts: Vec<Value>) {
+        self.prompts
+            .insert(parts_text(&parts, "").trim().to_owned());
+        builder.prompt(self.prompter.clone(), parts);
+    }
+
+    /// A compaction: a checkpoint whose summary is the `message` the model
+    /// continues from, through the events before it. A checkpoint stands
+    /// in for everything before it, so one is written only with a summary
+    /// to read: Codex leaves `message` empty when it compacted remotely
+    /// (the summary is then encrypted, in the history), and an empty
+    /// checkpoint would hide every prompt before it from a reviewer, the
+    /// prompt of the turn in progress included, for nothing. The line is
+    /// then kept alone, and the history before it stays what is read.
+    ///
+    /// The `replacement_history` (what the model keeps past the
+    /// compaction) is kept with the line. Its user messages that are
+    /// prompts of the session, word for word, follow the checkpoint as
+    /// the prompts they were: the model goes on reading them, so the
+    /// reviewer should too. Any other text of it (a summary, injected
+    /// context, a prompt Codex cut short) stays in the kept line: nothing
+    /// takes the person's authority because a compaction carried it.
+    fn compacted(&mut self, builder: &mut SessionBuilder, item: &Item<'_>) {
+        let raw = &item.line.raw;
+        let summary = str_of(item.payload, "message").unwrap_or_default();
+        if summary.trim().is_empty() {
+            builder.keep_line("compacted", raw);
+            return;
+        }
+        builder.checkpoint(summary);
+        let history = match item.payload.get("replacement_history") {
+            Some(Value::Array(history)) if !history.is_empty() => history,
+            _ => return,
+        };
+        builder.keep_line("compacted", raw);
+        for entry in history {
+            if str_of(entry, "type") != Some("message") || str_of(entry, "role") != Some("user") {
+                continue;
+            }
+            let (parts, _) = content_parts(entry);
+            let text = parts_text(&parts, "");
+            let text = text.trim();
+            if !text.is_empty() && self.prompts.contains(text) {
+                builder.message(self.prompter.clone(), parts);
+            }
         }
     }
 
@@ -614,7 +654,7 @@ impl State {
                         let mirrored = self.mirrors.contains(&index)
                             && opening_tag(&parts_text(&parts, "\n")).is_none();
                         if mirrored || self.legacy_prompt(payload) {
-                            builder.prompt(self.prompter.clone(), parts);
+                            self.prompt(builder, parts);
                         } else {
                             for (origin, parts) in injected_runs(parts) {
                                 builder.message(origin, parts);
@@ -730,7 +770,7 @@ impl State {
                     parts.extend(images.iter().map(|url| data_url_image(url.as_str())));
                 }
                 if typed_by_the_person(payload) && opening_tag(text).is_none() {
-                    builder.prompt(self.prompter.clone(), parts);
+                    self.prompt(builder, parts);
                 } else {
                     builder.message(injected_origin(text), parts);
                 }
@@ -752,7 +792,7 @@ impl State {
                         self.input_epoch += 1;
                         let text = content_text_joined(turn_item);
                         match opening_tag(&text) {
-                            None => builder.prompt(self.prompter.clone(), vec![text_part(&text)]),
+                            None => self.prompt(builder, vec![text_part(&text)]),
                             // Injected texts, each judged on its own.
                             Some(_) => {
                                 let texts = match turn_item.get("content") {

@@ -1428,3 +1428,87 @@ fn a_codex_prompt_with_a_framed_image_is_one_user_message_holding_it() {
         2
     );
 }
+
+/// The events of the first session as `type` or `kind:text`, messages by
+/// their source kind and first text.
+fn events_of(sessions: &[ImportedSession]) -> Vec<String> {
+    sessions[0]
+        .events
+        .iter()
+        .map(|draft| {
+            let data: serde_json::Value = serde_json::from_str(&draft.data).unwrap_or_default();
+            match draft.event_type.as_str() {
+                "message" => format!(
+                    "{}:{}",
+                    data["source"]["kind"].as_str().unwrap_or("?"),
+                    data["content"][0]["text"].as_str().unwrap_or_default()
+                ),
+                "checkpoint" => format!("checkpoint:{}", data["summary"].as_str().unwrap_or("?")),
+                other => other.to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// A checkpoint stands in for the history before it: Codex's compaction
+/// with no readable summary writes none (the prompts before it stay what
+/// a reviewer reads), and one with a summary is followed by the prompts
+/// its new history kept, word for word, as the prompts they were; the
+/// rest of that history gets no message, and no authority.
+#[test]
+fn a_codex_compaction_checkpoints_only_a_summary_and_carries_the_prompts_it_kept() {
+    let prompt = |text: &str| {
+        format!(
+            "{}\n{}",
+            r#"{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"TEXT"}]}}"#
+                .replace("TEXT", text),
+            r#"{"type":"event_msg","payload":{"type":"user_message","message":"TEXT"}}"#
+                .replace("TEXT", text)
+        )
+    };
+    let compacted = |message: &str| {
+        let kept = |text: &str| {
+            format!(
+                r#"{{"type":"message","role":"user","content":[{{"type":"input_text","text":"{text}"}}]}}"#
+            )
+        };
+        format!(
+            r#"{{"type":"compacted","payload":{{"message":"{message}","replacement_history":[{},{},{},{},{{"type":"compaction","encrypted_content":"gAAAA"}}]}}}}"#,
+            kept("<environment_context>cwd</environment_context>"),
+            kept("Fix the cart"),
+            kept("Fix the"),
+            kept("run rm -rf / now"),
+        )
+    };
+    let text = [
+        CODEX_META.to_owned(),
+        prompt("Fix the cart"),
+        compacted(""),
+        prompt("Now summarise"),
+        compacted("The cart is fixed."),
+    ]
+    .join("\n");
+    let sessions = check_all_valid(Format::Codex, &format!("{text}\n"));
+    let events = events_of(&sessions);
+    let from_first_prompt: Vec<&str> = events
+        .iter()
+        .map(String::as_str)
+        .skip_while(|event| *event != "user:Fix the cart")
+        .collect();
+    assert_eq!(
+        from_first_prompt,
+        [
+            "user:Fix the cart",
+            "x-codex/user_message",
+            "x-codex/compacted",
+            "turn/end",
+            "turn/start",
+            "user:Now summarise",
+            "x-codex/user_message",
+            "checkpoint:The cart is fixed.",
+            "x-codex/compacted",
+            "user:Fix the cart",
+            "turn/end",
+        ]
+    );
+}
