@@ -14,6 +14,7 @@ use sessionlog_schema::{Event, EventRecord, SessionHeader, SessionId};
 use sessionlog_store::Store;
 
 use crate::cli_support::{run, workspace_root, Run};
+use crate::crash::text;
 use crate::faults::ok;
 
 const CODEX: &str = "codex-019aa234-a2a1-75c3-a9bf-d8425e1785f5";
@@ -408,6 +409,93 @@ fn a_codex_prompt_with_an_image_stays_read_past_a_compaction_without_summary() {
         again.stdout.contains("1 already imported"),
         "{}",
         again.stdout
+    );
+}
+
+/// The lines of Codex turn `turn` at second `second`: its start, the
+/// prompt `typed` (its item and the event that mirrors it), its end.
+fn codex_turn(second: u32, turn: &str, typed: &str) -> Vec<String> {
+    vec![
+        codex_line(
+            second,
+            "event_msg",
+            json!({"type": "task_started", "turn_id": turn}),
+        ),
+        codex_line(
+            second,
+            "response_item",
+            json!({"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": typed}]}),
+        ),
+        codex_line(
+            second,
+            "event_msg",
+            json!({"type": "user_message", "message": typed, "images": []}),
+        ),
+        codex_line(
+            second + 1,
+            "event_msg",
+            json!({"type": "task_complete", "turn_id": turn}),
+        ),
+    ]
+}
+
+/// A rollout the tool went on writing after it was imported (a session
+/// continued) has the events after the stored ones appended on the next
+/// import: the stored session is then what an import of the whole rollout
+/// writes (`diff` finds none), and one more import writes nothing. A
+/// session the store holds otherwise is still skipped, not extended.
+#[test]
+fn a_rollout_that_grew_since_its_import_extends_its_session() {
+    let dir = temp();
+    let uuid = "019b2222-3333-7444-8555-666677778888";
+    let source = dir.path().join(codex_rollout_name(uuid));
+    let store = dir.path().join("audit");
+    let mut lines = vec![codex_meta(uuid)];
+    lines.extend(codex_turn(10, "1", "Fix the failing test"));
+    ok(std::fs::write(&source, lines.join("\n") + "\n"));
+    import("codex", std::slice::from_ref(&source), &store).expect_code(0);
+    let (_, before) = session(&store, &format!("codex-{uuid}"));
+    lines.extend(codex_turn(20, "2", "Now run the linter"));
+    ok(std::fs::write(&source, lines.join("\n") + "\n"));
+    let extended = import("codex", std::slice::from_ref(&source), &store);
+    extended.expect_code(0);
+    let (_, after) = session(&store, &format!("codex-{uuid}"));
+    assert!(after.len() > before.len(), "{}", extended.stdout);
+    assert!(
+        extended.stdout.contains(&format!(
+            "1 session extended by {} events",
+            after.len() - before.len()
+        )),
+        "{}",
+        extended.stdout
+    );
+    verify(&store);
+    let whole = dir.path().join("whole");
+    import("codex", std::slice::from_ref(&source), &whole).expect_code(0);
+    run(["diff", &text(&store), &text(&whole)]).expect_code(0);
+    let again = import("codex", std::slice::from_ref(&source), &store);
+    expect_none_imported(&again);
+    assert!(
+        again.stdout.contains("1 already imported"),
+        "{}",
+        again.stdout
+    );
+    // Changed, not grown: the first prompt rewritten.
+    lines[2] = lines[2].replace("Fix the failing test", "Fix the failing tests");
+    lines[3] = lines[3].replace("Fix the failing test", "Fix the failing tests");
+    lines.extend(codex_turn(30, "3", "And commit"));
+    ok(std::fs::write(&source, lines.join("\n") + "\n"));
+    let changed = import("codex", std::slice::from_ref(&source), &store);
+    changed.expect_code(0);
+    assert!(
+        changed.stderr.contains("changed since it was imported"),
+        "{}",
+        changed.stderr
+    );
+    assert_eq!(
+        session(&store, &format!("codex-{uuid}")).1.len(),
+        after.len()
     );
 }
 
@@ -1517,6 +1605,7 @@ fn json_reports_one_object_per_source() {
                 "skipped",
                 "failed",
                 "imported",
+                "extended",
             ],
         );
     }

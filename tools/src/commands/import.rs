@@ -26,8 +26,23 @@ struct SourceReport {
     events: u64,
     unknown_lines: u64,
     unchanged: u64,
+    extended: Vec<Extended>,
     skipped: Vec<(String, String)>,
     failed: Vec<ImportError>,
+}
+
+/// A session the store held that its source grew, as `--json` lists it:
+/// the events after the stored ones were appended.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Extended {
+    session: String,
+    file: String,
+    /// Events the store held before.
+    stored: u64,
+    /// Events appended.
+    events: u64,
+    unknown_lines: u64,
 }
 
 /// A session written, as `--json` lists it.
@@ -65,6 +80,7 @@ struct SourceLine<'a> {
     skipped: Vec<FileNote<'a>>,
     failed: Vec<FileNote<'a>>,
     imported: &'a [Imported],
+    extended: &'a [Extended],
 }
 
 /// Runs `import`.
@@ -182,6 +198,19 @@ fn import_one(store: &Store, file: &Path, format: Format, report: &mut SourceRep
                 });
             }
             SessionOutcome::Unchanged => report.unchanged += 1,
+            SessionOutcome::Extended {
+                stored,
+                added,
+                unknown_lines,
+            } => {
+                report.extended.push(Extended {
+                    session: header.id.to_string(),
+                    file: file.display().to_string(),
+                    stored,
+                    events: added,
+                    unknown_lines,
+                });
+            }
             SessionOutcome::Changed {
                 stored,
                 now,
@@ -283,6 +312,7 @@ fn print_report(source: &Path, report: &SourceReport, json: bool) -> std::io::Re
             skipped,
             failed,
             imported: &report.imported,
+            extended: &report.extended,
         };
         return crate::terminal::print_json_line(&serde_json::to_string(&line)?);
     }
@@ -293,6 +323,14 @@ fn print_report(source: &Path, report: &SourceReport, json: bool) -> std::io::Re
         crate::terminal::counted(report.events, "event"),
         crate::terminal::counted(report.unknown_lines, "unknown line")
     );
+    if !report.extended.is_empty() {
+        let added: u64 = report.extended.iter().map(|extended| extended.events).sum();
+        summary.push_str(&format!(
+            ", {} extended by {}",
+            crate::terminal::counted(report.extended.len() as u64, "session"),
+            crate::terminal::counted(added, "event")
+        ));
+    }
     if report.unchanged > 0 {
         summary.push_str(&format!(", {} already imported", report.unchanged));
     }

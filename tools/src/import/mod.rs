@@ -21,7 +21,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 use sessionlog_schema::{EventRecord, SessionHeader, SessionId, CRC_SUFFIX_LEN, MAX_RECORD_BYTES};
-use sessionlog_store::{Durability, Store, StoreError};
+use sessionlog_store::{Durability, NewEvent, Store, StoreError, WriterOptions};
 
 pub use builder::Draft;
 pub use source::ImportError;
@@ -77,6 +77,19 @@ pub enum SessionOutcome {
     },
     /// Already in the store, identical: nothing written.
     Unchanged,
+    /// Already in the store with the first events the source gives now:
+    /// the source grew since it was imported (a session that went on, in
+    /// a file the tool appends to), and the events after the stored ones
+    /// were appended to the stored session, as a new import of the whole
+    /// source would have written them.
+    Extended {
+        /// Events in the store before.
+        stored: u64,
+        /// Events appended.
+        added: u64,
+        /// Source lines kept whole as `x-…` events, of those appended.
+        unknown_lines: u64,
+    },
     /// Already in the store, but the source now gives another session:
     /// nothing written. A source that grew (a resumed session) gives the
     /// stored events and more; one that differs before the stored events
@@ -428,41 +441,124 @@ pub fn write(
         };
         decided.push((header, records, outcome));
     }
-    // A session the store holds otherwise withholds the file's others.
+    // A session the store holds otherwise withholds the file's others
+    // (one that only grew is written on, unless another withholds it).
     let changed = decided.iter().find_map(|(header, _, outcome)| {
-        matches!(outcome, Some(SessionOutcome::Changed { .. })).then(|| header.id.clone())
+        let changed = matches!(outcome, Some(SessionOutcome::Changed { .. }));
+        (changed && outcome.as_ref().and_then(grown).is_none()).then(|| header.id.clone())
     });
     let mut sessions: Vec<(SessionHeader, SessionOutcome)> = Vec::with_capacity(decided.len());
     for (header, records, outcome) in decided {
+        let write = |written: &[(SessionHeader, SessionOutcome)], result| {
+            written_before(path, written, result)
+        };
         let outcome = match (outcome, &changed) {
+            (Some(outcome), None) if grown(&outcome).is_some() => {
+                let stored = grown(&outcome).unwrap_or_default();
+                let extended = extend_session(store, path, &header, stored, &records);
+                write(&sessions, extended)?
+            }
             (Some(outcome), _) => outcome,
             (None, Some(because)) => SessionOutcome::Withheld {
                 because: because.clone(),
             },
-            (None, None) => write_session(store, path, &header, &records).map_err(|error| {
-                // Only a failure of the store itself (the disk full, the
-                // server gone) gets here; what was written is named.
-                let written: Vec<&str> = sessions
-                    .iter()
-                    .filter(|(_, outcome)| matches!(outcome, SessionOutcome::Created { .. }))
-                    .map(|(header, _)| header.id.as_str())
-                    .collect();
-                match written.is_empty() {
-                    true => error,
-                    false => ImportError::file(
-                        path,
-                        format!(
-                            "{}; written before it, each whole: {}",
-                            error.reason,
-                            written.join(", ")
-                        ),
-                    ),
-                }
-            })?,
+            (None, None) => write(&sessions, write_session(store, path, &header, &records))?,
         };
         sessions.push((header, outcome));
     }
     Ok(FileImport { sessions })
+}
+
+/// The stored events of a session that only grew since it was imported:
+/// the store holds the first of the events the source gives now, in whole
+/// (no torn tail), and the source gives more.
+fn grown(outcome: &SessionOutcome) -> Option<u64> {
+    match *outcome {
+        SessionOutcome::Changed {
+            stored,
+            now,
+            differs_at,
+            stored_torn: false,
+        } if differs_at > stored && now > stored => Some(stored),
+        _ => None,
+    }
+}
+
+/// `result`, the writing of a session of the file `path`, whose failure
+/// names the sessions of the file `written` before it, if any: only a
+/// failure of the store itself (the disk full, the server gone) gets
+/// there, and what was written is said.
+fn written_before(
+    path: &Path,
+    written: &[(SessionHeader, SessionOutcome)],
+    result: Result<SessionOutcome, ImportError>,
+) -> Result<SessionOutcome, ImportError> {
+    result.map_err(|error| {
+        let written: Vec<&str> = written
+            .iter()
+            .filter(|(_, outcome)| {
+                matches!(
+                    outcome,
+                    SessionOutcome::Created { .. } | SessionOutcome::Extended { .. }
+                )
+            })
+            .map(|(header, _)| header.id.as_str())
+            .collect();
+        match written.is_empty() {
+            true => error,
+            false => ImportError::file(
+                path,
+                format!(
+                    "{}; written before it, each whole: {}",
+                    error.reason,
+                    written.join(", ")
+                ),
+            ),
+        }
+    })
+}
+
+/// Appends to the stored session of `header`, which holds the first
+/// `stored` of `records`, the records after them, as they are: the same
+/// seqs, times, types and data a new import of the whole source writes.
+/// They are staged one by one (an import writes no batch) and made durable
+/// by one sync, all or none; the first is expected at seq `stored + 1`, so
+/// that a session appended to since it was compared is a conflict, and
+/// nothing is written.
+fn extend_session(
+    store: &Store,
+    path: &Path,
+    header: &SessionHeader,
+    stored: u64,
+    records: &[EventRecord],
+) -> Result<SessionOutcome, ImportError> {
+    let store_error = |error: StoreError| session_error(path, &header.id, error);
+    let options = WriterOptions {
+        keep_snapshot: false,
+        ..WriterOptions::default()
+    };
+    let mut writer = store
+        .open_writer(&header.id, options)
+        .map_err(store_error)?;
+    let added = records.get(stored as usize..).unwrap_or_default();
+    let mut expected = Some(stored + 1);
+    for record in added {
+        let event = NewEvent {
+            event_type: record.event_type().to_owned(),
+            data: record.data().to_owned(),
+            ts: Some(record.ts()),
+        };
+        writer.stage(event, expected.take()).map_err(store_error)?;
+    }
+    writer.sync().map_err(store_error)?;
+    Ok(SessionOutcome::Extended {
+        stored,
+        added: added.len() as u64,
+        unknown_lines: added
+            .iter()
+            .filter(|record| record.event_type().starts_with("x-"))
+            .count() as u64,
+    })
 }
 
 /// An error of the store about session `id` of the source `path`.
