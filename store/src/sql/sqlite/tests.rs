@@ -531,14 +531,21 @@ fn a_lock_folder_replaced_by_a_symlink_is_refused() {
     );
 }
 
-#[test]
-fn a_write_ahead_log_removed_under_a_writer_is_saved_then_the_writer_stops() {
+/// A new database in a folder of its own, and the writer of its session
+/// `a`, which has acknowledged one event.
+fn a_writer_with_one_event() -> (tempfile::TempDir, PathBuf, SessionWriter) {
     let folder = ok(tempfile::tempdir());
     let path = database(folder.path());
     let store = ok(SqliteStore::open(&path));
     ok(store.create(&header("a"), &[], Durability::Fsync));
     let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
     ok(writer.append(note("before"), Some(1)));
+    (folder, path, writer)
+}
+
+#[test]
+fn a_write_ahead_log_removed_under_a_writer_is_saved_then_the_writer_stops() {
+    let (folder, path, mut writer) = a_writer_with_one_event();
     ok(std::fs::remove_file(wal_path(&path)));
     // The next commit finds the log gone: what it holds, this commit
     // included, is copied into the database file before the answer.
@@ -561,12 +568,7 @@ fn a_write_ahead_log_removed_under_a_writer_is_saved_then_the_writer_stops() {
 #[test]
 fn a_database_replaced_or_removed_under_a_writer_acknowledges_nothing_more() {
     for removed in [false, true] {
-        let folder = ok(tempfile::tempdir());
-        let path = database(folder.path());
-        let store = ok(SqliteStore::open(&path));
-        ok(store.create(&header("a"), &[], Durability::Fsync));
-        let mut writer = ok(store.open_writer(&id("a"), WriterOptions::default()));
-        ok(writer.append(note("before"), Some(1)));
+        let (folder, path, mut writer) = a_writer_with_one_event();
         let copy = folder.path().join("copy.db");
         ok(std::fs::copy(&path, &copy));
         match removed {
