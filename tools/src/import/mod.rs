@@ -470,15 +470,18 @@ pub fn write(
 }
 
 /// The stored events of a session that only grew since it was imported:
-/// the store holds the first of the events the source gives now, in whole
-/// (no torn tail), and the source gives more.
+/// the good prefix of its stored log holds the first of the events the
+/// source gives now, and the source gives more. A torn tail after that
+/// prefix is what an interrupted append leaves (an import killed while it
+/// extended the session, among them): the writer that extends it cuts the
+/// tail first, as every writer does.
 fn grown(outcome: &SessionOutcome) -> Option<u64> {
     match *outcome {
         SessionOutcome::Changed {
             stored,
             now,
             differs_at,
-            stored_torn: false,
+            ..
         } if differs_at > stored && now > stored => Some(stored),
         _ => None,
     }
@@ -522,9 +525,11 @@ fn written_before(
 /// `stored` of `records`, the records after them, as they are: the same
 /// seqs, times, types and data a new import of the whole source writes.
 /// They are staged one by one (an import writes no batch) and made durable
-/// by one sync, all or none; the first is expected at seq `stored + 1`, so
-/// that a session appended to since it was compared is a conflict, and
-/// nothing is written.
+/// by one sync; the first is expected at seq `stored + 1`, so that a
+/// session appended to since it was compared is a conflict, and nothing is
+/// written. A failed write is cut back; an import killed while it writes
+/// leaves whole records and a torn tail after them, and the next import
+/// goes on from the last whole one.
 fn extend_session(
     store: &Store,
     path: &Path,
