@@ -893,6 +893,17 @@ fn resume_point(
     let decoded = match open_snapshot_file(snapshot, limit, log.uid()) {
         Ok(Some(opened)) => decode_snapshot_file(opened, snapshot, header, header_body, paged),
         Ok(None) => return None,
+        Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
+            // Said, not only logged: in a shared folder, another user's
+            // hand may be on it; and until a writer of the log's owner
+            // replaces it, every open folds the whole log.
+            tracing::warn!(
+                path = %snapshot.display(),
+                "ignoring the state snapshot {}: {error}; folding the whole log",
+                snapshot.display()
+            );
+            return None;
+        }
         Err(error) => Err(error.to_string()),
     };
     let checked = decoded.and_then(|(state, anchor, size)| {
@@ -1010,17 +1021,25 @@ fn open_snapshot_file(path: &Path, limit: u64, owner: u32) -> std::io::Result<Op
     if !metadata.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
+    // Refused as not to be trusted (`PermissionDenied`), which the caller
+    // warns of, unlike a snapshot merely stale.
     if metadata.uid() != owner {
-        return Err(std::io::Error::other(format!(
-            "owned by user {}, not by the log's owner (user {owner})",
-            metadata.uid()
-        )));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "owned by user {}, not by the log's owner (user {owner})",
+                metadata.uid()
+            ),
+        ));
     }
     if metadata.mode() & 0o022 != 0 {
-        return Err(std::io::Error::other(format!(
-            "writable by others than its owner (mode {:o})",
-            metadata.mode() & 0o777
-        )));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "writable by others than its owner (mode {:o})",
+                metadata.mode() & 0o777
+            ),
+        ));
     }
     if metadata.len() > limit {
         return Err(std::io::Error::other(format!(

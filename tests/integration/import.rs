@@ -497,6 +497,90 @@ fn a_rollout_that_grew_since_its_import_extends_its_session() {
         session(&store, &format!("codex-{uuid}")).1.len(),
         after.len()
     );
+    // Imported in the middle of a turn, which the import closed at the end
+    // of the file: the source going on with that turn cannot extend it,
+    // and the reason says so.
+    let mid = dir.path().join("mid");
+    let mut turn = codex_turn(40, "4", "Then tag it");
+    let complete = turn.pop().unwrap_or_default();
+    lines.extend(turn);
+    ok(std::fs::write(&source, lines.join("\n") + "\n"));
+    import("codex", std::slice::from_ref(&source), &mid).expect_code(0);
+    lines.push(codex_line(
+        41,
+        "response_item",
+        json!({"type": "message", "role": "assistant",
+               "content": [{"type": "output_text", "text": "Tagged."}]}),
+    ));
+    lines.push(complete);
+    ok(std::fs::write(&source, lines.join("\n") + "\n"));
+    let closed = import("codex", std::slice::from_ref(&source), &mid);
+    closed.expect_code(0);
+    assert!(
+        closed.stderr.contains("imported in the middle of a turn"),
+        "{}",
+        closed.stderr
+    );
+}
+
+/// Two imports of the same grown rollout at once: one extends the
+/// session, the other finds it held or already extended and counts it as
+/// imported; neither fails, and the store is what one import writes.
+#[test]
+fn two_imports_of_a_grown_rollout_at_once_extend_it_once() {
+    let dir = temp();
+    let uuid = "019b3333-4444-7555-8666-777788889999";
+    let source = dir.path().join(codex_rollout_name(uuid));
+    let mut lines = vec![codex_meta(uuid)];
+    lines.extend(codex_turn(10, "1", "Fix the failing test"));
+    let first = lines.clone();
+    for turn in 2..40 {
+        lines.extend(codex_turn(10 + turn % 40, &turn.to_string(), "And again"));
+    }
+    let whole = dir.path().join("whole");
+    ok(std::fs::write(&source, lines.join("\n") + "\n"));
+    import("codex", std::slice::from_ref(&source), &whole).expect_code(0);
+    for round in 0..3 {
+        let store = dir.path().join(format!("audit-{round}"));
+        ok(std::fs::write(&source, first.join("\n") + "\n"));
+        import("codex", std::slice::from_ref(&source), &store).expect_code(0);
+        ok(std::fs::write(&source, lines.join("\n") + "\n"));
+        let spawn = || {
+            ok(crate::cli_support::sessionlog([
+                "import".to_owned(),
+                "codex".to_owned(),
+                text(&source),
+                "--into".to_owned(),
+                text(&store),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn())
+        };
+        let (one, other) = (spawn(), spawn());
+        let outputs = [ok(one.wait_with_output()), ok(other.wait_with_output())];
+        let said: Vec<String> = outputs
+            .iter()
+            .map(|output| String::from_utf8_lossy(&output.stdout).into_owned())
+            .collect();
+        for output in &outputs {
+            assert!(
+                output.status.success(),
+                "{said:?} {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let extended = said
+            .iter()
+            .filter(|out| out.contains("1 session extended"))
+            .count();
+        let imported = said
+            .iter()
+            .filter(|out| out.contains("1 already imported"))
+            .count();
+        assert_eq!((extended, imported), (1, 1), "{said:?}");
+        run(["diff", &text(&store), &text(&whole)]).expect_code(0);
+    }
 }
 
 #[test]
@@ -1352,8 +1436,10 @@ fn a_source_that_changed_since_it_was_imported_is_reported_not_rewritten() {
     std::fs::write(&copy, grown).unwrap_or_else(|error| panic!("write: {error}"));
     let again = import("claude", &[copy], &store);
     again.expect_code(0);
+    // The line lands in the turn the first import closed at the end of
+    // the file: said as such, and nothing rewritten.
     assert!(
-        again.stderr.contains("changed since it was imported"),
+        again.stderr.contains("imported in the middle of a turn"),
         "{}",
         again.stderr
     );

@@ -1259,6 +1259,28 @@ fn a_migration_analyzes_the_tables_it_filled() {
     ));
     let analyzed: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
     assert_eq!(analyzed, ["events", "sessions", "snapshots"]);
+    // A role that may write the tables but does not own them cannot
+    // analyze them: the migration stands, and the warning says so.
+    let granted = Schema::new(&server, "granted");
+    run(["create", &granted.url, "--session", "seed"]).expect_code(0);
+    let role = format!("it_writer_{}", std::process::id());
+    ok(ok(admin.connect()).batch_execute(&format!(
+        "DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN; \
+         GRANT USAGE ON SCHEMA {schema} TO {role}; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}",
+        schema = granted.name
+    )));
+    let as_writer = granted
+        .url
+        .replacen("postgres://postgres@", &format!("postgres://{role}@"), 1);
+    let migrated = run(["migrate", &text(&examples()), &as_writer]);
+    ok(ok(admin.connect()).batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}")));
+    migrated.expect_code(0);
+    assert!(
+        migrated.stderr.contains("does not own the store's tables"),
+        "{}",
+        migrated.stderr
+    );
 }
 
 /// A migration from a PostgreSQL store into itself is refused, however

@@ -216,10 +216,14 @@ fn import_one(store: &Store, file: &Path, format: Format, report: &mut SourceRep
                 now,
                 differs_at,
                 stored_torn,
-            } => report.skipped.push((
-                file.display().to_string(),
-                changed_reason(&header.id, stored, now, differs_at, stored_torn),
-            )),
+                closed_at_end,
+            } => {
+                let reason = match closed_at_end {
+                    true => closed_reason(&header.id, stored, now, differs_at),
+                    false => changed_reason(&header.id, stored, now, differs_at, stored_torn),
+                };
+                report.skipped.push((file.display().to_string(), reason));
+            }
             SessionOutcome::Withheld { because } => report.skipped.push((
                 file.display().to_string(),
                 format!(
@@ -236,6 +240,20 @@ fn import_one(store: &Store, file: &Path, format: Format, report: &mut SourceRep
 /// skipped. A source that only grew was resumed since it was imported;
 /// one that differs before the stored events end cannot be told apart from
 /// another source whose id maps to the same session id, so both are named.
+/// Why a session imported in the middle of a turn, whose source went on
+/// with that turn, is skipped: the import closed the turn at the end of
+/// the source, and a log is never rewritten.
+fn closed_reason(id: &SessionId, stored: u64, now: u64, differs_at: u64) -> String {
+    format!(
+        "session {id} is already in the store with {stored} events; the source now gives \
+         {now}, the same up to seq {}: it was imported in the middle of a turn, which the \
+         import closed at the end of the file (from seq {differs_at} on), and it went on with \
+         that turn since; a log is never rewritten, so only an import into a new store gives \
+         the whole session; nothing written",
+        differs_at.saturating_sub(1)
+    )
+}
+
 fn changed_reason(
     id: &SessionId,
     stored: u64,
@@ -263,8 +281,9 @@ fn changed_reason(
         };
         format!(
             "the source now gives {now}, and {place}: the source changed since it was imported \
-             (a session resumed in the tool), or it is another source whose id maps to the same \
-             session id (see \"Session ids\" in docs/IMPORT.md)"
+             (a conversation that went on from where the import read it, which an appended log \
+             cannot take in), or it is another source whose id maps to the same session id (see \
+             \"Session ids, and importing again\" in docs/IMPORT.md)"
         )
     };
     format!("session {id} is already in the store with {stored} events; {why}; nothing written")

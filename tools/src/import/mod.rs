@@ -107,6 +107,11 @@ pub enum SessionOutcome {
         /// compared): a source that then gives more lost nothing, the
         /// store's log did.
         stored_torn: bool,
+        /// Whether the stored events after those the two share are only
+        /// the ends of a step and a turn, which an import writes at the end
+        /// of its source: the source was imported in the middle of a turn
+        /// and went on with it.
+        closed_at_end: bool,
     },
     /// Not written: another session of the same file, named, is in the
     /// store with other events. The sessions of one file refer to each
@@ -455,7 +460,7 @@ pub fn write(
         let outcome = match (outcome, &changed) {
             (Some(outcome), None) if grown(&outcome).is_some() => {
                 let stored = grown(&outcome).unwrap_or_default();
-                let extended = extend_session(store, path, &header, stored, &records);
+                let extended = extend(store, path, &header, stored, &records);
                 write(&sessions, extended)?
             }
             (Some(outcome), _) => outcome,
@@ -521,6 +526,43 @@ fn written_before(
     })
 }
 
+/// How many times an import that finds the session it extends held, or
+/// written to, by another (an import of the same source at the same time)
+/// compares it again, a moment apart, before it gives up.
+const EXTEND_TRIES: u32 = 100;
+
+/// [`extend_session`], the session compared again when another writer
+/// holds it or wrote it meanwhile (another import of the same source, at
+/// the same time): it is then already imported, or grown still, as that
+/// writer left it.
+fn extend(
+    store: &Store,
+    path: &Path,
+    header: &SessionHeader,
+    stored: u64,
+    records: &[EventRecord],
+) -> Result<SessionOutcome, ImportError> {
+    let store_error = |error: StoreError| session_error(path, &header.id, error);
+    let mut stored = stored;
+    let mut tries = 0;
+    loop {
+        match extend_session(store, header, stored, records) {
+            Err(StoreError::Locked { .. } | StoreError::Conflict { .. })
+                if tries < EXTEND_TRIES =>
+            {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                let outcome = compare(store, &header.id, header, records).map_err(store_error)?;
+                match grown(&outcome) {
+                    Some(now) => stored = now,
+                    None => return Ok(outcome),
+                }
+            }
+            result => return result.map_err(store_error),
+        }
+    }
+}
+
 /// Appends to the stored session of `header`, which holds the first
 /// `stored` of `records`, the records after them, as they are: the same
 /// seqs, times, types and data a new import of the whole source writes.
@@ -532,19 +574,15 @@ fn written_before(
 /// goes on from the last whole one.
 fn extend_session(
     store: &Store,
-    path: &Path,
     header: &SessionHeader,
     stored: u64,
     records: &[EventRecord],
-) -> Result<SessionOutcome, ImportError> {
-    let store_error = |error: StoreError| session_error(path, &header.id, error);
+) -> Result<SessionOutcome, StoreError> {
     let options = WriterOptions {
         keep_snapshot: false,
         ..WriterOptions::default()
     };
-    let mut writer = store
-        .open_writer(&header.id, options)
-        .map_err(store_error)?;
+    let mut writer = store.open_writer(&header.id, options)?;
     let added = records.get(stored as usize..).unwrap_or_default();
     let mut expected = Some(stored + 1);
     for record in added {
@@ -553,9 +591,9 @@ fn extend_session(
             data: record.data().to_owned(),
             ts: Some(record.ts()),
         };
-        writer.stage(event, expected.take()).map_err(store_error)?;
+        writer.stage(event, expected.take())?;
     }
-    writer.sync().map_err(store_error)?;
+    writer.sync()?;
     Ok(SessionOutcome::Extended {
         stored,
         added: added.len() as u64,
@@ -658,6 +696,11 @@ fn compare(
             now: records.len() as u64,
             differs_at,
             stored_torn: stored.torn_tail.is_some(),
+            closed_at_end: common < records.len()
+                && common < stored.events.len()
+                && stored.events[common..]
+                    .iter()
+                    .all(|record| matches!(record.event_type(), "step/end" | "turn/end")),
         }
     })
 }

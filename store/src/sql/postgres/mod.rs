@@ -1091,11 +1091,38 @@ impl PostgresBulkCreate {
         // The planner's statistics are brought up to what was just
         // written, rather than left to autovacuum's next pass: until then
         // a read of a few events of a long session (`project --at`,
-        // `tail`) can be planned as a scan of all its rows. Only a help:
-        // a role that may not analyze the tables is warned by the server,
-        // and what failed here is said, not the migration's failure.
-        if let Err(error) = self.connection.run(location, "analyze", sql::ANALYZE) {
-            tracing::warn!(store = %location.display.display(), "{error}");
+        // `tail`) can be planned as a scan of all its rows. Only a help,
+        // after the migration is committed: what keeps it from running (a
+        // role that does not own the tables, which the server would only
+        // skip with a notice; a lock a long VACUUM holds, waited for a few
+        // seconds at most) is warned of, never the migration's failure.
+        let owner = self
+            .connection
+            .query_one(location, "analyze", sql::OWNS_THE_TABLES, &[])
+            .and_then(|row| {
+                row.try_get::<_, bool>(0)
+                    .map_err(postgres_error("analyze", location))
+            });
+        let analyzed = match owner {
+            Ok(true) => self.connection.run(location, "analyze", sql::ANALYZE),
+            Ok(false) => Err(StoreError::io(
+                "analyze",
+                &location.display,
+                std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    "this role does not own the store's tables",
+                ),
+            )),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = analyzed {
+            tracing::warn!(
+                store = %location.display.display(),
+                "the migration is committed, but the planner's statistics were not brought up to \
+                 date ({error}): until autovacuum analyzes the tables, a read of a few events of \
+                 a long session may be planned as a scan of all its rows (`ANALYZE` as the \
+                 tables' owner brings them up to date)"
+            );
         }
         Ok(())
     }

@@ -338,8 +338,18 @@ pub(super) const BEGIN: &str = "BEGIN";
 /// Commits a write transaction.
 pub(super) const COMMIT: &str = "COMMIT";
 
-/// Brings the planner's statistics of the store's tables up to date.
-pub(super) const ANALYZE: &str = "ANALYZE sessions, events, snapshots";
+/// Brings the planner's statistics of the store's tables up to date,
+/// waiting at most a few seconds for a lock (a VACUUM or another ANALYZE
+/// holds the one it needs while it runs).
+pub(super) const ANALYZE: &str = "BEGIN; SET LOCAL lock_timeout = '5s'; \
+     ANALYZE sessions, events, snapshots; COMMIT";
+
+/// Whether the connection's role owns (or is a member of the owner of)
+/// every table `ANALYZE` runs on, in the store's schema.
+pub(super) const OWNS_THE_TABLES: &str =
+    "SELECT coalesce(bool_and(pg_has_role(tableowner, 'MEMBER')), false) \
+     FROM pg_tables WHERE schemaname = current_schema() \
+     AND tablename IN ('sessions', 'events', 'snapshots')";
 
 /// Plans each execution of a prepared statement for its own parameters
 /// and the tables as they are, for the rest of the transaction.
