@@ -368,6 +368,31 @@ fn a_symlink_given_as_a_database_is_refused_as_a_symbolic_link() {
     }
     // The database itself is untouched, and reads as ever.
     run(["verify", text(&database).as_str()]).expect_code(0);
+    // A link to the folder above it, which SQLite refuses too: said so,
+    // and a database `create` would make there is not left behind.
+    let folder_link = folder.path().join("linked");
+    ok(std::os::unix::fs::symlink(".", &folder_link));
+    for args in [
+        vec!["verify".to_owned(), text(&folder_link.join("x.db"))],
+        vec![
+            "create".to_owned(),
+            text(&folder_link.join("new.db")),
+            "--session".to_owned(),
+            "b".to_owned(),
+        ],
+    ] {
+        let refused = run(args.clone());
+        refused.expect_code(1);
+        assert!(
+            refused.stderr.contains("a symbolic link is in the path"),
+            "{args:?}: {}",
+            refused.stderr
+        );
+    }
+    assert!(
+        !folder.path().join("new.db").exists(),
+        "nothing is left behind"
+    );
 }
 
 /// A symbolic link given as a log, in a store by `--session` or on its

@@ -432,9 +432,19 @@ impl SqliteStore {
     }
 
     fn open_as(path: &Path, io: Io, adopt: Adopt) -> Result<SqliteStore, StoreError> {
-        create_database_file(path)?;
+        let created = create_database_file(path)?;
         refuse_a_file_not_sqlite(path)?;
-        let mut writer = open_connection(path, Access::ReadWrite)?;
+        let mut writer = match open_connection(path, Access::ReadWrite) {
+            Ok(writer) => writer,
+            Err(error) => {
+                // A refused open leaves no file it made (through a
+                // symbolic link in the path, which SQLite refuses).
+                if created {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(error);
+            }
+        };
         match identify(&writer, path)? {
             Identity::Sessionlog(_) => {}
             Identity::Empty => match adopt {

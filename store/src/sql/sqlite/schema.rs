@@ -96,8 +96,8 @@ pub(super) const MIGRATION_STEPS: &[MigrationStep] = &[
 ];
 
 /// Creates the database file 0600 when missing, so SQLite never creates it
-/// with the process umask.
-pub(super) fn create_database_file(path: &Path) -> Result<(), StoreError> {
+/// with the process umask; whether it did.
+pub(super) fn create_database_file(path: &Path) -> Result<bool, StoreError> {
     let created = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -105,8 +105,10 @@ pub(super) fn create_database_file(path: &Path) -> Result<(), StoreError> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path);
     match created {
-        Ok(_) => Ok(()),
-        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => one_name(path),
+        Ok(_) => Ok(true),
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+            one_name(path).map(|()| false)
+        }
         Err(source) => Err(StoreError::io("create database", path, source)),
     }
 }
@@ -165,7 +167,26 @@ pub(super) fn open_connection(path: &Path, access: Access) -> Result<Connection,
             base | OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
         ),
     }
-    .map_err(sqlite_error("open", path))?;
+    .map_err(|error| match error {
+        // SQLite refuses a path with a symbolic link anywhere in it
+        // (`SQLITE_OPEN_NOFOLLOW`), a folder above the database included,
+        // in words that do not say so.
+        rusqlite::Error::SqliteFailure(failure, _)
+            if failure.extended_code == rusqlite::ffi::SQLITE_CANTOPEN_SYMLINK =>
+        {
+            StoreError::io(
+                "open",
+                path,
+                io::Error::other(
+                    "a symbolic link is in the path (the database's name, or a folder above \
+                     it); SQLite keeps its write-ahead log and locks beside the name it is \
+                     given, so a database is opened by its real path only: give the path \
+                     `realpath` prints",
+                ),
+            )
+        }
+        error => sqlite_error("open", path)(error),
+    })?;
     connection
         .busy_timeout(BUSY_TIMEOUT)
         .map_err(sqlite_error("set the busy timeout", path))?;
