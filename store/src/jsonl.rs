@@ -620,6 +620,7 @@ pub fn open_log_writer(
     }
     let sink = JsonlSink {
         path: path.to_owned(),
+        absolute_path: std::path::absolute(path).unwrap_or_else(|_| path.to_owned()),
         file,
         io,
         pending: Vec::new(),
@@ -1170,6 +1171,10 @@ pub(crate) fn check_new_session(
 #[derive(Debug)]
 struct JsonlSink {
     path: PathBuf,
+    /// `path` made absolute when the writer opened, which the check of
+    /// the log's name reads: a process that changes its working folder
+    /// (a runtime running a tool) still names the same file.
+    absolute_path: PathBuf,
     file: File,
     io: Io,
     /// The encoded lines staged since the last sync.
@@ -1231,7 +1236,7 @@ impl JsonlSink {
             .file
             .metadata()
             .map_err(|source| StoreError::io("stat", &self.path, source))?;
-        let named = std::fs::symlink_metadata(&self.path);
+        let named = std::fs::symlink_metadata(&self.absolute_path);
         let what = match &named {
             Ok(named) if named.dev() == open.dev() && named.ino() == open.ino() => return Ok(()),
             Ok(_) => "was replaced by another file",

@@ -349,6 +349,15 @@ struct HeldName {
 }
 
 impl HeldName {
+    /// `path`, made absolute now: a process that changes its working
+    /// folder (a runtime running a tool) still names the same file.
+    fn new(path: PathBuf) -> HeldName {
+        HeldName {
+            path: std::path::absolute(&path).unwrap_or(path),
+            held: None,
+        }
+    }
+
     /// Whether the name still leads to the file first seen there, and
     /// that file is still linked.
     fn in_place(&mut self) -> io::Result<bool> {
@@ -375,14 +384,8 @@ impl HeldName {
 impl WalGuard {
     fn new(database: &Path) -> WalGuard {
         WalGuard {
-            log: HeldName {
-                path: wal_path(database),
-                held: None,
-            },
-            database: HeldName {
-                path: database.to_owned(),
-                held: None,
-            },
+            log: HeldName::new(wal_path(database)),
+            database: HeldName::new(database.to_owned()),
             lost: None,
         }
     }
