@@ -618,9 +618,11 @@ pub fn open_log_writer(
         io.sync_data(&file, path)
             .map_err(|source| StoreError::io("fdatasync", path, source))?;
     }
+    let absolute_path = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
     let sink = JsonlSink {
         path: path.to_owned(),
-        absolute_path: std::path::absolute(path).unwrap_or_else(|_| path.to_owned()),
+        snapshot_path: state_snapshot_path(&absolute_path),
+        absolute_path,
         file,
         io,
         pending: Vec::new(),
@@ -630,7 +632,6 @@ pub fn open_log_writer(
         good_lines: folded.summary.good_lines,
         last_crc: folded.last_crc,
         header_crc: state_snapshot::header_crc(&folded.header_body),
-        snapshot_path: state_snapshot_path(path),
     };
     let writer = SessionWriter::new(
         path.to_owned(),
@@ -1171,9 +1172,10 @@ pub(crate) fn check_new_session(
 #[derive(Debug)]
 struct JsonlSink {
     path: PathBuf,
-    /// `path` made absolute when the writer opened, which the check of
-    /// the log's name reads: a process that changes its working folder
-    /// (a runtime running a tool) still names the same file.
+    /// `path` made absolute when the writer opened, by which the sink
+    /// finds the log again (the check of its name, a read of its last
+    /// records) and its snapshot: a process that changes its working
+    /// folder (a runtime running a tool) still names the same files.
     absolute_path: PathBuf,
     file: File,
     io: Io,
@@ -1354,7 +1356,7 @@ impl LogSink for JsonlSink {
         let Some(count) = count else {
             return Ok(None);
         };
-        let last = crate::last::read_last_events(&self.path, None, count)?;
+        let last = crate::last::read_last_events(&self.absolute_path, None, count)?;
         if last.torn_tail.is_some() || last.last_seq != written {
             return Ok(None);
         }

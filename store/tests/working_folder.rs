@@ -37,9 +37,17 @@ fn a_writer_of_a_store_opened_by_a_relative_path_outlives_a_change_of_working_fo
         assert_eq!(ok(writer.append(note(1), None)).get(), 1);
         ok(std::env::set_current_dir(elsewhere.path()));
         assert_eq!(ok(writer.append(note(2), None)).get(), 2, "{name}");
+        // Enough for the writer to keep a state snapshot as it closes:
+        // beside the log, not in the folder the process is in now.
+        let more = (3..=1100).map(note).collect();
+        ok(writer.append_batch(more, None));
         drop(writer);
+        if name == "sessions" {
+            assert!(folder.path().join("sessions/.w1.jsonl.state").exists());
+            assert!(!elsewhere.path().join("sessions").exists());
+        }
         drop(store);
         let reread = ok(Store::open_read_only(&folder.path().join(name)));
-        assert_eq!(ok(reread.snapshot(&id)).events.len(), 2, "{name}");
+        assert_eq!(ok(reread.snapshot(&id)).events.len(), 1100, "{name}");
     }
 }
