@@ -8,6 +8,38 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::sync::Arc;
 
+/// What a name leads to, beside a file held open through it
+/// ([`what_is_named`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Named {
+    /// The file held, still linked.
+    TheFile,
+    /// Another file: the one held was replaced under the name.
+    AnotherFile,
+    /// Nothing: the file held was removed, or renamed away.
+    Nothing,
+}
+
+/// What `path` leads to now, beside `open`, a file opened through it: a
+/// writer that goes on writing a file no longer at its name writes where
+/// no reader finds it (the JSONL sink, the SQLite committer's database and
+/// write-ahead log). The name is not followed.
+pub(crate) fn what_is_named(path: &Path, open: &File) -> io::Result<Named> {
+    use std::os::unix::fs::MetadataExt;
+    let named = match std::fs::symlink_metadata(path) {
+        Ok(metadata) => metadata,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Named::Nothing),
+        Err(error) => return Err(error),
+    };
+    let open = open.metadata()?;
+    Ok(
+        match open.nlink() > 0 && open.dev() == named.dev() && open.ino() == named.ino() {
+            true => Named::TheFile,
+            false => Named::AnotherFile,
+        },
+    )
+}
+
 /// A place where the store touches durable storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FaultPoint {

@@ -23,7 +23,7 @@ use sessionlog_schema::{
 
 use crate::error::Refusal;
 use crate::follow::LogFollower;
-use crate::io::Io;
+use crate::io::{Io, Named};
 use crate::leftovers::{self, Leftover};
 use crate::reader::{
     ensure_regular_file, file_kind, log_open_error, open_log_for_reading, FoldedEvent, LogReader,
@@ -1233,16 +1233,11 @@ impl JsonlSink {
     /// again. Then nothing written is acknowledged: the error names the
     /// `bytes` of the last write, which are in the file the writer opened.
     fn check_named(&self, bytes: u64) -> Result<(), StoreError> {
-        use std::os::unix::fs::MetadataExt;
-        let open = self
-            .file
-            .metadata()
-            .map_err(|source| StoreError::io("stat", &self.path, source))?;
-        let named = std::fs::symlink_metadata(&self.absolute_path);
+        let named = crate::io::what_is_named(&self.absolute_path, &self.file);
         let what = match &named {
-            Ok(named) if named.dev() == open.dev() && named.ino() == open.ino() => return Ok(()),
-            Ok(_) => "was replaced by another file",
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => "was removed",
+            Ok(Named::TheFile) => return Ok(()),
+            Ok(Named::AnotherFile) => "was replaced by another file",
+            Ok(Named::Nothing) => "was removed",
             Err(_) => "cannot be checked",
         };
         let detail = format!(
@@ -1254,10 +1249,8 @@ impl JsonlSink {
             "write",
             &self.path,
             match named {
-                Err(source) if source.kind() != std::io::ErrorKind::NotFound => {
-                    std::io::Error::new(source.kind(), format!("{detail} ({source})"))
-                }
-                _ => std::io::Error::other(detail),
+                Err(source) => std::io::Error::new(source.kind(), format!("{detail} ({source})")),
+                Ok(_) => std::io::Error::other(detail),
             },
         ))
     }

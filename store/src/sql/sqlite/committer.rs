@@ -12,7 +12,7 @@ use sessionlog_schema::{record_crc, EventRecord, SessionHeader, SessionId};
 
 use super::schema::wal_path;
 use super::{BulkItem, BulkRequest, Committer, Job, NewSession, Request, SqliteBulkCreate, Work};
-use crate::io::Io;
+use crate::io::{Io, Named};
 use crate::sql::checks::{check_seed_source_rows, damaged};
 use crate::sql::sql_integer;
 use crate::writer::{check_storable, check_storable_record, Durability};
@@ -361,23 +361,20 @@ impl HeldName {
     /// Whether the name still leads to the file first seen there, and
     /// that file is still linked.
     fn in_place(&mut self) -> io::Result<bool> {
-        use std::os::unix::fs::MetadataExt;
-        let named = match std::fs::symlink_metadata(&self.path) {
-            Ok(metadata) => metadata,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
-            Err(error) => return Err(error),
+        let held = match &self.held {
+            Some(held) => held,
+            None => {
+                let opened = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                    .open(&self.path);
+                match opened {
+                    Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+                    opened => self.held.insert(opened?),
+                }
+            }
         };
-        let Some(held) = &self.held else {
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&self.path)?;
-            let opened = file.metadata()?;
-            self.held = Some(file);
-            return Ok(opened.dev() == named.dev() && opened.ino() == named.ino());
-        };
-        let held = held.metadata()?;
-        Ok(held.nlink() > 0 && held.dev() == named.dev() && held.ino() == named.ino())
+        Ok(crate::io::what_is_named(&self.path, held)? == Named::TheFile)
     }
 }
 
