@@ -695,7 +695,9 @@ impl SessionWriter {
         // first (its chain against the log's), as before a seal. A
         // snapshot folded from another copy of the log would otherwise
         // have the switch leave out an event the log needs, a permission
-        // the session keeps that no rule can find missing.
+        // the session keeps that no rule can find missing. A writer that
+        // would refuse the batch anyway (poisoned, or a seq conflict)
+        // refuses before that read.
         self.check_usable(expected_seq)?;
         self.prove_chain(None, Proving::Preset)?;
         let events = preset_switch(&self.state, preset, auto_approval, defaults)
@@ -747,11 +749,7 @@ impl SessionWriter {
         self.check_usable(expected_seq)?;
         let record = self.build(self.written_seq + 1, None, event)?;
         if self.brings_a_seal(record.event_type()) {
-            // A seal handed in is someone else's: the log is read whole.
-            let signer = match record.event_type() == EventType::Seal.as_str() {
-                true => None,
-                false => self.turn_signer(),
-            };
+            let signer = self.signer_of(record.event_type() == EventType::Seal.as_str());
             self.prove_chain(signer.as_ref(), Proving::Seal)?;
         }
         let event = self
@@ -948,19 +946,22 @@ impl SessionWriter {
         if !sealing {
             return Ok(());
         }
-        // A seal handed in is someone else's: the log is read whole.
         let handed_in = events
             .iter()
             .any(|event| event.event_type == EventType::Seal.as_str());
-        let signer = (!handed_in).then(|| self.turn_signer()).flatten();
+        let signer = self.signer_of(handed_in);
         self.prove_chain(signer.as_ref(), Proving::Seal)
     }
 
-    /// The key the writer signs its turns' seals with, if it does.
-    fn turn_signer(&self) -> Option<SealPublicKey> {
+    /// The key whose last seal may vouch for the chain before it when the
+    /// writer seals what it is staging ([`prove_chain`](Self::prove_chain)):
+    /// the one it signs its turns' seals with, if it does; none when a
+    /// seal is `handed_in`, which is someone else's, so the log is read
+    /// whole.
+    fn signer_of(&self, handed_in: bool) -> Option<SealPublicKey> {
         match &self.options.seal_turns {
-            SealTurns::Signed(key) => Some(key.public_key()),
-            SealTurns::Off | SealTurns::Unsigned => None,
+            SealTurns::Signed(key) if !handed_in => Some(key.public_key()),
+            _ => None,
         }
     }
 
@@ -1019,7 +1020,6 @@ impl SessionWriter {
             None => self.sink.chain_of_log()?,
         };
         if resumed != log {
-            let through = self.state.seq();
             let (event_type, refused) = match proving {
                 Proving::Seal => (EventType::Seal, "no seal was written"),
                 Proving::Preset => (EventType::PermissionPreset, "the preset was not switched"),
