@@ -864,6 +864,16 @@ impl RowPages for PostgresRows {
     }
 }
 
+impl PostgresSink {
+    /// The store the sink writes, as its readers read it: what a sink
+    /// reads of its own session again (its chain) reads as they do.
+    fn store(&self) -> PostgresStore {
+        PostgresStore {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
 impl LogSink for PostgresSink {
     fn write(&mut self, id: &SessionId, records: &[EventRecord]) -> Result<(), StoreError> {
         debug_assert_eq!(id, &self.id, "a sink serves one session");
@@ -881,9 +891,7 @@ impl LogSink for PostgresSink {
     }
 
     fn chain_of_log(&mut self) -> Result<ChainValue, StoreError> {
-        let store = PostgresStore {
-            shared: Arc::clone(&self.shared),
-        };
+        let store = self.store();
         let decoded = store.decoded_header(&self.id)?;
         let events = store.events_from(&self.id, 1)?;
         crate::writer::chain_of(&decoded.body, events, &self.pending)
@@ -895,9 +903,7 @@ impl LogSink for PostgresSink {
         through: u64,
         before: &dyn Fn(&EventRecord) -> Option<ChainValue>,
     ) -> Result<Option<ChainValue>, StoreError> {
-        let store = PostgresStore {
-            shared: Arc::clone(&self.shared),
-        };
+        let store = self.store();
         let events = store.events_from(&self.id, seq)?;
         crate::writer::chain_since(events, &self.pending, seq, through, before)
     }

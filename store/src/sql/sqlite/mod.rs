@@ -1320,6 +1320,16 @@ impl RowPages for SqliteRows {
     }
 }
 
+impl SqliteSink {
+    /// The store the sink writes, as its readers read it: what a sink
+    /// reads of its own session again (a refold, a chain) reads as they do.
+    fn store(&self) -> SqliteStore {
+        SqliteStore {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
 impl LogSink for SqliteSink {
     fn write(&mut self, id: &SessionId, records: &[EventRecord]) -> Result<(), StoreError> {
         debug_assert_eq!(id, &self.id, "a sink serves one session");
@@ -1364,9 +1374,7 @@ impl LogSink for SqliteSink {
         // What the database holds (its snapshot read whole, every page
         // checked: one that fails is passed over), then what was handed to
         // the sink since the last sync.
-        let store = SqliteStore {
-            shared: Arc::clone(&self.shared),
-        };
+        let store = self.store();
         let decoded = store.decoded_header(&self.id)?;
         let place = self.shared.session_path(&self.id);
         let folded = fold_within_vocabulary(&place, decoded, |decoded| {
@@ -1383,9 +1391,7 @@ impl LogSink for SqliteSink {
     }
 
     fn chain_of_log(&mut self) -> Result<ChainValue, StoreError> {
-        let store = SqliteStore {
-            shared: Arc::clone(&self.shared),
-        };
+        let store = self.store();
         let (decoded, events) = store.header_and_events_from(&self.id, 1)?;
         crate::writer::chain_of(&decoded.body, events, &self.pending)
     }
@@ -1396,9 +1402,7 @@ impl LogSink for SqliteSink {
         through: u64,
         before: &dyn Fn(&EventRecord) -> Option<ChainValue>,
     ) -> Result<Option<ChainValue>, StoreError> {
-        let store = SqliteStore {
-            shared: Arc::clone(&self.shared),
-        };
+        let store = self.store();
         let (_, events) = store.header_and_events_from(&self.id, seq)?;
         crate::writer::chain_since(events, &self.pending, seq, through, before)
     }
