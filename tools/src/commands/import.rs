@@ -217,13 +217,17 @@ fn import_one(store: &Store, file: &Path, format: Format, report: &mut SourceRep
                 differs_at,
                 stored_torn,
                 closed_at_end,
-            } => {
-                let reason = match closed_at_end {
-                    true => closed_reason(&header.id, stored, now, differs_at),
-                    false => changed_reason(&header.id, stored, now, differs_at, stored_torn),
-                };
-                report.skipped.push((file.display().to_string(), reason));
-            }
+            } => report.skipped.push((
+                file.display().to_string(),
+                changed_reason(
+                    &header.id,
+                    stored,
+                    now,
+                    differs_at,
+                    stored_torn,
+                    closed_at_end,
+                ),
+            )),
             SessionOutcome::Withheld { because } => report.skipped.push((
                 file.display().to_string(),
                 format!(
@@ -237,31 +241,29 @@ fn import_one(store: &Store, file: &Path, format: Format, report: &mut SourceRep
 }
 
 /// Why a source whose session the store holds, with other events, was
-/// skipped. A source that only grew was resumed since it was imported;
-/// one that differs before the stored events end cannot be told apart from
-/// another source whose id maps to the same session id, so both are named.
-/// Why a session imported in the middle of a turn, whose source went on
-/// with that turn, is skipped: the import closed the turn at the end of
-/// the source, and a log is never rewritten.
-fn closed_reason(id: &SessionId, stored: u64, now: u64, differs_at: u64) -> String {
-    format!(
-        "session {id} is already in the store with {stored} events; the source now gives \
-         {now}, the same up to seq {}: it was imported in the middle of a turn, which the \
-         import closed at the end of the file (from seq {differs_at} on), and it went on with \
-         that turn since; a log is never rewritten, so only an import into a new store gives \
-         the whole session; nothing written",
-        differs_at.saturating_sub(1)
-    )
-}
-
+/// skipped. A source that only grew is skipped only when another session
+/// of its file withholds it; a session imported in the middle of a turn
+/// (`closed_at_end`) cannot take the rest of that turn, as the import
+/// closed it and a log is never rewritten; one that differs before the
+/// stored events end cannot be told apart from another source whose id
+/// maps to the same session id, so both are named.
 fn changed_reason(
     id: &SessionId,
     stored: u64,
     now: u64,
     differs_at: u64,
     stored_torn: bool,
+    closed_at_end: bool,
 ) -> String {
-    let why = if differs_at > stored && stored_torn {
+    let why = if closed_at_end {
+        format!(
+            "the source now gives {now}, the same up to seq {}: it was imported in the middle \
+             of a turn, which the import closed at the end of the file (from seq {differs_at} \
+             on), and it went on with that turn since; a log is never rewritten, so only an \
+             import into a new store gives the whole session",
+            differs_at.saturating_sub(1)
+        )
+    } else if differs_at > stored && stored_torn {
         format!(
             "the source gives {now}, the first {stored} the same, but the stored log ends in a \
              torn tail after them: the store lost the end of its log (`sessionlog verify` names \

@@ -448,22 +448,25 @@ pub fn write(
     }
     // A session the store holds otherwise withholds the file's others
     // (one that only grew is written on, unless another withholds it).
-    let changed = decided.iter().find_map(|(header, _, outcome)| {
-        let changed = matches!(outcome, Some(SessionOutcome::Changed { .. }));
-        (changed && outcome.as_ref().and_then(grown).is_none()).then(|| header.id.clone())
-    });
+    let changed = decided
+        .iter()
+        .find_map(|(header, _, outcome)| match outcome {
+            Some(changed @ SessionOutcome::Changed { .. }) if grown(changed).is_none() => {
+                Some(header.id.clone())
+            }
+            _ => None,
+        });
     let mut sessions: Vec<(SessionHeader, SessionOutcome)> = Vec::with_capacity(decided.len());
     for (header, records, outcome) in decided {
         let write = |written: &[(SessionHeader, SessionOutcome)], result| {
             written_before(path, written, result)
         };
         let outcome = match (outcome, &changed) {
-            (Some(outcome), None) if grown(&outcome).is_some() => {
-                let stored = grown(&outcome).unwrap_or_default();
-                let extended = extend(store, path, &header, stored, &records);
-                write(&sessions, extended)?
-            }
-            (Some(outcome), _) => outcome,
+            (Some(outcome), None) => match grown(&outcome) {
+                Some(stored) => write(&sessions, extend(store, path, &header, stored, &records))?,
+                None => outcome,
+            },
+            (Some(outcome), Some(_)) => outcome,
             (None, Some(because)) => SessionOutcome::Withheld {
                 because: because.clone(),
             },
